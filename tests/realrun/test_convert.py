@@ -1,0 +1,138 @@
+"""Tests for tools/convert_published.py (stdlib unittest only).
+
+Run from the repo root:  python3 -m unittest discover -s tests/realrun -p 'test_*.py'
+"""
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import convert_published as cp  # noqa: E402
+
+SHARED = os.environ.get("SHARDPLAN_PUBLISHED_RUNS",
+                        os.path.join(ROOT, "..", "shared", "validation", "published_runs_dev.json"))
+COMMITTED = os.path.join(ROOT, "tests", "data", "runs", "published_dev.json")
+REQUIRED = ("schema", "id", "model", "cluster", "gpus", "plan", "measured")
+PLAN_KEYS = {"runtime", "zero", "shard_group", "tp", "seq", "mbs", "grad_accum", "ac", "wrap", "prefetch",
+             "reshard_after_forward", "precision", "reduce_dtype", "offload", "compile"}
+MEASURED_KEYS = {"peak_allocated_bytes", "peak_active_bytes", "peak_reserved_bytes", "peak_device_bytes",
+                 "step_s", "tokens_per_s_per_gpu", "mfu"}
+
+
+def load_doc():
+    """Convert the shared file when present, else use the committed output."""
+    if os.path.exists(SHARED):
+        with open(SHARED, encoding="utf-8") as f:
+            return cp.convert_all(json.load(f)), True
+    with open(COMMITTED, encoding="utf-8") as f:
+        return json.load(f), False
+
+
+class ConvertTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.doc, cls.fresh = load_doc()
+        cls.by_id = {r["id"]: r for r in cls.doc["records"]}
+
+    def test_deterministic_and_matches_committed(self):
+        if not self.fresh:
+            self.skipTest("shared published_runs_dev.json not available")
+        with tempfile.TemporaryDirectory() as d:
+            outs = []
+            for i in range(2):
+                out = os.path.join(d, "o%d.json" % i)
+                subprocess.check_call([sys.executable, os.path.join(ROOT, "tools", "convert_published.py"),
+                                       SHARED, "-o", out], stderr=subprocess.DEVNULL)
+                with open(out, "rb") as f:
+                    outs.append(f.read())
+            self.assertEqual(outs[0], outs[1])
+            with open(COMMITTED, "rb") as f:
+                self.assertEqual(outs[0], f.read(), "tests/data/runs/published_dev.json is stale: rerun the converter")
+
+    def test_every_record_complete(self):
+        self.assertEqual(self.doc["schema"], "shardplan.runs/1")
+        ids = set()
+        for r in self.doc["records"]:
+            for k in REQUIRED:
+                self.assertIn(k, r, r.get("id"))
+            self.assertEqual(r["schema"], "shardplan.run/1")
+            self.assertNotIn(r["id"], ids)
+            ids.add(r["id"])
+            self.assertTrue(set(r["plan"]) <= PLAN_KEYS, set(r["plan"]) - PLAN_KEYS)
+            self.assertTrue(r["measured"])
+            self.assertTrue(set(r["measured"]) <= MEASURED_KEYS)
+            for k, v in r["measured"].items():
+                if k.endswith("_bytes"):
+                    self.assertIsInstance(v, int)
+            self.assertIsInstance(r["gpus"], int)
+            self.assertEqual(r["gpus"] % (r["plan"]["tp"] * r["plan"].get("shard_group", 1)), 0)
+            self.assertIn(r["plan"]["precision"], ("bf16-mixed", "bf16", "bf16-true", "fp32"))
+            self.assertIn(r["plan"]["ac"], ("none", "selective", "full"))
+            self.assertTrue(r["source"])
+            if isinstance(r["model"], dict):
+                self.assertEqual(r["model"]["schema"], "shardplan.model/1")
+            if isinstance(r["cluster"], dict):
+                self.assertEqual(r["cluster"]["schema"], "shardplan.cluster/1")
+                self.assertTrue(r["cluster"]["sources"])
+        for s in self.doc["skipped"]:
+            self.assertNotIn(s["id"], ids)
+            self.assertTrue(s["reason"])
+
+    def test_counts_per_source(self):
+        conv = collections.Counter(r["source"].split(";")[0] for r in self.doc["records"])
+        self.assertEqual(dict(conv), {
+            "mosaicml/llm-foundry": 106, "pytorch/torchtitan": 13, "LianjiaTech/BELLE": 9, "pytorch/ao": 3,
+            "hpcaitech/ColossalAI-Pytorch-lightning": 2, "bigscience-workshop/bigscience": 2})
+        self.assertEqual(len(self.doc["records"]) + len(self.doc["skipped"]), 196)
+        reasons = collections.Counter(s["reason"] for s in self.doc["skipped"])
+        self.assertEqual(reasons[cp.FP8_REASON], 39)  # mosaic 2, asyncTP 8, ao 9, NeMo 15, OLMo 5
+        self.assertEqual(reasons["GPU count not published"], 5)
+
+    def test_spot_mosaic_mpt70b(self):
+        r = self.by_id["mosaic-a100-80gb-mpt70b-s2048-g64-mbs8-ga4-bf16-ac1"]
+        self.assertEqual(r["cluster"], "dgx-a100-80g")
+        self.assertEqual(r["gpus"], 64)
+        self.assertEqual(r["plan"], {"runtime": "fsdp1", "zero": 3, "shard_group": 64, "tp": 1, "seq": 2048,
+                                     "mbs": 8, "grad_accum": 4, "ac": "full", "wrap": 1,
+                                     "precision": "bf16-mixed", "reduce_dtype": "bf16", "compile": False})
+        self.assertEqual(r["measured"], {"tokens_per_s_per_gpu": 410, "step_s": 159.6371, "mfu": 0.5333})
+        m = r["model"]
+        self.assertEqual((m["layers"], m["hidden"], m["heads"], m["ffn_hidden"], m["vocab"]),
+                         (80, 8192, 64, 32768, 50368))
+        self.assertEqual((m["positions"], m["max_positions"], m["tied_embeddings"]), ("learned", 2048, True))
+        # MosaicML's NumParams includes the seq-len x d_model learned position table
+        self.assertEqual(cp.param_count(m), 64862437376)
+
+    def test_spot_torchtitan_pr165(self):
+        r = self.by_id["torchtitan-pr165-fsdp2-selective-bs8-eager-3"]
+        self.assertEqual(r["model"], "llama2-7b")
+        self.assertEqual(r["cluster"]["name"], "meta-h100-96g-hbm2e")
+        self.assertEqual(r["plan"]["runtime"], "fsdp2")
+        self.assertEqual(r["plan"]["ac"], "selective")
+        self.assertEqual(r["plan"]["precision"], "bf16-mixed")
+        self.assertEqual(r["plan"]["reduce_dtype"], "fp32")
+        self.assertEqual(r["measured"]["peak_reserved_bytes"], 63789928022)
+        self.assertEqual(r["measured"]["peak_active_bytes"], 53197464928)
+        self.assertEqual(r["measured"]["tokens_per_s_per_gpu"], 6700.0)
+
+    def test_spot_colossal_ddp(self):
+        r = self.by_id["cai-lightning-gpt2xl-g4-ddp"]
+        self.assertEqual(r["plan"]["zero"], 0)
+        self.assertNotIn("shard_group", r["plan"])
+        self.assertEqual(r["measured"]["peak_allocated_bytes"], round(37905.422 * 2 ** 20))
+        self.assertEqual(cp.param_count(r["model"]), 1557611200)  # HF GPT2-XL
+
+    def test_fp8_skipped(self):
+        skipped = {s["id"]: s["reason"] for s in self.doc["skipped"]}
+        self.assertEqual(skipped["mosaic-h100-fp8-mpt3b-s512-g8-mbs40-ga6-amp_fp8-ac0"], cp.FP8_REASON)
+        self.assertEqual(skipped["torchao-e2e-b200-llama3-8b-g8-mxfp8_cublas"], cp.FP8_REASON)
+        self.assertIn("pipeline", skipped["bloom-176b-production-g384-dp8-tp4-pp12-mbs2"])
+
+
+if __name__ == "__main__":
+    unittest.main()
