@@ -39,6 +39,42 @@ ARCH_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "ml
              "tied_embeddings", "attn_bias", "mlp_bias", "norm_bias")
 
 
+_PRESET_CACHE = {}
+
+
+def _arch_of(d):
+    """Architecture fields of a model spec with docs/formats.md defaults filled in."""
+    a = {k: d.get(k) for k in ARCH_KEYS}
+    a["kv_heads"] = d.get("kv_heads", d["heads"])
+    a["tied_embeddings"] = bool(d.get("tied_embeddings", False))
+    a["attn_bias"] = bool(d.get("attn_bias", False))
+    a["mlp_bias"] = bool(d.get("mlp_bias", False))
+    a["norm_bias"] = bool(d.get("norm_bias", d.get("norm") == "layernorm"))
+    if d.get("head_dim") not in (None, d["hidden"] // d["heads"]) or d.get("moe"):
+        a["layers"] = None  # never matches a published dense architecture
+    return a
+
+
+def load_presets():
+    """models/*.json of this repository when present (the presets the tool ships), else PRESETS above."""
+    if "p" not in _PRESET_CACHE:
+        out = {}
+        mdir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models")
+        if os.path.isdir(mdir):
+            for fn in sorted(os.listdir(mdir)):
+                if fn.endswith(".json"):
+                    try:
+                        with open(os.path.join(mdir, fn), encoding="utf-8") as f:
+                            d = json.load(f)
+                        out[d.get("name") or fn[:-5]] = _arch_of(d)
+                    except (ValueError, KeyError, TypeError):
+                        continue
+        if not out:
+            out = {k: _arch_of(v) for k, v in PRESETS.items()}
+        _PRESET_CACHE["p"] = out
+    return _PRESET_CACHE["p"]
+
+
 def param_count(spec):
     """Closed-form parameter count of a shardplan.model/1 spec (dense models)."""
     h, L, V = spec["hidden"], spec["layers"], spec["vocab"]
@@ -203,11 +239,16 @@ def map_model(rec, seq, notes):
                     tied_embeddings=True, positions="alibi")
         notes.append("BLOOM has an extra LayerNorm after the word embedding (2h parameters) that the model spec "
                      "cannot express; ignored (%d parameters)" % (2 * m["hidden_size"]))
-    # preset?
-    for pname, p in sorted(PRESETS.items()):
-        if all(spec.get(k) == p.get(k) for k in ARCH_KEYS):
-            if spec["mlp"] == "swiglu" and fam == "llama":
-                return pname, None
+    # preset?  (exact architecture match only; ties broken by the published model name)
+    cands = [pname for pname, p in sorted(load_presets().items())
+             if all(spec.get(k) == p.get(k) for k in ARCH_KEYS)]
+    if cands:
+        key = "".join((m.get("name") or "").lower().split()).replace("-", "")
+        named = [c for c in cands if c.replace("-", "") in key]
+        pick = named[0] if named else cands[0]
+        if len(cands) > 1:
+            notes.append("architecture matches presets %s; %s chosen by the published name" % (cands, pick))
+        return pick, None
     n = param_count(spec)
     pub = m.get("num_params_published")
     if pub:

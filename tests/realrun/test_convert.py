@@ -125,7 +125,10 @@ class ConvertTest(unittest.TestCase):
         self.assertEqual(r["plan"]["zero"], 0)
         self.assertNotIn("shard_group", r["plan"])
         self.assertEqual(r["measured"]["peak_allocated_bytes"], round(37905.422 * 2 ** 20))
-        self.assertEqual(cp.param_count(r["model"]), 1557611200)  # HF GPT2-XL
+        self.assertEqual(r["model"], "gpt2-xl")
+        gpt2xl = dict(layers=48, hidden=1600, heads=25, ffn_hidden=6400, vocab=50257, mlp="gelu", norm="layernorm",
+                      attn_bias=True, mlp_bias=True, tied_embeddings=True, positions="learned", max_positions=1024)
+        self.assertEqual(cp.param_count(gpt2xl), 1557611200)  # HF GPT2LMHeadModel gpt2-xl
 
     def test_fp8_skipped(self):
         skipped = {s["id"]: s["reason"] for s in self.doc["skipped"]}
