@@ -1,0 +1,67 @@
+// CostModel: how long compute, memory-bound work and collectives take on a cluster. Defaults come from
+// datasheets and published efficiencies (docs/model.md cites each); a calibration profile, when given,
+// replaces them through CalibrationHooks (the simulator itself does not depend on the calibration library).
+#pragma once
+#include <functional>
+#include <optional>
+
+#include "simulator/collective.hpp"
+#include "topologies/cluster.hpp"
+
+namespace shardplan {
+
+struct ComputeConstants {
+  double gemm_efficiency_max = 0.80;  ///< achieved / peak bf16 for large, aligned GEMMs
+  double gemm_half_dim = 160;         ///< each GEMM dimension d scales efficiency by d / (d + gemm_half_dim)
+  double attention_efficiency = 0.50; ///< flash-attention forward FLOP/s / peak
+  double attention_bwd_ratio = 2.5;   ///< backward / forward time of the attention core (recompute inside)
+  double hbm_efficiency = 0.80;       ///< memory-bound kernels: achieved / nominal HBM bandwidth
+  double optimizer_efficiency = 0.80; ///< fused AdamW: achieved / nominal HBM bandwidth
+  double kernel_launch_s = 5e-6;      ///< CPU cost per kernel launch
+  double unit_hook_cpu_s = 60e-6;     ///< CPU cost of one FSDP unit's pre/post hooks
+  double collective_launch_s = 15e-6; ///< CPU cost of issuing one collective
+};
+
+/// Per-architecture defaults (docs/model.md).
+ComputeConstants default_compute_constants(GpuArch arch);
+
+/// Optional measured replacements for the analytic curves. Any hook may be empty.
+struct CalibrationHooks {
+  /// Whole-buffer collective time over `ranks` ranks spanning `nodes` nodes; nullopt = not measured.
+  std::function<std::optional<double>(CollectiveKind, double buffer_bytes, int ranks, int nodes)> collective_s;
+  std::function<std::optional<double>(double m, double n, double k)> gemm_efficiency;
+  std::optional<double> hbm_Bps;
+  std::optional<double> optimizer_Bps;
+  std::string source;  ///< profile file, for reports
+};
+
+class CostModel {
+ public:
+  explicit CostModel(const Cluster& cluster, std::optional<ComputeConstants> constants = std::nullopt,
+                     CalibrationHooks hooks = {}, CollectiveConstants collective = {});
+  const Cluster& cluster() const { return *cluster_; }
+  const ComputeConstants& constants() const { return k_; }
+  const CalibrationHooks& hooks() const { return hooks_; }
+
+  /// Whole-buffer collective time over a group (calibrated when the profile covers it).
+  double collective_s(CollectiveKind kind, double buffer_bytes, const GroupView& g) const;
+  CollectiveCost collective(CollectiveKind kind, double buffer_bytes, const GroupView& g) const;
+  /// One GEMM [m x k] @ [k x n] in the compute dtype (fp32 plans pass fp32 = true).
+  double gemm_s(double m, double n, double k, bool fp32 = false) const;
+  double gemm_efficiency(double m, double n, double k) const;
+  /// Flash-attention forward core: `flops` of QK^T and AV together.
+  double attention_fwd_s(double flops, bool fp32 = false) const;
+  /// Memory-bound work moving `bytes` through HBM.
+  double memory_s(double bytes) const;
+  /// Optimizer step moving `bytes` through HBM.
+  double optimizer_s(double bytes) const;
+  double peak_flops(bool fp32) const;
+
+ private:
+  const Cluster* cluster_;
+  ComputeConstants k_;
+  CalibrationHooks hooks_;
+  CollectiveConstants coll_;
+};
+
+}  // namespace shardplan

@@ -1,0 +1,116 @@
+// A domain-agnostic discrete-event engine: typed tasks on FIFO lanes (CUDA streams, NCCL communicators), issued
+// by one CPU thread in program order, with dependencies, CPU-blocking waits and memory effects. It knows nothing
+// about LLMs. Completions are processed from a priority queue ordered by (time, sequence) so ties are
+// deterministic; verify() fails on unfinished tasks or unreleased memory.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "simulator/core/units.hpp"
+
+namespace shardplan {
+
+enum class TaskType : std::uint8_t { kCompute, kCopy, kCollective, kOptimizer, kMarker };
+
+/// What a memory effect is accounted as (the report's breakdown categories).
+enum class MemCategory : std::uint8_t { kParams, kGrads, kOptimizer, kActivations, kGathered, kCommBuffers, kOther };
+inline constexpr int kMemCategories = 7;
+const char* to_string(MemCategory c);
+
+struct MemEffect {
+  MemCategory category;
+  std::uint8_t pool;   ///< caching-allocator pool (one per CUDA stream that allocates)
+  Bytes delta_bytes;   ///< > 0 allocate, < 0 free
+};
+
+struct Task {
+  TaskType type = TaskType::kCompute;
+  std::uint8_t lane = 0;
+  double duration_s = 0;
+  double cpu_s = 0;              ///< CPU time to issue it (kernel launches, hooks)
+  std::int32_t cpu_wait_for = -1; ///< the CPU blocks until this earlier task has finished before issuing
+  std::array<std::int32_t, 3> deps{-1, -1, -1};  ///< earlier tasks that must finish first (stream waits)
+  std::uint32_t first_effect = 0, n_effects = 0; ///< memory effects applied when the CPU issues the task
+  std::uint32_t label = 0;       ///< index into Program::labels (what the trace shows)
+  std::int32_t unit = -1, micro_batch = -1;
+};
+
+/// A task DAG in CPU issue order. Reused across simulations (clear() keeps capacity: no allocation in hot loops).
+struct Program {
+  std::vector<Task> tasks;
+  std::vector<MemEffect> effects;
+  std::vector<std::string> lane_names;
+  std::vector<std::string> labels;
+  void clear() {
+    tasks.clear();
+    effects.clear();
+  }
+  std::int32_t add(Task t, std::initializer_list<MemEffect> fx = {}) {
+    t.first_effect = static_cast<std::uint32_t>(effects.size());
+    t.n_effects = static_cast<std::uint32_t>(fx.size());
+    effects.insert(effects.end(), fx.begin(), fx.end());
+    tasks.push_back(t);
+    return static_cast<std::int32_t>(tasks.size() - 1);
+  }
+  /// Adds an effect to the most recently added task.
+  void add_effect(MemEffect e) {
+    effects.push_back(e);
+    tasks.back().n_effects++;
+  }
+};
+
+struct TaskTiming {
+  double issue_s = 0, start_s = 0, end_s = 0;
+};
+
+/// One sample of the memory timeline: after the effects of task `task` (CPU issue order).
+struct MemSample {
+  double time_s;
+  std::int32_t task;
+  Bytes allocated_bytes;
+};
+
+struct Timeline {
+  std::vector<TaskTiming> timing;
+  double end_s = 0;
+  std::int32_t completed = 0;  ///< tasks that ran to completion
+  std::vector<double> lane_busy_s;
+  // Memory, walked in CPU issue order (what torch.cuda.memory_allocated reports).
+  Bytes base_bytes = 0;  ///< allocated before the step (persistent state)
+  Bytes peak_bytes = 0;
+  std::int32_t peak_task = -1;
+  double peak_time_s = 0;
+  std::array<Bytes, kMemCategories> at_peak{};  ///< per category at the peak
+  std::array<Bytes, kMemCategories> current{};  ///< per category at the end
+  std::vector<Bytes> pool_peak_bytes;           ///< per pool, peak of allocator-rounded bytes
+  bool record_samples = false;
+  std::vector<MemSample> samples;
+  void clear() {
+    timing.clear();
+    lane_busy_s.clear();
+    pool_peak_bytes.clear();
+    samples.clear();
+    at_peak = {};
+    current = {};
+    end_s = 0;
+    completed = 0;
+    peak_bytes = 0;
+    peak_task = -1;
+  }
+};
+
+/// Rounds one allocation the way the PyTorch CUDA caching allocator does (512 B; >= 10 MiB to 2 MiB).
+Bytes allocator_round(Bytes request_bytes);
+
+/// Runs the program. `initial` holds bytes already allocated per category (persistent state) in pool 0.
+void run_engine(const Program& program, int n_lanes, int n_pools, const std::array<Bytes, kMemCategories>& initial,
+                Timeline& out);
+
+/// Throws std::logic_error if a task never ran or memory allocated during the step was not released
+/// (categories listed in `may_persist` are allowed to end non-zero, e.g. gradients).
+void verify_timeline(const Program& program, const Timeline& t, const std::array<Bytes, kMemCategories>& initial,
+                     const std::array<bool, kMemCategories>& may_persist);
+
+}  // namespace shardplan

@@ -1,0 +1,101 @@
+// ModelGraph: a Boost.Graph of layers (embedding, norms, attention, MLP/MoE, LM head, loss) with, per layer, its
+// parameter tensors (so padding and per-parameter sharding are exact), its forward GEMMs and attention core, the
+// bytes it saves for backward per token, and data-flow edges. Execution order is a topological sort.
+#pragma once
+#include <boost/graph/adjacency_list.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "simulator/core/json_reader.hpp"
+#include "simulator/model_spec.hpp"
+
+namespace shardplan {
+
+enum class LayerKind { kEmbedding, kPositionEmbedding, kNorm, kAttention, kMlp, kMoe, kFinalNorm, kLmHead, kLoss };
+const char* to_string(LayerKind k);
+
+/// How tensor parallelism splits a tensor: replicated (norms), column-parallel (dim 0 split: QKV, gate/up,
+/// vocab-parallel embedding and head), row-parallel (dim 1 split: output and down projections).
+enum class TpSplit { kReplicated, kColumn, kRow };
+
+struct Tensor {
+  std::string name;
+  std::int64_t dim0 = 0;  ///< rows (the dimension FSDP2 shards)
+  std::int64_t dim1 = 1;  ///< columns; 1 for vectors
+  TpSplit tp = TpSplit::kReplicated;
+  std::int64_t numel() const { return dim0 * dim1; }
+};
+
+/// One forward GEMM per token: [tokens x k] @ [k x n]; `count` = how many such GEMMs a token goes through
+/// (top-k experts for MoE). `tp` says which of n (column) or k (row) TP divides.
+struct Gemm {
+  std::int64_t n = 0, k = 0;
+  double count = 1;
+  TpSplit tp = TpSplit::kReplicated;
+};
+
+struct Layer {
+  std::string name;
+  LayerKind kind = LayerKind::kNorm;
+  int block = -1;  ///< transformer block index, -1 outside blocks
+  std::vector<Tensor> tensors;
+  std::vector<Gemm> gemms;
+  // Attention core (flash attention): heads, kv heads, head dim; zero for other layers.
+  int attn_heads = 0, attn_kv_heads = 0;
+  std::int64_t attn_head_dim = 0;
+  /// Saved-for-backward bytes per token in bf16 compute, TP = 1, no recomputation, split into the part that
+  /// TP without sequence parallelism also divides (`tp_split`) and the part it replicates (`tp_replicated`,
+  /// h-sized tensors that sequence parallelism divides).
+  double act_split_bytes_per_token = 0, act_replicated_bytes_per_token = 0;
+  /// The same under selective recomputation (torchtitan op-level SAC: GEMM and attention outputs kept).
+  double act_selective_split_bytes_per_token = 0, act_selective_replicated_bytes_per_token = 0;
+  /// Memory-bound forward traffic per token (norms, activations, rotary, residual adds), bytes.
+  double elementwise_bytes_per_token = 0;
+  std::int64_t parameters() const;
+};
+
+using LayerGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Layer>;
+
+class ModelGraph {
+ public:
+  ModelGraph() = default;
+  // `order_` points into the graph's storage: copies and moves rebuild it.
+  ModelGraph(const ModelGraph& o) : spec_(o.spec_), graph_(o.graph_) { finalize(); }
+  ModelGraph(ModelGraph&& o) noexcept : spec_(std::move(o.spec_)), graph_(std::move(o.graph_)) { finalize(); }
+  ModelGraph& operator=(const ModelGraph& o) {
+    if (this != &o) spec_ = o.spec_, graph_ = o.graph_, finalize();
+    return *this;
+  }
+  ModelGraph& operator=(ModelGraph&& o) noexcept {
+    spec_ = std::move(o.spec_), graph_ = std::move(o.graph_), finalize();
+    return *this;
+  }
+  /// Builds the graph of a decoder-only transformer from its spec.
+  static ModelGraph from_spec(const ModelSpec& spec);
+  /// Reads the project's graph JSON ("shardplan.graph/1").
+  static ModelGraph from_graph_json(const Json& j, const std::string& file);
+  Json to_graph_json() const;
+
+  const ModelSpec& spec() const { return spec_; }
+  const LayerGraph& graph() const { return graph_; }
+  /// Layers in execution (topological) order.
+  const std::vector<const Layer*>& order() const { return order_; }
+  /// Exact total parameter count (tied embeddings counted once).
+  std::int64_t parameters() const { return parameters_; }
+  /// Parameters of embeddings (token + learned positions), the part MFU's 6N excludes, as torchtitan does.
+  std::int64_t embedding_parameters() const { return embedding_parameters_; }
+  int blocks() const { return blocks_; }
+  /// Largest parameter count of a single tensor.
+  std::int64_t largest_tensor() const { return largest_tensor_; }
+
+ private:
+  void finalize();
+  ModelSpec spec_;
+  LayerGraph graph_;
+  std::vector<const Layer*> order_;
+  std::int64_t parameters_ = 0, embedding_parameters_ = 0, largest_tensor_ = 0;
+  int blocks_ = 0;
+};
+
+}  // namespace shardplan

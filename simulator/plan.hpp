@@ -1,0 +1,69 @@
+// Plan: every knob of a sharded training run. One immutable value flows from the CLI (or the planner) through
+// memory accounting, lowering and simulation into the report. `resolve_plan` fills defaults and refuses
+// impossible plans with an InputError naming the knob.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "simulator/core/json_reader.hpp"
+
+namespace shardplan {
+
+class ModelGraph;
+class Cluster;
+
+enum class Runtime { kFsdp2, kFsdp1, kDeepSpeed };
+enum class Precision { kBf16Mixed, kBf16, kBf16True, kFp32 };
+enum class AcMode { kNone, kSelective, kFull };
+enum class Dtype { kFp32, kBf16 };
+enum class Offload { kNone, kOptimizer };
+
+const char* to_string(Runtime r);
+const char* to_string(Precision p);
+const char* to_string(AcMode a);
+const char* to_string(Dtype d);
+const char* to_string(Offload o);
+std::optional<Runtime> parse_runtime(const std::string& s);
+std::optional<Precision> parse_precision(const std::string& s);
+std::optional<AcMode> parse_ac(const std::string& s);
+std::optional<Dtype> parse_dtype(const std::string& s);
+std::optional<Offload> parse_offload(const std::string& s);
+
+struct Plan {
+  Runtime runtime = Runtime::kFsdp2;
+  int zero = 3;            ///< 0 = plain data parallel, 1 optimizer, 2 + gradients, 3 + parameters sharded
+  int shard_group = 0;     ///< ranks that shard the state; 0 = all data-parallel ranks (HSDP when smaller)
+  int tp = 1;              ///< tensor parallel degree, inside one NVLink domain
+  std::int64_t seq = 0;    ///< sequence length; 0 = the model's default
+  int mbs = 1;             ///< micro-batch: sequences per GPU per micro-step
+  int grad_accum = 1;      ///< micro-batches per optimizer step
+  AcMode ac = AcMode::kNone;
+  int wrap = 1;            ///< transformer blocks per FSDP unit
+  int prefetch = 1;        ///< units all-gathered ahead of the one computing
+  std::optional<bool> reshard_after_forward;  ///< default: true for ZeRO-3, false for ZeRO-2
+  Precision precision = Precision::kBf16Mixed;
+  std::optional<Dtype> reduce_dtype;          ///< default: fp32 for bf16-mixed and fp32, bf16 otherwise
+  Offload offload = Offload::kNone;
+  bool async_tp = false;   ///< TP collectives overlapped with GEMMs
+  bool fused_optimizer = true;
+
+  // Derived by resolve_plan:
+  int dp = 1;              ///< data-parallel ranks = gpus / tp
+  int replicas = 1;        ///< dp / shard_group
+
+  bool reshard() const { return reshard_after_forward.value_or(zero >= 3); }
+  Dtype reduce() const { return reduce_dtype.value_or(Dtype::kFp32); }
+  std::int64_t global_batch() const { return static_cast<std::int64_t>(dp) * mbs * grad_accum; }
+};
+
+/// Fills defaults against the model and cluster and checks the plan is possible; InputError otherwise.
+/// `global_batch` > 0 derives grad_accum (global = dp x mbs x grad_accum).
+Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::int64_t global_batch = 0);
+
+/// The run-record plan keys (docs/formats.md), every knob resolved.
+Json plan_to_json(const Plan& p);
+/// Reads run-record plan keys; unknown keys are rejected.
+Plan plan_from_json(JsonObj o);
+
+}  // namespace shardplan

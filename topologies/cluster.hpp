@@ -1,0 +1,102 @@
+// Cluster: the GPUs, NVLink/NVSwitch domains, NICs and switches of a training cluster, read from a
+// "shardplan.cluster/1" document and built into a Boost.Graph of devices and links. Group views answer, for a
+// group of ranks placed the way torchrun/DeviceMesh places them (contiguous inside a node first), which levels
+// the group spans and the bottleneck bandwidth its rings see.
+#pragma once
+#include <boost/graph/adjacency_list.hpp>
+#include <cstdint>
+#include <string>
+
+#include "simulator/core/json_reader.hpp"
+#include "simulator/core/units.hpp"
+
+namespace shardplan {
+
+enum class GpuArch { kVolta, kAmpere, kHopper, kBlackwell, kOther };
+const char* to_string(GpuArch a);
+
+struct GpuSpec {
+  std::string model;
+  Bytes memory_bytes = 0;  ///< usable device memory as torch.cuda reports total_memory
+  GpuArch arch = GpuArch::kOther;
+  double peak_bf16_flops = 0, peak_fp32_flops = 0, peak_tf32_flops = 0, peak_fp8_flops = 0;  ///< dense, FLOP/s
+  double hbm_Bps = 0;
+};
+
+struct NodeSpec {
+  int gpus = 8;
+  int nvlink_domain_gpus = 8;  ///< GPUs one NVLink fabric connects (8 in a DGX, 72 in an NVL72 rack)
+  double nvlink_Bps = 0;       ///< per GPU per direction; 0 = GPUs talk over PCIe
+  double nvlink_latency_s = 0;
+  bool nvswitch = false, nvls = false;
+  double pcie_Bps = 0;
+  int nics = 0;
+  double nic_Bps = 0;  ///< one NIC, one direction
+};
+
+struct FabricSpec {
+  double latency_s = 1e-6;  ///< one switch hop
+  int nodes_per_leaf = 32;
+  double oversubscription = 1.0;
+};
+
+struct ClusterSpec {
+  std::string name, description;
+  GpuSpec gpu;
+  NodeSpec node;
+  FabricSpec fabric;
+  Json sources;  ///< citations, kept verbatim
+};
+
+ClusterSpec parse_cluster_spec(JsonObj obj);
+Json cluster_spec_to_json(const ClusterSpec& s);
+
+/// What a group of ranks sees of the topology.
+struct GroupView {
+  int ranks = 1;
+  int nodes = 1;          ///< NVLink domains the group spans
+  int ranks_per_node = 1; ///< group members inside one NVLink domain
+  bool crosses_leaf = false;
+  double intra_Bps = 0;   ///< per GPU per direction inside the domain (NVLink, or PCIe without NVLink)
+  bool intra_nvlink = false;
+  double inter_Bps = 0;   ///< per NVLink domain per direction across the network, available to this group
+  double inter_latency_s = 0;
+  bool nvls = false;
+  GpuArch arch = GpuArch::kOther;
+};
+
+class Cluster {
+ public:
+  Cluster(ClusterSpec spec, int gpus);  ///< throws InputError if `gpus` does not fit the node size
+  const ClusterSpec& spec() const { return spec_; }
+  int gpus() const { return gpus_; }
+  int nodes() const { return (gpus_ + spec_.node.gpus - 1) / spec_.node.gpus; }
+  /// A group of `size` ranks whose consecutive members are `stride` ranks apart (TP innermost: stride = tp).
+  GroupView group(int size, int stride) const;
+
+  struct Device {
+    enum Kind { kGpu, kNvSwitch, kNic, kLeaf, kSpine } kind = kGpu;
+    int index = 0;
+  };
+  struct Link {
+    double Bps = 0;
+    double latency_s = 0;
+  };
+  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS, Device, Link>;
+  /// The device graph of a representative slice of the cluster (up to two leaves' worth of nodes).
+  const Graph& graph() const { return graph_; }
+
+ private:
+  void build_graph();
+  /// Widest-path bandwidth and summed latency between two GPU vertices.
+  std::pair<double, double> path(std::size_t a, std::size_t b) const;
+  ClusterSpec spec_;
+  int gpus_;
+  Graph graph_;
+  std::vector<std::size_t> gpu_vertex_;  // representative GPUs, node-major
+  int graph_nodes_ = 0;
+  // Derived once from the graph: bandwidth and latency same node / same leaf / across leaves.
+  double intra_Bps_ = 0, leaf_Bps_ = 0, spine_Bps_ = 0, leaf_latency_s_ = 0, spine_latency_s_ = 0;
+};
+
+}  // namespace shardplan
