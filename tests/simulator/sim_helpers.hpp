@@ -1,0 +1,91 @@
+// Shared fixtures for the simulator tests: a model + cluster + cost model bundle that keeps the references the
+// Simulator holds alive, plan construction through resolve_plan, and a walk over a Program's memory effects.
+#pragma once
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "simulator/cost_model.hpp"
+#include "simulator/model_graph.hpp"
+#include "simulator/plan.hpp"
+#include "simulator/presets.hpp"
+#include "simulator/simulate.hpp"
+#include "topologies/cluster.hpp"
+
+namespace shardplan::test {
+
+/// Owns what a Simulator points to (model, cluster, cost model); not movable once built.
+struct Setup {
+  ModelGraph model;
+  std::unique_ptr<Cluster> cluster;
+  std::unique_ptr<CostModel> costs;
+  Setup(ModelGraph m, ClusterSpec spec, int gpus)
+      : model(std::move(m)),
+        cluster(std::make_unique<Cluster>(std::move(spec), gpus)),
+        costs(std::make_unique<CostModel>(*cluster)) {}
+  Setup(const std::string& model_name, const std::string& cluster_name, int gpus)
+      : Setup(load_model(model_name), load_cluster_spec(cluster_name), gpus) {}
+  Plan resolve(Plan p) const { return resolve_plan(p, model, *cluster); }
+  Result run(Plan p, bool detail = false) const {
+    Simulator sim(model, *cluster, *costs);
+    return sim.run(resolve(p), detail);
+  }
+};
+
+/// A Llama-2-7B-shaped model with fewer blocks (keeps the grid tests fast).
+inline ModelSpec small_llama(int layers = 4, std::int64_t vocab = 32000) {
+  ModelSpec s;
+  s.name = "llama2-7b-shape";
+  s.layers = layers;
+  s.hidden = 4096;
+  s.heads = 32;
+  s.kv_heads = 32;
+  s.head_dim = 128;
+  s.ffn_hidden = 11008;
+  s.vocab = vocab;
+  s.seq = 4096;
+  return s;
+}
+
+/// Highest value the activations category reaches while walking the program's memory effects in CPU issue
+/// order (the same walk the engine does for the total).
+inline Bytes max_category_bytes(const Program& prog, MemCategory cat) {
+  Bytes cur = 0, hi = 0;
+  for (const Task& t : prog.tasks)
+    for (std::uint32_t e = t.first_effect; e < t.first_effect + t.n_effects; ++e)
+      if (prog.effects[e].category == cat) hi = std::max(hi, cur += prog.effects[e].delta_bytes);
+  return hi;
+}
+
+/// The same model with each transformer block's layers merged into one graph layer (tensors, GEMMs, saved
+/// bytes and elementwise traffic summed; parameter count unchanged). Lowering cannot then split a block across
+/// FSDP units, which isolates effects of the unit partition (see the [!mayfail] wrap test).
+inline ModelGraph merge_blocks(const ModelGraph& m) {
+  Json j = m.to_graph_json();
+  Json out = Json::array();
+  for (const auto& l : j["layers"]) {
+    const int b = l["block"].get<int>();
+    if (b >= 0 && !out.empty() && out.back()["block"].get<int>() == b) {
+      Json& o = out.back();
+      for (auto t : l["tensors"]) {
+        t["name"] = l["name"].get<std::string>() + "." + t["name"].get<std::string>();
+        o["tensors"].push_back(t);
+      }
+      for (const auto& g : l["gemms"]) o["gemms"].push_back(g);
+      for (const char* k : {"act_split_bytes_per_token", "act_replicated_bytes_per_token",
+                            "act_selective_split_bytes_per_token", "act_selective_replicated_bytes_per_token",
+                            "elementwise_bytes_per_token"})
+        o[k] = o[k].get<double>() + l[k].get<double>();
+      if (l.contains("attention")) o["attention"] = l["attention"];
+    } else {
+      out.push_back(l);
+    }
+  }
+  j["layers"] = out;
+  Json edges = Json::array();
+  for (std::size_t i = 1; i < out.size(); ++i) edges.push_back({i - 1, i});
+  j["edges"] = edges;
+  return ModelGraph::from_graph_json(j, "merged " + m.spec().name);
+}
+
+}  // namespace shardplan::test
