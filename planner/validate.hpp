@@ -32,7 +32,9 @@ struct ValidationReport {
   std::vector<Summary> summary_by_source(const std::string& term) const;
 };
 
-/// Validates every record in the files (a record, a list, or {"records": [...]}); calibration optional.
-ValidationReport validate_files(const std::vector<std::string>& files, const std::string& calibration);
+/// Validates every record in the files (a record, a list, or {"records": [...]}); `hooks` (a calibration
+/// profile's) may be null. Records the tool cannot express are listed in `skipped` with the reason.
+ValidationReport validate_files(const std::vector<std::string>& files, const std::string& calibration,
+                                const CalibrationHooks* hooks = nullptr);
 
 }  // namespace shardplan

@@ -35,6 +35,8 @@ struct Task {
   std::uint32_t first_effect = 0, n_effects = 0; ///< memory effects applied when the CPU issues the task
   std::uint32_t label = 0;       ///< index into Program::labels (what the trace shows)
   std::int32_t unit = -1, micro_batch = -1;
+  bool backward = false;          ///< part of a backward pass (for reports)
+  std::uint8_t comm_kind = 0xff;  ///< the report's communication kind of a collective; 0xff for none
 };
 
 /// A task DAG in CPU issue order. Reused across simulations (clear() keeps capacity: no allocation in hot loops).

@@ -1,6 +1,7 @@
 // Parsing of the transformer spec, from our own JSON and from Hugging Face config.json files.
 #include "simulator/model_spec.hpp"
 
+#include <algorithm>
 #include <string>
 
 namespace shardplan {
@@ -28,6 +29,9 @@ static E parse_enum(JsonObj& o, const std::string& key, std::initializer_list<st
 }
 
 constexpr std::int64_t kMaxDim = std::int64_t{1} << 24;  // 16M: wider than any real model dimension
+// Blocks and blocks x experts (one MLP per expert per block) bound the graph size so that building it takes well
+// under a second even under sanitizers; both are far above real models (405B: 126 blocks; DeepSeek-V3: 61 x 256).
+constexpr std::int64_t kMaxLayers = 10000, kMaxHeads = 100000, kMaxExpertMlps = std::int64_t{1} << 15;
 
 ModelSpec parse_model_spec(JsonObj o) {
   ModelSpec s;
@@ -38,7 +42,7 @@ ModelSpec parse_model_spec(JsonObj o) {
   o.allow({"source", "notes", "sources"});
   s.name = o.str("name", "custom");
   s.description = o.str("description", "");
-  s.layers = static_cast<int>(o.integer("layers", 1, 100000));
+  s.layers = static_cast<int>(o.integer("layers", 1, kMaxLayers));
   s.hidden = o.integer("hidden", 1, kMaxDim);
   s.heads = static_cast<int>(o.integer("heads", 1, 100000));
   s.kv_heads = static_cast<int>(o.integer("kv_heads", s.heads, 1, 100000));
@@ -71,7 +75,32 @@ ModelSpec parse_model_spec(JsonObj o) {
   return s;
 }
 
+
 void validate_model_spec(const ModelSpec& s, const std::string& file) {
+  // parse_model_spec reads these with the same ranges; Hugging Face configs and code-built specs meet them here.
+  auto range = [&](const char* key, std::int64_t v, std::int64_t lo, std::int64_t hi) {
+    if (v < lo || v > hi)
+      throw InputError(file, std::string("/") + key,
+                       "value " + std::to_string(v) + " is out of range [" + std::to_string(lo) + ", " +
+                           std::to_string(hi) + "]");
+  };
+  range("layers", s.layers, 1, kMaxLayers);
+  range("hidden", s.hidden, 1, kMaxDim);
+  range("heads", s.heads, 1, kMaxHeads);
+  range("kv_heads", s.kv_heads, 1, kMaxHeads);
+  range("head_dim", s.head_dim, 1, kMaxDim);
+  range("ffn_hidden", s.ffn_hidden, 1, kMaxDim);
+  range("vocab", s.vocab, 1, kMaxDim);
+  range("max_positions", s.max_positions, 0, kMaxDim);
+  range("seq", s.seq, 1, kMaxDim);
+  if (s.moe.experts != 0 || s.moe.top_k != 0) {
+    range("moe/experts", s.moe.experts, 1, kMaxHeads);
+    range("moe/top_k", s.moe.top_k, 1, s.moe.experts);
+  }
+  if (static_cast<std::int64_t>(s.layers) * std::max(1, s.moe.experts) > kMaxExpertMlps)
+    throw InputError(file, "/moe/experts",
+                     std::to_string(s.layers) + " blocks x " + std::to_string(s.moe.experts) +
+                         " experts is more than the " + std::to_string(kMaxExpertMlps) + " expert MLPs modelled");
   if (s.heads % s.kv_heads != 0)
     throw InputError(file, "/kv_heads",
                      "heads (" + std::to_string(s.heads) + ") must be a multiple of kv_heads (" +
@@ -112,6 +141,7 @@ namespace {
 struct HfReader {
   const Json& j;
   const std::string& file;
+  bool has(const char* key) const { return j.contains(key) && !j.at(key).is_null(); }
   std::int64_t integer(const char* key) const {
     if (!j.contains(key) || j.at(key).is_null()) throw InputError(file, std::string("/") + key, "required field is missing");
     return json_integer(j.at(key), file, std::string("/") + key, 1, kMaxDim * 64);
@@ -191,9 +221,10 @@ ModelSpec parse_hf_config(const Json& j, const std::string& file) {
     s.max_positions = r.integer("max_seq_len", 2048);
     s.seq = s.max_positions;
   } else if (type == "bloom") {
-    s.layers = static_cast<int>(r.integer("n_layer", r.integer("num_hidden_layers", 0)));
-    s.hidden = r.integer("hidden_size", r.integer("n_embed", 0));
-    s.heads = static_cast<int>(r.integer("n_head", r.integer("num_attention_heads", 0)));
+    // BLOOM configs spell these two ways; one of each pair is required.
+    s.layers = static_cast<int>(r.has("n_layer") ? r.integer("n_layer") : r.integer("num_hidden_layers"));
+    s.hidden = r.has("hidden_size") ? r.integer("hidden_size") : r.integer("n_embed");
+    s.heads = static_cast<int>(r.has("n_head") ? r.integer("n_head") : r.integer("num_attention_heads"));
     s.kv_heads = s.heads;
     s.head_dim = s.hidden / s.heads;
     s.ffn_hidden = 4 * s.hidden;

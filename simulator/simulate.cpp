@@ -110,13 +110,11 @@ void Simulator::build_units(const Plan& p) {
   int blocks_in_unit = 0;
   for (const Layer* l : model_->order()) {
     if (l->block >= 0) {
-      if (cur->name == "embedding" || blocks_in_unit == p.wrap || (cur->blocks > 0 && l->block >= 0 &&
-                                                                   cur->layers.back()->block != l->block &&
-                                                                   blocks_in_unit == p.wrap)) {
-        cur = new_unit("blocks." + std::to_string(l->block));
-        blocks_in_unit = 0;
-      }
-      if (cur->layers.empty() || cur->layers.back()->block != l->block) {
+      const bool new_block = cur->layers.empty() || cur->layers.back()->block != l->block;
+      if (new_block) {
+        // A new FSDP unit starts at the first block, and after every `wrap` blocks.
+        if (cur->blocks == 0 && cur->name == "embedding") cur = new_unit("blocks." + std::to_string(l->block)), blocks_in_unit = 0;
+        else if (blocks_in_unit == p.wrap) cur = new_unit("blocks." + std::to_string(l->block)), blocks_in_unit = 0;
         ++blocks_in_unit;
         cur->blocks++;
         if (cur->blocks > 1) cur->name = cur->name.substr(0, cur->name.find('-')) + "-" + std::to_string(l->block);
@@ -223,6 +221,7 @@ void Simulator::build_units(const Plan& p) {
 void Simulator::lower(const Plan& p) {
   prog_.clear();
   prog_.labels.clear();
+  prog_.labels.push_back("task");
   const int U = static_cast<int>(units_.size());
   const bool fsdp2 = p.runtime == Runtime::kFsdp2, fsdp1 = p.runtime == Runtime::kFsdp1,
              ds = p.runtime == Runtime::kDeepSpeed;
@@ -240,8 +239,10 @@ void Simulator::lower(const Plan& p) {
   // created by the first backward and dropped by zero_grad(set_to_none=True) after the step.
   const bool grads_persistent = p.zero == 0 || (ds && p.zero >= 2);
 
-  auto label = [&](std::string s) {
-    prog_.labels.push_back(std::move(s));
+  if (prog_.labels.empty()) prog_.labels.push_back("task");
+  auto label = [&](auto&& make) -> std::uint32_t {
+    if (!detail_) return 0;
+    prog_.labels.push_back(make());
     return static_cast<std::uint32_t>(prog_.labels.size() - 1);
   };
   auto B = [](double x) { return static_cast<Bytes>(std::llround(x)); };
@@ -262,6 +263,7 @@ void Simulator::lower(const Plan& p) {
     t.type = TaskType::kCollective;
     t.lane = kShardLane;
     const double bytes = ag_bytes(u);
+    t.backward = backward;
     t.duration_s = costs_->collective_s(CollectiveKind::kAllGather, bytes, shard_g) +
                    (mixed_cast ? costs_->memory_s(static_cast<double>(un.shard_elems) * (4 + bc)) : 0);
     t.cpu_s = K.collective_launch_s;
@@ -272,7 +274,8 @@ void Simulator::lower(const Plan& p) {
       if (k >= 2) t.cpu_wait_for = ag_issue_order[k - 2] >= 0 ? ag_issue_order[k - 2] : -1;
     }
     if (ds && ag_issue_order.size() >= 2) t.cpu_wait_for = ag_issue_order[ag_issue_order.size() - 2];
-    t.label = label(std::string(backward ? "bwd " : "fwd ") + "all_gather " + un.name + " mb" + std::to_string(mb));
+    t.comm_kind = static_cast<std::uint8_t>(CommKind::kAllGather);
+    t.label = label([&] { return std::string(std::string(backward ? "bwd " : "fwd ") + "all_gather " + un.name + " mb" + std::to_string(mb)); });
     t.unit = u;
     t.micro_batch = mb;
     std::int32_t id = prog_.add(t);
@@ -301,7 +304,7 @@ void Simulator::lower(const Plan& p) {
     t.duration_s = costs_->memory_s(2 * bytes);
     t.cpu_s = K.unit_hook_cpu_s;
     t.deps[0] = ag_task[static_cast<std::size_t>(u)];
-    t.label = label(std::string(backward ? "bwd " : "fwd ") + "copy_out " + un.name + " mb" + std::to_string(mb));
+    t.label = label([&] { return std::string(std::string(backward ? "bwd " : "fwd ") + "copy_out " + un.name + " mb" + std::to_string(mb)); });
     t.unit = u;
     t.micro_batch = mb;
     std::int32_t id = prog_.add(t);
@@ -356,7 +359,7 @@ void Simulator::lower(const Plan& p) {
       t.duration_s = un.fwd_s;
       t.cpu_s = K.unit_hook_cpu_s + K.kernel_launch_s * 12.0 * static_cast<double>(un.layers.size());
       t.deps[0] = ready;
-      t.label = label("fwd " + un.name + " mb" + std::to_string(mb));
+      t.label = label([&] { return std::string("fwd " + un.name + " mb" + std::to_string(mb)); });
       t.unit = u;
       t.micro_batch = mb;
       std::int32_t id = prog_.add(t);
@@ -414,9 +417,10 @@ void Simulator::lower(const Plan& p) {
       t.type = TaskType::kCompute;
       t.lane = kCompute;
       t.duration_s = un.bwd_s + un.recompute_s;
+      t.backward = true;
       t.cpu_s = K.unit_hook_cpu_s + K.kernel_launch_s * 24.0 * static_cast<double>(un.layers.size());
       t.deps[0] = ready;
-      t.label = label("bwd " + un.name + " mb" + std::to_string(mb));
+      t.label = label([&] { return std::string("bwd " + un.name + " mb" + std::to_string(mb)); });
       t.unit = u;
       t.micro_batch = mb;
       std::int32_t id = prog_.add(t);
@@ -469,10 +473,11 @@ void Simulator::lower(const Plan& p) {
         c.type = TaskType::kCopy;
         c.lane = kCompute;
         c.duration_s = costs_->memory_s(rs_elems * (bc + br));
+        c.backward = true;
         c.cpu_s = K.unit_hook_cpu_s;
         c.deps[0] = fsdp2 ? prev_rs : -1;
         c.cpu_wait_for = ds ? prev_prev_rs : -1;  // DeepSpeed: at most two reduce events pending
-        c.label = label("bwd rs_copy_in " + un.name + " mb" + std::to_string(mb));
+        c.label = label([&] { return std::string("bwd rs_copy_in " + un.name + " mb" + std::to_string(mb)); });
         c.unit = u;
         c.micro_batch = mb;
         std::int32_t cid = prog_.add(c);
@@ -490,7 +495,8 @@ void Simulator::lower(const Plan& p) {
         r.duration_s = costs_->collective_s(CollectiveKind::kReduceScatter, rs_bytes, shard_g);
         r.cpu_s = K.collective_launch_s;
         r.deps[0] = cid;
-        r.label = label("reduce_scatter " + un.name + " mb" + std::to_string(mb));
+        r.comm_kind = static_cast<std::uint8_t>(CommKind::kReduceScatter);
+        r.label = label([&] { return std::string("reduce_scatter " + un.name + " mb" + std::to_string(mb)); });
         r.unit = u;
         r.micro_batch = mb;
         std::int32_t rid = prog_.add(r);
@@ -515,7 +521,8 @@ void Simulator::lower(const Plan& p) {
           a.duration_s = costs_->collective_s(CollectiveKind::kAllReduce, rs_elems / p.shard_group * br, rep_g);
           a.cpu_s = K.collective_launch_s;
           a.deps[0] = rid;
-          a.label = label("hsdp all_reduce " + un.name + " mb" + std::to_string(mb));
+          a.comm_kind = static_cast<std::uint8_t>(CommKind::kAllReduce);
+          a.label = label([&] { return std::string("hsdp all_reduce " + un.name + " mb" + std::to_string(mb)); });
           a.unit = u;
           a.micro_batch = mb;
           last_rep_comm = prog_.add(a);
@@ -530,7 +537,8 @@ void Simulator::lower(const Plan& p) {
         a.duration_s = costs_->collective_s(CollectiveKind::kAllReduce, static_cast<double>(un.elems) * (ds ? bc : br), dp_g);
         a.cpu_s = K.collective_launch_s;
         a.deps[0] = id;
-        a.label = label("all_reduce " + un.name + " mb" + std::to_string(mb));
+        a.comm_kind = static_cast<std::uint8_t>(CommKind::kAllReduce);
+        a.label = label([&] { return std::string("all_reduce " + un.name + " mb" + std::to_string(mb)); });
         a.unit = u;
         a.micro_batch = mb;
         last_shard_comm = prog_.add(a);
@@ -565,7 +573,7 @@ void Simulator::lower(const Plan& p) {
                      : costs_->optimizer_s(local_params * optimizer_bytes_per_param(p.runtime, p.precision, p.fused_optimizer));
   o.cpu_s = K.kernel_launch_s * 20;
   o.deps = {last_shard_comm, last_rep_comm, -1};
-  o.label = label("optimizer step");
+  o.label = label([&] { return std::string("optimizer step"); });
   std::int32_t oid = prog_.add(o);
   res_.optimizer_s = o.duration_s;
   if (!p.fused_optimizer) {  // foreach AdamW: a parameter-sized sqrt temporary in the state dtype
@@ -582,7 +590,8 @@ void Simulator::lower(const Plan& p) {
     a.duration_s = costs_->collective_s(CollectiveKind::kAllGather, bytes, dp_g);
     a.cpu_s = K.collective_launch_s;
     a.deps[0] = oid;
-    a.label = label("param all_gather after step");
+    a.comm_kind = static_cast<std::uint8_t>(CommKind::kAllGather);
+    a.label = label([&] { return std::string("param all_gather after step"); });
     prog_.add(a);
     res_.comm[static_cast<int>(CommKind::kAllGather)].bytes_per_rank += busbw_factor(CollectiveKind::kAllGather, p.dp) * bytes;
   }
@@ -590,10 +599,16 @@ void Simulator::lower(const Plan& p) {
     Task z;
     z.type = TaskType::kMarker;
     z.lane = kCompute;
-    z.label = label("zero_grad");
+    z.label = label([&] { return std::string("zero_grad"); });
     prog_.add(z);
     prog_.add_effect({MemCategory::kGrads, kPoolDefault, -grads_allocated});
   }
+}
+
+// "blocks.3, micro-batch 0 (compute)".
+static std::string fmt_phase(const char* type, const Task& t, const std::string& unit) {
+  return std::string(t.backward ? "backward " : "forward ") + unit + ", micro-batch " + std::to_string(t.micro_batch) +
+         " (" + type + ")";
 }
 
 void Simulator::summarise(const Plan& p) {
@@ -603,7 +618,14 @@ void Simulator::summarise(const Plan& p) {
   r.peak_bytes = tl_.peak_bytes;
   r.breakdown = tl_.at_peak;
   r.peak_time_s = tl_.peak_time_s;
-  r.peak_phase = tl_.peak_task >= 0 ? prog_.labels[prog_.tasks[static_cast<std::size_t>(tl_.peak_task)].label] : "before the step";
+  if (tl_.peak_task < 0) {
+    r.peak_phase = "before the step";
+  } else {
+    const Task& t = prog_.tasks[static_cast<std::size_t>(tl_.peak_task)];
+    static const char* kTypes[] = {"compute", "copy", "collective", "optimizer step", "marker"};
+    r.peak_phase = t.unit >= 0 ? fmt_phase(kTypes[static_cast<int>(t.type)], t, units_[static_cast<std::size_t>(t.unit)].name)
+                               : std::string(kTypes[static_cast<int>(t.type)]);
+  }
   Bytes reserved = 0;
   for (Bytes b : tl_.pool_peak_bytes) reserved += b;
   r.peak_reserved_bytes = std::max(reserved, r.peak_bytes);
@@ -628,10 +650,7 @@ void Simulator::summarise(const Plan& p) {
       if (t.duration_s > 0) busy.push_back({tm.start_s, tm.end_s});
       continue;
     }
-    const std::string& lab = prog_.labels[t.label];
-    int kind = lab.find("reduce_scatter") != std::string::npos ? static_cast<int>(CommKind::kReduceScatter)
-               : lab.find("all_reduce") != std::string::npos ? static_cast<int>(CommKind::kAllReduce)
-                                                              : static_cast<int>(CommKind::kAllGather);
+    const int kind = t.comm_kind == 0xff ? static_cast<int>(CommKind::kAllGather) : t.comm_kind;
     comm_iv.push_back({tm.start_s, tm.end_s, kind});
     r.comm[static_cast<std::size_t>(kind)].time_s += t.duration_s;
     r.comm[static_cast<std::size_t>(kind)].count++;
@@ -676,6 +695,7 @@ void Simulator::summarise(const Plan& p) {
 
 const Result& Simulator::run(const Plan& p, bool detail) {
   res_ = Result{};
+  detail_ = detail;
   build_units(p);
   lower(p);
   auto ps = persistent_state(*model_, p);
@@ -694,6 +714,28 @@ const Result& Simulator::run(const Plan& p, bool detail) {
   verify_timeline(prog_, tl_, initial, {});
   summarise(p);
   return res_;
+}
+
+Bytes Simulator::activation_bytes(const ModelGraph& model, const Plan& p) {
+  const double T = static_cast<double>(p.mbs) * static_cast<double>(p.seq);
+  const double bc = p.precision == Precision::kFp32 ? 4.0 : 2.0;
+  const int t = p.tp;
+  const double rep_div = t > 1 ? t : 1;
+  double total = 0;
+  for (const Layer* l : model.order()) {
+    if (p.ac == AcMode::kFull && l->block >= 0) {
+      if (l->kind == LayerKind::kNorm && l->name.find("attention_norm") != std::string::npos)
+        total += T * 2.0 * static_cast<double>(model.spec().hidden) / rep_div * bc / 2;
+      continue;
+    }
+    const bool sel = p.ac == AcMode::kSelective && l->block >= 0;
+    const double split = sel ? l->act_selective_split_bytes_per_token : l->act_split_bytes_per_token;
+    const double rep = sel ? l->act_selective_replicated_bytes_per_token : l->act_replicated_bytes_per_token;
+    total += T * (split / t + rep / rep_div) * bc / 2;
+  }
+  // The saved log-softmax output of the loss (fp32, vocab-parallel under TP).
+  total += T * 4.0 * static_cast<double>(model.spec().vocab) / t;
+  return static_cast<Bytes>(total);
 }
 
 Result simulate(const ModelGraph& model, const Cluster& cluster, const CostModel& costs, const Plan& plan) {

@@ -83,6 +83,8 @@ class Simulator {
 
   /// Persistent state alone (params + grads + optimizer on one rank): the planner's cheap lower bound.
   static std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& plan);
+  /// Activations saved by one micro-batch's forward on one rank (a lower bound of the peak's activations).
+  static Bytes activation_bytes(const ModelGraph& model, const Plan& plan);
 
  private:
   using Unit = SimUnit;
@@ -97,6 +99,7 @@ class Simulator {
   Result res_;
   std::vector<Unit> units_;
   int n_lanes_ = 0;
+  bool detail_ = false;  ///< build task labels (traces, reports); skipped in the planner's hot loop
 };
 
 /// Convenience: resolve nothing, run once, return a copy.

@@ -1,4 +1,158 @@
+// `shardplan plan`: search the plan space and recommend a plan, with a ranked table, JSON and framework configs.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+
 #include "planner/cli/commands.hpp"
+#include "planner/cli/common.hpp"
+#include "planner/emit.hpp"
+#include "planner/report/report.hpp"
+#include "planner/search.hpp"
+
 namespace shardplan::cli {
-Command add_plan_command(CLI::App& app) { return {app.add_subcommand("plan", "recommend a sharding plan"), [] { return 2; }}; }
+
+namespace {
+struct PlanArgs {
+  Inputs in;
+  std::int64_t global_batch = 0, seq = 0;
+  std::vector<std::string> fixes, emits;
+  int top = 10, threads = 0;
+  double headroom = -1;
+  std::string json;
+};
+
+// Default headroom: the worst measured error of the reserved-memory prediction on the development set
+// (docs/accuracy.md), rounded up.
+constexpr double kDefaultHeadroom = 0.05;
+
+std::string plan_row(const Result& r, int rank) {
+  return fmt::format("{:>3} {:<9} {:>4} {:>6} {:>3} {:>4} {:>5} {:<9} {:>4} {:>3} {:<5} {:>9.3f} {:>10.0f} {:>6.1f} {:>10} {:>10} {:>9.3f}  {}\n",
+                     rank, to_string(r.plan.runtime), r.plan.zero, r.plan.shard_group, r.plan.tp, r.plan.mbs,
+                     r.plan.grad_accum, to_string(r.plan.ac), r.plan.wrap, r.plan.prefetch, to_string(r.plan.reduce()),
+                     r.step_s, r.tokens_per_s_per_gpu, 100 * r.mfu,
+                     format_bytes(static_cast<double>(r.peak_reserved_bytes + r.overhead.total())),
+                     format_bytes(static_cast<double>(r.headroom_bytes())), r.exposed_comm_s, binding_constraint(r));
 }
+}  // namespace
+
+Command add_plan_command(CLI::App& app) {
+  auto* sub = app.add_subcommand("plan", "search sharding plans and recommend one");
+  auto a = std::make_shared<PlanArgs>();
+  add_input_options(sub, a->in, true);
+  sub->add_option("--global-batch", a->global_batch, "sequences per optimizer step")->required();
+  sub->add_option("--seq", a->seq, "sequence length (default: the model's)");
+  sub->add_option("--fix", a->fixes, "pin a knob: KEY=VALUE or KEY=V1,V2 (runtime, zero, tp, mbs, ac, wrap, prefetch, "
+                                     "shard_group, reduce_dtype, offload, precision, seq, reshard_after_forward)");
+  sub->add_option("--top", a->top, "plans to list")->capture_default_str();
+  sub->add_option("--threads", a->threads, "worker threads (default: all cores)");
+  sub->add_option("--headroom", a->headroom, "fraction of GPU memory kept free (default from docs/accuracy.md: 0.05)");
+  sub->add_option("--json", a->json, "write the JSON result to FILE or - for stdout");
+  sub->add_option("--emit", a->emits, "fsdp2:FILE, deepspeed:FILE or torchtitan:FILE for the recommended plan");
+  return {sub, [a]() {
+            Loaded l = load_inputs(a->in);
+            SearchSpace space;
+            space.runtimes = {Runtime::kFsdp2, Runtime::kFsdp1, Runtime::kDeepSpeed};
+            space.global_batch = a->global_batch;
+            if (a->global_batch <= 0) throw InputError::flag("--global-batch", "must be >= 1");
+            if (a->seq < 0) throw InputError::flag("--seq", "must be >= 1");
+            space.seq = a->seq;
+            // TP only inside an NVLink domain and only as far as the node allows.
+            space.tp.erase(std::remove_if(space.tp.begin(), space.tp.end(),
+                                          [&](int t) { return t > l.cluster->spec().node.nvlink_domain_gpus || l.cluster->gpus() % t; }),
+                           space.tp.end());
+            for (const auto& f : a->fixes) space.fix(f);
+            if (a->top < 1) throw InputError::flag("--top", "must be >= 1");
+            if (a->threads < 0) throw InputError::flag("--threads", "must be >= 0");
+            std::vector<std::pair<std::string, std::string>> emits;
+            for (const auto& e : a->emits) emits.push_back(parse_emit_spec(e));
+            SearchOptions opts;
+            opts.top = a->top;
+            opts.threads = a->threads;
+            opts.headroom = a->headroom >= 0 ? a->headroom : kDefaultHeadroom;
+            if (opts.headroom >= 1) throw InputError::flag("--headroom", "must be in [0, 1)");
+            const bool tty = ::isatty(2);
+            auto start = std::chrono::steady_clock::now();
+            bool shown = false;
+            if (tty)
+              opts.progress = [&](double f) {
+                double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+                if (el < 0.5 && f < 1) return;
+                shown = true;
+                int w = 40, fill = static_cast<int>(f * w);
+                std::cerr << "\r[" << std::string(static_cast<std::size_t>(fill), '#') << std::string(static_cast<std::size_t>(w - fill), ' ')
+                          << "] " << static_cast<int>(100 * f) << "% " << std::flush;
+              };
+            SearchOutcome o = search_plans(*l.model, *l.cluster, *l.costs, space, opts);
+            if (shown) std::cerr << "\r" << std::string(50, ' ') << "\r";
+            ReportInputs ri{l.model.get(), l.cluster.get(), l.calibration};
+
+            // Build all outputs before writing any.
+            std::vector<std::pair<std::string, std::string>> files;
+            if (!o.plans.empty())
+              for (const auto& [kind, file] : emits)
+                files.push_back({file, emit(kind, o.plans[0].plan, *l.model, l.cluster->gpus(), l.cluster->spec().node.gpus)});
+            if (!a->json.empty()) {
+              Json plans = Json::array();
+              for (const auto& r : o.plans) {
+                Json rep = report_json(r, ri);
+                rep["binding_constraint"] = binding_constraint(r);
+                plans.push_back(rep);
+              }
+              Json rejected = Json::object(), examples = Json::array();
+              for (const auto& [reason, n] : o.stats.rejections.count) {
+                rejected[reason] = n;
+                examples.push_back({{"reason", reason}, {"count", n}, {"example", o.stats.rejections.example.at(reason)}});
+              }
+              Json j = {{"schema", "shardplan.plan/1"},
+                        {"inputs", {{"model", {{"name", l.model->spec().name}, {"parameters", l.model->parameters()}}},
+                                    {"cluster", l.cluster->spec().name}, {"gpus", l.cluster->gpus()},
+                                    {"global_batch", a->global_batch}, {"fix", a->fixes}}},
+                        {"plans", plans},
+                        {"recommended", plans.empty() ? Json(nullptr) : plans[0]},
+                        {"explanation", o.explanation},
+                        {"headroom", o.headroom},
+                        {"search", {{"considered", o.stats.considered}, {"evaluated", o.stats.evaluated}, {"fitting", o.stats.fitting},
+                                    {"rejected", rejected}, {"seconds", o.stats.seconds},
+                                    {"simulated_per_s", o.stats.seconds > 0 ? static_cast<double>(o.stats.evaluated) / o.stats.seconds : 0}}},
+                        {"rejections", examples}};
+              if (o.closest) {
+                j["closest"] = report_json(*o.closest, ri);
+                j["closest_over_bytes"] = o.closest_over_bytes;
+                j["binding_hint"] = o.binding_hint;
+              }
+              files.insert(files.begin(), {a->json, j.dump(1) + "\n"});
+            }
+
+            if (a->json != "-") {
+              std::string s = fmt::format("{} ({} parameters) on {} x {} ({}), global batch {} sequences of {} tokens\n",
+                                          l.model->spec().name, l.model->parameters(), l.cluster->gpus(), l.cluster->spec().gpu.model,
+                                          l.cluster->spec().name, a->global_batch,
+                                          o.plans.empty() ? (o.closest ? o.closest->plan.seq : 0) : o.plans[0].plan.seq);
+              s += fmt::format("searched {} plans: {} simulated, {} fit under {:.0f} % of memory, in {:.3f} s ({:.0f} simulations/s)\n\n",
+                               o.stats.considered, o.stats.evaluated, o.stats.fitting, 100 * (1 - o.headroom), o.stats.seconds,
+                               o.stats.seconds > 0 ? static_cast<double>(o.stats.evaluated) / o.stats.seconds : 0.0);
+              if (!o.plans.empty()) {
+                s += "  # runtime   zero  shard  tp  mbs accum ac        wrap  pf red    step (s)  tok/s/GPU  MFU%   peak mem   headroom   exposed  binding\n";
+                for (std::size_t i = 0; i < o.plans.size(); ++i) s += plan_row(o.plans[i], static_cast<int>(i + 1));
+                const Plan& p = o.plans[0].plan;
+                s += "\nrecommended: shardplan simulate --model " + a->in.model + " --cluster " + a->in.cluster +
+                     fmt::format(" --gpus {} --runtime {} --zero {} --shard-group {} --tp {} --seq {} --mbs {} --grad-accum {} --ac {} "
+                                 "--wrap {} --prefetch {} --precision {} --reduce-dtype {}\n",
+                                 l.cluster->gpus(), to_string(p.runtime), p.zero, p.shard_group, p.tp, p.seq, p.mbs, p.grad_accum,
+                                 to_string(p.ac), p.wrap, p.prefetch, to_string(p.precision), to_string(p.reduce()));
+                s += o.explanation + "\n";
+              } else {
+                s += o.explanation + "\n";
+              }
+              s += "rejected:\n";
+              for (const auto& [reason, n] : o.stats.rejections.count) s += fmt::format("  {:>8}  {}\n", n, reason);
+              std::cout << s;
+            }
+            for (const auto& [file, text] : files) write_output(file, text);
+            return o.plans.empty() ? 1 : 0;
+          }};
+}
+
+}  // namespace shardplan::cli

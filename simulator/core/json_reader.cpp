@@ -23,6 +23,19 @@ Json parse_json_text(const std::string& text, const std::string& name) {
     auto p = msg.find("syntax error");
     throw InputError(name, line_col(text, e.byte == 0 ? 0 : e.byte - 1),
                      "malformed JSON (" + (p == std::string::npos ? msg : msg.substr(p)) + ")");
+  } catch (const Json::out_of_range& e) {
+    // A number literal beyond double range (1e400): nlohmann names the literal but not where it is.
+    std::string msg = e.what();
+    std::string where;
+    const auto q1 = msg.find('\''), q2 = msg.rfind('\'');
+    if (q1 != std::string::npos && q2 > q1) {
+      const auto at = text.find(msg.substr(q1 + 1, q2 - q1 - 1));
+      if (at != std::string::npos) where = line_col(text, at);
+    }
+    const auto p = msg.find("number overflow");
+    throw InputError(name, where,
+                     "number out of range (" + (p == std::string::npos ? msg : msg.substr(p)) +
+                         "; numbers must be finite doubles)");
   }
 }
 
@@ -34,8 +47,33 @@ Json load_json_file(const std::string& path) {
   return parse_json_text(ss.str(), path);
 }
 
+// Renders at most `budget` characters and a few levels deep, so a huge or deeply nested value (a million '[')
+// costs nothing and cannot exhaust the stack the way a full dump() would.
+static void brief_into(const Json& v, std::string& out, std::size_t budget, int depth) {
+  if (out.size() > budget) return;
+  if (!v.is_structured()) {
+    out += v.dump();
+    return;
+  }
+  const bool obj = v.is_object();
+  out += obj ? '{' : '[';
+  if (depth >= 3) {
+    out += v.empty() ? "" : "...";
+  } else {
+    bool first = true;
+    for (auto it = v.begin(); it != v.end() && out.size() <= budget; ++it) {
+      if (!first) out += ',';
+      first = false;
+      if (obj) out += Json(it.key()).dump() + ':';
+      brief_into(*it, out, budget, depth + 1);
+    }
+  }
+  out += obj ? '}' : ']';
+}
+
 std::string json_brief(const Json& v) {
-  std::string s = v.dump();
+  std::string s;
+  brief_into(v, s, 60, 0);
   if (s.size() > 60) s = s.substr(0, 57) + "...";
   return s;
 }

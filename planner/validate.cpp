@@ -1,0 +1,185 @@
+// Validation of predictions against measured runs: run records (and torchtitan training logs they point to)
+// are simulated with the same code path as `simulate`, and each measured term is compared.
+#include "planner/validate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "simulator/presets.hpp"
+
+namespace shardplan {
+
+namespace {
+
+struct Measured {
+  std::vector<std::pair<std::string, double>> terms;
+};
+
+// torchtitan log lines: "step: 10  loss:  7.93  memory: 37.12GiB(39.08%)  tps: 5,802  tflops: 338.0  mfu: 34.17%"
+Measured parse_torchtitan_log(const std::string& path, int warmup_steps) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path, "", "cannot open torchtitan log");
+  static const std::regex step_re(R"(step:\s*(\d+))"), mem_re(R"(memory:\s*([0-9.]+)\s*GiB)"), tps_re(R"(tps:\s*([0-9,]+))"),
+      mfu_re(R"(mfu:\s*([0-9.]+)\s*%)");
+  std::vector<double> tps, mfu;
+  double mem_gib = 0;
+  std::string line;
+  int lineno = 0, steps = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    std::smatch m;
+    if (!std::regex_search(line, m, step_re)) continue;
+    const int step = std::stoi(m[1]);
+    if (std::regex_search(line, m, mem_re)) mem_gib = std::max(mem_gib, std::stod(m[1]));
+    if (step <= warmup_steps) continue;
+    if (std::regex_search(line, m, tps_re)) {
+      std::string v = m[1];
+      v.erase(std::remove(v.begin(), v.end(), ','), v.end());
+      tps.push_back(std::stod(v));
+    }
+    if (std::regex_search(line, m, mfu_re)) mfu.push_back(std::stod(m[1]) / 100);
+    ++steps;
+  }
+  if (steps == 0 && mem_gib == 0) throw InputError(path, "line " + std::to_string(lineno), "no torchtitan step lines (\"step: N ... tps: ...\") found");
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  Measured out;
+  // torchtitan's "memory" is torch.cuda.max_memory_reserved in GiB (its device memory monitor).
+  if (mem_gib > 0) out.terms.push_back({"peak_reserved_bytes", mem_gib * static_cast<double>(kGiB)});
+  if (!tps.empty()) out.terms.push_back({"tokens_per_s_per_gpu", median(tps)});
+  if (!mfu.empty()) out.terms.push_back({"mfu", median(mfu)});
+  return out;
+}
+
+double predicted_term(const std::string& term, const Result& r) {
+  if (term == "peak_allocated_bytes" || term == "peak_active_bytes") return static_cast<double>(r.peak_bytes);
+  if (term == "peak_reserved_bytes") return static_cast<double>(r.peak_reserved_bytes);
+  if (term == "peak_device_bytes") return static_cast<double>(r.peak_reserved_bytes + r.overhead.total());
+  if (term == "step_s") return r.step_s;
+  if (term == "tokens_per_s_per_gpu") return r.tokens_per_s_per_gpu;
+  if (term == "mfu") return r.mfu;
+  return 0;
+}
+
+const std::vector<std::string>& known_terms() {
+  static const std::vector<std::string> t = {"peak_allocated_bytes", "peak_active_bytes", "peak_reserved_bytes", "peak_device_bytes",
+                                             "step_s", "tokens_per_s_per_gpu", "mfu"};
+  return t;
+}
+
+void validate_record(const Json& rec, const std::string& file, const std::string& where, const CalibrationHooks* hooks,
+                     ValidationReport& out) {
+  JsonObj o(rec, file, where);
+  std::string id = o.str("id", where);
+  if (o.has("schema") && o.str("schema") != "shardplan.run/1") o.fail("schema", "expected \"shardplan.run/1\"");
+  o.allow({"notes", "environment", "details"});
+  std::string source = o.has("source") ? (o.raw("source").is_string() ? o.str("source") : o.raw("source").dump()) : "";
+  if (source.size() > 120) source = source.substr(0, 117) + "...";
+  const Json& mj = o.raw("model");
+  ModelGraph model = mj.is_string() ? load_model(mj.get<std::string>()) : load_model_json(mj, file, o.pointer("model"));
+  const Json& cj = o.raw("cluster");
+  ClusterSpec cspec = cj.is_string() ? load_cluster_spec(cj.get<std::string>()) : load_cluster_json(cj, file, o.pointer("cluster"));
+  const int gpus = static_cast<int>(o.integer("gpus", 1, 1 << 24));
+  Plan plan = plan_from_json(o.object("plan"));
+  Measured meas;
+  if (auto m = o.optional_object("measured")) {
+    m->allow({"source", "notes", "peak_memory_kind"});
+    for (const auto& t : known_terms())
+      if (m->has(t)) meas.terms.push_back({t, m->number(t, 0.0, 1e18)});
+    if (auto log = m->raw_optional("torchtitan_log")) {
+      std::string path = json_string(*log, file, m->pointer("torchtitan_log"));
+      if (!path.empty() && path[0] != '/') {
+        auto slash = file.find_last_of('/');
+        if (slash != std::string::npos) path = file.substr(0, slash + 1) + path;
+      }
+      Measured lm = parse_torchtitan_log(path, static_cast<int>(m->integer("warmup_steps", 3, 0, 1000000)));
+      meas.terms.insert(meas.terms.end(), lm.terms.begin(), lm.terms.end());
+    } else {
+      m->raw_optional("warmup_steps");
+    }
+    m->finish();
+  } else {
+    o.fail("measured", "a run record needs measured values");
+  }
+  o.finish();
+  try {
+    Cluster cluster(std::move(cspec), gpus);
+    Plan p = resolve_plan(plan, model, cluster);
+    CostModel costs(cluster, std::nullopt, hooks ? *hooks : CalibrationHooks{});
+    Simulator sim(model, cluster, costs);
+    const Result& r = sim.run(p);
+    for (const auto& [term, value] : meas.terms) out.rows.push_back({id, source, term, predicted_term(term, r), value});
+  } catch (const InputError& e) {
+    out.skipped.push_back({id, std::string("not expressible: ") + e.what()});
+  }
+}
+
+}  // namespace
+
+std::vector<ValidationReport::Summary> ValidationReport::summary() const {
+  std::vector<Summary> out;
+  for (const auto& term : known_terms()) {
+    std::vector<double> e;
+    for (const auto& r : rows)
+      if (r.term == term) e.push_back(std::abs(r.rel_error()));
+    if (e.empty()) continue;
+    std::sort(e.begin(), e.end());
+    Summary s;
+    s.term = term;
+    s.n = static_cast<int>(e.size());
+    s.median_abs = e.size() % 2 ? e[e.size() / 2] : 0.5 * (e[e.size() / 2 - 1] + e[e.size() / 2]);
+    for (double x : e) s.mape += x;
+    s.mape /= static_cast<double>(e.size());
+    s.worst_abs = e.back();
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::vector<ValidationReport::Summary> ValidationReport::summary_by_source(const std::string& term) const {
+  std::vector<std::string> sources;
+  for (const auto& r : rows)
+    if (r.term == term && std::find(sources.begin(), sources.end(), r.source) == sources.end()) sources.push_back(r.source);
+  std::vector<Summary> out;
+  for (const auto& src : sources) {
+    ValidationReport sub;
+    for (const auto& r : rows)
+      if (r.term == term && r.source == src) sub.rows.push_back(r);
+    auto s = sub.summary();
+    if (!s.empty()) {
+      s[0].term = src;
+      out.push_back(s[0]);
+    }
+  }
+  return out;
+}
+
+ValidationReport validate_files(const std::vector<std::string>& files, const std::string& calibration,
+                                const CalibrationHooks* hooks) {
+  (void)calibration;
+  ValidationReport out;
+  for (const auto& f : files) {
+    Json j = load_json_file(f);
+    if (j.is_array()) {
+      for (std::size_t i = 0; i < j.size(); ++i) validate_record(j[i], f, "/" + std::to_string(i), hooks, out);
+    } else if (j.is_object() && j.contains("records")) {
+      JsonObj o(j, f);
+      o.allow({"skipped", "source", "notes", "description"});
+      if (o.has("schema") && o.str("schema") != "shardplan.runs/1") o.fail("schema", "expected \"shardplan.runs/1\"");
+      const Json& recs = o.raw("records");
+      if (!recs.is_array()) o.fail("records", "expected an array of run records");
+      o.finish();
+      for (std::size_t i = 0; i < recs.size(); ++i) validate_record(recs[i], f, "/records/" + std::to_string(i), hooks, out);
+    } else {
+      validate_record(j, f, "", hooks, out);
+    }
+  }
+  return out;
+}
+
+}  // namespace shardplan
