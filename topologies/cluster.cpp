@@ -6,6 +6,9 @@
 
 namespace shardplan {
 
+/// Largest cluster shardplan models (2^24 GPUs); keeps rank and node arithmetic far from int overflow.
+constexpr int kMaxGpus = 1 << 24;
+
 const char* to_string(GpuArch a) {
   switch (a) {
     case GpuArch::kVolta: return "volta";
@@ -108,6 +111,10 @@ Json cluster_spec_to_json(const ClusterSpec& s) {
 
 Cluster::Cluster(ClusterSpec spec, int gpus) : spec_(std::move(spec)), gpus_(gpus) {
   if (gpus <= 0) throw InputError::flag("--gpus", "must be > 0, got " + std::to_string(gpus));
+  // Bounded so that node and rank arithmetic (gpus + node size - 1, ranks x tp) stays far inside int.
+  if (gpus > kMaxGpus)
+    throw InputError::flag("--gpus", std::to_string(gpus) + " GPUs is more than the " + std::to_string(kMaxGpus) +
+                                         " shardplan models");
   const int domain = spec_.node.nvlink_domain_gpus;
   if (gpus > domain && gpus % domain != 0)
     throw InputError::flag("--gpus", std::to_string(gpus) + " GPUs is not a multiple of the " +
