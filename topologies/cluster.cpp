@@ -65,6 +65,12 @@ ClusterSpec parse_cluster_spec(JsonObj o) {
     if (s.node.nvlink_domain_gpus % s.node.gpus != 0 && s.node.nvlink_domain_gpus != s.node.gpus)
       n.fail("nvlink_domain_gpus", "must be a multiple of node.gpus");
     if (s.node.nics > 0 && s.node.nic_Bps <= 0) n.fail("nic_Bps", "must be > 0 when nics > 0");
+    // The device graph holds every NIC of a few NVLink domains; bound them like the GPUs of a domain.
+    const std::int64_t domain_nics =
+        static_cast<std::int64_t>(s.node.nics) * (s.node.nvlink_domain_gpus / s.node.gpus);
+    if (domain_nics > 4096)
+      n.fail("nics", std::to_string(domain_nics) + " NICs in one NVLink domain (nics x nvlink_domain_gpus / gpus); "
+                     "at most 4096");
   }
   if (auto f = o.optional_object("fabric")) {
     f->allow({"notes", "source"});
