@@ -39,7 +39,9 @@ const char* cluster_preset_text(const std::string& name) {
 }
 
 static bool looks_like_path(const std::string& s) {
-  return s.find('/') != std::string::npos || s.find(".json") != std::string::npos || std::filesystem::exists(s);
+  // The error_code overload: a name the filesystem cannot even look up (longer than NAME_MAX) is a preset name.
+  std::error_code ec;
+  return s.find('/') != std::string::npos || s.find(".json") != std::string::npos || std::filesystem::exists(s, ec);
 }
 
 ModelGraph load_model_json(const Json& j, const std::string& file, const std::string& where) {
