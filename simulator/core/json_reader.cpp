@@ -134,7 +134,16 @@ void JsonObj::fail(const std::string& key, const std::string& message) const {
 
 const Json& JsonObj::raw(const std::string& key) {
   known_.insert(key);
-  if (!has(key)) fail(key, "required field is missing");
+  if (!has(key)) {
+    // A misspelt required key would otherwise only surface as "missing": point at the likely typo.
+    std::string msg = "required field is missing";
+    for (auto it = j_.begin(); it != j_.end(); ++it)
+      if (!known_.count(it.key()) && did_you_mean_list(it.key(), {key}) == key) {
+        msg += " (found \"" + it.key() + "\": did you mean \"" + key + "\"?)";
+        break;
+      }
+    fail(key, msg);
+  }
   return j_.at(key);
 }
 const Json* JsonObj::raw_optional(const std::string& key) {
