@@ -82,11 +82,28 @@ std::optional<Columns> parse_header(const std::vector<std::string>& tok) {
   return c;
 }
 
+// libstdc++'s std::regex matches recursively, one stack frame per character a repetition consumes, so a line of
+// a few hundred kilobytes overflows the stack. nccl-tests header lines are under 300 characters: longer lines are
+// never given to a regex (they can still be result rows, which are split on blanks).
+constexpr std::size_t kMaxRegexLine = 4096;
+
+/// regex_search on lines that are short enough and contain `needle` (a cheap filter: most lines match nothing).
+bool search_line(const std::string& line, std::smatch& m, const std::regex& re, const char* needle) {
+  return line.size() <= kMaxRegexLine && line.find(needle) != std::string::npos && std::regex_search(line, m, re);
+}
+
 /// Strips mpirun --tag-output prefixes ("[1,0]<stdout>:") and leading/trailing blanks.
 std::string clean_line(std::string s) {
   static const std::regex tag(R"(^\s*\[\d+,\d+\]<std(out|err)>:)");
   if (!s.empty() && s.back() == '\r') s.pop_back();
-  s = std::regex_replace(s, tag, "", std::regex_constants::format_first_only);
+  const auto open = s.find_first_not_of(" \t");
+  if (open != std::string::npos && s[open] == '[') {
+    const auto close = s.find(">:", open);
+    if (close != std::string::npos && close - open < 64) {
+      std::string head = s.substr(0, close + 2);
+      if (std::regex_search(head, tag)) s.erase(0, close + 2);
+    }
+  }
   const auto b = s.find_first_not_of(" \t");
   if (b == std::string::npos) return "";
   const auto e = s.find_last_not_of(" \t");
@@ -95,6 +112,7 @@ std::string clean_line(std::string s) {
 
 void collect_env(const std::string& line, std::map<std::string, std::string>& env) {
   static const std::regex assign(R"((?:^|[\s'"])(NCCL_[A-Z0-9_]+)=([^\s'"]+))");
+  if (line.size() > kMaxRegexLine || line.find("NCCL_") == std::string::npos) return;
   for (std::sregex_iterator it(line.begin(), line.end(), assign), end; it != end; ++it) env[(*it)[1]] = (*it)[2];
 }
 
@@ -235,18 +253,18 @@ NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string
       }
       // Not a row: a command line, prompt, NCCL INFO/WARN output or prose. Remember program names and NCCL_* vars.
       collect_env(line, env);
-      if (std::regex_search(line, m, program_re)) program = m[1], program_line = line_no;
+      if (search_line(line, m, program_re, "_perf")) program = m[1], program_line = line_no;
       continue;
     }
-    if (std::regex_search(line, m, starting_re)) {
+    if (search_line(line, m, starting_re, "Collective test starting")) {
       program = m[1], program_line = line_no;
       continue;
     }
-    if (std::regex_search(line, m, version_re)) {
+    if (search_line(line, m, version_re, "nccl-tests version")) {
       nccl_version = nccl_version_string(std::stol(m[1]));
       continue;
     }
-    if (std::regex_search(line, m, nthread_re)) {
+    if (search_line(line, m, nthread_re, "nThread")) {
       if (in_table)
         throw InputError(name, at_line(header_line), "truncated log: table has no '# Avg bus bandwidth' footer "
                                                      "before the next run at line " + std::to_string(line_no));
@@ -260,7 +278,7 @@ NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string
       hosts.clear();
       continue;
     }
-    if (run && !in_table && std::regex_search(line, m, rank_re)) {
+    if (run && !in_table && search_line(line, m, rank_re, "Rank")) {
       ++rank_lines;
       max_rank = std::max(max_rank, std::stoi(m[1]));
       if (hosts.insert(m[2]).second) run->hostnames.push_back(m[2]);
