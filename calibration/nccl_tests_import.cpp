@@ -47,6 +47,16 @@ std::optional<std::int64_t> to_int(const std::string& s) {
   return v;
 }
 
+/// A number from a header line ("iters: 20"); digits only by the regex, but possibly too many of them.
+std::int64_t header_int(const std::string& digits, const std::string& file, int line, const char* what,
+                        std::int64_t hi) {
+  const auto v = to_int(digits);
+  if (!v || *v > hi)
+    throw InputError(file, at_line(line), std::string(what) + " " + digits + " is out of range [0, " +
+                                              std::to_string(hi) + "]");
+  return *v;
+}
+
 /// Column positions of one results table, from its header line.
 struct Columns {
   std::size_t count = 0;  ///< tokens a row must have
@@ -261,7 +271,7 @@ NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string
       continue;
     }
     if (search_line(line, m, version_re, "nccl-tests version")) {
-      nccl_version = nccl_version_string(std::stol(m[1]));
+      nccl_version = nccl_version_string(header_int(m[1], name, line_no, "nccl-library", 1 << 30));
       continue;
     }
     if (search_line(line, m, nthread_re, "nThread")) {
@@ -272,15 +282,16 @@ NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string
       run.emplace();
       run->file = name;
       run->line = line_no;
-      run->iterations = std::stoll(m[3]);
-      threads_x_gpus = std::stoi(m[1]) * std::stoi(m[2]);
+      run->iterations = header_int(m[3], name, line_no, "iters", INT64_MAX);
+      threads_x_gpus = static_cast<int>(header_int(m[1], name, line_no, "nThread", 1 << 12) *
+                                        header_int(m[2], name, line_no, "nGpus", 1 << 12));
       rank_lines = 0, max_rank = -1;
       hosts.clear();
       continue;
     }
     if (run && !in_table && search_line(line, m, rank_re, "Rank")) {
       ++rank_lines;
-      max_rank = std::max(max_rank, std::stoi(m[1]));
+      max_rank = std::max(max_rank, static_cast<int>(header_int(m[1], name, line_no, "Rank", 1 << 24)));
       if (hosts.insert(m[2]).second) run->hostnames.push_back(m[2]);
       run->gpu_names.push_back(m[3]);
       continue;
