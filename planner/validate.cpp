@@ -72,8 +72,10 @@ const std::vector<std::string>& known_terms() {
   return t;
 }
 
+using ConstantsFn = std::function<ComputeConstants(GpuArch)>;
+
 void validate_record(const Json& rec, const std::string& file, const std::string& where, const CalibrationHooks* hooks,
-                     ValidationReport& out) {
+                     const ConstantsFn* constants, ValidationReport& out) {
   JsonObj o(rec, file, where);
   std::string id = o.str("id", where);
   if (o.has("schema") && o.str("schema") != "shardplan.run/1") o.fail("schema", "expected \"shardplan.run/1\"");
@@ -110,7 +112,9 @@ void validate_record(const Json& rec, const std::string& file, const std::string
   try {
     Cluster cluster(std::move(cspec), gpus);
     Plan p = resolve_plan(plan, model, cluster);
-    CostModel costs(cluster, std::nullopt, hooks ? *hooks : CalibrationHooks{});
+    std::optional<ComputeConstants> k;
+    if (constants) k = (*constants)(cluster.spec().gpu.arch);
+    CostModel costs(cluster, k, hooks ? *hooks : CalibrationHooks{});
     Simulator sim(model, cluster, costs);
     const Result& r = sim.run(p);
     for (const auto& [term, value] : meas.terms) out.rows.push_back({id, source, term, predicted_term(term, r), value});
@@ -160,13 +164,13 @@ std::vector<ValidationReport::Summary> ValidationReport::summary_by_source(const
 }
 
 ValidationReport validate_files(const std::vector<std::string>& files, const std::string& calibration,
-                                const CalibrationHooks* hooks) {
+                                const CalibrationHooks* hooks, const ConstantsFn* constants) {
   (void)calibration;
   ValidationReport out;
   for (const auto& f : files) {
     Json j = load_json_file(f);
     if (j.is_array()) {
-      for (std::size_t i = 0; i < j.size(); ++i) validate_record(j[i], f, "/" + std::to_string(i), hooks, out);
+      for (std::size_t i = 0; i < j.size(); ++i) validate_record(j[i], f, "/" + std::to_string(i), hooks, constants, out);
     } else if (j.is_object() && j.contains("records")) {
       JsonObj o(j, f);
       o.allow({"skipped", "source", "notes", "description"});
@@ -174,9 +178,9 @@ ValidationReport validate_files(const std::vector<std::string>& files, const std
       const Json& recs = o.raw("records");
       if (!recs.is_array()) o.fail("records", "expected an array of run records");
       o.finish();
-      for (std::size_t i = 0; i < recs.size(); ++i) validate_record(recs[i], f, "/records/" + std::to_string(i), hooks, out);
+      for (std::size_t i = 0; i < recs.size(); ++i) validate_record(recs[i], f, "/records/" + std::to_string(i), hooks, constants, out);
     } else {
-      validate_record(j, f, "", hooks, out);
+      validate_record(j, f, "", hooks, constants, out);
     }
   }
   return out;

@@ -1,5 +1,6 @@
 // Validation: predicted vs measured for real runs ("shardplan.run/1" records, or torchtitan logs).
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@ struct ValidationReport {
 /// Validates every record in the files (a record, a list, or {"records": [...]}); `hooks` (a calibration
 /// profile's) may be null. Records the tool cannot express are listed in `skipped` with the reason.
 ValidationReport validate_files(const std::vector<std::string>& files, const std::string& calibration,
-                                const CalibrationHooks* hooks = nullptr);
+                                const CalibrationHooks* hooks = nullptr,
+                                const std::function<ComputeConstants(GpuArch)>* constants = nullptr);
 
 }  // namespace shardplan

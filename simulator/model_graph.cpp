@@ -41,7 +41,9 @@ Layer make_norm(const ModelSpec& s, std::string name, int block, LayerKind kind 
   if (s.norm_bias) l.tensors.push_back({"bias", s.hidden, 1, TpSplit::kReplicated});
   const double h = static_cast<double>(s.hidden);
   l.act_replicated_bytes_per_token = 2 * h + 4;  // bf16 input + fp32 rstd
-  l.act_selective_replicated_bytes_per_token = 2 * h + 4;
+  // Under op-level selective checkpointing norms are recomputed; the block's first norm holds the checkpoint
+  // input (set by the builder).
+  l.act_selective_replicated_bytes_per_token = 0;
   l.elementwise_bytes_per_token = 8 * h;  // read + write in bf16, fp32 upcast inside
   return l;
 }
@@ -71,8 +73,10 @@ Layer make_attention(const ModelSpec& s, int block) {
   // log-sum-exp fp32 per head (4a).
   l.act_replicated_bytes_per_token = 2.0 * h;
   l.act_split_bytes_per_token = 2.0 * q + 4.0 * kv + 2.0 * q + 4.0 * s.heads;
-  l.act_selective_replicated_bytes_per_token = l.act_replicated_bytes_per_token;
-  l.act_selective_split_bytes_per_token = l.act_split_bytes_per_token;
+  // Op-level selective checkpointing (torchtitan's policy): attention outputs (O, LSE) are saved, and every
+  // second matmul output: half of q, k, v and of the output projection's 2h.
+  l.act_selective_replicated_bytes_per_token = 0.5 * 2.0 * h;
+  l.act_selective_split_bytes_per_token = 2.0 * q + 4.0 * s.heads + 0.5 * (2.0 * q + 4.0 * kv);
   // Rotary on q and k (read + write), residual add (read 2 x 2h, write 2h).
   l.elementwise_bytes_per_token =
       (s.positions == PositionKind::kRotary ? 4.0 * (q + kv) : 0.0) + 6.0 * static_cast<double>(h);
@@ -120,8 +124,9 @@ Layer make_mlp(const ModelSpec& s, int block) {
     // Saved: input 2h; gate and up outputs 4f; SiLU(gate) 2f; product 2f (down-proj input).
     l.act_replicated_bytes_per_token = 2.0 * h;
     l.act_split_bytes_per_token = active * 8.0 * f;
-    l.act_selective_replicated_bytes_per_token = 2.0 * h;
-    l.act_selective_split_bytes_per_token = active * 4.0 * f;  // SiLU and product recomputed
+    // Selective: half of the matmul outputs (gate, up: 4f; down: 2h) saved, the rest recomputed.
+    l.act_selective_replicated_bytes_per_token = 0.5 * 2.0 * h;
+    l.act_selective_split_bytes_per_token = active * 0.5 * 4.0 * f;
     l.elementwise_bytes_per_token = active * 10.0 * f + 6.0 * h;
   } else {
     l.gemms.push_back({f, h, active, TpSplit::kColumn});
@@ -129,8 +134,8 @@ Layer make_mlp(const ModelSpec& s, int block) {
     // Saved: input 2h; GELU input 2f; GELU output 2f (fc2 input).
     l.act_replicated_bytes_per_token = 2.0 * h;
     l.act_split_bytes_per_token = active * 4.0 * f;
-    l.act_selective_replicated_bytes_per_token = 2.0 * h;
-    l.act_selective_split_bytes_per_token = active * 2.0 * f;  // GELU output recomputed
+    l.act_selective_replicated_bytes_per_token = 0.5 * 2.0 * h;
+    l.act_selective_split_bytes_per_token = active * 0.5 * 2.0 * f;
     l.elementwise_bytes_per_token = active * 4.0 * f + 6.0 * h;
   }
   if (moe) l.act_replicated_bytes_per_token += 4.0 * s.moe.experts;  // router logits, fp32
@@ -169,7 +174,9 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
   }
   for (int b = 0; b < s.layers; ++b) {
     auto block_in = prev;
-    auto n1 = add(make_norm(s, "blocks." + std::to_string(b) + ".attention_norm", b));
+    Layer first_norm = make_norm(s, "blocks." + std::to_string(b) + ".attention_norm", b);
+    first_norm.act_selective_replicated_bytes_per_token = 2.0 * static_cast<double>(s.hidden);  // checkpoint input
+    auto n1 = add(first_norm);
     auto at = add(make_attention(s, b));
     auto n2 = add(make_norm(s, "blocks." + std::to_string(b) + ".ffn_norm", b));
     auto ml = add(make_mlp(s, b));

@@ -198,7 +198,7 @@ void Simulator::build_units(const Plan& p) {
     u.fwd_s = gemm + attn + elem + overlap * u.tp_fwd_s;
     u.bwd_s = 2 * gemm + costs_->constants().attention_bwd_ratio * attn + 2 * elem + overlap * u.tp_bwd_s;
     if (p.ac == AcMode::kFull && u.blocks > 0) u.recompute_s = u.fwd_s;
-    else if (p.ac == AcMode::kSelective && u.blocks > 0) u.recompute_s = elem;
+    else if (p.ac == AcMode::kSelective && u.blocks > 0) u.recompute_s = 0.5 * gemm + elem;  // half the matmuls
     // Which units gather, and whether they reshard after forward.
     u.gathered_elems = gather ? u.shard_elems * F : 0;
     u.reshard = p.reshard();
@@ -430,7 +430,12 @@ void Simulator::lower(const Plan& p) {
       if (un.has_loss) {
         const double TV = static_cast<double>(p.mbs) * static_cast<double>(p.seq) *
                           static_cast<double>(model_->spec().vocab) / p.tp;
+        // Eager cross-entropy backward: nll_loss backward writes an fp32 gradient of the log-softmax output,
+        // log_softmax backward writes the fp32 gradient of the logits while both and the saved output are alive,
+        // then the gradient is cast to bf16 for the head's backward.
+        prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(4 * TV)});           // grad of log-softmax out
         prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(4 * TV)});           // fp32 grad of logits
+        prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(4 * TV)});          // grad of log-softmax out
         prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(4 * TV)});          // saved log-softmax out
         prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(2 * TV * bc / 2)});  // cast to bf16
         prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(4 * TV)});

@@ -162,7 +162,7 @@ INLINE_CLUSTERS = {
         "gpu": {"model": "NVIDIA TITAN RTX", "memory_bytes": 24 * GIB, "arch": "other",
                 "peak_flops": {"bf16": 130e12, "fp32": 16.3e12, "tf32": 16.3e12},
                 "hbm_Bps": 672e9},
-        "node": {"gpus": 2, "nvlink_Bps": 0, "nvlink_domain_gpus": 1, "nvswitch": False, "nvls": False,
+        "node": {"gpus": 2, "nvlink_Bps": 0, "nvlink_domain_gpus": 2, "nvswitch": False, "nvls": False,
                  "pcie_Bps": 15.75e9, "nics": 1, "nic_Bps": 1.25e9},
         "fabric": {"latency_s": 10e-6, "nodes_per_leaf": 1, "oversubscription": 1},
     },
