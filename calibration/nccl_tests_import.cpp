@@ -102,6 +102,27 @@ bool search_line(const std::string& line, std::smatch& m, const std::regex& re, 
   return line.size() <= kMaxRegexLine && line.find(needle) != std::string::npos && std::regex_search(line, m, re);
 }
 
+/// Replaces each byte that is not part of well-formed UTF-8 with '?': host names, GPU names and NCCL_* values
+/// end up in the profile's JSON, which must be valid UTF-8 (a Latin-1 host name made dump() throw).
+std::string valid_utf8(std::string s) {
+  auto cont = [&](std::size_t i, unsigned char lo = 0x80, unsigned char hi = 0xBF) {
+    return i < s.size() && static_cast<unsigned char>(s[i]) >= lo && static_cast<unsigned char>(s[i]) <= hi;
+  };
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = 0;
+    if (c < 0x80) n = 1;
+    else if (c >= 0xC2 && c <= 0xDF && cont(i + 1)) n = 2;
+    else if (c >= 0xE0 && c <= 0xEF &&
+             cont(i + 1, c == 0xE0 ? 0xA0 : 0x80, c == 0xED ? 0x9F : 0xBF) && cont(i + 2)) n = 3;
+    else if (c >= 0xF0 && c <= 0xF4 &&
+             cont(i + 1, c == 0xF0 ? 0x90 : 0x80, c == 0xF4 ? 0x8F : 0xBF) && cont(i + 2) && cont(i + 3)) n = 4;
+    if (n == 0) s[i] = '?', n = 1;
+    i += n;
+  }
+  return s;
+}
+
 /// Strips mpirun --tag-output prefixes ("[1,0]<stdout>:") and leading/trailing blanks.
 std::string clean_line(std::string s) {
   static const std::regex tag(R"(^\s*\[\d+,\d+\]<std(out|err)>:)");
@@ -228,7 +249,7 @@ NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string
   int header_line = 0;
   while (std::getline(in, raw)) {
     ++line_no;
-    const std::string line = clean_line(raw);
+    const std::string line = valid_utf8(clean_line(raw));
     if (line.empty()) continue;
     std::smatch m;
     if (line[0] != '#') {
@@ -446,7 +467,7 @@ void add_nccl_tests_runs(CalibrationProfile& profile, const std::vector<NcclTest
       CollectiveSeries s;
       s.kind = run.kind, s.ranks = run.ranks, s.nodes = run.nodes;
       s.placement = placement == 0 ? "out_of_place" : "in_place";
-      s.source = "nccl-tests " + run.file + (run.line ? ":" + std::to_string(run.line) : std::string());
+      s.source = valid_utf8("nccl-tests " + run.file + (run.line ? ":" + std::to_string(run.line) : std::string()));
       for (const auto& r : run.rows) {
         if (r.bytes <= 0) continue;
         const double t_us = placement == 0 ? r.oop_time_us : r.ip_time_us.value_or(0);
@@ -491,7 +512,7 @@ CalibrationProfile import_nccl_tests(const std::vector<std::string>& paths, cons
   if (runs.empty()) throw InputError(paths.front(), "", "no collective shardplan models was found in the logs");
   std::string src = "nccl-tests logs:";
   for (const auto& p : paths) src += " " + p;
-  profile.source = src;
+  profile.source = valid_utf8(src);  // file names are bytes; the profile is JSON
   add_nccl_tests_runs(profile, runs);
   return profile;
 }
