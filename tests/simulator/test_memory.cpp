@@ -193,14 +193,17 @@ TEST_CASE("activation checkpointing: full << selective <= none, with derived siz
   //          attention Q 2q + K,V 4kv + O 2q + LSE 4a = 8192 + 16384 + 8192 + 128        = 32,896
   //          SwiGLU 8f                                                                  = 88,064
   //          ⇒ 153,736 per block
-  //   selective: SwiGLU keeps 4f = 44,032 ⇒ 32,776 + 32,896 + 44,032                   = 109,704
+  //   selective (torchtitan op-level SAC: attention outputs and every second matmul output kept, norms recomputed):
+  //          block input 2h = 8,192; attention: half of the o-proj output h = 4,096, O 2q + LSE 4a + half of
+  //          (Q 2q + K,V 4kv) = 8,320 + 12,288 = 20,608; MLP: half of down output h = 4,096, half of gate/up 2f
+  //          = 22,016                                                                  ⇒  59,008 per block
   //   full:  block input 2h                                                            =   8,192
-  // Head unit (final norm 2h + 4, head input 2h) = 16,388; loss forward peak holds bf16 logits 2V + fp32 copy 4V
-  // + log-softmax 4V = 10V = 320,000 (§2.3). Forward peak (at the loss) per token:
-  //   none      32·153,736 + 16,388 + 320,000 = 5,255,940
-  //   selective 32·109,704 + 16,388 + 320,000 = 3,846,916
-  //   full      32·  8,192 + 16,388 + 320,000 =   598,532  (backward: 32·8192 + one block 153,736 = 415,880 < that)
-  // ⇒ full/none = 0.114, selective/none = 0.732.
+  // Head unit (final norm 2h + 4, head input 2h) = 16,388. The activation peak is in the loss backward, where the
+  // saved fp32 log-softmax (4V), the nll gradient (4V) and the fp32 logits gradient (4V) are alive: 12V = 384,000
+  // per token (§2.3; the forward's 10V is lower). Peak per token:
+  //   none      32·153,736 + 16,388 + 384,000 = 5,319,940
+  //   selective 32· 59,008 + 16,388 + 384,000 = 2,288,644
+  //   full      32·  8,192 + 16,388 + 384,000 =   662,532
   Setup s("llama2-7b", "dgx-h100", 8);
   const double T = 4096;
   Plan p;
@@ -213,10 +216,10 @@ TEST_CASE("activation checkpointing: full << selective <= none, with derived siz
   const Bytes full = max_activations(s, p);
   CHECK(full < sel);
   CHECK(sel <= none);
-  CHECK(full * 4 < none);  // "<<": derived ratio 0.114
-  CHECK(static_cast<double>(none) == Approx(5'255'940 * T).epsilon(0.01));
-  CHECK(static_cast<double>(sel) == Approx(3'846'916 * T).epsilon(0.01));
-  CHECK(static_cast<double>(full) == Approx(598'532 * T).epsilon(0.01));
+  CHECK(full * 4 < none);  // "<<": derived ratio 0.125
+  CHECK(static_cast<double>(none) == Approx(5'319'940 * T).epsilon(0.01));
+  CHECK(static_cast<double>(sel) == Approx(2'288'644 * T).epsilon(0.01));
+  CHECK(static_cast<double>(full) == Approx(662'532 * T).epsilon(0.01));
 }
 
 TEST_CASE("TP 8 with sequence parallelism holds about 1/8 of the TP 1 activations", "[simulator][memory][activations]") {
@@ -235,9 +238,10 @@ TEST_CASE("TP 8 with sequence parallelism holds about 1/8 of the TP 1 activation
 }
 
 TEST_CASE("the logits term grows linearly with the vocabulary", "[simulator][memory][activations]") {
-  // Same 4-block Llama-2-7B-shaped model with V = 32000, 64000, 96000. The forward peak is at the loss:
-  // blocks + head + 10·T·V (bf16 logits 2, fp32 copy 4, log-softmax 4 bytes per token and vocab entry), so equal
-  // vocabulary steps give equal activation steps of 10·T·32000 = 10 · 4096 · 32000 = 1,310,720,000 bytes.
+  // Same 4-block Llama-2-7B-shaped model with V = 32000, 64000, 96000. The activation peak is in the loss
+  // backward: blocks + head + 12·T·V (saved fp32 log-softmax 4, nll gradient 4, fp32 logits gradient 4 bytes per
+  // token and vocab entry), so equal vocabulary steps give equal activation steps of
+  // 12·T·32000 = 12 · 4096 · 32000 = 1,572,864,000 bytes.
   ClusterSpec spec = load_cluster_spec("dgx-h100");
   Plan p;
   p.seq = 4096;
@@ -246,7 +250,7 @@ TEST_CASE("the logits term grows linearly with the vocabulary", "[simulator][mem
     Setup s(ModelGraph::from_spec(shardplan::test::small_llama(4, 32000 * (i + 1))), spec, 8);
     a[i] = max_activations(s, p);
   }
-  const double step = 10.0 * 4096 * 32000;
+  const double step = 12.0 * 4096 * 32000;
   CHECK(static_cast<double>(a[1] - a[0]) == Approx(step).margin(8));
   CHECK(static_cast<double>(a[2] - a[1]) == Approx(step).margin(8));
 }
