@@ -8,6 +8,7 @@
 #include "planner/cli/commands.hpp"
 #include "planner/cli/common.hpp"
 #include "planner/emit.hpp"
+#include "planner/report/margin.hpp"
 #include "planner/report/report.hpp"
 #include "planner/search.hpp"
 
@@ -143,6 +144,7 @@ Command add_plan_command(CLI::App& app) {
                                  l.cluster->gpus(), to_string(p.runtime), p.zero, p.shard_group, p.tp, p.seq, p.mbs, p.grad_accum,
                                  to_string(p.ac), p.wrap, p.prefetch, to_string(p.precision), to_string(p.reduce()));
                 s += o.explanation + "\n";
+                s += margin_statement(o.plans[0]) + "\n";
               } else {
                 s += o.explanation + "\n";
               }

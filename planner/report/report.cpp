@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "planner/report/margin.hpp"
+
 namespace shardplan {
 
 std::string format_bytes(double b) {
@@ -46,6 +48,7 @@ Json report_json(const Result& r, const ReportInputs& in) {
             {"capacity_bytes", r.capacity_bytes},
             {"headroom_bytes", r.headroom_bytes()},
             {"peak_phase", r.peak_phase},
+            {"margin", margin_json(r)},
             {"peak_time_s", r.peak_time_s},
             {"breakdown", breakdown}}},
           {"time",
@@ -77,6 +80,7 @@ std::string report_text(const Result& r, const ReportInputs& in, bool with_time)
   s += fmt::format("  {:<18} {:>12}   (CUDA context + NCCL)\n", "runtime overhead", format_bytes(static_cast<double>(r.overhead.total())));
   s += fmt::format("  {:<18} {:>12}   of {} -> {}\n", "total", format_bytes(static_cast<double>(r.peak_reserved_bytes + r.overhead.total())),
                    format_bytes(static_cast<double>(r.capacity_bytes)), r.fits ? "fits" : "DOES NOT FIT");
+  s += "  " + margin_statement(r) + "\n";
   s += fmt::format("  persistent state   {:>12}   (params {} + grads {} + optimizer {})\n",
                    format_bytes(static_cast<double>(r.persistent_bytes)), format_bytes(static_cast<double>(r.persistent_split[0])),
                    format_bytes(static_cast<double>(r.persistent_split[1])), format_bytes(static_cast<double>(r.persistent_split[2])));

@@ -1,0 +1,40 @@
+// OOM-risk margin: headroom compared with the measured error distribution of the memory prediction.
+#include "planner/report/margin.hpp"
+
+#include <fmt/format.h>
+
+namespace shardplan {
+
+static double headroom_fraction(const Result& r) {
+  return r.capacity_bytes > 0 ? static_cast<double>(r.headroom_bytes()) / static_cast<double>(r.capacity_bytes) : 0;
+}
+
+// The relative error applies to the predicted reserved bytes; the plan survives an error e when
+// reserved · (1 + e) + overhead <= capacity.
+static const char* risk(const Result& r) {
+  const double reserved = static_cast<double>(r.peak_reserved_bytes);
+  const double room = static_cast<double>(r.capacity_bytes - r.overhead.total());
+  if (reserved * (1 + kReservedMemoryError.worst_abs) <= room) return "low";
+  if (reserved * (1 + kReservedMemoryError.median_abs) <= room) return "moderate";
+  return "high";
+}
+
+std::string margin_statement(const Result& r) {
+  const auto& e = kReservedMemoryError;
+  return fmt::format("{} with {:.1f} % headroom ({:.2f} GiB); the reserved-memory prediction's error has been <= {:.1f} % "
+                     "(median {:.1f} %) in {} measured runs: {} risk of running out of memory",
+                     r.fits ? "fits" : "does not fit", 100 * headroom_fraction(r),
+                     static_cast<double>(r.headroom_bytes()) / static_cast<double>(kGiB), 100 * e.worst_abs, 100 * e.median_abs,
+                     e.runs, risk(r));
+}
+
+Json margin_json(const Result& r) {
+  const auto& e = kReservedMemoryError;
+  return {{"headroom_fraction", headroom_fraction(r)},
+          {"headroom_bytes", r.headroom_bytes()},
+          {"error", {{"term", e.term}, {"runs", e.runs}, {"median_abs", e.median_abs}, {"worst_abs", e.worst_abs}}},
+          {"risk", risk(r)},
+          {"statement", margin_statement(r)}};
+}
+
+}  // namespace shardplan
