@@ -352,6 +352,7 @@ const Json& array_at(JsonObj& o, const std::string& key) {
 
 void read_timing(JsonObj& x, std::optional<double>& min_s, std::optional<double>& max_s, int& reps,
                  std::int64_t& iters, double time_s) {
+  x.allow({"min_s", "max_s"});  // optional keys read only when present: known, so typos get a suggestion
   if (x.has("min_s")) min_s = x.number("min_s", 0, 1e9);
   if (x.has("max_s")) max_s = x.number("max_s", 0, 1e9);
   if (min_s && *min_s > time_s) x.fail("min_s", "min_s is larger than time_s (the median)");
@@ -386,6 +387,7 @@ CalibrationProfile CalibrationProfile::from_json(const Json& j, const std::strin
   if (schema != kCalibrationSchema)
     root.fail("schema", "unsupported schema \"" + schema + "\" (expected \"" + kCalibrationSchema + "\")");
   root.allow({"notes", "source", "description"});
+  root.allow({"collectives", "failures", "completed"});  // read only when present; listed for suggestions
   CalibrationProfile p;
   p.source = root.str("source", "");
   p.notes = root.str("notes", "");
@@ -455,6 +457,7 @@ CalibrationProfile CalibrationProfile::from_json(const Json& j, const std::strin
     }
   }
   if (auto g = root.optional_object("gemm")) {
+    g->allow({"peak_flops", "peak_source"});
     if (g->has("peak_flops")) {
       p.gemm_peak_flops_ = g->number("peak_flops", 1, 1e20);
       p.gemm_peak_source_ = g->str("peak_source", "");
@@ -516,6 +519,7 @@ CalibrationProfile CalibrationProfile::from_json(const Json& j, const std::strin
       f.benchmark = x.str("benchmark");
       f.error = x.str("error");
       f.time = x.str("time", "");
+      x.allow({"bytes"});
       if (x.has("bytes")) f.bytes = x.integer("bytes", 0, INT64_MAX);
       x.finish();
       p.failures_.push_back(f);
