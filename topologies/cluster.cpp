@@ -42,9 +42,11 @@ ClusterSpec parse_cluster_spec(JsonObj o) {
     if (!found) g.fail("arch", "unknown arch \"" + arch + "\"; expected one of: volta, ampere, hopper, blackwell, other");
     JsonObj f = g.object("peak_flops");
     s.gpu.peak_bf16_flops = f.number("bf16", 1e9, 1e18);
-    s.gpu.peak_fp32_flops = f.number("fp32", s.gpu.peak_bf16_flops / 16, 1e9, 1e18);
-    s.gpu.peak_tf32_flops = f.number("tf32", s.gpu.peak_bf16_flops / 2, 1e9, 1e18);
-    s.gpu.peak_fp8_flops = f.number("fp8", s.gpu.peak_bf16_flops * 2, 1e9, 1e18);
+    // The other precisions default to multiples of bf16 and are written out by `show cluster`: their range holds
+    // every default (bf16 / 16 .. bf16 x 2), so that output is always accepted back.
+    s.gpu.peak_fp32_flops = f.number("fp32", s.gpu.peak_bf16_flops / 16, 1e7, 1e19);
+    s.gpu.peak_tf32_flops = f.number("tf32", s.gpu.peak_bf16_flops / 2, 1e7, 1e19);
+    s.gpu.peak_fp8_flops = f.number("fp8", s.gpu.peak_bf16_flops * 2, 1e7, 1e19);
     f.finish();
     s.gpu.hbm_Bps = g.number("hbm_Bps", 1e9, 1e15);
     g.finish();
