@@ -5,6 +5,7 @@
 
 #include "planner/cli/commands.hpp"
 #include "planner/cli/common.hpp"
+#include "planner/report/html.hpp"
 #include "planner/report/report.hpp"
 #include "simulator/core/error.hpp"
 
@@ -121,15 +122,17 @@ int run_simulation(const SimArgs& a, bool with_time) {
   Loaded l = load_inputs(a.in);
   Plan p = resolve_plan(plan_from_flags(a.flags), *l.model, *l.cluster, a.flags.global_batch);
   Simulator sim(*l.model, *l.cluster, *l.costs);
-  const bool detail = !a.trace.empty();
+  const bool detail = !a.trace.empty() || !a.html.empty();
   const Result& r = sim.run(p, detail);
   ReportInputs ri{l.model.get(), l.cluster.get(), l.calibration};
   // Build every output first, then write them: no partial set of files on error.
   std::string json = a.json.empty() ? "" : report_json(r, ri).dump(1) + "\n";
   std::string trace = a.trace.empty() ? "" : trace_json(sim, r);
+  std::string html = a.html.empty() ? "" : html_simulate_report(sim, r, ri);
   if (a.json != "-") std::cout << report_text(r, ri, with_time);
   write_output(a.json, json);
   write_output(a.trace, trace);
+  write_output(a.html, html);
   return r.fits ? 0 : 1;
 }
 }  // namespace
@@ -150,6 +153,7 @@ Command add_simulate_command(CLI::App& app) {
   add_plan_options(sub, a->flags);
   sub->add_option("--json", a->json, "write the JSON report to FILE or - for stdout");
   sub->add_option("--trace", a->trace, "write a Chrome/Perfetto trace to FILE");
+  sub->add_option("--html", a->html, "write a self-contained HTML report (memory and timeline charts) to FILE");
   return {sub, [a]() { return run_simulation(*a, true); }};
 }
 
