@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds the whole CPU suite with AddressSanitizer + UndefinedBehaviorSanitizer in build-asan and runs ctest;
+# any sanitizer report fails the test that triggered it (UBSan does not recover; ASan exits non-zero).
+#
+# usage: tools/ci/sanitize.sh [ctest args...]   (env JOBS = build and test parallelism, default 2)
+set -euo pipefail
+
+jobs=${JOBS:-2}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=$root/build-asan
+
+start=$(date +%s)
+# -O1 keeps the build and the run lean; RelWithDebInfo's -O2 would only slow the build down.
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+  -DSHARDPLAN_SANITIZE=ON -DSHARDPLAN_CUDA=OFF -DSHARDPLAN_TESTS=ON >/dev/null
+ninja -C "$build" -j"$jobs"
+built=$(date +%s)
+echo "sanitize.sh: built in $(( built - start )) s"
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+status=0
+ctest --test-dir "$build" -j"$jobs" --output-on-failure --timeout 600 "$@" || status=$?
+echo "sanitize.sh: tests in $(( $(date +%s) - built )) s, total $(( $(date +%s) - start )) s"
+exit $status
