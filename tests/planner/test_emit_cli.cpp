@@ -62,7 +62,7 @@ const PlanRun& plan_run() {
 
 }  // namespace
 
-TEST_CASE("CLI: plan --json has plans; recommended; search stats and rejections", "[cli][emit]") {
+TEST_CASE("CLI: plan --json has plans / recommended / search stats and rejections", "[cli][emit]") {
   const auto& r = plan_run();
   INFO(ptest::read_text(r.dir / "err.txt"));
   REQUIRE(r.rc == 0);
@@ -175,4 +175,138 @@ TEST_CASE("CLI: the recommended plan fed back to simulate reproduces step_s exac
   Json sim = load_json_file((r.dir / "sim.json").string());
   CHECK(sim["time"]["step_s"].get<double>() == rec["time"]["step_s"].get<double>());  // bitwise
   CHECK(sim["time"]["tokens_per_s_per_gpu"].get<double>() == rec["time"]["tokens_per_s_per_gpu"].get<double>());
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Emitters over a grid of plans (library level): every output parses in its own language.
+
+namespace {
+struct EmitSetup {
+  ptest::Setup s{"llama3-8b", "dgx-h100", 16};
+  Plan resolve(Plan p, std::int64_t global_batch = 32) const { return resolve_plan(p, s.model, *s.cluster, global_batch); }
+};
+
+std::vector<Plan> emit_grid(const EmitSetup& e) {
+  std::vector<Plan> out;
+  for (int zero : {0, 2, 3})
+    for (int tp : {1, 2})
+      for (AcMode ac : {AcMode::kNone, AcMode::kSelective, AcMode::kFull})
+        for (Precision pr : {Precision::kBf16Mixed, Precision::kBf16, Precision::kFp32}) {
+          Plan p;
+          p.runtime = Runtime::kFsdp2;
+          p.zero = zero;
+          p.tp = tp;
+          p.ac = ac;
+          p.precision = pr;
+          p.prefetch = ac == AcMode::kNone ? 2 : 1;
+          p.wrap = ac == AcMode::kFull ? 2 : 1;
+          p.seq = 4096;
+          if (zero == 3 && tp == 1 && ac == AcMode::kSelective) p.shard_group = 8;  // HSDP: 2 replicas of 8
+          out.push_back(e.resolve(p));
+        }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("emitters: fsdp2 / torchtitan / deepspeed output parses for a grid of plans", "[emit][python]") {
+  EmitSetup e;
+  auto dir = ptest::temp_dir("emit-grid");
+  const auto plans = emit_grid(e);
+  REQUIRE(plans.size() == 54);
+  std::string py_files, toml_files;
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    const Plan& p = plans[i];
+    INFO("plan " << i << ": zero " << p.zero << " tp " << p.tp << " sg " << p.shard_group);
+    const fs::path py = dir / ("p" + std::to_string(i) + ".py"), toml = dir / ("t" + std::to_string(i) + ".toml");
+    ptest::write_text(py, emit("fsdp2", p, e.s.model, 16, 8));
+    ptest::write_text(toml, emit("torchtitan", p, e.s.model, 16, 8));
+    py_files += " " + quote(py.string());
+    toml_files += " " + quote(toml.string());
+    if (p.replicas == 1) {
+      Json ds = Json::parse(emit("deepspeed", p, e.s.model, 16, 8));
+      CHECK(ds["zero_optimization"]["stage"].get<int>() == p.zero);
+      CHECK(ds["train_batch_size"].get<int>() == 32);
+      CHECK(ds["train_micro_batch_size_per_gpu"].get<int>() == p.mbs);
+      CHECK(ds["gradient_accumulation_steps"].get<int>() == p.grad_accum);
+      CHECK(ds.contains("bf16") == (p.precision != Precision::kFp32));
+    } else {
+      // An HSDP plan of the FSDP runtimes has no DeepSpeed equivalent.
+      CHECK_THROWS_AS(emit("deepspeed", p, e.s.model, 16, 8), InputError);
+    }
+  }
+  if (!ptest::have_python3()) {
+    WARN("python3 not found: skipping the Python/TOML checks of the grid");
+    return;
+  }
+  const fs::path log = dir / "py.txt";
+  int rc = ptest::run_shell("python3 -m py_compile" + py_files + " >" + quote(log.string()) + " 2>&1");
+  INFO(ptest::read_text(log));
+  CHECK(rc == 0);
+  if (!ptest::have_tomllib()) {
+    WARN("tomllib (python >= 3.11) not found: skipping the TOML checks of the grid");
+    return;
+  }
+  rc = ptest::run_shell("python3 -c \"import tomllib,sys\nfor f in sys.argv[1:]: tomllib.load(open(f,'rb'))\"" + toml_files + " >" +
+                        quote(log.string()) + " 2>&1");
+  INFO(ptest::read_text(log));
+  CHECK(rc == 0);
+}
+
+TEST_CASE("emitters: a ZeRO-0 (plain data parallel) plan is emitted as DDP / replicate / not as FSDP", "[emit][!mayfail]") {
+  // ZeRO-0 shards nothing: every one of the 16 ranks holds full parameters, gradients and optimizer state. In
+  // torchtitan that is data_parallel_replicate_degree = 16 with data_parallel_shard_degree = 1; in FSDP2 it is
+  // replicate() (or fully_shard over a mesh of size 1). Emitting shard degree 16 with reshard "never" describes
+  // FSDP SHARD_GRAD_OP (ZeRO-2) instead, whose memory the simulator did not predict for this plan.
+  EmitSetup e;
+  Plan p;
+  p.zero = 0;
+  p.seq = 4096;
+  p = e.resolve(p);
+  REQUIRE(p.dp == 16);
+  const std::string toml = emit_torchtitan(p, e.s.model, 16);
+  INFO(toml);
+  CHECK(toml.find("data_parallel_replicate_degree = 16") != std::string::npos);
+  CHECK(toml.find("data_parallel_shard_degree = 1\n") != std::string::npos);
+  const std::string py = emit_fsdp2(p, e.s.model, 8);
+  INFO(py);
+  CHECK(py.find("(16,), mesh_dim_names=('dp_shard',)") == std::string::npos);
+}
+
+TEST_CASE("emitters: an fsdp2 snippet for a tp > 1 plan applies tensor parallelism", "[emit][!mayfail]") {
+  // The snippet builds a ('dp_shard', 'tp') mesh but only ever passes mesh['dp_shard'] to fully_shard; nothing
+  // shards the linear layers over mesh['tp'] (parallelize_module / ColwiseParallel / RowwiseParallel), so a user
+  // would train tp-way replicated blocks instead of the simulated plan.
+  EmitSetup e;
+  Plan p;
+  p.tp = 2;
+  p.seq = 4096;
+  p = e.resolve(p);
+  const std::string py = emit_fsdp2(p, e.s.model, 8);
+  INFO(py);
+  CHECK(py.find("parallelize_module") != std::string::npos);
+}
+
+TEST_CASE("CLI: the printed 'recommended: shardplan simulate ...' line reproduces an offload plan", "[cli][!mayfail]") {
+  // With --fix offload=optimizer every candidate offloads the optimizer; the printed command must carry
+  // --offload optimizer or it simulates a different plan (different memory and step time).
+  auto dir = ptest::temp_dir("offload");
+  const int rc = ptest::run_cli("plan --model llama3-8b --cluster dgx-h100 --gpus 16 --global-batch 32 --seq 4096 --top 2 --threads 2"
+                                " --fix offload=optimizer --json " + quote((dir / "plan.json").string()),
+                                dir / "out.txt", dir / "err.txt");
+  INFO(ptest::read_text(dir / "err.txt"));
+  REQUIRE(rc == 0);
+  Json j = load_json_file((dir / "plan.json").string());
+  REQUIRE(j["recommended"]["plan"]["offload"] == "optimizer");
+  std::istringstream out(ptest::read_text(dir / "out.txt"));
+  std::string line, cmd;
+  const std::string prefix = "recommended: shardplan ";
+  while (std::getline(out, line))
+    if (line.rfind(prefix, 0) == 0) cmd = line.substr(prefix.size());
+  REQUIRE_FALSE(cmd.empty());
+  INFO(cmd);
+  CHECK(cmd.find("--offload optimizer") != std::string::npos);
+  REQUIRE(ptest::run_cli(cmd + " --json -", dir / "sim.json", dir / "sim_err.txt") == 0);
+  Json sim = load_json_file((dir / "sim.json").string());
+  CHECK(sim["plan"]["offload"] == "optimizer");
+  CHECK(sim["time"]["step_s"].get<double>() == j["recommended"]["time"]["step_s"].get<double>());
 }

@@ -56,7 +56,7 @@ TEST_CASE("better(): ties in tokens/s are broken by lower peak memory", "[search
   CHECK(better(ev(1000.0 * (1 + 1e-6), 31 * kGiB), ev(1000.0, 30 * kGiB)));
 }
 
-TEST_CASE("better(): a strict weak order (irreflexive; exact ties are equivalent; keeping enumeration order)",
+TEST_CASE("better(): a strict weak order (irreflexive / exact ties are equivalent / keeping enumeration order)",
           "[search][better]") {
   CHECK_FALSE(better(ev(1000, 30 * kGiB), ev(1000, 30 * kGiB)));
   // A stable sort with better() over fake evaluations: ranking by (tps desc, memory asc), equal pairs keep their
@@ -74,7 +74,7 @@ TEST_CASE("better(): a strict weak order (irreflexive; exact ties are equivalent
 // ---------------------------------------------------------------------------------------------------------------
 // 1b. Enumeration on a small space.
 
-TEST_CASE("enumerate_candidates: llama3-8b on 16 dgx-h100 GPUs; global batch 32 (fsdp2 space)", "[search][enumerate]") {
+TEST_CASE("enumerate_candidates: llama3-8b on 16 dgx-h100 GPUs / global batch 32 (fsdp2 space)", "[search][enumerate]") {
   Setup s("llama3-8b", "dgx-h100", 16);
   SearchSpace sp;  // runtimes {fsdp2}, zero {0..3}, tp {1,2,4,8}, mbs {1,2,4,8}, ac x3, wrap x2, prefetch x2, reduce x2
   sp.global_batch = 32;
@@ -180,7 +180,7 @@ SearchSpace small_space() {
 }
 }  // namespace
 
-TEST_CASE("search_plans: llama3-8b on 16 GPUs -- ranking; memory limit; thread independence; reproducibility",
+TEST_CASE("search_plans: llama3-8b on 16 GPUs -- ranking / memory limit / thread independence / reproducibility",
           "[search][real]") {
   Setup s("llama3-8b", "dgx-h100", 16);
   const SearchSpace sp = small_space();
@@ -257,7 +257,7 @@ TEST_CASE("search_plans: llama3-8b on 16 GPUs -- ranking; memory limit; thread i
   }
 }
 
-TEST_CASE("search_plans: top limits the list; the leader is unchanged", "[search][real]") {
+TEST_CASE("search_plans: top limits the list / the leader is unchanged", "[search][real]") {
   Setup s("llama3-8b", "dgx-h100", 16);
   SearchSpace sp = small_space();
   sp.fix("tp=1,2");
@@ -278,7 +278,7 @@ TEST_CASE("search_plans: top limits the list; the leader is unchanged", "[search
 // ---------------------------------------------------------------------------------------------------------------
 // 3. Nothing fits.
 
-TEST_CASE("search_plans: llama3.1-405b on 8 H100s fits nowhere; closest plan and binding hint", "[search][real][nofit]") {
+TEST_CASE("search_plans: llama3.1-405b on 8 H100s fits nowhere / closest plan and binding hint", "[search][real][nofit]") {
   Setup s("llama3.1-405b", "dgx-h100", 8);
   SearchSpace sp;
   sp.global_batch = 8;
@@ -301,7 +301,7 @@ TEST_CASE("search_plans: llama3.1-405b on 8 H100s fits nowhere; closest plan and
   CHECK(o.explanation.find(o.binding_hint) != std::string::npos);
 }
 
-TEST_CASE("binding_constraint classifies memory; exposed communication; overhead and compute", "[search][binding]") {
+TEST_CASE("binding_constraint classifies memory / exposed communication / overhead and compute", "[search][binding]") {
   Result r;
   r.capacity_bytes = 100 * kGiB;
   r.fits = true;

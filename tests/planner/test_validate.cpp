@@ -42,7 +42,7 @@ fs::path write_three_records(const fs::path& dir) {
 
 }  // namespace
 
-TEST_CASE("validate_files: 3 records -> 2 compared; 1 skipped with a reason", "[validate]") {
+TEST_CASE("validate_files: 3 records -> 2 compared / 1 skipped with a reason", "[validate]") {
   auto dir = ptest::temp_dir("validate3");
   const fs::path f = write_three_records(dir);
   ValidationReport v = validate_files({f.string()}, "");
@@ -66,7 +66,7 @@ TEST_CASE("validate_files: 3 records -> 2 compared; 1 skipped with a reason", "[
   }
 }
 
-TEST_CASE("ValidationReport::summary: median; MAPE; worst per term (hand-made rows)", "[validate][summary]") {
+TEST_CASE("ValidationReport::summary: median / MAPE / worst per term (hand-made rows)", "[validate][summary]") {
   ValidationReport v;
   // step_s: errors +0.1, -0.2, +0.5, 0 -> |e| sorted 0, 0.1, 0.2, 0.5: even count, median = (0.1 + 0.2) / 2 = 0.15,
   // MAPE = 0.8 / 4 = 0.2, worst 0.5.
@@ -137,7 +137,7 @@ TEST_CASE("CLI: validate --max-error sets the exit status", "[validate][cli]") {
   }
 }
 
-TEST_CASE("validate: a torchtitan log as the measurement (warmup excluded; median tps; max memory)", "[validate][torchtitan]") {
+TEST_CASE("validate: a torchtitan log as the measurement (warmup excluded / median tps / max memory)", "[validate][torchtitan]") {
   auto dir = ptest::temp_dir("titanlog");
   // Steps 1..3 are warm-up (slow, less memory); steps 4..12 are measured.
   const std::vector<std::string> tps = {"1,000", "3,000", "5,000",                                   // 1..3 warm-up
