@@ -151,8 +151,8 @@ std::vector<Plan> enumerate_candidates(const ModelGraph& model, const Cluster& c
                         p.precision = sp.precision;
                         p.seq = sp.seq;
                         if (zero == 3) p.reshard_after_forward = true;
-                        if (rt != Runtime::kFsdp2 && pf > 1) {
-                          reject(stats.rejections, "prefetch > 1 is an FSDP2 knob", plan_flags(p));
+                        if (rt != Runtime::kFsdp2 && pf > 1) {  // explicit prefetch depth is an FSDP2 knob: not a candidate
+                          --stats.considered;
                           continue;
                         }
                         if (p.precision == Precision::kFp32 && rd == Dtype::kBf16) {

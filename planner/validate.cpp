@@ -2,6 +2,8 @@
 // are simulated with the same code path as `simulate`, and each measured term is compared.
 #include "planner/validate.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -43,7 +45,7 @@ Measured parse_torchtitan_log(const std::string& path, int warmup_steps) {
     if (std::regex_search(line, m, mfu_re)) mfu.push_back(std::stod(m[1]) / 100);
     ++steps;
   }
-  if (steps == 0 && mem_gib == 0) throw InputError(path, "line " + std::to_string(lineno), "no torchtitan step lines (\"step: N ... tps: ...\") found");
+  if (steps == 0 && mem_gib == 0) throw InputError(path, fmt::format("line {}", lineno), "no torchtitan step lines (\"step: N ... tps: ...\") found");
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v[v.size() / 2];
@@ -81,7 +83,7 @@ void validate_record(const Json& rec, const std::string& file, const std::string
   if (o.has("schema") && o.str("schema") != "shardplan.run/1") o.fail("schema", "expected \"shardplan.run/1\"");
   o.allow({"notes", "environment", "details"});
   std::string source = o.has("source") ? (o.raw("source").is_string() ? o.str("source") : o.raw("source").dump()) : "";
-  if (source.size() > 120) source = source.substr(0, 117) + "...";
+  if (source.size() > 120) source = fmt::format("{}...", source.substr(0, 117));
   const Json& mj = o.raw("model");
   ModelGraph model = mj.is_string() ? load_model(mj.get<std::string>()) : load_model_json(mj, file, o.pointer("model"));
   const Json& cj = o.raw("cluster");
@@ -119,7 +121,7 @@ void validate_record(const Json& rec, const std::string& file, const std::string
     const Result& r = sim.run(p);
     for (const auto& [term, value] : meas.terms) out.rows.push_back({id, source, term, predicted_term(term, r), value});
   } catch (const InputError& e) {
-    out.skipped.push_back({id, std::string("not expressible: ") + e.what()});
+    out.skipped.push_back({id, fmt::format("not expressible: {}", e.what())});
   }
 }
 
@@ -170,7 +172,7 @@ ValidationReport validate_files(const std::vector<std::string>& files, const std
   for (const auto& f : files) {
     Json j = load_json_file(f);
     if (j.is_array()) {
-      for (std::size_t i = 0; i < j.size(); ++i) validate_record(j[i], f, "/" + std::to_string(i), hooks, constants, out);
+      for (std::size_t i = 0; i < j.size(); ++i) validate_record(j[i], f, fmt::format("/{}", i), hooks, constants, out);
     } else if (j.is_object() && j.contains("records")) {
       JsonObj o(j, f);
       o.allow({"skipped", "source", "notes", "description"});
@@ -178,7 +180,7 @@ ValidationReport validate_files(const std::vector<std::string>& files, const std
       const Json& recs = o.raw("records");
       if (!recs.is_array()) o.fail("records", "expected an array of run records");
       o.finish();
-      for (std::size_t i = 0; i < recs.size(); ++i) validate_record(recs[i], f, "/records/" + std::to_string(i), hooks, constants, out);
+      for (std::size_t i = 0; i < recs.size(); ++i) validate_record(recs[i], f, fmt::format("/records/{}", i), hooks, constants, out);
     } else {
       validate_record(j, f, "", hooks, constants, out);
     }

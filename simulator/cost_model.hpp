@@ -13,7 +13,7 @@ namespace shardplan {
 struct ComputeConstants {
   double gemm_efficiency_max = 0.80;  ///< achieved / peak bf16 for large, aligned GEMMs
   double gemm_half_dim = 160;         ///< each GEMM dimension d scales efficiency by d / (d + gemm_half_dim)
-  double attention_efficiency = 0.30; ///< flash-attention FLOP/s / peak, fitted on end-to-end runs
+  double attention_efficiency = 0.35; ///< flash-attention FLOP/s / peak, fitted on end-to-end runs
   double attention_bwd_ratio = 2.5;   ///< backward / forward time of the attention core (recompute inside)
   double hbm_efficiency = 0.80;       ///< memory-bound kernels: achieved / nominal HBM bandwidth
   double optimizer_efficiency = 0.80; ///< fused AdamW: achieved / nominal HBM bandwidth

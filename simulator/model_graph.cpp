@@ -44,7 +44,9 @@ Layer make_norm(const ModelSpec& s, std::string name, int block, LayerKind kind 
   // Under op-level selective checkpointing norms are recomputed; the block's first norm holds the checkpoint
   // input (set by the builder).
   l.act_selective_replicated_bytes_per_token = 0;
-  l.elementwise_bytes_per_token = 8 * h;  // read + write in bf16, fp32 upcast inside
+  l.elementwise_bytes_per_token = 4 * h;  // fused: read and write bf16
+  // Eager RMSNorm/LayerNorm in fp32: x.float() 6h, pow 8h, mean 4h, x * rsqrt 12h, type_as 6h, * weight 6h.
+  l.eager_elementwise_bytes_per_token = 42 * h;
   return l;
 }
 
@@ -80,6 +82,9 @@ Layer make_attention(const ModelSpec& s, int block) {
   // Rotary on q and k (read + write), residual add (read 2 x 2h, write 2h).
   l.elementwise_bytes_per_token =
       (s.positions == PositionKind::kRotary ? 4.0 * (q + kv) : 0.0) + 6.0 * static_cast<double>(h);
+  // Eager rotary on complex fp32 views: float() 6, complex multiply 12, back to bf16 6 bytes per element of q, k.
+  l.eager_elementwise_bytes_per_token =
+      (s.positions == PositionKind::kRotary ? 24.0 * (q + kv) : 0.0) + 6.0 * static_cast<double>(h);
   return l;
 }
 
@@ -127,7 +132,8 @@ Layer make_mlp(const ModelSpec& s, int block) {
     // Selective: half of the matmul outputs (gate, up: 4f; down: 2h) saved, the rest recomputed.
     l.act_selective_replicated_bytes_per_token = 0.5 * 2.0 * h;
     l.act_selective_split_bytes_per_token = active * 0.5 * 4.0 * f;
-    l.elementwise_bytes_per_token = active * 10.0 * f + 6.0 * h;
+    l.elementwise_bytes_per_token = active * 6.0 * f + 6.0 * h;   // fused silu(gate) * up
+    l.eager_elementwise_bytes_per_token = active * 10.0 * f + 6.0 * h;  // silu 4f, multiply 6f
   } else {
     l.gemms.push_back({f, h, active, TpSplit::kColumn});
     l.gemms.push_back({h, f, active, TpSplit::kRow});
@@ -137,6 +143,7 @@ Layer make_mlp(const ModelSpec& s, int block) {
     l.act_selective_replicated_bytes_per_token = 0.5 * 2.0 * h;
     l.act_selective_split_bytes_per_token = active * 0.5 * 2.0 * f;
     l.elementwise_bytes_per_token = active * 4.0 * f + 6.0 * h;
+    l.eager_elementwise_bytes_per_token = active * 4.0 * f + 6.0 * h;
   }
   if (moe) l.act_replicated_bytes_per_token += 4.0 * s.moe.experts;  // router logits, fp32
   return l;
@@ -155,14 +162,14 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
   emb.name = "tok_embeddings";
   emb.kind = LayerKind::kEmbedding;
   emb.tensors.push_back({"weight", s.vocab, s.hidden, TpSplit::kColumn});
-  emb.elementwise_bytes_per_token = 2.0 * s.hidden;
+  emb.elementwise_bytes_per_token = emb.eager_elementwise_bytes_per_token = 2.0 * s.hidden;
   auto prev = add(emb);
   if (s.positions == PositionKind::kLearned) {
     Layer pos;
     pos.name = "pos_embeddings";
     pos.kind = LayerKind::kPositionEmbedding;
     pos.tensors.push_back({"weight", s.max_positions, s.hidden, TpSplit::kReplicated});
-    pos.elementwise_bytes_per_token = 6.0 * s.hidden;
+    pos.elementwise_bytes_per_token = pos.eager_elementwise_bytes_per_token = 6.0 * s.hidden;
     auto v = add(pos);
     boost::add_edge(prev, v, g);
     prev = v;
@@ -203,7 +210,7 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
   loss.name = "loss";
   loss.kind = LayerKind::kLoss;
   // fp32 cross-entropy: cast, log-softmax, gather; backward writes an fp32 gradient and casts it (mechanics §2.3).
-  loss.elementwise_bytes_per_token = 14.0 * static_cast<double>(s.vocab);
+  loss.elementwise_bytes_per_token = loss.eager_elementwise_bytes_per_token = 14.0 * static_cast<double>(s.vocab);
   auto lv = add(loss);
   boost::add_edge(hv, lv, g);
   m.finalize();
@@ -265,7 +272,8 @@ Json ModelGraph::to_graph_json() const {
                {"act_replicated_bytes_per_token", l.act_replicated_bytes_per_token},
                {"act_selective_split_bytes_per_token", l.act_selective_split_bytes_per_token},
                {"act_selective_replicated_bytes_per_token", l.act_selective_replicated_bytes_per_token},
-               {"elementwise_bytes_per_token", l.elementwise_bytes_per_token}};
+               {"elementwise_bytes_per_token", l.elementwise_bytes_per_token},
+               {"eager_elementwise_bytes_per_token", l.eager_elementwise_bytes_per_token}};
     if (l.attn_heads > 0)
       jl["attention"] = {{"heads", l.attn_heads}, {"kv_heads", l.attn_kv_heads}, {"head_dim", l.attn_head_dim}};
     layers.push_back(jl);
@@ -331,6 +339,8 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
     l.act_selective_replicated_bytes_per_token =
         lo.number("act_selective_replicated_bytes_per_token", l.act_replicated_bytes_per_token, 0.0, 1e12);
     l.elementwise_bytes_per_token = lo.number("elementwise_bytes_per_token", 0.0, 0.0, 1e12);
+    l.eager_elementwise_bytes_per_token =
+        lo.number("eager_elementwise_bytes_per_token", l.elementwise_bytes_per_token, 0.0, 1e12);
     lo.finish();
     boost::add_vertex(std::move(l), m.graph_);
   }

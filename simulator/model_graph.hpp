@@ -50,8 +50,11 @@ struct Layer {
   double act_split_bytes_per_token = 0, act_replicated_bytes_per_token = 0;
   /// The same under selective recomputation (torchtitan op-level SAC: GEMM and attention outputs kept).
   double act_selective_split_bytes_per_token = 0, act_selective_replicated_bytes_per_token = 0;
-  /// Memory-bound forward traffic per token (norms, activations, rotary, residual adds), bytes.
+  /// Memory-bound forward traffic per token (norms, activations, rotary, residual adds), bytes, when the
+  /// elementwise ops are fused (torch.compile); `eager_elementwise_bytes_per_token` is the same work run op by op
+  /// in eager mode (fp32 upcasts and every intermediate written and read back).
   double elementwise_bytes_per_token = 0;
+  double eager_elementwise_bytes_per_token = 0;
   std::int64_t parameters() const;
 };
 

@@ -141,7 +141,8 @@ Json plan_to_json(const Plan& p) {
           {"reduce_dtype", to_string(p.reduce())},
           {"offload", to_string(p.offload)},
           {"async_tp", p.async_tp},
-          {"fused_optimizer", p.fused_optimizer}};
+          {"fused_optimizer", p.fused_optimizer},
+          {"compile", p.compile}};
 }
 
 template <class T>
@@ -159,7 +160,7 @@ static T enum_field(JsonObj& o, const char* key, std::optional<T> (*parse)(const
 
 Plan plan_from_json(JsonObj o) {
   Plan p;
-  o.allow({"dp", "replicas", "global_batch", "compile", "notes"});
+  o.allow({"dp", "replicas", "global_batch", "notes"});
   p.runtime = enum_field(o, "runtime", parse_runtime, Runtime::kFsdp2, "fsdp2, fsdp1, deepspeed");
   p.zero = static_cast<int>(o.integer("zero", 3, 0, 3));
   p.shard_group = static_cast<int>(o.integer("shard_group", 0, 0, 1 << 24));
@@ -178,6 +179,7 @@ Plan plan_from_json(JsonObj o) {
   p.offload = enum_field(o, "offload", parse_offload, Offload::kNone, "none, optimizer");
   p.async_tp = o.boolean("async_tp", false);
   p.fused_optimizer = o.boolean("fused_optimizer", true);
+  p.compile = o.boolean("compile", false);
   o.finish();
   return p;
 }

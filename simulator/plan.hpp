@@ -47,6 +47,7 @@ struct Plan {
   Offload offload = Offload::kNone;
   bool async_tp = false;   ///< TP collectives overlapped with GEMMs
   bool fused_optimizer = true;
+  bool compile = false;    ///< torch.compile: elementwise ops fused (less HBM traffic)
 
   // Derived by resolve_plan:
   int dp = 1;              ///< data-parallel ranks = gpus / tp

@@ -154,7 +154,7 @@ void Simulator::build_units(const Plan& p) {
         u.flops_fwd += flops;
       }
       const double rep_div = sp ? t : 1;
-      double el = l->elementwise_bytes_per_token;
+      double el = p.compile ? l->elementwise_bytes_per_token : l->eager_elementwise_bytes_per_token;
       if (l->kind == LayerKind::kLoss) el = el / t;  // vocab-parallel loss
       else if (l->block >= 0) el = el / rep_div;
       elem += costs_->memory_s(T * el * bc / 2);

@@ -8,6 +8,7 @@
 #include "planner/cli/commands.hpp"
 #include "planner/cli/common.hpp"
 #include "planner/emit.hpp"
+#include "planner/report/html.hpp"
 #include "planner/report/margin.hpp"
 #include "planner/report/report.hpp"
 #include "planner/search.hpp"
@@ -21,7 +22,7 @@ struct PlanArgs {
   std::vector<std::string> fixes, emits;
   int top = 10, threads = 0;
   double headroom = -1;
-  std::string json;
+  std::string json, html;
 };
 
 // Default headroom: the median |error| of the reserved-memory prediction on the development set
@@ -50,6 +51,7 @@ Command add_plan_command(CLI::App& app) {
   sub->add_option("--threads", a->threads, "worker threads (default: all cores)");
   sub->add_option("--headroom", a->headroom, "fraction of GPU memory kept free (default 0.15, from docs/accuracy.md)");
   sub->add_option("--json", a->json, "write the JSON result to FILE or - for stdout");
+  sub->add_option("--html", a->html, "write a self-contained HTML report of the ranked plans to FILE");
   sub->add_option("--emit", a->emits, "fsdp2:FILE, deepspeed:FILE or torchtitan:FILE for the recommended plan");
   return {sub, [a]() {
             Loaded l = load_inputs(a->in);
@@ -94,6 +96,7 @@ Command add_plan_command(CLI::App& app) {
             if (!o.plans.empty())
               for (const auto& [kind, file] : emits)
                 files.push_back({file, emit(kind, o.plans[0].plan, *l.model, l.cluster->gpus(), l.cluster->spec().node.gpus)});
+            if (!a->html.empty()) files.push_back({a->html, html_plan_report(o, *l.model, *l.cluster, *l.costs)});
             if (!a->json.empty()) {
               Json plans = Json::array();
               for (const auto& r : o.plans) {

@@ -6,6 +6,7 @@
 
 #include "planner/cli/commands.hpp"
 #include "planner/cli/common.hpp"
+#include "planner/report/html.hpp"
 #include "planner/report/report.hpp"
 #include "planner/validate.hpp"
 
@@ -52,7 +53,7 @@ Command add_validate_command(CLI::App& app) {
   auto* sub = app.add_subcommand("validate", "compare predictions with measured runs (shardplan.run/1 records)");
   struct Args {
     std::vector<std::string> files;
-    std::string calibration, json, markdown;
+    std::string calibration, json, markdown, html;
     double max_error = -1, max_median_error = -1;
     bool quiet = false;
   };
@@ -61,6 +62,7 @@ Command add_validate_command(CLI::App& app) {
   sub->add_option("--calibration", a->calibration, "calibration profile");
   sub->add_option("--json", a->json, "write the JSON result to FILE or - for stdout");
   sub->add_option("--markdown", a->markdown, "write the accuracy table as Markdown to FILE");
+  sub->add_option("--html", a->html, "write a self-contained HTML report (predicted vs measured scatter) to FILE");
   sub->add_option("--max-error", a->max_error, "exit 1 if any record's |relative error| exceeds this (e.g. 0.1)");
   sub->add_option("--max-median-error", a->max_median_error, "exit 1 if any term's median |relative error| exceeds this");
   sub->add_flag("--quiet", a->quiet, "print only the summary");
@@ -95,9 +97,11 @@ Command add_validate_command(CLI::App& app) {
             std::string json = a->json.empty() ? "" :
                 Json{{"schema", "shardplan.validation/1"}, {"rows", rows}, {"summary", terms}, {"skipped", skipped}, {"failed", failed}}.dump(1) + "\n";
             std::string md = a->markdown.empty() ? "" : markdown(v, a->files);
+            std::string html = a->html.empty() ? "" : html_validate_report(v);
             if (a->json != "-") std::cout << text;
             write_output(a->json, json);
             write_output(a->markdown, md);
+            write_output(a->html, html);
             return failed ? 1 : 0;
           }};
 }

@@ -32,6 +32,7 @@ void add_plan_options(CLI::App* app, PlanFlags& f) {
   app->add_option("--offload", f.offload, "none | optimizer")->capture_default_str();
   app->add_flag("--async-tp", f.async_tp, "overlap TP collectives with GEMMs");
   app->add_flag("--foreach-optimizer", f.foreach_optimizer, "unfused (foreach) AdamW instead of fused");
+  app->add_flag("--compile", f.compile, "torch.compile: elementwise ops fused");
 }
 
 template <class T>
@@ -68,6 +69,7 @@ Plan plan_from_flags(const PlanFlags& f) {
   p.offload = enum_flag(f.offload, parse_offload, "--offload", "none, optimizer");
   p.async_tp = f.async_tp;
   p.fused_optimizer = !f.foreach_optimizer;
+  p.compile = f.compile;
   return p;
 }
 
