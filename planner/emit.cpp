@@ -27,15 +27,50 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
       s += fmt::format("    return init_device_mesh('cuda', ({}, {}, {}), mesh_dim_names=('dp_replicate', 'dp_shard', 'tp'))\n",
                        p.replicas, p.shard_group, p.tp);
     else
-      s += fmt::format("    return init_device_mesh('cuda', ({}, {}), mesh_dim_names=('dp_shard', 'tp'))\n", p.shard_group, p.tp);
+      s += fmt::format("    return init_device_mesh('cuda', ({}, {}), mesh_dim_names=('{}', 'tp'))\n", p.shard_group, p.tp,
+                       p.zero == 0 ? "dp_replicate" : "dp_shard");
   } else if (hsdp) {
     s += fmt::format("    # HSDP: shard within groups of {}, replicate across {}\n", p.shard_group, p.replicas);
     s += fmt::format("    return init_device_mesh('cuda', ({}, {}), mesh_dim_names=('dp_replicate', 'dp_shard'))\n", p.replicas, p.shard_group);
   } else {
-    s += fmt::format("    return init_device_mesh('cuda', ({},), mesh_dim_names=('dp_shard',))\n", p.shard_group);
+    s += fmt::format("    return init_device_mesh('cuda', ({},), mesh_dim_names=('{}',))\n", p.shard_group,
+                     p.zero == 0 ? "dp_replicate" : "dp_shard");
   }
   s += "\n\ndef apply_plan(model, world_size):\n";
   s += "    mesh = build_mesh(world_size)\n";
+  if (p.tp > 1) {
+    s += "    # Tensor parallelism inside the node (torchtitan's Llama plan; sequence parallel on the norms).\n";
+    s += "    from torch.distributed.tensor import Replicate, Shard\n";
+    s += "    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,\n";
+    s += "                                                   PrepareModuleInput, parallelize_module)\n";
+    s += "    tp_mesh = mesh['tp']\n";
+    s += "    parallelize_module(model, tp_mesh, {\n";
+    s += "        'tok_embeddings': RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),\n";
+    s += "        'norm': SequenceParallel(),\n";
+    s += "        'output': ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False),\n";
+    s += "    })\n";
+    s += "    for block in model.layers:\n";
+    s += "        parallelize_module(block, tp_mesh, {\n";
+    s += "            'attention_norm': SequenceParallel(),\n";
+    s += "            'attention': PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)),\n";
+    s += "            'attention.wq': ColwiseParallel(), 'attention.wk': ColwiseParallel(), 'attention.wv': ColwiseParallel(),\n";
+    s += "            'attention.wo': RowwiseParallel(output_layouts=Shard(1)),\n";
+    s += "            'ffn_norm': SequenceParallel(),\n";
+    s += "            'feed_forward': PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),\n";
+    s += "            'feed_forward.w1': ColwiseParallel(), 'feed_forward.w3': ColwiseParallel(),\n";
+    s += "            'feed_forward.w2': RowwiseParallel(output_layouts=Shard(1)),\n";
+    s += "        })\n";
+  }
+  if (p.zero == 0) {
+    s += "    # ZeRO-0: plain data parallel, every rank holds full parameters, gradients and optimizer state.\n";
+    s += "    from torch.distributed._composable.replicate import replicate\n";
+    s += "    dp_mesh = mesh['dp_replicate']\n";
+    s += "    replicate(model, device_mesh=dp_mesh)\n";
+    s += "    return model\n\n\n";
+    s += "def make_optimizer(model, lr=3e-4):\n";
+    s += "    return torch.optim.AdamW(model.parameters(), lr=lr, fused=True)\n";
+    return s;
+  }
   s += "    dp_mesh = mesh[('dp_replicate', 'dp_shard')] if 'dp_replicate' in (mesh.mesh_dim_names or ()) else mesh['dp_shard']\n";
   const bool mixed = p.precision == Precision::kBf16Mixed;
   if (mixed)
@@ -112,8 +147,9 @@ std::string emit_torchtitan(const Plan& p, const ModelGraph& model, int gpus) {
   s += fmt::format("mixed_precision_param = \"{}\"\n", p.precision == Precision::kFp32 ? "float32" : "bfloat16");
   s += fmt::format("mixed_precision_reduce = \"{}\"\n", p.reduce() == Dtype::kFp32 ? "float32" : "bfloat16");
   s += "\n[parallelism]\n";
-  s += fmt::format("data_parallel_replicate_degree = {}\n", p.replicas);
-  s += fmt::format("data_parallel_shard_degree = {}\n", p.shard_group);
+  // ZeRO-0 shards nothing: every data-parallel rank is a replica (DDP).
+  s += fmt::format("data_parallel_replicate_degree = {}\n", p.zero == 0 ? p.dp : p.replicas);
+  s += fmt::format("data_parallel_shard_degree = {}\n", p.zero == 0 ? 1 : p.shard_group);
   s += fmt::format("tensor_parallel_degree = {}\n", p.tp);
   s += fmt::format("fsdp_reshard_after_forward = \"{}\"\n", p.reshard() ? "always" : "never");
   s += fmt::format("enable_async_tensor_parallel = {}\n", p.async_tp ? "true" : "false");

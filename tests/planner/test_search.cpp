@@ -128,7 +128,7 @@ TEST_CASE("enumerate_candidates: llama3-8b on 16 dgx-h100 GPUs / global batch 32
   CHECK(keys.size() == c.size());
 }
 
-TEST_CASE("enumerate_candidates: non-fsdp2 prefetch and fp32 reduce rejections are counted", "[search][enumerate]") {
+TEST_CASE("enumerate_candidates: non-fsdp2 runtimes get no prefetch > 1 candidates; fp32 reduce rejections are counted", "[search][enumerate]") {
   Setup s("llama3-8b", "dgx-h100", 8);
   SearchSpace sp;
   sp.fix("runtime=fsdp1,deepspeed");
@@ -141,10 +141,10 @@ TEST_CASE("enumerate_candidates: non-fsdp2 prefetch and fp32 reduce rejections a
   sp.global_batch = 8;
   SearchStats st;
   auto c = enumerate_candidates(s.model, *s.cluster, sp, st);
-  // Groups for tp 1, dp 8: {1,2,4,8} (4). Per runtime: 4 groups x prefetch 2 x reduce 2 = 16; 2 runtimes = 32.
-  CHECK(st.considered == 32);
-  // prefetch 2 is FSDP2-only: 2 runtimes x 4 groups x 2 reduce = 16 (checked before the precision rule).
-  CHECK(st.rejections.count["prefetch > 1 is an FSDP2 knob"] == 16);
+  // Groups for tp 1, dp 8: {1,2,4,8} (4). An explicit prefetch depth > 1 is an FSDP2 knob, so fsdp1 and deepspeed
+  // are enumerated with prefetch 1 only: per runtime 4 groups x reduce 2 = 8; 2 runtimes = 16.
+  CHECK(st.considered == 16);
+  CHECK(st.rejections.count.count("prefetch > 1 is an FSDP2 knob") == 0);
   // prefetch 1 with reduce bf16 under fp32: 2 x 4 = 8.
   CHECK(st.rejections.count["fp32 precision reduces in fp32"] == 8);
   // Remaining 8 (prefetch 1, reduce fp32): fsdp1 keeps all 4 groups; deepspeed only the full group (HSDP is not
