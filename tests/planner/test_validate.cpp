@@ -5,6 +5,7 @@
 #include <set>
 
 #include "plan_helpers.hpp"
+#include "planner/report/margin.hpp"
 #include "planner/validate.hpp"
 #include "simulator/core/json_reader.hpp"
 
@@ -212,4 +213,19 @@ TEST_CASE("accuracy doc is up to date", "[validate][docs]") {
     }
   }
   CHECK(want == got);
+}
+
+TEST_CASE("the OOM-risk margin's error statistics match validate on the committed records", "[validate][margin]") {
+  // planner/report/margin.hpp quotes the reserved-memory error of docs/accuracy.md; recompute it from the records
+  // so the quoted numbers cannot drift from the data (rounded to 0.1 %).
+  ValidationReport v = validate_files({std::string(SHARDPLAN_TEST_DATA) + "/runs/published_dev.json"}, "");
+  bool found = false;
+  for (const auto& s : v.summary()) {
+    if (s.term != kReservedMemoryError.term) continue;
+    found = true;
+    CHECK(s.n == kReservedMemoryError.runs);
+    CHECK(s.median_abs == Approx(kReservedMemoryError.median_abs).margin(0.0005));
+    CHECK(s.worst_abs == Approx(kReservedMemoryError.worst_abs).margin(0.0005));
+  }
+  CHECK(found);
 }
