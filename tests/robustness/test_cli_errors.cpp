@@ -126,7 +126,7 @@ TEST_CASE("tp above one node and shard groups that do not divide are bad input",
                    {"--shard-group", "8 data-parallel"});
 }
 
-TEST_CASE("GPU memory above 2^50 bytes is bad input; exactly 2^50 is accepted", "[robustness][cli]") {
+TEST_CASE("GPU memory above 2^50 bytes is bad input, exactly 2^50 is accepted", "[robustness][cli]") {
   auto dir = scratch_dir();
   write_text(dir / "big.json", cluster_with(dir, "/gpu/memory_bytes", "1125899906842625"));
   expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--cluster", "big.json"}, dir),
