@@ -3,8 +3,8 @@
 //
 // Lanes: 0 compute (default stream), 1 shard-group communicator (all-gather AND reduce-scatter: one NCCL
 // communicator serialises both, mechanics §3.1), 2 replicate communicator (HSDP / DDP all-reduce).
-// Pools (caching-allocator pools per stream): 0 default, 1 all-gather stream, 2 reduce-scatter stream,
-// 3 all-reduce stream.
+// Pools (caching-allocator pools per stream): 0 default, 1 all-gather stream, 2 reduce-scatter stream (the HSDP
+// all-reduce works in place on the reduce-scatter output and allocates nothing).
 #include "simulator/simulate.hpp"
 
 #include <algorithm>
@@ -22,8 +22,8 @@ const char* to_string(CommKind k) {
 namespace {
 constexpr std::uint8_t kCompute = 0, kShardLane = 1, kReplicaLane = 2;
 constexpr int kLanes = 3;
-constexpr std::uint8_t kPoolDefault = 0, kPoolAg = 1, kPoolRs = 2, kPoolAr = 3;
-constexpr int kPools = 4;
+constexpr std::uint8_t kPoolDefault = 0, kPoolAg = 1, kPoolRs = 2;
+constexpr int kPools = 3;
 
 struct Bpp {  // bytes per parameter of the persistent state
   int params, grads, optimizer;
