@@ -225,7 +225,6 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
   std::vector<std::thread> pool;
   for (int i = 1; i < threads; ++i) pool.emplace_back(worker);
   if (opts.progress) {
-    std::thread progress_thread;
     // The calling thread works too; progress is reported between its plans.
     Simulator sim(model, cluster, costs);
     for (std::size_t k; (k = next.fetch_add(1)) < survivors.size();) {

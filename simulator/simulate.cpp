@@ -388,7 +388,6 @@ void Simulator::lower(const Plan& p) {
     }
     if (fsdp2 && prev_fwd_unit_ag_out >= 0 && ag_out_held[static_cast<std::size_t>(prev_fwd_unit_ag_out)]) {
       // Root post-forward frees the last all-gather output.
-      prog_.tasks.back().n_effects += 0;
       prog_.add_effect({MemCategory::kGathered, kPoolAg, -B(ag_bytes(prev_fwd_unit_ag_out))});
       ag_out_held[static_cast<std::size_t>(prev_fwd_unit_ag_out)] = 0;
     }
@@ -398,7 +397,6 @@ void Simulator::lower(const Plan& p) {
     if (ds && p.zero <= 2 && p.zero >= 1) {
       // IPG bucket(s) allocated at the start of every backward (contiguous_gradients; ZeRO-1/2).
       const double bucket = std::min(5e8, static_cast<double>(model_->parameters()) / p.tp) * 2;
-      prog_.tasks.back().n_effects += 0;
       prog_.add_effect({MemCategory::kCommBuffers, kPoolDefault, B(bucket)});
     }
     for (int u = U - 1; u >= 0; --u) {
@@ -443,8 +441,9 @@ void Simulator::lower(const Plan& p) {
       }
       if (!grads_persistent) {
         if (p.zero >= 2 || !ds) prog_.add_effect({MemCategory::kGrads, kPoolDefault, ugrad});
-        else if (grads_allocated == 0 || mb == 0) {  // DeepSpeed ZeRO-1: full .grad kept until the boundary
-          if (mb == 0) prog_.add_effect({MemCategory::kGrads, kPoolDefault, ugrad}), grads_allocated += ugrad;
+        else if (mb == 0) {  // DeepSpeed ZeRO-1: full .grad created once, kept until the boundary
+          prog_.add_effect({MemCategory::kGrads, kPoolDefault, ugrad});
+          grads_allocated += ugrad;
         }
       }
       prog_.add_effect({MemCategory::kActivations, kPoolDefault, -(un.act_bytes + un.recompute_bytes)});
@@ -459,11 +458,8 @@ void Simulator::lower(const Plan& p) {
       res_.comm[static_cast<int>(CommKind::kTpReduceScatter)].bytes_per_rank += busbw_factor(CollectiveKind::kReduceScatter, p.tp) * un.tp_ag_bytes;
 
       // Post-backward: reshard, then reduce gradients.
-      if (gather && un.gather_owner < 0 && (un.reshard || true)) {
-        if (!(fsdp1 && u == 0 && units_.back().gather_owner == 0 && false)) free_unsharded(u);
-      }
+      if (gather && un.gather_owner < 0) free_unsharded(u);  // reshard after backward, resharded or not in forward
       if (un.elems == 0 && un.gather_owner < 0) continue;
-      const double ubytes_r = static_cast<double>(std::max(un.gathered_elems, un.elems)) * br;
       if (p.zero >= 2 || (ds && p.zero == 3)) {
         if (un.gather_owner >= 0) {
           // FSDP1 root head part: its gradients join the root's reduce-scatter at the end of backward.
@@ -547,15 +543,12 @@ void Simulator::lower(const Plan& p) {
         a.unit = u;
         a.micro_batch = mb;
         last_shard_comm = prog_.add(a);
-        if (ds && !grads_persistent) {}
         res_.comm[static_cast<int>(CommKind::kAllReduce)].bytes_per_rank +=
             busbw_factor(CollectiveKind::kAllReduce, p.dp) * static_cast<double>(un.elems) * (ds ? bc : br);
         if (!grads_persistent && p.zero >= 2) prog_.add_effect({MemCategory::kGrads, kPoolDefault, -ugrad});
       } else if (!grads_persistent && !ds) {
         prog_.add_effect({MemCategory::kGrads, kPoolDefault, -ugrad});
       }
-      if (!ds && p.zero == 0 && !grads_persistent) {}
-      (void)ubytes_r;
     }
     if (held_rs_input > 0) {
       prog_.add_effect({MemCategory::kCommBuffers, kPoolDefault, -held_rs_input});

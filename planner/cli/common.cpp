@@ -94,8 +94,8 @@ Loaded load_inputs(const Inputs& in) {
   Loaded l;
   l.model = std::make_unique<ModelGraph>(load_model(in.model));
   ClusterSpec spec = load_cluster_spec(in.cluster);
-  int gpus = in.gpus > 0 ? in.gpus : spec.node.gpus;
-  if (in.gpus < 0) throw InputError::flag("--gpus", "must be >= 1");
+  if (in.gpus && *in.gpus < 1) throw InputError::flag("--gpus", "must be >= 1, got " + std::to_string(*in.gpus));
+  const int gpus = in.gpus.value_or(spec.node.gpus);
   l.cluster = std::make_unique<Cluster>(std::move(spec), gpus);
   CalibrationHooks hooks;
   if (!in.calibration.empty()) hooks = load_calibration_hooks(in.calibration);

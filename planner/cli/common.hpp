@@ -22,7 +22,7 @@ struct PlanFlags {
 
 struct Inputs {
   std::string model = "llama3-70b", cluster = "dgx-h100", calibration;
-  int gpus = 0;
+  std::optional<int> gpus;  ///< unset: one node
 };
 
 void add_input_options(CLI::App* app, Inputs& in, bool with_calibration);

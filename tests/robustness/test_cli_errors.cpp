@@ -91,8 +91,8 @@ TEST_CASE("negative and zero sizes are bad input", "[robustness][cli]") {
   expect_bad_input(run_cli({"collective", "--kind", "all_gather", "--bytes", "-5", "--ranks", "8"}, dir), {"bytes"});
 }
 
-TEST_CASE("zero GPUs is bad input", "[robustness][cli][!mayfail]") {
-  // DESIGN.md: --gpus N is the total; 0 GPUs cannot train. planner/cli/common.cpp currently reads 0 as "one node".
+TEST_CASE("zero GPUs is bad input", "[robustness][cli]") {
+  // DESIGN.md: --gpus N is the total; 0 GPUs cannot train (leaving --gpus out means one node).
   auto dir = scratch_dir();
   expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "0"}, dir),
                    {"--gpus"});
