@@ -246,6 +246,22 @@ void Simulator::lower(const Plan& p) {
     return static_cast<std::uint32_t>(prog_.labels.size() - 1);
   };
   auto B = [](double x) { return static_cast<Bytes>(std::llround(x)); };
+  // One collective on `lane` over group `g`, after `dep`; `sent_per_rank` is what the report counts as sent.
+  auto add_collective = [&](CollectiveKind kind, CommKind report, std::uint8_t lane, double buffer_bytes, const GroupView& g,
+                            std::int32_t dep, double sent_per_rank, auto&& name, int unit, int mb) {
+    Task t;
+    t.type = TaskType::kCollective;
+    t.lane = lane;
+    t.duration_s = costs_->collective_s(kind, buffer_bytes, g);
+    t.cpu_s = K.collective_launch_s;
+    t.deps[0] = dep;
+    t.comm_kind = static_cast<std::uint8_t>(report);
+    t.label = label(name);
+    t.unit = unit;
+    t.micro_batch = mb;
+    res_.comm[static_cast<int>(report)].bytes_per_rank += sent_per_rank;
+    return prog_.add(t);
+  };
 
   std::vector<std::int32_t> ag_task(static_cast<std::size_t>(U), -1), copyout_task(static_cast<std::size_t>(U), -1),
       fwd_task(static_cast<std::size_t>(U), -1), bwd_task(static_cast<std::size_t>(U), -1);
@@ -490,18 +506,10 @@ void Simulator::lower(const Plan& p) {
           // The root's head part gradients, reduced together.
           prog_.add_effect({MemCategory::kGrads, kPoolDefault, -B(static_cast<double>(units_.back().elems) * bc)});
         }
-        Task r;
-        r.type = TaskType::kCollective;
-        r.lane = kShardLane;
-        r.duration_s = costs_->collective_s(CollectiveKind::kReduceScatter, rs_bytes, shard_g);
-        r.cpu_s = K.collective_launch_s;
-        r.deps[0] = cid;
-        r.comm_kind = static_cast<std::uint8_t>(CommKind::kReduceScatter);
-        r.label = label([&] { return std::string("reduce_scatter " + un.name + " mb" + std::to_string(mb)); });
-        r.unit = u;
-        r.micro_batch = mb;
-        std::int32_t rid = prog_.add(r);
-        res_.comm[static_cast<int>(CommKind::kReduceScatter)].bytes_per_rank += busbw_factor(CollectiveKind::kReduceScatter, p.shard_group) * rs_bytes;
+        const std::int32_t rid = add_collective(
+            CollectiveKind::kReduceScatter, CommKind::kReduceScatter, kShardLane, rs_bytes, shard_g, cid,
+            busbw_factor(CollectiveKind::kReduceScatter, p.shard_group) * rs_bytes,
+            [&] { return "reduce_scatter " + un.name + " mb" + std::to_string(mb); }, u, mb);
         const Bytes out_r = B(rs_elems / p.shard_group * br);
         const Bytes grad_shard = B(rs_elems / p.shard_group * grad_bytes_per_elem);
         prog_.add_effect({MemCategory::kCommBuffers, kPoolRs, out_r});
@@ -516,35 +524,17 @@ void Simulator::lower(const Plan& p) {
         prev_rs = rid;
         last_shard_comm = rid;
         if (p.replicas > 1) {
-          Task a;
-          a.type = TaskType::kCollective;
-          a.lane = kReplicaLane;
-          a.duration_s = costs_->collective_s(CollectiveKind::kAllReduce, rs_elems / p.shard_group * br, rep_g);
-          a.cpu_s = K.collective_launch_s;
-          a.deps[0] = rid;
-          a.comm_kind = static_cast<std::uint8_t>(CommKind::kAllReduce);
-          a.label = label([&] { return std::string("hsdp all_reduce " + un.name + " mb" + std::to_string(mb)); });
-          a.unit = u;
-          a.micro_batch = mb;
-          last_rep_comm = prog_.add(a);
-          res_.comm[static_cast<int>(CommKind::kAllReduce)].bytes_per_rank +=
-              busbw_factor(CollectiveKind::kAllReduce, p.replicas) * rs_elems / p.shard_group * br;
+          last_rep_comm = add_collective(
+              CollectiveKind::kAllReduce, CommKind::kAllReduce, kReplicaLane, rs_elems / p.shard_group * br, rep_g, rid,
+              busbw_factor(CollectiveKind::kAllReduce, p.replicas) * rs_elems / p.shard_group * br,
+              [&] { return "hsdp all_reduce " + un.name + " mb" + std::to_string(mb); }, u, mb);
         }
       } else if (sync) {
         // All-reduce of the unit's gradients (DDP buckets; DeepSpeed ZeRO-1/2 bucket all-reduce).
-        Task a;
-        a.type = TaskType::kCollective;
-        a.lane = kShardLane;
-        a.duration_s = costs_->collective_s(CollectiveKind::kAllReduce, static_cast<double>(un.elems) * (ds ? bc : br), dp_g);
-        a.cpu_s = K.collective_launch_s;
-        a.deps[0] = id;
-        a.comm_kind = static_cast<std::uint8_t>(CommKind::kAllReduce);
-        a.label = label([&] { return std::string("all_reduce " + un.name + " mb" + std::to_string(mb)); });
-        a.unit = u;
-        a.micro_batch = mb;
-        last_shard_comm = prog_.add(a);
-        res_.comm[static_cast<int>(CommKind::kAllReduce)].bytes_per_rank +=
-            busbw_factor(CollectiveKind::kAllReduce, p.dp) * static_cast<double>(un.elems) * (ds ? bc : br);
+        last_shard_comm = add_collective(
+            CollectiveKind::kAllReduce, CommKind::kAllReduce, kShardLane, static_cast<double>(un.elems) * (ds ? bc : br), dp_g,
+            id, busbw_factor(CollectiveKind::kAllReduce, p.dp) * static_cast<double>(un.elems) * (ds ? bc : br),
+            [&] { return "all_reduce " + un.name + " mb" + std::to_string(mb); }, u, mb);
         if (!grads_persistent && p.zero >= 2) prog_.add_effect({MemCategory::kGrads, kPoolDefault, -ugrad});
       } else if (!grads_persistent && !ds) {
         prog_.add_effect({MemCategory::kGrads, kPoolDefault, -ugrad});
@@ -581,17 +571,10 @@ void Simulator::lower(const Plan& p) {
   }
   if (ds && p.zero < 3) {
     // DeepSpeed ZeRO-1/2: all-gather the updated 16-bit parameters after the step.
-    Task a;
-    a.type = TaskType::kCollective;
-    a.lane = kShardLane;
     const double bytes = static_cast<double>(model_->parameters()) / p.tp * 2;
-    a.duration_s = costs_->collective_s(CollectiveKind::kAllGather, bytes, dp_g);
-    a.cpu_s = K.collective_launch_s;
-    a.deps[0] = oid;
-    a.comm_kind = static_cast<std::uint8_t>(CommKind::kAllGather);
-    a.label = label([&] { return std::string("param all_gather after step"); });
-    prog_.add(a);
-    res_.comm[static_cast<int>(CommKind::kAllGather)].bytes_per_rank += busbw_factor(CollectiveKind::kAllGather, p.dp) * bytes;
+    add_collective(CollectiveKind::kAllGather, CommKind::kAllGather, kShardLane, bytes, dp_g, oid,
+                   busbw_factor(CollectiveKind::kAllGather, p.dp) * bytes,
+                   [] { return std::string("param all_gather after step"); }, -1, -1);
   }
   if (grads_allocated > 0) {
     Task z;
