@@ -165,9 +165,8 @@ std::vector<ValidationReport::Summary> ValidationReport::summary_by_source(const
   return out;
 }
 
-ValidationReport validate_files(const std::vector<std::string>& files, const std::string& calibration,
-                                const CalibrationHooks* hooks, const ConstantsFn* constants) {
-  (void)calibration;
+ValidationReport validate_files(const std::vector<std::string>& files, const CalibrationHooks* hooks,
+                                const ConstantsFn* constants) {
   ValidationReport out;
   for (const auto& f : files) {
     Json j = load_json_file(f);

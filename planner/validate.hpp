@@ -35,8 +35,7 @@ struct ValidationReport {
 
 /// Validates every record in the files (a record, a list, or {"records": [...]}); `hooks` (a calibration
 /// profile's) may be null. Records the tool cannot express are listed in `skipped` with the reason.
-ValidationReport validate_files(const std::vector<std::string>& files, const std::string& calibration,
-                                const CalibrationHooks* hooks = nullptr,
+ValidationReport validate_files(const std::vector<std::string>& files, const CalibrationHooks* hooks = nullptr,
                                 const std::function<ComputeConstants(GpuArch)>* constants = nullptr);
 
 }  // namespace shardplan

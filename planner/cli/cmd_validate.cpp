@@ -69,7 +69,7 @@ Command add_validate_command(CLI::App& app) {
   return {sub, [a]() {
             CalibrationHooks hooks;
             if (!a->calibration.empty()) hooks = load_calibration_hooks(a->calibration);
-            ValidationReport v = validate_files(a->files, a->calibration, a->calibration.empty() ? nullptr : &hooks);
+            ValidationReport v = validate_files(a->files, a->calibration.empty() ? nullptr : &hooks);
             std::string text;
             if (!a->quiet) {
               text += fmt::format("{:<58} {:<22} {:>12} {:>12} {:>8}\n", "record", "term", "predicted", "measured", "error");

@@ -46,7 +46,7 @@ fs::path write_three_records(const fs::path& dir) {
 TEST_CASE("validate_files: 3 records -> 2 compared / 1 skipped with a reason", "[validate]") {
   auto dir = ptest::temp_dir("validate3");
   const fs::path f = write_three_records(dir);
-  ValidationReport v = validate_files({f.string()}, "");
+  ValidationReport v = validate_files({f.string()});
   std::set<std::string> ids;
   for (const auto& r : v.rows) ids.insert(r.id);
   CHECK(ids == std::set<std::string>{"belle-issue402-bloom560m-zero1-s512-g2", "mosaic-h100-bf16-mpt1b-s2048-g8-mbs14-ga1-amp_bf16-ac0"});
@@ -160,7 +160,7 @@ TEST_CASE("validate: a torchtitan log as the measurement (warmup excluded / medi
   const fs::path f = dir / "record.json";
   ptest::write_text(f, rec.dump(1));
 
-  ValidationReport v = validate_files({f.string()}, "");
+  ValidationReport v = validate_files({f.string()});
   INFO((v.skipped.empty() ? std::string() : v.skipped[0].reason));
   REQUIRE(v.skipped.empty());
   std::map<std::string, double> measured;
@@ -218,7 +218,7 @@ TEST_CASE("accuracy doc is up to date", "[validate][docs]") {
 TEST_CASE("the OOM-risk margin's error statistics match validate on the committed records", "[validate][margin]") {
   // planner/report/margin.hpp quotes the reserved-memory error of docs/accuracy.md; recompute it from the records
   // so the quoted numbers cannot drift from the data (rounded to 0.1 %).
-  ValidationReport v = validate_files({std::string(SHARDPLAN_TEST_DATA) + "/runs/published_dev.json"}, "");
+  ValidationReport v = validate_files({std::string(SHARDPLAN_TEST_DATA) + "/runs/published_dev.json"});
   bool found = false;
   for (const auto& s : v.summary()) {
     if (s.term != kReservedMemoryError.term) continue;

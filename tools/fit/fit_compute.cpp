@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
             k.attention_efficiency = attn;
             return k;
           };
-          ValidationReport v = validate_files(files, "", nullptr, &fn);
+          ValidationReport v = validate_files(files, nullptr, &fn);
           std::vector<double> e;
           for (const auto& r : v.rows)
             if (r.term == "tokens_per_s_per_gpu" && r.measured > 0 && r.predicted > 0) e.push_back(std::abs(std::log(r.predicted / r.measured)));
