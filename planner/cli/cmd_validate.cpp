@@ -1,6 +1,7 @@
 // `shardplan validate`: predicted vs measured for run records, per record, per source and per term.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 
@@ -27,9 +28,21 @@ std::string markdown(const ValidationReport& v, const std::vector<std::string>& 
   s += " --markdown docs/accuracy.md`); do not edit by hand. Uncalibrated: datasheet defaults only.\n";
   s += "Error = (predicted - measured) / measured. Memory is compared with the kind each record measured "
        "(allocated, active, reserved, or device = reserved + CUDA context + NCCL).\n\n";
-  s += "## Summary per term\n\n| term | records | median abs error | MAPE | worst |\n|---|--:|--:|--:|--:|\n";
-  for (const auto& t : v.summary())
-    s += fmt::format("| {} | {} | {:.1f} % | {:.1f} % | {:.1f} % |\n", t.term, t.n, 100 * t.median_abs, 100 * t.mape, 100 * t.worst_abs);
+  const auto table = [](const std::vector<ValidationReport::Summary>& sums) {
+    std::string t = "| term | records | median abs error | MAPE | worst |\n|---|--:|--:|--:|--:|\n";
+    for (const auto& x : sums)
+      t += fmt::format("| {} | {} | {:.1f} % | {:.1f} % | {:.1f} % |\n", x.term, x.n, 100 * x.median_abs, 100 * x.mape, 100 * x.worst_abs);
+    return t;
+  };
+  std::vector<const ValidationRow*> outside;
+  for (const auto& r : v.rows)
+    if (!r.out_of_scope.empty()) outside.push_back(&r);
+  s += "## Summary per term\n\n";
+  if (!outside.empty())
+    s += "Records the tool can express (rows a record marks out of scope, listed below with the reason, are left out "
+         "here and counted in the all-records table).\n\n";
+  s += table(v.summary());
+  if (!outside.empty()) s += "\n### All records, in scope or not\n\n" + table(v.summary_all());
   for (const auto& term : {"peak_reserved_bytes", "peak_active_bytes", "peak_allocated_bytes", "peak_device_bytes", "tokens_per_s_per_gpu"}) {
     auto by = v.summary_by_source(term);
     if (by.empty()) continue;
@@ -39,8 +52,12 @@ std::string markdown(const ValidationReport& v, const std::vector<std::string>& 
   }
   s += "\n## Per record\n\n| record | term | predicted | measured | error |\n|---|---|--:|--:|--:|\n";
   for (const auto& r : v.rows)
-    s += fmt::format("| {} | {} | {} | {} | {:+.1f} % |\n", r.id, r.term, fmt_value(r.term, r.predicted), fmt_value(r.term, r.measured),
-                     100 * r.rel_error());
+    s += fmt::format("| {}{} | {} | {} | {} | {:+.1f} % |\n", r.id, r.out_of_scope.empty() ? "" : " (out of scope)", r.term,
+                     fmt_value(r.term, r.predicted), fmt_value(r.term, r.measured), 100 * r.rel_error());
+  if (!outside.empty()) {
+    s += "\n## Out of scope\n\n| record | term | error | why the defaults do not model it |\n|---|---|--:|---|\n";
+    for (const auto* r : outside) s += fmt::format("| {} | {} | {:+.1f} % | {} |\n", r->id, r->term, 100 * r->rel_error(), r->out_of_scope);
+  }
   if (!v.skipped.empty()) {
     s += "\n## Not expressible yet\n\n| record | reason |\n|---|---|\n";
     for (const auto& k : v.skipped) s += fmt::format("| {} | {} |\n", k.id, k.reason);
@@ -74,11 +91,13 @@ Command add_validate_command(CLI::App& app) {
             if (!a->quiet) {
               text += fmt::format("{:<58} {:<22} {:>12} {:>12} {:>8}\n", "record", "term", "predicted", "measured", "error");
               for (const auto& r : v.rows)
-                text += fmt::format("{:<58} {:<22} {:>12} {:>12} {:>+7.1f}%\n", r.id.substr(0, 58), r.term, fmt_value(r.term, r.predicted),
-                                    fmt_value(r.term, r.measured), 100 * r.rel_error());
+                text += fmt::format("{:<58} {:<22} {:>12} {:>12} {:>+7.1f}%{}\n", r.id.substr(0, 58), r.term, fmt_value(r.term, r.predicted),
+                                    fmt_value(r.term, r.measured), 100 * r.rel_error(), r.out_of_scope.empty() ? "" : "  (out of scope)");
               for (const auto& k : v.skipped) text += fmt::format("skipped {}: {}\n", k.id, k.reason);
             }
-            text += "\nsummary:\n";
+            const auto all = v.summary_all();
+            const bool any_outside = std::any_of(v.rows.begin(), v.rows.end(), [](const ValidationRow& r) { return !r.out_of_scope.empty(); });
+            text += any_outside ? "\nsummary (records in scope):\n" : "\nsummary:\n";
             bool failed = false;
             Json terms = Json::array();
             for (const auto& t : v.summary()) {
@@ -88,14 +107,25 @@ Command add_validate_command(CLI::App& app) {
               if (a->max_median_error >= 0 && t.median_abs > a->max_median_error) failed = true;
               if (a->max_error >= 0 && t.worst_abs > a->max_error) failed = true;
             }
+            Json terms_all = Json::array();
+            if (any_outside) text += "summary (all records):\n";
+            for (const auto& t : all) {
+              if (any_outside)
+                text += fmt::format("  {:<22} n={:<4} median |err| {:>5.1f} %  MAPE {:>5.1f} %  worst {:>6.1f} %\n", t.term, t.n,
+                                    100 * t.median_abs, 100 * t.mape, 100 * t.worst_abs);
+              terms_all.push_back({{"term", t.term}, {"n", t.n}, {"median_abs_error", t.median_abs}, {"mape", t.mape}, {"worst_abs_error", t.worst_abs}});
+            }
             Json rows = Json::array();
-            for (const auto& r : v.rows)
-              rows.push_back({{"id", r.id}, {"source", r.source}, {"term", r.term}, {"predicted", r.predicted}, {"measured", r.measured},
-                              {"rel_error", r.rel_error()}});
+            for (const auto& r : v.rows) {
+              Json row = {{"id", r.id}, {"source", r.source}, {"term", r.term}, {"predicted", r.predicted}, {"measured", r.measured},
+                          {"rel_error", r.rel_error()}};
+              if (!r.out_of_scope.empty()) row["out_of_scope"] = r.out_of_scope;
+              rows.push_back(std::move(row));
+            }
             Json skipped = Json::array();
             for (const auto& k : v.skipped) skipped.push_back({{"id", k.id}, {"reason", k.reason}});
             std::string json = a->json.empty() ? "" :
-                Json{{"schema", "shardplan.validation/1"}, {"rows", rows}, {"summary", terms}, {"skipped", skipped}, {"failed", failed}}.dump(1) + "\n";
+                Json{{"schema", "shardplan.validation/1"}, {"rows", rows}, {"summary", terms}, {"summary_all", terms_all}, {"skipped", skipped}, {"failed", failed}}.dump(1) + "\n";
             std::string md = a->markdown.empty() ? "" : markdown(v, a->files);
             std::string html = a->html.empty() ? "" : html_validate_report(v);
             if (a->json != "-") std::cout << text;

@@ -71,16 +71,16 @@ TEST_CASE("ValidationReport::summary: median / MAPE / worst per term (hand-made 
   ValidationReport v;
   // step_s: errors +0.1, -0.2, +0.5, 0 -> |e| sorted 0, 0.1, 0.2, 0.5: even count, median = (0.1 + 0.2) / 2 = 0.15,
   // MAPE = 0.8 / 4 = 0.2, worst 0.5.
-  v.rows.push_back({"a", "s1", "step_s", 1.1, 1.0});
-  v.rows.push_back({"b", "s1", "step_s", 0.8, 1.0});
-  v.rows.push_back({"c", "s2", "step_s", 3.0, 2.0});
-  v.rows.push_back({"d", "s2", "step_s", 2.0, 2.0});
+  v.rows.push_back({"a", "s1", "step_s", 1.1, 1.0, ""});
+  v.rows.push_back({"b", "s1", "step_s", 0.8, 1.0, ""});
+  v.rows.push_back({"c", "s2", "step_s", 3.0, 2.0, ""});
+  v.rows.push_back({"d", "s2", "step_s", 2.0, 2.0, ""});
   // mfu: errors -0.3, +0.1, -0.2 -> sorted 0.1, 0.2, 0.3: odd count, median 0.2, MAPE 0.6 / 3 = 0.2, worst 0.3.
-  v.rows.push_back({"a", "s1", "mfu", 0.28, 0.4});
-  v.rows.push_back({"b", "s1", "mfu", 0.44, 0.4});
-  v.rows.push_back({"c", "s2", "mfu", 0.4, 0.5});
+  v.rows.push_back({"a", "s1", "mfu", 0.28, 0.4, ""});
+  v.rows.push_back({"b", "s1", "mfu", 0.44, 0.4, ""});
+  v.rows.push_back({"c", "s2", "mfu", 0.4, 0.5, ""});
   // peak_reserved_bytes: one row, error (90 - 100) / 100 = -0.1.
-  v.rows.push_back({"a", "s1", "peak_reserved_bytes", 90.0 * kGiB, 100.0 * kGiB});
+  v.rows.push_back({"a", "s1", "peak_reserved_bytes", 90.0 * kGiB, 100.0 * kGiB, ""});
   auto s = v.summary();
   // Terms in the fixed order peak_allocated, peak_active, peak_reserved, peak_device, step_s, tokens_per_s, mfu;
   // terms without rows are left out.
@@ -114,8 +114,22 @@ TEST_CASE("ValidationReport::summary: median / MAPE / worst per term (hand-made 
   CHECK(by[1].worst_abs == Approx(0.5));
 
   // rel_error with a zero measurement is defined as 0 (no division by zero).
-  ValidationRow z{"z", "", "step_s", 1.0, 0.0};
+  ValidationRow z{"z", "", "step_s", 1.0, 0.0, ""};
   CHECK(z.rel_error() == 0);
+
+  // An out-of-scope row (error +3.0) leaves the headline summary and the per-source table unchanged and enters
+  // only the all-records summary: step_s over {0, 0.1, 0.2, 0.5, 3.0} -> median 0.2, MAPE 3.8 / 5, worst 3.0.
+  v.rows.push_back({"e", "s3", "step_s", 4.0, 1.0, "unknown clocks"});
+  auto s2 = v.summary();
+  CHECK(s2[1].n == 4);
+  CHECK(s2[1].mape == Approx(0.2));
+  CHECK(v.summary_by_source("step_s").size() == 2);
+  auto all = v.summary_all();
+  REQUIRE(all.size() == 3);
+  CHECK(all[1].n == 5);
+  CHECK(all[1].median_abs == Approx(0.2));
+  CHECK(all[1].mape == Approx(3.8 / 5));
+  CHECK(all[1].worst_abs == Approx(3.0));
 }
 
 TEST_CASE("CLI: validate --max-error sets the exit status", "[validate][cli]") {

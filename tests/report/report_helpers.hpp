@@ -91,12 +91,12 @@ inline ValidationReport sample_validation() {
     const double g = i % 4 == 0 ? 1.25 : f;        // a few outliers
     const std::string id = "run-" + std::to_string(i);
     const double mem = (4.0 + 7.5 * i) * static_cast<double>(kGiB);
-    v.rows.push_back({id, src[i % 2], "peak_reserved_bytes", mem * f, mem});
+    v.rows.push_back({id, src[i % 2], "peak_reserved_bytes", mem * f, mem, ""});
     const double step = 0.4 * (1 + i);
-    v.rows.push_back({id, src[i % 2], "step_s", step * g, step});
+    v.rows.push_back({id, src[i % 2], "step_s", step * g, step, ""});
     const double tps = 300.0 * (1 + i * i);
-    v.rows.push_back({id, src[i % 2], "tokens_per_s_per_gpu", tps / g, tps});
-    v.rows.push_back({id, src[i % 2], "mfu", 0.42 / g, 0.42 - 0.01 * i});
+    v.rows.push_back({id, src[i % 2], "tokens_per_s_per_gpu", tps / g, tps, ""});
+    v.rows.push_back({id, src[i % 2], "mfu", 0.42 / g, 0.42 - 0.01 * i, ""});
   }
   v.skipped.push_back({"fp8-run", "fp8 compute not modelled"});
   return v;
