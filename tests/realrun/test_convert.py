@@ -19,7 +19,7 @@ SHARED = os.environ.get("SHARDPLAN_PUBLISHED_RUNS",
 COMMITTED = os.path.join(ROOT, "tests", "data", "runs", "published_dev.json")
 REQUIRED = ("schema", "id", "model", "cluster", "gpus", "plan", "measured")
 PLAN_KEYS = {"runtime", "zero", "shard_group", "tp", "seq", "mbs", "grad_accum", "ac", "wrap", "prefetch",
-             "reshard_after_forward", "precision", "reduce_dtype", "offload", "compile"}
+             "reshard_after_forward", "precision", "reduce_dtype", "offload", "compile", "hold_logits"}
 MEASURED_KEYS = {"peak_allocated_bytes", "peak_active_bytes", "peak_reserved_bytes", "peak_device_bytes",
                  "step_s", "tokens_per_s_per_gpu", "mfu"}
 
@@ -53,6 +53,21 @@ class ConvertTest(unittest.TestCase):
             self.assertEqual(outs[0], outs[1])
             with open(COMMITTED, "rb") as f:
                 self.assertEqual(outs[0], f.read(), "tests/data/runs/published_dev.json is stale: rerun the converter")
+
+    def test_out_of_scope_and_hold_logits(self):
+        by_id = {r["id"]: r for r in self.doc["records"]}
+        scoped = {i for i, r in by_id.items() if "out_of_scope" in r}
+        # Exactly the records whose hardware or attention the defaults cannot express, each with a reason.
+        self.assertTrue(scoped)
+        for i in scoped:
+            self.assertTrue(any(k in i for k in ("mi300x", "b200", "cai-lightning", "bloom-prequel")), i)
+            self.assertEqual(set(by_id[i]["out_of_scope"]), {"throughput"})
+            self.assertGreater(len(by_id[i]["out_of_scope"]["throughput"]), 20)
+        self.assertIn("torchao-e2e-mi300x-llama3-8b-g8-none_bfloat16", scoped)
+        self.assertNotIn("torchao-e2e-h100-llama3-8b-g8-none_bfloat16", scoped)
+        # torchtitan of March 2024 kept `pred` alive through backward; the 2025 runs do not.
+        self.assertTrue(by_id["torchtitan-pr165-fsdp2-full-bs8-eager-2"]["plan"]["hold_logits"])
+        self.assertNotIn("hold_logits", by_id["torchao-e2e-h100-llama3-8b-g8-none_bfloat16"]["plan"])
 
     def test_every_record_complete(self):
         self.assertEqual(self.doc["schema"], "shardplan.runs/1")
