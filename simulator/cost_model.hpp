@@ -20,6 +20,12 @@ struct ComputeConstants {
   double kernel_launch_s = 5e-6;      ///< CPU cost per kernel launch
   double unit_hook_cpu_s = 60e-6;     ///< CPU cost of one FSDP unit's pre/post hooks
   double collective_launch_s = 15e-6; ///< CPU cost of issuing one collective
+  /// Caching-allocator fragmentation of the default stream's pool: reserved = rounded peak x (1 + f). Eager
+  /// autograd frees many differently sized temporaries between long-lived saved tensors and lazily created
+  /// gradients, leaving split blocks that later, larger requests cannot use; torch.compile plans fewer, reused
+  /// buffers. Fitted by tools/fit/fit_memory.cpp over every measured peak_reserved row (docs/model.md).
+  double fragmentation_eager = 0.23;     // 4 eager rows (torchtitan PR 165), leave-one-out median |error| 1.2 %
+  double fragmentation_compiled = 0.06;  // 7 compiled rows (torchtitan PR 165, torchao), leave-one-out 6.8 %
 };
 
 /// Per-architecture defaults (docs/model.md).

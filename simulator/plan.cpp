@@ -142,7 +142,8 @@ Json plan_to_json(const Plan& p) {
           {"offload", to_string(p.offload)},
           {"async_tp", p.async_tp},
           {"fused_optimizer", p.fused_optimizer},
-          {"compile", p.compile}};
+          {"compile", p.compile},
+          {"hold_logits", p.hold_logits}};
 }
 
 template <class T>
@@ -180,6 +181,7 @@ Plan plan_from_json(JsonObj o) {
   p.async_tp = o.boolean("async_tp", false);
   p.fused_optimizer = o.boolean("fused_optimizer", true);
   p.compile = o.boolean("compile", false);
+  p.hold_logits = o.boolean("hold_logits", false);
   o.finish();
   return p;
 }

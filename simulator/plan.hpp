@@ -48,6 +48,9 @@ struct Plan {
   bool async_tp = false;   ///< TP collectives overlapped with GEMMs
   bool fused_optimizer = true;
   bool compile = false;    ///< torch.compile: elementwise ops fused (less HBM traffic)
+  /// The training loop keeps the model output (fp32 logits) referenced through backward and the optimizer step,
+  /// until the next forward replaces it (torchtitan before mid-2024 had no `del pred`; mechanics §2.3).
+  bool hold_logits = false;
 
   // Derived by resolve_plan:
   int dp = 1;              ///< data-parallel ranks = gpus / tp

@@ -390,9 +390,17 @@ void Simulator::lower(const Plan& p) {
                           static_cast<double>(model_->spec().vocab) / p.tp;
         prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(2 * TV * bc / 2)});
         prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(4 * TV)});
-        prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(4 * TV)});
-        prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(2 * TV * bc / 2)});
-        prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(4 * TV)});
+        if (p.hold_logits) {
+          // The loop's `pred = model(...)` drops the previous micro-step's fp32 logits only now; this one's stays
+          // referenced through backward (the step starts with one held: Simulator::run's initial state).
+          prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(2 * TV * bc / 2)});
+          prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(4 * TV)});
+          prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(4 * TV)});
+        } else {
+          prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(4 * TV)});
+          prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(2 * TV * bc / 2)});
+          prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(4 * TV)});
+        }
       }
       fwd_task[static_cast<std::size_t>(u)] = id;
       if (fsdp1 && gather) ag_issue_order.push_back(id);
@@ -607,8 +615,15 @@ void Simulator::summarise(const Plan& p) {
     r.peak_phase = t.unit >= 0 ? fmt_phase(kTypes[static_cast<int>(t.type)], t, units_[static_cast<std::size_t>(t.unit)].name)
                                : std::string(kTypes[static_cast<int>(t.type)]);
   }
+  // Reserved: each stream's pool keeps its own peak (blocks are not shared across streams); the default stream's
+  // pool also holds fragments of split blocks (ComputeConstants::fragmentation_*).
   Bytes reserved = 0;
-  for (Bytes b : tl_.pool_peak_bytes) reserved += b;
+  const auto& kc = costs_->constants();
+  const double frag = p.compile ? kc.fragmentation_compiled : kc.fragmentation_eager;
+  for (std::size_t i = 0; i < tl_.pool_peak_bytes.size(); ++i) {
+    const Bytes b = tl_.pool_peak_bytes[i];
+    reserved += i == kPoolDefault ? allocator_round(static_cast<Bytes>(static_cast<double>(b) * (1.0 + frag))) : b;
+  }
   r.peak_reserved_bytes = std::max(reserved, r.peak_bytes);
   // Runtime overhead outside PyTorch's counters (mechanics §6): CUDA context, NCCL buffers per communicator.
   r.overhead.cuda_context_bytes = 512 * kMiB;
@@ -689,6 +704,9 @@ const Result& Simulator::run(const Plan& p, bool detail) {
   if (p.zero == 0 || (ds && p.zero >= 2)) initial[static_cast<int>(MemCategory::kGrads)] = ps[1];
   if (ds && p.zero == 3) initial[static_cast<int>(MemCategory::kCommBuffers)] =
       static_cast<Bytes>(std::min(5e8, static_cast<double>(model_->parameters()) / p.tp)) * 2;  // IPG bucket at init
+  if (p.hold_logits)  // the previous micro-step's fp32 logits, still referenced by the training loop
+    initial[static_cast<int>(MemCategory::kActivations)] = static_cast<Bytes>(std::llround(
+        4.0 * static_cast<double>(p.mbs) * static_cast<double>(p.seq) * static_cast<double>(model_->spec().vocab) / p.tp));
   tl_.clear();
   tl_.record_samples = detail;
   run_engine(prog_, n_lanes_, kPools, initial, tl_);

@@ -33,6 +33,8 @@ void add_plan_options(CLI::App* app, PlanFlags& f) {
   app->add_flag("--async-tp", f.async_tp, "overlap TP collectives with GEMMs");
   app->add_flag("--foreach-optimizer", f.foreach_optimizer, "unfused (foreach) AdamW instead of fused");
   app->add_flag("--compile", f.compile, "torch.compile: elementwise ops fused");
+  app->add_flag("--hold-logits", f.hold_logits,
+                "the training loop keeps the fp32 logits alive through backward (no `del pred`, torchtitan < mid-2024)");
 }
 
 template <class T>
@@ -70,6 +72,7 @@ Plan plan_from_flags(const PlanFlags& f) {
   p.async_tp = f.async_tp;
   p.fused_optimizer = !f.foreach_optimizer;
   p.compile = f.compile;
+  p.hold_logits = f.hold_logits;
   return p;
 }
 

@@ -17,7 +17,7 @@ struct PlanFlags {
   int zero = 3, shard_group = 0, tp = 1, mbs = 1, grad_accum = 0, wrap = 1, prefetch = 1;
   std::int64_t seq = 0, global_batch = 0;
   std::string reshard_after_forward;  // "", "true", "false"
-  bool async_tp = false, foreach_optimizer = false, compile = false;
+  bool async_tp = false, foreach_optimizer = false, compile = false, hold_logits = false;
 };
 
 struct Inputs {
