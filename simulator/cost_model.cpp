@@ -4,15 +4,16 @@
 namespace shardplan {
 
 ComputeConstants default_compute_constants(GpuArch arch) {
-  // GEMM and flash-attention efficiencies are fitted per architecture by tools/fit/fit_compute.cpp over all 126
-  // throughput rows of the development set (capped mean |log error|); docs/model.md gives the fit and its error.
+  // GEMM and flash-attention efficiencies are fitted per architecture by tools/fit/fit_compute.cpp over the 120
+  // in-scope throughput rows of the development set (capped mean |log error|); docs/model.md gives the fit and
+  // its error.
   ComputeConstants k;
   switch (arch) {
-    case GpuArch::kAmpere:  // 69 A100 rows
+    case GpuArch::kAmpere:  // A100 rows (MosaicML 40 GB and 80 GB)
       k.gemm_efficiency_max = 0.90;
       k.attention_efficiency = 0.35;
       break;
-    case GpuArch::kHopper:  // 51 H100 rows (flash-attention 2 reaches a smaller share of Hopper's peak)
+    case GpuArch::kHopper:  // H100 rows (flash-attention 2 reaches a smaller share of Hopper's peak)
       k.gemm_efficiency_max = 0.675;
       k.attention_efficiency = 0.20;
       break;
