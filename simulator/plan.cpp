@@ -143,7 +143,8 @@ Json plan_to_json(const Plan& p) {
           {"async_tp", p.async_tp},
           {"fused_optimizer", p.fused_optimizer},
           {"compile", p.compile},
-          {"hold_logits", p.hold_logits}};
+          {"hold_logits", p.hold_logits},
+          {"loss_dtype", to_string(p.loss_dtype)}};
 }
 
 template <class T>
@@ -182,6 +183,7 @@ Plan plan_from_json(JsonObj o) {
   p.fused_optimizer = o.boolean("fused_optimizer", true);
   p.compile = o.boolean("compile", false);
   p.hold_logits = o.boolean("hold_logits", false);
+  p.loss_dtype = enum_field(o, "loss_dtype", parse_dtype, Dtype::kFp32, "fp32, bf16");
   o.finish();
   return p;
 }

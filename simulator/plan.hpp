@@ -51,6 +51,10 @@ struct Plan {
   /// The training loop keeps the model output (fp32 logits) referenced through backward and the optimizer step,
   /// until the next forward replaces it (torchtitan before mid-2024 had no `del pred`; mechanics §2.3).
   bool hold_logits = false;
+  /// Dtype the loss (log-softmax, its gradients) runs in: fp32 when the logits are upcast (torchtitan, HF Llama,
+  /// autocast's log_softmax), bf16 (= the 16-bit compute dtype, fp16 included) when a model without autocast
+  /// computes cross-entropy on its half-precision logits (DeepSpeed/Megatron fp16 or bf16, 2022 HF GPT-2).
+  Dtype loss_dtype = Dtype::kFp32;
 
   // Derived by resolve_plan:
   int dp = 1;              ///< data-parallel ranks = gpus / tp

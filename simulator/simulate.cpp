@@ -235,8 +235,8 @@ void Simulator::lower(const Plan& p) {
   const GroupView dp_g = cluster_->group(p.dp, p.tp);
   const auto& K = costs_->constants();
   const bool mixed_cast = p.precision == Precision::kBf16Mixed || p.precision == Precision::kFp32;
-  // Gradients live across micro-batches in persistent buffers (DDP bucket views, DeepSpeed partitions) or are
-  // created by the first backward and dropped by zero_grad(set_to_none=True) after the step.
+  // Gradients live across micro-batches in persistent buffers (DDP: .grad beside the Reducer's buckets; DeepSpeed
+  // partitions) or are created by the first backward and dropped by zero_grad(set_to_none=True) after the step.
   const bool grads_persistent = p.zero == 0 || (ds && p.zero >= 2);
 
   if (prog_.labels.empty()) prog_.labels.push_back("task");
@@ -385,21 +385,24 @@ void Simulator::lower(const Plan& p) {
       }
       prog_.add_effect({MemCategory::kActivations, kPoolDefault, un.act_bytes});
       if (un.has_loss) {
-        // Logits in bf16, fp32 copy, log-softmax output (saved); the first two die after the loss (§2.3).
+        // Logits in the compute dtype; with an fp32 loss an fp32 copy and the fp32 log-softmax output (saved), with a
+        // 16-bit loss the log-softmax output only; the logits (and the copy) die after the loss (§2.3).
         const double TV = static_cast<double>(p.mbs) * static_cast<double>(p.seq) *
                           static_cast<double>(model_->spec().vocab) / p.tp;
-        prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(2 * TV * bc / 2)});
-        prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(4 * TV)});
+        const bool f32_loss = p.loss_dtype == Dtype::kFp32;
+        const double lb = f32_loss ? 4.0 : bc;  // bytes per element of the loss input and its log-softmax
+        if (f32_loss) prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(2 * TV * bc / 2)});
+        prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(lb * TV)});
         if (p.hold_logits) {
-          // The loop's `pred = model(...)` drops the previous micro-step's fp32 logits only now; this one's stays
+          // The loop's `pred = model(...)` drops the previous micro-step's logits only now; this one's stays
           // referenced through backward (the step starts with one held: Simulator::run's initial state).
-          prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(2 * TV * bc / 2)});
-          prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(4 * TV)});
-          prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(4 * TV)});
+          if (f32_loss) prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(2 * TV * bc / 2)});
+          prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(lb * TV)});
+          prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(lb * TV)});
         } else {
-          prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(4 * TV)});
-          prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(2 * TV * bc / 2)});
-          prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(4 * TV)});
+          prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(lb * TV)});
+          if (f32_loss) prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(2 * TV * bc / 2)});
+          prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(lb * TV)});
         }
       }
       fwd_task[static_cast<std::size_t>(u)] = id;
@@ -452,16 +455,18 @@ void Simulator::lower(const Plan& p) {
       if (un.has_loss) {
         const double TV = static_cast<double>(p.mbs) * static_cast<double>(p.seq) *
                           static_cast<double>(model_->spec().vocab) / p.tp;
-        // Eager cross-entropy backward: nll_loss backward writes an fp32 gradient of the log-softmax output,
-        // log_softmax backward writes the fp32 gradient of the logits while both and the saved output are alive,
-        // then the gradient is cast to bf16 for the head's backward.
-        prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(4 * TV)});           // grad of log-softmax out
-        prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(4 * TV)});           // fp32 grad of logits
-        prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(4 * TV)});          // grad of log-softmax out
-        prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(4 * TV)});          // saved log-softmax out
-        prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(2 * TV * bc / 2)});  // cast to bf16
-        prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(4 * TV)});
-        prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(2 * TV * bc / 2)});
+        // Eager cross-entropy backward: nll_loss backward writes a gradient of the log-softmax output, log_softmax
+        // backward writes the gradient of the logits while both and the saved output are alive; with an fp32 loss
+        // the gradient is then cast to the compute dtype for the head's backward.
+        const bool f32_loss = p.loss_dtype == Dtype::kFp32;
+        const double lb = f32_loss ? 4.0 : bc;
+        prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(lb * TV)});   // grad of log-softmax out
+        prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(lb * TV)});   // grad of the loss input
+        prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(lb * TV)});  // grad of log-softmax out
+        prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(lb * TV)});  // saved log-softmax out
+        if (f32_loss) prog_.add_effect({MemCategory::kActivations, kPoolDefault, B(2 * TV * bc / 2)});  // cast
+        prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(lb * TV)});
+        if (f32_loss) prog_.add_effect({MemCategory::kActivations, kPoolDefault, -B(2 * TV * bc / 2)});
       }
       if (!grads_persistent) {
         if (p.zero >= 2 || !ds) prog_.add_effect({MemCategory::kGrads, kPoolDefault, ugrad});
@@ -704,9 +709,13 @@ const Result& Simulator::run(const Plan& p, bool detail) {
   if (p.zero == 0 || (ds && p.zero >= 2)) initial[static_cast<int>(MemCategory::kGrads)] = ps[1];
   if (ds && p.zero == 3) initial[static_cast<int>(MemCategory::kCommBuffers)] =
       static_cast<Bytes>(std::min(5e8, static_cast<double>(model_->parameters()) / p.tp)) * 2;  // IPG bucket at init
-  if (p.hold_logits)  // the previous micro-step's fp32 logits, still referenced by the training loop
+  // Plain data parallel (ZeRO-0 on the fsdp2 runtime = DDP / composable replicate): the Reducer's flat bucket
+  // buffers hold a second copy of every gradient for the life of the model (gradient_as_bucket_view=False, the
+  // default; the DDP docs: the view "saves memory equal to the total gradients size").
+  if (p.runtime == Runtime::kFsdp2 && p.zero == 0) initial[static_cast<int>(MemCategory::kCommBuffers)] = ps[1];
+  if (p.hold_logits)  // the previous micro-step's logits (the loss input), still referenced by the training loop
     initial[static_cast<int>(MemCategory::kActivations)] = static_cast<Bytes>(std::llround(
-        4.0 * static_cast<double>(p.mbs) * static_cast<double>(p.seq) * static_cast<double>(model_->spec().vocab) / p.tp));
+        (p.loss_dtype == Dtype::kFp32 ? 4.0 : (p.precision == Precision::kFp32 ? 4.0 : 2.0)) * static_cast<double>(p.mbs) * static_cast<double>(p.seq) * static_cast<double>(model_->spec().vocab) / p.tp));
   tl_.clear();
   tl_.record_samples = detail;
   run_engine(prog_, n_lanes_, kPools, initial, tl_);
@@ -732,8 +741,8 @@ Bytes Simulator::activation_bytes(const ModelGraph& model, const Plan& p) {
     const double rep = sel ? l->act_selective_replicated_bytes_per_token : l->act_replicated_bytes_per_token;
     total += T * (split / t + rep / rep_div) * bc / 2;
   }
-  // The saved log-softmax output of the loss (fp32, vocab-parallel under TP).
-  total += T * 4.0 * static_cast<double>(model.spec().vocab) / t;
+  // The saved log-softmax output of the loss (in the loss dtype, vocab-parallel under TP).
+  total += T * (p.loss_dtype == Dtype::kFp32 ? 4.0 : bc) * static_cast<double>(model.spec().vocab) / t;
   return static_cast<Bytes>(total);
 }
 

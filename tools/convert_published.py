@@ -189,6 +189,12 @@ def scope_of(rec, cluster):
     elif src == "bigscience-workshop/bigscience":
         why = ("2022 Megatron-DeepSpeed attention (fused masked softmax over materialised scores, no flash "
                "attention); the tool models flash attention only")
+    if src == "LianjiaTech/BELLE":
+        return {"out_of_scope": {"memory": (
+            "configuration not pinned down: precision, optimizer, activation checkpointing, DeepSpeed config, packed "
+            "length and the memory tool are not stated (user report); the published memory hardly changes with the "
+            "ZeRO stage (12.0-12.9 GB for stages 1-3 over 2 ranks) or the sequence length, and grows ~16-18 bytes per "
+            "added parameter, which no ZeRO-1/2/3 accounting over 2 ranks produces")}}
     return {"out_of_scope": {"throughput": why}} if why else {}
 
 
@@ -548,6 +554,12 @@ def convert(rec):
                          "buckets add 4 bytes/param unless gradient_as_bucket_view")
         notes.append("4x A100 40GB, form factor not stated: dgx-a100-40g preset (SXM, NVLink) assumed, 4 of 8 "
                      "GPUs; HF GPT2LMHeadModel with gradient_checkpointing")
+        if runtime == "deepspeed":
+            # DeepSpeed fp16 (Lightning precision=16 with the DeepSpeed strategy) halves the model, no autocast; the
+            # 2022 GPT2LMHeadModel computes CrossEntropyLoss on its fp16 logits (no .float()).
+            plan["loss_dtype"] = "bf16"
+            notes.append("loss_dtype bf16: DeepSpeed fp16 without autocast, HF GPT-2 (2022) cross-entropy on fp16 "
+                         "logits; 'bf16' stands for the 16-bit compute dtype")
     if src == "LianjiaTech/BELLE":
         notes.append("LOW QUALITY user report: precision, optimizer, AC and real (packed) sequence length not "
                      "stated; seq = max_len cap; throughput in batch/s not converted")

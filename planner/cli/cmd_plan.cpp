@@ -143,12 +143,13 @@ Command add_plan_command(CLI::App& app) {
                 const Plan& p = o.plans[0].plan;
                 s += "\nrecommended: shardplan simulate --model " + a->in.model + " --cluster " + a->in.cluster +
                      fmt::format(" --gpus {} --runtime {} --zero {} --shard-group {} --tp {} --seq {} --mbs {} --grad-accum {} --ac {} "
-                                 "--wrap {} --prefetch {} --reshard-after-forward {} --precision {} --reduce-dtype {} --offload {}{}{}{}{}\n",
+                                 "--wrap {} --prefetch {} --reshard-after-forward {} --precision {} --reduce-dtype {} --offload {}{}{}{}{}{}\n",
                                  l.cluster->gpus(), to_string(p.runtime), p.zero, p.shard_group, p.tp, p.seq, p.mbs, p.grad_accum,
                                  to_string(p.ac), p.wrap, p.prefetch, p.reshard() ? "true" : "false", to_string(p.precision),
                                  to_string(p.reduce()), to_string(p.offload), p.async_tp ? " --async-tp" : "",
                                  p.fused_optimizer ? "" : " --foreach-optimizer", p.compile ? " --compile" : "",
-                                 p.hold_logits ? " --hold-logits" : "");
+                                 p.hold_logits ? " --hold-logits" : "",
+                                 p.loss_dtype == Dtype::kFp32 ? "" : " --loss-dtype bf16");
                 s += o.explanation + "\n";
                 s += margin_statement(o.plans[0]) + "\n";
               } else {

@@ -35,6 +35,9 @@ void add_plan_options(CLI::App* app, PlanFlags& f) {
   app->add_flag("--compile", f.compile, "torch.compile: elementwise ops fused");
   app->add_flag("--hold-logits", f.hold_logits,
                 "the training loop keeps the fp32 logits alive through backward (no `del pred`, torchtitan < mid-2024)");
+  app->add_option("--loss-dtype", f.loss_dtype,
+                  "fp32 | bf16: dtype of the cross-entropy (bf16 = the 16-bit compute dtype, no upcast of the logits)")
+      ->capture_default_str();
 }
 
 template <class T>
@@ -73,6 +76,7 @@ Plan plan_from_flags(const PlanFlags& f) {
   p.fused_optimizer = !f.foreach_optimizer;
   p.compile = f.compile;
   p.hold_logits = f.hold_logits;
+  p.loss_dtype = enum_flag(f.loss_dtype, parse_dtype, "--loss-dtype", "fp32, bf16");
   return p;
 }
 

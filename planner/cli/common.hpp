@@ -18,6 +18,7 @@ struct PlanFlags {
   std::int64_t seq = 0, global_batch = 0;
   std::string reshard_after_forward;  // "", "true", "false"
   bool async_tp = false, foreach_optimizer = false, compile = false, hold_logits = false;
+  std::string loss_dtype = "fp32";
 };
 
 struct Inputs {

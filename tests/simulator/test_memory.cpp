@@ -293,3 +293,41 @@ TEST_CASE("allocator fragmentation: eager reserves more than compiled for the sa
   CHECK(static_cast<double>(eager.peak_reserved_bytes) <=
         static_cast<double>(compiled.peak_reserved_bytes) * (1 + k.fragmentation_eager) / (1 + k.fragmentation_compiled) + 4 * kMiB);
 }
+
+TEST_CASE("loss_dtype bf16: a 16-bit cross-entropy halves the loss tensors (backward head: 6 T V instead of 12 T V)",
+          "[simulator][memory][logits]") {
+  // GPT-2 XL, DeepSpeed ZeRO-3 on 4 GPUs, 40 x 1024 tokens, vocab 50,257: the peak is the cross-entropy backward.
+  // fp32 loss: saved log-softmax, its gradient and the logits' gradient, 4 bytes each (12 T V); a 16-bit loss:
+  // 2 bytes each (6 T V). Everything else at that moment is the same.
+  Setup s("gpt2-xl", "dgx-a100-40g", 4);
+  Plan plan;
+  plan.runtime = Runtime::kDeepSpeed;
+  plan.precision = Precision::kBf16;
+  plan.ac = AcMode::kFull;
+  plan.mbs = 40;
+  plan.seq = 1024;
+  const Result f32 = s.run(plan);
+  plan.loss_dtype = Dtype::kBf16;
+  const Result b16 = s.run(plan);
+  const Bytes tv = 40LL * 1024 * 50257;
+  REQUIRE(f32.peak_phase == b16.peak_phase);
+  CHECK(f32.peak_phase.rfind("backward", 0) == 0);
+  CHECK(f32.peak_bytes - b16.peak_bytes == 6 * tv);
+}
+
+TEST_CASE("plain data parallel on the fsdp2 runtime (DDP / replicate) keeps the Reducer's buckets: a second copy of "
+          "the gradients",
+          "[simulator][memory][ddp]") {
+  Setup s("llama3-8b", "dgx-h100", 8);
+  Plan plan;
+  plan.zero = 0;
+  plan.seq = 2048;
+  plan.ac = AcMode::kFull;
+  const Result ddp = s.run(plan);
+  plan.runtime = Runtime::kFsdp1;  // FSDP1 NO_SHARD: flat-parameter gradients, no DDP buckets
+  const Result noshard = s.run(plan);
+  // bf16-mixed: fp32 gradients, 4 bytes per parameter, unsharded under ZeRO-0.
+  CHECK(ddp.persistent_split[1] == 4 * s.model.parameters());
+  CHECK(ddp.breakdown[static_cast<int>(MemCategory::kCommBuffers)] >= ddp.persistent_split[1]);
+  CHECK(noshard.breakdown[static_cast<int>(MemCategory::kCommBuffers)] < ddp.persistent_split[1]);
+}
