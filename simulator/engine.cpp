@@ -42,12 +42,21 @@ void run_engine(const Program& prog, int n_lanes, int n_pools, const std::array<
   std::vector<Bytes> pool_cur(static_cast<std::size_t>(n_pools), 0);
   pool_cur[0] = allocator_round(total);
   out.pool_peak_bytes[0] = pool_cur[0];
+  out.peak_before_optimizer_bytes = total;
+  out.peak_from_optimizer_bytes = 0;
+  bool optimizer_seen = false;
   for (std::int32_t i = 0; i < n; ++i) {
     const Task& t = prog.tasks[static_cast<std::size_t>(i)];
+    if (t.type == TaskType::kOptimizer && !optimizer_seen) {
+      optimizer_seen = true;
+      out.peak_from_optimizer_bytes = total;
+    }
     for (std::uint32_t e = t.first_effect; e < t.first_effect + t.n_effects; ++e) {
       const MemEffect& fx = prog.effects[e];
       cur[static_cast<int>(fx.category)] += fx.delta_bytes;
       total += fx.delta_bytes;
+      auto& phase_peak = optimizer_seen ? out.peak_from_optimizer_bytes : out.peak_before_optimizer_bytes;
+      phase_peak = std::max(phase_peak, total);
       auto& pc = pool_cur[fx.pool];
       pc += allocator_round(fx.delta_bytes);
       out.pool_peak_bytes[fx.pool] = std::max(out.pool_peak_bytes[fx.pool], pc);

@@ -87,6 +87,9 @@ struct Timeline {
   std::array<Bytes, kMemCategories> at_peak{};  ///< per category at the peak
   std::array<Bytes, kMemCategories> current{};  ///< per category at the end
   std::vector<Bytes> pool_peak_bytes;           ///< per pool, peak of allocator-rounded bytes
+  /// Peaks of allocated bytes before the first optimizer task and from it on (the first optimizer step of a
+  /// run creates its state there; before it the state does not exist yet).
+  Bytes peak_before_optimizer_bytes = 0, peak_from_optimizer_bytes = 0;
   bool record_samples = false;
   std::vector<MemSample> samples;
   void clear() {
@@ -100,6 +103,7 @@ struct Timeline {
     completed = 0;
     peak_bytes = 0;
     peak_task = -1;
+    peak_before_optimizer_bytes = peak_from_optimizer_bytes = 0;
   }
 };
 

@@ -610,6 +610,8 @@ void Simulator::summarise(const Plan& p) {
   const auto& gpu = cluster_->spec().gpu;
   r.plan = p;
   r.peak_bytes = tl_.peak_bytes;
+  r.first_step_peak_bytes =
+      std::max(tl_.peak_before_optimizer_bytes - persistent_optimizer_bytes_, tl_.peak_from_optimizer_bytes);
   r.breakdown = tl_.at_peak;
   r.peak_time_s = tl_.peak_time_s;
   if (tl_.peak_task < 0) {
@@ -705,6 +707,7 @@ const Result& Simulator::run(const Plan& p, bool detail) {
   std::array<Bytes, kMemCategories> initial{};
   initial[static_cast<int>(MemCategory::kParams)] = ps[0];
   initial[static_cast<int>(MemCategory::kOptimizer)] = ps[2];
+  persistent_optimizer_bytes_ = ps[2];
   const bool ds = p.runtime == Runtime::kDeepSpeed;
   if (p.zero == 0 || (ds && p.zero >= 2)) initial[static_cast<int>(MemCategory::kGrads)] = ps[1];
   if (ds && p.zero == 3) initial[static_cast<int>(MemCategory::kCommBuffers)] =

@@ -40,6 +40,9 @@ struct Result {
   std::array<Bytes, 3> persistent_split{};  ///< params, grads, optimizer
   Bytes peak_bytes = 0;                     ///< predicted max_memory_allocated
   Bytes peak_reserved_bytes = 0;            ///< predicted max_memory_reserved
+  /// Peak allocated in the run's first step, where the optimizer state is created by the first optimizer step:
+  /// before it the state does not exist, from it on it does. Never above `peak_bytes` (the steady state).
+  Bytes first_step_peak_bytes = 0;
   RuntimeOverhead overhead;
   Bytes capacity_bytes = 0;
   bool fits = false;
@@ -97,6 +100,7 @@ class Simulator {
   Program prog_;
   Timeline tl_;
   Result res_;
+  Bytes persistent_optimizer_bytes_ = 0;  ///< optimizer state present before the step (steady state)
   std::vector<Unit> units_;
   int n_lanes_ = 0;
   bool detail_ = false;  ///< build task labels (traces, reports); skipped in the planner's hot loop

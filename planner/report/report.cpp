@@ -43,6 +43,7 @@ Json report_json(const Result& r, const ReportInputs& in) {
             {"persistent", {{"params", r.persistent_split[0]}, {"grads", r.persistent_split[1]}, {"optimizer", r.persistent_split[2]}}},
             {"peak_bytes", r.peak_bytes},
             {"peak_reserved_bytes", r.peak_reserved_bytes},
+            {"first_step_peak_bytes", r.first_step_peak_bytes},
             {"runtime_overhead_bytes", r.overhead.total()},
             {"runtime_overhead", {{"cuda_context", r.overhead.cuda_context_bytes}, {"nccl", r.overhead.nccl_bytes}}},
             {"capacity_bytes", r.capacity_bytes},
@@ -77,6 +78,8 @@ std::string report_text(const Result& r, const ReportInputs& in, bool with_time)
     s += fmt::format("  {:<18} {:>12}\n", to_string(static_cast<MemCategory>(c)), format_bytes(static_cast<double>(r.breakdown[static_cast<std::size_t>(c)])));
   s += fmt::format("  {:<18} {:>12}   (max_memory_allocated)\n", "peak allocated", format_bytes(static_cast<double>(r.peak_bytes)));
   s += fmt::format("  {:<18} {:>12}   (max_memory_reserved)\n", "peak reserved", format_bytes(static_cast<double>(r.peak_reserved_bytes)));
+  s += fmt::format("  {:<18} {:>12}   (allocated in the first step: optimizer state created at its step)\n", "first step",
+                   format_bytes(static_cast<double>(r.first_step_peak_bytes)));
   s += fmt::format("  {:<18} {:>12}   (CUDA context + NCCL)\n", "runtime overhead", format_bytes(static_cast<double>(r.overhead.total())));
   s += fmt::format("  {:<18} {:>12}   of {} -> {}\n", "total", format_bytes(static_cast<double>(r.peak_reserved_bytes + r.overhead.total())),
                    format_bytes(static_cast<double>(r.capacity_bytes)), r.fits ? "fits" : "DOES NOT FIT");

@@ -331,3 +331,25 @@ TEST_CASE("plain data parallel on the fsdp2 runtime (DDP / replicate) keeps the 
   CHECK(ddp.breakdown[static_cast<int>(MemCategory::kCommBuffers)] >= ddp.persistent_split[1]);
   CHECK(noshard.breakdown[static_cast<int>(MemCategory::kCommBuffers)] < ddp.persistent_split[1]);
 }
+
+TEST_CASE("first step: the optimizer state is created by the first optimizer step, so an activation-bound peak is "
+          "lower by exactly the state",
+          "[simulator][memory][first-step]") {
+  Setup s("llama3-8b", "dgx-h100", 8);
+  Plan plan;
+  plan.seq = 8192;
+  plan.mbs = 1;
+  plan.ac = AcMode::kSelective;
+  const Result r = s.run(plan);
+  const Bytes opt = r.persistent_split[2];
+  REQUIRE(opt > 0);
+  // Steady-state peak in forward/backward, far above what is live at the optimizer step (params + grads + state).
+  REQUIRE(r.peak_phase.find("optimizer") == std::string::npos);
+  REQUIRE(r.peak_bytes - opt > r.persistent_bytes + 2 * kGiB);
+  CHECK(r.first_step_peak_bytes == r.peak_bytes - opt);
+  // With the optimizer state offloaded there is nothing to create on the GPU: the first step equals the steady one.
+  plan.offload = Offload::kOptimizer;
+  const Result off = s.run(plan);
+  CHECK(off.persistent_split[2] == 0);
+  CHECK(off.first_step_peak_bytes == off.peak_bytes);
+}

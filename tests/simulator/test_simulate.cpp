@@ -153,6 +153,10 @@ TEST_CASE("Result::peak_bytes equals the maximum of the memory timeline samples"
     CHECK(sim.timeline().base_bytes >= r.persistent_split[0] + r.persistent_split[2]);
     CHECK(r.peak_bytes >= r.persistent_bytes);
     CHECK(r.peak_reserved_bytes >= r.peak_bytes);
+    // The first step (optimizer state created at its step) never exceeds the steady state, nor undercuts it by
+    // more than the state.
+    CHECK(r.first_step_peak_bytes <= r.peak_bytes);
+    CHECK(r.first_step_peak_bytes >= r.peak_bytes - r.persistent_split[2]);
   }
 }
 
