@@ -193,7 +193,7 @@ def scope_of(rec, cluster):
         return {"out_of_scope": {"memory": (
             "configuration not pinned down: precision, optimizer, activation checkpointing, DeepSpeed config, packed "
             "length and the memory tool are not stated (user report); the published memory hardly changes with the "
-            "ZeRO stage (12.0-12.9 GB for stages 1-3 over 2 ranks) or the sequence length, and grows ~16-18 bytes per "
+            "ZeRO stage (12.0-12.9 GB for stages 1-3 over 2 ranks) or the sequence length, and grows 16-20 bytes per "
             "added parameter, which no ZeRO-1/2/3 accounting over 2 ranks produces")}}
     return {"out_of_scope": {"throughput": why}} if why else {}
 

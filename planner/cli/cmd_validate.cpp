@@ -80,8 +80,10 @@ Command add_validate_command(CLI::App& app) {
   sub->add_option("--json", a->json, "write the JSON result to FILE or - for stdout");
   sub->add_option("--markdown", a->markdown, "write the accuracy table as Markdown to FILE");
   sub->add_option("--html", a->html, "write a self-contained HTML report (predicted vs measured scatter) to FILE");
-  sub->add_option("--max-error", a->max_error, "exit 1 if any record's |relative error| exceeds this (e.g. 0.1)");
-  sub->add_option("--max-median-error", a->max_median_error, "exit 1 if any term's median |relative error| exceeds this");
+  sub->add_option("--max-error", a->max_error,
+                  "exit 1 if any in-scope record's |relative error| exceeds this (e.g. 0.1)");
+  sub->add_option("--max-median-error", a->max_median_error,
+                  "exit 1 if any term's median |relative error| over in-scope records exceeds this");
   sub->add_flag("--quiet", a->quiet, "print only the summary");
   return {sub, [a]() {
             CalibrationHooks hooks;
