@@ -21,7 +21,7 @@ targets=${FUZZ_TARGETS:-"model_spec hf_config graph_json cluster run_records cal
 
 start=$(date +%s)
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DSHARDPLAN_FUZZ=ON -DSHARDPLAN_TESTS=OFF -DSHARDPLAN_CUDA=OFF \
+  -DSHARDPLAN_FUZZ=ON -DSHARDPLAN_TESTS=OFF -DSHARDPLAN_TOOLS=OFF -DSHARDPLAN_CUDA=OFF \
   "-DCMAKE_CXX_FLAGS=-O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
   >/dev/null
 ninja -C "$build" -j"$jobs" shardplan_fuzzers
