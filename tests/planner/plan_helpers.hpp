@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "tests/common/fixture.hpp"
 #include "simulator/cost_model.hpp"
 #include "simulator/model_graph.hpp"
 #include "simulator/plan.hpp"
@@ -21,16 +22,10 @@
 
 namespace shardplan::ptest {
 
-/// Owns what a Simulator / search_plans points to.
-struct Setup {
-  ModelGraph model;
-  std::unique_ptr<Cluster> cluster;
-  std::unique_ptr<CostModel> costs;
-  Setup(const std::string& model_name, const std::string& cluster_name, int gpus)
-      : model(load_model(model_name)),
-        cluster(std::make_unique<Cluster>(load_cluster_spec(cluster_name), gpus)),
-        costs(std::make_unique<CostModel>(*cluster)) {}
-};
+using fixture::Setup;
+using fixture::read_text;
+using fixture::write_text;
+
 
 /// A fresh per-process, per-call temporary directory.
 inline std::filesystem::path temp_dir(const std::string& name) {
@@ -40,18 +35,6 @@ inline std::filesystem::path temp_dir(const std::string& name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
-}
-
-inline std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-inline void write_text(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
 }
 
 inline std::string quote(const std::string& s) {

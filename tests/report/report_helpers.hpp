@@ -9,6 +9,7 @@
 #include <string>
 
 #include "planner/report/html.hpp"
+#include "tests/common/fixture.hpp"
 #include "simulator/presets.hpp"
 
 namespace shardplan::test {
@@ -19,28 +20,12 @@ inline std::size_t count_of(const std::string& s, const std::string& needle) {
   return n;
 }
 
-inline std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using fixture::read_text;
+using fixture::write_text;
 
-inline void spit(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-}
-
-/// Owns what a Simulator points to; not movable once built.
-struct Bench {
-  ModelGraph model;
-  std::unique_ptr<Cluster> cluster;
-  std::unique_ptr<CostModel> costs;
-  Bench(const std::string& model_name, const std::string& cluster_name, int gpus)
-      : model(load_model(model_name)),
-        cluster(std::make_unique<Cluster>(load_cluster_spec(cluster_name), gpus)),
-        costs(std::make_unique<CostModel>(*cluster)) {}
-  Plan resolve(Plan p, std::int64_t global_batch = 0) const { return resolve_plan(p, model, *cluster, global_batch); }
+/// The shared fixture plus the report inputs it describes.
+struct Bench : fixture::Setup {
+  using Setup::Setup;
   ReportInputs inputs() const { return {&model, cluster.get(), ""}; }
 };
 

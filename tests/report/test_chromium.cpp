@@ -188,7 +188,7 @@ TEST_CASE("every HTML report renders in headless Chromium: not blank, no console
   std::string cmd;
   for (const auto& [name, html] : pages) {
     const fs::path file = dir / (name + ".html");
-    spit(file.string(), html);
+    write_text(file.string(), html);
     cmd += "( " + render_command(chromium, file, dir) + " ) & ";
   }
   cmd += "wait";
@@ -196,15 +196,15 @@ TEST_CASE("every HTML report renders in headless Chromium: not blank, no console
   CHECK(rc == 0);
   for (const auto& [name, html] : pages) {
     INFO(name);
-    const Render out{slurp((dir / (name + ".png")).string()), slurp((dir / (name + ".log")).string())};
+    const Render out{read_text((dir / (name + ".png")).string()), read_text((dir / (name + ".log")).string())};
     INFO("chromium log:\n" << out.log.substr(0, 4000));
     REQUIRE(!out.png.empty());
     const auto errs = console_errors(out.log);
     INFO((errs.empty() ? std::string() : errs.front()));
     CHECK(errs.empty());
     if (keep) {
-      spit((fs::path(keep) / (name + ".png")).string(), out.png);
-      spit((fs::path(keep) / (name + ".html")).string(), html);
+      write_text((fs::path(keep) / (name + ".png")).string(), out.png);
+      write_text((fs::path(keep) / (name + ".html")).string(), html);
     }
     Image img;
     std::string why;

@@ -13,7 +13,7 @@ using namespace shardplan::test;
 
 namespace {
 
-Json load(const std::string& path) { return Json::parse(slurp(path)); }
+Json load(const std::string& path) { return Json::parse(read_text(path)); }
 Json schema(const std::string& name) { return load(std::string(SHARDPLAN_SOURCE_DIR) + "/docs/schema/" + name); }
 
 std::string joined(const std::vector<std::string>& e) {
@@ -146,7 +146,7 @@ TEST_CASE("calibration profiles validate against calibration.schema.json", "[sch
 }
 
 TEST_CASE("docs/json.md explains every field of report.schema.json", "[schema][docs]") {
-  const std::string doc = slurp(std::string(SHARDPLAN_SOURCE_DIR) + "/docs/json.md");
+  const std::string doc = read_text(std::string(SHARDPLAN_SOURCE_DIR) + "/docs/json.md");
   REQUIRE(!doc.empty());
   const Json s = schema("report.schema.json");
   std::set<std::string> keys;

@@ -17,23 +17,16 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "tests/common/fixture.hpp"
+
 extern char** environ;
 
 namespace shardplan::test {
 
 namespace fs = std::filesystem;
 
-inline std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-inline void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-}
+using fixture::read_text;
+using fixture::write_text;
 
 /// A fresh, empty directory per call (under the system temp dir, named by pid and a counter).
 inline fs::path scratch_dir() {

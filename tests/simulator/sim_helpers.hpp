@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "tests/common/fixture.hpp"
 #include "simulator/cost_model.hpp"
 #include "simulator/model_graph.hpp"
 #include "simulator/plan.hpp"
@@ -14,23 +15,7 @@
 
 namespace shardplan::test {
 
-/// Owns what a Simulator points to (model, cluster, cost model); not movable once built.
-struct Setup {
-  ModelGraph model;
-  std::unique_ptr<Cluster> cluster;
-  std::unique_ptr<CostModel> costs;
-  Setup(ModelGraph m, ClusterSpec spec, int gpus)
-      : model(std::move(m)),
-        cluster(std::make_unique<Cluster>(std::move(spec), gpus)),
-        costs(std::make_unique<CostModel>(*cluster)) {}
-  Setup(const std::string& model_name, const std::string& cluster_name, int gpus)
-      : Setup(load_model(model_name), load_cluster_spec(cluster_name), gpus) {}
-  Plan resolve(Plan p) const { return resolve_plan(p, model, *cluster); }
-  Result run(Plan p, bool detail = false) const {
-    Simulator sim(model, *cluster, *costs);
-    return sim.run(resolve(p), detail);
-  }
-};
+using fixture::Setup;
 
 /// A Llama-2-7B-shaped model with fewer blocks (keeps the grid tests fast).
 inline ModelSpec small_llama(int layers = 4, std::int64_t vocab = 32000) {
