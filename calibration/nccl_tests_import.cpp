@@ -33,6 +33,9 @@ bool all_digits(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
+/// Largest time (us) or bandwidth (GB/s) a log may carry: 1e15 us = 1e9 s, the calibration profile's bound.
+constexpr double kMaxColumnValue = 1e15;
+
 std::optional<double> to_double(const std::string& s) {
   double v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -267,6 +270,10 @@ NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string
           if (!v || *v < 0)
             throw InputError(name, at_line(line_no), "column " + std::to_string(i + 1) + ": \"" + tok[i] +
                                                          "\" is not a non-negative number");
+          // The JSON reader's bound: 1e15 us is 1e9 s, the most a calibration profile accepts for a sample.
+          if (*v > kMaxColumnValue)
+            throw InputError(name, at_line(line_no), "column " + std::to_string(i + 1) + ": \"" + tok[i] +
+                                                         "\" is out of range (at most 1e15 us or GB/s)");
           return *v;
         };
         auto bytes = to_int(tok[cols.size]);
@@ -427,9 +434,9 @@ NcclTestsImport parse_nccl_tests_json(const std::string& text, const std::string
       const Json& o = need(r, key, ptr);
       if (o.is_null()) return false;
       const std::string p = ptr + "/" + key;
-      t = json_number(need(o, o.contains("time") ? "time" : "cpu_time", p), name, p + "/time", 0, 1e15);
-      a = json_number(need(o, "alg_bw", p), name, p + "/alg_bw", 0, 1e15);
-      b = json_number(need(o, "bus_bw", p), name, p + "/bus_bw", 0, 1e15);
+      t = json_number(need(o, o.contains("time") ? "time" : "cpu_time", p), name, p + "/time", 0, kMaxColumnValue);
+      a = json_number(need(o, "alg_bw", p), name, p + "/alg_bw", 0, kMaxColumnValue);
+      b = json_number(need(o, "bus_bw", p), name, p + "/bus_bw", 0, kMaxColumnValue);
       return true;
     };
     double t = 0, a = 0, b = 0;
@@ -475,7 +482,8 @@ void add_nccl_tests_runs(CalibrationProfile& profile, const std::vector<NcclTest
         s.dtype = r.dtype;
         CalibrationSample x;
         x.bytes = r.bytes;
-        x.time_s = t_us * 1e-6;  // nccl-tests prints microseconds
+        x.time_s = t_us / 1e6;  // nccl-tests prints microseconds; exact division keeps 1e15 us at 1e9 s
+        if (!(x.time_s > 0)) continue;  // a subnormal microsecond count underflows to 0 s: no measurement
         x.repetitions = 1;
         x.iterations = run.iterations;
         s.samples.push_back(x);

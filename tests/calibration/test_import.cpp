@@ -121,6 +121,13 @@ TEST_CASE("truncated and corrupt logs raise InputError with file and line", "[im
     test::write_text(path, bad);
     CHECK_THROWS_WITH(parse_nccl_tests_file(path), Catch::Contains(path + ": line 54: column 6"));
   }
+  SECTION("a time beyond what a calibration profile holds (1e15 us = 1e9 s)") {
+    std::string bad = text;
+    bad.replace(bad.find("1059.9"), 6, "1.9e35");
+    const auto path = test::temp_path("huge_time.txt");
+    test::write_text(path, bad);
+    CHECK_THROWS_WITH(parse_nccl_tests_file(path), Catch::Contains(path + ": line 54: column 6: \"1.9e35\" is out of range"));
+  }
   SECTION("no results table") {
     const auto path = test::temp_path("empty.txt");
     test::write_text(path, "just a shell prompt\n");
