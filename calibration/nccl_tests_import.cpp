@@ -272,8 +272,9 @@ NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string
                                                          "\" is not a non-negative number");
           // The JSON reader's bound: 1e15 us is 1e9 s, the most a calibration profile accepts for a sample.
           if (*v > kMaxColumnValue)
-            throw InputError(name, at_line(line_no), "column " + std::to_string(i + 1) + ": \"" + tok[i] +
-                                                         "\" is out of range (at most 1e15 us or GB/s)");
+            throw InputError(name, at_line(line_no),
+                             "column " + std::to_string(i + 1) + ": \"" + tok[i] +
+                                 "\" is out of range (at most 1e15 us or GB/s)");
           return *v;
         };
         auto bytes = to_int(tok[cols.size]);
@@ -434,7 +435,8 @@ NcclTestsImport parse_nccl_tests_json(const std::string& text, const std::string
       const Json& o = need(r, key, ptr);
       if (o.is_null()) return false;
       const std::string p = ptr + "/" + key;
-      t = json_number(need(o, o.contains("time") ? "time" : "cpu_time", p), name, p + "/time", 0, kMaxColumnValue);
+      t = json_number(need(o, o.contains("time") ? "time" : "cpu_time", p), name, p + "/time", 0,
+                      kMaxColumnValue);
       a = json_number(need(o, "alg_bw", p), name, p + "/alg_bw", 0, kMaxColumnValue);
       b = json_number(need(o, "bus_bw", p), name, p + "/bus_bw", 0, kMaxColumnValue);
       return true;

@@ -126,7 +126,8 @@ TEST_CASE("truncated and corrupt logs raise InputError with file and line", "[im
     bad.replace(bad.find("1059.9"), 6, "1.9e35");
     const auto path = test::temp_path("huge_time.txt");
     test::write_text(path, bad);
-    CHECK_THROWS_WITH(parse_nccl_tests_file(path), Catch::Contains(path + ": line 54: column 6: \"1.9e35\" is out of range"));
+    CHECK_THROWS_WITH(parse_nccl_tests_file(path),
+                      Catch::Contains(path + ": line 54: column 6: \"1.9e35\" is out of range"));
   }
   SECTION("no results table") {
     const auto path = test::temp_path("empty.txt");
