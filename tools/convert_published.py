@@ -176,7 +176,7 @@ INLINE_CLUSTERS = {
 def scope_of(rec, cluster):
     """Terms the tool's defaults cannot express for this record, and why (validate reports them apart)."""
     src = rec["source"].get("repo", "")
-    gt = (rec["cluster"]["gpu_type"] or "").lower()
+    gt = str(rec["cluster"].get("gpu_type") or "").lower()
     why = None
     if isinstance(cluster, dict) and cluster["name"] == "amd-mi300x-8":
         why = ("AMD MI300X: the default GEMM and attention efficiencies are fitted on NVIDIA generations "
@@ -199,7 +199,7 @@ def scope_of(rec, cluster):
 
 
 def map_cluster(rec, notes):
-    gt = rec["cluster"]["gpu_type"] or ""
+    gt = str(rec["cluster"].get("gpu_type") or "")
     g = gt.lower()
     if "mi300x" in g:
         return INLINE_CLUSTERS["amd-mi300x-8"]
@@ -212,15 +212,23 @@ def map_cluster(rec, notes):
             notes.append("GPU given as '%s' (SXM/PCIe variant not stated): mapped to dgx-h100 "
                          "(H100 SXM 80GB, 8 per node)" % gt)
         return "dgx-h100"
+    if "gb200" in g:
+        return "gb200-nvl72"
     if "b200" in g:
         if "power limited" in g:
             notes.append("B200 run was power limited (per source): achieved clocks below the dgx-b200 preset's "
                          "nominal peak")
         return "dgx-b200"
+    if "h200" in g:
+        return "hgx-h200"
     if "a100" in g and "80" in g:
         return "dgx-a100-80g"
     if "a100" in g and "40" in g:
         return "dgx-a100-40g"
+    if "a100" in g:
+        notes.append("GPU given as '%s' (memory size not stated): mapped to dgx-a100-80g (A100 SXM 80GB; the 40GB "
+                     "part has the same peak FLOP/s and 22%% less HBM bandwidth)" % gt)
+        return "dgx-a100-80g"
     return None
 
 
@@ -321,17 +329,43 @@ def is_fp8(rec):
 
 
 def runtime_of(rec):
-    fw = (rec["parallel"].get("framework") or "").lower()
-    sh = (rec["parallel"].get("sharding") or "").lower()
+    fw = str(rec["parallel"].get("framework") or "").lower()
+    sh = str(rec["parallel"].get("sharding") or "").lower()
     if "deepspeed" in fw or "deepspeed" in sh:
         return "deepspeed"
     if "fsdp1" in sh or "composer" in fw:
         return "fsdp1"
-    if "fsdp2" in sh or "fsdp2" in fw:
+    if "fsdp2" in sh or "fsdp2" in fw or "fully_shard" in sh or "fully_shard" in fw:
         return "fsdp2"
-    if sh == "ddp":
+    if "fsdp" in sh or "fsdp" in fw:
+        # FSDP without a version (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD are FSDP1's ShardingStrategy names)
+        return "fsdp1"
+    if sh == "ddp" or sh.startswith("ddp ") or "distributeddataparallel" in sh:
         return "fsdp2"
     return None
+
+
+def zero_of(rec):
+    """ZeRO stage: the record's zero_stage_equivalent, else read from the sharding name; None when unknowable."""
+    p = rec["parallel"]
+    z = p.get("zero_stage_equivalent")
+    if isinstance(z, int) and not isinstance(z, bool) and 0 <= z <= 3:
+        return z
+    sh = str(p.get("sharding") or "").upper()
+    for key, stage in (("SHARD_GRAD_OP", 2), ("FULL_SHARD", 3), ("HYBRID_SHARD", 3), ("FULLY_SHARD", 3),
+                       ("HSDP", 3), ("ZERO-3", 3), ("ZERO3", 3), ("ZERO-2", 2), ("ZERO2", 2), ("ZERO-1", 1),
+                       ("ZERO1", 1), ("NO_SHARD", 0), ("DDP", 0)):
+        if key in sh:
+            return stage
+    return None
+
+
+def _number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and abs(x) != float("inf")
+
+
+def _positive_int(x):
+    return isinstance(x, int) and not isinstance(x, bool) and x > 0
 
 
 def skip_reason(rec):
@@ -344,17 +378,23 @@ def skip_reason(rec):
         reasons.append("pipeline parallelism (pp=%d) not modelled" % p["pp"])
     if (p.get("cp") or 1) > 1:
         reasons.append("context parallelism (cp=%d) not modelled" % p["cp"])
-    fw = (p.get("framework") or "")
+    fw = str(p.get("framework") or "")
     if "NeMo" in fw or "Megatron-core" in fw:
         reasons.append("NeMo/Megatron-core distributed optimizer with TP/PP is not a runtime the tool expresses")
     if not rec["cluster"].get("num_gpus"):
         reasons.append("GPU count not published")
     if not p.get("seq_len"):
         reasons.append("sequence length not published (activation memory cannot be predicted)")
-    if not rec["model"].get("num_layers"):
+    m = rec["model"]
+    if not all(_positive_int(m.get(k)) for k in ("num_layers", "hidden_size", "num_attention_heads",
+                                                   "ffn_hidden_size", "vocab_size")):
         reasons.append("architecture not published/retrieved")
+    if not _positive_int(p.get("micro_batch_size_per_gpu")):
+        reasons.append("micro-batch size not published")
     if runtime_of(rec) is None and not reasons:
         reasons.append("framework %r not expressible" % fw)
+    if zero_of(rec) is None and not reasons:
+        reasons.append("ZeRO stage / sharding strategy not published (%r)" % p.get("sharding"))
     if not reasons:
         return None, []
     return reasons[0], reasons[1:]
@@ -373,23 +413,23 @@ def map_measured(rec, notes):
     norm = rec.get("normalized") or {}
     src = rec["source"].get("repo")
     pm = meas.get("peak_memory")
-    if pm:
-        kind = pm.get("kind") or ""
-        if pm.get("bytes") is not None:
+    if isinstance(pm, dict):
+        kind = str(pm.get("kind") or "")
+        if _number(pm.get("bytes")):
             key = KIND_KEY.get(kind)
             if key:
                 out[key] = int(pm["bytes"])
-        elif src == "pytorch/ao" and "max_reserved" in kind:
+        elif src == "pytorch/ao" and "max_reserved" in kind and _number(pm.get("bytes_if_GiB")):
             # torchtitan's memory monitor logs reserved_bytes.all.peak / 2**30 ("GiB"); the ao table labels it GB.
             out["peak_reserved_bytes"] = int(pm["bytes_if_GiB"])
             notes.append("peak memory %.2f 'GB' in the ao table is torchtitan's max_reserved log, which divides "
-                         "by 2**30 (GiB): peak_reserved_bytes = value x 2**30" % pm["value"])
-        elif src == "hpcaitech/ColossalAI-Pytorch-lightning":
+                         "by 2**30 (GiB): peak_reserved_bytes = value x 2**30" % (pm["bytes_if_GiB"] / GIB))
+        elif src == "hpcaitech/ColossalAI-Pytorch-lightning" and _number(pm.get("value")):
             # benchmark/gpt/callback.py prints torch.cuda.max_memory_allocated()/1024**2 labelled 'MB' (rank 0).
             out["peak_allocated_bytes"] = int(round(pm["value"] * MIB))
             notes.append("'Max CUDA memory allocated (MB)' is torch.cuda.max_memory_allocated()/1024**2 printed "
                          "on rank 0 by benchmark/gpt/callback.py: peak_allocated_bytes = value x 2**20")
-        elif src == "LianjiaTech/BELLE":
+        elif src == "LianjiaTech/BELLE" and _number(pm.get("bytes_if_GiB")) and _number(pm.get("value")):
             out["peak_device_bytes"] = int(pm["bytes_if_GiB"])
             per = meas.get("peak_memory_per_gpu_GB")
             notes.append("memory '%sGB' per GPU as written by the user (ranks: %s), tool not named; read as "
@@ -401,23 +441,23 @@ def map_measured(rec, notes):
                          % (pm.get("value"), pm.get("unit"), kind))
     # PR 165 carries active and reserved separately
     pa = meas.get("peak_memory_active")
-    if pa and pa.get("bytes") is not None:
+    if isinstance(pa, dict) and _number(pa.get("bytes")):
         out["peak_active_bytes"] = int(pa["bytes"])
     pr = meas.get("peak_memory_reserved")
-    if pr and pr.get("bytes") is not None:
+    if isinstance(pr, dict) and _number(pr.get("bytes")):
         out["peak_reserved_bytes"] = int(pr["bytes"])
     if pa or pr:
         notes.append("peak memory published as % of 95.0396 GiB; bytes = pct x 95.0396 GiB (+-0.005% rounding)")
     tps = norm.get("tokens_per_s_per_gpu")
-    if tps is not None:
+    if _number(tps) and tps > 0:
         out["tokens_per_s_per_gpu"] = tps
     st = norm.get("step_time_s")
-    if st is None and norm.get("step_time_s_derived") is not None:
+    if st is None and _number(norm.get("step_time_s_derived")):
         st = norm["step_time_s_derived"]
         notes.append("step_s derived = global batch tokens / published total tokens/s")
-    if st is not None:
+    if _number(st) and st > 0:
         out["step_s"] = st
-    if meas.get("mfu_pct") is not None:
+    if _number(meas.get("mfu_pct")) and meas["mfu_pct"] > 0:
         out["mfu"] = round(meas["mfu_pct"] / 100.0, 6)
     return out
 
@@ -496,8 +536,10 @@ def convert(rec):
     gpus = rec["cluster"]["num_gpus"]
     runtime = runtime_of(rec)
     tp = par.get("tp") or 1
-    zero = par.get("zero_stage_equivalent")
-    sharding = par.get("sharding") or ""
+    zero = zero_of(rec)
+    if par.get("zero_stage_equivalent") is None:
+        notes.append("ZeRO stage %d read from the sharding name %r" % (zero, par.get("sharding")))
+    sharding = str(par.get("sharding") or "")
     plan = {"runtime": runtime, "zero": zero, "tp": tp, "seq": seq,
             "mbs": par["micro_batch_size_per_gpu"], "grad_accum": par.get("grad_accumulation_steps") or 1}
     if par.get("grad_accumulation_steps") is None:
@@ -505,7 +547,7 @@ def convert(rec):
     dp = gpus // tp
     if zero and zero > 0:
         sg = par.get("shard_group_size") or dp
-        if "HYBRID_SHARD" in sharding.upper():
+        if "HYBRID_SHARD" in sharding.upper() and _positive_int(rec["cluster"].get("gpus_per_node")):
             sg = rec["cluster"]["gpus_per_node"] // tp
         plan["shard_group"] = sg
     if "SHARD_GRAD_OP" in sharding:
@@ -566,6 +608,8 @@ def convert(rec):
     if isinstance(model, str):
         notes.append("architecture matches preset %s exactly" % model)
     for inf in rec.get("inferred_fields") or []:
+        if not isinstance(inf, dict):
+            continue
         notes.append("inferred by the dataset: %s = %s (%s)" % (inf.get("field"), inf.get("value"),
                                                                  inf.get("reason")))
     measured = map_measured(rec, notes)
@@ -596,7 +640,15 @@ def convert(rec):
 def convert_all(data):
     records, skipped = [], []
     for rec in data["records"]:
-        r, s = convert(rec)
+        try:
+            r, s = convert(rec)
+        except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
+            # A record whose fields do not have the documented shape: skipped with the converter's complaint, so
+            # that one malformed row never stops the rest (and the reason is there to fix the converter).
+            rid = rec.get("id") if isinstance(rec, dict) else None
+            sys.stderr.write("convert_published: record %r skipped: %s: %s\n" % (rid, type(e).__name__, e))
+            r, s = None, {"id": rid, "reason": "record not understood by the converter (%s: %s)"
+                          % (type(e).__name__, e), "details": []}
         if r is not None:
             records.append(r)
         else:

@@ -154,5 +154,99 @@ class ConvertTest(unittest.TestCase):
         self.assertIn("pipeline", skipped["bloom-176b-production-g384-dp8-tp4-pp12-mbs2"])
 
 
+
+def _base_record():
+    """A complete torch-native record in the shared layout (torchtitan Llama-3-8B, FSDP2, 8 H100)."""
+    return {
+        "id": "synthetic-llama3-8b", "source": {"repo": "example/repo", "name": "synthetic"},
+        "model": {"name": "Llama-3-8B", "family": "llama", "num_layers": 32, "hidden_size": 4096,
+                  "num_attention_heads": 32, "num_kv_heads": 8, "ffn_hidden_size": 14336, "vocab_size": 128256},
+        "precision": {"compute": "bf16", "param_dtype": "bf16", "master_weights": "fp32", "reduce_dtype": "fp32"},
+        "optimizer": {"name": "adamw"},
+        "cluster": {"gpu_type": "H100-SXM-80GB", "gpus_per_node": 8, "num_nodes": 1, "num_gpus": 8},
+        "parallel": {"framework": "torchtitan", "sharding": "FSDP2 fully_shard", "zero_stage_equivalent": 3,
+                     "tp": 1, "pp": 1, "cp": 1, "activation_checkpointing": "full", "micro_batch_size_per_gpu": 1,
+                     "grad_accumulation_steps": 1, "seq_len": 8192, "torch_compile": False},
+        "measured": {"peak_memory": None, "mfu_pct": None},
+        "normalized": {"tokens_per_s_per_gpu": 5000},
+    }
+
+
+class ConvertUnseenRecordsTest(unittest.TestCase):
+    """Records unlike the development set: nulls, other spellings, other GPUs, malformed fields."""
+
+    def convert_one(self, rec):
+        doc = cp.convert_all({"records": [rec]})
+        self.assertEqual(len(doc["records"]) + len(doc["skipped"]), 1)
+        return (doc["records"] or [None])[0], (doc["skipped"] or [None])[0]
+
+    def test_base_converts(self):
+        r, s = self.convert_one(_base_record())
+        self.assertIsNone(s)
+        self.assertEqual(r["model"], "llama3-8b")
+        self.assertEqual(r["cluster"], "dgx-h100")
+        self.assertEqual(r["plan"]["runtime"], "fsdp2")
+        self.assertEqual(r["plan"]["zero"], 3)
+
+    def test_null_architecture_field_is_skipped_with_reason(self):
+        for field in ("ffn_hidden_size", "vocab_size", "num_attention_heads", "hidden_size"):
+            rec = _base_record()
+            rec["model"][field] = None
+            r, s = self.convert_one(rec)
+            self.assertIsNone(r, field)
+            self.assertEqual(s["reason"], "architecture not published/retrieved", field)
+
+    def test_null_micro_batch_is_skipped_with_reason(self):
+        rec = _base_record()
+        rec["parallel"]["micro_batch_size_per_gpu"] = None
+        _, s = self.convert_one(rec)
+        self.assertEqual(s["reason"], "micro-batch size not published")
+
+    def test_other_gpus_map_to_presets(self):
+        for gpu, cluster in (("H200-SXM-141GB", "hgx-h200"), ("GB200 NVL72", "gb200-nvl72"), ("A100", "dgx-a100-80g"),
+                             ("A100-SXM4-40GB", "dgx-a100-40g")):
+            rec = _base_record()
+            rec["cluster"]["gpu_type"] = gpu
+            r, s = self.convert_one(rec)
+            self.assertIsNone(s, gpu)
+            self.assertEqual(r["cluster"], cluster, gpu)
+        rec = _base_record()
+        rec["cluster"]["gpu_type"] = "V100-32GB"
+        _, s = self.convert_one(rec)
+        self.assertIn("has no preset", s["reason"])
+
+    def test_zero_stage_and_runtime_from_sharding_names(self):
+        for fw, sharding, runtime, zero in (("PyTorch FSDP", "SHARD_GRAD_OP", "fsdp1", 2),
+                                            ("PyTorch FSDP", "FULL_SHARD", "fsdp1", 3),
+                                            ("custom", "fully_shard", "fsdp2", 3),
+                                            ("DeepSpeed", "ZeRO-2", "deepspeed", 2),
+                                            ("PyTorch", "DDP", "fsdp2", 0)):
+            rec = _base_record()
+            rec["parallel"].update(framework=fw, sharding=sharding, zero_stage_equivalent=None)
+            r, s = self.convert_one(rec)
+            self.assertIsNone(s, sharding)
+            self.assertEqual((r["plan"]["runtime"], r["plan"]["zero"]), (runtime, zero), sharding)
+        rec = _base_record()
+        rec["parallel"].update(framework="PyTorch FSDP", sharding=None, zero_stage_equivalent=None)
+        _, s = self.convert_one(rec)
+        self.assertIn("ZeRO stage", s["reason"])
+
+    def test_malformed_record_is_skipped_not_fatal(self):
+        bad = _base_record()
+        bad["precision"] = None  # not an object: the converter cannot read it
+        doc = cp.convert_all({"records": [bad, _base_record()]})
+        self.assertEqual(len(doc["records"]), 1)
+        self.assertIn("record not understood by the converter", doc["skipped"][0]["reason"])
+        self.assertEqual(doc["skipped"][0]["id"], "synthetic-llama3-8b")
+
+    def test_measurement_with_null_value_is_left_out(self):
+        rec = _base_record()
+        rec["measured"]["peak_memory"] = {"kind": "max_reserved", "value": None, "unit": "GiB", "bytes": None}
+        r, s = self.convert_one(rec)
+        self.assertIsNone(s)
+        self.assertNotIn("peak_reserved_bytes", r["measured"])
+        self.assertEqual(r["measured"]["tokens_per_s_per_gpu"], 5000)
+
+
 if __name__ == "__main__":
     unittest.main()
