@@ -36,16 +36,13 @@ std::vector<int> parse_int_list(const std::string& key, const std::string& v) {
   return out;
 }
 template <class T>
-std::vector<T> parse_enum_list(const std::string& key, const std::string& v, std::optional<T> (*parse)(const std::string&),
-                               const char* valid) {
+std::vector<T> parse_enum_list(const std::string& key, const std::string& v) {
   std::vector<T> out;
   std::size_t pos = 0;
   while (true) {
     std::size_t c = v.find(',', pos);
-    std::string item = v.substr(pos, c == std::string::npos ? std::string::npos : c - pos);
-    auto r = parse(item);
-    if (!r) throw InputError::flag("--fix " + key, "unknown value \"" + item + "\"; expected one of: " + valid);
-    out.push_back(*r);
+    out.push_back(parse_enum_or_throw<T>(v.substr(pos, c == std::string::npos ? std::string::npos : c - pos),
+                                         "--fix " + key));
     if (c == std::string::npos) break;
     pos = c + 1;
   }
@@ -58,20 +55,18 @@ void SearchSpace::fix(const std::string& kv) {
   if (eq == std::string::npos) throw InputError::flag("--fix", "expected KEY=VALUE, got \"" + kv + "\"");
   std::string key = kv.substr(0, eq), v = kv.substr(eq + 1);
   std::replace(key.begin(), key.end(), '-', '_');
-  if (key == "runtime") runtimes = parse_enum_list(key, v, parse_runtime, "fsdp2, fsdp1, deepspeed");
+  if (key == "runtime") runtimes = parse_enum_list<Runtime>(key, v);
   else if (key == "zero") zero = parse_int_list(key, v);
   else if (key == "tp") tp = parse_int_list(key, v);
   else if (key == "mbs") mbs = parse_int_list(key, v);
   else if (key == "wrap") wrap = parse_int_list(key, v);
   else if (key == "prefetch") prefetch = parse_int_list(key, v);
   else if (key == "shard_group") shard_groups = parse_int_list(key, v);
-  else if (key == "ac") ac = parse_enum_list(key, v, parse_ac, "none, selective, full");
-  else if (key == "reduce_dtype") reduce = parse_enum_list(key, v, parse_dtype, "fp32, bf16");
-  else if (key == "offload") offload = parse_enum_list(key, v, parse_offload, "none, optimizer");
+  else if (key == "ac") ac = parse_enum_list<AcMode>(key, v);
+  else if (key == "reduce_dtype") reduce = parse_enum_list<Dtype>(key, v);
+  else if (key == "offload") offload = parse_enum_list<Offload>(key, v);
   else if (key == "precision") {
-    auto p = parse_precision(v);
-    if (!p) throw InputError::flag("--fix precision", "unknown value \"" + v + "\"; expected one of: bf16-mixed, bf16, bf16-true, fp32");
-    precision = *p;
+    precision = parse_enum_or_throw<Precision>(v, "--fix precision");
   } else if (key == "seq") {
     auto s = parse_int_list(key, v);
     if (s.size() != 1 || s[0] < 1) throw InputError::flag("--fix seq", "expected one positive integer");

@@ -22,31 +22,11 @@ const char* to_string(AcMode a) { return a == AcMode::kNone ? "none" : a == AcMo
 const char* to_string(Dtype d) { return d == Dtype::kFp32 ? "fp32" : "bf16"; }
 const char* to_string(Offload o) { return o == Offload::kNone ? "none" : "optimizer"; }
 
-std::optional<Runtime> parse_runtime(const std::string& s) {
-  for (Runtime r : {Runtime::kFsdp2, Runtime::kFsdp1, Runtime::kDeepSpeed})
-    if (s == to_string(r)) return r;
-  return std::nullopt;
-}
-std::optional<Precision> parse_precision(const std::string& s) {
-  for (Precision p : {Precision::kBf16Mixed, Precision::kBf16, Precision::kBf16True, Precision::kFp32})
-    if (s == to_string(p)) return p;
-  return std::nullopt;
-}
-std::optional<AcMode> parse_ac(const std::string& s) {
-  for (AcMode a : {AcMode::kNone, AcMode::kSelective, AcMode::kFull})
-    if (s == to_string(a)) return a;
-  return std::nullopt;
-}
-std::optional<Dtype> parse_dtype(const std::string& s) {
-  if (s == "fp32") return Dtype::kFp32;
-  if (s == "bf16") return Dtype::kBf16;
-  return std::nullopt;
-}
-std::optional<Offload> parse_offload(const std::string& s) {
-  if (s == "none") return Offload::kNone;
-  if (s == "optimizer") return Offload::kOptimizer;
-  return std::nullopt;
-}
+std::optional<Runtime> parse_runtime(const std::string& s) { return parse_enum<Runtime>(s); }
+std::optional<Precision> parse_precision(const std::string& s) { return parse_enum<Precision>(s); }
+std::optional<AcMode> parse_ac(const std::string& s) { return parse_enum<AcMode>(s); }
+std::optional<Dtype> parse_dtype(const std::string& s) { return parse_enum<Dtype>(s); }
+std::optional<Offload> parse_offload(const std::string& s) { return parse_enum<Offload>(s); }
 
 static void need(bool ok, const char* knob, const std::string& why) {
   if (!ok) throw InputError::flag(knob, why);
@@ -148,42 +128,41 @@ Json plan_to_json(const Plan& p) {
 }
 
 template <class T>
-static T enum_field(JsonObj& o, const char* key, std::optional<T> (*parse)(const std::string&), T def,
-                    const char* valid) {
+static T enum_field(JsonObj& o, const char* key, T def) {
   if (!o.has(key)) {
     o.raw_optional(key);
     return def;
   }
   std::string v = o.str(key);
-  auto r = parse(v);
-  if (!r) o.fail(key, "unknown value \"" + v + "\"; expected one of: " + valid);
+  auto r = parse_enum<T>(v);
+  if (!r) o.fail(key, "unknown value \"" + v + "\"; expected one of: " + enum_names<T>());
   return *r;
 }
 
 Plan plan_from_json(JsonObj o) {
   Plan p;
   o.allow({"dp", "replicas", "global_batch", "notes"});
-  p.runtime = enum_field(o, "runtime", parse_runtime, Runtime::kFsdp2, "fsdp2, fsdp1, deepspeed");
+  p.runtime = enum_field(o, "runtime", Runtime::kFsdp2);
   p.zero = static_cast<int>(o.integer("zero", 3, 0, 3));
   p.shard_group = static_cast<int>(o.integer("shard_group", 0, 0, 1 << 24));
   p.tp = static_cast<int>(o.integer("tp", 1, 1, 4096));
   p.seq = o.integer("seq", 0, 0, std::int64_t{1} << 22);
   p.mbs = static_cast<int>(o.integer("mbs", 1, 1, 65536));
   p.grad_accum = static_cast<int>(o.integer("grad_accum", 1, 1, 1 << 20));
-  p.ac = enum_field(o, "ac", parse_ac, AcMode::kNone, "none, selective, full");
+  p.ac = enum_field(o, "ac", AcMode::kNone);
   p.wrap = static_cast<int>(o.integer("wrap", 1, 1, 1 << 20));
   p.prefetch = static_cast<int>(o.integer("prefetch", 1, 0, 16));
   if (o.has("reshard_after_forward")) p.reshard_after_forward = o.boolean("reshard_after_forward");
   else o.raw_optional("reshard_after_forward");
-  p.precision = enum_field(o, "precision", parse_precision, Precision::kBf16Mixed, "bf16-mixed, bf16, bf16-true, fp32");
-  if (o.has("reduce_dtype")) p.reduce_dtype = enum_field(o, "reduce_dtype", parse_dtype, Dtype::kFp32, "fp32, bf16");
+  p.precision = enum_field(o, "precision", Precision::kBf16Mixed);
+  if (o.has("reduce_dtype")) p.reduce_dtype = enum_field(o, "reduce_dtype", Dtype::kFp32);
   else o.raw_optional("reduce_dtype");
-  p.offload = enum_field(o, "offload", parse_offload, Offload::kNone, "none, optimizer");
+  p.offload = enum_field(o, "offload", Offload::kNone);
   p.async_tp = o.boolean("async_tp", false);
   p.fused_optimizer = o.boolean("fused_optimizer", true);
   p.compile = o.boolean("compile", false);
   p.hold_logits = o.boolean("hold_logits", false);
-  p.loss_dtype = enum_field(o, "loss_dtype", parse_dtype, Dtype::kFp32, "fp32, bf16");
+  p.loss_dtype = enum_field(o, "loss_dtype", Dtype::kFp32);
   o.finish();
   return p;
 }

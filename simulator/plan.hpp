@@ -2,9 +2,11 @@
 // memory accounting, lowering and simulation into the report. `resolve_plan` fills defaults and refuses
 // impossible plans with an InputError naming the knob.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "simulator/core/json_reader.hpp"
 
@@ -24,6 +26,52 @@ const char* to_string(Precision p);
 const char* to_string(AcMode a);
 const char* to_string(Dtype d);
 const char* to_string(Offload o);
+
+/// Every value of a plan enum, in the order error messages and help texts list them. parse_enum, enum_names and
+/// parse_enum_or_throw below are the one place a knob's spelling is read, for flags, `--fix` and run records.
+template <class E>
+struct EnumValues;
+template <>
+struct EnumValues<Runtime> {
+  static constexpr std::array v{Runtime::kFsdp2, Runtime::kFsdp1, Runtime::kDeepSpeed};
+};
+template <>
+struct EnumValues<Precision> {
+  static constexpr std::array v{Precision::kBf16Mixed, Precision::kBf16, Precision::kBf16True, Precision::kFp32};
+};
+template <>
+struct EnumValues<AcMode> {
+  static constexpr std::array v{AcMode::kNone, AcMode::kSelective, AcMode::kFull};
+};
+template <>
+struct EnumValues<Dtype> {
+  static constexpr std::array v{Dtype::kFp32, Dtype::kBf16};
+};
+template <>
+struct EnumValues<Offload> {
+  static constexpr std::array v{Offload::kNone, Offload::kOptimizer};
+};
+
+template <class E>
+std::optional<E> parse_enum(std::string_view s) {
+  for (E e : EnumValues<E>::v)
+    if (s == to_string(e)) return e;
+  return std::nullopt;
+}
+/// "fsdp2, fsdp1, deepspeed"
+template <class E>
+std::string enum_names() {
+  std::string out;
+  for (E e : EnumValues<E>::v) out += (out.empty() ? "" : ", ") + std::string(to_string(e));
+  return out;
+}
+/// `s` read as an E, or InputError naming `flag` (a CLI flag, "--fix KEY") and the valid values.
+template <class E>
+E parse_enum_or_throw(const std::string& s, const std::string& flag) {
+  if (auto e = parse_enum<E>(s)) return *e;
+  throw InputError::flag(flag, "unknown value \"" + s + "\"; expected one of: " + enum_names<E>());
+}
+
 std::optional<Runtime> parse_runtime(const std::string& s);
 std::optional<Precision> parse_precision(const std::string& s);
 std::optional<AcMode> parse_ac(const std::string& s);

@@ -40,17 +40,9 @@ void add_plan_options(CLI::App* app, PlanFlags& f) {
       ->capture_default_str();
 }
 
-template <class T>
-static T enum_flag(const std::string& v, std::optional<T> (*parse)(const std::string&), const char* flag,
-                   const char* valid) {
-  auto r = parse(v);
-  if (!r) throw InputError::flag(flag, "unknown value \"" + v + "\"; expected one of: " + valid);
-  return *r;
-}
-
 Plan plan_from_flags(const PlanFlags& f) {
   Plan p;
-  p.runtime = enum_flag(f.runtime, parse_runtime, "--runtime", "fsdp2, fsdp1, deepspeed");
+  p.runtime = parse_enum_or_throw<Runtime>(f.runtime, "--runtime");
   p.zero = f.zero;
   p.shard_group = f.shard_group;
   p.tp = f.tp;
@@ -62,21 +54,21 @@ Plan plan_from_flags(const PlanFlags& f) {
     throw InputError::flag("--global-batch", "give --global-batch or --grad-accum, not both");
   if (f.shard_group < 0) throw InputError::flag("--shard-group", "must be >= 1");
   if (f.seq < 0) throw InputError::flag("--seq", "must be >= 1");
-  p.ac = enum_flag(f.ac, parse_ac, "--ac", "none, selective, full");
+  p.ac = parse_enum_or_throw<AcMode>(f.ac, "--ac");
   p.wrap = f.wrap;
   p.prefetch = f.prefetch;
   if (f.reshard_after_forward == "true") p.reshard_after_forward = true;
   else if (f.reshard_after_forward == "false") p.reshard_after_forward = false;
   else if (!f.reshard_after_forward.empty())
     throw InputError::flag("--reshard-after-forward", "expected true or false, got \"" + f.reshard_after_forward + "\"");
-  p.precision = enum_flag(f.precision, parse_precision, "--precision", "bf16-mixed, bf16, bf16-true, fp32");
-  if (!f.reduce_dtype.empty()) p.reduce_dtype = enum_flag(f.reduce_dtype, parse_dtype, "--reduce-dtype", "fp32, bf16");
-  p.offload = enum_flag(f.offload, parse_offload, "--offload", "none, optimizer");
+  p.precision = parse_enum_or_throw<Precision>(f.precision, "--precision");
+  if (!f.reduce_dtype.empty()) p.reduce_dtype = parse_enum_or_throw<Dtype>(f.reduce_dtype, "--reduce-dtype");
+  p.offload = parse_enum_or_throw<Offload>(f.offload, "--offload");
   p.async_tp = f.async_tp;
   p.fused_optimizer = !f.foreach_optimizer;
   p.compile = f.compile;
   p.hold_logits = f.hold_logits;
-  p.loss_dtype = enum_flag(f.loss_dtype, parse_dtype, "--loss-dtype", "fp32, bf16");
+  p.loss_dtype = parse_enum_or_throw<Dtype>(f.loss_dtype, "--loss-dtype");
   return p;
 }
 
