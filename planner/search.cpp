@@ -55,16 +55,20 @@ void SearchSpace::fix(const std::string& kv) {
   if (eq == std::string::npos) throw InputError::flag("--fix", "expected KEY=VALUE, got \"" + kv + "\"");
   std::string key = kv.substr(0, eq), v = kv.substr(eq + 1);
   std::replace(key.begin(), key.end(), '-', '_');
-  if (key == "runtime") runtimes = parse_enum_list<Runtime>(key, v);
+  if (key == "runtime")
+    runtimes = parse_enum_list<Runtime>(key, v);
   else if (key == "zero") zero = parse_int_list(key, v);
   else if (key == "tp") tp = parse_int_list(key, v);
   else if (key == "mbs") mbs = parse_int_list(key, v);
   else if (key == "wrap") wrap = parse_int_list(key, v);
   else if (key == "prefetch") prefetch = parse_int_list(key, v);
   else if (key == "shard_group") shard_groups = parse_int_list(key, v);
-  else if (key == "ac") ac = parse_enum_list<AcMode>(key, v);
-  else if (key == "reduce_dtype") reduce = parse_enum_list<Dtype>(key, v);
-  else if (key == "offload") offload = parse_enum_list<Offload>(key, v);
+  else if (key == "ac")
+    ac = parse_enum_list<AcMode>(key, v);
+  else if (key == "reduce_dtype")
+    reduce = parse_enum_list<Dtype>(key, v);
+  else if (key == "offload")
+    offload = parse_enum_list<Offload>(key, v);
   else if (key == "precision") {
     precision = parse_enum_or_throw<Precision>(v, "--fix precision");
   } else if (key == "seq") {

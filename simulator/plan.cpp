@@ -22,11 +22,21 @@ const char* to_string(AcMode a) { return a == AcMode::kNone ? "none" : a == AcMo
 const char* to_string(Dtype d) { return d == Dtype::kFp32 ? "fp32" : "bf16"; }
 const char* to_string(Offload o) { return o == Offload::kNone ? "none" : "optimizer"; }
 
-std::optional<Runtime> parse_runtime(const std::string& s) { return parse_enum<Runtime>(s); }
-std::optional<Precision> parse_precision(const std::string& s) { return parse_enum<Precision>(s); }
-std::optional<AcMode> parse_ac(const std::string& s) { return parse_enum<AcMode>(s); }
-std::optional<Dtype> parse_dtype(const std::string& s) { return parse_enum<Dtype>(s); }
-std::optional<Offload> parse_offload(const std::string& s) { return parse_enum<Offload>(s); }
+std::optional<Runtime> parse_runtime(const std::string& s) {
+  return parse_enum<Runtime>(s);
+}
+std::optional<Precision> parse_precision(const std::string& s) {
+  return parse_enum<Precision>(s);
+}
+std::optional<AcMode> parse_ac(const std::string& s) {
+  return parse_enum<AcMode>(s);
+}
+std::optional<Dtype> parse_dtype(const std::string& s) {
+  return parse_enum<Dtype>(s);
+}
+std::optional<Offload> parse_offload(const std::string& s) {
+  return parse_enum<Offload>(s);
+}
 
 static void need(bool ok, const char* knob, const std::string& why) {
   if (!ok) throw InputError::flag(knob, why);
@@ -155,7 +165,8 @@ Plan plan_from_json(JsonObj o) {
   if (o.has("reshard_after_forward")) p.reshard_after_forward = o.boolean("reshard_after_forward");
   else o.raw_optional("reshard_after_forward");
   p.precision = enum_field(o, "precision", Precision::kBf16Mixed);
-  if (o.has("reduce_dtype")) p.reduce_dtype = enum_field(o, "reduce_dtype", Dtype::kFp32);
+  if (o.has("reduce_dtype"))
+    p.reduce_dtype = enum_field(o, "reduce_dtype", Dtype::kFp32);
   else o.raw_optional("reduce_dtype");
   p.offload = enum_field(o, "offload", Offload::kNone);
   p.async_tp = o.boolean("async_tp", false);

@@ -27,8 +27,9 @@ const char* to_string(AcMode a);
 const char* to_string(Dtype d);
 const char* to_string(Offload o);
 
-/// Every value of a plan enum, in the order error messages and help texts list them. parse_enum, enum_names and
-/// parse_enum_or_throw below are the one place a knob's spelling is read, for flags, `--fix` and run records.
+/// Every value of a plan enum, in the order error messages and help texts list them. parse_enum, enum_names
+/// and parse_enum_or_throw below are the one place a knob's spelling is read, for flags, `--fix` and run
+/// records.
 template <class E>
 struct EnumValues;
 template <>
@@ -37,7 +38,8 @@ struct EnumValues<Runtime> {
 };
 template <>
 struct EnumValues<Precision> {
-  static constexpr std::array v{Precision::kBf16Mixed, Precision::kBf16, Precision::kBf16True, Precision::kFp32};
+  static constexpr std::array v{Precision::kBf16Mixed, Precision::kBf16, Precision::kBf16True,
+                                Precision::kFp32};
 };
 template <>
 struct EnumValues<AcMode> {
