@@ -4,9 +4,9 @@
 namespace shardplan {
 
 ComputeConstants default_compute_constants(GpuArch arch) {
-  // GEMM and flash-attention efficiencies are fitted per architecture by tools/fit/fit_compute.cpp over the 120
-  // in-scope throughput rows of the development set (capped mean |log error|); docs/model.md gives the fit and
-  // its error.
+  // GEMM and flash-attention efficiencies are fitted per architecture by tools/fit/fit_compute.cpp over the
+  // 120 in-scope 16-bit throughput rows of the development set (capped mean |log error|); docs/model.md gives
+  // the fit and its error.
   ComputeConstants k;
   switch (arch) {
     case GpuArch::kAmpere:  // A100 rows (MosaicML 40 GB and 80 GB)
@@ -14,11 +14,11 @@ ComputeConstants default_compute_constants(GpuArch arch) {
       k.attention_efficiency = 0.35;
       break;
     case GpuArch::kHopper:  // H100 rows (flash-attention 2 reaches a smaller share of Hopper's peak)
-      k.gemm_efficiency_max = 0.675;
+      k.gemm_efficiency_max = 0.65;
       k.attention_efficiency = 0.20;
       break;
     default:  // Blackwell and others: no measured rows at nominal clocks; Hopper's values
-      k.gemm_efficiency_max = 0.675;
+      k.gemm_efficiency_max = 0.65;
       k.attention_efficiency = 0.20;
       break;
   }
@@ -60,6 +60,13 @@ double CostModel::peak_flops(bool fp32) const {
 double CostModel::gemm_s(double m, double n, double k, bool fp32) const {
   if (m <= 0 || n <= 0 || k <= 0) return 0;
   return 2.0 * m * n * k / (peak_flops(fp32) * gemm_efficiency(m, n, k));
+}
+
+double CostModel::gemm_fp8_s(double m, double n, double k, double ratio) const {
+  if (m <= 0 || n <= 0 || k <= 0) return 0;
+  const auto& g = cluster_->spec().gpu;
+  const double peak = g.peak_fp8_flops > 0 ? g.peak_fp8_flops : 2 * g.peak_bf16_flops;
+  return 2.0 * m * n * k / (peak * gemm_efficiency(m, n, k) * ratio);
 }
 
 double CostModel::attention_fwd_s(double flops, bool fp32) const {

@@ -26,6 +26,16 @@ struct ComputeConstants {
   /// buffers. Fitted by tools/fit/fit_memory.cpp over every measured peak_reserved row (docs/model.md).
   double fragmentation_eager = 0.23;     // 4 eager rows (torchtitan PR 165), leave-one-out median |error| 1.2 %
   double fragmentation_compiled = 0.06;  // 7 compiled rows (torchtitan PR 165, torchao), leave-one-out 6.8 %
+  /// Float8 GEMMs: efficiency against the fp8 peak = the bf16 shape curve (or the calibrated bf16 efficiency)
+  /// times this ratio per recipe; tensorwise runs cuBLAS fp8 kernels, rowwise CUTLASS row-scaled ones. Fitted
+  /// by tools/fit/fit_compute.cpp on pairs of H100 records that differ only in the recipe (float8 vs bf16
+  /// speed-up; docs/model.md); the casts are counted as HBM traffic apart. Other architectures use the same
+  /// ratios.
+  double fp8_tensorwise_ratio = 0.925;  // 5 H100 pairs: mean |log speed-up error| 0.028, worst 0.085
+  double fp8_rowwise_ratio = 0.55;      // 5 H100 pairs: mean 0.071, worst 0.114
+  /// Share of the TP collectives' time left exposed by async TP (micro-pipelined all-gather/reduce-scatter
+  /// with the GEMMs); fitted on torchtitan's async/plain TP pairs (docs/model.md).
+  double async_tp_exposed = 0.55;  // 6 H100 async/plain pairs: mean |log speed-up error| 0.023, worst 0.060
 };
 
 /// Per-architecture defaults (docs/model.md).
@@ -55,6 +65,8 @@ class CostModel {
   /// One GEMM [m x k] @ [k x n] in the compute dtype (fp32 plans pass fp32 = true).
   double gemm_s(double m, double n, double k, bool fp32 = false) const;
   double gemm_efficiency(double m, double n, double k) const;
+  /// One float8 GEMM: FLOPs / (fp8 peak x bf16 efficiency(shape) x `ratio`, the recipe's constant).
+  double gemm_fp8_s(double m, double n, double k, double ratio) const;
   /// Flash-attention forward core: `flops` of QK^T and AV together.
   double attention_fwd_s(double flops, bool fp32 = false) const;
   /// Memory-bound work moving `bytes` through HBM.

@@ -21,6 +21,9 @@ const char* to_string(Precision p) {
 const char* to_string(AcMode a) { return a == AcMode::kNone ? "none" : a == AcMode::kSelective ? "selective" : "full"; }
 const char* to_string(Dtype d) { return d == Dtype::kFp32 ? "fp32" : "bf16"; }
 const char* to_string(Offload o) { return o == Offload::kNone ? "none" : "optimizer"; }
+const char* to_string(Fp8 f) {
+  return f == Fp8::kNone ? "none" : f == Fp8::kTensorwise ? "tensorwise" : "rowwise";
+}
 
 std::optional<Runtime> parse_runtime(const std::string& s) {
   return parse_enum<Runtime>(s);
@@ -109,6 +112,14 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   if (!p.reduce_dtype)
     p.reduce_dtype = (p.precision == Precision::kBf16Mixed || p.precision == Precision::kFp32) ? Dtype::kFp32 : Dtype::kBf16;
   if (p.precision == Precision::kFp32) p.reduce_dtype = Dtype::kFp32;
+  need(p.fp8 == Fp8::kNone || p.precision != Precision::kFp32, "--fp8",
+       "float8 linears need a 16-bit compute dtype (--precision bf16-mixed, bf16 or bf16-true), not fp32");
+  if (p.fp8_all_gather) {
+    need(p.fp8 == Fp8::kTensorwise, "--fp8-all-gather", "float8 all-gather needs --fp8 tensorwise (torchao)");
+    need(p.runtime == Runtime::kFsdp2 && p.zero >= 2, "--fp8-all-gather",
+         "float8 all-gather is an FSDP2 feature: needs --runtime fsdp2 with --zero 2 or 3 (parameters "
+         "gathered)");
+  }
   return p;
 }
 
@@ -134,7 +145,9 @@ Json plan_to_json(const Plan& p) {
           {"fused_optimizer", p.fused_optimizer},
           {"compile", p.compile},
           {"hold_logits", p.hold_logits},
-          {"loss_dtype", to_string(p.loss_dtype)}};
+          {"loss_dtype", to_string(p.loss_dtype)},
+          {"fp8", to_string(p.fp8)},
+          {"fp8_all_gather", p.fp8_all_gather}};
 }
 
 template <class T>
@@ -174,6 +187,8 @@ Plan plan_from_json(JsonObj o) {
   p.compile = o.boolean("compile", false);
   p.hold_logits = o.boolean("hold_logits", false);
   p.loss_dtype = enum_field(o, "loss_dtype", Dtype::kFp32);
+  p.fp8 = enum_field(o, "fp8", Fp8::kNone);
+  p.fp8_all_gather = o.boolean("fp8_all_gather", false);
   o.finish();
   return p;
 }

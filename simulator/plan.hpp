@@ -20,12 +20,16 @@ enum class Precision { kBf16Mixed, kBf16, kBf16True, kFp32 };
 enum class AcMode { kNone, kSelective, kFull };
 enum class Dtype { kFp32, kBf16 };
 enum class Offload { kNone, kOptimizer };
+/// Float8 training of the transformer blocks' linear layers (torchao Float8Linear recipes): GEMMs in fp8 with
+/// dynamic scales per tensor (`tensorwise`, cuBLAS) or per row (`rowwise`, CUTLASS row-scaled kernels).
+enum class Fp8 { kNone, kTensorwise, kRowwise };
 
 const char* to_string(Runtime r);
 const char* to_string(Precision p);
 const char* to_string(AcMode a);
 const char* to_string(Dtype d);
 const char* to_string(Offload o);
+const char* to_string(Fp8 f);
 
 /// Every value of a plan enum, in the order error messages and help texts list them. parse_enum, enum_names
 /// and parse_enum_or_throw below are the one place a knob's spelling is read, for flags, `--fix` and run
@@ -52,6 +56,11 @@ struct EnumValues<Dtype> {
 template <>
 struct EnumValues<Offload> {
   static constexpr std::array v{Offload::kNone, Offload::kOptimizer};
+};
+
+template <>
+struct EnumValues<Fp8> {
+  static constexpr std::array v{Fp8::kNone, Fp8::kTensorwise, Fp8::kRowwise};
 };
 
 template <class E>
@@ -105,6 +114,12 @@ struct Plan {
   /// autocast's log_softmax), bf16 (= the 16-bit compute dtype, fp16 included) when a model without autocast
   /// computes cross-entropy on its half-precision logits (DeepSpeed/Megatron fp16 or bf16, 2022 HF GPT-2).
   Dtype loss_dtype = Dtype::kFp32;
+  /// Float8 linear layers in the transformer blocks (embedding, LM head, attention core and MoE experts stay
+  /// in the compute dtype, as torchao/torchtitan convert them).
+  Fp8 fp8 = Fp8::kNone;
+  /// FSDP2 all-gathers the blocks' linear weights in float8 (torchao enable_fsdp_float8_all_gather;
+  /// tensorwise).
+  bool fp8_all_gather = false;
 
   // Derived by resolve_plan:
   int dp = 1;              ///< data-parallel ranks = gpus / tp

@@ -96,6 +96,8 @@ void Simulator::build_units(const Plan& p) {
   const double bc = fp32 ? 4.0 : 2.0;  // compute dtype bytes
   const double T = static_cast<double>(p.mbs) * static_cast<double>(p.seq);
   const bool sp = t > 1;                // sequence parallel with TP, as torchtitan and Megatron run it
+  const double fp8_ratio = p.fp8 == Fp8::kRowwise ? costs_->constants().fp8_rowwise_ratio
+                                                  : costs_->constants().fp8_tensorwise_ratio;
   const GroupView tpg = cluster_->group(t, 1);
   const double f_local = static_cast<double>(s.ffn_hidden) / t;
 
@@ -130,20 +132,51 @@ void Simulator::build_units(const Plan& p) {
   const bool gather = p.zero == 3 || (!ds && p.zero == 2);
   for (std::size_t ui = 0; ui < units_.size(); ++ui) {
     Unit& u = units_[ui];
-    std::int64_t fsdp1_flat = 0;
+    std::int64_t fsdp1_flat = 0, fp8_shard = 0;
     double gemm = 0, attn = 0, elem = 0, act_none = 0, act_sel = 0, act_full = 0, workspace = 0;
+    double cast_fwd_bytes = 0, cast_bwd_bytes = 0;  // float8 scaling and casting of the linears' operands
     for (const Layer* l : u.layers) {
+      // torchao converts the blocks' dense linear layers; embedding, LM head, attention core and MoE experts
+      // stay.
+      const bool fp8_layer = p.fp8 != Fp8::kNone && l->block >= 0 &&
+                             (l->kind == LayerKind::kAttention || l->kind == LayerKind::kMlp);
       for (const auto& ten : l->tensors) {
         const std::int64_t rows = tp_local_rows(ten, t), cols = tp_local_cols(ten, t), n = rows * cols;
         u.elems += n;
         if (p.runtime == Runtime::kFsdp2) u.shard_elems += ceil_div(rows, F) * cols;
         else if (ds) u.shard_elems += ceil_div(n, F);
         else fsdp1_flat += n;
+        if (fp8_layer && p.fp8_all_gather && ten.dim1 > 1)
+          fp8_shard += ceil_div(rows, F) * cols;  // weights, not biases
       }
+      bool column_input_cast =
+          false;  // the column-parallel projections of a layer share one input (q/k/v, gate/up)
       for (const auto& g : l->gemms) {
         const double n = g.tp == TpSplit::kColumn ? static_cast<double>(g.n) / t : static_cast<double>(g.n);
         const double k = g.tp == TpSplit::kRow ? static_cast<double>(g.k) / t : static_cast<double>(g.k);
-        gemm += g.count * costs_->gemm_s(T, n, k, fp32);
+        if (fp8_layer) {
+          gemm += g.count * costs_->gemm_fp8_s(T, n, k, fp8_ratio);
+          // Bytes per element moved by the casts (docs/model.md "Float8"): tensorwise = amax pass (read 2) +
+          // cast (read 2, write 1) per operand, transposes of fp8 copies (read 1, write 1) where backward
+          // needs the other layout; rowwise = row scales fused into the cast (3), column scales need their
+          // own pass (5). An input shared by several projections is cast once (torchtitan's
+          // PrepareFloat8ModuleInput with TP; one traced cast under torch.compile); with TP, tensorwise casts
+          // the sequence shard before the all-gather.
+          const bool shared = g.tp == TpSplit::kColumn;
+          const double X = shared ? (column_input_cast ? 0.0 : T * k) : T * k * g.count;
+          if (shared) column_input_cast = true;
+          const double Y = T * n * g.count, W = n * k * g.count;
+          if (p.fp8 == Fp8::kTensorwise) {
+            const double x_fwd = shared && t > 1 ? X / t : X;
+            cast_fwd_bytes += 5 * x_fwd + (p.fp8_all_gather ? 0 : 5 * W);
+            cast_bwd_bytes += 5 * X + (p.fp8_all_gather ? 2 * W : 5 * W) + 7 * Y;
+          } else {
+            cast_fwd_bytes += 3 * X + 3 * W;
+            cast_bwd_bytes += 5 * X + 5 * W + 8 * Y;
+          }
+        } else {
+          gemm += g.count * costs_->gemm_s(T, n, k, fp32);
+        }
         u.flops_fwd += 2.0 * T * n * k * g.count;
       }
       if (l->attn_heads > 0) {
@@ -171,6 +204,8 @@ void Simulator::build_units(const Plan& p) {
     if (p.runtime == Runtime::kFsdp1) u.shard_elems = ceil_div(fsdp1_flat, F);
     if (u.blocks > 0) workspace = T * bc * (2.0 * static_cast<double>(s.hidden) + 2.0 * f_local);
     else workspace = T * bc * 2.0 * static_cast<double>(s.hidden);
+    // Float8: the fp8 copies of one linear's input and output gradient live beside the 16-bit ones.
+    if (u.blocks > 0 && p.fp8 != Fp8::kNone) workspace += T * (static_cast<double>(s.hidden) + f_local);
     u.workspace_bytes = static_cast<Bytes>(workspace);
     switch (p.ac) {
       case AcMode::kNone: u.act_bytes = static_cast<Bytes>(act_none); break;
@@ -187,20 +222,31 @@ void Simulator::build_units(const Plan& p) {
       if (u.blocks > 0) ag = rs = 2 * u.blocks;
       else if (u.has_loss) ag = 1;
       else rs = 1;
-      u.tp_ag_bytes = ag * buf;
+      // torchtitan's float8 tensorwise TP plan (Float8ColwiseParallel) casts the block inputs to fp8 before
+      // the sequence-parallel all-gather: 1 byte per element. Rowwise keeps the 16-bit TP plan.
+      const double ag_buf = u.blocks > 0 && p.fp8 == Fp8::kTensorwise ? buf / bc : buf;
+      u.tp_ag_bytes = ag * ag_buf;
+      u.tp_ag_mirror_bytes = ag * buf;
       u.tp_rs_bytes = rs * buf;
-      const double fwd_tp = ag * costs_->collective_s(CollectiveKind::kAllGather, buf, tpg) +
-                            rs * costs_->collective_s(CollectiveKind::kReduceScatter, buf, tpg);
-      u.tp_fwd_s = fwd_tp;
-      u.tp_bwd_s = fwd_tp;
+      const double rs_s = rs * costs_->collective_s(CollectiveKind::kReduceScatter, buf, tpg);
+      u.tp_fwd_s = ag * costs_->collective_s(CollectiveKind::kAllGather, ag_buf, tpg) + rs_s;
+      // Backward: the mirror of each forward all-gather is a 16-bit reduce-scatter of the input gradient, and
+      // of each reduce-scatter a 16-bit all-gather of the output gradient.
+      u.tp_bwd_s = ag * costs_->collective_s(CollectiveKind::kReduceScatter, buf, tpg) +
+                   rs * costs_->collective_s(CollectiveKind::kAllGather, buf, tpg);
     }
-    const double overlap = p.async_tp ? 0.2 : 1.0;  // async TP hides most of it behind the GEMMs
-    u.fwd_s = gemm + attn + elem + overlap * u.tp_fwd_s;
-    u.bwd_s = 2 * gemm + costs_->constants().attention_bwd_ratio * attn + 2 * elem + overlap * u.tp_bwd_s;
+    const double overlap =
+        p.async_tp ? costs_->constants().async_tp_exposed : 1.0;  // async TP hides part of it
+    const double cast_fwd = costs_->memory_s(cast_fwd_bytes), cast_bwd = costs_->memory_s(cast_bwd_bytes);
+    u.fwd_s = gemm + attn + elem + cast_fwd + overlap * u.tp_fwd_s;
+    u.bwd_s = 2 * gemm + costs_->constants().attention_bwd_ratio * attn + 2 * elem + cast_bwd +
+              overlap * u.tp_bwd_s;
     if (p.ac == AcMode::kFull && u.blocks > 0) u.recompute_s = u.fwd_s;
-    else if (p.ac == AcMode::kSelective && u.blocks > 0) u.recompute_s = 0.5 * gemm + elem;  // half the matmuls
+    else if (p.ac == AcMode::kSelective && u.blocks > 0)
+      u.recompute_s = 0.5 * (gemm + cast_fwd) + elem;  // half the matmuls
     // Which units gather, and whether they reshard after forward.
     u.gathered_elems = gather ? u.shard_elems * F : 0;
+    u.fp8_gathered_elems = gather ? fp8_shard * F : 0;
     u.reshard = p.reshard();
     if (p.runtime == Runtime::kFsdp2 && ui + 1 == units_.size() && gather) u.reshard = false;  // torchtitan [norm, output]
   }
@@ -271,7 +317,11 @@ void Simulator::lower(const Plan& p) {
   int prev_fwd_unit_ag_out = -1;  // FSDP2 forward: AG output kept until the next unit's wait
   std::vector<std::int32_t> ag_issue_order;  // for the DeepSpeed fetch limiter
 
-  auto ag_bytes = [&](int u) { return static_cast<double>(units_[static_cast<std::size_t>(u)].gathered_elems) * bc; };
+  auto ag_bytes = [&](int u) {
+    const Unit& un = units_[static_cast<std::size_t>(u)];
+    return static_cast<double>(un.gathered_elems - un.fp8_gathered_elems) * bc +
+           static_cast<double>(un.fp8_gathered_elems);
+  };
   auto issue_ag = [&](int u, int mb, bool backward, std::int32_t after) {
     Unit& un = units_[static_cast<std::size_t>(u)];
     if (un.gathered_elems == 0) return;
@@ -481,10 +531,16 @@ void Simulator::lower(const Plan& p) {
         prog_.add_effect({MemCategory::kGathered, kPoolDefault, -B(static_cast<double>(un.elems) * 2)});
       bwd_task[static_cast<std::size_t>(u)] = id;
       if (fsdp1 && gather) ag_issue_order.push_back(id);
-      res_.comm[static_cast<int>(CommKind::kTpAllGather)].time_s += un.tp_bwd_s * (un.tp_rs_bytes / std::max(1.0, un.tp_ag_bytes + un.tp_rs_bytes));
-      res_.comm[static_cast<int>(CommKind::kTpReduceScatter)].time_s += un.tp_bwd_s * (un.tp_ag_bytes / std::max(1.0, un.tp_ag_bytes + un.tp_rs_bytes));
-      res_.comm[static_cast<int>(CommKind::kTpAllGather)].bytes_per_rank += busbw_factor(CollectiveKind::kAllGather, p.tp) * un.tp_rs_bytes;
-      res_.comm[static_cast<int>(CommKind::kTpReduceScatter)].bytes_per_rank += busbw_factor(CollectiveKind::kReduceScatter, p.tp) * un.tp_ag_bytes;
+      // Backward mirrors forward: the all-gathers' gradients are reduce-scattered and vice versa, in 16 bits.
+      const double bwd_rs = un.tp_ag_mirror_bytes, bwd_ag = un.tp_rs_bytes;
+      res_.comm[static_cast<int>(CommKind::kTpAllGather)].time_s +=
+          un.tp_bwd_s * (bwd_ag / std::max(1.0, bwd_ag + bwd_rs));
+      res_.comm[static_cast<int>(CommKind::kTpReduceScatter)].time_s +=
+          un.tp_bwd_s * (bwd_rs / std::max(1.0, bwd_ag + bwd_rs));
+      res_.comm[static_cast<int>(CommKind::kTpAllGather)].bytes_per_rank +=
+          busbw_factor(CollectiveKind::kAllGather, p.tp) * bwd_ag;
+      res_.comm[static_cast<int>(CommKind::kTpReduceScatter)].bytes_per_rank +=
+          busbw_factor(CollectiveKind::kReduceScatter, p.tp) * bwd_rs;
 
       // Post-backward: reshard, then reduce gradients.
       if (gather && un.gather_owner < 0) free_unsharded(u);  // reshard after backward, resharded or not in forward
@@ -682,7 +738,7 @@ void Simulator::summarise(const Plan& p) {
   // TP collectives are folded into compute (not overlapped unless async): all exposed.
   for (CommKind k : {CommKind::kTpAllGather, CommKind::kTpReduceScatter}) {
     auto& c = r.comm[static_cast<int>(k)];
-    c.exposed_s = p.async_tp ? 0.2 * c.time_s : c.time_s;
+    c.exposed_s = p.async_tp ? costs_->constants().async_tp_exposed * c.time_s : c.time_s;
     exposed += c.exposed_s;
   }
   r.exposed_comm_s = exposed;

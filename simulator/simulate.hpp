@@ -65,10 +65,12 @@ struct SimUnit {
   std::int64_t elems = 0;           // TP-local parameter elements, unpadded
   std::int64_t shard_elems = 0;     // local shard, padded as the runtime pads
   std::int64_t gathered_elems = 0;  // the all-gather output (shard x group), 0 if this unit gathers nothing
+  std::int64_t fp8_gathered_elems = 0;  // of which gathered in float8 (1 byte each: --fp8-all-gather)
   bool reshard = true;              // free unsharded parameters after forward
   int gather_owner = -1;            // FSDP1 root split in two: the head part uses the embedding part's gather
   double fwd_s = 0, bwd_s = 0, recompute_s = 0, tp_fwd_s = 0, tp_bwd_s = 0;
-  double tp_ag_bytes = 0, tp_rs_bytes = 0;  // per forward pass (backward mirrors)
+  double tp_ag_bytes = 0, tp_rs_bytes = 0;  // per forward pass
+  double tp_ag_mirror_bytes = 0;  // backward reduce-scatters mirroring the forward all-gathers (16-bit)
   Bytes act_bytes = 0, recompute_bytes = 0, workspace_bytes = 0;
   double flops_fwd = 0;
 };

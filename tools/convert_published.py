@@ -18,7 +18,7 @@ import sys
 GIB = 1 << 30
 MIB = 1 << 20
 
-FP8_REASON = "fp8 compute not modelled"
+FP8_REASON = "MX (block-scaled) fp8 compute not modelled"
 
 # --------------------------------------------------------------------------------------------------
 # Model presets the tool ships (models/*.json).  A published architecture is mapped to a preset name
@@ -318,14 +318,23 @@ def map_ac(txt):
     return None
 
 
-def is_fp8(rec):
+def fp8_text(rec):
     p = rec["precision"]
     texts = [str(p.get("compute") or ""), str(p.get("published_precision") or ""),
              str((rec["parallel"].get("other") or {}).get("quantization") or "")]
-    t = " ".join(texts).lower()
-    # torchao recipe names (tensorwise, rowwise, rowwise_with_gw_hp) are float8 recipes even when the text
-    # only says "... with bfloat16 all-gather"
-    return any(k in t for k in ("fp8", "float8", "mxfp", "rowwise", "tensorwise"))
+    return " ".join(texts).lower()
+
+
+def fp8_recipe(rec):
+    """None (16-bit GEMMs), "mx" (MX block scaling: not modelled), "rowwise" or "tensorwise" (torchao recipes)."""
+    t = fp8_text(rec)
+    if "mxfp" in t:
+        return "mx"
+    if "rowwise" in t:  # torchao recipe names (rowwise, rowwise_with_gw_hp) even when the text says "bfloat16 ..."
+        return "rowwise"
+    if any(k in t for k in ("fp8", "float8", "tensorwise")):
+        return "tensorwise"
+    return None
 
 
 def runtime_of(rec):
@@ -372,7 +381,7 @@ def skip_reason(rec):
     """Return (primary reason, [other reasons]) or (None, [])."""
     p = rec["parallel"]
     reasons = []
-    if is_fp8(rec):
+    if fp8_recipe(rec) == "mx":
         reasons.append(FP8_REASON)
     if (p.get("pp") or 1) > 1:
         reasons.append("pipeline parallelism (pp=%d) not modelled" % p["pp"])
@@ -459,6 +468,16 @@ def map_measured(rec, notes):
         out["step_s"] = st
     if _number(meas.get("mfu_pct")) and meas["mfu_pct"] > 0:
         out["mfu"] = round(meas["mfu_pct"] / 100.0, 6)
+        tflops = meas.get("model_tflops_per_gpu")
+        if fp8_recipe(rec) and _number(tflops) and tflops > 0:
+            # shardplan's MFU divides by the bf16 peak; a float8 row may publish it against the fp8 peak, which
+            # the ratio of its own columns shows (MosaicML: 598 TFLOP/s at 30.25 % -> 1977 TFLOP/s = H100 fp8).
+            implied = tflops / (meas["mfu_pct"] / 100.0)
+            if abs(implied / 1978.9 - 1) < 0.02:
+                out["mfu"] = round(tflops / 989.4, 6)
+                notes.append("published MFU %.2f %% is against the H100 fp8 peak (model TFLOP/s %s / MFU = %.0f "
+                             "TFLOP/s); restated against the bf16 peak 989.4 TFLOP/s: %.4f"
+                             % (meas["mfu_pct"], tflops, implied, out["mfu"]))
     return out
 
 
@@ -561,6 +580,23 @@ def convert(rec):
     if runtime in ("fsdp1", "fsdp2") and (zero or 0) > 0:
         plan["wrap"] = 1
     map_precision(rec, plan, notes)
+    recipe = fp8_recipe(rec)
+    if recipe:
+        plan["fp8"] = recipe
+        t = fp8_text(rec)
+        if "float8 all-gather" in t or "f8 all-gather" in t or "float8_all_gather" in t:
+            plan["fp8_all_gather"] = True
+        if "transformerengine" in t:
+            notes.append("fp8 via TransformerEngine (delayed scaling, per-tensor scales) expressed as fp8 "
+                         "'tensorwise'; TE fuses the amax into the cast, so the cast traffic is overstated")
+        elif "gw_hp" in t:
+            notes.append("rowwise_with_gw_hp keeps the grad-weight GEMM in bf16; expressed as 'rowwise'")
+        else:
+            notes.append("float8 %s (torchao Float8Linear on the blocks' linears)%s"
+                         % (recipe, " with float8 FSDP2 all-gather" if plan.get("fp8_all_gather") else ""))
+    other_knobs = par.get("other") or {}
+    if other_knobs.get("async_tp") is True:
+        plan["async_tp"] = True
     plan["compile"] = bool(par.get("torch_compile"))
     src = rec["source"].get("repo")
     other = par.get("other") or {}
@@ -572,8 +608,8 @@ def convert(rec):
                      % other.get("attn_impl", "?"))
     if src == "pytorch/torchtitan" and "asyncTP" in (rec["source"].get("path") or ""):
         if "async" in rec["id"]:
-            notes.append("async TP (micro-pipelined TP collectives) on: the plan has no async-TP knob; "
-                         "expect measured faster than a plain-TP prediction")
+            notes.append("async TP (micro-pipelined TP collectives) on: plan async_tp, which hides 80 % of the "
+                         "TP collectives behind the GEMMs")
         notes.append("TP with sequence parallel (torchtitan); seq 8192 inferred from torchtitan configs")
     if ac == "selective":
         notes.append("selective AC as torchtitan's SAC: per-op policy saving matmul/SDPA outputs (op-level at "

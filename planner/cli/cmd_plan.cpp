@@ -141,15 +141,21 @@ Command add_plan_command(CLI::App& app) {
                 s += "  # runtime   zero  shard  tp  mbs accum ac        wrap  pf red    step (s)  tok/s/GPU  MFU%   peak mem   headroom   exposed  binding\n";
                 for (std::size_t i = 0; i < o.plans.size(); ++i) s += plan_row(o.plans[i], static_cast<int>(i + 1));
                 const Plan& p = o.plans[0].plan;
-                s += "\nrecommended: shardplan simulate --model " + a->in.model + " --cluster " + a->in.cluster +
-                     fmt::format(" --gpus {} --runtime {} --zero {} --shard-group {} --tp {} --seq {} --mbs {} --grad-accum {} --ac {} "
-                                 "--wrap {} --prefetch {} --reshard-after-forward {} --precision {} --reduce-dtype {} --offload {}{}{}{}{}{}\n",
-                                 l.cluster->gpus(), to_string(p.runtime), p.zero, p.shard_group, p.tp, p.seq, p.mbs, p.grad_accum,
-                                 to_string(p.ac), p.wrap, p.prefetch, p.reshard() ? "true" : "false", to_string(p.precision),
-                                 to_string(p.reduce()), to_string(p.offload), p.async_tp ? " --async-tp" : "",
-                                 p.fused_optimizer ? "" : " --foreach-optimizer", p.compile ? " --compile" : "",
-                                 p.hold_logits ? " --hold-logits" : "",
-                                 p.loss_dtype == Dtype::kFp32 ? "" : " --loss-dtype bf16");
+                s += "\nrecommended: shardplan simulate --model " + a->in.model + " --cluster " +
+                     a->in.cluster +
+                     fmt::format(
+                         " --gpus {} --runtime {} --zero {} --shard-group {} --tp {} --seq {} --mbs {} "
+                         "--grad-accum {} --ac {} "
+                         "--wrap {} --prefetch {} --reshard-after-forward {} --precision {} --reduce-dtype "
+                         "{} --offload {}{}{}{}{}{}{}{}\n",
+                         l.cluster->gpus(), to_string(p.runtime), p.zero, p.shard_group, p.tp, p.seq, p.mbs,
+                         p.grad_accum, to_string(p.ac), p.wrap, p.prefetch, p.reshard() ? "true" : "false",
+                         to_string(p.precision), to_string(p.reduce()), to_string(p.offload),
+                         p.async_tp ? " --async-tp" : "", p.fused_optimizer ? "" : " --foreach-optimizer",
+                         p.compile ? " --compile" : "", p.hold_logits ? " --hold-logits" : "",
+                         p.loss_dtype == Dtype::kFp32 ? "" : " --loss-dtype bf16",
+                         p.fp8 == Fp8::kNone ? std::string() : std::string(" --fp8 ") + to_string(p.fp8),
+                         p.fp8_all_gather ? " --fp8-all-gather" : "");
                 s += o.explanation + "\n";
                 s += margin_statement(o.plans[0]) + "\n";
               } else {

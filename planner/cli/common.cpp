@@ -38,6 +38,11 @@ void add_plan_options(CLI::App* app, PlanFlags& f) {
   app->add_option("--loss-dtype", f.loss_dtype,
                   "fp32 | bf16: dtype of the cross-entropy (bf16 = the 16-bit compute dtype, no upcast of the logits)")
       ->capture_default_str();
+  app->add_option("--fp8", f.fp8,
+                  "none | tensorwise | rowwise: float8 GEMMs in the blocks' linear layers (torchao recipes)")
+      ->capture_default_str();
+  app->add_flag("--fp8-all-gather", f.fp8_all_gather,
+                "FSDP2 all-gathers the blocks' linear weights in float8 (needs --fp8 tensorwise)");
 }
 
 Plan plan_from_flags(const PlanFlags& f) {
@@ -69,6 +74,8 @@ Plan plan_from_flags(const PlanFlags& f) {
   p.compile = f.compile;
   p.hold_logits = f.hold_logits;
   p.loss_dtype = parse_enum_or_throw<Dtype>(f.loss_dtype, "--loss-dtype");
+  p.fp8 = parse_enum_or_throw<Fp8>(f.fp8, "--fp8");
+  p.fp8_all_gather = f.fp8_all_gather;
   return p;
 }
 

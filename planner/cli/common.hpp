@@ -18,7 +18,8 @@ struct PlanFlags {
   std::int64_t seq = 0, global_batch = 0;
   std::string reshard_after_forward;  // "", "true", "false"
   bool async_tp = false, foreach_optimizer = false, compile = false, hold_logits = false;
-  std::string loss_dtype = "fp32";
+  std::string loss_dtype = "fp32", fp8 = "none";
+  bool fp8_all_gather = false;
 };
 
 struct Inputs {

@@ -20,7 +20,7 @@ COMMITTED = os.path.join(ROOT, "tests", "data", "runs", "published_dev.json")
 REQUIRED = ("schema", "id", "model", "cluster", "gpus", "plan", "measured")
 PLAN_KEYS = {"runtime", "zero", "shard_group", "tp", "seq", "mbs", "grad_accum", "ac", "wrap", "prefetch",
              "reshard_after_forward", "precision", "reduce_dtype", "offload", "compile", "hold_logits",
-             "loss_dtype"}
+             "loss_dtype", "fp8", "fp8_all_gather", "async_tp"}
 MEASURED_KEYS = {"peak_allocated_bytes", "peak_active_bytes", "peak_reserved_bytes", "peak_device_bytes",
                  "step_s", "tokens_per_s_per_gpu", "mfu"}
 
@@ -103,12 +103,12 @@ class ConvertTest(unittest.TestCase):
     def test_counts_per_source(self):
         conv = collections.Counter(r["source"].split(";")[0] for r in self.doc["records"])
         self.assertEqual(dict(conv), {
-            "mosaicml/llm-foundry": 106, "pytorch/torchtitan": 13, "LianjiaTech/BELLE": 9, "pytorch/ao": 3,
+            "mosaicml/llm-foundry": 108, "pytorch/torchtitan": 21, "LianjiaTech/BELLE": 9, "pytorch/ao": 10,
             "hpcaitech/ColossalAI-Pytorch-lightning": 2, "bigscience-workshop/bigscience": 2})
         self.assertEqual(len(self.doc["records"]) + len(self.doc["skipped"]), 196)
         reasons = collections.Counter(s["reason"] for s in self.doc["skipped"])
-        self.assertEqual(reasons[cp.FP8_REASON], 39)  # mosaic 2, asyncTP 8, ao 9, NeMo 15, OLMo 5
-        self.assertEqual(reasons["GPU count not published"], 5)
+        self.assertEqual(reasons[cp.FP8_REASON], 2)  # ao mxfp8 on B200 (float8 rows convert; NeMo/OLMo skip for others)
+        self.assertEqual(reasons["GPU count not published"], 10)
 
     def test_spot_mosaic_mpt70b(self):
         r = self.by_id["mosaic-a100-80gb-mpt70b-s2048-g64-mbs8-ga4-bf16-ac1"]
@@ -147,13 +147,25 @@ class ConvertTest(unittest.TestCase):
                       attn_bias=True, mlp_bias=True, tied_embeddings=True, positions="learned", max_positions=1024)
         self.assertEqual(cp.param_count(gpt2xl), 1557611200)  # HF GPT2LMHeadModel gpt2-xl
 
-    def test_fp8_skipped(self):
+    def test_fp8_recipes(self):
         skipped = {s["id"]: s["reason"] for s in self.doc["skipped"]}
-        self.assertEqual(skipped["mosaic-h100-fp8-mpt3b-s512-g8-mbs40-ga6-amp_fp8-ac0"], cp.FP8_REASON)
         self.assertEqual(skipped["torchao-e2e-b200-llama3-8b-g8-mxfp8_cublas"], cp.FP8_REASON)
         self.assertIn("pipeline", skipped["bloom-176b-production-g384-dp8-tp4-pp12-mbs2"])
-
-
+        te = self.by_id["mosaic-h100-fp8-mpt3b-s512-g8-mbs40-ga6-amp_fp8-ac0"]
+        self.assertEqual(te["plan"]["fp8"], "tensorwise")
+        self.assertNotIn("fp8_all_gather", te["plan"])
+        self.assertIn("TransformerEngine", te["notes"])
+        # MosaicML's fp8 MFU is against the fp8 peak (598 TFLOP/s at 30.25 %): restated against bf16's 989.4.
+        self.assertEqual(te["measured"]["mfu"], round(598 / 989.4, 6))
+        ao = self.by_id["torchao-e2e-h100-llama3-8b-g8-tensorwise_with_float8_all_gather"]
+        self.assertEqual((ao["plan"]["fp8"], ao["plan"]["fp8_all_gather"]), ("tensorwise", True))
+        rw = self.by_id["torchao-e2e-h100-llama3-8b-g8-rowwise_with_bfloat16_all_gather"]
+        self.assertEqual(rw["plan"]["fp8"], "rowwise")
+        self.assertNotIn("fp8_all_gather", rw["plan"])
+        tt = self.by_id["torchtitan-asynctp-202506-70b-g256-float8_rowwise-asynctp"]
+        self.assertEqual((tt["plan"]["fp8"], tt["plan"]["async_tp"]), ("rowwise", True))
+        self.assertNotIn("async_tp", self.by_id["torchtitan-asynctp-202506-70b-g256-bf16-tp"]["plan"])
+        self.assertNotIn("fp8", self.by_id["torchao-e2e-h100-llama3-8b-g8-none_bfloat16"]["plan"])
 
 def _base_record():
     """A complete torch-native record in the shared layout (torchtitan Llama-3-8B, FSDP2, 8 H100)."""
