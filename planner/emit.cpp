@@ -21,6 +21,7 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
   s += "MICRO_BATCH = " + std::to_string(p.mbs) + "\nGRAD_ACCUM = " + std::to_string(p.grad_accum) + "\nSEQ_LEN = " +
        std::to_string(p.seq) + "\n\n";
   s += "def build_mesh(world_size):\n";
+  const bool fp8_tp = p.fp8 == Fp8::kTensorwise && p.tp > 1;  // torchtitan's float8 TP plan (1-byte all-gathers)
   if (p.tp > 1) {
     s += fmt::format("    # {} data-parallel x {} tensor-parallel; TP innermost (inside a node of {} GPUs)\n", p.dp, p.tp, gpus_per_node);
     if (hsdp)
@@ -38,11 +39,27 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
   }
   s += "\n\ndef apply_plan(model, world_size):\n";
   s += "    mesh = build_mesh(world_size)\n";
+  if (p.fp8 != Fp8::kNone) {
+    s += "    # Float8 linears in the transformer blocks (torchao); embedding and output stay in bf16.\n";
+    s += "    from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n";
+    if (p.fp8 == Fp8::kRowwise)
+      s += "    fp8_config = Float8LinearConfig.from_recipe_name('rowwise')\n";
+    else
+      s += fmt::format("    fp8_config = Float8LinearConfig(enable_fsdp_float8_all_gather={})\n",
+                       p.fp8_all_gather ? "True" : "False");
+    s += "    convert_to_float8_training(model, config=fp8_config,\n"
+         "                               module_filter_fn=lambda mod, fqn: fqn.startswith('layers.'))\n";
+  }
   if (p.tp > 1) {
     s += "    # Tensor parallelism inside the node (torchtitan's Llama plan; sequence parallel on the norms).\n";
     s += "    from torch.distributed.tensor import Replicate, Shard\n";
     s += "    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,\n";
     s += "                                                   PrepareModuleInput, parallelize_module)\n";
+    if (fp8_tp) {
+      s += "    # float8 tensorwise: inputs cast to fp8 before the sequence-parallel all-gather\n";
+      s += "    from torchao.float8.float8_tensor_parallel import (Float8ColwiseParallel, Float8RowwiseParallel,\n";
+      s += "                                                       PrepareFloat8ModuleInput)\n";
+    }
     s += "    tp_mesh = mesh['tp']\n";
     s += "    parallelize_module(model, tp_mesh, {\n";
     s += "        'tok_embeddings': RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),\n";
@@ -52,13 +69,17 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
     s += "    for block in model.layers:\n";
     s += "        parallelize_module(block, tp_mesh, {\n";
     s += "            'attention_norm': SequenceParallel(),\n";
-    s += "            'attention': PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)),\n";
-    s += "            'attention.wq': ColwiseParallel(), 'attention.wk': ColwiseParallel(), 'attention.wv': ColwiseParallel(),\n";
-    s += "            'attention.wo': RowwiseParallel(output_layouts=Shard(1)),\n";
+    const std::string col = fp8_tp ? "Float8ColwiseParallel" : "ColwiseParallel",
+                      row = fp8_tp ? "Float8RowwiseParallel" : "RowwiseParallel",
+                      prep = fp8_tp ? "PrepareFloat8ModuleInput" : "PrepareModuleInput";
+    s += "            'attention': " + prep +
+         "(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)),\n";
+    s += "            'attention.wq': " + col + "(), 'attention.wk': " + col + "(), 'attention.wv': " + col + "(),\n";
+    s += "            'attention.wo': " + row + "(output_layouts=Shard(1)),\n";
     s += "            'ffn_norm': SequenceParallel(),\n";
-    s += "            'feed_forward': PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),\n";
-    s += "            'feed_forward.w1': ColwiseParallel(), 'feed_forward.w3': ColwiseParallel(),\n";
-    s += "            'feed_forward.w2': RowwiseParallel(output_layouts=Shard(1)),\n";
+    s += "            'feed_forward': " + prep + "(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),\n";
+    s += "            'feed_forward.w1': " + col + "(), 'feed_forward.w3': " + col + "(),\n";
+    s += "            'feed_forward.w2': " + row + "(output_layouts=Shard(1)),\n";
     s += "        })\n";
   }
   if (p.zero == 0) {
@@ -146,6 +167,14 @@ std::string emit_torchtitan(const Plan& p, const ModelGraph& model, int gpus) {
   s += fmt::format("global_batch_size = {}\n", p.global_batch());
   s += fmt::format("mixed_precision_param = \"{}\"\n", p.precision == Precision::kFp32 ? "float32" : "bfloat16");
   s += fmt::format("mixed_precision_reduce = \"{}\"\n", p.reduce() == Dtype::kFp32 ? "float32" : "bfloat16");
+  if (p.fp8 != Fp8::kNone) {
+    s += "\n[model]\nconverters = [\"float8\"]\n";
+    s += "\n[float8]\n";
+    if (p.fp8 == Fp8::kRowwise) s += "recipe_name = \"rowwise\"\n";
+    s += fmt::format("enable_fsdp_float8_all_gather = {}\n", p.fp8_all_gather ? "true" : "false");
+    s += fmt::format("precompute_float8_dynamic_scale_for_fsdp = {}\n", p.fp8_all_gather ? "true" : "false");
+    s += "filter_fqns = [\"output\"]\n";
+  }
   s += "\n[parallelism]\n";
   // ZeRO-0 shards nothing: every data-parallel rank is a replica (DDP).
   s += fmt::format("data_parallel_replicate_degree = {}\n", p.zero == 0 ? p.dp : p.replicas);

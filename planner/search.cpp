@@ -75,13 +75,20 @@ void SearchSpace::fix(const std::string& kv) {
     auto s = parse_int_list(key, v);
     if (s.size() != 1 || s[0] < 1) throw InputError::flag("--fix seq", "expected one positive integer");
     seq = s[0];
+  } else if (key == "fp8") {
+    fp8 = parse_enum_or_throw<Fp8>(v, "--fix fp8");
+  } else if (key == "fp8_all_gather") {
+    if (v == "true") fp8_all_gather = true;
+    else if (v == "false") fp8_all_gather = false;
+    else throw InputError::flag("--fix fp8_all_gather", "expected true or false, got \"" + v + "\"");
   } else if (key == "reshard_after_forward") {
     if (v == "true") reshard_after_forward = {true};
     else if (v == "false") reshard_after_forward = {false};
     else throw InputError::flag("--fix reshard_after_forward", "expected true or false, got \"" + v + "\"");
   } else {
     static const std::vector<std::string> keys = {"runtime", "zero", "tp", "mbs", "wrap", "prefetch", "shard_group", "ac",
-                                                  "reduce_dtype", "offload", "precision", "seq", "reshard_after_forward"};
+                                                  "reduce_dtype", "offload", "precision", "seq", "reshard_after_forward",
+                                                  "fp8", "fp8_all_gather"};
     std::string sug = did_you_mean_list(key, keys);
     throw InputError::flag("--fix", "unknown knob \"" + key + "\"" + (sug.empty() ? "" : " (did you mean \"" + sug + "\"?)") +
                                         "; knobs: " + join_names(keys));
@@ -96,10 +103,11 @@ bool better(const Evaluation& a, const Evaluation& b) {
 
 static std::string plan_flags(const Plan& p) {
   return fmt::format("--runtime {} --zero {} --shard-group {} --tp {} --mbs {} --grad-accum {} --ac {} --wrap {} --prefetch {} "
-                     "--reshard-after-forward {} --precision {} --reduce-dtype {} --offload {}",
+                     "--reshard-after-forward {} --precision {} --reduce-dtype {} --offload {}{}{}",
                      to_string(p.runtime), p.zero, p.shard_group, p.tp, p.mbs, p.grad_accum, to_string(p.ac), p.wrap,
                      p.prefetch, p.reshard() ? "true" : "false", to_string(p.precision), to_string(p.reduce()),
-                     to_string(p.offload));
+                     to_string(p.offload), p.fp8 == Fp8::kNone ? "" : std::string(" --fp8 ") + to_string(p.fp8),
+                     p.fp8_all_gather ? " --fp8-all-gather" : "");
 }
 
 static void reject(Rejections& r, const std::string& reason, const std::string& example) {
@@ -148,6 +156,8 @@ std::vector<Plan> enumerate_candidates(const ModelGraph& model, const Cluster& c
                         p.reduce_dtype = rd;
                         p.offload = off;
                         p.precision = sp.precision;
+                        p.fp8 = sp.fp8;
+                        p.fp8_all_gather = sp.fp8_all_gather;
                         p.seq = sp.seq;
                         if (zero == 3) p.reshard_after_forward = true;
                         if (rt != Runtime::kFsdp2 && pf > 1) {  // explicit prefetch depth is an FSDP2 knob: not a candidate

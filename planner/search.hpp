@@ -29,6 +29,8 @@ struct SearchSpace {
   std::vector<int> shard_groups;          ///< empty: all node-aligned divisors of dp
   std::vector<bool> reshard_after_forward = {true, false};
   Precision precision = Precision::kBf16Mixed;
+  Fp8 fp8 = Fp8::kNone;                    ///< float8 recipe of every candidate (not searched)
+  bool fp8_all_gather = false;             ///< FSDP2 float8 all-gather (candidates that cannot are rejected)
   std::int64_t seq = 0;                    ///< 0: the model's default
   std::int64_t global_batch = 0;           ///< sequences per step; required
   /// Applies one --fix KEY=VALUE; InputError for unknown keys or values.

@@ -46,7 +46,7 @@ Command add_plan_command(CLI::App& app) {
   sub->add_option("--global-batch", a->global_batch, "sequences per optimizer step")->required();
   sub->add_option("--seq", a->seq, "sequence length (default: the model's)");
   sub->add_option("--fix", a->fixes, "pin a knob: KEY=VALUE or KEY=V1,V2 (runtime, zero, tp, mbs, ac, wrap, prefetch, "
-                                     "shard_group, reduce_dtype, offload, precision, seq, reshard_after_forward)");
+                                     "shard_group, reduce_dtype, offload, precision, seq, reshard_after_forward, fp8, fp8_all_gather)");
   sub->add_option("--top", a->top, "plans to list")->capture_default_str();
   sub->add_option("--threads", a->threads, "worker threads (default: all cores)");
   sub->add_option("--headroom", a->headroom, "fraction of GPU memory kept free (default 0.15, from docs/accuracy.md)");

@@ -310,3 +310,60 @@ TEST_CASE("CLI: the printed 'recommended: shardplan simulate ...' line reproduce
   CHECK(sim["plan"]["offload"] == "optimizer");
   CHECK(sim["time"]["step_s"].get<double>() == j["recommended"]["time"]["step_s"].get<double>());
 }
+
+TEST_CASE("emitters: float8 plans convert the blocks' linears (torchao) and say so in the torchtitan config",
+          "[emit][fp8][python]") {
+  EmitSetup e;
+  auto dir = ptest::temp_dir("emit-fp8");
+  Plan tw;
+  tw.tp = 2;
+  tw.seq = 4096;
+  tw.fp8 = Fp8::kTensorwise;
+  tw.fp8_all_gather = true;
+  tw = e.resolve(tw);
+  const std::string py = emit_fsdp2(tw, e.s.model, 8);
+  INFO(py);
+  CHECK(py.find("convert_to_float8_training") != std::string::npos);
+  CHECK(py.find("enable_fsdp_float8_all_gather=True") != std::string::npos);
+  CHECK(py.find("'attention.wq': Float8ColwiseParallel()") != std::string::npos);  // 1-byte TP all-gathers
+  const std::string toml = emit_torchtitan(tw, e.s.model, 16);
+  INFO(toml);
+  CHECK(toml.find("converters = [\"float8\"]") != std::string::npos);
+  CHECK(toml.find("enable_fsdp_float8_all_gather = true") != std::string::npos);
+  CHECK(toml.find("recipe_name") == std::string::npos);
+
+  Plan rw = tw;
+  rw.fp8 = Fp8::kRowwise;
+  rw.fp8_all_gather = false;
+  rw = e.resolve(rw);
+  const std::string py_rw = emit_fsdp2(rw, e.s.model, 8);
+  CHECK(py_rw.find("from_recipe_name('rowwise')") != std::string::npos);
+  CHECK(py_rw.find("Float8ColwiseParallel") == std::string::npos);  // rowwise keeps the 16-bit TP plan
+  CHECK(emit_torchtitan(rw, e.s.model, 16).find("recipe_name = \"rowwise\"") != std::string::npos);
+  if (!ptest::have_python3()) return;
+  ptest::write_text(dir / "tw.py", py);
+  ptest::write_text(dir / "rw.py", py_rw);
+  CHECK(ptest::run_shell("python3 -m py_compile " + quote((dir / "tw.py").string()) + " " +
+                         quote((dir / "rw.py").string())) == 0);
+  if (!ptest::have_tomllib()) return;
+  ptest::write_text(dir / "tw.toml", toml);
+  CHECK(ptest::run_shell("python3 -c \"import tomllib,sys; d=tomllib.load(open(sys.argv[1],'rb')); "
+                         "assert d['float8']['enable_fsdp_float8_all_gather'] is True\" " +
+                         quote((dir / "tw.toml").string())) == 0);
+}
+
+TEST_CASE("CLI: plan --fix fp8=tensorwise recommends a float8 plan and prints a command that reproduces it",
+          "[cli][fp8]") {
+  auto dir = ptest::temp_dir("plan-fp8");
+  const int rc = ptest::run_cli("plan --model llama3-8b --cluster dgx-h100 --gpus 16 --global-batch 32 --seq 4096 --top 2 "
+                                "--threads 2 --fix fp8=tensorwise --json " + quote((dir / "plan.json").string()),
+                                dir / "out.txt", dir / "err.txt");
+  INFO(ptest::read_text(dir / "err.txt"));
+  REQUIRE(rc == 0);
+  Json j = load_json_file((dir / "plan.json").string());
+  CHECK(j["recommended"]["plan"]["fp8"] == "tensorwise");
+  CHECK(ptest::read_text(dir / "out.txt").find(" --fp8 tensorwise") != std::string::npos);
+  CHECK(ptest::run_cli("plan --model llama3-8b --cluster dgx-h100 --gpus 16 --global-batch 32 --fix fp8=e4m3",
+                       dir / "out2.txt", dir / "err2.txt") != 0);
+  CHECK(ptest::read_text(dir / "err2.txt").find("expected one of: none, tensorwise, rowwise") != std::string::npos);
+}
