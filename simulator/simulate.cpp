@@ -149,8 +149,8 @@ void Simulator::build_units(const Plan& p) {
         if (fp8_layer && p.fp8_all_gather && ten.dim1 > 1)
           fp8_shard += ceil_div(rows, F) * cols;  // weights, not biases
       }
-      bool column_input_cast =
-          false;  // the column-parallel projections of a layer share one input (q/k/v, gate/up)
+      // The column-parallel projections of a layer share one input (q/k/v, gate/up).
+      bool column_input_cast = false;
       for (const auto& g : l->gemms) {
         const double n = g.tp == TpSplit::kColumn ? static_cast<double>(g.n) / t : static_cast<double>(g.n);
         const double k = g.tp == TpSplit::kRow ? static_cast<double>(g.k) / t : static_cast<double>(g.k);
