@@ -35,7 +35,7 @@ struct ComputeConstants {
   double fp8_rowwise_ratio = 0.55;      // 5 H100 pairs: mean 0.071, worst 0.114
   /// Share of the TP collectives' time left exposed by async TP (micro-pipelined all-gather/reduce-scatter
   /// with the GEMMs); fitted on torchtitan's async/plain TP pairs (docs/model.md).
-  double async_tp_exposed = 0.55;  // 6 H100 async/plain pairs: mean |log speed-up error| 0.023, worst 0.060
+  double async_tp_exposed = 0.55;  // 6 H100 async/plain pairs: mean |log speed-up error| 0.023, worst 0.059
 };
 
 /// Per-architecture defaults (docs/model.md).

@@ -1,12 +1,12 @@
 // Fits the compute-efficiency constants of the cost model to every throughput record of the development set.
 //
 // Per GPU architecture (Ampere, Hopper) a grid search over (gemm_efficiency_max, attention_efficiency)
-// minimises the mean of min(|log(predicted / measured)|, log 1.5) of tokens/s per GPU over all in-scope rows
-// (not one; rows a record marks out of scope, e.g. unknown clocks or non-flash attention, are left out). The
-// cap keeps a handful of records the model cannot explain (other software stacks, unknown clocks) from
-// dragging the constants that explain the rest; rows beyond it still count, at the cap. The loss is a sum
-// over rows and a row depends only on its own architecture's constants, so fitting one architecture at a time
-// with the other held fixed finds the joint optimum.
+// minimises the mean of min(|log(predicted / measured)|, log 1.5) of tokens/s per GPU over all in-scope 16-bit
+// rows (not one; rows a record marks out of scope, e.g. unknown clocks or non-flash attention, and float8 rows
+// are left out). The cap keeps a handful of records the model cannot explain (other software stacks, unknown
+// clocks) from dragging the constants that explain the rest; rows beyond it still count, at the cap. The loss
+// is a sum over rows and a row depends only on its own architecture's constants, so fitting one architecture
+// at a time with the other held fixed finds the joint optimum.
 //
 // The async-TP exposure and the float8 GEMM ratios (Hopper) are fitted on pairs of records instead (see
 // below).
@@ -34,16 +34,19 @@ int main(int argc, char** argv) {
   std::map<GpuArch, ComputeConstants> chosen;
   for (GpuArch a : {GpuArch::kAmpere, GpuArch::kHopper}) chosen[a] = default_compute_constants(a);
 
-  // Float8 rows are left out of the 16-bit GEMM and attention fit (their GEMMs use the fp8 ratios below).
-  std::set<std::string> fp8_ids;
+  // The run records themselves (validate already checked them): for the float8 rows and the paired fits below.
+  std::vector<Json> records;
   for (const auto& f : files) {
     std::ifstream in(f);
     const Json doc = Json::parse(in);
     const Json& recs = doc.is_object() && doc.contains("records") ? doc["records"] : doc;
-    for (const auto& r : recs)
-      if (r.contains("plan") && r["plan"].value("fp8", std::string("none")) != "none")
-        fp8_ids.insert(r["id"].get<std::string>());
+    for (const auto& r : recs) records.push_back(r);
   }
+  // Float8 rows are left out of the 16-bit GEMM and attention fit (their GEMMs use the fp8 ratios below).
+  std::set<std::string> fp8_ids;
+  for (const auto& r : records)
+    if (r.contains("plan") && r["plan"].value("fp8", std::string("none")) != "none")
+      fp8_ids.insert(r["id"].get<std::string>());
   struct Score {
     double loss = 0, median = 0, mape = 0;
     int n = 0;
@@ -83,17 +86,12 @@ int main(int argc, char** argv) {
   };
   auto pairs_for = [&](auto&& with, auto&& without) {
     std::map<std::string, std::vector<std::pair<std::string, Json>>> groups;
-    for (const auto& f : files) {
-      std::ifstream in(f);
-      Json doc = Json::parse(in);
-      const Json& recs = doc.is_object() && doc.contains("records") ? doc["records"] : doc;
-      for (const auto& r : recs) {
-        if (r.contains("out_of_scope") && r["out_of_scope"].contains("throughput")) continue;
-        Json key = r;
-        for (const char* k : {"id", "measured", "notes", "source"}) key.erase(k);
-        for (const char* k : {"fp8", "fp8_all_gather", "async_tp"}) key["plan"].erase(k);
-        groups[key.dump()].emplace_back(r["id"].get<std::string>(), r["plan"]);
-      }
+    for (const auto& r : records) {
+      if (r.contains("out_of_scope") && r["out_of_scope"].contains("throughput")) continue;
+      Json key = r;
+      for (const char* k : {"id", "measured", "notes", "source"}) key.erase(k);
+      for (const char* k : {"fp8", "fp8_all_gather", "async_tp"}) key["plan"].erase(k);
+      groups[key.dump()].emplace_back(r["id"].get<std::string>(), r["plan"]);
     }
     std::vector<Pair> out;
     for (const auto& [k, g] : groups)
