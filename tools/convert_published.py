@@ -608,8 +608,8 @@ def convert(rec):
                      % other.get("attn_impl", "?"))
     if src == "pytorch/torchtitan" and "asyncTP" in (rec["source"].get("path") or ""):
         if "async" in rec["id"]:
-            notes.append("async TP (micro-pipelined TP collectives) on: plan async_tp, which hides 80 % of the "
-                         "TP collectives behind the GEMMs")
+            notes.append("async TP (micro-pipelined TP collectives) on: plan async_tp (the share of the TP "
+                         "collectives it leaves exposed is a fitted constant, docs/model.md)")
         notes.append("TP with sequence parallel (torchtitan); seq 8192 inferred from torchtitan configs")
     if ac == "selective":
         notes.append("selective AC as torchtitan's SAC: per-op policy saving matmul/SDPA outputs (op-level at "
