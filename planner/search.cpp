@@ -35,6 +35,12 @@ std::vector<int> parse_int_list(const std::string& key, const std::string& v) {
   }
   return out;
 }
+bool parse_bool(const std::string& key, const std::string& v) {
+  if (v == "true") return true;
+  if (v == "false") return false;
+  throw InputError::flag("--fix " + key, "expected true or false, got \"" + v + "\"");
+}
+
 template <class T>
 std::vector<T> parse_enum_list(const std::string& key, const std::string& v) {
   std::vector<T> out;
@@ -78,13 +84,9 @@ void SearchSpace::fix(const std::string& kv) {
   } else if (key == "fp8") {
     fp8 = parse_enum_or_throw<Fp8>(v, "--fix fp8");
   } else if (key == "fp8_all_gather") {
-    if (v == "true") fp8_all_gather = true;
-    else if (v == "false") fp8_all_gather = false;
-    else throw InputError::flag("--fix fp8_all_gather", "expected true or false, got \"" + v + "\"");
+    fp8_all_gather = parse_bool(key, v);
   } else if (key == "reshard_after_forward") {
-    if (v == "true") reshard_after_forward = {true};
-    else if (v == "false") reshard_after_forward = {false};
-    else throw InputError::flag("--fix reshard_after_forward", "expected true or false, got \"" + v + "\"");
+    reshard_after_forward = {parse_bool(key, v)};
   } else {
     static const std::vector<std::string> keys = {"runtime", "zero", "tp", "mbs", "wrap", "prefetch", "shard_group", "ac",
                                                   "reduce_dtype", "offload", "precision", "seq", "reshard_after_forward",

@@ -21,6 +21,19 @@ double gathered_linear_weight_elems(const ModelGraph& m, int F) {
 const CommStats& comm(const Result& r, CommKind k) {
   return r.comm[static_cast<int>(k)];
 }
+/// One plan run in 16 bits and with each float8 recipe.
+struct Recipes {
+  Result bf16, tw, rw;
+};
+Recipes run_recipes(const Setup& s, Plan plan) {
+  Recipes r;
+  r.bf16 = s.run(plan);
+  plan.fp8 = Fp8::kTensorwise;
+  r.tw = s.run(plan);
+  plan.fp8 = Fp8::kRowwise;
+  r.rw = s.run(plan);
+  return r;
+}
 }  // namespace
 
 TEST_CASE("fp8 GEMM time: FLOPs / (fp8 peak x bf16 shape efficiency x recipe ratio)", "[simulator][fp8]") {
@@ -69,11 +82,7 @@ TEST_CASE(
   plan.tp = 8;
   plan.seq = 8192;
   plan.ac = AcMode::kFull;
-  const Result bf16 = s.run(plan);
-  plan.fp8 = Fp8::kTensorwise;
-  const Result tw = s.run(plan);
-  plan.fp8 = Fp8::kRowwise;
-  const Result rw = s.run(plan);
+  const auto [bf16, tw, rw] = run_recipes(s, plan);
   // Per block: 2 all-gathers of T x h in forward go from 2 bytes to 1 per element; their backward mirrors
   // (reduce-scatters of the input gradients) and the backward all-gathers of output gradients stay 16-bit, as
   // does the head's all-gather.
@@ -96,11 +105,7 @@ TEST_CASE("fp8 speeds up GEMM-bound steps and leaves FLOPs, memory state and the
   plan.seq = 8192;
   plan.mbs = 2;
   plan.ac = AcMode::kFull;
-  const Result bf16 = s.run(plan);
-  plan.fp8 = Fp8::kTensorwise;
-  const Result tw = s.run(plan);
-  plan.fp8 = Fp8::kRowwise;
-  const Result rw = s.run(plan);
+  const auto [bf16, tw, rw] = run_recipes(s, plan);
   CHECK(tw.step_s < bf16.step_s);
   CHECK(rw.step_s < bf16.step_s);
   CHECK(tw.step_s < rw.step_s);  // rowwise: smaller kernel ratio and more casts

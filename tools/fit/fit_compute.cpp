@@ -47,16 +47,17 @@ int main(int argc, char** argv) {
   for (const auto& r : records)
     if (r.contains("plan") && r["plan"].value("fp8", std::string("none")) != "none")
       fp8_ids.insert(r["id"].get<std::string>());
+  // The constants under trial: `chosen` per architecture, the defaults for the others.
+  const std::function<ComputeConstants(GpuArch)> constants_of = [&](GpuArch a) {
+    auto it = chosen.find(a);
+    return it != chosen.end() ? it->second : default_compute_constants(a);
+  };
   struct Score {
     double loss = 0, median = 0, mape = 0;
     int n = 0;
   };
   auto evaluate = [&]() {
-    std::function<ComputeConstants(GpuArch)> fn = [&](GpuArch a) {
-      auto it = chosen.find(a);
-      return it != chosen.end() ? it->second : default_compute_constants(a);
-    };
-    ValidationReport v = validate_files(files, nullptr, &fn);
+    ValidationReport v = validate_files(files, nullptr, &constants_of);
     std::vector<double> e;
     Score s;
     for (const auto& r : v.rows)
@@ -116,11 +117,7 @@ int main(int argc, char** argv) {
   };
   const auto tw_pairs = fp8_pairs("tensorwise"), rw_pairs = fp8_pairs("rowwise");
   auto pair_loss = [&](const std::vector<Pair>& pairs, double* worst) {
-    std::function<ComputeConstants(GpuArch)> fn = [&](GpuArch a) {
-      auto it = chosen.find(a);
-      return it != chosen.end() ? it->second : default_compute_constants(a);
-    };
-    ValidationReport v = validate_files(files, nullptr, &fn);
+    ValidationReport v = validate_files(files, nullptr, &constants_of);
     std::map<std::string, std::pair<double, double>> tps;
     for (const auto& r : v.rows)
       if (r.term == "tokens_per_s_per_gpu") tps[r.id] = {r.predicted, r.measured};
