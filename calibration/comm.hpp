@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "calibration/busbw.hpp"
+#include "core/collectives.hpp"
 
 namespace shardplan::calibration {
 

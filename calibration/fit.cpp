@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "simulator/core/units.hpp"
+#include "core/units.hpp"
 
 namespace shardplan::calibration {
 

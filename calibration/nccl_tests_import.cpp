@@ -13,8 +13,8 @@
 #include <set>
 #include <sstream>
 
-#include "simulator/core/error.hpp"
-#include "simulator/core/json_reader.hpp"
+#include "core/error.hpp"
+#include "core/json_reader.hpp"
 
 namespace shardplan::calibration {
 
@@ -345,8 +345,8 @@ NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string
       if (!program.empty()) kind = collective_from_program(program);
       if (program.empty()) {
         const std::string base = name.substr(name.find_last_of('/') == std::string::npos ? 0 : name.find_last_of('/') + 1);
-        for (std::size_t i = 0; i < kCollectiveNames.size() && !kind; ++i)
-          if (base.find(kCollectiveNames[i]) != std::string::npos) kind = static_cast<CollectiveKind>(i);
+        for (const auto& c : kCollectives)
+          if (!kind && base.find(c.name) != std::string::npos) kind = c.kind;
         if (!kind && base.find("alltoall") != std::string::npos) kind = CollectiveKind::kAllToAll;
         if (!kind)
           throw InputError(name, at_line(line_no),

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "calibration/busbw.hpp"
+#include "core/collectives.hpp"
 #include "calibration/profile.hpp"
 
 namespace shardplan::calibration {

@@ -7,9 +7,9 @@
 #include <cmath>
 #include <ctime>
 
-#include "simulator/core/atomic_file.hpp"
-#include "simulator/core/json_reader.hpp"
-#include "simulator/core/units.hpp"
+#include "core/atomic_file.hpp"
+#include "core/json_reader.hpp"
+#include "core/units.hpp"
 
 #ifndef SHARDPLAN_VERSION
 #define SHARDPLAN_VERSION "unknown"
@@ -374,7 +374,9 @@ CalibrationSample read_sample(const Json& j, const std::string& file, const std:
 }
 
 std::vector<std::string> collective_names() {
-  return std::vector<std::string>(kCollectiveNames.begin(), kCollectiveNames.end());
+  std::vector<std::string> out;
+  for (const auto& c : kCollectives) out.emplace_back(c.name);
+  return out;
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "calibration/busbw.hpp"
+#include "core/collectives.hpp"
 #include "calibration/fit.hpp"
 
 namespace shardplan {

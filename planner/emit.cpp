@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "simulator/core/json_reader.hpp"
+#include "core/json_reader.hpp"
 
 namespace shardplan {
 

@@ -4,8 +4,8 @@
 #pragma once
 #include <string>
 
-#include "calibration/busbw.hpp"
-#include "simulator/core/units.hpp"
+#include "core/collectives.hpp"
+#include "core/units.hpp"
 #include "topologies/cluster.hpp"
 
 namespace shardplan {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "simulator/core/units.hpp"
+#include "core/units.hpp"
 
 namespace shardplan {
 

@@ -5,7 +5,7 @@
 
 #include <boost/graph/topological_sort.hpp>
 
-#include "simulator/core/checked.hpp"
+#include "core/checked.hpp"
 
 namespace shardplan {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "simulator/core/json_reader.hpp"
+#include "core/json_reader.hpp"
 #include "simulator/model_spec.hpp"
 
 namespace shardplan {

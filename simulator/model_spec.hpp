@@ -4,7 +4,7 @@
 #include <optional>
 #include <string>
 
-#include "simulator/core/json_reader.hpp"
+#include "core/json_reader.hpp"
 
 namespace shardplan {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "simulator/core/json_reader.hpp"
+#include "core/json_reader.hpp"
 
 namespace shardplan {
 

@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "simulator/core/checked.hpp"
+#include "core/checked.hpp"
 
 namespace shardplan {
 

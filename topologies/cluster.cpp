@@ -63,6 +63,8 @@ ClusterSpec parse_cluster_spec(JsonObj o) {
     s.node.pcie_Bps = n.number("pcie_Bps", 32e9, 1e8, 1e13);
     s.node.nics = static_cast<int>(n.integer("nics", 0, 0, 1024));
     s.node.nic_Bps = n.number("nic_Bps", 0.0, 0.0, 1e13);
+    s.node.host_memory_bytes = n.integer("host_memory_bytes", 0, 0, std::int64_t{1} << 50);
+    s.node.host_memory_Bps = n.number("host_memory_Bps", 0.0, 0.0, 1e14);
     n.finish();
     if (s.node.nvlink_domain_gpus % s.node.gpus != 0 && s.node.nvlink_domain_gpus != s.node.gpus)
       n.fail("nvlink_domain_gpus", "must be a multiple of node.gpus");
@@ -108,7 +110,9 @@ Json cluster_spec_to_json(const ClusterSpec& s) {
               {"nvls", s.node.nvls},
               {"pcie_Bps", s.node.pcie_Bps},
               {"nics", s.node.nics},
-              {"nic_Bps", s.node.nic_Bps}}},
+              {"nic_Bps", s.node.nic_Bps},
+              {"host_memory_bytes", s.node.host_memory_bytes},
+              {"host_memory_Bps", s.node.host_memory_Bps}}},
             {"fabric",
              {{"latency_s", s.fabric.latency_s},
               {"nodes_per_leaf", s.fabric.nodes_per_leaf},

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string>
 
-#include "simulator/core/json_reader.hpp"
-#include "simulator/core/units.hpp"
+#include "core/json_reader.hpp"
+#include "core/units.hpp"
 
 namespace shardplan {
 
@@ -32,6 +32,11 @@ struct NodeSpec {
   double pcie_Bps = 0;
   int nics = 0;
   double nic_Bps = 0;  ///< one NIC, one direction
+  /// Host (CPU) memory of one node and its bandwidth, for CPU offload (DeepSpeed ZeRO-Offload/Infinity, FSDP
+  /// CPU offload: optimizer state, master weights and gradients in host RAM, Adam on the CPU). 0 = unknown:
+  /// offload plans are then not checked against host memory.
+  Bytes host_memory_bytes = 0;
+  double host_memory_Bps = 0;  ///< aggregate DRAM bandwidth of the node's CPUs (all sockets)
 };
 
 struct FabricSpec {

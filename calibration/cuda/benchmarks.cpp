@@ -11,7 +11,7 @@
 #include "calibration/adamw_reference.hpp"
 #include "calibration/cuda/adamw_kernel.hpp"
 #include "calibration/cuda/cuda_check.hpp"
-#include "simulator/core/units.hpp"
+#include "core/units.hpp"
 
 namespace shardplan::calibration::cuda {
 

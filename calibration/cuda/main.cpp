@@ -18,7 +18,7 @@
 #include "calibration/cuda/nccl_comm.hpp"
 #include "calibration/profile.hpp"
 #include "calibration/sweep.hpp"
-#include "simulator/core/error.hpp"
+#include "core/error.hpp"
 
 extern char** environ;
 

@@ -8,7 +8,7 @@
 #include "calibration/nccl_tests_import.hpp"
 #include "calibration/profile.hpp"
 #include "planner/cli/commands.hpp"
-#include "simulator/core/error.hpp"
+#include "core/error.hpp"
 
 namespace shardplan::cli {
 

@@ -7,7 +7,7 @@
 #include "planner/cli/common.hpp"
 #include "planner/report/html.hpp"
 #include "planner/report/report.hpp"
-#include "simulator/core/error.hpp"
+#include "core/error.hpp"
 
 namespace shardplan::cli {
 

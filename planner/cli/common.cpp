@@ -2,7 +2,7 @@
 #include "planner/cli/common.hpp"
 
 #include "calibration/profile.hpp"
-#include "simulator/core/atomic_file.hpp"
+#include "core/atomic_file.hpp"
 
 namespace shardplan::cli {
 

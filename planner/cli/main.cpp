@@ -5,8 +5,8 @@
 #include <iostream>
 
 #include "planner/cli/commands.hpp"
-#include "simulator/core/checked.hpp"
-#include "simulator/core/error.hpp"
+#include "core/checked.hpp"
+#include "core/error.hpp"
 
 int main(int argc, char** argv) {
   using namespace shardplan;

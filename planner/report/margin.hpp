@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 
-#include "simulator/core/json_reader.hpp"
+#include "core/json_reader.hpp"
 #include "simulator/simulate.hpp"
 
 namespace shardplan {

@@ -6,7 +6,7 @@
 #include "calibration/fit.hpp"
 #include "calibration/nccl_tests_import.hpp"
 #include "helpers.hpp"
-#include "simulator/core/units.hpp"
+#include "core/units.hpp"
 
 using namespace shardplan;
 using namespace shardplan::calibration;

@@ -3,7 +3,7 @@
 
 #include "calibration/nccl_tests_import.hpp"
 #include "helpers.hpp"
-#include "simulator/core/error.hpp"
+#include "core/error.hpp"
 
 using namespace shardplan;
 using namespace shardplan::calibration;

@@ -5,9 +5,9 @@
 #include "calibration/nccl_tests_import.hpp"
 #include "calibration/profile.hpp"
 #include "helpers.hpp"
-#include "simulator/core/error.hpp"
-#include "simulator/core/json_reader.hpp"
-#include "simulator/core/units.hpp"
+#include "core/error.hpp"
+#include "core/json_reader.hpp"
+#include "core/units.hpp"
 
 using namespace shardplan;
 using namespace shardplan::calibration;

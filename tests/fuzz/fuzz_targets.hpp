@@ -13,9 +13,9 @@
 
 #include "calibration/nccl_tests_import.hpp"
 #include "calibration/profile.hpp"
-#include "simulator/core/checked.hpp"
-#include "simulator/core/error.hpp"
-#include "simulator/core/json_reader.hpp"
+#include "core/checked.hpp"
+#include "core/error.hpp"
+#include "core/json_reader.hpp"
 #include "simulator/model_graph.hpp"
 #include "simulator/model_spec.hpp"
 #include "simulator/plan.hpp"

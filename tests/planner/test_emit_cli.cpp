@@ -4,7 +4,7 @@
 
 #include "plan_helpers.hpp"
 #include "planner/emit.hpp"
-#include "simulator/core/json_reader.hpp"
+#include "core/json_reader.hpp"
 
 using namespace shardplan;
 namespace fs = std::filesystem;

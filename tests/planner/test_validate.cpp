@@ -7,7 +7,7 @@
 #include "plan_helpers.hpp"
 #include "planner/report/margin.hpp"
 #include "planner/validate.hpp"
-#include "simulator/core/json_reader.hpp"
+#include "core/json_reader.hpp"
 
 using namespace shardplan;
 namespace fs = std::filesystem;

@@ -2,7 +2,7 @@
 // parameter model whose count is checked against a closed form evaluated in 128-bit integers.
 #include <catch2/catch.hpp>
 
-#include "simulator/core/checked.hpp"
+#include "core/checked.hpp"
 #include "simulator/presets.hpp"
 #include "tests/robustness/helpers.hpp"
 

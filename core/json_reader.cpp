@@ -1,4 +1,4 @@
-#include "simulator/core/json_reader.hpp"
+#include "core/json_reader.hpp"
 
 #include <cmath>
 #include <fstream>

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "simulator/core/error.hpp"
+#include "core/error.hpp"
 
 namespace shardplan {
 

@@ -1,4 +1,4 @@
-#include "simulator/core/error.hpp"
+#include "core/error.hpp"
 
 #include <algorithm>
 

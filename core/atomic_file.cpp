@@ -1,4 +1,4 @@
-#include "simulator/core/atomic_file.hpp"
+#include "core/atomic_file.hpp"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <iostream>
 
-#include "simulator/core/error.hpp"
+#include "core/error.hpp"
 
 namespace shardplan {
 
