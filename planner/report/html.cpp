@@ -345,8 +345,13 @@ std::string gantt_chart(const Simulator& sim, const Result& r) {
   const double end_s = std::max({tl.end_s, r.step_s, 1e-9});
   const TimeUnit tu = time_unit(end_s);
   const int lanes = sim.lanes();
+  std::vector<char> lane_used(static_cast<std::size_t>(std::max(lanes, 1)), 0);
+  lane_used[0] = 1;
+  for (std::size_t i = 0; i < std::min(prog.tasks.size(), tl.timing.size()); ++i)
+    if (prog.tasks[i].lane < lane_used.size() && tl.timing[i].end_s > tl.timing[i].start_s) lane_used[prog.tasks[i].lane] = 1;
+  const int used_lanes = static_cast<int>(std::count(lane_used.begin(), lane_used.end(), 1));
   const double row_h = 30, gap = 10, top = 44;
-  const double rows_h = (lanes + 1) * (row_h + gap);
+  const double rows_h = (used_lanes + 1) * (row_h + gap);
   const double H = top + rows_h + 52;
   svg::Frame f;
   f.area = {kLeft, top, kChartW - kLeft - kRight, rows_h - gap};
@@ -401,13 +406,15 @@ std::string gantt_chart(const Simulator& sim, const Result& r) {
       for (auto [x0, x1] : px) c.rect(x0, f.area.y, std::max(x1 - x0, 0.8), f.area.h, {}, "exposed-band");
     }
     c.close_group();
+    int row = 0;
     for (int l = 0; l < lanes; ++l) {
-      const double y = top + l * (row_h + gap);
+      if (rows[static_cast<std::size_t>(l)].empty() && l != 0) continue;  // lanes this plan does not use
+      const double y = top + row++ * (row_h + gap);
       svg::gantt_row(c, f, y, row_h, prog.lane_names.size() > static_cast<std::size_t>(l) ? prog.lane_names[static_cast<std::size_t>(l)]
                                                                                            : fmt::format("lane {}", l),
                      rows[static_cast<std::size_t>(l)], "gantt-row", min_px);
     }
-    svg::gantt_row(c, f, top + lanes * (row_h + gap), row_h, "exposed comm", ex, "gantt-exposed", min_px);
+    svg::gantt_row(c, f, top + row * (row_h + gap), row_h, "exposed comm", ex, "gantt-exposed", min_px);
     c.text(f.area.right(), H - 8,
            fmt::format("exposed communication drawn: {} {} (report: {} {})", num(exposed_total * tu.factor, 2), tu.name,
                        num(r.exposed_comm_s * tu.factor, 2), tu.name),

@@ -1,6 +1,7 @@
 // The HTML reports' structure: self-contained, one memory series per category, the capacity line and the peak,
 // one Gantt row per lane plus the exposed-communication row, the tables, the embedded report JSON; the size
 // cap on a large step; and the plan and validation pages.
+#include <algorithm>
 #include <fmt/format.h>
 
 #include <catch2/catch.hpp>
@@ -67,8 +68,14 @@ TEST_CASE("simulate report: memory stacked by category, capacity, peak, Gantt la
 
   const std::string gantt = svg_of(html, "gantt");
   REQUIRE(!gantt.empty());
-  CHECK(count_of(gantt, "<g class=\"gantt-row\"") == static_cast<std::size_t>(sim.lanes()));
-  for (const auto& lane : sim.program().lane_names) CHECK(gantt.find("data-lane=\"" + lane + "\"") != std::string::npos);
+  // One row per lane the step uses (the compute lane always): lanes with no task of positive duration are left out.
+  std::vector<char> used(static_cast<std::size_t>(sim.lanes()), 0);
+  used[0] = 1;
+  for (std::size_t i = 0; i < sim.program().tasks.size(); ++i)
+    if (sim.timeline().timing[i].end_s > sim.timeline().timing[i].start_s) used[sim.program().tasks[i].lane] = 1;
+  CHECK(count_of(gantt, "<g class=\"gantt-row\"") == static_cast<std::size_t>(std::count(used.begin(), used.end(), 1)));
+  for (std::size_t l = 0; l < used.size(); ++l)
+    CHECK((gantt.find("data-lane=\"" + sim.program().lane_names[l] + "\"") != std::string::npos) == static_cast<bool>(used[l]));
   CHECK(count_of(gantt, "<g class=\"gantt-exposed\"") == 1);
   CHECK(count_of(gantt, "<g class=\"axis x\"") == 1);
 
@@ -97,7 +104,8 @@ TEST_CASE("simulate report of a 405B step with 16 micro-batches stays under 2 MB
   CHECK(count_of(html, "<rect ") + count_of(html, "<path ") + count_of(html, "<line ") + count_of(html, "<text ") <
         2 * kHtmlMaxSvgElements);
   CHECK(count_of(svg_of(html, "memory"), "class=\"series\"") == kMemCategories);
-  CHECK(count_of(svg_of(html, "gantt"), "<g class=\"gantt-row\"") == static_cast<std::size_t>(sim.lanes()));
+  // Rows for the lanes this plan uses: compute and the shard-group communicator (no HSDP, TP or offload).
+  CHECK(count_of(svg_of(html, "gantt"), "<g class=\"gantt-row\"") == 2);
 }
 
 TEST_CASE("plan report: bars of the top plans with memory and binding constraint, then the recommendation", "[html]") {
@@ -111,7 +119,11 @@ TEST_CASE("plan report: bars of the top plans with memory and binding constraint
   CHECK(bars.find("tokens/s per GPU") != std::string::npos);
   for (const auto& r : o.plans) CHECK(html.find(binding_constraint(r)) != std::string::npos);
   CHECK(count_of(svg_of(html, "memory"), "class=\"series\"") == kMemCategories);
-  CHECK(count_of(svg_of(html, "gantt"), "<g class=\"gantt-row\"") == 3);
+  // Rows for the lanes the recommended plan uses: compute, the shard-group communicator, and the replicate or TP
+  // communicator when it has one.
+  const Plan& rec = o.plans[0].plan;
+  CHECK(count_of(svg_of(html, "gantt"), "<g class=\"gantt-row\"") ==
+        2u + (rec.replicas > 1 ? 1u : 0u) + (rec.tp > 1 ? 1u : 0u));
   CHECK(html.find("Recommended plan") != std::string::npos);
   CHECK(html.find("tp does not divide heads") != std::string::npos);
 

@@ -1,0 +1,32 @@
+// Lowering: turns a plan's units into the step's task Program — compute, copies and collectives on their lanes,
+// in the CPU issue order of the runtime, with dependencies, CPU-blocking waits and memory effects — following
+// the plan's RuntimeTraits (docs/mechanics.md §3.2 FSDP2, §3.3 FSDP1, §3.4-§3.5 DeepSpeed).
+#pragma once
+#include <array>
+#include <vector>
+
+#include "simulator/cost_model.hpp"
+#include "simulator/result.hpp"
+#include "simulator/units.hpp"
+
+namespace shardplan {
+
+struct LoweringInputs {
+  const ModelGraph& model;
+  const Cluster& cluster;
+  const CostModel& costs;
+  const Plan& plan;
+  const RuntimeTraits& traits;
+  const std::vector<SimUnit>& units;
+  bool labels = false;  ///< build task labels (traces, reports); skipped in the planner's hot loop
+};
+
+struct LoweringOutput {
+  Program& program;
+  std::array<CommStats, kCommKinds>& comm;  ///< bytes per rank (and TP times) accumulated while lowering
+  double optimizer_s = 0;
+};
+
+void lower(const LoweringInputs& in, LoweringOutput& out);
+
+}  // namespace shardplan

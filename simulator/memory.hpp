@@ -1,0 +1,45 @@
+// Memory accounting outside the step's task program: the persistent state of one rank (parameters, gradients,
+// optimizer state, as each runtime pads and shards them), what is allocated before the step starts, the
+// planner's cheap lower bound, reserved memory from the walk's per-pool peaks, and memory outside PyTorch's
+// allocator (CUDA context, NCCL).
+#pragma once
+#include <array>
+
+#include "simulator/constants.hpp"
+#include "simulator/engine.hpp"
+#include "simulator/model_graph.hpp"
+#include "simulator/plan.hpp"
+#include "simulator/runtime.hpp"
+
+namespace shardplan {
+
+/// Persistent state of one rank {params, grads, optimizer} in bytes (docs/mechanics.md §1.2, §1.8).
+std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p);
+
+/// Activations saved by one micro-batch's forward on one rank, plus the saved log-softmax of the loss: a lower
+/// bound of the activations at the peak.
+Bytes activation_bytes(const ModelGraph& model, const Plan& p);
+
+/// Bytes allocated before the step's first task, per category: the persistent state and the buffers that live
+/// across steps (DeepSpeed ZeRO-3 IPG bucket, DDP Reducer buckets, held logits).
+std::array<Bytes, kMemCategories> initial_allocation(const ModelGraph& model, const Plan& p, const RuntimeTraits& rt,
+                                                     const std::array<Bytes, 3>& persistent);
+
+/// Memory held outside PyTorch's allocator (CUDA context, NCCL communicators).
+struct RuntimeOverhead {
+  Bytes cuda_context_bytes = 0;
+  Bytes nccl_bytes = 0;
+  Bytes total() const { return cuda_context_bytes + nccl_bytes; }
+};
+RuntimeOverhead runtime_overhead(const Plan& p);
+
+/// The planner's cheap bound: persistent params and optimizer state + one micro-batch of saved activations +
+/// the runtime overhead. Never above the simulated peak reserved + overhead (tested).
+Bytes memory_lower_bound(const ModelGraph& model, const Plan& p);
+
+/// Reserved memory from the walk's per-pool peaks: each stream's pool keeps its own peak (blocks are not shared
+/// across streams); the default stream's pool also holds fragments of split blocks (ComputeConstants
+/// fragmentation_*).
+Bytes reserved_from_pools(const Timeline& tl, const Plan& p, const ComputeConstants& k);
+
+}  // namespace shardplan

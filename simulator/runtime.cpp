@@ -1,0 +1,41 @@
+// The traits of each runtime at a ZeRO stage (docs/mechanics.md §1.4-§1.6, §1.9, §3.2-§3.5).
+#include "simulator/runtime.hpp"
+
+namespace shardplan {
+
+RuntimeTraits runtime_traits(const Plan& p) {
+  RuntimeTraits t;
+  t.runtime = p.runtime;
+  const bool fsdp2 = p.runtime == Runtime::kFsdp2, fsdp1 = p.runtime == Runtime::kFsdp1,
+             ds = p.runtime == Runtime::kDeepSpeed;
+  const bool mixed_cast = p.precision == Precision::kBf16Mixed || p.precision == Precision::kFp32;
+  // FSDP stores parameters sharded from ZeRO-2 on (SHARD_GRAD_OP gathers once per forward and keeps them);
+  // DeepSpeed shards them only in ZeRO-3.
+  t.gathers_params = p.zero == 3 || (!ds && p.zero == 2);
+  t.padding = fsdp2 ? Padding::kPerTensorDim0 : ds ? Padding::kPerTensor : Padding::kFlatUnit;
+  t.copy_out = !fsdp1;  // FSDP1's parameters are views into the gathered flat parameter (§1.5)
+  t.hold_forward_ag_output = fsdp2;
+  t.ag_after_prev_copy_out = fsdp2;
+  t.cast_buffer_on_ag_stream = !fsdp1 && mixed_cast;
+  t.unsharded_pool = fsdp1 ? kPoolAllGather : kPoolDefault;
+  t.root_gathered_through_step = fsdp1;
+  t.head_not_resharded = fsdp2;
+  t.gather_limiter = fsdp1 ? GatherLimiter::kComputeTwoBack : ds ? GatherLimiter::kFetchTwoBack : GatherLimiter::kNone;
+  t.grads_persistent = p.zero == 0 || (ds && p.zero >= 2);
+  t.reduce_scatter = p.zero >= 2;
+  t.rs_waits_prev_rs = fsdp2;
+  t.rs_input_held = fsdp2;
+  t.rs_cpu_limiter = ds;
+  t.rs_input_pool = fsdp2 ? kPoolDefault : kPoolReduceScatter;  // PR pytorch#129721 moved it to the default stream
+  t.reduce_only_at_boundary = ds && p.zero == 1;
+  t.grad_kept_until_boundary = ds && p.zero == 1;
+  t.allreduce_in_compute_dtype = ds;
+  t.ipg_bucket_per_backward = ds && (p.zero == 1 || p.zero == 2);
+  t.ipg_bucket_persistent = ds && p.zero == 3;
+  t.ddp_reducer_buckets = fsdp2 && p.zero == 0;
+  t.autocast_weight_copies = !ds && !t.gathers_params && p.precision == Precision::kBf16Mixed;
+  t.param_all_gather_after_step = ds && p.zero < 3;
+  return t;
+}
+
+}  // namespace shardplan

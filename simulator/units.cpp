@@ -1,0 +1,207 @@
+// Unit partition and per-unit costs (docs/model.md "Units"; activations docs/mechanics.md §2.2, float8 casts
+// docs/model.md "Float8", tensor parallelism §2.1).
+#include "simulator/units.hpp"
+
+#include <cmath>
+
+#include "core/checked.hpp"
+
+namespace shardplan {
+
+std::int64_t tp_local_rows(const Tensor& t, int tp) { return t.tp == TpSplit::kColumn ? t.dim0 / tp : t.dim0; }
+std::int64_t tp_local_cols(const Tensor& t, int tp) { return t.tp == TpSplit::kRow ? t.dim1 / tp : t.dim1; }
+
+std::int64_t tensor_shard_elems(const Tensor& t, int tp, int shard_group, Padding padding) {
+  const std::int64_t rows = tp_local_rows(t, tp), cols = tp_local_cols(t, tp);
+  if (padding == Padding::kPerTensorDim0) return mul_checked(ceil_div(rows, shard_group), cols, "shard elements");
+  return ceil_div(mul_checked(rows, cols, "tensor elements"), shard_group);
+}
+
+namespace {
+double compute_bytes(const Plan& p) { return p.precision == Precision::kFp32 ? 4.0 : 2.0; }
+/// Sequence parallelism (with TP, as torchtitan and Megatron run it) divides the h-sized tensors too.
+double replicated_divisor(const Plan& p) { return p.tp > 1 ? p.tp : 1; }
+}  // namespace
+
+double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective) {
+  const bool sel = selective;
+  const double split = sel ? l.act_selective_split_bytes_per_token : l.act_split_bytes_per_token;
+  const double rep = sel ? l.act_selective_replicated_bytes_per_token : l.act_replicated_bytes_per_token;
+  // The per-token figures are for a 16-bit compute dtype: scale by bytes / 2.
+  return tokens * (split / p.tp + rep / replicated_divisor(p)) * compute_bytes(p) / 2;
+}
+
+double block_input_bytes(const ModelSpec& s, const Plan& p, double tokens) {
+  return tokens * static_cast<double>(s.hidden) / replicated_divisor(p) * compute_bytes(p);
+}
+
+void build_units(const ModelGraph& model, const Cluster& cluster, const CostModel& costs, const Plan& p,
+                 const RuntimeTraits& rt, std::vector<SimUnit>& units) {
+  units.clear();
+  const auto& s = model.spec();
+  const int t = p.tp, F = p.shard_group;
+  const bool fp32 = p.precision == Precision::kFp32;
+  const double bc = compute_bytes(p);
+  const double T = static_cast<double>(p.mbs) * static_cast<double>(p.seq);
+  const double rep_div = replicated_divisor(p);
+  const auto& K = costs.constants();
+  const double fp8_ratio = p.fp8 == Fp8::kRowwise ? K.fp8_rowwise_ratio : K.fp8_tensorwise_ratio;
+  const GroupView tpg = cluster.group(t, 1);
+  const double f_local = static_cast<double>(s.ffn_hidden) / t;
+
+  // Partition layers into units: the embedding unit, one unit per `wrap` blocks, and the head unit (from the
+  // final norm on). Names are for reports only.
+  units.reserve(model.order().size() + 2);
+  auto new_unit = [&](std::string name) {
+    units.emplace_back();
+    units.back().name = std::move(name);
+    return &units.back();
+  };
+  SimUnit* cur = new_unit("embedding");
+  int blocks_in_unit = 0;
+  for (const Layer* l : model.order()) {
+    if (l->block >= 0) {
+      const bool new_block = cur->layers.empty() || cur->layers.back()->block != l->block;
+      if (new_block) {
+        if ((cur->blocks == 0 && units.size() == 1) || blocks_in_unit == p.wrap) {
+          cur = new_unit("blocks." + std::to_string(l->block));
+          blocks_in_unit = 0;
+        }
+        ++blocks_in_unit;
+        cur->blocks++;
+        if (cur->blocks > 1) cur->name = cur->name.substr(0, cur->name.find('-')) + "-" + std::to_string(l->block);
+      }
+    } else if (l->kind == LayerKind::kFinalNorm) {
+      cur = new_unit("head");
+    }
+    cur->layers.push_back(l);
+    if (l->kind == LayerKind::kLoss) cur->has_loss = true;
+  }
+
+  for (std::size_t ui = 0; ui < units.size(); ++ui) {
+    SimUnit& u = units[ui];
+    std::int64_t flat = 0, fp8_shard = 0;
+    double gemm = 0, attn = 0, elem = 0, act_none = 0, act_sel = 0, act_full = 0;
+    double cast_fwd_bytes = 0, cast_bwd_bytes = 0;  // float8 scaling and casting of the linears' operands
+    for (const Layer* l : u.layers) {
+      // torchao converts the blocks' dense linear layers; embedding, LM head, attention core and MoE experts stay.
+      const bool fp8_layer = p.fp8 != Fp8::kNone && l->block >= 0 &&
+                             (l->kind == LayerKind::kAttention || l->kind == LayerKind::kMlp);
+      for (const auto& ten : l->tensors) {
+        const std::int64_t n = tp_local_rows(ten, t) * tp_local_cols(ten, t);
+        u.elems += n;
+        if (rt.padding == Padding::kFlatUnit) flat += n;
+        else u.shard_elems += tensor_shard_elems(ten, t, F, rt.padding);
+        if (fp8_layer && p.fp8_all_gather && ten.dim1 > 1)  // weights, not biases
+          fp8_shard += tensor_shard_elems(ten, t, F, Padding::kPerTensorDim0);
+      }
+      // The column-parallel projections of a layer share one input (q/k/v, gate/up).
+      bool column_input_cast = false;
+      for (const auto& g : l->gemms) {
+        const double n = g.tp == TpSplit::kColumn ? static_cast<double>(g.n) / t : static_cast<double>(g.n);
+        const double k = g.tp == TpSplit::kRow ? static_cast<double>(g.k) / t : static_cast<double>(g.k);
+        if (fp8_layer) {
+          gemm += g.count * costs.gemm_fp8_s(T, n, k, fp8_ratio);
+          // Bytes per element moved by the casts (docs/model.md "Float8"): tensorwise = amax pass (read 2) +
+          // cast (read 2, write 1) per operand, transposes of fp8 copies (read 1, write 1) where backward needs
+          // the other layout; rowwise = row scales fused into the cast (3), column scales need their own pass
+          // (5). An input shared by several projections is cast once; with TP, tensorwise casts the sequence
+          // shard before the all-gather.
+          const bool shared = g.tp == TpSplit::kColumn;
+          const double X = shared ? (column_input_cast ? 0.0 : T * k) : T * k * g.count;
+          if (shared) column_input_cast = true;
+          const double Y = T * n * g.count, W = n * k * g.count;
+          if (p.fp8 == Fp8::kTensorwise) {
+            const double x_fwd = shared && t > 1 ? X / t : X;
+            cast_fwd_bytes += 5 * x_fwd + (p.fp8_all_gather ? 0 : 5 * W);
+            cast_bwd_bytes += 5 * X + (p.fp8_all_gather ? 2 * W : 5 * W) + 7 * Y;
+          } else {
+            cast_fwd_bytes += 3 * X + 3 * W;
+            cast_bwd_bytes += 5 * X + 5 * W + 8 * Y;
+          }
+        } else {
+          gemm += g.count * costs.gemm_s(T, n, k, fp32);
+        }
+        u.flops_fwd += 2.0 * T * n * k * g.count;
+      }
+      if (l->attn_heads > 0) {
+        const double heads = static_cast<double>(l->attn_heads) / t;
+        // Causal flash attention: QK^T and AV over (s + 1) / 2 positions on average, 2 FLOPs per MAC.
+        const double flops = 4.0 * T * ((static_cast<double>(p.seq) + 1) / 2) * heads *
+                             static_cast<double>(l->attn_head_dim);
+        attn += costs.attention_fwd_s(flops, fp32);
+        u.flops_fwd += flops;
+      }
+      double el = p.compile ? l->elementwise_bytes_per_token : l->eager_elementwise_bytes_per_token;
+      if (l->kind == LayerKind::kLoss) el = el / t;  // vocab-parallel loss
+      else if (l->block >= 0) el = el / rep_div;
+      elem += costs.memory_s(T * el * bc / 2);
+      const double saved = layer_saved_bytes(*l, p, T, false);
+      act_none += saved;
+      act_sel += layer_saved_bytes(*l, p, T, l->block >= 0);
+      if (l->block < 0) act_full += saved;
+    }
+    // Full AC keeps each block's input (layers outside blocks keep what they save without recomputation).
+    act_full += static_cast<double>(u.blocks) * block_input_bytes(s, p, T);
+    if (rt.padding == Padding::kFlatUnit) u.shard_elems = ceil_div(flat, F);
+    double workspace = u.blocks > 0 ? T * bc * (2.0 * static_cast<double>(s.hidden) + 2.0 * f_local)
+                                    : T * bc * 2.0 * static_cast<double>(s.hidden);
+    // Float8: the fp8 copies of one linear's input and output gradient live beside the 16-bit ones.
+    if (u.blocks > 0 && p.fp8 != Fp8::kNone) workspace += T * (static_cast<double>(s.hidden) + f_local);
+    u.workspace_bytes = static_cast<Bytes>(workspace);
+    switch (p.ac) {
+      case AcMode::kNone: u.act_bytes = static_cast<Bytes>(act_none); break;
+      case AcMode::kSelective: u.act_bytes = static_cast<Bytes>(u.blocks > 0 ? act_sel : act_none); break;
+      case AcMode::kFull:
+        u.act_bytes = static_cast<Bytes>(u.blocks > 0 ? act_full : act_none);
+        u.recompute_bytes = u.blocks > 0 ? static_cast<Bytes>(act_none / u.blocks) : 0;  // one block at a time
+        break;
+    }
+    // Tensor-parallel collectives (sequence parallel): per block an all-gather before and a reduce-scatter after
+    // attention and the MLP; the head all-gathers its input, the embedding reduce-scatters its output.
+    if (t > 1) {
+      const double buf = T * static_cast<double>(s.hidden) * bc;
+      int ag = 0, rs = 0;
+      if (u.blocks > 0) ag = rs = 2 * u.blocks;
+      else if (u.has_loss) ag = 1;
+      else rs = 1;
+      // torchtitan's float8 tensorwise TP plan (Float8ColwiseParallel) casts the block inputs to fp8 before the
+      // sequence-parallel all-gather: 1 byte per element. Rowwise keeps the 16-bit TP plan.
+      const double ag_buf = u.blocks > 0 && p.fp8 == Fp8::kTensorwise ? buf / bc : buf;
+      u.tp_ag_bytes = ag * ag_buf;
+      u.tp_ag_mirror_bytes = ag * buf;
+      u.tp_rs_bytes = rs * buf;
+      u.tp_fwd_ag_s = ag * costs.collective_s(CollectiveKind::kAllGather, ag_buf, tpg);
+      u.tp_fwd_s = u.tp_fwd_ag_s + rs * costs.collective_s(CollectiveKind::kReduceScatter, buf, tpg);
+      // Backward: the mirror of each forward all-gather is a 16-bit reduce-scatter of the input gradient, and of
+      // each reduce-scatter a 16-bit all-gather of the output gradient.
+      u.tp_bwd_ag_s = rs * costs.collective_s(CollectiveKind::kAllGather, buf, tpg);
+      u.tp_bwd_s = ag * costs.collective_s(CollectiveKind::kReduceScatter, buf, tpg) + u.tp_bwd_ag_s;
+    }
+    const double cast_fwd = costs.memory_s(cast_fwd_bytes), cast_bwd = costs.memory_s(cast_bwd_bytes);
+    u.fwd_s = gemm + attn + elem + cast_fwd;
+    u.bwd_s = 2 * gemm + K.attention_bwd_ratio * attn + 2 * elem + cast_bwd;
+    if (p.ac == AcMode::kFull && u.blocks > 0) u.recompute_s = u.fwd_s;
+    else if (p.ac == AcMode::kSelective && u.blocks > 0) u.recompute_s = 0.5 * (gemm + cast_fwd) + elem;  // half the matmuls
+    // Which units gather, and whether they reshard after forward.
+    u.gathered_elems = rt.gathers_params ? u.shard_elems * F : 0;
+    u.fp8_gathered_elems = rt.gathers_params ? fp8_shard * F : 0;
+    u.reshard = p.reshard();
+    if (rt.head_not_resharded && ui + 1 == units.size() && rt.gathers_params) u.reshard = false;  // [norm, output]
+  }
+  if (rt.root_gathered_through_step && rt.gathers_params && units.size() >= 2) {
+    // FSDP1 root: embedding and head are one FlatParameter, gathered at the start of forward and kept until the
+    // end of backward (docs/mechanics.md §1.9).
+    SimUnit& emb = units.front();
+    SimUnit& head = units.back();
+    emb.shard_elems = ceil_div(emb.elems + head.elems, F);
+    emb.gathered_elems = emb.shard_elems * F;
+    emb.owns_merged_root = true;
+    head.shard_elems = 0;
+    head.gathered_elems = 0;
+    head.gather_owner = 0;
+    emb.reshard = head.reshard = false;
+  }
+}
+
+}  // namespace shardplan
