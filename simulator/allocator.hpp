@@ -19,7 +19,9 @@
 //  new
 //    sequence without heap allocation.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <memory_resource>
 #include <set>
 #include <string>
@@ -155,6 +157,31 @@ class CachingAllocator {
     std::pmr::set<SizeKey> blocks;    // free, mapped blocks
     std::pmr::set<AddrKey> unmapped;  // unmapped virtual ranges of expandable segments
   };
+  // Node memory for the free-block sets: one free list per node size, O(1) allocate/deallocate, memory kept
+  // for the allocator's lifetime (so a warm replay does not touch the heap).
+  class NodeArena final : public std::pmr::memory_resource {
+   public:
+    NodeArena() = default;
+    NodeArena(const NodeArena&) = delete;
+    NodeArena& operator=(const NodeArena&) = delete;
+
+   private:
+    struct FreeNode {
+      FreeNode* next;
+    };
+    struct SizeClass {
+      std::size_t bytes = 0;
+      FreeNode* free = nullptr;
+    };
+    void* do_allocate(std::size_t bytes, std::size_t alignment) override;
+    void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override;
+    bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override {
+      return this == &other;
+    }
+    SizeClass& size_class(std::size_t bytes);
+    std::vector<SizeClass> classes_;
+    std::vector<std::unique_ptr<std::byte[]>> chunks_;
+  };
   struct Params {  // AllocParams
     Bytes size;
     int stream;
@@ -201,7 +228,7 @@ class CachingAllocator {
   std::vector<Bytes> segment_base_;  // base address of each expandable segment (index = Block::segment)
   std::int64_t malloc_index_ = -1;   // index of the malloc() in progress
   Bytes next_address_ = 0;
-  std::pmr::unsynchronized_pool_resource node_pool_;
+  NodeArena node_pool_;
   Pool small_;
   Pool large_;
 };
