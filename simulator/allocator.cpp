@@ -67,15 +67,18 @@ CachingAllocator::CachingAllocator(const AllocatorConfig& config) : small_(&node
 void CachingAllocator::reset(const AllocatorConfig& config) {
   if (config.max_split_size_bytes < 0 || config.capacity_bytes < 0)
     throw std::invalid_argument("AllocatorConfig: max_split_size_bytes and capacity_bytes must be >= 0");
+  if (!(config.garbage_collection_threshold >= 0.0 && config.garbage_collection_threshold < 1.0))
+    throw std::invalid_argument("AllocatorConfig: garbage_collection_threshold must be in [0, 1)");
   config_ = config;
   max_split_size_ = config.max_split_size_bytes > 0 ? config.max_split_size_bytes : kUnlimited;
   page_span_bytes_ =
       config.capacity_bytes > 0 ? config.capacity_bytes + config.capacity_bytes / 8 : kDefaultExpandableSpan;
   stats_ = AllocatorStats{};
-  small_.blocks.clear();
-  small_.unmapped.clear();
-  large_.blocks.clear();
-  large_.unmapped.clear();
+  for (Pool* pool : {&small_, &large_}) {
+    pool->blocks.clear();
+    pool->unmapped.clear();
+    pool->get_free_blocks_call_count = 0;
+  }
   blocks_.clear();
   recycled_.clear();
   scratch_.clear();
@@ -117,9 +120,11 @@ void CachingAllocator::delete_block(BlockId id) {
   recycled_.push_back(id);
 }
 
-void CachingAllocator::insert_free(BlockId id) {
-  const Block& b = blocks_[static_cast<std::size_t>(id)];
-  pool_of(b.small).blocks.insert(SizeKey{b.stream, b.size, b.ptr, id});
+void CachingAllocator::insert_free(BlockId id) {  // BlockPool::insert_into_blocks
+  Block& b = blocks_[static_cast<std::size_t>(id)];
+  Pool& pool = pool_of(b.small);
+  b.gc_count_base = pool.get_free_blocks_call_count;
+  pool.blocks.insert(SizeKey{b.stream, b.size, b.ptr, id});
 }
 void CachingAllocator::erase_free(BlockId id) {
   const Block& b = blocks_[static_cast<std::size_t>(id)];
@@ -169,6 +174,7 @@ BlockId CachingAllocator::malloc(Bytes size_bytes, int stream) {
   // modelled).
   bool found = get_free_block(p);
   if (!found) {
+    if (gc_enabled()) garbage_collect_cached_blocks();
     found = alloc_block(p, false) || (release_available_cached_blocks(p) && alloc_block(p, false)) ||
             (release_cached_blocks(), alloc_block(p, true));
   }
@@ -203,6 +209,7 @@ Bytes CachingAllocator::block_size(BlockId id) const {
 
 bool CachingAllocator::get_free_block(Params& p) {
   Pool& pool = pool_of(p.small);
+  if (gc_enabled()) ++pool.get_free_blocks_call_count;  // tracked only when garbage collection is on
   auto it = pool.blocks.lower_bound(SizeKey{p.stream, p.size, -1, kNoBlock});
   if (it == pool.blocks.end() || it->stream != p.stream) return false;
   if (config_.expandable_segments) {
@@ -381,6 +388,45 @@ bool CachingAllocator::release_available_cached_blocks(const Params& p) {
     release_block(it->id);
   }
   return true;
+}
+
+void CachingAllocator::garbage_collect_cached_blocks() {
+  // garbage_collect_cached_blocks: above threshold x allowed maximum, cudaFree unsplit large-pool cached
+  // blocks (every stream) whose age (get_free_block calls on the pool since the block was cached) is at least
+  // the mean age, pass after pass, until the excess is reclaimed. Expandable blocks are skipped (PyTorch's
+  // release_block does not take them).
+  const auto gc_threshold =
+      static_cast<Bytes>(config_.garbage_collection_threshold * static_cast<double>(config_.capacity_bytes));
+  if (stats_.reserved_bytes <= gc_threshold) return;
+  const Bytes target = stats_.reserved_bytes - gc_threshold;
+  auto freeable = [](const Block& b) { return !b.is_split() && b.segment < 0; };
+  auto age = [this](const Block& b) { return large_.get_free_blocks_call_count - b.gc_count_base; };
+  std::int64_t total_age = 0, freeable_count = 0;
+  for (const SizeKey& k : large_.blocks) {
+    const Block& b = blocks_[static_cast<std::size_t>(k.id)];
+    if (freeable(b)) {
+      total_age += age(b);
+      ++freeable_count;
+    }
+  }
+  Bytes reclaimed = 0;
+  bool block_freed = true;
+  while (reclaimed < target && block_freed && freeable_count > 0) {
+    const double age_threshold = static_cast<double>(total_age) / static_cast<double>(freeable_count);
+    block_freed = false;
+    for (auto it = large_.blocks.begin(); it != large_.blocks.end();) {
+      const BlockId id = it->id;
+      ++it;
+      const Block& b = blocks_[static_cast<std::size_t>(id)];
+      if (freeable(b) && static_cast<double>(age(b)) >= age_threshold) {
+        block_freed = true;
+        reclaimed += b.size;
+        total_age -= age(b);
+        --freeable_count;
+        release_block(id);
+      }
+    }
+  }
 }
 
 void CachingAllocator::release_block(BlockId id) {

@@ -36,6 +36,11 @@ struct AllocatorConfig {
   bool expandable_segments = false;  ///< expandable_segments:True
   Bytes max_split_size_bytes = 0;  ///< max_split_size_mb · 2^20; 0 = unlimited (PyTorch's default SIZE_MAX)
   Bytes capacity_bytes = 0;        ///< memory the device lets the allocator reserve; 0 = unlimited
+  /// garbage_collection_threshold, in (0, 1); 0 = off. PyTorch runs it only under
+  /// torch.cuda.set_per_process_memory_fraction, against the allowed maximum (fraction x device memory): here
+  /// it needs capacity_bytes > 0 and takes capacity_bytes as that maximum. Leave it 0 to model a run without
+  /// a memory fraction.
+  double garbage_collection_threshold = 0.0;
 };
 
 using BlockId = std::int32_t;
@@ -125,8 +130,9 @@ class CachingAllocator {
     BlockId prev = kNoBlock;
     BlockId next = kNoBlock;
     int stream = 0;
-    std::int32_t segment = -1;  // expandable segment index, -1 for a cudaMalloc segment
-    bool small = false;         // pool
+    std::int64_t gc_count_base = 0;  // pool's get_free_block count when the block entered the free set
+    std::int32_t segment = -1;       // expandable segment index, -1 for a cudaMalloc segment
+    bool small = false;              // pool
     bool allocated = false;
     bool mapped = true;
     bool live = false;  // slot in use (false: on the recycle list)
@@ -154,8 +160,9 @@ class CachingAllocator {
   };
   struct Pool {
     explicit Pool(std::pmr::memory_resource* r) : blocks(r), unmapped(r) {}
-    std::pmr::set<SizeKey> blocks;    // free, mapped blocks
-    std::pmr::set<AddrKey> unmapped;  // unmapped virtual ranges of expandable segments
+    std::pmr::set<SizeKey> blocks;                // free, mapped blocks
+    std::pmr::set<AddrKey> unmapped;              // unmapped virtual ranges of expandable segments
+    std::int64_t get_free_blocks_call_count = 0;  // ages free blocks for garbage collection
   };
   // Node memory for the free-block sets: one free list per node size, O(1) allocate/deallocate, memory kept
   // for the allocator's lifetime (so a warm replay does not touch the heap).
@@ -201,6 +208,8 @@ class CachingAllocator {
   bool get_free_block(Params& p);
   bool alloc_block(Params& p, bool is_retry);
   bool release_available_cached_blocks(const Params& p);
+  void garbage_collect_cached_blocks();
+  bool gc_enabled() const { return config_.garbage_collection_threshold > 0.0 && config_.capacity_bytes > 0; }
   void release_cached_blocks();
   void release_blocks(Pool& pool);
   void release_block(BlockId id);

@@ -329,6 +329,28 @@ TEST_CASE("allocator: expandable segments", "[simulator][allocator]") {
   }
 }
 
+TEST_CASE("allocator: garbage_collection_threshold frees the older cached blocks first",
+          "[simulator][allocator]") {
+  auto replay = [](double threshold) {
+    AllocatorConfig cfg;
+    cfg.capacity_bytes = 100 * MiB;  // the allowed maximum (memory fraction x device memory)
+    cfg.garbage_collection_threshold = threshold;
+    CachingAllocator a(cfg);
+    a.free(a.malloc(30 * MiB, 0));  // get_free_block call 1 on the large pool; x cached at count 1
+    a.free(a.malloc(30 * MiB, 1));  // call 2: 30 MiB reserved <= 50 MiB, no collection; y cached at count 2
+    a.malloc(30 * MiB, 2);          // call 3: no stream-2 block; 60 MiB > 50 MiB: collect 10 MiB
+    return a.stats();
+  };
+  // Ages at the third call: x = 3 - 1 = 2, y = 3 - 2 = 1; mean 1.5: x (older) is freed, which reclaims 30 MiB
+  // >= 10 MiB, so y stays. Reserved: y 30 + z 30 = 60 MiB; without collection 90 MiB (fits the 100 MiB).
+  const AllocatorStats gc = replay(0.5);
+  CHECK(gc.reserved_bytes == 60 * MiB);
+  CHECK(gc.num_device_free == 1);
+  const AllocatorStats off = replay(0.0);
+  CHECK(off.reserved_bytes == 90 * MiB);
+  CHECK(off.num_device_free == 0);
+}
+
 TEST_CASE("allocator: the malloc that set the reserved peak", "[simulator][allocator]") {
   CachingAllocator a;
   BlockId x = a.malloc(30 * MiB, 0);  // index 0: reserved 30 MiB
@@ -367,11 +389,14 @@ std::vector<Op> random_ops(std::uint64_t seed, int n) {
 }  // namespace
 
 TEST_CASE("allocator: properties over random sequences", "[simulator][allocator]") {
-  AllocatorConfig cfgs[4];
+  AllocatorConfig cfgs[5];
   cfgs[1].expandable_segments = true;
   cfgs[2].max_split_size_bytes = 32 * MiB;
   cfgs[3].capacity_bytes = 1 * kGiB;
-  for (int c = 0; c < 4; ++c) {
+  cfgs[4].capacity_bytes = 1 * kGiB;
+  cfgs[4].garbage_collection_threshold = 0.6;
+  cfgs[4].max_split_size_bytes = 20 * MiB;
+  for (int c = 0; c < 5; ++c) {
     for (std::uint64_t seed = 1; seed <= 6; ++seed) {
       CAPTURE(c, seed);
       CachingAllocator a(cfgs[c]);
