@@ -65,8 +65,10 @@ CachingAllocator::CachingAllocator(const AllocatorConfig& config) : small_(&node
 }
 
 void CachingAllocator::reset(const AllocatorConfig& config) {
-  if (config.max_split_size_bytes < 0 || config.capacity_bytes < 0)
-    throw std::invalid_argument("AllocatorConfig: max_split_size_bytes and capacity_bytes must be >= 0");
+  if (config.max_split_size_bytes < 0 || config.capacity_bytes < 0 ||
+      config.max_split_size_bytes > kMaxRequestBytes || config.capacity_bytes > kMaxRequestBytes)
+    throw std::invalid_argument(
+        "AllocatorConfig: max_split_size_bytes and capacity_bytes must be in [0, 2^50]");
   if (!(config.garbage_collection_threshold >= 0.0 && config.garbage_collection_threshold < 1.0))
     throw std::invalid_argument("AllocatorConfig: garbage_collection_threshold must be in [0, 1)");
   config_ = config;
@@ -165,7 +167,9 @@ static void add_with_peak(Bytes& current, Bytes& peak, Bytes delta) {
 }
 
 BlockId CachingAllocator::malloc(Bytes size_bytes, int stream) {
-  if (size_bytes < 1) throw std::invalid_argument("CachingAllocator::malloc: size must be >= 1 byte");
+  if (size_bytes < 1 || size_bytes > kMaxRequestBytes)
+    throw std::invalid_argument("CachingAllocator::malloc: size must be in [1 B, 2^50 B], got " +
+                                std::to_string(size_bytes));
   malloc_index_ = stats_.malloc_calls++;
   const Bytes size = round_size(size_bytes);
   Params p{size, stream, size <= kSmallSize, allocation_size(size)};

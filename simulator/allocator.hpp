@@ -14,7 +14,9 @@
 //  - On a device allocation that would exceed `capacity_bytes`, cached blocks are released and the allocation
 //    retried in PyTorch's order (release_available_cached_blocks, then release_cached_blocks); if it still
 //    does not fit, malloc() returns kNoBlock and counts an OOM in the stats. Nothing is thrown for OOM.
-//  - Misuse (size < 1, freeing an id that is not live) throws std::invalid_argument.
+//  - Misuse (size < 1 or > kMaxRequestBytes, freeing an id that is not live, a capacity above
+//  kMaxRequestBytes)
+//    throws std::invalid_argument.
 //  - reset() empties the allocator and keeps the capacity of its containers, so a warm allocator replays a
 //  new
 //    sequence without heap allocation.
@@ -116,6 +118,9 @@ class CachingAllocator {
   static constexpr Bytes kMinLargeAlloc =
       10485760;                                  ///< allocations between 1 and 10 MiB may use kLargeBuffer
   static constexpr Bytes kRoundLarge = 2097152;  ///< round up large allocations to 2 MiB
+
+  /// Largest request and capacity accepted (1 PiB): keeps every size sum far from int64 overflow.
+  static constexpr Bytes kMaxRequestBytes = Bytes{1} << 50;
 
   /// round_size() without roundup_power2_divisions: max(512, ceil(size/512)·512).
   static Bytes round_size(Bytes size_bytes);

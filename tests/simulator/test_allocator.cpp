@@ -484,6 +484,8 @@ TEST_CASE("allocator: replays are deterministic, and reset() starts afresh", "[s
 TEST_CASE("allocator: misuse is an error, not a crash", "[simulator][allocator]") {
   CachingAllocator a;
   CHECK_THROWS_AS(a.malloc(0, 0), std::invalid_argument);
+  CHECK_THROWS_AS(a.malloc(CA::kMaxRequestBytes + 1, 0), std::invalid_argument);
+  CHECK(a.malloc(CA::kMaxRequestBytes, 0) != kNoBlock);  // 1 PiB: a 2 MiB-rounded segment, no overflow
   BlockId x = a.malloc(100, 0);
   a.free(x);
   CHECK_THROWS_AS(a.free(x), std::invalid_argument);
