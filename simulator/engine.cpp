@@ -83,14 +83,6 @@ void run_engine(const Program& prog, int n_lanes, int n_pools, const std::array<
   double cpu_s = 0;
   double now = 0;
 
-  auto deps_done = [&](const Task& t, double& ready) {
-    for (auto d : t.deps) {
-      if (d < 0) continue;
-      if (dep_end[static_cast<std::size_t>(d)] < 0) return false;
-      ready = std::max(ready, dep_end[static_cast<std::size_t>(d)]);
-    }
-    return true;
-  };
   auto try_start_lane = [&](int lane) {
     auto& q = lane_queue[static_cast<std::size_t>(lane)];
     auto& h = lane_head[static_cast<std::size_t>(lane)];
@@ -98,10 +90,21 @@ void run_engine(const Program& prog, int n_lanes, int n_pools, const std::array<
     std::int32_t id = q[h];
     if (id >= next_issue) return;  // not issued by the CPU yet
     const Task& t = prog.tasks[static_cast<std::size_t>(id)];
-    double ready = std::max(out.timing[static_cast<std::size_t>(id)].issue_s, lane_free[static_cast<std::size_t>(lane)]);
-    if (!deps_done(t, ready)) return;
-    ready = std::max(ready, now);
     auto& tm = out.timing[static_cast<std::size_t>(id)];
+    double ready = tm.issue_s;
+    std::int32_t blocker = -1;
+    if (lane_free[static_cast<std::size_t>(lane)] > ready) {
+      ready = lane_free[static_cast<std::size_t>(lane)];
+      blocker = h > 0 ? q[h - 1] : -1;
+    }
+    for (auto d : t.deps) {
+      if (d < 0) continue;
+      const double e = dep_end[static_cast<std::size_t>(d)];
+      if (e < 0) return;  // a dependency has not finished
+      if (e > ready) ready = e, blocker = d;
+    }
+    tm.blocked_by = blocker;
+    ready = std::max(ready, now);
     tm.start_s = ready;
     tm.end_s = ready + t.duration_s;
     running[static_cast<std::size_t>(lane)] = 1;
@@ -114,7 +117,10 @@ void run_engine(const Program& prog, int n_lanes, int n_pools, const std::array<
       if (t.cpu_wait_for >= 0) {
         double e = dep_end[static_cast<std::size_t>(t.cpu_wait_for)];
         if (e < 0) return;
-        cpu_s = std::max(cpu_s, e);
+        if (e > cpu_s) {
+          cpu_s = e;
+          out.timing[static_cast<std::size_t>(next_issue)].cpu_waited_for = t.cpu_wait_for;
+        }
       }
       cpu_s += t.cpu_s;
       out.timing[static_cast<std::size_t>(next_issue)].issue_s = cpu_s;

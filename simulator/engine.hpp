@@ -37,6 +37,7 @@ struct Task {
   std::int32_t unit = -1, micro_batch = -1;
   bool backward = false;          ///< part of a backward pass (for reports)
   std::uint8_t comm_kind = 0xff;  ///< the report's communication kind of a collective; 0xff for none
+  std::uint16_t collectives = 1;  ///< collectives this task stands for (a unit's TP collectives are one task)
 };
 
 /// A task DAG in CPU issue order. Reused across simulations (clear() keeps capacity: no allocation in hot loops).
@@ -65,6 +66,11 @@ struct Program {
 
 struct TaskTiming {
   double issue_s = 0, start_s = 0, end_s = 0;
+  /// The earlier task whose completion set this task's start (a dependency, or the previous task on its lane);
+  /// -1 when its issue by the CPU did.
+  std::int32_t blocked_by = -1;
+  /// The task the CPU blocked on (cpu_wait_for) right before issuing this one; -1 if it did not block.
+  std::int32_t cpu_waited_for = -1;
 };
 
 /// One sample of the memory timeline: after the effects of task `task` (CPU issue order).

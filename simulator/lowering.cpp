@@ -203,30 +203,53 @@ class Lowering {
     if (f32_loss) effect(MemCategory::kActivations, kPoolDefault, -cast);
   }
 
-  // ---- tensor parallelism: comm accounting (folded into compute) ----
-  void count_tp(const SimUnit& un, bool backward) {
+  // ---- tensor parallelism (sequence parallel): the unit's TP collectives on the TP communicator ----
+  /// Adds the TP collectives of one pass of unit `u` before its compute task and returns the task the compute
+  /// must wait for (-1 if none). The GEMMs need the all-gathered input, so the blocking share runs while the
+  /// compute stream waits (exposed); async TP hides the rest behind the GEMMs (a task that runs alongside the
+  /// compute). `ag_s` / `rs_s` are one pass's all-gather and reduce-scatter time; `n_ag` / `n_rs` how many
+  /// collectives they are; `ag_bytes` / `rs_bytes` their buffer bytes.
+  std::int32_t tp_collectives(int u, int mb, bool backward, double ag_s, double rs_s, int n_ag, int n_rs,
+                              double ag_bytes, double rs_bytes) {
+    if (ag_s + rs_s <= 0) return -1;
+    const double exposed_share = p_.async_tp ? K_.async_tp_exposed : 1.0;
     auto& ag = out_.comm[static_cast<int>(CommKind::kTpAllGather)];
     auto& rs = out_.comm[static_cast<int>(CommKind::kTpReduceScatter)];
-    if (!backward) {
-      ag.bytes_per_rank += busbw_factor(CollectiveKind::kAllGather, p_.tp) * un.tp_ag_bytes;
-      rs.bytes_per_rank += busbw_factor(CollectiveKind::kReduceScatter, p_.tp) * un.tp_rs_bytes;
-      ag.time_s += un.tp_fwd_s * (un.tp_ag_bytes / std::max(1.0, un.tp_ag_bytes + un.tp_rs_bytes));
-      rs.time_s += un.tp_fwd_s * (un.tp_rs_bytes / std::max(1.0, un.tp_ag_bytes + un.tp_rs_bytes));
-    } else {
-      // Backward mirrors forward: the all-gathers' gradients are reduce-scattered and vice versa, in 16 bits.
-      const double bwd_rs = un.tp_ag_mirror_bytes, bwd_ag = un.tp_rs_bytes;
-      ag.time_s += un.tp_bwd_s * (bwd_ag / std::max(1.0, bwd_ag + bwd_rs));
-      rs.time_s += un.tp_bwd_s * (bwd_rs / std::max(1.0, bwd_ag + bwd_rs));
-      ag.bytes_per_rank += busbw_factor(CollectiveKind::kAllGather, p_.tp) * bwd_ag;
-      rs.bytes_per_rank += busbw_factor(CollectiveKind::kReduceScatter, p_.tp) * bwd_rs;
+    ag.bytes_per_rank += busbw_factor(CollectiveKind::kAllGather, p_.tp) * ag_bytes;
+    rs.bytes_per_rank += busbw_factor(CollectiveKind::kReduceScatter, p_.tp) * rs_bytes;
+    const SimUnit& un = unit(u);
+    std::int32_t last = -1;
+    auto add = [&](CommKind kind, double s, int n, std::int32_t dep, const char* what) {
+      if (s <= 0) return;
+      Task t;
+      t.type = TaskType::kCollective;
+      t.lane = kLaneTp;
+      t.duration_s = s;
+      t.deps[0] = dep;
+      t.backward = backward;
+      t.comm_kind = static_cast<std::uint8_t>(kind);
+      t.collectives = static_cast<std::uint16_t>(std::min(n, 65535));
+      t.unit = u;
+      t.micro_batch = mb;
+      t.label = label([&] { return std::string(backward ? "bwd " : "fwd ") + what + " " + un.name + mb_suffix(mb); });
+      last = out_.program.add(t);
+    };
+    // Blocking share: after the previous compute-stream task, before this unit's compute.
+    add(CommKind::kTpAllGather, exposed_share * ag_s, n_ag, last_compute_, "tp all_gather");
+    add(CommKind::kTpReduceScatter, exposed_share * rs_s, n_rs, last < 0 ? last_compute_ : -1, "tp reduce_scatter");
+    const std::int32_t gate = last;
+    // Async TP: the hidden share runs on the TP communicator alongside the compute (count 0: same collectives).
+    if (p_.async_tp) {
+      add(CommKind::kTpAllGather, (1 - exposed_share) * ag_s, 0, gate, "tp all_gather (overlapped)");
+      add(CommKind::kTpReduceScatter, (1 - exposed_share) * rs_s, 0, gate, "tp reduce_scatter (overlapped)");
     }
+    return gate;
   }
 
   // ---- forward ----
   void forward(int mb) {
     limiter_queue_.clear();
     prev_fwd_ag_out_ = -1;
-    const double tp_overlap = p_.async_tp ? K_.async_tp_exposed : 1.0;
     for (int u = 0; u < U_; ++u) {
       const SimUnit& un = unit(u);
       if (rt_.gathers_params) {
@@ -246,16 +269,22 @@ class Lowering {
         const auto o = static_cast<std::size_t>(un.gather_owner);
         ready = copyout_task_[o] >= 0 ? copyout_task_[o] : ag_task_[o];
       }
+      // Per forward: the all-gathers before attention and MLP, the reduce-scatters after them.
+      const int n_ag = un.tp_ag_bytes > 0 ? (un.blocks > 0 ? 2 * un.blocks : 1) : 0;
+      const int n_rs = un.tp_rs_bytes > 0 ? (un.blocks > 0 ? 2 * un.blocks : 1) : 0;
+      const std::int32_t tp = tp_collectives(u, mb, false, un.tp_fwd_ag_s, un.tp_fwd_s - un.tp_fwd_ag_s, n_ag, n_rs,
+                                             un.tp_ag_bytes, un.tp_rs_bytes);
       Task t;
       t.type = TaskType::kCompute;
       t.lane = kLaneCompute;
-      t.duration_s = un.fwd_s + tp_overlap * un.tp_fwd_s;
+      t.duration_s = un.fwd_s;
       t.cpu_s = K_.unit_hook_cpu_s + K_.kernel_launch_s * fw::kForwardLaunchesPerLayer * static_cast<double>(un.layers.size());
-      t.deps[0] = ready;
+      t.deps = {ready, tp, -1};
       t.label = label([&] { return "fwd " + un.name + mb_suffix(mb); });
       t.unit = u;
       t.micro_batch = mb;
       const std::int32_t id = out_.program.add(t);
+      last_compute_ = id;
       // DDP with fp32 parameters under autocast: bf16 weight copies live until the unit's backward.
       if (rt_.autocast_weight_copies && un.elems > 0)
         effect(MemCategory::kGathered, kPoolDefault, B(static_cast<double>(un.elems) * 2));
@@ -264,7 +293,6 @@ class Lowering {
       fwd_task_[static_cast<std::size_t>(u)] = id;
       if (rt_.gather_limiter == GatherLimiter::kComputeTwoBack && rt_.gathers_params) limiter_queue_.push_back(id);
       if (rt_.gathers_params && un.reshard) free_unsharded(u);
-      count_tp(un, false);
     }
     if (rt_.hold_forward_ag_output) release_held_ag_output(prev_fwd_ag_out_);  // root post-forward
   }
@@ -272,7 +300,6 @@ class Lowering {
   // ---- backward ----
   void backward(int mb, bool last_mb) {
     limiter_queue_.clear();
-    const double tp_overlap = p_.async_tp ? K_.async_tp_exposed : 1.0;
     const bool sync = !rt_.reduce_only_at_boundary || last_mb;
     const Bytes ipg_bucket = B(std::min(fw::kDeepSpeedReduceBucketElems,
                                         static_cast<double>(in_.model.parameters()) / p_.tp) * 2);
@@ -292,18 +319,29 @@ class Lowering {
         for (int j = u - 1; j >= std::max(0, u - p_.prefetch); --j)
           if (!gathered_[static_cast<std::size_t>(j)] && unit(j).gathered_elems > 0) issue_ag(j, mb, true, ready);
       }
+      // Backward mirrors forward (each all-gather's gradient is reduce-scattered and vice versa, in 16 bits);
+      // full AC re-runs the forward's collectives when it recomputes a block.
+      const bool recompute_tp = p_.ac == AcMode::kFull && un.blocks > 0;
+      const int n_fwd_ag = un.tp_ag_bytes > 0 ? (un.blocks > 0 ? 2 * un.blocks : 1) : 0;
+      const int n_fwd_rs = un.tp_rs_bytes > 0 ? (un.blocks > 0 ? 2 * un.blocks : 1) : 0;
+      const std::int32_t tp = tp_collectives(
+          u, mb, true, un.tp_bwd_ag_s + (recompute_tp ? un.tp_fwd_ag_s : 0.0),
+          (un.tp_bwd_s - un.tp_bwd_ag_s) + (recompute_tp ? un.tp_fwd_s - un.tp_fwd_ag_s : 0.0),
+          n_fwd_rs + (recompute_tp ? n_fwd_ag : 0), n_fwd_ag + (recompute_tp ? n_fwd_rs : 0),
+          un.tp_rs_bytes + (recompute_tp ? un.tp_ag_bytes : 0.0),
+          un.tp_ag_mirror_bytes + (recompute_tp ? un.tp_rs_bytes : 0.0));
       Task t;
       t.type = TaskType::kCompute;
       t.lane = kLaneCompute;
-      const double recompute_tp = p_.ac == AcMode::kFull && un.blocks > 0 ? tp_overlap * un.tp_fwd_s : 0.0;
-      t.duration_s = un.bwd_s + tp_overlap * un.tp_bwd_s + un.recompute_s + recompute_tp;
+      t.duration_s = un.bwd_s + un.recompute_s;
       t.backward = true;
       t.cpu_s = K_.unit_hook_cpu_s + K_.kernel_launch_s * fw::kBackwardLaunchesPerLayer * static_cast<double>(un.layers.size());
-      t.deps[0] = ready;
+      t.deps = {ready, tp, -1};
       t.label = label([&] { return "bwd " + un.name + mb_suffix(mb); });
       t.unit = u;
       t.micro_batch = mb;
       const std::int32_t id = out_.program.add(t);
+      last_compute_ = id;
       const Bytes ugrad = B(static_cast<double>(un.elems) * bc_);  // autograd's unsharded gradients
       effect(MemCategory::kActivations, kPoolDefault, un.recompute_bytes);
       effect(MemCategory::kOther, kPoolDefault, un.workspace_bytes);
@@ -321,7 +359,6 @@ class Lowering {
       if (rt_.autocast_weight_copies && un.elems > 0)
         effect(MemCategory::kGathered, kPoolDefault, -B(static_cast<double>(un.elems) * 2));
       if (rt_.gather_limiter == GatherLimiter::kComputeTwoBack && rt_.gathers_params) limiter_queue_.push_back(id);
-      count_tp(un, true);
 
       // Post-backward: reshard (whether or not resharded in forward), then reduce gradients.
       if (rt_.gathers_params && un.gather_owner < 0) free_unsharded(u);
@@ -452,6 +489,7 @@ class Lowering {
   Bytes held_rs_input_ = 0;
   int prev_fwd_ag_out_ = -1;  ///< FSDP2 forward: AG output kept until the next unit's copy-out
   Bytes grads_allocated_ = 0;
+  std::int32_t last_compute_ = -1;  ///< the last compute task (what the next TP all-gather needs)
 };
 
 }  // namespace

@@ -2,6 +2,9 @@
 // value that reports format (they compute nothing).
 #pragma once
 #include <array>
+#include <memory>
+#include <utility>
+#include <vector>
 #include <string>
 
 #include "simulator/engine.hpp"
@@ -51,6 +54,8 @@ struct Result {
   double step_s = 0, compute_s = 0, exposed_comm_s = 0, optimizer_s = 0;
   double tokens_per_s_per_gpu = 0, mfu = 0, model_flops_per_token = 0;
   std::array<CommStats, kCommKinds> comm{};
+  /// With `detail`: the intervals (seconds) in which the compute stream waits on communication, for charts.
+  std::shared_ptr<std::vector<std::pair<double, double>>> exposed_intervals;
   Bytes headroom_bytes() const { return capacity_bytes - peak_reserved_bytes - overhead.total(); }
 };
 

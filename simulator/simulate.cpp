@@ -16,6 +16,7 @@ Simulator::Simulator(const ModelGraph& model, const Cluster& cluster, const Cost
 const Result& Simulator::run(const Plan& p, bool detail) {
   res_ = Result{};
   res_.plan = p;
+  if (detail) res_.exposed_intervals = std::make_shared<std::vector<std::pair<double, double>>>();
   const RuntimeTraits rt = runtime_traits(p);
   build_units(*model_, *cluster_, *costs_, p, rt, units_);
   LoweringOutput lo{prog_, res_.comm};

@@ -33,52 +33,52 @@ void summarise_time(const SummaryInputs& in, Result& r) {
   const Program& prog = in.program;
   r.step_s = tl.end_s;
   r.compute_s = tl.lane_busy_s[kLaneCompute];
-  // Exposed communication: time in which some collective runs and the compute lane is idle.
-  struct Iv {
-    double a, b;
-    int kind;
+  // Exposed communication: time in which the compute stream idles because it waits, directly or through a chain
+  // of waits, on a transfer. Each idle gap before a compute-stream task (and the tail after the last one) is
+  // walked back along what set each start (TaskTiming::blocked_by: a dependency or the lane's previous task; a
+  // CPU block on a transfer through cpu_waited_for) and each stretch is charged to the transfer running in it,
+  // so the per-kind exposed times add up to the total. Gaps whose chain ends at the CPU (launch overhead, the
+  // FSDP1 limiter waiting on compute) are not communication.
+  auto kind_of = [&](const Task& t) {
+    return static_cast<std::size_t>(t.comm_kind == 0xff ? static_cast<int>(CommKind::kAllGather) : t.comm_kind);
   };
-  std::vector<Iv> comm_iv;
-  std::vector<std::pair<double, double>> busy;
+  for (const Task& t : prog.tasks) {
+    if (t.lane == kLaneCompute) continue;
+    r.comm[kind_of(t)].time_s += t.duration_s;
+    r.comm[kind_of(t)].count += t.collectives;
+  }
+  double exposed = 0;
+  auto charge = [&](std::int32_t x, double a, double b) {
+    // [a, b) is idle compute time that ends when task x (or what x waited for) lets the compute stream go on.
+    while (b > a && x >= 0) {
+      const Task& t = prog.tasks[static_cast<std::size_t>(x)];
+      const TaskTiming& tm = tl.timing[static_cast<std::size_t>(x)];
+      if (t.lane == kLaneCompute) return;
+      const double s = std::max(a, std::min(tm.start_s, b));
+      if (b > s) {
+        r.comm[kind_of(t)].exposed_s += b - s;
+        exposed += b - s;
+        if (r.exposed_intervals) r.exposed_intervals->push_back({s, b});
+      }
+      b = s;
+      x = tm.blocked_by >= 0 ? tm.blocked_by : tm.cpu_waited_for;
+    }
+  };
+  double prev_end = 0;
+  std::int32_t last_end_task = -1;
   for (std::size_t i = 0; i < prog.tasks.size(); ++i) {
-    const Task& t = prog.tasks[i];
-    const auto& tm = tl.timing[i];
-    if (t.lane == kLaneCompute) {
-      if (t.duration_s > 0) busy.push_back({tm.start_s, tm.end_s});
-      continue;
+    const TaskTiming& tm = tl.timing[i];
+    if (last_end_task < 0 || tm.end_s > tl.timing[static_cast<std::size_t>(last_end_task)].end_s)
+      last_end_task = static_cast<std::int32_t>(i);
+    if (prog.tasks[i].lane != kLaneCompute || !(tm.end_s > tm.start_s)) continue;
+    if (tm.start_s > prev_end) {
+      const std::int32_t cause = tm.blocked_by >= 0 ? tm.blocked_by : tm.cpu_waited_for;
+      charge(cause, prev_end, tm.start_s);
     }
-    const int kind = t.comm_kind == 0xff ? static_cast<int>(CommKind::kAllGather) : t.comm_kind;
-    comm_iv.push_back({tm.start_s, tm.end_s, kind});
-    r.comm[static_cast<std::size_t>(kind)].time_s += t.duration_s;
-    r.comm[static_cast<std::size_t>(kind)].count++;
+    prev_end = std::max(prev_end, tm.end_s);
   }
-  // Compute-lane busy intervals are disjoint and sorted (FIFO lane).
-  auto idle_overlap = [&](double a, double b) {
-    double covered = 0;
-    auto it = std::lower_bound(busy.begin(), busy.end(), std::pair<double, double>{a, -1e300},
-                               [](const auto& x, const auto& y) { return x.second < y.first; });
-    for (; it != busy.end() && it->first < b; ++it) covered += std::max(0.0, std::min(b, it->second) - std::max(a, it->first));
-    return (b - a) - covered;
-  };
-  for (const auto& iv : comm_iv) r.comm[static_cast<std::size_t>(iv.kind)].exposed_s += idle_overlap(iv.a, iv.b);
-  // Union of collective intervals, minus compute.
-  std::sort(comm_iv.begin(), comm_iv.end(), [](const Iv& x, const Iv& y) { return x.a < y.a; });
-  double exposed = 0, ca = -1, cb = -1;
-  for (const auto& iv : comm_iv) {
-    if (iv.a > cb) {
-      if (cb > ca) exposed += idle_overlap(ca, cb);
-      ca = iv.a, cb = iv.b;
-    } else {
-      cb = std::max(cb, iv.b);
-    }
-  }
-  if (cb > ca) exposed += idle_overlap(ca, cb);
-  // TP collectives are folded into compute (not overlapped unless async): all exposed.
-  for (CommKind k : {CommKind::kTpAllGather, CommKind::kTpReduceScatter}) {
-    auto& c = r.comm[static_cast<int>(k)];
-    c.exposed_s = p.async_tp ? in.costs.constants().async_tp_exposed * c.time_s : c.time_s;
-    exposed += c.exposed_s;
-  }
+  if (last_end_task >= 0 && tl.end_s > prev_end) charge(last_end_task, prev_end, tl.end_s);  // the step's tail
+  if (r.exposed_intervals) std::sort(r.exposed_intervals->begin(), r.exposed_intervals->end());
   r.exposed_comm_s = exposed;
   const auto& gpu = in.cluster.spec().gpu;
   const double tokens_per_gpu = static_cast<double>(p.mbs) * static_cast<double>(p.seq) * p.grad_accum / p.tp;
