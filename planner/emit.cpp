@@ -16,7 +16,9 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
                    to_string(p.precision));
   s += "import torch\n";
   s += "from torch.distributed.device_mesh import init_device_mesh\n";
-  s += "from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy\n";
+  const bool offload = p.offload == Offload::kParams && p.zero >= 1;  // FSDP2 CPUOffloadPolicy
+  s += std::string("from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy") +
+       (offload ? ", CPUOffloadPolicy" : "") + "\n";
   s += "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper\n\n";
   s += "MICRO_BATCH = " + std::to_string(p.mbs) + "\nGRAD_ACCUM = " + std::to_string(p.grad_accum) + "\nSEQ_LEN = " +
        std::to_string(p.seq) + "\n\n";
@@ -102,6 +104,8 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
   else
     s += "    model = model.to(torch.bfloat16)  # parameters, gradients and optimizer states in bf16\n    mp = MixedPrecisionPolicy()\n";
   s += fmt::format("    reshard = {}\n", p.reshard() ? "True" : "False");
+  // Offloaded: sharded parameters, gradients and optimizer state live on the host; the optimizer steps on the CPU.
+  const std::string off = offload ? ", offload_policy=CPUOffloadPolicy()" : "";
   s += "    blocks = list(model.layers)\n";
   if (p.ac == AcMode::kFull)
     s += "    blocks = [checkpoint_wrapper(b) for b in blocks]  # full activation checkpointing per block\n"
@@ -118,11 +122,11 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
          "    for i, b in enumerate(blocks):\n        model.layers[i] = b\n";
   s += fmt::format("    units = []\n    for i in range(0, len(blocks), {}):\n", p.wrap);
   s += fmt::format("        group = blocks[i:i + {}]\n", p.wrap);
-  s += "        fully_shard(group if len(group) > 1 else group[0], mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard)\n";
+  s += "        fully_shard(group if len(group) > 1 else group[0], mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard" + off + ")\n";
   s += "        units.append(group[0])\n";
-  s += "    fully_shard([model.norm, model.output], mesh=dp_mesh, mp_policy=mp, reshard_after_forward=False)\n";
-  s += "    fully_shard(model.tok_embeddings, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard)\n";
-  s += "    fully_shard(model, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard)\n";
+  s += "    fully_shard([model.norm, model.output], mesh=dp_mesh, mp_policy=mp, reshard_after_forward=False" + off + ")\n";
+  s += "    fully_shard(model.tok_embeddings, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard" + off + ")\n";
+  s += "    fully_shard(model, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard" + off + ")\n";
   if (p.prefetch > 1) {
     s += fmt::format("    # explicit prefetch of {} units ahead in forward and backward\n", p.prefetch);
     s += fmt::format("    for i, u in enumerate(units):\n        u.set_modules_to_forward_prefetch(units[i + 1:i + 1 + {}])\n", p.prefetch);
@@ -130,7 +134,8 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
   }
   s += "    return model\n\n\n";
   s += "def make_optimizer(model, lr=3e-4):\n";
-  s += "    return torch.optim.AdamW(model.parameters(), lr=lr, fused=True)\n";
+  s += fmt::format("    return torch.optim.AdamW(model.parameters(), lr=lr, {}=True)\n",
+                   p.fused_optimizer ? "fused" : "foreach");
   return s;
 }
 
@@ -146,7 +151,11 @@ std::string emit_deepspeed(const Plan& p, const ModelGraph& model) {
     zero["stage3_max_live_parameters"] = 1000000000;
     zero["stage3_param_persistence_threshold"] = 100000;
   }
-  if (p.offload == Offload::kOptimizer) zero["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
+  // resolve_plan admits offload_optimizer from stage 1 and offload_param only in stage 3; never "stage": 0 with
+  // offload (DeepSpeed ignores or rejects it).
+  const Json host = {{"device", "cpu"}, {"pin_memory", true}};
+  if (p.offload != Offload::kNone && p.zero >= 1) zero["offload_optimizer"] = host;
+  if (p.offload == Offload::kParams && p.zero == 3) zero["offload_param"] = host;
   Json j = {{"train_micro_batch_size_per_gpu", p.mbs},
             {"gradient_accumulation_steps", p.grad_accum},
             {"train_batch_size", p.global_batch()},
@@ -167,6 +176,7 @@ std::string emit_torchtitan(const Plan& p, const ModelGraph& model, int gpus) {
   s += fmt::format("global_batch_size = {}\n", p.global_batch());
   s += fmt::format("mixed_precision_param = \"{}\"\n", p.precision == Precision::kFp32 ? "float32" : "bfloat16");
   s += fmt::format("mixed_precision_reduce = \"{}\"\n", p.reduce() == Dtype::kFp32 ? "float32" : "bfloat16");
+  if (p.offload == Offload::kParams && p.zero >= 1) s += "enable_cpu_offload = true\n";  // FSDP2 CPUOffloadPolicy
   if (p.fp8 != Fp8::kNone) {
     s += "\n[model]\nconverters = [\"float8\"]\n";
     s += "\n[float8]\n";
@@ -185,7 +195,7 @@ std::string emit_torchtitan(const Plan& p, const ModelGraph& model, int gpus) {
   s += "\n[activation_checkpoint]\n";
   s += fmt::format("mode = \"{}\"\n", p.ac == AcMode::kNone ? "none" : p.ac == AcMode::kFull ? "full" : "selective");
   if (p.ac == AcMode::kSelective) s += "selective_ac_option = \"op\"\n";
-  s += "\n[optimizer]\nname = \"AdamW\"\nimplementation = \"fused\"\n";
+  s += fmt::format("\n[optimizer]\nname = \"AdamW\"\nimplementation = \"{}\"\n", p.fused_optimizer ? "fused" : "foreach");
   return s;
 }
 
