@@ -234,7 +234,7 @@ TEST_CASE("nccl-tests logs with huge lines, huge numbers or non-UTF-8 bytes are 
   CHECK_NOTHROW(nlohmann::json::parse(read_text(dir / "p.json")));
 }
 
-TEST_CASE("--seq 0 is bad input, not the model's default", "[robustness][cli]") {
+TEST_CASE("a sequence length of 0 (--seq 0) is bad input, not the model's default", "[robustness][cli]") {
   auto dir = scratch_dir();
   expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--seq", "0"}, dir), {"--seq", "[1, 4194304]", "got 0"});
   expect_bad_input(run_cli({"plan", "--model", "llama3-8b", "--global-batch", "8", "--seq", "0"}, dir),
