@@ -254,3 +254,16 @@ TEST_CASE("offload: emitters write each runtime's offload settings, never a stag
   const std::string toml = emit_torchtitan(resolved(Runtime::kFsdp2, 3, Offload::kParams), s.model, 8);
   CHECK(toml.find("enable_cpu_offload = true") != std::string::npos);
 }
+
+TEST_CASE("emitters: the fsdp2 and torchtitan files name the full plan flags", "[knobs][emit]") {
+  Setup s("llama3-8b", "dgx-h100", 8);
+  Plan p;
+  p.compile = true;
+  p.ac = AcMode::kSelective;
+  p = resolve_plan(p, s.model, *s.cluster, 8);
+  const std::string flags = plan_to_flags(p);
+  CHECK(flags.find("--ac selective") != std::string::npos);
+  CHECK(flags.find("--compile") != std::string::npos);
+  CHECK(emit_fsdp2(p, s.model, 8).find("# plan (1 replicas): " + flags + "\n") != std::string::npos);
+  CHECK(emit_torchtitan(p, s.model, 8).find("# plan: " + flags + "\n") != std::string::npos);
+}
