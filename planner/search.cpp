@@ -11,105 +11,96 @@
 #include <mutex>
 #include <thread>
 
+#include "simulator/knobs.hpp"
 #include "topologies/cluster.hpp"
 
 namespace shardplan {
 
 namespace {
-std::vector<int> parse_int_list(const std::string& key, const std::string& v) {
-  std::vector<int> out;
-  std::size_t pos = 0;
-  while (pos <= v.size()) {
-    std::size_t c = v.find(',', pos);
-    std::string item = v.substr(pos, c == std::string::npos ? std::string::npos : c - pos);
-    try {
-      std::size_t used = 0;
-      long long x = std::stoll(item, &used);
-      if (used != item.size() || x < 0 || x > (1 << 24)) throw std::invalid_argument(item);
-      out.push_back(static_cast<int>(x));
-    } catch (const std::exception&) {
-      throw InputError::flag("--fix " + key, "expected an integer (or a comma-separated list), got \"" + item + "\"");
-    }
-    if (c == std::string::npos) break;
-    pos = c + 1;
-  }
+using Assign = std::function<void(SearchSpace&, const std::vector<Plan>&)>;
+
+template <class T, class F>
+std::vector<T> each(const std::vector<Plan>& v, F f) {
+  std::vector<T> out;
+  for (const Plan& p : v) out.push_back(f(p));
   return out;
-}
-bool parse_bool(const std::string& key, const std::string& v) {
-  if (v == "true") return true;
-  if (v == "false") return false;
-  throw InputError::flag("--fix " + key, "expected true or false, got \"" + v + "\"");
 }
 
-template <class T>
-std::vector<T> parse_enum_list(const std::string& key, const std::string& v) {
-  std::vector<T> out;
-  std::size_t pos = 0;
-  while (true) {
-    std::size_t c = v.find(',', pos);
-    out.push_back(parse_enum_or_throw<T>(v.substr(pos, c == std::string::npos ? std::string::npos : c - pos),
-                                         "--fix " + key));
-    if (c == std::string::npos) break;
-    pos = c + 1;
-  }
-  return out;
+// The searched knobs: run-record key -> how a --fix list of values (each parsed into a Plan by the knob table)
+// replaces the search dimension.
+const std::vector<std::pair<std::string, Assign>>& dimensions() {
+  static const std::vector<std::pair<std::string, Assign>> d = {
+      {"runtime", [](SearchSpace& s, const std::vector<Plan>& v) { s.runtimes = each<Runtime>(v, [](const Plan& p) { return p.runtime; }); }},
+      {"zero", [](SearchSpace& s, const std::vector<Plan>& v) { s.zero = each<int>(v, [](const Plan& p) { return p.zero; }); }},
+      {"shard_group", [](SearchSpace& s, const std::vector<Plan>& v) { s.shard_groups = each<int>(v, [](const Plan& p) { return p.shard_group; }); }},
+      {"tp", [](SearchSpace& s, const std::vector<Plan>& v) { s.tp = each<int>(v, [](const Plan& p) { return p.tp; }); }},
+      {"mbs", [](SearchSpace& s, const std::vector<Plan>& v) { s.mbs = each<int>(v, [](const Plan& p) { return p.mbs; }); }},
+      {"ac", [](SearchSpace& s, const std::vector<Plan>& v) { s.ac = each<AcMode>(v, [](const Plan& p) { return p.ac; }); }},
+      {"wrap", [](SearchSpace& s, const std::vector<Plan>& v) { s.wrap = each<int>(v, [](const Plan& p) { return p.wrap; }); }},
+      {"prefetch", [](SearchSpace& s, const std::vector<Plan>& v) { s.prefetch = each<int>(v, [](const Plan& p) { return p.prefetch; }); }},
+      {"reshard_after_forward",
+       [](SearchSpace& s, const std::vector<Plan>& v) { s.reshard_after_forward = each<bool>(v, [](const Plan& p) { return p.reshard(); }); }},
+      {"reduce_dtype", [](SearchSpace& s, const std::vector<Plan>& v) { s.reduce = each<Dtype>(v, [](const Plan& p) { return p.reduce(); }); }},
+      {"offload", [](SearchSpace& s, const std::vector<Plan>& v) { s.offload = each<Offload>(v, [](const Plan& p) { return p.offload; }); }},
+  };
+  return d;
 }
 }  // namespace
+
+const std::vector<std::string>& SearchSpace::searched_keys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> k;
+    for (const auto& [name, assign] : dimensions()) k.push_back(name);
+    return k;
+  }();
+  return keys;
+}
 
 void SearchSpace::fix(const std::string& kv) {
   auto eq = kv.find('=');
   if (eq == std::string::npos) throw InputError::flag("--fix", "expected KEY=VALUE, got \"" + kv + "\"");
   std::string key = kv.substr(0, eq), v = kv.substr(eq + 1);
   std::replace(key.begin(), key.end(), '-', '_');
-  if (key == "runtime")
-    runtimes = parse_enum_list<Runtime>(key, v);
-  else if (key == "zero") zero = parse_int_list(key, v);
-  else if (key == "tp") tp = parse_int_list(key, v);
-  else if (key == "mbs") mbs = parse_int_list(key, v);
-  else if (key == "wrap") wrap = parse_int_list(key, v);
-  else if (key == "prefetch") prefetch = parse_int_list(key, v);
-  else if (key == "shard_group") shard_groups = parse_int_list(key, v);
-  else if (key == "ac")
-    ac = parse_enum_list<AcMode>(key, v);
-  else if (key == "reduce_dtype")
-    reduce = parse_enum_list<Dtype>(key, v);
-  else if (key == "offload")
-    offload = parse_enum_list<Offload>(key, v);
-  else if (key == "precision") {
-    precision = parse_enum_or_throw<Precision>(v, "--fix precision");
-  } else if (key == "seq") {
-    auto s = parse_int_list(key, v);
-    if (s.size() != 1 || s[0] < 1) throw InputError::flag("--fix seq", "expected one positive integer");
-    seq = s[0];
-  } else if (key == "fp8") {
-    fp8 = parse_enum_or_throw<Fp8>(v, "--fix fp8");
-  } else if (key == "fp8_all_gather") {
-    fp8_all_gather = parse_bool(key, v);
-  } else if (key == "reshard_after_forward") {
-    reshard_after_forward = {parse_bool(key, v)};
-  } else {
-    static const std::vector<std::string> keys = {"runtime", "zero", "tp", "mbs", "wrap", "prefetch", "shard_group", "ac",
-                                                  "reduce_dtype", "offload", "precision", "seq", "reshard_after_forward",
-                                                  "fp8", "fp8_all_gather"};
+  const Knob* k = find_knob(key);
+  if (!k) {
+    const std::vector<std::string> keys = knob_keys();
     std::string sug = did_you_mean_list(key, keys);
     throw InputError::flag("--fix", "unknown knob \"" + key + "\"" + (sug.empty() ? "" : " (did you mean \"" + sug + "\"?)") +
                                         "; knobs: " + join_names(keys));
   }
+  const std::string where = "--fix " + key;
+  // A switch named by its flag (foreach_optimizer) means what the flag sets: foreach_optimizer=true is
+  // fused_optimizer=false.
+  auto value = [&](const std::string& item) {
+    if (k->kind != KnobKind::kSwitch || key == k->key || std::string(k->switch_sets) == "true") return item;
+    return item == "true" ? std::string("false") : item == "false" ? std::string("true") : item;
+  };
+  for (const auto& [name, assign] : dimensions()) {
+    if (name != k->key) continue;
+    std::vector<Plan> values;
+    std::size_t pos = 0;
+    while (true) {
+      const std::size_t c = v.find(',', pos);
+      Plan one;
+      set_knob(*k, one, value(v.substr(pos, c == std::string::npos ? std::string::npos : c - pos)), where);
+      values.push_back(one);
+      if (c == std::string::npos) break;
+      pos = c + 1;
+    }
+    assign(*this, values);
+    return;
+  }
+  if (v.find(',') != std::string::npos)
+    throw InputError::flag(where, "is not searched: give one value, got \"" + v + "\"");
+  set_knob(*k, base, value(v), where);
+  if (std::string(k->key) == "grad_accum") grad_accum = base.grad_accum;
+  if (std::string(k->key) == "seq") seq = base.seq;
 }
 
 bool better(const Evaluation& a, const Evaluation& b) {
   const double scale = std::max(std::abs(a.tokens_per_s_per_gpu), std::abs(b.tokens_per_s_per_gpu));
   if (std::abs(a.tokens_per_s_per_gpu - b.tokens_per_s_per_gpu) > 1e-9 * scale) return a.tokens_per_s_per_gpu > b.tokens_per_s_per_gpu;
   return a.peak_reserved_bytes < b.peak_reserved_bytes;
-}
-
-static std::string plan_flags(const Plan& p) {
-  return fmt::format("--runtime {} --zero {} --shard-group {} --tp {} --mbs {} --grad-accum {} --ac {} --wrap {} --prefetch {} "
-                     "--reshard-after-forward {} --precision {} --reduce-dtype {} --offload {}{}{}",
-                     to_string(p.runtime), p.zero, p.shard_group, p.tp, p.mbs, p.grad_accum, to_string(p.ac), p.wrap,
-                     p.prefetch, p.reshard() ? "true" : "false", to_string(p.precision), to_string(p.reduce()),
-                     to_string(p.offload), p.fp8 == Fp8::kNone ? "" : std::string(" --fp8 ") + to_string(p.fp8),
-                     p.fp8_all_gather ? " --fp8-all-gather" : "");
 }
 
 static void reject(Rejections& r, const std::string& reason, const std::string& example) {
@@ -146,7 +137,7 @@ std::vector<Plan> enumerate_candidates(const ModelGraph& model, const Cluster& c
                     for (Dtype rd : sp.reduce)
                       for (Offload off : sp.offload) {
                         ++stats.considered;
-                        Plan p;
+                        Plan p = sp.base;
                         p.runtime = rt;
                         p.zero = zero;
                         p.tp = tp;
@@ -157,21 +148,25 @@ std::vector<Plan> enumerate_candidates(const ModelGraph& model, const Cluster& c
                         p.prefetch = pf;
                         p.reduce_dtype = rd;
                         p.offload = off;
-                        p.precision = sp.precision;
-                        p.fp8 = sp.fp8;
-                        p.fp8_all_gather = sp.fp8_all_gather;
-                        p.seq = sp.seq;
+                        if (sp.seq > 0) p.seq = sp.seq;
                         if (zero == 3) p.reshard_after_forward = true;
                         if (rt != Runtime::kFsdp2 && pf > 1) {  // explicit prefetch depth is an FSDP2 knob: not a candidate
                           --stats.considered;
                           continue;
                         }
                         if (p.precision == Precision::kFp32 && rd == Dtype::kBf16) {
-                          reject(stats.rejections, "fp32 precision reduces in fp32", plan_flags(p));
+                          reject(stats.rejections, "fp32 precision reduces in fp32", plan_to_flags(p));
                           continue;
                         }
                         try {
-                          out.push_back(resolve_plan(p, model, cluster, sp.global_batch));
+                          Plan r = resolve_plan(p, model, cluster, sp.global_batch);
+                          if (sp.grad_accum && r.grad_accum != *sp.grad_accum) {
+                            reject(stats.rejections, "--grad-accum differs from --fix grad_accum",
+                                   plan_to_flags(r) + fmt::format("  (global batch {} needs {} micro-batches)",
+                                                                  sp.global_batch, r.grad_accum));
+                            continue;
+                          }
+                          out.push_back(r);
                         } catch (const InputError& e) {
                           // Group reasons by flag and the start of the message (numbers stripped).
                           std::string key = e.where();
@@ -181,7 +176,8 @@ std::vector<Plan> enumerate_candidates(const ModelGraph& model, const Cluster& c
                           else if (msg.find("no ZeRO-1") != std::string::npos) key += " has no ZeRO-1 mode";
                           else if (msg.find("exceeds") != std::string::npos) key += " exceeds the limit";
                           else if (msg.find("hybrid") != std::string::npos) key += " HSDP not modelled for deepspeed";
-                          reject(stats.rejections, key, plan_flags(p) + "  (" + msg + ")");
+                          else if (e.where() == "--offload") key += " not available for this runtime and stage";
+                          reject(stats.rejections, key, plan_to_flags(p) + "  (" + msg + ")");
                         }
                       }
       }
@@ -194,6 +190,30 @@ std::string binding_constraint(const Result& r) {
   if (r.exposed_comm_s > 0.15 * r.step_s) return "exposed communication";
   if (r.step_s > 0 && r.compute_s < 0.75 * r.step_s) return "CPU / launch overhead";
   return "compute";
+}
+
+// What would help a plan that does not fit, naming only settings the closest plan does not have yet.
+static std::string no_fit_advice(const Plan& c, bool persistent_bound, double persistent_bytes, double need_gpus,
+                                 int nvlink_domain_gpus) {
+  std::vector<std::string> tips;
+  if (persistent_bound) {
+    tips.push_back(fmt::format("shard over more GPUs (about {:.0f}+ GPUs for ZeRO-3)", need_gpus));
+    if (c.zero < 3) tips.push_back(fmt::format("--zero 3 (the closest uses --zero {})", c.zero));
+    if (c.offload == Offload::kNone) tips.push_back("offload to the host (--offload params, or --offload optimizer with deepspeed)");
+    else if (c.offload == Offload::kOptimizer) tips.push_back("offload the parameters too (--offload params with --zero 3)");
+    if (c.tp < nvlink_domain_gpus) tips.push_back(fmt::format("more tensor parallelism (the closest uses --tp {})", c.tp));
+  } else {
+    if (c.ac != AcMode::kFull) tips.push_back(fmt::format("--ac full (the closest uses --ac {})", to_string(c.ac)));
+    if (c.mbs > 1) tips.push_back(fmt::format("a smaller --mbs (the closest uses {})", c.mbs));
+    if (c.tp < nvlink_domain_gpus) tips.push_back(fmt::format("more tensor parallelism (the closest uses --tp {})", c.tp));
+    if (tips.empty()) tips.push_back(fmt::format("more GPUs or a shorter --seq (the closest uses {})", c.seq));
+  }
+  std::string joined;
+  for (std::size_t i = 0; i < tips.size(); ++i)
+    joined += (i == 0 ? "" : i + 1 == tips.size() ? " or " : ", ") + tips[i];
+  return persistent_bound ? fmt::format("persistent state alone ({:.1f} GiB per GPU) leaves no room: {}",
+                                        persistent_bytes / static_cast<double>(kGiB), joined)
+                          : "activations and transients dominate: " + joined;
 }
 
 SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, const CostModel& costs,
@@ -213,7 +233,7 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
     bound[i] = ps[0] + ps[2] + Simulator::activation_bytes(model, cands[i]) + 512 * kMiB;
     if (bound[i] > limit) {
       reject(out.stats.rejections, "memory lower bound exceeds capacity",
-             plan_flags(cands[i]) + fmt::format("  (lower bound {:.2f} GiB > limit {:.2f} GiB)",
+             plan_to_flags(cands[i]) + fmt::format("  (lower bound {:.2f} GiB > limit {:.2f} GiB)",
                                                 static_cast<double>(bound[i]) / static_cast<double>(kGiB),
                                                 static_cast<double>(limit) / static_cast<double>(kGiB)));
       continue;
@@ -260,7 +280,7 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
       fitting.push_back(k);
     } else {
       reject(out.stats.rejections, "simulated peak exceeds capacity x (1 - headroom)",
-             plan_flags(r.plan) + fmt::format("  (peak {:.2f} GiB > limit {:.2f} GiB)", static_cast<double>(used) / static_cast<double>(kGiB),
+             plan_to_flags(r.plan) + fmt::format("  (peak {:.2f} GiB > limit {:.2f} GiB)", static_cast<double>(used) / static_cast<double>(kGiB),
                                               static_cast<double>(limit) / static_cast<double>(kGiB)));
       if (!closest || used - limit < closest_over) closest = k, closest_over = used - limit;
     }
@@ -290,22 +310,18 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
       const Result& c = *out.closest;
       const double persistent = static_cast<double>(c.persistent_bytes);
       const double need_gpus = std::ceil(static_cast<double>(cluster.gpus()) * persistent / (0.6 * static_cast<double>(limit)));
-      if (persistent > 0.6 * static_cast<double>(limit))
-        out.binding_hint = fmt::format(
-            "persistent state alone ({:.1f} GiB per GPU) leaves no room: shard over more GPUs (about {:.0f}+ GPUs for "
-            "ZeRO-3) or offload the optimizer",
-            persistent / static_cast<double>(kGiB), need_gpus);
-      else
-        out.binding_hint = "activations and transients dominate: use --ac full, a smaller --mbs, or tensor parallelism";
+      out.binding_hint = no_fit_advice(c.plan, persistent > 0.6 * static_cast<double>(limit), persistent, need_gpus,
+                                       cluster.spec().node.nvlink_domain_gpus);
       out.explanation = fmt::format("no plan fits: the closest ({}) needs {} more than the {:.2f} GiB limit; {}",
-                                    plan_flags(c.plan), fmt::format("{:.2f} GiB", static_cast<double>(out.closest_over_bytes) / static_cast<double>(kGiB)),
+                                    plan_to_flags(c.plan), fmt::format("{:.2f} GiB", static_cast<double>(out.closest_over_bytes) / static_cast<double>(kGiB)),
                                     static_cast<double>(limit) / static_cast<double>(kGiB), out.binding_hint);
     } else {
       out.explanation = "no structurally valid plan: every candidate was rejected (see rejections)";
     }
-  } else if (out.plans.size() >= 2) {
-    const Result& a = out.plans[0];
-    const Result& b = out.plans[1];
+  } else if (fitting.size() >= 2) {
+    // The next plan, even when --top 1 lists only the recommendation.
+    const Result& a = results[fitting[0]];
+    const Result& b = results[fitting[1]];
     std::vector<std::string> why;
     if (a.exposed_comm_s + 1e-6 < b.exposed_comm_s)
       why.push_back(fmt::format("{:.1f} ms less exposed communication", 1e3 * (b.exposed_comm_s - a.exposed_comm_s)));
@@ -322,6 +338,9 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
   } else {
     out.explanation = "the only plan that fits";
   }
+  if (out.stats.fitting > static_cast<std::int64_t>(out.plans.size()))
+    out.explanation += fmt::format("; {} plans fit, the top {} {} listed (--top)", out.stats.fitting, out.plans.size(),
+                                   out.plans.size() == 1 ? "is" : "are");
   out.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

@@ -15,7 +15,9 @@
 
 namespace shardplan {
 
-/// Which knobs are searched, and which are pinned by --fix KEY=VALUE.
+/// Which knobs are searched, and which are pinned by --fix KEY=VALUE. The searched knobs have a list of values here;
+/// every other knob of the knob table (simulator/knobs.hpp) is pinned to its value in `base`, applied to every
+/// candidate.
 struct SearchSpace {
   std::vector<Runtime> runtimes = {Runtime::kFsdp2};
   std::vector<int> zero = {0, 1, 2, 3};
@@ -28,13 +30,16 @@ struct SearchSpace {
   std::vector<Offload> offload = {Offload::kNone};
   std::vector<int> shard_groups;          ///< empty: all node-aligned divisors of dp
   std::vector<bool> reshard_after_forward = {true, false};
-  Precision precision = Precision::kBf16Mixed;
-  Fp8 fp8 = Fp8::kNone;                    ///< float8 recipe of every candidate (not searched)
-  bool fp8_all_gather = false;             ///< FSDP2 float8 all-gather (candidates that cannot are rejected)
-  std::int64_t seq = 0;                    ///< 0: the model's default
+  /// The non-searched knobs of every candidate (precision, seq, fp8, compile, async_tp, loss_dtype, ...).
+  Plan base;
+  /// Set by --fix grad_accum=N: candidates whose global batch needs another accumulation are rejected.
+  std::optional<int> grad_accum;
+  std::int64_t seq = 0;                    ///< 0: base.seq (itself 0 = the model's default)
   std::int64_t global_batch = 0;           ///< sequences per step; required
-  /// Applies one --fix KEY=VALUE; InputError for unknown keys or values.
+  /// Applies one --fix KEY=VALUE (KEY=V1,V2 for searched knobs); InputError for unknown keys or values.
   void fix(const std::string& key_value);
+  /// The run-record keys of the searched knobs (the others take one value).
+  static const std::vector<std::string>& searched_keys();
 };
 
 /// The outcome of evaluating one candidate (real simulator, or a fake one in tests).

@@ -103,8 +103,9 @@ void validate_record(const Json& rec, const std::string& file, const std::string
   Measured meas;
   if (auto m = o.optional_object("measured")) {
     m->allow({"source", "notes", "peak_memory_kind"});
+    // Every term is a valid key (an unknown key's message lists them all), present or not.
     for (const auto& t : known_terms())
-      if (m->has(t)) meas.terms.push_back({t, m->number(t, 0.0, 1e18)});
+      if (m->raw_optional(t)) meas.terms.push_back({t, m->number(t, 0.0, 1e18)});
     if (auto log = m->raw_optional("torchtitan_log")) {
       std::string path = json_string(*log, file, m->pointer("torchtitan_log"));
       if (!path.empty() && path[0] != '/') {

@@ -1,6 +1,7 @@
 // Plan defaults, validation against the model and the cluster, and the run-record JSON form.
 #include "simulator/plan.hpp"
 
+#include "simulator/knobs.hpp"
 #include "simulator/model_graph.hpp"
 #include "topologies/cluster.hpp"
 
@@ -20,7 +21,9 @@ const char* to_string(Precision p) {
 }
 const char* to_string(AcMode a) { return a == AcMode::kNone ? "none" : a == AcMode::kSelective ? "selective" : "full"; }
 const char* to_string(Dtype d) { return d == Dtype::kFp32 ? "fp32" : "bf16"; }
-const char* to_string(Offload o) { return o == Offload::kNone ? "none" : "optimizer"; }
+const char* to_string(Offload o) {
+  return o == Offload::kNone ? "none" : o == Offload::kOptimizer ? "optimizer" : "params";
+}
 const char* to_string(Fp8 f) {
   return f == Fp8::kNone ? "none" : f == Fp8::kTensorwise ? "tensorwise" : "rowwise";
 }
@@ -45,6 +48,35 @@ static void need(bool ok, const char* knob, const std::string& why) {
   if (!ok) throw InputError::flag(knob, why);
 }
 
+// Offload modes each runtime has (resolved zero and grad_accum):
+// - DeepSpeed: `zero_optimization.offload_optimizer` works from stage 1 up, `offload_param` only in stage 3
+//   (deepspeed/runtime/zero/config.py, ZeRO-Infinity docs: "offload_param ... only valid with stage 3").
+// - FSDP1 `CPUOffload(offload_params=True)` and FSDP2 `fully_shard(offload_policy=CPUOffloadPolicy())` move the
+//   sharded parameters with their gradients (and so the optimizer step and its state) to the host: there is no
+//   optimizer-only mode (torch/distributed/fsdp/api.py CPUOffload, _fully_shard/_fsdp_api.py CPUOffloadPolicy).
+// - FSDP1 with offloaded parameters does not accumulate gradients outside `no_sync()` (the PyTorch FSDP docs'
+//   limitations: "FSDP does not support gradient accumulation outside no_sync() when using CPU offloading";
+//   _runtime_utils.py replaces the CPU gradient with the newly reduced one).
+// - ZeRO-0 is DDP (FSDP1 NO_SHARD, FSDP2 `replicate`): no offload.
+static void check_offload(const Plan& p) {
+  if (p.offload == Offload::kNone) return;
+  const std::string rt = to_string(p.runtime);
+  if (p.runtime == Runtime::kDeepSpeed) {
+    if (p.offload == Offload::kOptimizer)
+      need(p.zero >= 1, "--offload",
+           "deepspeed offloads the optimizer (offload_optimizer) from ZeRO stage 1 up; use --zero 1, 2 or 3");
+    else
+      need(p.zero == 3, "--offload",
+           "deepspeed offloads parameters (offload_param) only in ZeRO stage 3; use --zero 3 or --offload optimizer");
+    return;
+  }
+  need(p.offload != Offload::kOptimizer, "--offload",
+       rt + " has no optimizer-only offload (its CPU offload moves parameters, gradients and optimizer state); use "
+            "--offload params or --runtime deepspeed");
+  need(p.zero >= 1, "--offload",
+       "--zero 0 is plain data parallel (DDP), which has no CPU offload; use --zero 2 or 3 with --offload params");
+}
+
 Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::int64_t global_batch) {
   const auto& s = model.spec();
   const int gpus = cluster.gpus();
@@ -64,6 +96,7 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
     need(s.vocab % p.tp == 0, "--tp", "tp " + std::to_string(p.tp) + " does not divide the vocabulary " +
                                            std::to_string(s.vocab) + " (pad the vocabulary)");
   }
+  check_offload(p);  // before the derived checks: an offload mode the runtime lacks is the first thing to say
   p.dp = gpus / p.tp;
   if (p.shard_group == 0) p.shard_group = p.dp;
   need(p.shard_group >= 1 && p.dp % p.shard_group == 0, "--shard-group",
@@ -90,6 +123,7 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   if (p.zero == 2 && p.runtime != Runtime::kDeepSpeed) p.reshard_after_forward = false;
   if (p.zero == 3) p.reshard_after_forward = p.reshard_after_forward.value_or(true);
   if (p.zero < 2) p.reshard_after_forward = false;
+  p.reshard_after_forward = p.reshard();  // resolved: every optional knob has its value
   if (p.seq == 0) p.seq = s.seq;
   need(p.seq >= 1 && p.seq <= (std::int64_t{1} << 22), "--seq", "must be in [1, 4194304]");
   if (s.positions == PositionKind::kLearned)
@@ -120,75 +154,42 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
          "float8 all-gather is an FSDP2 feature: needs --runtime fsdp2 with --zero 2 or 3 (parameters "
          "gathered)");
   }
+  need(p.offload != Offload::kParams || p.runtime != Runtime::kFsdp1 || p.grad_accum == 1, "--offload",
+       "fsdp1 with offloaded parameters does not accumulate gradients outside no_sync(); use --grad-accum 1 or "
+       "--runtime fsdp2");
   return p;
 }
 
 Json plan_to_json(const Plan& p) {
-  return {{"runtime", to_string(p.runtime)},
-          {"zero", p.zero},
-          {"shard_group", p.shard_group},
-          {"tp", p.tp},
-          {"dp", p.dp},
-          {"replicas", p.replicas},
-          {"seq", p.seq},
-          {"mbs", p.mbs},
-          {"grad_accum", p.grad_accum},
-          {"global_batch", p.global_batch()},
-          {"ac", to_string(p.ac)},
-          {"wrap", p.wrap},
-          {"prefetch", p.prefetch},
-          {"reshard_after_forward", p.reshard()},
-          {"precision", to_string(p.precision)},
-          {"reduce_dtype", to_string(p.reduce())},
-          {"offload", to_string(p.offload)},
-          {"async_tp", p.async_tp},
-          {"fused_optimizer", p.fused_optimizer},
-          {"compile", p.compile},
-          {"hold_logits", p.hold_logits},
-          {"loss_dtype", to_string(p.loss_dtype)},
-          {"fp8", to_string(p.fp8)},
-          {"fp8_all_gather", p.fp8_all_gather}};
-}
-
-template <class T>
-static T enum_field(JsonObj& o, const char* key, T def) {
-  if (!o.has(key)) {
-    o.raw_optional(key);
-    return def;
+  Json j = Json::object();
+  for (const Knob& k : plan_knobs()) {
+    const std::string v = k.get(p);
+    if (v.empty()) continue;
+    if (k.kind == KnobKind::kInt) j[k.key] = std::stoll(v);
+    else if (k.kind == KnobKind::kEnum) j[k.key] = v;
+    else j[k.key] = v == "true";
   }
-  std::string v = o.str(key);
-  auto r = parse_enum<T>(v);
-  if (!r) o.fail(key, "unknown value \"" + v + "\"; expected one of: " + enum_names<T>());
-  return *r;
+  j["dp"] = p.dp;
+  j["replicas"] = p.replicas;
+  j["global_batch"] = p.global_batch();
+  return j;
 }
 
 Plan plan_from_json(JsonObj o) {
   Plan p;
   o.allow({"dp", "replicas", "global_batch", "notes"});
-  p.runtime = enum_field(o, "runtime", Runtime::kFsdp2);
-  p.zero = static_cast<int>(o.integer("zero", 3, 0, 3));
-  p.shard_group = static_cast<int>(o.integer("shard_group", 0, 0, 1 << 24));
-  p.tp = static_cast<int>(o.integer("tp", 1, 1, 4096));
-  p.seq = o.integer("seq", 0, 0, std::int64_t{1} << 22);
-  p.mbs = static_cast<int>(o.integer("mbs", 1, 1, 65536));
-  p.grad_accum = static_cast<int>(o.integer("grad_accum", 1, 1, 1 << 20));
-  p.ac = enum_field(o, "ac", AcMode::kNone);
-  p.wrap = static_cast<int>(o.integer("wrap", 1, 1, 1 << 20));
-  p.prefetch = static_cast<int>(o.integer("prefetch", 1, 0, 16));
-  if (o.has("reshard_after_forward")) p.reshard_after_forward = o.boolean("reshard_after_forward");
-  else o.raw_optional("reshard_after_forward");
-  p.precision = enum_field(o, "precision", Precision::kBf16Mixed);
-  if (o.has("reduce_dtype"))
-    p.reduce_dtype = enum_field(o, "reduce_dtype", Dtype::kFp32);
-  else o.raw_optional("reduce_dtype");
-  p.offload = enum_field(o, "offload", Offload::kNone);
-  p.async_tp = o.boolean("async_tp", false);
-  p.fused_optimizer = o.boolean("fused_optimizer", true);
-  p.compile = o.boolean("compile", false);
-  p.hold_logits = o.boolean("hold_logits", false);
-  p.loss_dtype = enum_field(o, "loss_dtype", Dtype::kFp32);
-  p.fp8 = enum_field(o, "fp8", Fp8::kNone);
-  p.fp8_all_gather = o.boolean("fp8_all_gather", false);
+  for (const Knob& k : plan_knobs()) {
+    if (!o.has(k.key)) {
+      o.raw_optional(k.key);
+      continue;
+    }
+    std::string text;
+    if (k.kind == KnobKind::kInt) text = std::to_string(o.integer(k.key, k.lo, k.hi));
+    else if (k.kind == KnobKind::kEnum) text = o.str(k.key);
+    else text = o.boolean(k.key) ? "true" : "false";
+    std::string why = k.set(p, text);
+    if (!why.empty()) o.fail(k.key, why);
+  }
   o.finish();
   return p;
 }

@@ -19,7 +19,11 @@ enum class Runtime { kFsdp2, kFsdp1, kDeepSpeed };
 enum class Precision { kBf16Mixed, kBf16, kBf16True, kFp32 };
 enum class AcMode { kNone, kSelective, kFull };
 enum class Dtype { kFp32, kBf16 };
-enum class Offload { kNone, kOptimizer };
+/// CPU offload. kOptimizer: DeepSpeed ZeRO-Offload (`offload_optimizer`: fp32 master weights, Adam state and the
+/// gradient partitions on the host, Adam on the CPU). kParams: parameters, gradients and optimizer state on the
+/// host, optimizer on the CPU (DeepSpeed ZeRO-3 `offload_param` + `offload_optimizer`, FSDP1
+/// `CPUOffload(offload_params=True)`, FSDP2 `CPUOffloadPolicy`).
+enum class Offload { kNone, kOptimizer, kParams };
 /// Float8 training of the transformer blocks' linear layers (torchao Float8Linear recipes): GEMMs in fp8 with
 /// dynamic scales per tensor (`tensorwise`, cuBLAS) or per row (`rowwise`, CUTLASS row-scaled kernels).
 enum class Fp8 { kNone, kTensorwise, kRowwise };
@@ -55,7 +59,7 @@ struct EnumValues<Dtype> {
 };
 template <>
 struct EnumValues<Offload> {
-  static constexpr std::array v{Offload::kNone, Offload::kOptimizer};
+  static constexpr std::array v{Offload::kNone, Offload::kOptimizer, Offload::kParams};
 };
 
 template <>
@@ -128,15 +132,17 @@ struct Plan {
   bool reshard() const { return reshard_after_forward.value_or(zero >= 3); }
   Dtype reduce() const { return reduce_dtype.value_or(Dtype::kFp32); }
   std::int64_t global_batch() const { return static_cast<std::int64_t>(dp) * mbs * grad_accum; }
+  bool operator==(const Plan&) const = default;
 };
 
 /// Fills defaults against the model and cluster and checks the plan is possible; InputError otherwise.
 /// `global_batch` > 0 derives grad_accum (global = dp x mbs x grad_accum).
 Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::int64_t global_batch = 0);
 
-/// The run-record plan keys (docs/formats.md), every knob resolved.
+/// The run-record plan keys (docs/formats.md): every knob of the knob table (simulator/knobs.hpp) plus the derived
+/// `dp`, `replicas` and `global_batch`.
 Json plan_to_json(const Plan& p);
-/// Reads run-record plan keys; unknown keys are rejected.
+/// Reads run-record plan keys (the knob table's; derived keys are accepted and ignored); unknown keys are rejected.
 Plan plan_from_json(JsonObj o);
 
 }  // namespace shardplan

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 
@@ -12,22 +13,20 @@
 #include "planner/report/margin.hpp"
 #include "planner/report/report.hpp"
 #include "planner/search.hpp"
+#include "simulator/knobs.hpp"
 
 namespace shardplan::cli {
 
 namespace {
 struct PlanArgs {
   Inputs in;
-  std::int64_t global_batch = 0, seq = 0;
+  std::int64_t global_batch = 0;
+  std::string seq;
   std::vector<std::string> fixes, emits;
   int top = 10, threads = 0;
   double headroom = -1;
   std::string json, html;
 };
-
-// Default headroom: the median |error| of the reserved-memory prediction on the development set
-// (docs/accuracy.md: 16 % over 12 runs, mostly under-predicted), rounded down to 15 %.
-constexpr double kDefaultHeadroom = 0.15;
 
 std::string plan_row(const Result& r, int rank) {
   return fmt::format("{:>3} {:<9} {:>4} {:>6} {:>3} {:>4} {:>5} {:<9} {:>4} {:>3} {:<5} {:>9.3f} {:>10.0f} {:>6.1f} {:>10} {:>10} {:>9.3f}  {}\n",
@@ -45,11 +44,19 @@ Command add_plan_command(CLI::App& app) {
   add_input_options(sub, a->in, true);
   sub->add_option("--global-batch", a->global_batch, "sequences per optimizer step")->required();
   sub->add_option("--seq", a->seq, "sequence length (default: the model's)");
-  sub->add_option("--fix", a->fixes, "pin a knob: KEY=VALUE or KEY=V1,V2 (runtime, zero, tp, mbs, ac, wrap, prefetch, "
-                                     "shard_group, reduce_dtype, offload, precision, seq, reshard_after_forward, fp8, fp8_all_gather)");
+  std::string fix_help = "pin a knob: KEY=VALUE, or KEY=V1,V2 for a searched knob (searched:";
+  for (const auto& k : SearchSpace::searched_keys()) fix_help += " " + k;
+  fix_help += "; every other knob takes one value applied to every candidate:";
+  for (const auto& k : knob_keys())
+    if (std::find(SearchSpace::searched_keys().begin(), SearchSpace::searched_keys().end(), k) ==
+        SearchSpace::searched_keys().end())
+      fix_help += " " + k;
+  sub->add_option("--fix", a->fixes, fix_help + ")");
   sub->add_option("--top", a->top, "plans to list")->capture_default_str();
   sub->add_option("--threads", a->threads, "worker threads (default: all cores)");
-  sub->add_option("--headroom", a->headroom, "fraction of GPU memory kept free (default 0.15, from docs/accuracy.md)");
+  sub->add_option("--headroom", a->headroom,
+                  fmt::format("fraction of GPU memory kept free (default {:.2f}: {})", kDefaultHeadroom,
+                              kDefaultHeadroomRule));
   sub->add_option("--json", a->json, "write the JSON result to FILE or - for stdout");
   sub->add_option("--html", a->html, "write a self-contained HTML report of the ranked plans to FILE");
   sub->add_option("--emit", a->emits, "fsdp2:FILE, deepspeed:FILE or torchtitan:FILE for the recommended plan");
@@ -59,13 +66,24 @@ Command add_plan_command(CLI::App& app) {
             space.runtimes = {Runtime::kFsdp2, Runtime::kFsdp1, Runtime::kDeepSpeed};
             space.global_batch = a->global_batch;
             if (a->global_batch <= 0) throw InputError::flag("--global-batch", "must be >= 1");
-            if (a->seq < 0) throw InputError::flag("--seq", "must be >= 1");
-            space.seq = a->seq;
+            if (!a->seq.empty()) {
+              set_knob(*find_knob("seq"), space.base, a->seq, "--seq");
+              space.seq = space.base.seq;
+            }
             // TP only inside an NVLink domain and only as far as the node allows.
             space.tp.erase(std::remove_if(space.tp.begin(), space.tp.end(),
                                           [&](int t) { return t > l.cluster->spec().node.nvlink_domain_gpus || l.cluster->gpus() % t; }),
                            space.tp.end());
             for (const auto& f : a->fixes) space.fix(f);
+            // A pinned TP degree the cluster cannot have is bad input, not a search without result.
+            const int domain = l.cluster->spec().node.nvlink_domain_gpus;
+            for (int t : space.tp) {
+              if (t > domain)
+                throw InputError::flag("--fix tp", fmt::format("tp {} exceeds the {} GPUs of one NVLink domain of {}", t,
+                                                               domain, l.cluster->spec().name));
+              if (l.cluster->gpus() % t)
+                throw InputError::flag("--fix tp", fmt::format("tp {} does not divide the {} GPUs", t, l.cluster->gpus()));
+            }
             if (a->top < 1) throw InputError::flag("--top", "must be >= 1");
             if (a->threads < 0) throw InputError::flag("--threads", "must be >= 0");
             std::vector<std::pair<std::string, std::string>> emits;
@@ -89,6 +107,20 @@ Command add_plan_command(CLI::App& app) {
               };
             SearchOutcome o = search_plans(*l.model, *l.cluster, *l.costs, space, opts);
             if (shown) std::cerr << "\r" << std::string(50, ' ') << "\r";
+            if (o.plans.empty() && !o.closest) {
+              // Every candidate was structurally invalid: the pinned knobs admit no plan (bad input).
+              // Name the reason that rejected the most candidates (its example's message).
+              std::string reason;
+              std::int64_t most = 0;
+              for (const auto& [r, n] : o.stats.rejections.count)
+                if (n > most) reason = r, most = n;
+              const std::string example = reason.empty() ? "" : o.stats.rejections.example.at(reason);
+              const auto cut = example.find("  (");
+              throw InputError::flag(
+                  "--fix", fmt::format("no plan satisfies the pinned knobs ({} of {} candidates: {})", most,
+                                       o.stats.considered,
+                                       cut == std::string::npos ? reason : example.substr(cut + 3, example.size() - cut - 4)));
+            }
             ReportInputs ri{l.model.get(), l.cluster.get(), l.calibration};
 
             // Build all outputs before writing any.
@@ -133,29 +165,15 @@ Command add_plan_command(CLI::App& app) {
               std::string s = fmt::format("{} ({} parameters) on {} x {} ({}), global batch {} sequences of {} tokens\n",
                                           l.model->spec().name, l.model->parameters(), l.cluster->gpus(), l.cluster->spec().gpu.model,
                                           l.cluster->spec().name, a->global_batch,
-                                          o.plans.empty() ? (o.closest ? o.closest->plan.seq : 0) : o.plans[0].plan.seq);
+                                          o.plans.empty() ? o.closest->plan.seq : o.plans[0].plan.seq);
               s += fmt::format("searched {} plans: {} simulated, {} fit under {:.0f} % of memory, in {:.3f} s ({:.0f} simulations/s)\n\n",
                                o.stats.considered, o.stats.evaluated, o.stats.fitting, 100 * (1 - o.headroom), o.stats.seconds,
                                o.stats.seconds > 0 ? static_cast<double>(o.stats.evaluated) / o.stats.seconds : 0.0);
               if (!o.plans.empty()) {
                 s += "  # runtime   zero  shard  tp  mbs accum ac        wrap  pf red    step (s)  tok/s/GPU  MFU%   peak mem   headroom   exposed  binding\n";
                 for (std::size_t i = 0; i < o.plans.size(); ++i) s += plan_row(o.plans[i], static_cast<int>(i + 1));
-                const Plan& p = o.plans[0].plan;
-                s += "\nrecommended: shardplan simulate --model " + a->in.model + " --cluster " +
-                     a->in.cluster +
-                     fmt::format(
-                         " --gpus {} --runtime {} --zero {} --shard-group {} --tp {} --seq {} --mbs {} "
-                         "--grad-accum {} --ac {} "
-                         "--wrap {} --prefetch {} --reshard-after-forward {} --precision {} --reduce-dtype "
-                         "{} --offload {}{}{}{}{}{}{}{}\n",
-                         l.cluster->gpus(), to_string(p.runtime), p.zero, p.shard_group, p.tp, p.seq, p.mbs,
-                         p.grad_accum, to_string(p.ac), p.wrap, p.prefetch, p.reshard() ? "true" : "false",
-                         to_string(p.precision), to_string(p.reduce()), to_string(p.offload),
-                         p.async_tp ? " --async-tp" : "", p.fused_optimizer ? "" : " --foreach-optimizer",
-                         p.compile ? " --compile" : "", p.hold_logits ? " --hold-logits" : "",
-                         p.loss_dtype == Dtype::kFp32 ? "" : " --loss-dtype bf16",
-                         p.fp8 == Fp8::kNone ? std::string() : std::string(" --fp8 ") + to_string(p.fp8),
-                         p.fp8_all_gather ? " --fp8-all-gather" : "");
+                s += "\nrecommended: shardplan simulate --model " + a->in.model + " --cluster " + a->in.cluster +
+                     fmt::format(" --gpus {} ", l.cluster->gpus()) + plan_to_flags(o.plans[0].plan) + "\n";
                 s += o.explanation + "\n";
                 s += margin_statement(o.plans[0]) + "\n";
               } else {

@@ -2,6 +2,7 @@
 // and turning a calibration profile into CostModel hooks.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,24 +13,21 @@
 
 namespace shardplan::cli {
 
+/// The plan flags given on a command line: knob key -> the text after its flag ("true" / "false" for switches).
+/// Generated from the knob table (simulator/knobs.hpp); knobs not given keep the Plan defaults.
 struct PlanFlags {
-  std::string runtime = "fsdp2", ac = "none", precision = "bf16-mixed", reduce_dtype, offload = "none";
-  int zero = 3, shard_group = 0, tp = 1, mbs = 1, grad_accum = 0, wrap = 1, prefetch = 1;
-  std::int64_t seq = 0, global_batch = 0;
-  std::string reshard_after_forward;  // "", "true", "false"
-  bool async_tp = false, foreach_optimizer = false, compile = false, hold_logits = false;
-  std::string loss_dtype = "fp32", fp8 = "none";
-  bool fp8_all_gather = false;
+  std::map<std::string, std::string> given;
+  std::int64_t global_batch = 0;  ///< --global-batch (derives grad_accum; not a plan knob)
 };
 
 struct Inputs {
-  std::string model = "llama3-70b", cluster = "dgx-h100", calibration;
+  std::string model, cluster = "dgx-h100", calibration;  ///< --model is required
   std::optional<int> gpus;  ///< unset: one node
 };
 
 void add_input_options(CLI::App* app, Inputs& in, bool with_calibration);
 void add_plan_options(CLI::App* app, PlanFlags& f);
-/// Builds the Plan from flags (unresolved); InputError for bad enum values.
+/// Builds the Plan from flags (unresolved); InputError naming the flag for a bad value.
 Plan plan_from_flags(const PlanFlags& f);
 
 struct Loaded {

@@ -3,6 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
+#include "planner/validate.hpp"
+
 namespace shardplan {
 
 static double headroom_fraction(const Result& r) {
@@ -17,6 +22,15 @@ static const char* risk(const Result& r) {
   if (reserved * (1 + kReservedMemoryError.worst_abs) <= room) return "low";
   if (reserved * (1 + kReservedMemoryError.median_abs) <= room) return "moderate";
   return "high";
+}
+
+double default_headroom(const ValidationReport& v) {
+  double worst_under = 0;  // (measured - predicted) / measured, over the in-scope reserved-memory rows
+  for (const auto& r : v.rows)
+    if (r.term == "peak_reserved_bytes" && r.out_of_scope.empty() && r.measured > 0)
+      worst_under = std::max(worst_under, -r.rel_error());
+  // Round up to a whole percent; the epsilon keeps an exact percent (0.15 computed as 0.1500000001) where it is.
+  return std::ceil(100 * worst_under - 1e-9) / 100;
 }
 
 std::string margin_statement(const Result& r) {

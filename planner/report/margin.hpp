@@ -9,6 +9,8 @@
 
 namespace shardplan {
 
+struct ValidationReport;
+
 struct MemoryErrorStats {
   const char* term;
   int runs;
@@ -18,6 +20,17 @@ struct MemoryErrorStats {
 
 /// Reserved-memory prediction error on the development set (tests/data/runs/published_dev.json).
 inline constexpr MemoryErrorStats kReservedMemoryError{"peak_reserved_bytes", 19, 0.048, 0.391};
+
+/// Default planner headroom (fraction of GPU memory `plan` keeps free). Rule: the largest under-prediction of peak
+/// reserved memory over the in-scope records of tests/data/runs/published_dev.json, (measured - predicted) /
+/// measured, rounded up to the next whole percent; a plan the planner accepts then stays under the device's memory
+/// for every measured run the prediction has missed. default_headroom() computes the rule; a test recomputes it
+/// with the real simulator and fails when this constant is stale.
+inline constexpr double kDefaultHeadroom = 0.06;
+inline constexpr const char* kDefaultHeadroomRule =
+    "the largest under-prediction of reserved memory on the committed runs, rounded up to a whole percent";
+/// The rule above applied to a validation report's peak_reserved_bytes rows (in scope only).
+double default_headroom(const ValidationReport& v);
 
 /// "fits with 12.4 % headroom (9.80 GiB); reserved-memory error has been <= 31.5 % (median 16.4 %) in 12 runs: low risk"
 std::string margin_statement(const Result& r);

@@ -1,6 +1,7 @@
 // Plan search: the ranking rule, candidate enumeration (counts and rejection reasons), search_plans with the
 // real simulator (ranking, memory limit, thread-count independence, reproducibility) and the nothing-fits path.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -320,4 +321,58 @@ TEST_CASE("binding_constraint classifies memory / exposed communication / overhe
   r.peak_reserved_bytes = 50 * kGiB;
   r.fits = false;
   CHECK(binding_constraint(r) == "memory");
+}
+
+TEST_CASE("search_plans: the no-fit advice names only settings the closest plan does not have", "[search][real][nofit]") {
+  // llama3-8b on 8 H100s at 256k tokens per sequence: persistent state is 8e9 x 16 B / 8 = 16 GB per GPU (far
+  // under 60 % of the limit), so activations bind. With --ac full, tp 8 and mbs 1 pinned, none of the usual
+  // remedies (--ac full, a smaller --mbs, tensor parallelism) is left to suggest.
+  Setup s("llama3-8b", "dgx-h100", 8);
+  SearchSpace sp;
+  sp.fix("ac=full");
+  sp.fix("mbs=1");
+  sp.fix("tp=8");
+  sp.fix("seq=262144");
+  sp.global_batch = 1;
+  SearchOptions opts;
+  opts.threads = 2;
+  SearchOutcome o = search_plans(s.model, *s.cluster, *s.costs, sp, opts);
+  REQUIRE(o.plans.empty());
+  REQUIRE(o.closest.has_value());
+  INFO(o.binding_hint);
+  CHECK(o.binding_hint.find("activations and transients dominate") == 0);
+  CHECK(o.binding_hint.find("--ac full") == std::string::npos);
+  CHECK(o.binding_hint.find("smaller --mbs") == std::string::npos);
+  CHECK(o.binding_hint.find("tensor parallelism") == std::string::npos);
+  CHECK(o.binding_hint.find("more GPUs or a shorter --seq (the closest uses 262144)") != std::string::npos);
+  // Without the pins the advice names what the closest plan lacks.
+  SearchSpace free_ac;
+  free_ac.fix("ac=none");
+  free_ac.fix("mbs=2");
+  free_ac.fix("tp=1");
+  free_ac.fix("seq=262144");
+  free_ac.global_batch = 16;
+  SearchOutcome f = search_plans(s.model, *s.cluster, *s.costs, free_ac, opts);
+  REQUIRE(f.closest.has_value());
+  INFO(f.binding_hint);
+  CHECK(f.binding_hint.find("--ac full (the closest uses --ac none)") != std::string::npos);
+  CHECK(f.binding_hint.find("a smaller --mbs (the closest uses 2)") != std::string::npos);
+  CHECK(f.binding_hint.find("more tensor parallelism (the closest uses --tp 1)") != std::string::npos);
+}
+
+TEST_CASE("search_plans: --top 1 says how many plans fit instead of 'the only plan that fits'", "[search][real]") {
+  Setup s("llama3-8b", "dgx-h100", 16);
+  SearchSpace sp = small_space();
+  sp.fix("zero=3");
+  sp.fix("tp=1,2");
+  SearchOptions opts;
+  opts.top = 1;
+  opts.threads = 2;
+  SearchOutcome o = search_plans(s.model, *s.cluster, *s.costs, sp, opts);
+  REQUIRE(o.plans.size() == 1);
+  REQUIRE(o.stats.fitting > 1);
+  INFO(o.explanation);
+  CHECK(o.explanation.find("the only plan") == std::string::npos);
+  CHECK(o.explanation.find("recommended:") == 0);  // compared with the next plan even though it is not listed
+  CHECK(o.explanation.find(fmt::format("; {} plans fit, the top 1 is listed", o.stats.fitting)) != std::string::npos);
 }

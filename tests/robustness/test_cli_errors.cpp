@@ -233,3 +233,43 @@ TEST_CASE("nccl-tests logs with huge lines, huge numbers or non-UTF-8 bytes are 
   CHECK(r.code == 0);
   CHECK_NOTHROW(nlohmann::json::parse(read_text(dir / "p.json")));
 }
+
+TEST_CASE("a sequence length of 0 (--seq 0) is bad input, not the model's default", "[robustness][cli]") {
+  auto dir = scratch_dir();
+  expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--seq", "0"}, dir), {"--seq", "[1, 4194304]", "got 0"});
+  expect_bad_input(run_cli({"plan", "--model", "llama3-8b", "--global-batch", "8", "--seq", "0"}, dir),
+                   {"--seq", "got 0"});
+}
+
+TEST_CASE("a missing --model is an error for memory, simulate and plan", "[robustness][cli]") {
+  auto dir = scratch_dir();
+  expect_bad_input(run_cli({"memory", "--cluster", "dgx-h100"}, dir), {"--model", "required"});
+  expect_bad_input(run_cli({"simulate", "--gpus", "8"}, dir), {"--model", "required"});
+  expect_bad_input(run_cli({"plan", "--global-batch", "8"}, dir), {"--model", "required"});
+}
+
+TEST_CASE("plan --fix with a value no plan can have exits 2 with one sentence", "[robustness][cli]") {
+  auto dir = scratch_dir();
+  expect_bad_input(run_cli({"plan", "--model", "llama3-8b", "--gpus", "8", "--global-batch", "8", "--fix", "mbs=0"}, dir),
+                   {"--fix mbs", "[1, 65536]", "got 0"});
+  // dgx-h100 nodes have 8 GPUs in an NVLink domain.
+  auto r = run_cli({"plan", "--model", "llama3-8b", "--gpus", "16", "--global-batch", "16", "--fix", "tp=16"}, dir);
+  expect_bad_input(r, {"--fix tp", "tp 16 exceeds the 8 GPUs"});
+  CHECK(r.out.find("sequences of 0 tokens") == std::string::npos);
+  // Every knob pinned to a combination no runtime has: still bad input naming the reason.
+  expect_bad_input(run_cli({"plan", "--model", "llama3-8b", "--gpus", "8", "--global-batch", "8", "--fix",
+                            "runtime=fsdp2", "--fix", "offload=optimizer"},
+                           dir),
+                   {"no plan satisfies the pinned knobs", "no optimizer-only offload"});
+}
+
+TEST_CASE("an unknown measured key lists every valid measured key", "[robustness][cli]") {
+  auto dir = scratch_dir();
+  write_text(dir / "r.json", R"({"schema": "shardplan.runs/1", "records": [
+    {"id": "x", "model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "plan": {"mbs": 1},
+     "measured": {"peak_reserved_bytez": 1e10}}]})");
+  expect_bad_input(run_cli({"validate", "r.json"}, dir),
+                   {"r.json", "/measured/peak_reserved_bytez", "did you mean \"peak_reserved_bytes\"",
+                    "peak_allocated_bytes", "peak_active_bytes", "peak_device_bytes", "step_s", "tokens_per_s_per_gpu",
+                    "mfu", "torchtitan_log", "warmup_steps"});
+}

@@ -1,0 +1,214 @@
+// The plan knob table and what is generated from it that needs no CLI library: text parsing of knob values
+// and plan_to_flags. The run-record JSON form (plan.cpp) and the CLI options (planner/cli/common.cpp) read
+// the same table.
+#include "simulator/knobs.hpp"
+
+#include <algorithm>
+#include <charconv>
+
+#include "core/error.hpp"
+
+namespace shardplan {
+
+namespace {
+
+std::string parse_int(const std::string& text, std::int64_t lo, std::int64_t hi, std::int64_t& out) {
+  std::int64_t v = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || ptr != end) return "expected an integer, got \"" + text + "\"";
+  if (v < lo || v > hi)
+    return "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + text;
+  out = v;
+  return "";
+}
+
+std::string parse_bool(const std::string& text, bool& out) {
+  if (text == "true") return out = true, "";
+  if (text == "false") return out = false, "";
+  return "expected true or false, got \"" + text + "\"";
+}
+
+template <class E>
+std::vector<std::string> names() {
+  std::vector<std::string> out;
+  for (E e : EnumValues<E>::v) out.push_back(to_string(e));
+  return out;
+}
+
+template <class E>
+std::string parse_enum_text(const std::string& text, E& out) {
+  if (auto e = parse_enum<E>(text)) return out = *e, "";
+  return "unknown value \"" + text + "\"; expected one of: " + enum_names<E>();
+}
+
+Knob make(const char* key, const char* flag, KnobKind kind, const char* help, const char* def,
+          std::vector<std::string> values = {}, std::int64_t lo = 0, std::int64_t hi = 0) {
+  Knob k;
+  k.key = key;
+  k.flag = flag;
+  k.kind = kind;
+  k.help = help;
+  k.default_text = def;
+  k.values = std::move(values);
+  k.lo = lo;
+  k.hi = hi;
+  return k;
+}
+
+template <class T>
+Knob int_knob(const char* key, const char* flag, const char* help, const char* def, std::int64_t lo,
+              std::int64_t hi, T Plan::*field) {
+  Knob k = make(key, flag, KnobKind::kInt, help, def, {}, lo, hi);
+  k.get = [field](const Plan& p) { return std::to_string(p.*field); };
+  k.set = [field, lo, hi](Plan& p, const std::string& t) {
+    std::int64_t v = 0;
+    std::string why = parse_int(t, lo, hi, v);
+    if (why.empty()) p.*field = static_cast<T>(v);
+    return why;
+  };
+  return k;
+}
+
+Knob switch_knob(const char* key, const char* flag, const char* help, bool Plan::*field,
+                 bool flag_sets = true) {
+  Knob k = make(key, flag, KnobKind::kSwitch, help, flag_sets ? "false" : "true", {"true", "false"});
+  k.switch_sets = flag_sets ? "true" : "false";
+  k.get = [field](const Plan& p) { return std::string(p.*field ? "true" : "false"); };
+  k.set = [field](Plan& p, const std::string& t) { return parse_bool(t, p.*field); };
+  return k;
+}
+
+template <class E>
+Knob enum_knob(const char* key, const char* flag, const char* help, E Plan::*field) {
+  Knob k = make(key, flag, KnobKind::kEnum, help, to_string(Plan{}.*field), names<E>());
+  k.get = [field](const Plan& p) { return std::string(to_string(p.*field)); };
+  k.set = [field](Plan& p, const std::string& t) { return parse_enum_text(t, p.*field); };
+  return k;
+}
+
+std::vector<Knob> build_table() {
+  std::vector<Knob> t;
+  t.push_back(
+      enum_knob("runtime", "--runtime", "runtime whose sharding semantics are modelled", &Plan::runtime));
+  t.push_back(
+      int_knob("zero", "--zero", "ZeRO stage 0..3 (0 = plain data parallel)", "3", 0, 3, &Plan::zero));
+  t.push_back(int_knob("shard_group", "--shard-group",
+                       "ranks that shard the state (0 = all data-parallel ranks; smaller = HSDP)", "0", 0,
+                       1 << 24, &Plan::shard_group));
+  t.push_back(
+      int_knob("tp", "--tp", "tensor-parallel degree, inside one NVLink domain", "1", 1, 4096, &Plan::tp));
+  {
+    Knob k = int_knob("seq", "--seq", "sequence length in tokens", "the model's", 1, std::int64_t{1} << 22,
+                      &Plan::seq);
+    // 0 is the unresolved "model default": no value to print before resolve_plan.
+    k.get = [](const Plan& p) { return p.seq == 0 ? std::string() : std::to_string(p.seq); };
+    t.push_back(k);
+  }
+  t.push_back(
+      int_knob("mbs", "--mbs", "micro-batch: sequences per GPU per micro-step", "1", 1, 65536, &Plan::mbs));
+  t.push_back(int_knob("grad_accum", "--grad-accum", "micro-batches per optimizer step", "1", 1, 1 << 20,
+                       &Plan::grad_accum));
+  t.push_back(enum_knob("ac", "--ac", "activation checkpointing", &Plan::ac));
+  t.push_back(int_knob("wrap", "--wrap", "transformer blocks per FSDP unit", "1", 1, 1 << 20, &Plan::wrap));
+  t.push_back(int_knob("prefetch", "--prefetch", "units all-gathered ahead of the one computing", "1", 0, 16,
+                       &Plan::prefetch));
+  {
+    Knob k = make("reshard_after_forward", "--reshard-after-forward", KnobKind::kBool,
+                  "free gathered parameters after forward (ZeRO-3); false with --zero 3 is SHARD_GRAD_OP",
+                  "true for ZeRO-3, false otherwise", {"true", "false"});
+    k.get = [](const Plan& p) { return std::string(p.reshard() ? "true" : "false"); };
+    k.set = [](Plan& p, const std::string& s) {
+      bool b = false;
+      std::string why = parse_bool(s, b);
+      if (why.empty()) p.reshard_after_forward = b;
+      return why;
+    };
+    t.push_back(k);
+  }
+  t.push_back(enum_knob("precision", "--precision", "parameter / compute precision", &Plan::precision));
+  {
+    Knob k = make("reduce_dtype", "--reduce-dtype", KnobKind::kEnum, "dtype of the gradient reduction",
+                  "fp32 for bf16-mixed and fp32, bf16 otherwise", names<Dtype>());
+    k.get = [](const Plan& p) { return std::string(to_string(p.reduce())); };
+    k.set = [](Plan& p, const std::string& s) {
+      Dtype d = Dtype::kFp32;
+      std::string why = parse_enum_text(s, d);
+      if (why.empty()) p.reduce_dtype = d;
+      return why;
+    };
+    t.push_back(k);
+  }
+  t.push_back(enum_knob(
+      "offload", "--offload",
+      "CPU offload: optimizer = DeepSpeed ZeRO-Offload (fp32 master, Adam state and gradient "
+      "partitions on the host, CPU Adam); params = parameters, gradients and optimizer state on the "
+      "host (DeepSpeed ZeRO-3 offload_param, FSDP1 CPUOffload, FSDP2 CPUOffloadPolicy)",
+      &Plan::offload));
+  t.push_back(switch_knob("async_tp", "--async-tp", "overlap TP collectives with GEMMs", &Plan::async_tp));
+  t.push_back(switch_knob("fused_optimizer", "--foreach-optimizer",
+                          "unfused (foreach) AdamW instead of fused (run-record key fused_optimizer)",
+                          &Plan::fused_optimizer, false));
+  t.push_back(switch_knob("compile", "--compile", "torch.compile: elementwise ops fused", &Plan::compile));
+  t.push_back(switch_knob("hold_logits", "--hold-logits",
+                          "the training loop keeps the fp32 logits alive through backward (no `del pred`, "
+                          "torchtitan < mid-2024)",
+                          &Plan::hold_logits));
+  t.push_back(
+      enum_knob("loss_dtype", "--loss-dtype",
+                "dtype of the cross-entropy (bf16 = the 16-bit compute dtype, no upcast of the logits)",
+                &Plan::loss_dtype));
+  t.push_back(
+      enum_knob("fp8", "--fp8", "float8 GEMMs in the blocks' linear layers (torchao recipes)", &Plan::fp8));
+  t.push_back(switch_knob("fp8_all_gather", "--fp8-all-gather",
+                          "FSDP2 all-gathers the blocks' linear weights in float8 (needs --fp8 tensorwise)",
+                          &Plan::fp8_all_gather));
+  return t;
+}
+
+std::string normalized(std::string s) {
+  if (s.rfind("--", 0) == 0) s = s.substr(2);
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+}
+
+}  // namespace
+
+const std::vector<Knob>& plan_knobs() {
+  static const std::vector<Knob> table = build_table();
+  return table;
+}
+
+const Knob* find_knob(const std::string& key) {
+  const std::string k = normalized(key);
+  for (const Knob& knob : plan_knobs())
+    if (k == knob.key || k == normalized(knob.flag)) return &knob;
+  return nullptr;
+}
+
+std::vector<std::string> knob_keys() {
+  std::vector<std::string> out;
+  for (const Knob& k : plan_knobs()) out.push_back(k.key);
+  return out;
+}
+
+void set_knob(const Knob& k, Plan& p, const std::string& text, const std::string& where) {
+  std::string why = k.set(p, text);
+  if (!why.empty()) throw InputError::flag(where, why);
+}
+
+std::string plan_to_flags(const Plan& p) {
+  std::string out;
+  for (const Knob& k : plan_knobs()) {
+    const std::string v = k.get(p);
+    if (v.empty()) continue;
+    if (k.kind == KnobKind::kSwitch) {
+      if (v == k.switch_sets) out += (out.empty() ? "" : " ") + std::string(k.flag);
+      continue;
+    }
+    out += (out.empty() ? "" : " ") + std::string(k.flag) + " " + v;
+  }
+  return out;
+}
+
+}  // namespace shardplan
