@@ -2,11 +2,10 @@
 // (github.com/NVIDIA/nccl, tree 5067397), src/graph/tuning.cc ncclTunerConstantsDefaults, in microseconds or GB/s.
 #include "simulator/collective.hpp"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <string>
 
 #include "core/error.hpp"
 
@@ -180,8 +179,14 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
       if (p == kLL) busbw = std::min(busbw / 3.8, ll_max);
       if (p == kLL128) busbw = std::min(busbw * 120.0 / 128.0, nc * k.tree_ll128_per_ch[idx2] * 1e9);
       const double lat = kTreeBase[p] + 2.0 * ((ppn - 1) * hw_intra_tree + log2i(N) * inter_lat(kTreeNet[p]));
-      const int lg = log2i(S / 64);
-      const double corr = lg >= 0 && lg < 24 ? kTreeCorrection[p][lg] : 1.0;
+      // NCCL indexes the table by floor(log2(S / 64)); interpolating between its points (linear in log2 S)
+      // keeps the time monotone in S (the factor never grows faster than 1.25x per octave).
+      const double x = S >= 64 ? std::log2(S / 64) : 0.0;
+      double corr = 1.0;
+      if (x < 23) {
+        const int i = static_cast<int>(std::floor(x));
+        corr = kTreeCorrection[p][i] + (x - i) * (kTreeCorrection[p][i + 1] - kTreeCorrection[p][i]);
+      }
       consider("tree", p, lat, busbw, 0.5 * busbw, corr,
                busbw < 0.92 * std::min(B_intra, B_net) ? "NCCL's per-channel tree ceiling" : "the domain's NICs");
     }
@@ -223,8 +228,10 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
     (void)kNvlsNet;
   }
   if (best.algorithm != std::string("none"))
-    best.why = fmt::format("{} {} fastest of the algorithms NCCL enables here ({} domain{}, {} rank{} each); bound by {}",
-                           best.algorithm, best.protocol, N, N > 1 ? "s" : "", ppn, ppn > 1 ? "s" : "", best_bound);
+    best.why = std::string(best.algorithm) + " " + best.protocol +
+               " fastest of the algorithms NCCL enables here (" + std::to_string(N) + " NVLink domain" +
+               (N > 1 ? "s" : "") + ", " + std::to_string(ppn) + " rank" + (ppn > 1 ? "s" : "") +
+               " each); bound by " + best_bound;
   return best;
 }
 
