@@ -217,21 +217,20 @@ std::optional<CollectiveEstimate> CalibrationProfile::collective_time(Collective
     const SeriesPlacement sp = placement_of(s, hpd);
     seen += fmt::format("{}{} ranks on {} host{} ({} NVLink domain{})", seen.empty() ? "" : ", ", s.ranks, s.nodes,
                         s.nodes > 1 ? "s" : "", sp.domains, sp.domains > 1 ? "s" : "");
+    // Same shape: ranks per host, and one NVLink domain or several (the model carries the rest of the shape).
     if (sp.ranks_per_host != q_per_host || (sp.domains > 1) != (q.domains > 1)) continue;
-    // Ranks per domain compared as ranks / domains on both sides (the same packing rule).
-    if (q.domains > 1 && sp.ranks_per_domain != (q.ranks + q.domains - 1) / q.domains) continue;
     if (s.ranks == q.ranks && s.nodes == q.hosts && sp.domains == q.domains) exact = &s;
     auto dist = [&](const CollectiveSeries* x) { return std::fabs(std::log(double(x->ranks) / q.ranks)); };
     if (!nearest || dist(&s) < dist(nearest) || (dist(&s) == dist(nearest) && s.ranks > nearest->ranks)) nearest = &s;
   }
   const CollectiveSeries* use = exact ? exact : nearest;
   if (!use)
-    return fail(fmt::format("the profile measured {} on {}; none has {} rank{} per host{} like the query ({} ranks, "
+    return fail(fmt::format("the profile measured {} on {}; none {} with {} rank{} per host like the query ({} ranks, "
                             "{} host{}, {} NVLink domain{})",
-                            collective_name(kind), seen.empty() ? "no placement" : seen, q_per_host,
-                            q_per_host > 1 ? "s" : "",
-                            q.domains > 1 ? fmt::format(" and {} per NVLink domain", q.ranks_per_domain) : "",
-                            q.ranks, q.hosts, q.hosts > 1 ? "s" : "", q.domains, q.domains > 1 ? "s" : ""));
+                            collective_name(kind), seen.empty() ? "no placement" : seen,
+                            q.domains > 1 ? "spans several NVLink domains" : "fits in one NVLink domain", q_per_host,
+                            q_per_host > 1 ? "s" : "", q.ranks, q.hosts, q.hosts > 1 ? "s" : "", q.domains,
+                            q.domains > 1 ? "s" : ""));
   const std::string what = fmt::format("{} {} ranks on {} host{} ({})", collective_name(use->kind), use->ranks,
                                        use->nodes, use->nodes > 1 ? "s" : "", use->source);
   if (use == exact) {

@@ -128,8 +128,9 @@ class CalibrationProfile {
                                                     int nodes) const;
   /// Placement-aware query. Same collective on an equivalent placement (see CollectivePlacement): log-log
   /// interpolation of the measured curve inside its size range; outside it, the model's shape scaled to the
-  /// nearest measured point. Another rank count with the same per-host and per-domain shape: the model's shape
-  /// scaled, size by size, to the nearest such series. nullopt otherwise, with the reason in `why`.
+  /// nearest measured point. Another rank count with the same ranks per host, on one NVLink domain or several
+  /// like the query: the model's shape scaled, size by size, to the nearest such series (in log ranks). nullopt
+  /// otherwise, with the reason in `why`.
   std::optional<CollectiveEstimate> collective_time(CollectiveKind kind, std::int64_t buffer_bytes,
                                                     const CollectivePlacement& where, const CollectiveShape& model,
                                                     std::string* why = nullptr) const;

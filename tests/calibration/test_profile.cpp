@@ -203,7 +203,9 @@ TEST_CASE("placement-aware query: NVLink domains that span hosts, and model-shap
   CHECK(e->time_s == Approx(shape(72, 4.0 * kGiB) * (50e-6 + kGiB / 400e9) / shape(72, kGiB)).epsilon(0.01));
   // 144 ranks over two domains: no series spans several domains, so the profile says it cannot answer.
   CHECK_FALSE(p.collective_time(CollectiveKind::kAllReduce, kGiB, {144, 36, 2, 72, 18}, shape, &why));
-  CHECK(why.find("72 ranks on 18 hosts (1 NVLink domain)") != std::string::npos);
+  CHECK(why.find("72 ranks on 18 hosts (1 NVLink domain); none spans several NVLink domains") != std::string::npos);
+  // 18 ranks, one per tray (stride 4): 1 rank per host, not the series' 4, so not the same shape either.
+  CHECK_FALSE(p.collective_time(CollectiveKind::kAllReduce, kGiB, {18, 18, 1, 18, 18}, shape, &why));
   // Host count alone would have matched a DGX-style reading of the same log (18 hosts = 18 domains of 4):
   // with 1 host per domain the series is 18 domains of 4 ranks, not the single-domain query.
   CHECK_FALSE(p.collective_time(CollectiveKind::kAllReduce, kGiB, {72, 18, 1, 72, 1}, shape, &why));
