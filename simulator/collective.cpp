@@ -1,5 +1,6 @@
 // NCCL-like algorithm x protocol selection. Unless stated otherwise every constant is NVIDIA/nccl v2.30
-// (github.com/NVIDIA/nccl, tree 5067397), src/graph/tuning.cc ncclTunerConstantsDefaults, in microseconds or GB/s.
+// (github.com/NVIDIA/nccl, tree 5067397), src/graph/tuning.cc ncclTunerConstantsDefaults, in microseconds or
+// GB/s.
 #include "simulator/collective.hpp"
 
 #include <algorithm>
@@ -33,27 +34,35 @@ constexpr double kNetOverhead = 1.0;
 
 struct ArchConsts {
   double nvlink_channel_GBps;  ///< src/graph/topo.h SMxx_NVLINK_BW: NCCL's usable GB/s of one NVLink
-  double nvlink_line_GBps;     ///< one NVLink's line rate per direction (NVLink 3/4: 25 GB/s, NVLink 5: 50 GB/s)
-  double ll_max_n1;            ///< llMaxBws[arch][N1]
-  double ring_ll128_per_ch;    ///< perChMaxRingLL128Bws
-  double tree_per_ch[3];       ///< perChMaxTreeBws [N1, N2, N4+]
-  double tree_ll128_per_ch[3]; ///< perChMaxTreeLL128Bws
-  double nvls_tree_per_ch[3];  ///< perChMaxNVLSTreeBws
-  double nvls_efficiency;      ///< nvlsEfficiency
+  double nvlink_line_GBps;  ///< one NVLink's line rate per direction (NVLink 3/4: 25 GB/s, NVLink 5: 50 GB/s)
+  double ll_max_n1;         ///< llMaxBws[arch][N1]
+  double ring_ll128_per_ch;     ///< perChMaxRingLL128Bws
+  double tree_per_ch[3];        ///< perChMaxTreeBws [N1, N2, N4+]
+  double tree_ll128_per_ch[3];  ///< perChMaxTreeLL128Bws
+  double nvls_tree_per_ch[3];   ///< perChMaxNVLSTreeBws
+  double nvls_efficiency;       ///< nvlsEfficiency
 };
 
 const ArchConsts& arch_consts(GpuArch a) {
-  static const ArchConsts volta{20.0, 25.0, 39.0, 20.0, {26.5, 18.5, 10.0}, {20.0, 20.0, 20.0}, {26.5, 18.5, 10.0}, 0};
-  static const ArchConsts ampere{20.0, 25.0, 87.7, 20.0, {24.0, 23.6, 17.8}, {20.0, 20.0, 20.0}, {24.0, 23.6, 17.8}, 0};
-  static const ArchConsts hopper{20.6, 25.0, 141.0, 36.7, {38.7, 41.4, 36.0}, {36.7, 36.7, 29.0}, {0, 57.7, 45.5}, 0.85};
-  static const ArchConsts blackwell{40.1,  50.0, 282.0, 40.0, {70.0, 42.8, 24.0}, {55.6, 31.67, 20.0},
-                                    {0, 96.0, 80.0}, 0.74};
+  static const ArchConsts volta{
+      20.0, 25.0, 39.0, 20.0, {26.5, 18.5, 10.0}, {20.0, 20.0, 20.0}, {26.5, 18.5, 10.0}, 0};
+  static const ArchConsts ampere{
+      20.0, 25.0, 87.7, 20.0, {24.0, 23.6, 17.8}, {20.0, 20.0, 20.0}, {24.0, 23.6, 17.8}, 0};
+  static const ArchConsts hopper{
+      20.6, 25.0, 141.0, 36.7, {38.7, 41.4, 36.0}, {36.7, 36.7, 29.0}, {0, 57.7, 45.5}, 0.85};
+  static const ArchConsts blackwell{
+      40.1, 50.0, 282.0, 40.0, {70.0, 42.8, 24.0}, {55.6, 31.67, 20.0}, {0, 96.0, 80.0}, 0.74};
   switch (a) {
-    case GpuArch::kVolta: return volta;
-    case GpuArch::kAmpere: return ampere;
-    case GpuArch::kHopper: return hopper;
-    case GpuArch::kBlackwell: return blackwell;
-    default: return ampere;
+    case GpuArch::kVolta:
+      return volta;
+    case GpuArch::kAmpere:
+      return ampere;
+    case GpuArch::kHopper:
+      return hopper;
+    case GpuArch::kBlackwell:
+      return blackwell;
+    default:
+      return ampere;
   }
 }
 
@@ -63,7 +72,9 @@ constexpr double kTreeCorrection[3][24] = {
     {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0},
     {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9}};
 
-int log2i(double x) { return x >= 1 ? static_cast<int>(std::floor(std::log2(x))) : 0; }
+int log2i(double x) {
+  return x >= 1 ? static_cast<int>(std::floor(std::log2(x))) : 0;
+}
 }  // namespace
 
 CollectiveAlgorithms CollectiveAlgorithms::parse(const std::string& list) {
@@ -76,16 +87,17 @@ CollectiveAlgorithms CollectiveAlgorithms::parse(const std::string& list) {
   std::string tok;
   while (std::getline(ss, tok, ',')) {
     for (auto& ch : tok) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    bool* f = tok == "ring"                                                  ? &a.ring
-              : tok == "tree"                                                ? &a.tree
-              : tok == "nvls"                                                ? &a.nvls
-              : tok == "nvlstree" || tok == "nvls_tree"                      ? &a.nvls_tree
+    bool* f = tok == "ring"                                                         ? &a.ring
+              : tok == "tree"                                                       ? &a.tree
+              : tok == "nvls"                                                       ? &a.nvls
+              : tok == "nvlstree" || tok == "nvls_tree"                             ? &a.nvls_tree
               : tok == "collnet" || tok == "collnetchain" || tok == "collnetdirect" ? &a.collnet
-              : tok == "pat"                                                 ? &a.pat
-                                                                             : nullptr;
+              : tok == "pat"                                                        ? &a.pat
+                                                                                    : nullptr;
     if (!f)
-      throw InputError::flag("--algo", "unknown algorithm \"" + tok +
-                                           "\"; expected ring, tree, nvls, nvlstree, collnetchain, pat (NCCL_ALGO)");
+      throw InputError::flag("--algo",
+                             "unknown algorithm \"" + tok +
+                                 "\"; expected ring, tree, nvls, nvlstree, collnetchain, pat (NCCL_ALGO)");
     *f = !negate;
   }
   return a;
@@ -104,7 +116,8 @@ GroupView with_ranks(const GroupView& g, int ranks) {
   return r;
 }
 
-CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g, const CollectiveConstants& c) {
+CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g,
+                               const CollectiveConstants& c) {
   CollectiveCost best;
   const int n = g.ranks;
   if (n <= 1 || S <= 0) return best;
@@ -121,7 +134,8 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
   // NCCL's PCI_BW 12 GB/s per Gen3 x16 (topo.h) scaled to the link: 12/16 of line rate.
   const bool nvlink = g.intra_nvlink && g.intra_Bps > 0;
   const double links = nvlink ? g.intra_Bps / (k.nvlink_line_GBps * 1e9) : 1.0;
-  const double B_intra = nvlink ? g.intra_Bps * k.nvlink_channel_GBps / k.nvlink_line_GBps : g.intra_Bps * 12.0 / 16.0;
+  const double B_intra =
+      nvlink ? g.intra_Bps * k.nvlink_channel_GBps / k.nvlink_line_GBps : g.intra_Bps * 12.0 / 16.0;
   // Channels: one per NVLink (NCCL's search gives each channel one link's bandwidth, src/graph/search.cc), at
   // least 2 (NCCL's minimum, NCCL_MIN_NCHANNELS default in src/graph/connect.cc).
   const int nc = std::max(2, static_cast<int>(std::lround(links)));
@@ -147,12 +161,14 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
 
   const int nsteps = ar ? 2 * (n - 1) : n - 1;
   const double factor = busbw_factor(kind, n);  // nccl-tests busbw / algbw (= nsteps / n for ring)
-  const double ll_max = (N == 1 ? k.ll_max_n1 : (N == 2 ? 39.0 : 20.4)) * 1e9;  // llMaxBws (Intel rows for N>1)
+  const double ll_max =
+      (N == 1 ? k.ll_max_n1 : (N == 2 ? 39.0 : 20.4)) * 1e9;  // llMaxBws (Intel rows for N>1)
 
   for (int p = kLL; p <= kSimple; ++p) {
-    // LL128 is on by default over NVLink on Hopper/Blackwell, and on Ampere/Volta single-node NVLink (tuning.cc:
-    // typeIntra <= PATH_NVB, typeInter <= PATH_PXN for sm90+, PATH_PXB otherwise).
-    if (p == kLL128 && (!nvlink || (N > 1 && (g.arch == GpuArch::kAmpere || g.arch == GpuArch::kVolta)))) continue;
+    // LL128 is on by default over NVLink on Hopper/Blackwell, and on Ampere/Volta single-node NVLink
+    // (tuning.cc: typeIntra <= PATH_NVB, typeInter <= PATH_PXN for sm90+, PATH_PXB otherwise).
+    if (p == kLL128 && (!nvlink || (N > 1 && (g.arch == GpuArch::kAmpere || g.arch == GpuArch::kVolta))))
+      continue;
     const double hw_intra_ring = (nvlink ? kRingNvlink : kRingPci)[p];
     const double hw_intra_tree = (nvlink ? kTreeNvlink : kTreePci)[p];
     // interLat: NET row (the tree's when one GPU per node), + latencyInter, + once more for Simple's flush.
@@ -187,13 +203,14 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
         const int i = static_cast<int>(std::floor(x));
         corr = kTreeCorrection[p][i] + (x - i) * (kTreeCorrection[p][i + 1] - kTreeCorrection[p][i]);
       }
-      consider("tree", p, lat, busbw, 0.5 * busbw, corr,
-               busbw < 0.92 * std::min(B_intra, B_net) ? "NCCL's per-channel tree ceiling" : "the domain's NICs");
+      consider(
+          "tree", p, lat, busbw, 0.5 * busbw, corr,
+          busbw < 0.92 * std::min(B_intra, B_net) ? "NCCL's per-channel tree ceiling" : "the domain's NICs");
     }
     if (p != kSimple) continue;
     // ---- NVLS (NVLink SHARP), one domain. All-reduce: reduce-scatter by multimem.ld_reduce (each GPU sends
-    // the whole buffer to the switch, receives S/n) then all-gather by multimem.st (sends S/n, receives S): per
-    // direction S(n+1)/n, so busbw = 2(n-1)/n x S/t = 2(n-1)/(n+1) x B. All-gather / reduce-scatter: per
+    // the whole buffer to the switch, receives S/n) then all-gather by multimem.st (sends S/n, receives S):
+    // per direction S(n+1)/n, so busbw = 2(n-1)/n x S/t = 2(n-1)/(n+1) x B. All-gather / reduce-scatter: per
     // direction S(n-1)/n like the ring. B = NVLink x nvlsEfficiency.
     if (allow.nvls && g.nvls && N == 1 && k.nvls_efficiency > 0 && (ar || agrs)) {
       const double B = B_intra * k.nvls_efficiency;
@@ -215,8 +232,9 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
     if (allow.collnet && g.sharp && ar && N > 1) {
       const double algbw = std::min(B_intra / 2.0, B_net);
       const double lat = 2.0 * (ppn - 1) * kCollnetChainIntra + inter_lat(kCollnetChainNet);
-      consider("collnet_chain", p, lat, algbw * factor, algbw, 1.0,
-               B_intra / 2 < B_net ? "the NVLink chain inside the node" : "the node's NICs to the SHARP switch");
+      consider(
+          "collnet_chain", p, lat, algbw * factor, algbw, 1.0,
+          B_intra / 2 < B_net ? "the NVLink chain inside the node" : "the node's NICs to the SHARP switch");
     }
     // ---- PAT (all-gather / reduce-scatter, one GPU per node): Bruck-like log-step exchange, busBw x 0.75.
     if (allow.pat && agrs && N > 1 && ppn == 1 && N == n) {

@@ -1,8 +1,8 @@
 // Collective cost model after NCCL's own tuner (NVIDIA/nccl v2.30, src/graph/tuning.cc ncclTopoTuneModel and
-// ncclTopoGetAlgoTime): for each algorithm NCCL would enable (ring, tree, NVLS, NVLS-tree, CollNet chain, PAT)
-// and protocol (LL, LL128, Simple), t = latency + buffer / algbw, and the fastest wins, as NCCL's tuner picks.
-// Bandwidths come from the traffic each algorithm puts on the bottleneck link (NVLink, or the domain's NICs);
-// latencies are NCCL's tables. All-gather and reduce-scatter are sized by the whole buffer.
+// ncclTopoGetAlgoTime): for each algorithm NCCL would enable (ring, tree, NVLS, NVLS-tree, CollNet chain,
+// PAT) and protocol (LL, LL128, Simple), t = latency + buffer / algbw, and the fastest wins, as NCCL's tuner
+// picks. Bandwidths come from the traffic each algorithm puts on the bottleneck link (NVLink, or the domain's
+// NICs); latencies are NCCL's tables. All-gather and reduce-scatter are sized by the whole buffer.
 #pragma once
 #include <string>
 
@@ -14,19 +14,20 @@ namespace shardplan {
 
 struct CollectiveCost {
   double time_s = 0;
-  const char* algorithm = "none";  ///< ring, tree, nvls, nvls_tree, collnet_chain, pat, or "calibrated"
-  const char* protocol = "none";   ///< LL, LL128, Simple
-  int channels = 0;                ///< NCCL channels (rings/trees) assumed; 0 when calibrated
-  double busbw_Bps = 0;            ///< the algorithm's bus-bandwidth ceiling the time was computed with
-  double latency_s = 0;            ///< the algorithm x protocol latency
-  std::string why;                 ///< one line: the bottleneck and why this algorithm won
-  std::string source = "analytic"; ///< analytic | measured curve | scaled curve | alpha-beta
+  const char* algorithm = "none";   ///< ring, tree, nvls, nvls_tree, collnet_chain, pat, or "calibrated"
+  const char* protocol = "none";    ///< LL, LL128, Simple
+  int channels = 0;                 ///< NCCL channels (rings/trees) assumed; 0 when calibrated
+  double busbw_Bps = 0;             ///< the algorithm's bus-bandwidth ceiling the time was computed with
+  double latency_s = 0;             ///< the algorithm x protocol latency
+  std::string why;                  ///< one line: the bottleneck and why this algorithm won
+  std::string source = "analytic";  ///< analytic | measured curve | scaled curve | alpha-beta
 };
 
 /// Algorithms the model may choose, like NCCL_ALGO. Default: what NCCL enables by itself on the group.
 struct CollectiveAlgorithms {
   bool ring = true, tree = true, nvls = true, nvls_tree = true, collnet = true, pat = true;
-  /// Parses NCCL_ALGO's spelling ("ring", "ring,tree", "^nvls", "collnetchain"); throws InputError on unknown names.
+  /// Parses NCCL_ALGO's spelling ("ring", "ring,tree", "^nvls", "collnetchain"); throws InputError on unknown
+  /// names.
   static CollectiveAlgorithms parse(const std::string& list);
 };
 

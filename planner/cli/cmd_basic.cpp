@@ -125,15 +125,6 @@ Command add_collective_command(CLI::App& app) {
               (void)prof->collective_time(*kind, static_cast<std::int64_t>(bytes), where, shape, &why);
               return why;
             };
-            auto describe = [&](const CollectiveCost& c) {
-              Json j = {{"algorithm", c.algorithm}, {"protocol", c.protocol}, {"channels", c.channels},
-                        {"source", c.source},       {"why", c.why}};
-              if (c.source == "analytic") {
-                j["busbw_ceiling_Bps"] = c.busbw_Bps;
-                j["latency_s"] = c.latency_s;
-              }
-              return j;
-            };
             if (log) {
               // Compare every size >= 1 MiB (out-of-place column) with the model; errors are model / measured - 1.
               std::vector<double> errs;
@@ -200,7 +191,6 @@ Command add_collective_command(CLI::App& app) {
                 std::cout << fmt::format("  source: {} ({})\n", c.source, c.why);
               if (!uncal.empty()) std::cout << "  calibration not used: " << uncal << "\n";
             }
-            (void)describe;
             write_output(a->json, j.dump(1) + "\n");
             return 0;
           }};
