@@ -126,8 +126,8 @@ std::optional<CollectiveEstimate> CalibrationProfile::collective_time(Collective
   if (buffer_bytes < 0 || ranks < 1 || nodes < 1) return std::nullopt;
   const double S = static_cast<double>(buffer_bytes);
   if (const auto* same = best_series(collectives_, kind, ranks, nodes)) {
-    if (auto t = same->curve.time_s(S)) return CollectiveEstimate{*t, CollectiveEstimate::Source::kMeasuredCurve};
-    return CollectiveEstimate{same->alpha_beta.time_s(S), CollectiveEstimate::Source::kFittedAlphaBeta};
+    if (auto t = same->curve.time_s(S)) return CollectiveEstimate{*t, CollectiveEstimate::Source::kMeasuredCurve, ""};
+    return CollectiveEstimate{same->alpha_beta.time_s(S), CollectiveEstimate::Source::kFittedAlphaBeta, ""};
   }
   // Another rank count with the same span (within one node, or across nodes): one best series per (ranks, nodes).
   const bool multi_node = nodes > 1;
@@ -166,7 +166,86 @@ std::optional<CollectiveEstimate> CalibrationProfile::collective_time(Collective
     alpha = steps_ref > 0 ? nearest->alpha_beta.alpha_s * steps_n / steps_ref : nearest->alpha_beta.alpha_s;
   }
   const double t = alpha + S * busbw_factor(kind, ranks) / *nearest->busbw_Bps();
-  return CollectiveEstimate{t, CollectiveEstimate::Source::kFittedAlphaBeta};
+  return CollectiveEstimate{t, CollectiveEstimate::Source::kFittedAlphaBeta, ""};
+}
+
+const char* to_string(CollectiveEstimate::Source s) {
+  switch (s) {
+    case CollectiveEstimate::Source::kMeasuredCurve: return "measured curve";
+    case CollectiveEstimate::Source::kFittedAlphaBeta: return "alpha-beta";
+    case CollectiveEstimate::Source::kScaledCurve: return "scaled curve";
+  }
+  return "measured curve";
+}
+
+namespace {
+/// A series' placement on the queried cluster: its hosts grouped into NVLink domains of hosts_per_domain.
+struct SeriesPlacement {
+  int domains = 1, ranks_per_domain = 1, ranks_per_host = 1;
+};
+SeriesPlacement placement_of(const CollectiveSeries& s, int hosts_per_domain) {
+  SeriesPlacement p;
+  const int hosts = std::max(1, s.nodes);
+  p.domains = (hosts + hosts_per_domain - 1) / hosts_per_domain;
+  p.ranks_per_domain = (s.ranks + p.domains - 1) / p.domains;
+  p.ranks_per_host = (s.ranks + hosts - 1) / hosts;
+  return p;
+}
+}  // namespace
+
+std::optional<CollectiveEstimate> CalibrationProfile::collective_time(CollectiveKind kind, std::int64_t buffer_bytes,
+                                                                      const CollectivePlacement& q,
+                                                                      const CollectiveShape& model,
+                                                                      std::string* why) const {
+  auto fail = [&](std::string reason) -> std::optional<CollectiveEstimate> {
+    if (why) *why = std::move(reason);
+    return std::nullopt;
+  };
+  if (buffer_bytes <= 0 || q.ranks < 2) return fail("nothing to move (one rank or an empty buffer)");
+  if (!model) return collective_time(kind, buffer_bytes, q.ranks, q.hosts);
+  const int hpd = std::max(1, q.hosts_per_domain);
+  const int q_per_host = (q.ranks + std::max(1, q.hosts) - 1) / std::max(1, q.hosts);
+  const double S = static_cast<double>(buffer_bytes);
+  // Candidates: same collective, a usable curve, the same ranks per host and per domain shape.
+  const CollectiveSeries* exact = nullptr;
+  const CollectiveSeries* nearest = nullptr;
+  std::string seen;
+  for (const auto& s : collectives_) {
+    if (s.kind != kind || s.curve.empty()) continue;
+    const auto* b = best_series(collectives_, kind, s.ranks, s.nodes);
+    if (b != &s) continue;
+    const SeriesPlacement sp = placement_of(s, hpd);
+    seen += fmt::format("{}{} ranks on {} host{} ({} NVLink domain{})", seen.empty() ? "" : ", ", s.ranks, s.nodes,
+                        s.nodes > 1 ? "s" : "", sp.domains, sp.domains > 1 ? "s" : "");
+    // Same shape: ranks per host, and one NVLink domain or several (the model carries the rest of the shape).
+    if (sp.ranks_per_host != q_per_host || (sp.domains > 1) != (q.domains > 1)) continue;
+    if (s.ranks == q.ranks && s.nodes == q.hosts && sp.domains == q.domains) exact = &s;
+    auto dist = [&](const CollectiveSeries* x) { return std::fabs(std::log(double(x->ranks) / q.ranks)); };
+    if (!nearest || dist(&s) < dist(nearest) || (dist(&s) == dist(nearest) && s.ranks > nearest->ranks)) nearest = &s;
+  }
+  const CollectiveSeries* use = exact ? exact : nearest;
+  if (!use)
+    return fail(fmt::format("the profile measured {} on {}; none {} with {} rank{} per host like the query ({} ranks, "
+                            "{} host{}, {} NVLink domain{})",
+                            collective_name(kind), seen.empty() ? "no placement" : seen,
+                            q.domains > 1 ? "spans several NVLink domains" : "fits in one NVLink domain", q_per_host,
+                            q_per_host > 1 ? "s" : "", q.ranks, q.hosts, q.hosts > 1 ? "s" : "", q.domains,
+                            q.domains > 1 ? "s" : ""));
+  const std::string what = fmt::format("{} {} ranks on {} host{} ({})", collective_name(use->kind), use->ranks,
+                                       use->nodes, use->nodes > 1 ? "s" : "", use->source);
+  if (use == exact) {
+    if (auto t = use->curve.time_s(S))
+      return CollectiveEstimate{*t, CollectiveEstimate::Source::kMeasuredCurve, "measured curve of " + what};
+  }
+  // The model's shape, scaled by measured / model at the nearest measured size of the series.
+  const double Sc = std::clamp(S, use->curve.min_bytes(), use->curve.max_bytes());
+  const double measured = *use->curve.time_s(Sc);
+  const double modelled = model(use->ranks, Sc);
+  if (!(modelled > 0)) return fail("the analytic model has no time for the measured placement");
+  const double t = model(q.ranks, S) * measured / modelled;
+  return CollectiveEstimate{t, CollectiveEstimate::Source::kScaledCurve,
+                            fmt::format("model shape scaled by {:.3f} to the measured curve of {} at {} bytes",
+                                        measured / modelled, what, static_cast<std::int64_t>(Sc))};
 }
 
 std::optional<double> CalibrationProfile::gemm_peak_flops() const { return gemm_peak_flops_; }

@@ -3,6 +3,7 @@
 // efficiency, HBM and optimizer bandwidth; every query answers std::nullopt when that was not calibrated.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -87,8 +88,24 @@ struct CalibrationFailure {
 
 struct CollectiveEstimate {
   double time_s = 0;
-  enum class Source { kMeasuredCurve, kFittedAlphaBeta } source = Source::kMeasuredCurve;
+  enum class Source { kMeasuredCurve, kFittedAlphaBeta, kScaledCurve } source = Source::kMeasuredCurve;
+  std::string detail;  ///< which series answered and how ("" for the legacy query)
 };
+const char* to_string(CollectiveEstimate::Source s);  ///< "measured curve" | "alpha-beta" | "scaled curve"
+
+/// Where a queried group sits, in the terms a profile's series can be compared by. A series (ranks, hosts) from
+/// a log is equivalent when it has the same ranks and hosts and, with the queried cluster's hosts per NVLink
+/// domain, spans the same NVLink domains with the same ranks per domain (a 72-rank GB200 log on 18 trays is
+/// one NVLink domain of 72).
+struct CollectivePlacement {
+  int ranks = 1;
+  int hosts = 1;             ///< hosts (operating-system instances) the group spans
+  int domains = 1;           ///< NVLink domains the group spans
+  int ranks_per_domain = 1;
+  int hosts_per_domain = 1;  ///< of the queried cluster: NVLink-domain GPUs / GPUs per host (>= 1)
+};
+/// The analytic model's time for the queried placement shape with `ranks` ranks and `bytes` bytes.
+using CollectiveShape = std::function<double(int ranks, double bytes)>;
 
 class CalibrationProfile {
  public:
@@ -109,6 +126,14 @@ class CalibrationProfile {
   /// nullopt when nothing of that kind and span was calibrated.
   std::optional<CollectiveEstimate> collective_time(CollectiveKind kind, std::int64_t buffer_bytes, int ranks,
                                                     int nodes) const;
+  /// Placement-aware query. Same collective on an equivalent placement (see CollectivePlacement): log-log
+  /// interpolation of the measured curve inside its size range; outside it, the model's shape scaled to the
+  /// nearest measured point. Another rank count with the same ranks per host, on one NVLink domain or several
+  /// like the query: the model's shape scaled, size by size, to the nearest such series (in log ranks). nullopt
+  /// otherwise, with the reason in `why`.
+  std::optional<CollectiveEstimate> collective_time(CollectiveKind kind, std::int64_t buffer_bytes,
+                                                    const CollectivePlacement& where, const CollectiveShape& model,
+                                                    std::string* why = nullptr) const;
   /// Achieved / peak dense bf16 FLOP/s for an m x n x k GEMM: the nearest measured shape in log space.
   std::optional<double> gemm_efficiency(std::int64_t m, std::int64_t n, std::int64_t k) const;
   /// Device-to-device copy bandwidth, read + write bytes per second (best large-copy sample).

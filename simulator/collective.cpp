@@ -1,81 +1,255 @@
-// NCCL-like algorithm x protocol selection. Constants are NCCL 2.30.7's (mechanics.md §4.4), in microseconds.
+// NCCL-like algorithm x protocol selection. Unless stated otherwise every constant is NVIDIA/nccl v2.30
+// (github.com/NVIDIA/nccl, tree 5067397), src/graph/tuning.cc ncclTunerConstantsDefaults, in microseconds or
+// GB/s.
 #include "simulator/collective.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
+#include <string>
+
+#include "core/error.hpp"
 
 namespace shardplan {
 
 namespace {
 enum Proto { kLL = 0, kLL128 = 1, kSimple = 2 };
 constexpr const char* kProtoNames[] = {"LL", "LL128", "Simple"};
-// Base latency (us): ring and tree.
-constexpr double kRingBase[] = {6.6, 14.0, 8.4};
+// baseLatencies (us) per protocol LL/LL128/Simple.
 constexpr double kTreeBase[] = {6.8, 14.0, 8.4};
-// Per-hop latency (us) by link type.
-constexpr double kRingNvlink[] = {0.6, 1.9, 3.4};
-constexpr double kRingPcie[] = {1.0, 2.5, 5.7};
-constexpr double kRingNet[] = {2.7, 4.0, 14.0};
+constexpr double kRingBase[] = {6.6, 14.0, 8.4};
+constexpr double kPatBase = 8.0;
+// hwLatencies (us): NVLINK, PCI, NET rows; Tree and Ring per protocol, the others Simple only.
 constexpr double kTreeNvlink[] = {0.6, 1.25, 4.0};
+constexpr double kRingNvlink[] = {0.6, 1.9, 3.4};
+constexpr double kTreePci[] = {1.0, 1.9, 4.0};
+constexpr double kRingPci[] = {1.0, 2.5, 5.7};
 constexpr double kTreeNet[] = {5.0, 8.5, 14.0};
-constexpr double kNvlsHop = 25.0;  // NVLS Simple per-hop latency, NVLink
+constexpr double kRingNet[] = {2.7, 4.0, 14.0};
+constexpr double kCollnetChainIntra = 2.8, kCollnetChainNet = 30.0;
+constexpr double kNvlsIntra = 25.0, kNvlsNet = 18.0, kNvlsTreeNet = 20.9;
+constexpr double kPatIntra = 4.0, kPatNet = 14.0;
+// getNetOverhead: 1 us on Intel x86 (and by default), x3 for Simple (tuning.cc).
+constexpr double kNetOverhead = 1.0;
 
-double ll_max_Bps(GpuArch a, int nodes) {
-  if (nodes > 1) return (nodes > 2 ? 20.4 : 39.0) * 1e9;  // Intel CPU table
+struct ArchConsts {
+  double nvlink_channel_GBps;  ///< src/graph/topo.h SMxx_NVLINK_BW: NCCL's usable GB/s of one NVLink
+  double nvlink_line_GBps;  ///< one NVLink's line rate per direction (NVLink 3/4: 25 GB/s, NVLink 5: 50 GB/s)
+  double ll_max_n1;         ///< llMaxBws[arch][N1]
+  double ring_ll128_per_ch;     ///< perChMaxRingLL128Bws
+  double tree_per_ch[3];        ///< perChMaxTreeBws [N1, N2, N4+]
+  double tree_ll128_per_ch[3];  ///< perChMaxTreeLL128Bws
+  double nvls_tree_per_ch[3];   ///< perChMaxNVLSTreeBws
+  double nvls_efficiency;       ///< nvlsEfficiency
+};
+
+const ArchConsts& arch_consts(GpuArch a) {
+  static const ArchConsts volta{
+      20.0, 25.0, 39.0, 20.0, {26.5, 18.5, 10.0}, {20.0, 20.0, 20.0}, {26.5, 18.5, 10.0}, 0};
+  static const ArchConsts ampere{
+      20.0, 25.0, 87.7, 20.0, {24.0, 23.6, 17.8}, {20.0, 20.0, 20.0}, {24.0, 23.6, 17.8}, 0};
+  static const ArchConsts hopper{
+      20.6, 25.0, 141.0, 36.7, {38.7, 41.4, 36.0}, {36.7, 36.7, 29.0}, {0, 57.7, 45.5}, 0.85};
+  static const ArchConsts blackwell{
+      40.1, 50.0, 282.0, 40.0, {70.0, 42.8, 24.0}, {55.6, 31.67, 20.0}, {0, 96.0, 80.0}, 0.74};
   switch (a) {
-    case GpuArch::kVolta: return 39e9;
-    case GpuArch::kAmpere: return 87.7e9;
-    case GpuArch::kHopper: return 141e9;
-    case GpuArch::kBlackwell: return 282e9;
-    default: return 87.7e9;
+    case GpuArch::kVolta:
+      return volta;
+    case GpuArch::kAmpere:
+      return ampere;
+    case GpuArch::kHopper:
+      return hopper;
+    case GpuArch::kBlackwell:
+      return blackwell;
+    default:
+      return ampere;
   }
+}
+
+// treeCorrectionFactor[proto][log2(bytes / 64)] for 64 B .. 256 MiB (ncclTopoGetAlgoTime, tuning.cc).
+constexpr double kTreeCorrection[3][24] = {
+    {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0},
+    {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0},
+    {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9}};
+
+int log2i(double x) {
+  return x >= 1 ? static_cast<int>(std::floor(std::log2(x))) : 0;
 }
 }  // namespace
 
-CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g, const CollectiveConstants& c) {
+CollectiveAlgorithms CollectiveAlgorithms::parse(const std::string& list) {
+  std::string s = list;
+  const bool negate = !s.empty() && s[0] == '^';
+  if (negate) s = s.substr(1);
+  CollectiveAlgorithms a;
+  if (!negate) a = {false, false, false, false, false, false};
+  std::stringstream ss(s);
+  std::string tok;
+  while (std::getline(ss, tok, ',')) {
+    for (auto& ch : tok) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    bool* f = tok == "ring"                                                         ? &a.ring
+              : tok == "tree"                                                       ? &a.tree
+              : tok == "nvls"                                                       ? &a.nvls
+              : tok == "nvlstree" || tok == "nvls_tree"                             ? &a.nvls_tree
+              : tok == "collnet" || tok == "collnetchain" || tok == "collnetdirect" ? &a.collnet
+              : tok == "pat"                                                        ? &a.pat
+                                                                                    : nullptr;
+    if (!f)
+      throw InputError::flag("--algo",
+                             "unknown algorithm \"" + tok +
+                                 "\"; expected ring, tree, nvls, nvlstree, collnetchain, pat (NCCL_ALGO)");
+    *f = !negate;
+  }
+  return a;
+}
+
+GroupView with_ranks(const GroupView& g, int ranks) {
+  GroupView r = g;
+  r.ranks = std::max(1, ranks);
+  r.ranks_per_node = std::min(g.ranks_per_node, r.ranks);
+  r.nodes = (r.ranks + r.ranks_per_node - 1) / r.ranks_per_node;
+  const int per_host = std::max(1, std::min(r.ranks_per_node, g.ranks / std::max(1, g.hosts)));
+  r.hosts = (r.ranks + per_host - 1) / per_host;
+  r.nvls = g.nvls && r.ranks_per_node > 2;
+  if (r.nodes > 1 && r.rails == 0) r.rails = std::max(1, r.ranks_per_node);
+  if (r.nodes > 1 && r.inter_Bps == 0) r.inter_Bps = r.rails * r.rail_Bps;
+  return r;
+}
+
+CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g,
+                               const CollectiveConstants& c) {
   CollectiveCost best;
   const int n = g.ranks;
   if (n <= 1 || S <= 0) return best;
   const bool ar = kind == CollectiveKind::kAllReduce;
-  const int nodes = g.nodes;
-  // Bus bandwidth of a ring: the slower of the intra-domain link and the domain's share of the network.
-  const double intra = g.intra_Bps * (g.intra_nvlink ? c.nvlink_efficiency : c.pcie_efficiency);
-  double bus = intra;
-  if (nodes > 1) bus = std::min(bus, g.inter_Bps * c.nic_efficiency);
-  if (g.ranks_per_node == 1 && nodes > 1) bus = g.inter_Bps * c.nic_efficiency;
-  const double factor = busbw_factor(kind, n);
-  const double* hop = g.intra_nvlink ? kRingNvlink : kRingPcie;
-  const int steps = ar ? 2 * (n - 1) : (n - 1);
-  const int inter_steps = nodes > 1 ? (ar ? 2 * (nodes - 1) : (nodes - 1)) : 0;
-  auto consider = [&](double t_s, const char* algo, int proto) {
-    if (best.algorithm == std::string("none") || t_s < best.time_s) {
-      best.time_s = t_s;
+  const bool agrs = kind == CollectiveKind::kAllGather || kind == CollectiveKind::kReduceScatter;
+  const int N = g.nodes;  // NCCL's nNodes: with MNNVL the NVLink clique is one node (src/graph/topo.cc)
+  const int ppn = std::max(1, g.ranks_per_node);
+  const int idx2 = N <= 2 ? N - 1 : 2;  // index2 of the per-channel tables: N1, N2, N4+
+  const ArchConsts& k = arch_consts(g.arch);
+  const CollectiveAlgorithms& allow = c.algorithms;
+
+  // Bandwidth of one GPU inside its domain. NVLink: NCCL's per-link figure times the links
+  // (nvlink_Bps / line rate per link), i.e. the SM-limited payload ceiling (~80 % of line rate); PCIe:
+  // NCCL's PCI_BW 12 GB/s per Gen3 x16 (topo.h) scaled to the link: 12/16 of line rate.
+  const bool nvlink = g.intra_nvlink && g.intra_Bps > 0;
+  const double links = nvlink ? g.intra_Bps / (k.nvlink_line_GBps * 1e9) : 1.0;
+  const double B_intra =
+      nvlink ? g.intra_Bps * k.nvlink_channel_GBps / k.nvlink_line_GBps : g.intra_Bps * 12.0 / 16.0;
+  // Channels: one per NVLink (NCCL's search gives each channel one link's bandwidth, src/graph/search.cc), at
+  // least 2 (NCCL's minimum, NCCL_MIN_NCHANNELS default in src/graph/connect.cc).
+  const int nc = std::max(2, static_cast<int>(std::lround(links)));
+  // Network bandwidth of one domain for this group: one NIC per member (rails), each at its achievable rate.
+  const double B_net = N > 1 ? std::max(1, g.rails) * g.rail_Bps : 0;
+  const double lat_inter = g.inter_latency_s / kUs;  // graphs[a]->latencyInter
+
+  std::string best_bound;
+  auto consider = [&](const char* algo, int p, double lat_us, double busbw, double algbw, double corr,
+                      const char* bound) {
+    if (algbw <= 0) return;
+    const double t = lat_us * kUs + S / (algbw * corr);
+    if (best.algorithm == std::string("none") || t < best.time_s) {
+      best.time_s = t;
       best.algorithm = algo;
-      best.protocol = kProtoNames[proto];
+      best.protocol = kProtoNames[p];
+      best.busbw_Bps = busbw;
+      best.latency_s = lat_us * kUs;
+      best.channels = nc;
+      best_bound = bound;
     }
   };
-  const double ll_cap = ll_max_Bps(g.arch, nodes);
+
+  const int nsteps = ar ? 2 * (n - 1) : n - 1;
+  const double factor = busbw_factor(kind, n);  // nccl-tests busbw / algbw (= nsteps / n for ring)
+  const double ll_max =
+      (N == 1 ? k.ll_max_n1 : (N == 2 ? 39.0 : 20.4)) * 1e9;  // llMaxBws (Intel rows for N>1)
+
   for (int p = kLL; p <= kSimple; ++p) {
-    // Ring.
-    double intra_lat = hop[p];
-    if (nodes > 1) intra_lat = std::max(intra_lat, p == kSimple ? 3.0 : 1.0);  // netOverhead
-    double inter_lat = kRingNet[p] + (p == kSimple ? 2.0 : 1.0) * g.inter_latency_s / kUs;
-    double lat_us = kRingBase[p] + (steps - inter_steps) * intra_lat + inter_steps * inter_lat;
-    if (ar && nodes > 1 && p == kSimple) lat_us *= 1.4;  // NCCL's multi-node ring AR plateau correction
-    double bw = p == kLL ? std::min(ll_cap, 0.5 * bus) : p == kLL128 ? 0.92 * bus : bus;
-    consider(lat_us * kUs + factor * S / bw, "ring", p);
-    // Tree (all-reduce only, several nodes).
-    if (ar && nodes > 1) {
-      double tl = kTreeBase[p] + 2.0 * ((g.ranks_per_node - 1) * kTreeNvlink[p] + std::log2(nodes) * kTreeNet[p]);
-      double tbw = (p == kLL ? std::min(ll_cap, bus / 3.8) : p == kLL128 ? bus * 120.0 / 128.0 : 0.92 * bus) * 0.85;
-      consider(tl * kUs + S / (0.5 * tbw) * 0.5 * 2.0 * (n - 1) / n, "tree", p);
+    // LL128 is on by default over NVLink on Hopper/Blackwell, and on Ampere/Volta single-node NVLink
+    // (tuning.cc: typeIntra <= PATH_NVB, typeInter <= PATH_PXN for sm90+, PATH_PXB otherwise).
+    if (p == kLL128 && (!nvlink || (N > 1 && (g.arch == GpuArch::kAmpere || g.arch == GpuArch::kVolta))))
+      continue;
+    const double hw_intra_ring = (nvlink ? kRingNvlink : kRingPci)[p];
+    const double hw_intra_tree = (nvlink ? kTreeNvlink : kTreePci)[p];
+    // interLat: NET row (the tree's when one GPU per node), + latencyInter, + once more for Simple's flush.
+    auto inter_lat = [&](double net_row) { return net_row + lat_inter * (p == kSimple ? 2.0 : 1.0); };
+
+    // ---- Ring: every rank sends nsteps/n of the buffer over its slowest link (intra, or the domain's NICs).
+    if (allow.ring) {
+      const double bw = N > 1 ? std::min(B_intra, B_net) : B_intra;
+      double busbw = bw;
+      if (p == kLL) busbw = std::min(ll_max, 0.5 * bw);
+      if (p == kLL128) busbw = std::min(0.92 * bw, nc * k.ring_ll128_per_ch * 1e9);
+      const double net_overhead = N > 1 ? kNetOverhead * (p == kSimple ? 3.0 : 1.0) : 0.0;
+      const double intra_lat = std::max(hw_intra_ring, net_overhead);
+      const int inter_steps = N == 1 ? 0 : (ar ? 2 * (N - 1) : N - 1);
+      const double net_row = ppn == 1 ? kTreeNet[p] : kRingNet[p];
+      const double lat = kRingBase[p] + (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat(net_row);
+      consider("ring", p, lat, busbw, busbw / factor, 1.0,
+               N > 1 && B_net < B_intra ? "the domain's NICs" : (nvlink ? "NVLink" : "PCIe"));
     }
+    // ---- Tree (all-reduce over several nodes): a chain inside the node, double binary tree across nodes.
+    // NCCL: busBw = min(0.92 x bw, nc x perChMaxTreeBw) (+ LL/LL128 limits), algbw = busBw / 2.
+    if (allow.tree && ar && N > 1) {
+      double busbw = std::min(0.92 * std::min(B_intra, B_net), nc * k.tree_per_ch[idx2] * 1e9);
+      if (p == kLL) busbw = std::min(busbw / 3.8, ll_max);
+      if (p == kLL128) busbw = std::min(busbw * 120.0 / 128.0, nc * k.tree_ll128_per_ch[idx2] * 1e9);
+      const double lat = kTreeBase[p] + 2.0 * ((ppn - 1) * hw_intra_tree + log2i(N) * inter_lat(kTreeNet[p]));
+      // NCCL indexes the table by floor(log2(S / 64)); interpolating between its points (linear in log2 S)
+      // keeps the time monotone in S (the factor never grows faster than 1.25x per octave).
+      const double x = S >= 64 ? std::log2(S / 64) : 0.0;
+      double corr = 1.0;
+      if (x < 23) {
+        const int i = static_cast<int>(std::floor(x));
+        corr = kTreeCorrection[p][i] + (x - i) * (kTreeCorrection[p][i + 1] - kTreeCorrection[p][i]);
+      }
+      consider(
+          "tree", p, lat, busbw, 0.5 * busbw, corr,
+          busbw < 0.92 * std::min(B_intra, B_net) ? "NCCL's per-channel tree ceiling" : "the domain's NICs");
+    }
+    if (p != kSimple) continue;
+    // ---- NVLS (NVLink SHARP), one domain. All-reduce: reduce-scatter by multimem.ld_reduce (each GPU sends
+    // the whole buffer to the switch, receives S/n) then all-gather by multimem.st (sends S/n, receives S):
+    // per direction S(n+1)/n, so busbw = 2(n-1)/n x S/t = 2(n-1)/(n+1) x B. All-gather / reduce-scatter: per
+    // direction S(n-1)/n like the ring. B = NVLink x nvlsEfficiency.
+    if (allow.nvls && g.nvls && N == 1 && k.nvls_efficiency > 0 && (ar || agrs)) {
+      const double B = B_intra * k.nvls_efficiency;
+      const double busbw = ar ? B * 2.0 * (n - 1) / (n + 1) : B;
+      consider("nvls", p, kNvlsIntra, busbw, busbw / factor, 1.0, "NVLink SHARP (switch reduction)");
+    }
+    // ---- NVLS-tree (all-reduce, several domains): NVLS inside, tree across. busbw = min(intra NVLS, NICs x
+    // (2 when N <= 2), nc x perChMaxNVLSTreeBw).
+    if (allow.nvls_tree && ar && g.nvls && N > 1 && k.nvls_efficiency > 0) {
+      const double intra = B_intra * k.nvls_efficiency * 2.0 * (ppn - 1) / (ppn + 1);
+      const double inter = B_net * (N <= 2 ? 2.0 : 1.0);
+      const double busbw = std::min({intra, inter, nc * k.nvls_tree_per_ch[idx2] * 1e9});
+      const double lat = kNvlsIntra + 2.0 * log2i(N) * inter_lat(kNvlsTreeNet);
+      consider("nvls_tree", p, lat, busbw, busbw / factor, 1.0,
+               busbw == intra ? "NVLink SHARP inside the domain" : "the domain's NICs");
+    }
+    // ---- CollNet chain (IB SHARP, all-reduce): chain through the node's GPUs up and down (2S per direction
+    // on NVLink: algbw <= B_intra / 2), the switch reduces across nodes (S each way per NIC set).
+    if (allow.collnet && g.sharp && ar && N > 1) {
+      const double algbw = std::min(B_intra / 2.0, B_net);
+      const double lat = 2.0 * (ppn - 1) * kCollnetChainIntra + inter_lat(kCollnetChainNet);
+      consider(
+          "collnet_chain", p, lat, algbw * factor, algbw, 1.0,
+          B_intra / 2 < B_net ? "the NVLink chain inside the node" : "the node's NICs to the SHARP switch");
+    }
+    // ---- PAT (all-gather / reduce-scatter, one GPU per node): Bruck-like log-step exchange, busBw x 0.75.
+    if (allow.pat && agrs && N > 1 && ppn == 1 && N == n) {
+      const double busbw = 0.75 * B_net;
+      const double lat = kPatBase + log2i(N) * (inter_lat(kPatNet) / 3.5) + n * 2.8;
+      (void)kPatIntra;
+      consider("pat", p, lat, busbw, busbw / factor, 1.0, "the NIC");
+    }
+    (void)kNvlsNet;
   }
-  // NVLS (NVLink SHARP): single domain all-reduce; the switch reduces, so each GPU moves the buffer once each way.
-  if (ar && g.nvls && nodes == 1) {
-    double bw = intra * 1.3;  // ~480 GB/s NVLS vs ~370 GB/s ring busbw on 8 H100 (mechanics §4.4, nccl-tests#212)
-    consider(kNvlsHop * kUs + factor * S / bw, "nvls", kSimple);
-  }
+  if (best.algorithm != std::string("none"))
+    best.why = std::string(best.algorithm) + " " + best.protocol +
+               " fastest of the algorithms NCCL enables here (" + std::to_string(N) + " NVLink domain" +
+               (N > 1 ? "s" : "") + ", " + std::to_string(ppn) + " rank" + (ppn > 1 ? "s" : "") +
+               " each); bound by " + best_bound;
   return best;
 }
 

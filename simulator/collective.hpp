@@ -1,6 +1,8 @@
-// Collective cost model after NCCL's own (mechanics.md §4.4, NCCL 2.30 src/graph/tuning.cc): for each enabled
-// algorithm (ring, tree, NVLS) and protocol (LL, LL128, Simple), t = latency + bytes / bandwidth, and the fastest
-// wins, as NCCL's tuner picks. All-gather and reduce-scatter are sized by the whole buffer.
+// Collective cost model after NCCL's own tuner (NVIDIA/nccl v2.30, src/graph/tuning.cc ncclTopoTuneModel and
+// ncclTopoGetAlgoTime): for each algorithm NCCL would enable (ring, tree, NVLS, NVLS-tree, CollNet chain,
+// PAT) and protocol (LL, LL128, Simple), t = latency + buffer / algbw, and the fastest wins, as NCCL's tuner
+// picks. Bandwidths come from the traffic each algorithm puts on the bottleneck link (NVLink, or the domain's
+// NICs); latencies are NCCL's tables. All-gather and reduce-scatter are sized by the whole buffer.
 #pragma once
 #include <string>
 
@@ -12,19 +14,34 @@ namespace shardplan {
 
 struct CollectiveCost {
   double time_s = 0;
-  const char* algorithm = "none";  ///< ring, tree, nvls, or "calibrated"
-  const char* protocol = "none";   ///< LL, LL128, Simple
+  const char* algorithm = "none";   ///< ring, tree, nvls, nvls_tree, collnet_chain, pat, or "calibrated"
+  const char* protocol = "none";    ///< LL, LL128, Simple
+  int channels = 0;                 ///< NCCL channels (rings/trees) assumed; 0 when calibrated
+  double busbw_Bps = 0;             ///< the algorithm's bus-bandwidth ceiling the time was computed with
+  double latency_s = 0;             ///< the algorithm x protocol latency
+  std::string why;                  ///< one line: the bottleneck and why this algorithm won
+  std::string source = "analytic";  ///< analytic | measured curve | scaled curve | alpha-beta
 };
 
-/// Efficiency constants of the analytic model; each documented in docs/model.md.
+/// Algorithms the model may choose, like NCCL_ALGO. Default: what NCCL enables by itself on the group.
+struct CollectiveAlgorithms {
+  bool ring = true, tree = true, nvls = true, nvls_tree = true, collnet = true, pat = true;
+  /// Parses NCCL_ALGO's spelling ("ring", "ring,tree", "^nvls", "collnetchain"); throws InputError on unknown
+  /// names.
+  static CollectiveAlgorithms parse(const std::string& list);
+};
+
+/// Kept for the CostModel interface; the model's constants are NCCL's and documented next to their use.
 struct CollectiveConstants {
-  double nvlink_efficiency = 0.824;  ///< NCCL's usable NVLink busbw / line rate: 18 x 20.6 GB/s of 450 GB/s (H100)
-  double nic_efficiency = 0.92;      ///< usable NIC busbw / line rate (NCCL inter speed 48 of 50 GB/s, less protocol)
-  double pcie_efficiency = 0.8;
+  CollectiveAlgorithms algorithms;
 };
 
 /// Analytic time of one collective on `buffer_bytes` (the whole buffer) over the group.
 CollectiveCost collective_cost(CollectiveKind kind, double buffer_bytes, const GroupView& g,
                                const CollectiveConstants& c = {});
+
+/// The group `g` with another rank count and the same per-domain shape (ranks per NVLink domain kept when it
+/// divides, otherwise packed): used to scale a measured curve to another rank count with the model's shape.
+GroupView with_ranks(const GroupView& g, int ranks);
 
 }  // namespace shardplan

@@ -35,7 +35,7 @@ CostModel::CostModel(const Cluster& cluster, std::optional<ComputeConstants> con
 CollectiveCost CostModel::collective(CollectiveKind kind, double bytes, const GroupView& g) const {
   if (g.ranks <= 1 || bytes <= 0) return {};
   if (hooks_.collective_s) {
-    if (auto t = hooks_.collective_s(kind, bytes, g.ranks, g.nodes)) return {*t, "calibrated", "measured"};
+    if (auto c = hooks_.collective_s(kind, bytes, g)) return *c;
   }
   return collective_cost(kind, bytes, g, coll_);
 }

@@ -56,6 +56,7 @@ ClusterSpec parse_cluster_spec(JsonObj o) {
     n.allow({"notes", "source"});
     s.node.gpus = static_cast<int>(n.integer("gpus", 1, 1024));
     s.node.nvlink_domain_gpus = static_cast<int>(n.integer("nvlink_domain_gpus", s.node.gpus, 1, 4096));
+    s.node.host_gpus = static_cast<int>(n.integer("host_gpus", s.node.gpus, 1, 1024));
     s.node.nvlink_Bps = n.number("nvlink_Bps", 0.0, 0.0, 1e14);
     s.node.nvlink_latency_s = n.number("nvlink_latency_s", 1e-6, 0.0, 1.0);
     s.node.nvswitch = n.boolean("nvswitch", false);
@@ -68,6 +69,7 @@ ClusterSpec parse_cluster_spec(JsonObj o) {
     n.finish();
     if (s.node.nvlink_domain_gpus % s.node.gpus != 0 && s.node.nvlink_domain_gpus != s.node.gpus)
       n.fail("nvlink_domain_gpus", "must be a multiple of node.gpus");
+    if (s.node.gpus % s.node.host_gpus != 0) n.fail("host_gpus", "must divide node.gpus");
     if (s.node.nics > 0 && s.node.nic_Bps <= 0) n.fail("nic_Bps", "must be > 0 when nics > 0");
     // The device graph holds every NIC of a few NVLink domains; bound them like the GPUs of a domain.
     const std::int64_t domain_nics =
@@ -81,6 +83,11 @@ ClusterSpec parse_cluster_spec(JsonObj o) {
     s.fabric.latency_s = f->number("latency_s", 1e-6, 0.0, 1.0);
     s.fabric.nodes_per_leaf = static_cast<int>(f->integer("nodes_per_leaf", 32, 1, 1 << 20));
     s.fabric.oversubscription = f->number("oversubscription", 1.0, 1.0, 1000.0);
+    s.fabric.kind = f->str("kind", "infiniband");
+    if (s.fabric.kind != "infiniband" && s.fabric.kind != "roce")
+      f->fail("kind", "expected \"infiniband\" or \"roce\", got \"" + s.fabric.kind + "\"");
+    s.fabric.nic_efficiency = f->number("nic_efficiency", 0.96, 0.05, 1.0);
+    s.fabric.sharp = f->boolean("sharp", false);
     f->finish();
   }
   o.finish();
@@ -104,6 +111,7 @@ Json cluster_spec_to_json(const ClusterSpec& s) {
             {"node",
              {{"gpus", s.node.gpus},
               {"nvlink_domain_gpus", s.node.nvlink_domain_gpus},
+              {"host_gpus", s.node.host_gpus},
               {"nvlink_Bps", s.node.nvlink_Bps},
               {"nvlink_latency_s", s.node.nvlink_latency_s},
               {"nvswitch", s.node.nvswitch},
@@ -116,7 +124,10 @@ Json cluster_spec_to_json(const ClusterSpec& s) {
             {"fabric",
              {{"latency_s", s.fabric.latency_s},
               {"nodes_per_leaf", s.fabric.nodes_per_leaf},
-              {"oversubscription", s.fabric.oversubscription}}}};
+              {"oversubscription", s.fabric.oversubscription},
+              {"kind", s.fabric.kind},
+              {"nic_efficiency", s.fabric.nic_efficiency},
+              {"sharp", s.fabric.sharp}}}};
   if (!s.sources.is_null()) j["sources"] = s.sources;
   return j;
 }
@@ -234,6 +245,14 @@ GroupView Cluster::group(int size, int stride) const {
   g.intra_Bps = intra_Bps_ > 0 ? intra_Bps_ : n.nvlink_Bps;
   g.intra_nvlink = n.nvlink_Bps > 0;
   g.nvls = n.nvls && n.nvswitch && g.ranks_per_node > 2;
+  g.nvswitch = n.nvswitch;
+  g.domain_gpus = domain;
+  g.host_gpus = n.host_gpus;
+  g.sharp = spec_.fabric.sharp;
+  g.rail_Bps = n.nic_Bps * spec_.fabric.nic_efficiency;
+  // Hosts: members of one host are `stride` ranks apart, so a host holds host_gpus / stride of them (at least 1).
+  const int per_host = std::clamp(n.host_gpus / stride, 1, g.ranks);
+  g.hosts = (g.ranks + per_host - 1) / per_host;
   if (g.nodes > 1) {
     // A domain sends through at most one NIC per member of the group (rail-aligned rings); each NIC path's
     // bottleneck comes from the graph (leaf, or spine with oversubscription when the group crosses leaves).
@@ -242,10 +261,14 @@ GroupView Cluster::group(int size, int stride) const {
     g.crosses_leaf = span_domains > spec_.fabric.nodes_per_leaf;
     const double per_path_Bps = g.crosses_leaf ? spine_Bps_ : leaf_Bps_;
     const int nics_in_domain = n.nics * (domain / n.gpus);
-    const int rails = std::max(1, std::min(nics_in_domain, g.ranks_per_node));
+    // NICs per GPU (2 on hosts with 16 NICs for 8 GPUs): NCCL spreads a GPU's channels over its local NICs.
+    const int nics_per_gpu = std::max(1, nics_in_domain / domain);
+    const int rails = std::max(1, std::min(nics_in_domain, g.ranks_per_node * nics_per_gpu));
     double path_Bps = per_path_Bps;
     if (g.crosses_leaf) path_Bps = std::min(per_path_Bps, n.nic_Bps / spec_.fabric.oversubscription);
     g.inter_Bps = rails * path_Bps;
+    g.rails = rails;
+    if (g.crosses_leaf) g.rail_Bps = std::min(g.rail_Bps, path_Bps * spec_.fabric.nic_efficiency);
     g.inter_latency_s = g.crosses_leaf ? spine_latency_s_ : leaf_latency_s_;
   }
   return g;

@@ -26,6 +26,9 @@ struct GpuSpec {
 struct NodeSpec {
   int gpus = 8;
   int nvlink_domain_gpus = 8;  ///< GPUs one NVLink fabric connects (8 in a DGX, 72 in an NVL72 rack)
+  /// GPUs per host (operating-system instance, the unit nccl-tests' host names count). Optional, default `gpus`;
+  /// an NVL72 rack has 18 compute trays of 4 GPUs, so host_gpus = 4 while the NVLink domain is 72.
+  int host_gpus = 8;
   double nvlink_Bps = 0;       ///< per GPU per direction; 0 = GPUs talk over PCIe
   double nvlink_latency_s = 0;
   bool nvswitch = false, nvls = false;
@@ -41,6 +44,15 @@ struct NodeSpec {
 
 struct FabricSpec {
   double latency_s = 1e-6;  ///< one switch hop
+  /// "infiniband" (default) or "roce". Carried for the output; the collective model treats both as the same
+  /// rail network (NCCL's IB transport drives both through verbs, src/transport/net_ib.cc).
+  std::string kind = "infiniband";
+  /// Share of a NIC's line rate one NCCL connection reaches (optional, default 0.96: the 1-GPU-per-node
+  /// nccl-tests runs of the development logs reach 48-49 GB/s busbw on a 400 Gb/s NIC, SOURCES.md).
+  double nic_efficiency = 0.96;
+  /// In-network reduction (IB SHARP) enabled for NCCL's CollNet algorithms (NCCL_COLLNET_ENABLE=1 with the
+  /// SHARP plugin). Optional, default false: NCCL leaves CollNet off unless asked (src/graph/tuning.cc).
+  bool sharp = false;
   int nodes_per_leaf = 32;
   double oversubscription = 1.0;
 };
@@ -61,6 +73,13 @@ struct GroupView {
   int ranks = 1;
   int nodes = 1;          ///< NVLink domains the group spans
   int ranks_per_node = 1; ///< group members inside one NVLink domain
+  int hosts = 1;          ///< hosts (operating-system instances) the group spans: what nccl-tests logs count
+  int domain_gpus = 8;    ///< GPUs in one NVLink domain of the cluster
+  int host_gpus = 8;      ///< GPUs in one host of the cluster
+  int rails = 0;          ///< NICs one NVLink domain drives for this group (one per member, at most the NICs)
+  double rail_Bps = 0;    ///< achievable bandwidth of one NIC, one direction (nic_Bps x nic_efficiency)
+  bool sharp = false;     ///< IB SHARP (CollNet) available
+  bool nvswitch = false;
   bool crosses_leaf = false;
   double intra_Bps = 0;   ///< per GPU per direction inside the domain (NVLink, or PCIe without NVLink)
   bool intra_nvlink = false;

@@ -1,12 +1,16 @@
 // list, show, collective, memory and simulate subcommands.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <iostream>
 
 #include "planner/cli/commands.hpp"
 #include "planner/cli/common.hpp"
 #include "planner/report/html.hpp"
 #include "planner/report/report.hpp"
+#include "calibration/nccl_tests_import.hpp"
+#include "calibration/profile.hpp"
 #include "core/error.hpp"
 
 namespace shardplan::cli {
@@ -58,19 +62,36 @@ Command add_show_command(CLI::App& app) {
 Command add_collective_command(CLI::App& app) {
   auto* sub = app.add_subcommand("collective", "predicted time and bandwidth of one collective");
   struct Args {
-    std::string kind = "all_gather", cluster = "dgx-h100", calibration, json;
+    std::string kind = "all_gather", cluster = "dgx-h100", calibration, json, algo, compare;
     double bytes = 0;
-    int ranks = 8, stride = 1;
+    int ranks = 8, stride = 1, gpus_per_node = 0, log_ranks = 0;
   };
   auto a = std::make_shared<Args>();
   sub->add_option("--kind", a->kind, "all_gather | reduce_scatter | all_reduce")->capture_default_str();
-  sub->add_option("--bytes", a->bytes, "whole buffer in bytes (nccl-tests' size column)")->required();
+  sub->add_option("--bytes", a->bytes, "whole buffer in bytes (nccl-tests' size column)");
   sub->add_option("--ranks", a->ranks, "ranks in the group")->capture_default_str();
-  sub->add_option("--stride", a->stride, "rank distance between group members (e.g. the TP degree)");
+  sub->add_option("--stride", a->stride, "rank distance between group members (e.g. the TP degree; 8 on a DGX = one GPU per node)");
   sub->add_option("--cluster", a->cluster, "cluster preset or JSON")->capture_default_str();
   sub->add_option("--calibration", a->calibration, "calibration profile");
+  sub->add_option("--algo", a->algo, "algorithms NCCL may use, NCCL_ALGO spelling (ring, tree, nvls, nvlstree, collnetchain, pat; ^x = all but x)");
+  sub->add_option("--compare", a->compare,
+                  "nccl-tests log: predict every size >= 1 MiB of its first table (kind and ranks from the log) and report the errors");
+  sub->add_option("--gpus-per-node", a->gpus_per_node, "with --compare: GPUs per host of the log when it names too few hosts");
+  sub->add_option("--log-ranks", a->log_ranks, "with --compare: ranks of the log when it does not list them");
   sub->add_option("--json", a->json, "write the JSON result to FILE or - for stdout");
   return {sub, [a]() {
+            std::optional<calibration::NcclTestsRun> log;
+            if (!a->compare.empty()) {
+              calibration::NcclTestsOverrides ov;
+              if (a->gpus_per_node > 0) ov.gpus_per_node = a->gpus_per_node;
+              if (a->log_ranks > 0) ov.ranks = a->log_ranks;
+              auto imp = calibration::parse_nccl_tests_file(a->compare, ov);
+              if (imp.runs.empty()) throw InputError(a->compare, "", "no nccl-tests table");
+              log = imp.runs.front();
+              a->kind = std::string(collective_name(log->kind));
+              a->ranks = log->ranks;
+              a->bytes = 1;
+            }
             auto kind = parse_collective(a->kind);
             if (!kind || (*kind != CollectiveKind::kAllGather && *kind != CollectiveKind::kReduceScatter &&
                           *kind != CollectiveKind::kAllReduce))
@@ -79,33 +100,97 @@ Command add_collective_command(CLI::App& app) {
             if (!(a->bytes > 0) || a->bytes > 1e15) throw InputError::flag("--bytes", "must be in (0, 1e15]");
             if (a->ranks < 1 || a->ranks > (1 << 22)) throw InputError::flag("--ranks", "must be in [1, 4194304]");
             if (a->stride < 1) throw InputError::flag("--stride", "must be >= 1");
+            CollectiveConstants constants;
+            if (!a->algo.empty()) constants.algorithms = CollectiveAlgorithms::parse(a->algo);
             ClusterSpec spec = load_cluster_spec(a->cluster);
             const int domain = spec.node.nvlink_domain_gpus;
             const std::int64_t span = static_cast<std::int64_t>(a->ranks) * a->stride;
             int gpus = static_cast<int>(span <= domain ? domain : (span + domain - 1) / domain * domain);
             Cluster cl(std::move(spec), gpus);
             CalibrationHooks hooks;
-            if (!a->calibration.empty()) hooks = load_calibration_hooks(a->calibration);
-            CostModel cm(cl, std::nullopt, std::move(hooks));
+            std::shared_ptr<CalibrationProfile> prof;
+            if (!a->calibration.empty()) {
+              hooks = load_calibration_hooks(a->calibration);
+              prof = std::make_shared<CalibrationProfile>(CalibrationProfile::load(a->calibration));
+            }
+            CostModel cm(cl, std::nullopt, std::move(hooks), constants);
             GroupView g = cl.group(a->ranks, a->stride);
+            // Why the profile did not answer (it always says when it cannot).
+            auto not_calibrated = [&](double bytes) -> std::string {
+              if (!prof) return "";
+              std::string why;
+              const CollectivePlacement where{g.ranks, g.hosts, g.nodes, g.ranks_per_node,
+                                              std::max(1, g.domain_gpus / std::max(1, g.host_gpus))};
+              auto shape = [&](int r, double b) { return collective_cost(*kind, b, with_ranks(g, r), constants).time_s; };
+              (void)prof->collective_time(*kind, static_cast<std::int64_t>(bytes), where, shape, &why);
+              return why;
+            };
+            if (log) {
+              // Compare every size >= 1 MiB (out-of-place column) with the model; errors are model / measured - 1.
+              std::vector<double> errs;
+              Json rows = Json::array();
+              CollectiveCost last;
+              for (const auto& r : log->rows) {
+                if (r.bytes < kMiB) continue;
+                const double measured_s = r.oop_time_us * 1e-6;
+                CollectiveCost c = cm.collective(*kind, static_cast<double>(r.bytes), g);
+                const double e = c.time_s / measured_s - 1.0;
+                errs.push_back(std::fabs(e));
+                rows.push_back({{"bytes", r.bytes}, {"measured_s", measured_s}, {"time_s", c.time_s}, {"error", e},
+                                {"algorithm", c.algorithm}, {"protocol", c.protocol}, {"source", c.source}});
+                if (a->json != "-")
+                  std::cout << fmt::format("{:>14} B  measured {:>10.1f} us  model {:>10.1f} us  {:+6.1f} %  {} {} ({})\n",
+                                           r.bytes, measured_s * 1e6, c.time_s * 1e6, e * 100, c.algorithm, c.protocol,
+                                           c.source);
+                last = c;
+              }
+              if (errs.empty()) throw InputError(a->compare, "", "no size >= 1 MiB in the first table");
+              std::vector<double> sorted = errs;
+              std::sort(sorted.begin(), sorted.end());
+              const std::size_t m = sorted.size();
+              const double median = m % 2 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]);
+              Json j = {{"schema", "shardplan.collective-compare/1"}, {"log", a->compare}, {"kind", a->kind},
+                        {"ranks", a->ranks}, {"nodes", g.nodes}, {"hosts", g.hosts}, {"cluster", cl.spec().name},
+                        {"median_abs_error", median}, {"max_abs_error", sorted.back()}, {"rows", rows}};
+              if (a->json != "-")
+                std::cout << fmt::format("median |error| {:.1f} %, worst {:.1f} % over {} sizes >= 1 MiB; largest size: {}\n",
+                                         median * 100, sorted.back() * 100, m, last.why);
+              write_output(a->json, j.dump(1) + "\n");
+              return 0;
+            }
             CollectiveCost c = cm.collective(*kind, a->bytes, g);
             const double algbw = c.time_s > 0 ? a->bytes / c.time_s : 0;
             const double busbw = algbw * busbw_factor(*kind, a->ranks);
+            const std::string uncal = c.source == "analytic" ? not_calibrated(a->bytes) : "";
             Json j = {{"schema", "shardplan.collective/1"},
                       {"kind", a->kind},
                       {"bytes", a->bytes},
                       {"ranks", a->ranks},
                       {"nodes", g.nodes},
+                      {"hosts", g.hosts},
+                      {"ranks_per_node", g.ranks_per_node},
                       {"cluster", cl.spec().name},
                       {"time_s", c.time_s},
                       {"algbw_Bps", algbw},
                       {"busbw_Bps", busbw},
                       {"algorithm", c.algorithm},
-                      {"protocol", c.protocol}};
-            if (a->json != "-")
-              std::cout << fmt::format("{} of {} over {} ranks ({} node{}) on {}: {:.2f} us, algbw {:.2f} GB/s, busbw {:.2f} GB/s [{} {}]\n",
+                      {"protocol", c.protocol},
+                      {"channels", c.channels},
+                      {"source", c.source},
+                      {"why", c.why}};
+            if (!uncal.empty()) j["calibration_not_used"] = uncal;
+            if (a->json != "-") {
+              std::cout << fmt::format("{} of {} over {} ranks ({} NVLink domain{}, {} host{}) on {}: {:.2f} us, algbw {:.2f} GB/s, busbw {:.2f} GB/s\n",
                                        a->kind, format_bytes(a->bytes), a->ranks, g.nodes, g.nodes > 1 ? "s" : "",
-                                       cl.spec().name, c.time_s * 1e6, algbw / kGB, busbw / kGB, c.algorithm, c.protocol);
+                                       g.hosts, g.hosts > 1 ? "s" : "", cl.spec().name, c.time_s * 1e6, algbw / kGB,
+                                       busbw / kGB);
+              if (c.source == "analytic")
+                std::cout << fmt::format("  source: analytic model; algorithm {} / protocol {} / {} channels\n  why: {}\n",
+                                         c.algorithm, c.protocol, c.channels, c.why);
+              else
+                std::cout << fmt::format("  source: {} ({})\n", c.source, c.why);
+              if (!uncal.empty()) std::cout << "  calibration not used: " << uncal << "\n";
+            }
             write_output(a->json, j.dump(1) + "\n");
             return 0;
           }};

@@ -49,10 +49,21 @@ CalibrationHooks load_calibration_hooks(const std::string& path) {
   auto prof = std::make_shared<CalibrationProfile>(CalibrationProfile::load(path));
   CalibrationHooks h;
   h.source = path;
-  h.collective_s = [prof](CollectiveKind k, double bytes, int ranks, int nodes) -> std::optional<double> {
-    auto e = prof->collective_time(k, static_cast<std::int64_t>(bytes), ranks, nodes);
+  // The placement of the queried group (hosts and NVLink domains) picks the measured series; the analytic model
+  // gives the shape used to scale it to other sizes and rank counts.
+  h.collective_s = [prof](CollectiveKind k, double bytes, const GroupView& g) -> std::optional<CollectiveCost> {
+    const CollectivePlacement where{g.ranks, g.hosts, g.nodes, g.ranks_per_node,
+                                    std::max(1, g.domain_gpus / std::max(1, g.host_gpus))};
+    auto shape = [k, g](int ranks, double b) { return collective_cost(k, b, with_ranks(g, ranks)).time_s; };
+    auto e = prof->collective_time(k, static_cast<std::int64_t>(bytes), where, shape);
     if (!e) return std::nullopt;
-    return e->time_s;
+    CollectiveCost c;
+    c.time_s = e->time_s;
+    c.algorithm = "calibrated";
+    c.protocol = "measured";
+    c.source = to_string(e->source);
+    c.why = e->detail;
+    return c;
   };
   h.gemm_efficiency = [prof](double m, double n, double k) -> std::optional<double> {
     return prof->gemm_efficiency(static_cast<std::int64_t>(m), static_cast<std::int64_t>(n), static_cast<std::int64_t>(k));

@@ -167,3 +167,46 @@ TEST_CASE("describe names every curve with its fit residuals", "[profile]") {
   CHECK_THAT(d, Catch::Contains("curve"));
   CHECK_THAT(d, Catch::Contains("NVIDIA H100 80GB HBM3"));
 }
+
+TEST_CASE("placement-aware query: NVLink domains that span hosts, and model-shape scaling", "[profile][placement]") {
+  // A GB200 NVL72 all-reduce log: 72 ranks on 18 trays (hosts) of 4 GPUs, one NVLink domain. The cluster
+  // queried has 18 hosts per domain (72 / 4), so the series is 1 domain of 72 ranks: the query for 72 ranks
+  // on 18 hosts in 1 domain is the same placement and answers from the measured curve.
+  CalibrationProfile p;
+  CollectiveSeries s;
+  s.kind = CollectiveKind::kAllReduce;
+  s.ranks = 72;
+  s.nodes = 18;
+  s.dtype = "float";
+  s.source = "synthetic";
+  // t = 50 us + S / 400e9 (algbw), sizes 1 MiB .. 1 GiB.
+  for (std::int64_t b = kMiB; b <= kGiB; b *= 4) s.samples.push_back({b, 50e-6 + double(b) / 400e9, std::nullopt, std::nullopt, 1, 0});
+  p.add_collective_samples(s);
+  // Model shape: 10 us per rank + S / 300e9 (any positive shape works; the answer is scaled to the measurement).
+  auto shape = [](int ranks, double bytes) { return 10e-6 * ranks + bytes / 300e9; };
+  std::string why;
+  auto e = p.collective_time(CollectiveKind::kAllReduce, 16 * kMiB, {72, 18, 1, 72, 18}, shape, &why);
+  REQUIRE(e);
+  CHECK(e->source == CollectiveEstimate::Source::kMeasuredCurve);
+  CHECK(e->time_s == Approx(50e-6 + 16.0 * kMiB / 400e9).epsilon(0.01));
+  // 36 ranks on 9 trays, same domain and 4 per host: the model's shape scaled by measured / model of the
+  // 72-rank series at the same size: shape(36, S) · t72(S) / shape(72, S).
+  const double S = 64.0 * kMiB;
+  e = p.collective_time(CollectiveKind::kAllReduce, 64 * kMiB, {36, 9, 1, 36, 18}, shape, &why);
+  REQUIRE(e);
+  CHECK(e->source == CollectiveEstimate::Source::kScaledCurve);
+  CHECK(e->time_s == Approx(shape(36, S) * (50e-6 + S / 400e9) / shape(72, S)).epsilon(0.01));
+  // Beyond the measured sizes on the same placement: the shape scaled at the largest measured size.
+  e = p.collective_time(CollectiveKind::kAllReduce, 4 * kGiB, {72, 18, 1, 72, 18}, shape, &why);
+  REQUIRE(e);
+  CHECK(e->source == CollectiveEstimate::Source::kScaledCurve);
+  CHECK(e->time_s == Approx(shape(72, 4.0 * kGiB) * (50e-6 + kGiB / 400e9) / shape(72, kGiB)).epsilon(0.01));
+  // 144 ranks over two domains: no series spans several domains, so the profile says it cannot answer.
+  CHECK_FALSE(p.collective_time(CollectiveKind::kAllReduce, kGiB, {144, 36, 2, 72, 18}, shape, &why));
+  CHECK(why.find("72 ranks on 18 hosts (1 NVLink domain); none spans several NVLink domains") != std::string::npos);
+  // 18 ranks, one per tray (stride 4): 1 rank per host, not the series' 4, so not the same shape either.
+  CHECK_FALSE(p.collective_time(CollectiveKind::kAllReduce, kGiB, {18, 18, 1, 18, 18}, shape, &why));
+  // Host count alone would have matched a DGX-style reading of the same log (18 hosts = 18 domains of 4):
+  // with 1 host per domain the series is 18 domains of 4 ranks, not the single-domain query.
+  CHECK_FALSE(p.collective_time(CollectiveKind::kAllReduce, kGiB, {72, 18, 1, 72, 1}, shape, &why));
+}

@@ -30,6 +30,10 @@ TEST_CASE("group views of a DGX H100 cluster", "[simulator][collective][cluster]
   CHECK(g64.ranks_per_node == 8);
   CHECK(g64.inter_Bps == 400e9);
   CHECK(g64.inter_latency_s == Approx(4e-6));
+  // Hosts = NVLink domains on a DGX; each rail reaches nic_Bps x nic_efficiency = 50e9 x 0.96 = 48e9.
+  CHECK(g64.hosts == 8);
+  CHECK(g64.rails == 8);
+  CHECK(g64.rail_Bps == Approx(48e9));
   // Stride 8 (one rank per node, e.g. the HSDP replicate group of shard 8): 8 nodes, 1 rank each.
   GroupView r = eight.group(8, 8);
   CHECK(r.nodes == 8);
@@ -44,7 +48,7 @@ TEST_CASE("ring all-gather on a large buffer equals the NCCL-style formula", "[s
   // bus bandwidth is NVLink × nvlink_efficiency = 450e9 × 0.824 = 370.8e9 B/s. n = 8 ⇒ n−1 = 7 steps:
   //   latency = 8.4 + 7 · 3.4 = 32.2 µs
   //   t = 32.2e-6 + (7/8) · 4 GiB / 370.8e9 = 32.2e-6 + 0.875 · 4,294,967,296 / 370.8e9 ≈ 10.1670 ms
-  // LL (bw capped at 141e9 on Hopper) and LL128 (0.92 × bus) are slower for this size; all-gather has no NVLS.
+  // LL (bw capped at 141e9 on Hopper), LL128 (0.92 × bus) and NVLS (370.8e9 × 0.85, 25 µs) are slower here.
   const double expected = 32.2e-6 + 7.0 / 8.0 * S / (450e9 * 0.824);
   CollectiveCost c = collective_cost(CollectiveKind::kAllGather, S, g);
   CHECK(c.time_s == Approx(expected).epsilon(1e-12));
@@ -63,42 +67,92 @@ TEST_CASE("ring all-gather across 8 nodes equals the NCCL-style formula", "[simu
   const GroupView g = cl.group(64, 1);
   const double S = 8 * kGiBd;
   // n = 64 ranks on 8 nodes: 63 steps of which 7 cross the network.
-  //   bus = min(NVLink 450e9 × 0.824 = 370.8e9, inter 400e9 × nic_efficiency 0.92 = 368e9) = 368e9
+  //   bus = min(NVLink 450e9 × 20.6/25 = 370.8e9, 8 rails × 50e9 × nic_efficiency 0.96 = 384e9) = 370.8e9
   //   intra hop (Simple) = max(3.4, netOverhead 3.0) = 3.4 µs; inter hop = 14 + 2 × 4 µs path latency = 22 µs
   //   latency = 8.4 + 56 · 3.4 + 7 · 22 = 8.4 + 190.4 + 154 = 352.8 µs
   //   t = 352.8e-6 + (63/64) · 8 GiB / 368e9
-  // LL128 (latency 14 + 56·1.9 + 7·(4 + 4) = 176.4 µs, bw 0.92 × 368e9) loses above ~0.76 GB; LL is capped at
+  // LL128 (latency 14 + 56·1.9 + 7·(4 + 4) = 176.4 µs, bw 0.92 × 370.8e9) loses above ~0.7 GB; LL is capped at
   // 20.4e9 B/s (> 2 nodes).
-  const double expected = 352.8e-6 + 63.0 / 64.0 * S / 368e9;
+  const double expected = 352.8e-6 + 63.0 / 64.0 * S / 370.8e9;
   CollectiveCost c = collective_cost(CollectiveKind::kAllGather, S, g);
   CHECK(c.time_s == Approx(expected).epsilon(1e-12));
   CHECK(std::string(c.protocol) == "Simple");
 }
 
-TEST_CASE("all-reduce costs about twice a reduce-scatter on large buffers", "[simulator][collective]") {
+TEST_CASE("all-reduce costs twice a reduce-scatter on a ring; NVLS and NVLS-tree change the ratio", "[simulator][collective]") {
   // Ring all-reduce = reduce-scatter + all-gather: 2(n−1)/n · S / bus vs (n−1)/n · S / bus; the latencies
-  // (2(n−1) hops vs n−1, ×1.4 multi-node plateau) are negligible at 16 GiB. Groups without NVLS:
-  // an 8-GPU A100 node (nvls false) and 64 H100 ranks on 8 nodes (NVLS is single-node only here).
+  // are negligible at 16 GiB. An 8-GPU A100 node has no NVLS: ratio 2.
   const double S = 16 * kGiBd;
   Cluster a100(load_cluster_spec("dgx-a100-80g"), 8), h100(load_cluster_spec("dgx-h100"), 64);
-  for (const GroupView& g : {a100.group(8, 1), h100.group(64, 1)}) {
-    INFO("ranks " << g.ranks << " nodes " << g.nodes);
+  {
+    const GroupView g = a100.group(8, 1);
     const double ar = collective_cost(CollectiveKind::kAllReduce, S, g).time_s;
     const double rs = collective_cost(CollectiveKind::kReduceScatter, S, g).time_s;
     CHECK(ar / rs == Approx(2.0).epsilon(0.01));
   }
-  // With NVLS inside an H100 node the switch reduces: the model gives the all-reduce 1.3× the ring bus
-  // bandwidth (≈ 480 vs 370 GB/s, nccl-tests#212), so AR / RS → 2 / 1.3 ≈ 1.54 at large sizes.
+  // NVLS one-shot inside an H100 node: reduce-scatter by multimem.ld_reduce (each GPU sends S, receives S/n),
+  // all-gather by multimem.st (sends S/n, receives S): S(n+1)/n per direction, so busbw = 2(n−1)/(n+1) · B with
+  // B = 370.8e9 × nvlsEfficiency 0.85 = 315.18e9 ⇒ 14/9 · 315.18e9 = 490.28e9. AR / RS = (14/8 / 490.28e9) /
+  // (7/8 / 370.8e9) = 2 · 370.8 / 490.28 ≈ 1.5126 (latencies 25 vs 32.2 µs are negligible at 16 GiB).
   Cluster node(load_cluster_spec("dgx-h100"), 8);
   const GroupView g = node.group(8, 1);
   CollectiveCost ar = collective_cost(CollectiveKind::kAllReduce, S, g);
   CHECK(std::string(ar.algorithm) == "nvls");
-  CHECK(ar.time_s / collective_cost(CollectiveKind::kReduceScatter, S, g).time_s == Approx(2.0 / 1.3).epsilon(0.01));
+  CHECK(ar.busbw_Bps == Approx(14.0 / 9.0 * 370.8e9 * 0.85));
+  CHECK(ar.time_s == Approx(25e-6 + 14.0 / 8.0 * S / (14.0 / 9.0 * 370.8e9 * 0.85)).epsilon(1e-9));
+  CHECK(ar.time_s / collective_cost(CollectiveKind::kReduceScatter, S, g).time_s ==
+        Approx(2 * 370.8 / (14.0 / 9.0 * 370.8 * 0.85)).epsilon(0.002));
+  // 64 ranks on 8 nodes: NVLS-tree, busbw = min(NVLS inside 490.28e9, NICs 8 × 48e9 = 384e9 (N > 2: x1),
+  // 18 channels × perChMaxNVLSTreeBw 45.5e9 = 819e9) = 384e9; the ring RS runs at 370.8e9 ⇒ AR / RS =
+  // (126/64 / 384) / (63/64 / 370.8) = 2 · 370.8 / 384 ≈ 1.931.
+  const GroupView g64 = h100.group(64, 1);
+  CollectiveCost ar64 = collective_cost(CollectiveKind::kAllReduce, S, g64);
+  CHECK(std::string(ar64.algorithm) == "nvls_tree");
+  CHECK(ar64.busbw_Bps == Approx(384e9));
+  // Latencies: NVLS-tree 25 + 2 · log2i(8) · (20.9 + 2 · 4) = 198.4 µs; ring 352.8 µs (test above).
+  CHECK(ar64.time_s == Approx(198.4e-6 + 126.0 / 64.0 * S / 384e9).epsilon(1e-9));
+  CHECK(ar64.time_s / collective_cost(CollectiveKind::kReduceScatter, S, g64).time_s ==
+        Approx((198.4e-6 + 126.0 / 64.0 * S / 384e9) / (352.8e-6 + 63.0 / 64.0 * S / 370.8e9)).epsilon(1e-9));
+}
+
+TEST_CASE("tree, CollNet chain and PAT follow NCCL's formulas", "[simulator][collective]") {
+  const double S = 8 * kGiBd;
+  // Tree on 20 GB200 NVL72 racks (1440 ranks): busbw = min(0.92 × min(NVLink 900e9 × 40.1/50 = 721.8e9,
+  // NICs), 18 channels × perChMaxTreeBws[Blackwell][N4] 24e9 = 432e9) = 432e9; NCCL's algbw is busBw / 2.
+  Cluster gb(load_cluster_spec("gb200-nvl72-multirack"), 1440);
+  CollectiveConstants tree_only;
+  tree_only.algorithms = CollectiveAlgorithms::parse("tree");
+  CollectiveCost t = collective_cost(CollectiveKind::kAllReduce, S, gb.group(1440, 1), tree_only);
+  CHECK(std::string(t.algorithm) == "tree");
+  CHECK(t.busbw_Bps == Approx(432e9));
+  // 20 racks > 8 per leaf: the path crosses the spine, 6 links of 1 µs (PCIe, NIC-leaf, leaf-spine, back).
+  // latency (Simple) = 8.4 + 2 · ((72 − 1) · 4.0 + log2i(20) = 4 · (14 + 2 · 6 µs)) = 8.4 + 2 · (284 + 104)
+  CHECK(t.latency_s == Approx((8.4 + 2 * (71 * 4.0 + 4 * 26.0)) * 1e-6));
+  CHECK(t.time_s == Approx(t.latency_s + S / (0.5 * 432e9)).epsilon(1e-9));  // correction factor 1 above 256 MiB
+  // CollNet chain (IB SHARP) on 12 H100 nodes: the chain carries S up and S down each NVLink direction
+  // (algbw ≤ 370.8e9 / 2), the switch reduces across nodes (algbw ≤ 384e9): algbw 185.4e9.
+  ClusterSpec sharp = load_cluster_spec("dgx-h100");
+  sharp.fabric.sharp = true;
+  Cluster h(sharp, 96);
+  CollectiveConstants collnet;
+  collnet.algorithms = CollectiveAlgorithms::parse("collnetchain");
+  CollectiveCost c = collective_cost(CollectiveKind::kAllReduce, S, h.group(96, 1), collnet);
+  CHECK(std::string(c.algorithm) == "collnet_chain");
+  // latency = 2 · 7 · 2.8 + (30 + 2 · 4) = 77.2 µs
+  CHECK(c.time_s == Approx(77.2e-6 + S / 185.4e9).epsilon(1e-9));
+  // PAT: one GPU per node (stride 8), all-gather; latency 8 + log2i(16) · (14 + 2·4)/3.5 + 16 · 2.8 µs, busbw
+  // 0.75 × one rail (48e9). It wins for small buffers (ring: 15 steps × (14 + 8) µs), the ring for large ones.
+  Cluster h16(load_cluster_spec("dgx-h100"), 128);
+  const GroupView r = h16.group(16, 8);
+  CollectiveCost small = collective_cost(CollectiveKind::kAllGather, 64 * 1024, r);
+  CHECK(std::string(small.algorithm) == "pat");
+  CHECK(small.latency_s == Approx((8 + 4 * 22.0 / 3.5 + 16 * 2.8) * 1e-6));
+  CHECK(std::string(collective_cost(CollectiveKind::kAllGather, S, r).algorithm) == "ring");
 }
 
 TEST_CASE("8 ranks in one node beat 64 ranks on 8 nodes for the same bytes per rank", "[simulator][collective]") {
   // Same per-rank shard b: the 8-way buffer is 8b, the 64-way one 64b. Intra: 32.2 µs + 7b / 370.8e9;
-  // inter: 352.8 µs + 63b / 368e9 ⇒ strictly slower at every size (both terms larger).
+  // inter: 352.8 µs + 63b / 370.8e9 ⇒ strictly slower at every size (both terms larger).
   Cluster one(load_cluster_spec("dgx-h100"), 8), eight(load_cluster_spec("dgx-h100"), 64);
   const GroupView g8 = one.group(8, 1), g64 = eight.group(64, 1);
   for (double b = 1024; b <= kGiBd; b *= 4) {
@@ -145,7 +199,8 @@ TEST_CASE("with unbounded bandwidth only NCCL's fixed latencies remain", "[simul
   //   ring LL     6.6 + 7·0.6 = 10.8 µs, but LL's bandwidth is capped at 141e9 (Hopper llMaxBw)
   //   ring LL128  14 + 7·1.9  = 27.3 µs with ~infinite bandwidth (0.92 × 0.824e18)
   //   ring Simple 8.4 + 7·3.4 = 32.2 µs with ~infinite bandwidth
-  // ⇒ tiny buffers cost 10.8 µs, and no buffer costs more than 27.3 µs (+ 1 GiB / 7.6e17 ≈ 1.4 ns).
+  //   NVLS        25 µs (Simple only) with ~infinite bandwidth
+  // ⇒ tiny buffers cost 10.8 µs, and no buffer costs more than 25 µs (+ 1 GiB / 2.6e17 ≈ 4 ns).
   ClusterSpec spec = load_cluster_spec("dgx-h100");
   spec.node.nvlink_Bps = spec.node.nic_Bps = spec.node.pcie_Bps = 1e18;
   spec.node.nvlink_latency_s = 0;
@@ -153,6 +208,6 @@ TEST_CASE("with unbounded bandwidth only NCCL's fixed latencies remain", "[simul
   Cluster cl(spec, 8);
   const GroupView g = cl.group(8, 1);
   CHECK(collective_cost(CollectiveKind::kAllGather, 1024, g).time_s == Approx(10.8e-6).epsilon(1e-3));
-  CHECK(collective_cost(CollectiveKind::kAllGather, kGiBd, g).time_s == Approx(27.3e-6).epsilon(1e-3));
-  CHECK(collective_cost(CollectiveKind::kAllGather, 64 * kGiBd, g).time_s <= 27.4e-6);
+  CHECK(collective_cost(CollectiveKind::kAllGather, kGiBd, g).time_s == Approx(25e-6).epsilon(1e-3));
+  CHECK(collective_cost(CollectiveKind::kAllGather, 64 * kGiBd, g).time_s <= 25.3e-6);
 }
