@@ -24,6 +24,12 @@ const char* to_string(LayerKind k) {
   return "?";
 }
 
+double Layer::active_parameters() const {
+  double dense = 0, routed = 0;
+  for (const auto& t : tensors) (t.expert ? routed : dense) += static_cast<double>(t.numel());
+  return moe_experts > 0 ? dense + routed * moe_top_k / moe_experts : dense + routed;
+}
+
 std::int64_t Layer::parameters() const {
   std::int64_t n = 0;
   for (const auto& t : tensors) n = add_checked(n, mul_checked(t.dim0, t.dim1, "tensor size"), "layer parameters");
@@ -123,6 +129,11 @@ Layer make_mlp(const ModelSpec& s, int block) {
     l.gemms.push_back({s.moe.experts, h, 1, TpSplit::kReplicated});
   }
   for (int e = 0; e < experts; ++e) add_mlp_tensors(s, l, moe ? "experts." + std::to_string(e) + "." : "");
+  if (moe) {
+    for (std::size_t i = 1; i < l.tensors.size(); ++i) l.tensors[i].expert = true;  // all but the router
+    l.moe_experts = s.moe.experts;
+    l.moe_top_k = s.moe.top_k;
+  }
   if (s.mlp == MlpKind::kSwiGlu) {
     l.gemms.push_back({f, h, 2 * active, TpSplit::kColumn});  // gate and up
     l.gemms.push_back({h, f, active, TpSplit::kRow});
@@ -223,10 +234,12 @@ void ModelGraph::finalize() {
   order_.clear();
   for (auto it = topo.rbegin(); it != topo.rend(); ++it) order_.push_back(&graph_[*it]);
   parameters_ = embedding_parameters_ = largest_tensor_ = 0;
+  active_parameters_ = 0;
   int max_block = -1;
   for (const Layer* l : order_) {
     std::int64_t p = l->parameters();
     parameters_ = add_checked(parameters_, p, "model parameters");
+    active_parameters_ += l->active_parameters();
     if (l->kind == LayerKind::kEmbedding || l->kind == LayerKind::kPositionEmbedding)
       embedding_parameters_ += p;
     for (const auto& t : l->tensors) largest_tensor_ = std::max(largest_tensor_, t.numel());
@@ -261,7 +274,11 @@ Json ModelGraph::to_graph_json() const {
   for (auto v : boost::make_iterator_range(boost::vertices(graph_))) {
     const Layer& l = graph_[v];
     Json tensors = Json::array(), gemms = Json::array();
-    for (const auto& t : l.tensors) tensors.push_back({{"name", t.name}, {"shape", {t.dim0, t.dim1}}, {"tp", tp_name(t.tp)}});
+    for (const auto& t : l.tensors) {
+      Json jt = {{"name", t.name}, {"shape", {t.dim0, t.dim1}}, {"tp", tp_name(t.tp)}};
+      if (t.expert) jt["expert"] = true;
+      tensors.push_back(jt);
+    }
     for (const auto& g : l.gemms) gemms.push_back({{"n", g.n}, {"k", g.k}, {"count", g.count}, {"tp", tp_name(g.tp)}});
     Json jl = {{"name", l.name},
                {"kind", to_string(l.kind)},
@@ -274,6 +291,7 @@ Json ModelGraph::to_graph_json() const {
                {"act_selective_replicated_bytes_per_token", l.act_selective_replicated_bytes_per_token},
                {"elementwise_bytes_per_token", l.elementwise_bytes_per_token},
                {"eager_elementwise_bytes_per_token", l.eager_elementwise_bytes_per_token}};
+    if (l.moe_experts > 0) jl["moe"] = {{"experts", l.moe_experts}, {"top_k", l.moe_top_k}};
     if (l.attn_heads > 0)
       jl["attention"] = {{"heads", l.attn_heads}, {"kv_heads", l.attn_kv_heads}, {"head_dim", l.attn_head_dim}};
     layers.push_back(jl);
@@ -309,6 +327,7 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
         tensor.dim0 = json_integer(shape[0], file, to.pointer("shape") + "/0", 1, kMaxDim * 64);
         tensor.dim1 = shape.size() > 1 ? json_integer(shape[1], file, to.pointer("shape") + "/1", 1, kMaxDim * 64) : 1;
         tensor.tp = parse_tp(to.str("tp", "replicated"), file, to.pointer("tp"));
+        tensor.expert = to.boolean("expert", false);
         to.finish();
         l.tensors.push_back(tensor);
       }
@@ -326,6 +345,11 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
         l.gemms.push_back(gm);
       }
     }
+    if (auto mo = lo.optional_object("moe")) {
+      l.moe_experts = static_cast<int>(mo->integer("experts", 1, 1 << 20));
+      l.moe_top_k = static_cast<int>(mo->integer("top_k", 1, l.moe_experts));
+      mo->finish();
+    }
     if (auto ao = lo.optional_object("attention")) {
       l.attn_heads = static_cast<int>(ao->integer("heads", 1, 100000));
       l.attn_kv_heads = static_cast<int>(ao->integer("kv_heads", l.attn_heads, 1, 100000));
@@ -342,6 +366,11 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
     l.eager_elementwise_bytes_per_token =
         lo.number("eager_elementwise_bytes_per_token", l.elementwise_bytes_per_token, 0.0, 1e12);
     lo.finish();
+    if (l.moe_experts == 0)
+      for (std::size_t t = 0; t < l.tensors.size(); ++t)
+        if (l.tensors[t].expert)
+          throw InputError(file, lo.pointer("tensors") + "/" + std::to_string(t) + "/expert",
+                           "an expert tensor needs the layer's \"moe\": {\"experts\", \"top_k\"}");
     boost::add_vertex(std::move(l), m.graph_);
   }
   const auto n = static_cast<std::int64_t>(layers.size());

@@ -24,6 +24,8 @@ struct Tensor {
   std::int64_t dim0 = 0;  ///< rows (the dimension FSDP2 shards)
   std::int64_t dim1 = 1;  ///< columns; 1 for vectors
   TpSplit tp = TpSplit::kReplicated;
+  /// A routed expert's weight: each token passes through top_k of the layer's `moe_experts` experts.
+  bool expert = false;
   std::int64_t numel() const { return dim0 * dim1; }
 };
 
@@ -44,6 +46,8 @@ struct Layer {
   // Attention core (flash attention): heads, kv heads, head dim; zero for other layers.
   int attn_heads = 0, attn_kv_heads = 0;
   std::int64_t attn_head_dim = 0;
+  /// Mixture of experts: routed experts and how many each token uses (0 for dense layers).
+  int moe_experts = 0, moe_top_k = 0;
   /// Saved-for-backward bytes per token in bf16 compute, TP = 1, no recomputation, split into the part that
   /// TP without sequence parallelism also divides (`tp_split`) and the part it replicates (`tp_replicated`,
   /// h-sized tensors that sequence parallelism divides).
@@ -56,6 +60,8 @@ struct Layer {
   double elementwise_bytes_per_token = 0;
   double eager_elementwise_bytes_per_token = 0;
   std::int64_t parameters() const;
+  /// Parameters one token passes through: routed experts count top_k / experts of their weights.
+  double active_parameters() const;
 };
 
 using LayerGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Layer>;
@@ -88,6 +94,9 @@ class ModelGraph {
   std::int64_t parameters() const { return parameters_; }
   /// Parameters of embeddings (token + learned positions), the part MFU's 6N excludes, as torchtitan does.
   std::int64_t embedding_parameters() const { return embedding_parameters_; }
+  /// Parameters one token passes through (top_k of each MoE layer's routed experts; = parameters() for dense
+  /// models): what MFU's 6N counts.
+  double active_parameters() const { return active_parameters_; }
   int blocks() const { return blocks_; }
   /// Largest parameter count of a single tensor.
   std::int64_t largest_tensor() const { return largest_tensor_; }
@@ -98,6 +107,7 @@ class ModelGraph {
   LayerGraph graph_;
   std::vector<const Layer*> order_;
   std::int64_t parameters_ = 0, embedding_parameters_ = 0, largest_tensor_ = 0;
+  double active_parameters_ = 0;
   int blocks_ = 0;
 };
 

@@ -114,3 +114,34 @@ TEST_CASE("execution order: embedding first, blocks in order, loss last", "[simu
     }
   CHECK(last_block == 31);
 }
+
+TEST_CASE("active parameters: top-k of the routed experts (MoE), all of a dense model", "[simulator][model]") {
+  // mixtral-8x7b: routed experts 32 blocks x 8 x 3·4096·14336 = 45,097,156,608; everything else
+  // 46,702,792,704 - 45,097,156,608 = 1,605,636,096 (the routers included). A token uses 2 of 8 experts:
+  // 1,605,636,096 + 45,097,156,608 x 2/8 = 1,605,636,096 + 11,274,289,152 = 12,879,925,248.
+  CHECK(load_model("mixtral-8x7b").active_parameters() == Approx(12'879'925'248.0).epsilon(1e-15));
+  for (const char* dense : {"llama3-8b", "llama3-70b", "gpt3-175b"}) {
+    INFO(dense);
+    const ModelGraph m = load_model(dense);
+    CHECK(m.active_parameters() == static_cast<double>(m.parameters()));
+  }
+  // The graph JSON keeps what makes a parameter routed.
+  const ModelGraph moe = load_model("mixtral-8x7b");
+  CHECK(ModelGraph::from_graph_json(moe.to_graph_json(), "round trip").active_parameters() ==
+        moe.active_parameters());
+}
+
+TEST_CASE("MFU counts the FLOPs of the active parameters: Mixtral on 16 H100s is near a quarter, not 92 %",
+          "[simulator][model][mfu]") {
+  fixture::Setup s("mixtral-8x7b", "dgx-h100", 16);
+  Plan p;
+  p.seq = 4096;
+  p.ac = AcMode::kFull;
+  const Result r = s.run(p);
+  // 6 x (active - embedding) + 12 L h s = 6 x (12,879,925,248 - 131,072,000) + 12 x 32 x 4096 x 4096
+  //   = 76,493,119,488 + 6,442,450,944 = 82,935,570,432 FLOPs per token.
+  CHECK(r.model_flops_per_token == Approx(82'935'570'432.0).epsilon(1e-12));
+  CHECK(r.mfu == Approx(r.tokens_per_s_per_gpu * r.model_flops_per_token / 989.4e12).epsilon(1e-12));
+  CHECK(r.mfu > 0.15);
+  CHECK(r.mfu < 0.45);
+}
