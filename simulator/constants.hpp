@@ -46,6 +46,9 @@ struct ComputeConstants {
   /// AdamW. ZeRO-Offload reports CPU Adam at 6x PyTorch's CPU Adam and near memory bandwidth (Ren et al. 2021,
   /// arXiv:2101.06840, §5.1, Table 2); taken as 0.5 of nominal (STREAM on two-socket servers reaches ~0.7).
   double host_optimizer_efficiency = 0.5;
+  /// PyTorch's AdamW on CPU tensors (what FSDP's CPU offload runs) against DeepSpeed's vectorised CPUAdam:
+  /// ZeRO-Offload reports its CPU-Adam about 6x faster than PyTorch's CPU Adam (Ren et al. 2021, §4.2 / §6).
+  double torch_cpu_adam_slowdown = 6.0;
   /// Host<->device copies of CPU offload: achieved / nominal PCIe bandwidth for pinned, large copies
   /// (~80 % of the link, CUDA bandwidthTest on Gen4/Gen5 x16).
   double pcie_efficiency = 0.8;
@@ -73,6 +76,9 @@ inline constexpr double kOptimizerLaunches = 20;
 /// §5: torch/optim/adamw.py _multi_tensor_adamw: mul, lerp, mul, addcmul, sqrt, div, add, addcdiv); the measured
 /// step time ratio is lower than 8 because several passes read fewer tensors: 2.8x the fused traffic.
 inline constexpr double kForeachOptimizerTrafficFactor = 2.8;
+/// Host memory bandwidth assumed when a cluster file does not give node.host_memory_Bps: one socket of 8
+/// channels of DDR4-3200 (204.8 GB/s).
+inline constexpr double kDefaultHostMemoryBps = 204.8e9;
 /// Bytes read to compute the gradient norm for clipping, per local parameter (one fp32 read).
 inline constexpr double kGradNormBytesPerParam = 4;
 }  // namespace fw

@@ -37,7 +37,12 @@ class Lowering {
         copyout_task_(static_cast<std::size_t>(U_), -1),
         fwd_task_(static_cast<std::size_t>(U_), -1),
         gathered_(static_cast<std::size_t>(U_), 0),
-        ag_out_held_(static_cast<std::size_t>(U_), 0) {}
+        ag_out_held_(static_cast<std::size_t>(U_), 0),
+        offload_(offload_split(p_)),
+        pcie_Bps_(in.cluster.spec().node.pcie_Bps * K_.pcie_efficiency),
+        // FSDP offloads the sharded fp32 (bf16-mixed) parameters; ZeRO-Infinity the 16-bit partitions.
+        host_param_bytes_(bytes_per_param(p_.runtime, p_.precision).params),
+        host_grad_bytes_(p_.runtime == Runtime::kDeepSpeed ? 4.0 : bytes_per_param(p_.runtime, p_.precision).grads) {}
 
   void run() {
     Program& prog = out_.program;
@@ -86,9 +91,34 @@ class Lowering {
   }
 
   // ---- parameters: all-gather, copy-out, reshard ----
+  /// A host<->device copy of CPU offload on the PCIe lane, after `dep`.
+  std::int32_t pcie_copy(double bytes, std::int32_t dep, int u, int mb, bool backward, const char* what) {
+    Task t;
+    t.type = TaskType::kCopy;
+    t.lane = kLanePcie;
+    t.duration_s = bytes / pcie_Bps_;
+    t.cpu_s = K_.kernel_launch_s;
+    t.deps[0] = dep;
+    t.backward = backward;
+    t.comm_kind = static_cast<std::uint8_t>(CommKind::kOffloadCopy);
+    t.unit = u;
+    t.micro_batch = mb;
+    t.label = label([&] { return std::string(what) + (u >= 0 ? " " + unit(u).name : std::string()) + mb_suffix(mb); });
+    out_.comm[static_cast<int>(CommKind::kOffloadCopy)].bytes_per_rank += bytes;
+    const std::int32_t id = out_.program.add(t);
+    last_pcie_ = id;
+    return id;
+  }
+
   void issue_ag(int u, int mb, bool backward, std::int32_t after) {
     const SimUnit& un = unit(u);
     if (un.gathered_elems == 0) return;
+    if (offload_.params) {
+      // Offloaded parameters: the shard is copied host -> device before its all-gather (FSDP2 all_gather_inputs,
+      // FSDP1 pre_unshard, DeepSpeed ZeRO-Infinity fetch), into a shard-sized staging tensor.
+      const double shard_bytes = static_cast<double>(un.shard_elems) * host_param_bytes_;
+      after = pcie_copy(shard_bytes, after, u, mb, backward, "h2d params");
+    }
     Task t;
     t.type = TaskType::kCollective;
     t.lane = kLaneShard;
@@ -373,6 +403,9 @@ class Lowering {
             CollectiveKind::kAllReduce, CommKind::kAllReduce, kLaneShard, bytes, dp_g_, id,
             busbw_factor(CollectiveKind::kAllReduce, p_.dp) * bytes,
             [&] { return "all_reduce " + un.name + mb_suffix(mb); }, u, mb);
+        // DeepSpeed ZeRO-1 offload: this rank's partition of the reduced bucket goes to the host.
+        if (offload_.grads)
+          pcie_copy(static_cast<double>(un.elems) / p_.dp * host_grad_bytes_, last_shard_comm_, u, mb, true, "d2h grads");
       }
     }
     if (held_rs_input_ > 0) {
@@ -424,32 +457,47 @@ class Lowering {
     prev_prev_rs_ = prev_rs_;
     prev_rs_ = rid;
     last_shard_comm_ = rid;
+    std::int32_t reduced = rid;
     if (p_.replicas > 1) {
       const double bytes = rs_elems / p_.shard_group * br_;
-      last_rep_comm_ = add_collective(
+      last_rep_comm_ = reduced = add_collective(
           CollectiveKind::kAllReduce, CommKind::kAllReduce, kLaneReplica, bytes, rep_g_, rid,
           busbw_factor(CollectiveKind::kAllReduce, p_.replicas) * bytes,
           [&] { return "hsdp all_reduce " + un.name + mb_suffix(mb); }, u, mb);
     }
+    // Offloaded gradients: the reduced shard goes device -> host (FSDP post-backward D2H, DeepSpeed
+    // async copy into the fp32 CPU partition).
+    if (offload_.grads) pcie_copy(rs_elems / p_.shard_group * host_grad_bytes_, reduced, u, mb, true, "d2h grads");
   }
 
   // ---- optimizer step ----
   void optimizer_step() {
-    const std::array<Bytes, 3> ps = persistent_state(in_.model, p_);
-    const BytesPerParam bpp = bytes_per_param(p_.runtime, p_.precision);
-    const double local_params = static_cast<double>(ps[2]) / std::max(1, bpp.optimizer);
+    const double local_params = static_cast<double>(state_elems(in_.model, p_).optimizer);
     Task o;
     o.type = TaskType::kOptimizer;
-    o.lane = kLaneCompute;
-    o.duration_s = p_.offload == Offload::kOptimizer
-                       ? 0.0
-                       : in_.costs.optimizer_s(local_params *
-                                               optimizer_bytes_per_param(p_.runtime, p_.precision, p_.fused_optimizer));
     o.cpu_s = K_.kernel_launch_s * fw::kOptimizerLaunches;
-    o.deps = {last_shard_comm_, last_rep_comm_, -1};
+    o.deps = {last_shard_comm_, last_rep_comm_, offload_.grads ? last_pcie_ : -1};
+    if (offload_.optimizer) {
+      // The optimizer runs on the host CPUs, which the GPUs of a host share (DeepSpeed CPUAdam; FSDP's optimizer
+      // on CPU tensors is torch's AdamW, several times slower per byte: ComputeConstants).
+      const auto& node = in_.cluster.spec().node;
+      const double host_Bps = (node.host_memory_Bps > 0 ? node.host_memory_Bps : fw::kDefaultHostMemoryBps) /
+                              std::max(1, node.host_gpus) * K_.host_optimizer_efficiency /
+                              (p_.runtime == Runtime::kDeepSpeed ? 1.0 : K_.torch_cpu_adam_slowdown);
+      o.lane = kLaneHost;
+      o.duration_s = local_params * kHostAdamBytesPerParam / host_Bps;
+    } else {
+      o.lane = kLaneCompute;
+      o.duration_s =
+          in_.costs.optimizer_s(local_params * optimizer_bytes_per_param(p_.runtime, p_.precision, p_.fused_optimizer));
+    }
     o.label = label([] { return std::string("optimizer step"); });
-    const std::int32_t oid = out_.program.add(o);
+    std::int32_t oid = out_.program.add(o);
     out_.optimizer_s = o.duration_s;
+    // DeepSpeed offload: the updated 16-bit parameters of this rank's partition go back host -> device (FSDP's
+    // offloaded parameters stay on the host until the next all-gather copies them in).
+    if (offload_.optimizer && !offload_.params && p_.runtime == Runtime::kDeepSpeed)
+      oid = pcie_copy(local_params * bc_, oid, -1, -1, false, "h2d updated params");
     if (!p_.fused_optimizer) {  // foreach AdamW: a parameter-sized sqrt temporary in the state dtype
       const Bytes tmp = B(local_params * 4);
       effect(MemCategory::kOptimizer, kPoolDefault, tmp);
@@ -490,6 +538,11 @@ class Lowering {
   int prev_fwd_ag_out_ = -1;  ///< FSDP2 forward: AG output kept until the next unit's copy-out
   Bytes grads_allocated_ = 0;
   std::int32_t last_compute_ = -1;  ///< the last compute task (what the next TP all-gather needs)
+  std::int32_t last_pcie_ = -1;     ///< the last offload copy
+  const OffloadSplit offload_;
+  const double pcie_Bps_;           ///< achievable host<->device bandwidth per GPU
+  const double host_param_bytes_;   ///< bytes per element of an offloaded parameter shard
+  const double host_grad_bytes_;    ///< bytes per element of an offloaded gradient shard
 };
 
 }  // namespace

@@ -10,7 +10,7 @@
 
 namespace shardplan {
 
-std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p) {
+StateElems state_elems(const ModelGraph& model, const Plan& p) {
   const RuntimeTraits rt = runtime_traits(p);
   const int F = p.shard_group, t = p.tp;
   std::int64_t local = 0, shard = 0;
@@ -21,18 +21,51 @@ std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p) {
     }
   }
   if (rt.padding == Padding::kFlatUnit) shard = ceil_div(local, F);  // one padded flat parameter, approximately
-  const BytesPerParam b = bytes_per_param(p.runtime, p.precision);
   const bool ds = p.runtime == Runtime::kDeepSpeed;
   // DeepSpeed ZeRO-1/2 partition one flat group padded to 2 x F (nccl_start_alignment_factor, §1.8).
   const std::int64_t part = ds && p.zero < 3 ? ceil_div(local, 2 * F) * 2 : shard;
-  std::int64_t pe = local, ge = local, oe = local;
-  if (p.zero >= 1) oe = part;
-  if (p.zero >= 2) ge = part;
-  if (p.zero >= 3 || (!ds && p.zero == 2)) pe = shard;
-  if (!ds && p.zero >= 2) ge = oe = shard;
-  if (p.offload == Offload::kOptimizer) oe = 0;
-  return {mul_checked(pe, b.params, "parameter bytes"), mul_checked(ge, b.grads, "gradient bytes"),
-          mul_checked(oe, b.optimizer, "optimizer bytes")};
+  StateElems e{local, local, local};
+  if (p.zero >= 1) e.optimizer = part;
+  if (p.zero >= 2) e.grads = part;
+  if (p.zero >= 3 || (!ds && p.zero == 2)) e.params = shard;
+  if (!ds && p.zero >= 2) e.grads = e.optimizer = shard;
+  return e;
+}
+
+OffloadSplit offload_split(const Plan& p) {
+  // DeepSpeed ZeRO-Offload (offload_optimizer): fp32 master + Adam moments and the fp32 gradient partitions live
+  // on the host (stage_1_and_2.py cpu_offload: accumulated_grads_in_cpu; stage3.py offload_optimizer); the
+  // 16-bit parameters stay on the GPU. offload_param (ZeRO-Infinity, stage 3) moves the 16-bit parameter
+  // partitions too. FSDP CPU offload (FSDP1 CPUOffload(offload_params=True), FSDP2 CPUOffloadPolicy) keeps the
+  // sharded parameters, their gradients and the optimizer state on the host (docs/mechanics.md §1.11).
+  OffloadSplit o;
+  if (p.offload == Offload::kNone) return o;
+  o.optimizer = o.grads = true;
+  o.params = p.offload == Offload::kParams;
+  return o;
+}
+
+std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p) {
+  const StateElems e = state_elems(model, p);
+  const OffloadSplit o = offload_split(p);
+  const BytesPerParam b = bytes_per_param(p.runtime, p.precision);
+  return {o.params ? 0 : mul_checked(e.params, b.params, "parameter bytes"),
+          o.grads ? 0 : mul_checked(e.grads, b.grads, "gradient bytes"),
+          o.optimizer ? 0 : mul_checked(e.optimizer, b.optimizer, "optimizer bytes")};
+}
+
+Bytes host_state_bytes_per_rank(const ModelGraph& model, const Plan& p) {
+  const OffloadSplit o = offload_split(p);
+  if (!o.optimizer) return 0;
+  const StateElems e = state_elems(model, p);
+  const BytesPerParam b = bytes_per_param(p.runtime, p.precision);
+  // Gradients reach the host as fp32 (DeepSpeed accumulates them there in fp32; FSDP's sharded grads have the
+  // fp32 parameters' dtype under bf16-mixed, the parameter dtype otherwise).
+  const Bytes grad_b = p.runtime == Runtime::kDeepSpeed ? 4 : b.grads;
+  Bytes host = add_checked(mul_checked(e.optimizer, b.optimizer, "host optimizer bytes"),
+                           mul_checked(e.grads, grad_b, "host gradient bytes"));
+  if (o.params) host = add_checked(host, mul_checked(e.params, b.params, "host parameter bytes"));
+  return host;
 }
 
 Bytes activation_bytes(const ModelGraph& model, const Plan& p) {

@@ -13,8 +13,23 @@
 
 namespace shardplan {
 
-/// Persistent state of one rank {params, grads, optimizer} in bytes (docs/mechanics.md §1.2, §1.8).
+/// Elements of the persistent state one rank holds, wherever it lives (GPU or host), as the runtime shards and
+/// pads them (docs/mechanics.md §1.2, §1.8).
+struct StateElems {
+  std::int64_t params = 0, grads = 0, optimizer = 0;
+};
+StateElems state_elems(const ModelGraph& model, const Plan& p);
+
+/// Which parts of the persistent state CPU offload keeps on the host (docs/mechanics.md §1.11).
+struct OffloadSplit {
+  bool params = false, grads = false, optimizer = false;
+};
+OffloadSplit offload_split(const Plan& p);
+
+/// Persistent state of one rank on the GPU {params, grads, optimizer} in bytes (offloaded parts are 0).
 std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p);
+/// Host memory one rank's offloaded state takes (0 without offload); a node holds this for each of its GPUs.
+Bytes host_state_bytes_per_rank(const ModelGraph& model, const Plan& p);
 
 /// Activations saved by one micro-batch's forward on one rank, plus the saved log-softmax of the loss: a lower
 /// bound of the activations at the peak.

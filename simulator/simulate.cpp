@@ -43,7 +43,12 @@ const Result& Simulator::run(const Plan& p, bool detail) {
   r.peak_reserved_bytes = reserved_from_pools(tl_, p, costs_->constants());
   r.overhead = runtime_overhead(p);
   r.capacity_bytes = cluster_->spec().gpu.memory_bytes;
-  r.fits = r.peak_reserved_bytes + r.overhead.total() <= r.capacity_bytes;
+  // CPU offload: the node's host memory holds the offloaded state of each of its GPUs.
+  const auto& node = cluster_->spec().node;
+  r.host_bytes_per_node = host_state_bytes_per_rank(*model_, p) * std::min(node.host_gpus, cluster_->gpus());
+  r.host_capacity_bytes = node.host_memory_bytes;
+  r.fits = r.peak_reserved_bytes + r.overhead.total() <= r.capacity_bytes &&
+           (r.host_capacity_bytes == 0 || r.host_bytes_per_node <= r.host_capacity_bytes);
   summarise_time({*model_, *cluster_, *costs_, p, units_, prog_, tl_}, r);
   return res_;
 }

@@ -39,11 +39,12 @@ void summarise_time(const SummaryInputs& in, Result& r) {
   // CPU block on a transfer through cpu_waited_for) and each stretch is charged to the transfer running in it,
   // so the per-kind exposed times add up to the total. Gaps whose chain ends at the CPU (launch overhead, the
   // FSDP1 limiter waiting on compute) are not communication.
-  auto kind_of = [&](const Task& t) {
-    return static_cast<std::size_t>(t.comm_kind == 0xff ? static_cast<int>(CommKind::kAllGather) : t.comm_kind);
-  };
+  // Transfers are the tasks with a communication kind (collectives, offload copies); the host CPU running an
+  // offloaded optimizer is not one.
+  auto kind_of = [&](const Task& t) { return static_cast<std::size_t>(t.comm_kind); };
+  auto is_transfer = [](const Task& t) { return t.comm_kind != 0xff; };
   for (const Task& t : prog.tasks) {
-    if (t.lane == kLaneCompute) continue;
+    if (!is_transfer(t)) continue;
     r.comm[kind_of(t)].time_s += t.duration_s;
     r.comm[kind_of(t)].count += t.collectives;
   }
@@ -53,7 +54,7 @@ void summarise_time(const SummaryInputs& in, Result& r) {
     while (b > a && x >= 0) {
       const Task& t = prog.tasks[static_cast<std::size_t>(x)];
       const TaskTiming& tm = tl.timing[static_cast<std::size_t>(x)];
-      if (t.lane == kLaneCompute) return;
+      if (!is_transfer(t)) return;  // waits on compute or the host CPU: not communication
       const double s = std::max(a, std::min(tm.start_s, b));
       if (b > s) {
         r.comm[kind_of(t)].exposed_s += b - s;

@@ -48,6 +48,8 @@ Json report_json(const Result& r, const ReportInputs& in) {
             {"runtime_overhead", {{"cuda_context", r.overhead.cuda_context_bytes}, {"nccl", r.overhead.nccl_bytes}}},
             {"capacity_bytes", r.capacity_bytes},
             {"headroom_bytes", r.headroom_bytes()},
+            {"host_bytes_per_node", r.host_bytes_per_node},
+            {"host_capacity_bytes", r.host_capacity_bytes},
             {"peak_phase", r.peak_phase},
             {"margin", margin_json(r)},
             {"peak_time_s", r.peak_time_s},
@@ -83,6 +85,11 @@ std::string report_text(const Result& r, const ReportInputs& in, bool with_time)
   s += fmt::format("  {:<18} {:>12}   (CUDA context + NCCL)\n", "runtime overhead", format_bytes(static_cast<double>(r.overhead.total())));
   s += fmt::format("  {:<18} {:>12}   of {} -> {}\n", "total", format_bytes(static_cast<double>(r.peak_reserved_bytes + r.overhead.total())),
                    format_bytes(static_cast<double>(r.capacity_bytes)), r.fits ? "fits" : "DOES NOT FIT");
+  if (r.host_bytes_per_node > 0)
+    s += fmt::format("  {:<18} {:>12}   per node, of {} host memory -> {}\n", "offloaded (host)",
+                     format_bytes(static_cast<double>(r.host_bytes_per_node)),
+                     r.host_capacity_bytes > 0 ? format_bytes(static_cast<double>(r.host_capacity_bytes)) : "unknown",
+                     r.host_capacity_bytes == 0 || r.host_bytes_per_node <= r.host_capacity_bytes ? "fits" : "DOES NOT FIT");
   s += "  " + margin_statement(r) + "\n";
   s += fmt::format("  persistent state   {:>12}   (params {} + grads {} + optimizer {})\n",
                    format_bytes(static_cast<double>(r.persistent_bytes)), format_bytes(static_cast<double>(r.persistent_split[0])),
