@@ -9,6 +9,7 @@ Unsupported plans exit 2 with one line on stderr. See docs/reference-lane.md.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -382,20 +383,22 @@ def make_tracker(torch, model, optim, state):
         def phase(self):
             if state["phase"] == "optimizer":
                 return f"optimizer, step {state['step']}"
+            # The innermost block: ModTracker.parents is a set and may hold two blocks at once (the one running
+            # and the one FSDP2 prefetches); the one entered last is the highest in forward, lowest in backward.
+            blocks = {int(p.split(".")[2]) for p in self._mod_tracker.parents
+                      if len(p.split(".")) >= 3 and p.split(".")[1] == "layers"}
             unit = "root"
-            for fqn in self._mod_tracker.parents:
-                parts = fqn.split(".")
-                if len(parts) >= 3 and parts[1] == "layers":
-                    unit = "layers." + parts[2]
+            if blocks:
+                unit = f"layers.{min(blocks) if self._mod_tracker.is_bw else max(blocks)}"
             return (f"{'backward' if self._mod_tracker.is_bw else 'forward'} {unit}, step {state['step']}, "
                     f"micro-batch {state['micro']}")
 
-        def _emit(self, op, nbytes, category):
+        def _emit(self, op, nbytes, category, sid):
             if nbytes == 0 or state["propagating"]:
                 return
             self.live[category] = self.live.get(category, 0) + (nbytes if op == "alloc" else -nbytes)
             phase = state["phase"] if state["phase"] not in ("step", "optimizer") else self.phase()
-            self.events.append((op, nbytes, category, phase, self.current_op))
+            self.events.append((op, nbytes, category, phase, self.current_op, sid))
 
         def _update_snap(self, u_type, winfo, old_mem_consumed=None, old_reftype=None):
             super()._update_snap(u_type, winfo, old_mem_consumed=old_mem_consumed, old_reftype=old_reftype)
@@ -403,23 +406,26 @@ def make_tracker(torch, model, optim, state):
                 return  # meta tensors of DTensor's sharding propagation: no memory anywhere
             cat = CATEGORY.get(str(winfo.reftype.value), "other")
             size = round_alloc(winfo.size * winfo.element_size)
+            if not hasattr(winfo, "_sp_id"):
+                winfo._sp_id = len(self.events)  # storage id in the trace: the index of its first event
+            sid = winfo._sp_id
             if u_type == _UpdateType.ADD:
                 winfo._sp_bytes = size
-                self._emit("alloc", size, cat)
+                self._emit("alloc", size, cat, sid)
             elif u_type == _UpdateType.DEL:
-                self._emit("free", getattr(winfo, "_sp_bytes", size), cat)
+                self._emit("free", getattr(winfo, "_sp_bytes", size), cat, sid)
             elif u_type == _UpdateType.SIZE:
                 old = getattr(winfo, "_sp_bytes", 0)
                 winfo._sp_bytes = size
                 if old:
-                    self._emit("free", old, cat)
-                self._emit("alloc", size, cat)
+                    self._emit("free", old, cat, sid)
+                self._emit("alloc", size, cat, sid)
             elif u_type == _UpdateType.REF:
                 old_cat = CATEGORY.get(str(old_reftype.value), "other")
                 if old_cat != cat:
                     b = getattr(winfo, "_sp_bytes", size)
-                    self._emit("free", b, old_cat)
-                    self._emit("alloc", b, cat)
+                    self._emit("free", b, old_cat, sid)
+                    self._emit("alloc", b, cat, sid)
 
     # DTensor's sharding propagation runs the op on global-shape fake tensors in the active fake mode (ours:
     # torch/distributed/tensor/_sharding_prop.py _propagate_tensor_meta_non_cached): metadata only, never memory.
@@ -444,7 +450,7 @@ def summarize(events):
     live = dict.fromkeys(CATEGORIES, 0)
     total = peak = 0
     peak_live, peak_phase, peak_index = dict(live), "", 0
-    for i, (op, nbytes, cat, phase, _) in enumerate(events):
+    for i, (op, nbytes, cat, phase, _, _) in enumerate(events):
         d = nbytes if op == "alloc" else -nbytes
         live[cat] += d
         total += d
@@ -537,6 +543,10 @@ def run(a) -> int:
         optim = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1,
                                   fused=plan["fused_optimizer"], foreach=None if plan["fused_optimizer"] else True)
         tracker = make_tracker(torch, model, optim, state)
+        # torchtitan's GarbageCollection (components/gc? tools/utils.py): gc.disable(), one collection at start,
+        # then every gc_freq = 50 steps. Frees then come from reference counting only: deterministic traces.
+        gc.collect()
+        gc.disable()
         with tracker:
             for step in range(a.steps):
                 state["step"] = step
@@ -546,7 +556,7 @@ def run(a) -> int:
     wall_s = time.time() - t0
     peak, breakdown, peak_phase, peak_index = summarize(events)
     live_end = dict.fromkeys(CATEGORIES, 0)
-    for op, nbytes, cat, _, _ in events:
+    for op, nbytes, cat, _, _, _ in events:
         live_end[cat] += nbytes if op == "alloc" else -nbytes
     tv = torch.__version__.split("+")[0]
     rid = a.id or (f"ref-{spec.get('name', 'custom')}-g{N}-z{plan['zero']}-ac{plan['ac']}-mbs{plan['mbs']}"
@@ -587,8 +597,8 @@ def run(a) -> int:
             "peak_phase": peak_phase,
             "breakdown_at_peak": breakdown,
             "persistent_at_end": {c: live_end[c] for c in ("params", "grads", "optimizer")},
-            "events": [{"op": op, "bytes": b, "category": c, "phase": ph, "aten": fn, "stream": "default"}
-                       for op, b, c, ph, fn in events],
+            "events": [{"op": op, "bytes": b, "category": c, "phase": ph, "aten": fn, "storage": sid,
+                        "stream": "default"} for op, b, c, ph, fn, sid in events],
         }
         Path(a.trace).write_text(json.dumps(trace, separators=(",", ":")) + "\n")
     print(f"{rid}: peak_allocated {peak} B ({peak / 2**30:.2f} GiB) at {peak_phase}; {len(events)} events; "
