@@ -54,9 +54,10 @@ def predict(rec, binary):
     out = subprocess.run(cmd, capture_output=True, text=True)
     if tmp:
         tmp.unlink()
-    if out.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)}: {out.stderr.strip()}")
-    return json.loads(out.stdout)["memory"]
+    try:  # `memory` exits non-zero when the plan does not fit, with the JSON still written
+        return json.loads(out.stdout)["memory"]
+    except (json.JSONDecodeError, KeyError):
+        raise SystemExit(f"{' '.join(cmd)}: exit {out.returncode}: {out.stderr.strip()}")
 
 
 def main():
