@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -122,9 +121,6 @@ def parse_args(argv):
     p.add_argument("--id", default=None, help="record id (default: derived from the plan)")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--trace", default=None)
-
-    class _Parser(argparse.ArgumentParser):
-        pass
 
     def error(msg):
         raise PlanError(msg)
