@@ -1,0 +1,187 @@
+"""End-to-end tests of the reference lane (tools/reference/run.py): a tiny Llama-style spec, 8 fake ranks.
+
+Needs the project's Python environment: run with the python that `bash tools/pyenv.sh` prints, from the repo root:
+  $(bash tools/pyenv.sh) -m unittest discover -s tests/reference -p 'test_*.py'
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+RUN = os.path.join(ROOT, "tools", "reference", "run.py")
+SCHEMA = os.path.join(ROOT, "docs", "schema", "run.schema.json")
+SHARDPLAN = os.path.join(ROOT, "build", "planner", "shardplan")
+
+# 2 blocks, hidden 64, 4 heads of 16 (2 KV heads), SwiGLU 128, vocab 256: every dim 0 divides by 8 ranks.
+TINY = {"schema": "shardplan.model/1", "name": "tiny", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
+        "ffn_hidden": 128, "vocab": 256, "seq": 32}
+# 64*256 (embedding) + 2 * (64*64 wq + 2*64*32 wk,wv + 64*64 wo + 3*64*128 ffn + 2*64 norms) + 64 + 256*64 output
+TINY_PARAMS = 106816
+
+# Persistent state of rank 0 of 8. FSDP2 shards each parameter on dim 0 (numel / 8) and keeps it as its own
+# allocation; the CUDA caching allocator rounds each request up to a multiple of 512 B (kMinBlockSize).
+# fp32 shards (bf16-mixed):  embedding 16384/8*4 = 8192; output 8192; final norm 64/8*4 = 32 -> 512;
+#   per block: 2 norms 2*512, wq 4096/8*4 = 2048, wk 2048/8*4 = 1024, wv 1024, wo 2048, w1,w2,w3 3*4096
+#   = 19456; total 8192 + 8192 + 512 + 2*19456 = 55808.
+PARAMS_FP32 = 55808
+# AdamW: exp_avg and exp_avg_sq like each shard (2 * 55808) + one 'step' scalar tensor per parameter
+# (21 parameters, 4 B each -> 512 B each): 111616 + 21*512 = 122368.
+OPT_FP32 = 122368
+# bf16 shards (bf16-true): embedding 4096, output 4096, norm 16 -> 512; per block 2*512 + 1024 + 512 + 512 +
+#   1024 + 3*2048 = 10240; total 4096 + 4096 + 512 + 2*10240 = 29184. AdamW states in bf16: 2*29184 + 21*512.
+PARAMS_BF16 = 29184
+OPT_BF16 = 2 * 29184 + 21 * 512
+# Gradients: FSDP2's reduce-scatter output is one flat buffer per FSDP unit, and the sharded gradients are views
+# of it. fp32 (reduce fp32): a block's shard is 2*8 + 512 + 256 + 256 + 512 + 3*1024 = 4624 elements = 18496 B
+# -> 18944; the root (embedding 2048 + norm 8 + output 2048 = 4104 elements = 16416 B) -> 16896.
+GRADS_FP32 = 2 * 18944 + 16896
+
+
+def run_ref(tmp, *flags, trace=True):
+    spec = os.path.join(tmp, "tiny.json")
+    with open(spec, "w") as f:
+        json.dump(TINY, f)
+    rec, tr = os.path.join(tmp, "rec.json"), os.path.join(tmp, "trace.json")
+    cmd = [sys.executable, RUN, "--model", spec, "--gpus", "8", "-o", rec] + (["--trace", tr] if trace else [])
+    p = subprocess.run(cmd + list(flags), capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise AssertionError(f"run.py {' '.join(flags)} failed ({p.returncode}): {p.stderr[-2000:]}")
+    with open(rec) as f:
+        record = json.load(f)
+    trace_doc = None
+    if trace:
+        with open(tr) as f:
+            trace_doc = json.load(f)
+    return record, trace_doc
+
+
+def max_live(trace, category):
+    live = peak = 0
+    for e in trace["events"]:
+        if e["category"] == category:
+            live += e["bytes"] if e["op"] == "alloc" else -e["bytes"]
+            peak = max(peak, live)
+    return peak
+
+
+def live_before(trace, phase_prefix):
+    """Live bytes per category just before the first event whose phase starts with phase_prefix."""
+    live = {}
+    for e in trace["events"]:
+        if e["phase"].startswith(phase_prefix):
+            break
+        live[e["category"]] = live.get(e["category"], 0) + (e["bytes"] if e["op"] == "alloc" else -e["bytes"])
+    return live
+
+
+class ReferenceLaneTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.runs = {}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def get(self, *flags):
+        if flags not in self.runs:
+            d = os.path.join(self.tmp.name, str(len(self.runs)))
+            os.makedirs(d)
+            self.runs[flags] = run_ref(d, *flags)
+        return self.runs[flags]
+
+    def check_schema(self, record):
+        import jsonschema  # in the pinned environment (tools/pyenv-requirements.txt)
+
+        with open(SCHEMA) as f:
+            jsonschema.validate(record, json.load(f))
+
+    def test_zero3_persistent_state_is_exact(self):
+        record, trace = self.get()
+        self.assertEqual(trace["parameters"], TINY_PARAMS)
+        self.assertEqual(trace["persistent_at_end"], {"params": PARAMS_FP32, "grads": 0, "optimizer": OPT_FP32})
+        self.assertEqual(max_live(trace, "grads"), GRADS_FP32)
+        self.assertEqual(max_live(trace, "optimizer"), OPT_FP32)
+        # Second step: the optimizer states are live through forward and backward.
+        self.assertEqual(live_before(trace, "backward layers.1, step 1")["optimizer"], OPT_FP32)
+        self.assertEqual(record["measured"]["peak_allocated_bytes"], trace["peak_allocated_bytes"])
+        self.assertEqual(sum(trace["breakdown_at_peak"].values()), trace["peak_allocated_bytes"])
+        self.assertTrue(record["source"].startswith("pytorch reference, fake process group, torch "))
+        self.check_schema(record)
+
+    def test_every_allocation_is_freed_or_persistent(self):
+        _, trace = self.get()
+        live = {}
+        for e in trace["events"]:
+            self.assertEqual(e["bytes"] % 512, 0)
+            live[e["category"]] = live.get(e["category"], 0) + (e["bytes"] if e["op"] == "alloc" else -e["bytes"])
+            self.assertGreaterEqual(live[e["category"]], 0, e)
+        # After the last step only the shards, the optimizer states and the freqs_cis buffer (32 x 8 complex64 =
+        # 2048 B, torchtitan's non-persistent rotary table) remain.
+        self.assertEqual({k: v for k, v in live.items() if v},
+                         {"params": PARAMS_FP32, "optimizer": OPT_FP32, "other": 2048})
+
+    def test_zero2_keeps_gathered_params_until_backward(self):
+        record, trace = self.get("--zero", "2")
+        self.assertEqual(trace["persistent_at_end"]["params"], PARAMS_FP32)
+        self.assertFalse(record["plan"]["reshard_after_forward"])
+        # Before backward of step 1, every unit's bf16 unsharded parameters are live with ZeRO-2 (106816 * 2 B
+        # plus 512 B rounding per tensor at most), only the root's and the last block's with ZeRO-3.
+        z2 = live_before(trace, "backward root, step 1").get("gathered_params", 0)
+        _, t3 = self.get()
+        z3 = live_before(t3, "backward root, step 1").get("gathered_params", 0)
+        self.assertGreaterEqual(z2, TINY_PARAMS * 2)
+        self.assertLess(z3, z2)
+
+    def test_activation_checkpointing_saves_less(self):
+        saved = {}
+        for ac in ("none", "selective", "full"):
+            _, trace = self.get("--ac", ac) if ac != "none" else self.get()
+            saved[ac] = live_before(trace, "backward root, step 1")["activations"]
+        self.assertLess(saved["full"], saved["selective"])
+        self.assertLess(saved["selective"], saved["none"])
+
+    def test_bf16_true_state_is_exact(self):
+        record, trace = self.get("--precision", "bf16-true")
+        self.assertEqual(trace["persistent_at_end"], {"params": PARAMS_BF16, "grads": 0, "optimizer": OPT_BF16})
+        self.check_schema(record)
+
+    def test_grad_accumulation_runs_every_micro_batch(self):
+        record, trace = self.get("--mbs", "2", "--grad-accum", "2")
+        self.assertEqual(record["plan"]["grad_accum"], 2)
+        self.assertTrue(any(e["phase"].endswith("micro-batch 1") for e in trace["events"]))
+        self.assertEqual(trace["persistent_at_end"]["params"], PARAMS_FP32)
+
+    def test_unsupported_plan_exits_2_with_one_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            spec = os.path.join(d, "tiny.json")
+            with open(spec, "w") as f:
+                json.dump(TINY, f)
+            for flags in (["--runtime", "fsdp1"], ["--ac", "bogus"], ["--zero", "2", "--reshard-after-forward",
+                                                                        "true"]):
+                p = subprocess.run([sys.executable, RUN, "--model", spec, "--gpus", "8", "-o",
+                                    os.path.join(d, "r.json")] + flags, capture_output=True, text=True)
+                self.assertEqual(p.returncode, 2, flags)
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+                self.assertTrue(p.stderr.startswith("run.py: --"), p.stderr)
+
+    @unittest.skipUnless(os.path.exists(SHARDPLAN), "shardplan not built")
+    def test_shardplan_validate_reads_the_record(self):
+        record, _ = self.get()
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "rec.json")
+            rec = dict(record)
+            rec["model"] = TINY
+            with open(path, "w") as f:
+                json.dump(rec, f)
+            p = subprocess.run([SHARDPLAN, "validate", path], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("peak_allocated_bytes", p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

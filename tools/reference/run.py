@@ -1,0 +1,616 @@
+#!/usr/bin/env python3
+"""The reference lane: runs the real PyTorch FSDP2 training step of a shardplan model as rank 0 of a world of N
+(fake process group, fake tensors: no real memory, no GPU) and records every allocation and free with its
+category and phase; writes a shardplan.run/1 record (measured.peak_allocated_bytes) and optionally the trace.
+
+Usage: run.py --model M --gpus N [PLAN-FLAGS as `shardplan simulate`] -o RECORD.json [--trace TRACE.json]
+Unsupported plans exit 2 with one line on stderr. See docs/reference-lane.md.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class PlanError(Exception):
+    """A plan or model the reference lane cannot run: exit 2 with one line."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Model spec (simulator/model_spec.cpp reads the same fields with the same defaults).
+
+
+def load_spec(model: str) -> tuple[dict, str | dict]:
+    """Returns (spec, record_model): record_model is the preset name or the inline spec."""
+    path = Path(model)
+    if path.suffix == ".json" and path.is_file():
+        try:
+            spec = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise PlanError(f"{model}: cannot read model spec: {e}")
+        return spec, spec
+    preset = ROOT / "models" / f"{model}.json"
+    if not preset.is_file():
+        raise PlanError(f"--model: no preset \"{model}\" in models/ and no such spec file")
+    return json.loads(preset.read_text()), model
+
+
+def normalize_spec(spec: dict) -> dict:
+    s = dict(spec)
+    for key in ("layers", "hidden", "heads", "ffn_hidden", "vocab"):
+        if not isinstance(s.get(key), int) or s[key] < 1:
+            raise PlanError(f"model spec: field \"{key}\" must be a positive integer")
+    s.setdefault("kv_heads", s["heads"])
+    s.setdefault("head_dim", s["hidden"] // s["heads"])
+    s.setdefault("mlp", "swiglu")
+    s.setdefault("norm", "rmsnorm")
+    s.setdefault("norm_bias", s["norm"] == "layernorm")
+    s.setdefault("positions", "rotary")
+    s.setdefault("seq", 4096)
+    unsupported = []
+    if s["mlp"] != "swiglu":
+        unsupported.append("mlp gelu")
+    if s["norm"] != "rmsnorm" or s["norm_bias"]:
+        unsupported.append("layernorm / norm bias")
+    if s.get("attn_bias") or s.get("mlp_bias") or s.get("qkv_bias_only"):
+        unsupported.append("biases")
+    if s["positions"] != "rotary":
+        unsupported.append(f"positions {s['positions']}")
+    if s.get("moe"):
+        unsupported.append("moe")
+    if s.get("embedding_norm"):
+        unsupported.append("embedding_norm")
+    if s["heads"] % s["kv_heads"]:
+        unsupported.append("heads not a multiple of kv_heads")
+    if s["head_dim"] % 2:
+        unsupported.append("odd head_dim (rotary)")
+    if unsupported:
+        raise PlanError(f"model {s.get('name', 'custom')}: not a Llama-style decoder the reference lane builds "
+                        f"({', '.join(unsupported)})")
+    return s
+
+
+def param_count(s: dict) -> int:
+    """Closed form of the modules built below (same tensors as the simulator's Llama-style graph)."""
+    h, hd, q, kv, f, v = s["hidden"], s["head_dim"], s["heads"], s["kv_heads"], s["ffn_hidden"], s["vocab"]
+    block = h * q * hd + 2 * h * kv * hd + q * hd * h + 3 * h * f + 2 * h
+    head = 0 if s.get("tied_embeddings") else v * h
+    return v * h + s["layers"] * block + h + head
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Plan flags (planner/cli/common.cpp add_plan_options; defaults from planner/cli/common.hpp PlanFlags).
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", default="llama3-70b")
+    p.add_argument("--cluster", default="dgx-h100", help="written to the record only")
+    p.add_argument("--gpus", type=int, required=True)
+    p.add_argument("--runtime", default="fsdp2")
+    p.add_argument("--zero", type=int, default=3)
+    p.add_argument("--shard-group", type=int, default=0)
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--seq", type=int, default=0)
+    p.add_argument("--mbs", type=int, default=1)
+    p.add_argument("--grad-accum", type=int, default=0)
+    p.add_argument("--global-batch", type=int, default=0)
+    p.add_argument("--ac", default="none")
+    p.add_argument("--wrap", type=int, default=1)
+    p.add_argument("--prefetch", type=int, default=1)
+    p.add_argument("--reshard-after-forward", default=None)
+    p.add_argument("--precision", default="bf16-mixed")
+    p.add_argument("--reduce-dtype", default=None)
+    p.add_argument("--offload", default="none")
+    p.add_argument("--async-tp", action="store_true")
+    p.add_argument("--foreach-optimizer", action="store_true")
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--hold-logits", action="store_true")
+    p.add_argument("--loss-dtype", default="fp32")
+    p.add_argument("--fp8", default="none")
+    p.add_argument("--fp8-all-gather", action="store_true")
+    p.add_argument("--steps", type=int, default=2,
+                   help="optimizer steps (default 2: from the second on, the optimizer states are live all step)")
+    p.add_argument("--no-clip", action="store_true", help="skip clip_grad_norm_ (torchtitan clips by default)")
+    p.add_argument("--id", default=None, help="record id (default: derived from the plan)")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--trace", default=None)
+
+    def error(msg):
+        raise PlanError(msg)
+
+    p.error = error
+    return p.parse_args(argv)
+
+
+def resolve_plan(a, spec) -> dict:
+    def bad(flag, why):
+        raise PlanError(f"{flag}: {why}")
+
+    if a.gpus < 1:
+        bad("--gpus", "must be >= 1")
+    if a.steps < 1:
+        bad("--steps", "must be >= 1")
+    if a.mbs < 1:
+        bad("--mbs", "must be >= 1")
+    if a.grad_accum < 0:
+        bad("--grad-accum", "must be >= 1")
+    if a.global_batch and a.grad_accum:
+        bad("--global-batch", "give --global-batch or --grad-accum, not both")
+    if a.ac not in ("none", "selective", "full"):
+        bad("--ac", f"unknown value \"{a.ac}\"; expected none | selective | full")
+    if a.precision not in ("bf16-mixed", "bf16", "bf16-true", "fp32"):
+        bad("--precision", f"unknown value \"{a.precision}\"")
+    if a.loss_dtype not in ("fp32", "bf16"):
+        bad("--loss-dtype", f"unknown value \"{a.loss_dtype}\"")
+    if a.runtime not in ("fsdp2", "fsdp1", "deepspeed"):
+        bad("--runtime", f"unknown value \"{a.runtime}\"")
+    # What the reference lane does not run yet (docs/reference-lane.md, "Not covered").
+    if a.runtime != "fsdp2":
+        bad("--runtime", f"{a.runtime} is not covered by the reference lane yet (fsdp2 only)")
+    if a.zero not in (2, 3):
+        bad("--zero", f"ZeRO {a.zero} is not covered by the reference lane yet (FSDP2 zero 2 or 3)")
+    dp = a.gpus
+    if a.tp != 1:
+        bad("--tp", "tensor parallelism is not covered by the reference lane yet")
+    if a.shard_group not in (0, dp):
+        bad("--shard-group", "HSDP is not covered by the reference lane yet")
+    if a.offload != "none":
+        bad("--offload", "CPU offload is not covered by the reference lane yet")
+    if a.fp8 != "none" or a.fp8_all_gather:
+        bad("--fp8", "float8 is not covered by the reference lane yet")
+    if a.compile:
+        bad("--compile", "torch.compile is not covered by the reference lane")
+    if a.async_tp:
+        bad("--async-tp", "needs tensor parallelism")
+    if a.wrap != 1:
+        bad("--wrap", "only one block per FSDP unit (torchtitan's wrapping) is covered")
+    if a.prefetch != 1:
+        bad("--prefetch", "only FSDP2's implicit prefetch of one unit is covered")
+    if a.reshard_after_forward is None:
+        raf = a.zero == 3
+    elif a.reshard_after_forward in ("true", "false"):
+        raf = a.reshard_after_forward == "true"
+    else:
+        bad("--reshard-after-forward", "expected true or false")
+    if a.zero == 2 and raf:
+        bad("--reshard-after-forward", "ZeRO-2 keeps the gathered parameters: reshard_after_forward must be false")
+    if a.zero == 3 and not raf:
+        bad("--reshard-after-forward", "false with --zero 3 is ZeRO-2: pass --zero 2")
+    reduce = a.reduce_dtype or ("fp32" if a.precision in ("bf16-mixed", "fp32") else "bf16")
+    if reduce not in ("fp32", "bf16"):
+        bad("--reduce-dtype", f"unknown value \"{reduce}\"")
+    if a.precision == "fp32" and reduce == "bf16":
+        bad("--reduce-dtype", "bf16 reduction with fp32 precision is not covered")
+    seq = a.seq or spec["seq"]
+    if a.global_batch:
+        if a.global_batch % (a.mbs * dp):
+            bad("--global-batch", f"{a.global_batch} is not a multiple of mbs x dp = {a.mbs * dp}")
+        ga = a.global_batch // (a.mbs * dp)
+    else:
+        ga = a.grad_accum or 1
+    return {"runtime": "fsdp2", "zero": a.zero, "seq": seq, "mbs": a.mbs, "grad_accum": ga, "ac": a.ac,
+            "reshard_after_forward": raf, "precision": a.precision, "reduce_dtype": reduce,
+            "fused_optimizer": not a.foreach_optimizer, "hold_logits": a.hold_logits, "loss_dtype": a.loss_dtype}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The model: torchtitan's Llama 3 structure (torchtitan 0.3.0 torchtitan/models/common/{attention,feed_forward,
+# rope}.py): complex rotary embedding in fp32, SDPA, SwiGLU, nn.RMSNorm, untied output head.
+
+
+def build_model_classes(torch):
+    nn = torch.nn
+    F = torch.nn.functional
+
+    def precompute_freqs_cis(dim, end, theta=500000.0):
+        freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+        t = torch.arange(end, device=freqs.device)
+        freqs = torch.outer(t, freqs).float()
+        return torch.polar(torch.ones_like(freqs), freqs)
+
+    def apply_rotary_emb(xq, xk, freqs_cis):
+        # torchtitan 0.3.0 models/common/rope.py apply_rotary_emb (complex form).
+        xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+        xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+        fc = freqs_cis.view(1, xq_.shape[1], 1, xq_.shape[-1])
+        xq_out = torch.view_as_real(xq_ * fc).flatten(3)
+        xk_out = torch.view_as_real(xk_ * fc).flatten(3)
+        return xq_out.type_as(xq), xk_out.type_as(xk)
+
+    class Attention(nn.Module):
+        def __init__(self, s):
+            super().__init__()
+            self.n_heads, self.n_kv, self.head_dim = s["heads"], s["kv_heads"], s["head_dim"]
+            h = s["hidden"]
+            self.wq = nn.Linear(h, self.n_heads * self.head_dim, bias=False)
+            self.wk = nn.Linear(h, self.n_kv * self.head_dim, bias=False)
+            self.wv = nn.Linear(h, self.n_kv * self.head_dim, bias=False)
+            self.wo = nn.Linear(self.n_heads * self.head_dim, h, bias=False)
+
+        def forward(self, x, freqs_cis):
+            bs, seqlen, _ = x.shape
+            xq = self.wq(x).view(bs, seqlen, -1, self.head_dim)
+            xk = self.wk(x).view(bs, seqlen, -1, self.head_dim)
+            xv = self.wv(x).view(bs, seqlen, -1, self.head_dim)
+            xq, xk = apply_rotary_emb(xq, xk, freqs_cis)
+            q, k, v = xq.transpose(1, 2), xk.transpose(1, 2), xv.transpose(1, 2)
+            out = sdpa(q, k, v)
+            return self.wo(out.transpose(1, 2).contiguous().view(bs, seqlen, -1))
+
+    class FeedForward(nn.Module):
+        def __init__(self, s):
+            super().__init__()
+            self.w1 = nn.Linear(s["hidden"], s["ffn_hidden"], bias=False)
+            self.w2 = nn.Linear(s["ffn_hidden"], s["hidden"], bias=False)
+            self.w3 = nn.Linear(s["hidden"], s["ffn_hidden"], bias=False)
+
+        def forward(self, x):
+            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+    class TransformerBlock(nn.Module):
+        def __init__(self, s):
+            super().__init__()
+            self.attention_norm = nn.RMSNorm(s["hidden"], eps=1e-5)
+            self.attention = Attention(s)
+            self.ffn_norm = nn.RMSNorm(s["hidden"], eps=1e-5)
+            self.feed_forward = FeedForward(s)
+
+        def forward(self, x, freqs_cis):
+            h = x + self.attention(self.attention_norm(x), freqs_cis)
+            return h + self.feed_forward(self.ffn_norm(h))
+
+    class Transformer(nn.Module):
+        def __init__(self, s, seq):
+            super().__init__()
+            self.tok_embeddings = nn.Embedding(s["vocab"], s["hidden"])
+            # torchtitan registers freqs_cis as a non-persistent buffer of max_seq_len rows.
+            self.register_buffer("freqs_cis", precompute_freqs_cis(s["head_dim"], seq), persistent=False)
+            self.layers = nn.ModuleDict({str(i): TransformerBlock(s) for i in range(s["layers"])})
+            self.norm = nn.RMSNorm(s["hidden"], eps=1e-5)
+            self.output = nn.Linear(s["hidden"], s["vocab"], bias=False)
+            if s.get("tied_embeddings"):
+                self.output.weight = self.tok_embeddings.weight
+
+        def forward(self, tokens):
+            h = self.tok_embeddings(tokens)
+            fc = self.freqs_cis[: tokens.shape[1]]
+            for layer in self.layers.values():
+                h = layer(h, fc)
+            return self.output(self.norm(h))
+
+    def sdpa(q, k, v):
+        # On the GPU, F.scaled_dot_product_attention with bf16 inputs runs FlashAttention-2
+        # (aten::_scaled_dot_product_flash_attention, which handles GQA natively and saves out + fp32 logsumexp).
+        # The CPU has a different kernel choice (math fallback for GQA), so call the CUDA op's meta/fake
+        # implementation directly on the fake tensors: the same outputs, saved tensors and backward as on the GPU.
+        out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, True)[0]
+        return out
+
+    return Transformer
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# torchtitan's selective AC policy (torchtitan 0.3.0 distributed/activation_checkpoint.py SelectiveAC): save the
+# outputs of compute-intensive ops and collectives, but recompute every second matmul.
+
+
+def selective_context_fn(torch):
+    from torch._functorch.partitioners import get_default_op_list
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    ops = torch.ops.aten
+    save_ops = {op.default for op in get_default_op_list().compute_intensive_ops}
+    for name in ("_scaled_dot_product_cudnn_attention", "_scaled_dot_product_attention_math",
+                 "_scaled_dot_product_fused_attention_overrideable", "max", "linear", "topk"):
+        if hasattr(ops, name):
+            save_ops.add(getattr(ops, name).default)
+    save_ops.add(torch.ops._c10d_functional.reduce_scatter_tensor.default)
+    save_ops.add(torch.ops._c10d_functional.all_to_all_single.default)
+    mm_ops = (ops.mm.default, ops.linear.default)
+
+    def context_fn():
+        meta = {"forward_mm_count": 0, "recompute_mm_count": 0}
+
+        def policy(ctx, func, *args, **kwargs):
+            key = ("recompute" if ctx.is_recompute else "forward") + "_mm_count"
+            if func in mm_ops:
+                meta[key] += 1
+            if func in save_ops:
+                if func in mm_ops and meta[key] % 2 == 0:
+                    return CheckpointPolicy.PREFER_RECOMPUTE
+                return CheckpointPolicy.MUST_SAVE
+            return CheckpointPolicy.PREFER_RECOMPUTE
+
+        return create_selective_checkpoint_contexts(policy)
+
+    return context_fn
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Allocation trace: PyTorch's own FSDPMemTracker decides which storage is which category and when it is freed
+# (weakref finalizers, storage resize_); every update of its snapshot becomes one event here.
+
+CATEGORY = {
+    "Sharded Param": "params",
+    "Sharded Grad": "grads",
+    "OptState": "optimizer",
+    "Activation": "activations",
+    "Temp": "activations",
+    "Inputs": "activations",
+    "Unsharded Param": "gathered_params",
+    "All Gather": "gathered_params",
+    "Unsharded Grad": "comm_buffers",
+    "Reduce Scatter": "comm_buffers",
+    "Buffer": "other",
+}
+CATEGORIES = ("params", "grads", "optimizer", "activations", "gathered_params", "comm_buffers", "other")
+MIN_BLOCK = 512  # c10/cuda/CUDACachingAllocator.cpp kMinBlockSize: every request is rounded up to 512 bytes
+
+
+def round_alloc(nbytes: int) -> int:
+    return 0 if nbytes <= 0 else -(-nbytes // MIN_BLOCK) * MIN_BLOCK
+
+
+def make_tracker(torch, model, optim, state):
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed._tools.mem_tracker import _UpdateType
+
+    class TracingTracker(FSDPMemTracker):
+        """FSDPMemTracker that also appends one event per alloc/free/recategorization, in program order."""
+
+        events: list = []
+        live: dict = {}
+        current_op = ""
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            outer, self.current_op = self.current_op, str(func)
+            try:
+                return super().__torch_dispatch__(func, types, args, kwargs)
+            finally:
+                self.current_op = outer
+
+        def phase(self):
+            if state["phase"] == "optimizer":
+                return f"optimizer, step {state['step']}"
+            # The innermost block: ModTracker.parents is a set and may hold two blocks at once (the one running
+            # and the one FSDP2 prefetches); the one entered last is the highest in forward, lowest in backward.
+            blocks = {int(p.split(".")[2]) for p in self._mod_tracker.parents
+                      if len(p.split(".")) >= 3 and p.split(".")[1] == "layers"}
+            unit = "root"
+            if blocks:
+                unit = f"layers.{min(blocks) if self._mod_tracker.is_bw else max(blocks)}"
+            return (f"{'backward' if self._mod_tracker.is_bw else 'forward'} {unit}, step {state['step']}, "
+                    f"micro-batch {state['micro']}")
+
+        def _emit(self, op, nbytes, category, sid):
+            if nbytes == 0 or state["propagating"]:
+                return
+            self.live[category] = self.live.get(category, 0) + (nbytes if op == "alloc" else -nbytes)
+            phase = state["phase"] if state["phase"] not in ("step", "optimizer") else self.phase()
+            self.events.append((op, nbytes, category, phase, self.current_op, sid))
+
+        def _update_snap(self, u_type, winfo, old_mem_consumed=None, old_reftype=None):
+            super()._update_snap(u_type, winfo, old_mem_consumed=old_mem_consumed, old_reftype=old_reftype)
+            if winfo.device.type != "cpu":
+                return  # meta tensors of DTensor's sharding propagation: no memory anywhere
+            cat = CATEGORY.get(str(winfo.reftype.value), "other")
+            size = round_alloc(winfo.size * winfo.element_size)
+            if not hasattr(winfo, "_sp_id"):
+                winfo._sp_id = len(self.events)  # storage id in the trace: the index of its first event
+            sid = winfo._sp_id
+            if u_type == _UpdateType.ADD:
+                winfo._sp_bytes = size
+                self._emit("alloc", size, cat, sid)
+            elif u_type == _UpdateType.DEL:
+                self._emit("free", getattr(winfo, "_sp_bytes", size), cat, sid)
+            elif u_type == _UpdateType.SIZE:
+                old = getattr(winfo, "_sp_bytes", 0)
+                winfo._sp_bytes = size
+                if old:
+                    self._emit("free", old, cat, sid)
+                self._emit("alloc", size, cat, sid)
+            elif u_type == _UpdateType.REF:
+                old_cat = CATEGORY.get(str(old_reftype.value), "other")
+                if old_cat != cat:
+                    b = getattr(winfo, "_sp_bytes", size)
+                    self._emit("free", b, old_cat, sid)
+                    self._emit("alloc", b, cat, sid)
+
+    # DTensor's sharding propagation runs the op on global-shape fake tensors in the active fake mode (ours:
+    # torch/distributed/tensor/_sharding_prop.py _propagate_tensor_meta_non_cached): metadata only, never memory.
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+    orig = ShardingPropagator._propagate_tensor_meta_non_cached
+    if not getattr(orig, "_sp_wrapped", False):
+        def wrapped(self, *args, **kwargs):
+            outer, state["propagating"] = state["propagating"], True
+            try:
+                return orig(self, *args, **kwargs)
+            finally:
+                state["propagating"] = outer
+
+        wrapped._sp_wrapped = True
+        ShardingPropagator._propagate_tensor_meta_non_cached = wrapped
+    return TracingTracker(model, optim)
+
+
+def summarize(events):
+    """Peak of the running total (alloc/free pairs from re-categorization do not move it) and the breakdown."""
+    live = dict.fromkeys(CATEGORIES, 0)
+    total = peak = 0
+    peak_live, peak_phase, peak_index = dict(live), "", 0
+    for i, (op, nbytes, cat, phase, _, _) in enumerate(events):
+        d = nbytes if op == "alloc" else -nbytes
+        live[cat] += d
+        total += d
+        if total > peak:
+            peak, peak_live, peak_phase, peak_index = total, dict(live), phase, i
+    return peak, peak_live, peak_phase, peak_index
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def train_step(torch, model, optim, spec, plan, state, clip, tracker):
+    """torchtitan's train_step: micro-batches (forward, loss, backward), clip_grad_norm_, optimizer step."""
+    state["phase"] = "step"
+    for micro in range(plan["grad_accum"]):
+        state["micro"] = micro
+        # FSDPMemTracker keeps per-module stats for one forward/backward: clear them (live storages stay tracked).
+        tracker.reset_mod_stats()
+        tokens = torch.randint(0, spec["vocab"], (plan["mbs"], plan["seq"]))
+        labels = torch.randint(0, spec["vocab"], (plan["mbs"], plan["seq"]))
+        pred = model(tokens)
+        # torchtitan components/loss.py cross_entropy_loss: upcast the logits to fp32.
+        logits = pred.flatten(0, 1)
+        if plan["loss_dtype"] == "fp32":
+            logits = logits.float()
+        loss = torch.nn.functional.cross_entropy(logits, labels.flatten(0, 1))
+        del logits
+        if not plan["hold_logits"]:
+            del pred  # torchtitan deletes pred before backward
+        loss.backward()
+        del loss, tokens, labels
+        if plan["hold_logits"]:
+            del pred
+    state["phase"] = "optimizer"
+    if clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+    optim.step()
+    optim.zero_grad()
+
+
+def run(a) -> int:
+    spec_raw, record_model = load_spec(a.model)
+    spec = normalize_spec(spec_raw)
+    plan = resolve_plan(a, spec)
+    N = a.gpus
+
+    import torch
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    t0 = time.time()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=N)
+    mesh = init_device_mesh("cpu", (N,))
+    Transformer = build_model_classes(torch)
+    state = {"phase": "init", "step": 0, "micro": 0, "propagating": False}
+    fake = FakeTensorMode(allow_non_fake_inputs=False)
+    with fake:
+        param_dtype = torch.bfloat16 if plan["precision"] in ("bf16", "bf16-true") else torch.float32
+        with torch.device("cpu"):
+            torch.set_default_dtype(param_dtype)
+            model = Transformer(spec, plan["seq"])
+            torch.set_default_dtype(torch.float32)
+        n_params = sum(p.numel() for p in model.parameters())
+        expect = param_count(spec)
+        if n_params != expect:
+            raise RuntimeError(f"built {n_params} parameters, closed form says {expect}")
+        # Activation checkpointing, as torchtitan applies it: one checkpoint_wrapper per block.
+        if plan["ac"] != "none":
+            ctx = selective_context_fn(torch) if plan["ac"] == "selective" else None
+            for name, block in list(model.layers.named_children()):
+                kw = {"context_fn": ctx} if ctx else {}
+                model.layers.register_module(name, checkpoint_wrapper(block, preserve_rng_state=True,
+                                                                      early_stop=False, **kw))
+        # FSDP2 as torchtitan applies it (torchtitan/models/llama3/parallelize.py apply_fsdp): each block, then
+        # the root; the last block does not reshard after forward (backward needs it at once).
+        if plan["precision"] == "bf16-mixed":
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                      reduce_dtype=torch.float32 if plan["reduce_dtype"] == "fp32" else torch.bfloat16)
+        else:
+            mp = MixedPrecisionPolicy()
+        raf = plan["reshard_after_forward"]
+        n_layers = len(model.layers)
+        for i, block in enumerate(model.layers.values()):
+            fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=raf and i < n_layers - 1)
+        fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=raf)
+        optim = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1,
+                                  fused=plan["fused_optimizer"], foreach=None if plan["fused_optimizer"] else True)
+        tracker = make_tracker(torch, model, optim, state)
+        # torchtitan's GarbageCollection (components/gc? tools/utils.py): gc.disable(), one collection at start,
+        # then every gc_freq = 50 steps. Frees then come from reference counting only: deterministic traces.
+        gc.collect()
+        gc.disable()
+        with tracker:
+            for step in range(a.steps):
+                state["step"] = step
+                train_step(torch, model, optim, spec, plan, state, clip=not a.no_clip, tracker=tracker)
+            state["phase"] = "end"
+    events = tracker.events
+    wall_s = time.time() - t0
+    peak, breakdown, peak_phase, peak_index = summarize(events)
+    live_end = dict.fromkeys(CATEGORIES, 0)
+    for op, nbytes, cat, _, _, _ in events:
+        live_end[cat] += nbytes if op == "alloc" else -nbytes
+    tv = torch.__version__.split("+")[0]
+    rid = a.id or (f"ref-{spec.get('name', 'custom')}-g{N}-z{plan['zero']}-ac{plan['ac']}-mbs{plan['mbs']}"
+                   f"-s{plan['seq']}-ga{plan['grad_accum']}-{plan['precision']}")
+    rec_plan = {"runtime": "fsdp2", "zero": plan["zero"], "seq": plan["seq"], "mbs": plan["mbs"],
+                "grad_accum": plan["grad_accum"], "ac": plan["ac"], "wrap": 1, "prefetch": 1,
+                "reshard_after_forward": plan["reshard_after_forward"], "precision": plan["precision"],
+                "reduce_dtype": plan["reduce_dtype"], "fused_optimizer": plan["fused_optimizer"],
+                "hold_logits": plan["hold_logits"], "loss_dtype": plan["loss_dtype"]}
+    bd = " ".join(f"{c}={breakdown[c]}" for c in CATEGORIES)
+    record = {
+        "schema": "shardplan.run/1",
+        "id": rid,
+        "model": record_model,
+        "cluster": a.cluster,
+        "gpus": N,
+        "plan": rec_plan,
+        "measured": {"peak_allocated_bytes": peak},
+        "source": f"pytorch reference, fake process group, torch {tv}",
+        "notes": (f"tools/reference/run.py: rank 0 of {N}, FakeTensorMode on the CPU device, FSDP2 fully_shard per "
+                  f"block + root, fused={plan['fused_optimizer']} AdamW, clip_grad_norm={not a.no_clip}; "
+                  f"breakdown at peak ({peak_phase}): {bd}; sizes rounded to 512 B per allocation; "
+                  f"persistent at end: params={live_end['params']} grads={live_end['grads']} "
+                  f"optimizer={live_end['optimizer']}"),
+    }
+    out = Path(a.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    if a.trace:
+        trace = {
+            "schema": "shardplan.reference_trace/1",
+            "record_id": rid,
+            "torch": torch.__version__,
+            "device": "cpu (fake tensors)",
+            "parameters": n_params,
+            "peak_allocated_bytes": peak,
+            "peak_event": peak_index,
+            "peak_phase": peak_phase,
+            "breakdown_at_peak": breakdown,
+            "persistent_at_end": {c: live_end[c] for c in ("params", "grads", "optimizer")},
+            "events": [{"op": op, "bytes": b, "category": c, "phase": ph, "aten": fn, "storage": sid,
+                        "stream": "default"} for op, b, c, ph, fn, sid in events],
+        }
+        Path(a.trace).write_text(json.dumps(trace, separators=(",", ":")) + "\n")
+    print(f"{rid}: peak_allocated {peak} B ({peak / 2**30:.2f} GiB) at {peak_phase}; {len(events)} events; "
+          f"{wall_s:.1f} s", file=sys.stderr)
+    dist.destroy_process_group()
+    return 0
+
+
+def main(argv=None) -> int:
+    try:
+        a = parse_args(sys.argv[1:] if argv is None else argv)
+        return run(a)
+    except PlanError as e:
+        print(f"run.py: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
