@@ -291,52 +291,24 @@ constexpr std::array<TaskKind, 9> kKinds = {{{"forward", "#5b8fd0"},
                                               {"other", "#7f7f7f"},
                                               {"exposed communication", "#c62828"}}};
 
-std::size_t task_kind(const Task& t, const std::string& label) {
-  auto has = [&](const char* s) { return label.find(s) != std::string::npos; };
-  if (t.type == TaskType::kOptimizer || has("optimizer")) return 6;
-  if (has("all_gather")) return t.type == TaskType::kCopy ? 5 : 2;
-  if (has("reduce_scatter")) return 3;
-  if (has("all_reduce")) return 4;
-  if (t.type == TaskType::kCopy || has("copy")) return 5;
-  if (t.type == TaskType::kCollective) return 2;
-  if (label.rfind("bwd", 0) == 0) return 1;
-  if (label.rfind("fwd", 0) == 0 || t.type == TaskType::kCompute) return 0;
+/// The chart colour of a task, from what the lowering recorded (its type, communication kind and pass); labels
+/// are display text only.
+std::size_t task_kind(const Task& t) {
+  if (t.type == TaskType::kOptimizer) return 6;
+  if (t.type == TaskType::kCollective || t.comm_kind != 0xff) {
+    switch (static_cast<CommKind>(t.comm_kind)) {
+      case CommKind::kAllGather:
+      case CommKind::kTpAllGather: return 2;
+      case CommKind::kReduceScatter:
+      case CommKind::kTpReduceScatter: return 3;
+      case CommKind::kAllReduce: return 4;
+      case CommKind::kOffloadCopy: return 5;
+    }
+    return 7;
+  }
+  if (t.type == TaskType::kCopy) return 5;
+  if (t.type == TaskType::kCompute) return t.backward ? 1 : 0;
   return 7;
-}
-
-/// Intervals where some non-compute lane runs and the compute lane (lane 0) is idle.
-std::vector<std::pair<double, double>> exposed_intervals(const Program& prog, const Timeline& tl) {
-  std::vector<std::pair<double, double>> busy, comm;
-  const std::size_t n = std::min(prog.tasks.size(), tl.timing.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    const Task& t = prog.tasks[i];
-    const auto& tm = tl.timing[i];
-    if (!(tm.end_s > tm.start_s)) continue;
-    (t.lane == 0 ? busy : comm).push_back({tm.start_s, tm.end_s});
-  }
-  auto merge = [](std::vector<std::pair<double, double>>& v) {
-    std::sort(v.begin(), v.end());
-    std::vector<std::pair<double, double>> out;
-    for (const auto& iv : v) {
-      if (!out.empty() && iv.first <= out.back().second) out.back().second = std::max(out.back().second, iv.second);
-      else out.push_back(iv);
-    }
-    v = std::move(out);
-  };
-  merge(busy);
-  merge(comm);
-  std::vector<std::pair<double, double>> exposed;
-  std::size_t b = 0;
-  for (auto [a, e] : comm) {
-    double pos = a;
-    while (b < busy.size() && busy[b].second <= pos) ++b;
-    for (std::size_t k = b; k < busy.size() && busy[k].first < e && pos < e; ++k) {
-      if (busy[k].first > pos) exposed.push_back({pos, busy[k].first});
-      pos = std::max(pos, busy[k].second);
-    }
-    if (pos < e) exposed.push_back({pos, e});
-  }
-  return exposed;
 }
 
 std::string gantt_chart(const Simulator& sim, const Result& r) {
@@ -367,14 +339,16 @@ std::string gantt_chart(const Simulator& sim, const Result& r) {
     const auto& tm = tl.timing[i];
     if (!(tm.end_s > tm.start_s) || t.lane >= rows.size()) continue;
     const std::string& label = t.label < prog.labels.size() ? prog.labels[t.label] : std::string();
-    const std::size_t k = task_kind(t, label);
+    const std::size_t k = task_kind(t);
     used[k] = true;
     rows[t.lane].push_back({tm.start_s * tu.factor, tm.end_s * tu.factor, kKinds[k].color,
                             fmt::format("{}: {} {} from {} {}", label.empty() ? kKinds[k].name : label,
                                         num((tm.end_s - tm.start_s) * tu.factor, 3), tu.name,
                                         num(tm.start_s * tu.factor, 3), tu.name)});
   }
-  const auto exposed = exposed_intervals(prog, tl);
+  // The simulator's own exposed intervals (a detail run keeps them): the chart draws what the report counts.
+  const std::vector<std::pair<double, double>> exposed =
+      r.exposed_intervals ? *r.exposed_intervals : std::vector<std::pair<double, double>>{};
   double exposed_total = 0;
   for (auto [a, b] : exposed) exposed_total += b - a;
   used[8] = !exposed.empty();
