@@ -114,10 +114,13 @@ static const CollectiveSeries* best_series(const std::vector<CollectiveSeries>& 
   return best;
 }
 
-/// Latency steps of the ring algorithm (mechanics.md 4.4/4.5): AR 2(n-1), AG/RS/all-to-all/broadcast/reduce n-1.
+/// Latency steps of the ring algorithm (docs/mechanics.md §4.4, NCCL tuning.cc): AR 2(n-1), AG/RS n-1,
+/// broadcast/reduce n (NCCL counts nRanks steps for them); all-to-all has no ring in NCCL: n-1 is our choice
+/// (one step per peer).
 static double ring_steps(CollectiveKind kind, int n) {
   if (kind == CollectiveKind::kSendRecv) return 1;
   const double s = n - 1.0;
+  if (kind == CollectiveKind::kBroadcast || kind == CollectiveKind::kReduce) return n;
   return kind == CollectiveKind::kAllReduce ? 2 * s : s;
 }
 
