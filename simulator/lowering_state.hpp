@@ -1,0 +1,152 @@
+// The lowering's working state (internal to simulator/lowering*.cpp): one Lowering per plan walks the step in
+// CPU issue order and appends tasks and memory effects to the Program. lowering.cpp holds the step's order
+// (forward, backward, optimizer, the loss's tensors); lowering_comm.cpp the parameter gathers, gradient
+// reductions, tensor- parallel collectives and offload copies.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "simulator/constants.hpp"
+#include "simulator/lowering.hpp"
+#include "simulator/memory.hpp"
+
+namespace shardplan::detail {
+
+inline Bytes B(double x) {
+  return static_cast<Bytes>(std::llround(x));
+}
+
+class Lowering {
+ public:
+  Lowering(const LoweringInputs& in, LoweringOutput& out)
+      : in_(in),
+        out_(out),
+        p_(in.plan),
+        rt_(in.traits),
+        units_(in.units),
+        K_(in.costs.constants()),
+        U_(static_cast<int>(in.units.size())),
+        bc_(p_.precision == Precision::kFp32 ? 4.0 : 2.0),
+        br_(p_.reduce() == Dtype::kFp32 ? 4.0 : 2.0),
+        mixed_cast_(p_.precision == Precision::kBf16Mixed || p_.precision == Precision::kFp32),
+        shard_g_(in.cluster.group(p_.shard_group, p_.tp)),
+        rep_g_(in.cluster.group(p_.replicas, p_.tp * p_.shard_group)),
+        dp_g_(in.cluster.group(p_.dp, p_.tp)),
+        ag_task_(static_cast<std::size_t>(U_), -1),
+        copyout_task_(static_cast<std::size_t>(U_), -1),
+        fwd_task_(static_cast<std::size_t>(U_), -1),
+        gathered_(static_cast<std::size_t>(U_), 0),
+        ag_out_held_(static_cast<std::size_t>(U_), 0),
+        offload_(offload_split(p_)),
+        pcie_Bps_(in.cluster.spec().node.pcie_Bps * K_.pcie_efficiency),
+        // FSDP offloads the sharded fp32 (bf16-mixed) parameters; ZeRO-Infinity the 16-bit partitions.
+        host_param_bytes_(bytes_per_param(p_.runtime, p_.precision).params),
+        host_grad_bytes_(
+            p_.runtime == Runtime::kDeepSpeed ? 4.0 : bytes_per_param(p_.runtime, p_.precision).grads) {}
+
+  void run();
+
+ private:
+  template <class F>
+  std::uint32_t label(F&& make) {
+    if (!in_.labels) return 0;
+    out_.program.labels.push_back(make());
+    return static_cast<std::uint32_t>(out_.program.labels.size() - 1);
+  }
+  void effect(MemCategory c, std::uint8_t pool, Bytes delta) { out_.program.add_effect({c, pool, delta}); }
+  const SimUnit& unit(int u) const { return units_[static_cast<std::size_t>(u)]; }
+  double ag_bytes(int u) const {
+    const SimUnit& un = unit(u);
+    return static_cast<double>(un.gathered_elems - un.fp8_gathered_elems) * bc_ +
+           static_cast<double>(un.fp8_gathered_elems);
+  }
+  static std::string mb_suffix(int mb) { return " mb" + std::to_string(mb); }
+
+  /// One collective on `lane` over group `g`, after `dep`; `sent_per_rank` is what the report counts as sent.
+  template <class F>
+  std::int32_t add_collective(CollectiveKind kind, CommKind report, std::uint8_t lane, double buffer_bytes,
+                              const GroupView& g, std::int32_t dep, double sent_per_rank, F&& name, int u,
+                              int mb) {
+    Task t;
+    t.type = TaskType::kCollective;
+    t.lane = lane;
+    t.duration_s = in_.costs.collective_s(kind, buffer_bytes, g);
+    t.cpu_s = K_.collective_launch_s;
+    t.deps[0] = dep;
+    t.comm_kind = static_cast<std::uint8_t>(report);
+    t.label = label(name);
+    t.unit = u;
+    t.micro_batch = mb;
+    out_.comm[static_cast<int>(report)].bytes_per_rank += sent_per_rank;
+    return out_.program.add(t);
+  }
+
+  // ---- parameters: all-gather, copy-out, reshard ----
+  /// A host<->device copy of CPU offload on the PCIe lane, after `dep`.
+  std::int32_t pcie_copy(double bytes, std::int32_t dep, int u, int mb, bool backward, const char* what);
+
+  void issue_ag(int u, int mb, bool backward, std::int32_t after);
+
+  void release_held_ag_output(int u);
+
+  /// Copy-out (FSDP2: split_with_sizes_copy into per-parameter tensors; DeepSpeed: cat of coalesced pieces).
+  std::int32_t copy_out(int u, int mb, bool backward);
+
+  void free_unsharded(int u);
+
+  // ---- logits and loss (docs/mechanics.md §2.3) ----
+  double logits_elems() const {
+    return static_cast<double>(p_.mbs) * static_cast<double>(p_.seq) *
+           static_cast<double>(in_.model.spec().vocab) / p_.tp;
+  }
+  void loss_forward_effects();
+  void loss_backward_effects();
+
+  // ---- tensor parallelism (sequence parallel): the unit's TP collectives on the TP communicator ----
+  /// Adds the TP collectives of one pass of unit `u` before its compute task and returns the task the compute
+  /// must wait for (-1 if none). The GEMMs need the all-gathered input, so the blocking share runs while the
+  /// compute stream waits (exposed); async TP hides the rest behind the GEMMs (a task that runs alongside the
+  /// compute). `ag_s` / `rs_s` are one pass's all-gather and reduce-scatter time; `n_ag` / `n_rs` how many
+  /// collectives they are; `ag_bytes` / `rs_bytes` their buffer bytes.
+  std::int32_t tp_collectives(int u, int mb, bool backward, double ag_s, double rs_s, int n_ag, int n_rs,
+                              double ag_bytes, double rs_bytes);
+
+  // ---- forward ----
+  void forward(int mb);
+
+  // ---- backward ----
+  void backward(int mb, bool last_mb);
+
+  void reduce_scatter(int u, int mb, Bytes ugrad, double grad_bytes_per_elem);
+
+  // ---- optimizer step ----
+  void optimizer_step();
+
+  const LoweringInputs& in_;
+  LoweringOutput& out_;
+  const Plan& p_;
+  const RuntimeTraits& rt_;
+  const std::vector<SimUnit>& units_;
+  const ComputeConstants& K_;
+  const int U_;
+  const double bc_, br_;
+  const bool mixed_cast_;
+  const GroupView shard_g_, rep_g_, dp_g_;
+  std::vector<std::int32_t> ag_task_, copyout_task_, fwd_task_;
+  std::vector<char> gathered_, ag_out_held_;
+  std::vector<std::int32_t> limiter_queue_;  ///< what the gather limiter waits on, in issue order
+  std::int32_t last_shard_comm_ = -1, last_rep_comm_ = -1, prev_rs_ = -1, prev_prev_rs_ = -1;
+  Bytes held_rs_input_ = 0;
+  int prev_fwd_ag_out_ = -1;  ///< FSDP2 forward: AG output kept until the next unit's copy-out
+  Bytes grads_allocated_ = 0;
+  std::int32_t last_compute_ = -1;  ///< the last compute task (what the next TP all-gather needs)
+  std::int32_t last_pcie_ = -1;     ///< the last offload copy
+  const OffloadSplit offload_;
+  const double pcie_Bps_;          ///< achievable host<->device bandwidth per GPU
+  const double host_param_bytes_;  ///< bytes per element of an offloaded parameter shard
+  const double host_grad_bytes_;   ///< bytes per element of an offloaded gradient shard
+};
+
+}  // namespace shardplan::detail
