@@ -152,6 +152,10 @@ TEST_CASE("properties of every sampled plan", "[simulator][properties]") {
     Setup hf(renamed(s.model,
                      [](std::size_t i) { return "model.layers." + std::to_string(i) + ".input_layernorm"; }),
              base, c.gpus);
+    // The renamed graphs do carry the new names (else the comparison below would compare a model with
+    // itself).
+    for (const Layer* l : plain.model.order()) CHECK(l->name.rfind("L", 0) == 0);
+    for (const Layer* l : hf.model.order()) CHECK(l->name.rfind("model.layers.", 0) == 0);
     Simulator sim(s.model, *s.cluster, *s.costs), sim_fast(fast.model, *fast.cluster, *fast.costs);
     Simulator sim_plain(plain.model, *plain.cluster, *plain.costs), sim_hf(hf.model, *hf.cluster, *hf.costs);
 
