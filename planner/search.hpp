@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/report/margin.hpp"
 #include "simulator/simulate.hpp"
 
 namespace shardplan {
@@ -30,6 +31,11 @@ struct SearchSpace {
   std::vector<Offload> offload = {Offload::kNone};
   std::vector<int> shard_groups;          ///< empty: all node-aligned divisors of dp
   std::vector<bool> reshard_after_forward = {true, false};
+  /// torch.compile and async TP (the latter only for tp > 1); `plan` searches both, a bare SearchSpace neither.
+  std::vector<bool> compile = {false};
+  std::vector<bool> async_tp = {false};
+  /// Float8 linears: searched only when --fix fp8=V1,V2 lists values.
+  std::vector<Fp8> fp8 = {Fp8::kNone};
   /// The non-searched knobs of every candidate (precision, seq, fp8, compile, async_tp, loss_dtype, ...).
   Plan base;
   /// Set by --fix grad_accum=N: candidates whose global batch needs another accumulation are rejected.
@@ -67,11 +73,29 @@ struct SearchOptions {
   int threads = 0;            ///< 0: hardware concurrency
   int top = 10;
   double headroom = 0.05;     ///< fraction of GPU memory kept free
+  double tie_tolerance = kThroughputTieTolerance;  ///< relative tokens/s difference below which plans tie
   std::function<void(double fraction)> progress;  ///< called from one thread, may be empty
 };
 
+/// One listed plan besides the recommendation: the best plan of its family (runtime x TP x AC x HSDP or not).
+struct Alternative {
+  std::string family;        ///< "fsdp1 tp1 ac=selective fsdp"
+  double delta_rel = 0;      ///< tokens/s relative to the recommendation (-0.03 = 3 % slower)
+  bool within_error = false; ///< |delta| below the throughput tie tolerance
+};
+
 struct SearchOutcome {
-  std::vector<Result> plans;  ///< best first, at most `top`; plans[0] is the recommendation
+  /// plans[0] is the recommendation (the tie rule below); then the best plan of every other family, faster
+  /// first; at most `top`.
+  std::vector<Result> plans;
+  std::vector<Alternative> alternatives;  ///< parallel to plans (plans[0]: its own family, delta 0)
+  /// The rule that chose the recommendation over the fastest plan ("" when the fastest is recommended).
+  std::string tie_rule;
+  std::optional<Result> fastest;  ///< the fastest fitting plan when it is not the recommendation
+  int tied = 0;                   ///< fitting plans within the tie tolerance of the fastest
+  double tie_tolerance = 0;
+  /// Fitting plans no other fitting plan beats on all of tokens/s, memory headroom and network bytes per GPU.
+  std::vector<Result> pareto;
   SearchStats stats;
   std::string explanation;    ///< why plans[0] beats plans[1] (or why nothing fits)
   /// When nothing fits: the candidate closest to fitting and by how many bytes it is over.
@@ -91,6 +115,24 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
 /// Enumerates the structurally valid candidates of a space (resolved Plans); rejected ones are counted.
 std::vector<Plan> enumerate_candidates(const ModelGraph& model, const Cluster& cluster, const SearchSpace& space,
                                        SearchStats& stats);
+
+/// The tie-break keys of a plan, compared in this order (lower is better): memory risk (headroom against the
+/// measured memory error), parallel dimensions used (TP, HSDP), runtime preference (FSDP2, FSDP1, DeepSpeed),
+/// non-default knobs. Exposed for tests.
+struct TieKeys {
+  int memory_risk = 0, parallel_dims = 0, runtime_rank = 0, non_default_knobs = 0;
+};
+TieKeys tie_keys(const Result& r);
+/// The names of the tie-break rules, in order.
+const std::array<const char*, 4>& tie_rule_names();
+/// The family of a plan: runtime x TP x AC mode x HSDP or not.
+std::string plan_family(const Plan& p);
+/// Network bytes one GPU sends per step (all collectives; host copies excluded).
+double network_bytes_per_gpu(const Result& r);
+/// Picks among `results` (all fitting): the fastest, and every plan within `tolerance` of it is a tie; ties are
+/// decided by tie_keys() in order, then by tokens/s, then by position. Returns the index and the rule that
+/// decided against the fastest plan ("" when the fastest wins).
+std::pair<std::size_t, std::string> choose_plan(const std::vector<const Result*>& results, double tolerance);
 
 /// Ranking rule: higher tokens/s per GPU; ties (within 1e-9 relative) broken by lower peak memory, then by
 /// enumeration order. Exposed for tests.

@@ -28,11 +28,17 @@ struct PlanArgs {
   std::string json, html;
 };
 
-std::string plan_row(const Result& r, int rank) {
-  return fmt::format("{:>3} {:<9} {:>4} {:>6} {:>3} {:>4} {:>5} {:<9} {:>4} {:>3} {:<5} {:>9.3f} {:>10.0f} {:>6.1f} {:>10} {:>10} {:>9.3f}  {}\n",
+// One table row; `alt` says how it compares with the recommendation (row 1).
+std::string plan_row(const Result& r, const Alternative& alt, int rank) {
+  std::string extra;  // knobs away from the defaults that the columns do not show
+  if (r.plan.compile) extra += "compile ";
+  if (r.plan.async_tp) extra += "async-tp ";
+  if (r.plan.fp8 != Fp8::kNone) extra += std::string("fp8=") + to_string(r.plan.fp8) + " ";
+  const std::string vs = rank == 1 ? std::string("      rec") : fmt::format("{:>+8.1f}%{}", 100 * alt.delta_rel, alt.within_error ? "~" : " ");
+  return fmt::format("{:>3} {:<9} {:>4} {:>6} {:>3} {:>4} {:>5} {:<9} {:>4} {:>3} {:<5} {:<17} {:>9.3f} {:>10.0f} {:>10} {:>6.1f} {:>10} {:>10} {:>9.3f}  {}\n",
                      rank, to_string(r.plan.runtime), r.plan.zero, r.plan.shard_group, r.plan.tp, r.plan.mbs,
                      r.plan.grad_accum, to_string(r.plan.ac), r.plan.wrap, r.plan.prefetch, to_string(r.plan.reduce()),
-                     r.step_s, r.tokens_per_s_per_gpu, 100 * r.mfu,
+                     extra.empty() ? "-" : extra.substr(0, extra.size() - 1), r.step_s, r.tokens_per_s_per_gpu, vs, 100 * r.mfu,
                      format_bytes(static_cast<double>(r.peak_reserved_bytes + r.overhead.total())),
                      format_bytes(static_cast<double>(r.headroom_bytes())), r.exposed_comm_s, binding_constraint(r));
 }
@@ -64,6 +70,9 @@ Command add_plan_command(CLI::App& app) {
             Loaded l = load_inputs(a->in);
             SearchSpace space;
             space.runtimes = {Runtime::kFsdp2, Runtime::kFsdp1, Runtime::kDeepSpeed};
+            // torchtitan's standard settings are searched too (async TP only where tp > 1).
+            space.compile = {false, true};
+            space.async_tp = {false, true};
             space.global_batch = a->global_batch;
             if (a->global_batch <= 0) throw InputError::flag("--global-batch", "must be >= 1");
             if (!a->seq.empty()) {
@@ -136,6 +145,21 @@ Command add_plan_command(CLI::App& app) {
                 rep["binding_constraint"] = binding_constraint(r);
                 plans.push_back(rep);
               }
+              Json alternatives = Json::array();
+              for (std::size_t i = 0; i < o.plans.size(); ++i)
+                alternatives.push_back({{"family", o.alternatives[i].family},
+                                        {"tokens_per_s_per_gpu", o.plans[i].tokens_per_s_per_gpu},
+                                        {"delta_vs_recommended", o.alternatives[i].delta_rel},
+                                        {"within_error", o.alternatives[i].within_error},
+                                        {"flags", plan_to_flags(o.plans[i].plan)}});
+              Json pareto = Json::array();
+              for (const auto& r : o.pareto)
+                pareto.push_back({{"tokens_per_s_per_gpu", r.tokens_per_s_per_gpu},
+                                  {"headroom_bytes", r.headroom_bytes()},
+                                  {"network_bytes_per_gpu", network_bytes_per_gpu(r)},
+                                  {"family", plan_family(r.plan)},
+                                  {"recommended", r.plan == o.plans[0].plan},
+                                  {"flags", plan_to_flags(r.plan)}});
               Json rejected = Json::object(), examples = Json::array();
               for (const auto& [reason, n] : o.stats.rejections.count) {
                 rejected[reason] = n;
@@ -148,6 +172,13 @@ Command add_plan_command(CLI::App& app) {
                         {"plans", plans},
                         {"recommended", plans.empty() ? Json(nullptr) : plans[0]},
                         {"explanation", o.explanation},
+                        {"alternatives", alternatives},
+                        {"ranking", {{"tie_tolerance", o.tie_tolerance},
+                                     {"tie_rule", o.tie_rule.empty() ? Json(nullptr) : Json(o.tie_rule)},
+                                     {"tied", o.tied},
+                                     {"fastest", o.fastest ? Json(plan_to_flags(o.fastest->plan)) : Json(nullptr)},
+                                     {"rule", kThroughputTieRule}}},
+                        {"pareto", pareto},
                         {"headroom", o.headroom},
                         {"search", {{"considered", o.stats.considered}, {"evaluated", o.stats.evaluated}, {"fitting", o.stats.fitting},
                                     {"rejected", rejected}, {"seconds", o.stats.seconds},
@@ -170,8 +201,11 @@ Command add_plan_command(CLI::App& app) {
                                o.stats.considered, o.stats.evaluated, o.stats.fitting, 100 * (1 - o.headroom), o.stats.seconds,
                                o.stats.seconds > 0 ? static_cast<double>(o.stats.evaluated) / o.stats.seconds : 0.0);
               if (!o.plans.empty()) {
-                s += "  # runtime   zero  shard  tp  mbs accum ac        wrap  pf red    step (s)  tok/s/GPU  MFU%   peak mem   headroom   exposed  binding\n";
-                for (std::size_t i = 0; i < o.plans.size(); ++i) s += plan_row(o.plans[i], static_cast<int>(i + 1));
+                s += "  # runtime   zero  shard  tp  mbs accum ac        wrap  pf red   other              step (s)  tok/s/GPU     vs rec  MFU%   peak mem   headroom   exposed  binding\n";
+                for (std::size_t i = 0; i < o.plans.size(); ++i) s += plan_row(o.plans[i], o.alternatives[i], static_cast<int>(i + 1));
+                s += fmt::format("(row 1: the recommendation; rows 2+: the best plan of each other family; ~: within the model's "
+                                 "{:.1f} % throughput error, a tie)\n",
+                                 100 * o.tie_tolerance);
                 s += "\nrecommended: shardplan simulate --model " + a->in.model + " --cluster " + a->in.cluster +
                      fmt::format(" --gpus {} ", l.cluster->gpus()) + plan_to_flags(o.plans[0].plan) + "\n";
                 s += o.explanation + "\n";

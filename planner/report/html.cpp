@@ -582,6 +582,57 @@ std::string plans_chart(const SearchOutcome& o) {
   return c.str();
 }
 
+/// The Pareto front of the search: memory headroom (x) against tokens/s per GPU (y), each point a plan no
+/// fitting plan beats on tokens/s, headroom and network bytes per GPU together (the third axis in the tooltip).
+/// The recommendation and the listed alternatives (family bests) are marked over the front.
+std::string pareto_chart(const SearchOutcome& o) {
+  const double H = 380, left = 90, top = 30, right = 300, bottom = 60;
+  svg::Canvas c(kChartW, H, "Pareto front: tokens per second per GPU against memory headroom", "chart pareto");
+  auto hx = [](const Result& r) { return static_cast<double>(r.headroom_bytes()) / static_cast<double>(kGiB); };
+  double xlo = 0, xhi = 1, ylo = 0, yhi = 1;
+  bool first = true;
+  auto extend = [&](const Result& r) {
+    if (first) xlo = xhi = hx(r), ylo = yhi = r.tokens_per_s_per_gpu, first = false;
+    xlo = std::min(xlo, hx(r)), xhi = std::max(xhi, hx(r));
+    ylo = std::min(ylo, r.tokens_per_s_per_gpu), yhi = std::max(yhi, r.tokens_per_s_per_gpu);
+  };
+  for (const auto& r : o.pareto) extend(r);
+  for (const auto& r : o.plans) extend(r);
+  xlo = std::min(0.0, xlo);
+  if (yhi - ylo < 1) ylo -= 1, yhi += 1;
+  svg::nice_range(xlo, xhi, 6, false);
+  svg::nice_range(ylo, yhi, 6, false);
+  svg::Frame f;
+  f.area = {left, top, kChartW - left - right, H - top - bottom};
+  f.x = {xlo, xhi, f.area.x, f.area.right(), false};
+  f.y = {ylo, yhi, f.area.bottom(), f.area.y, false};
+  svg::axes(c, f, svg::Axis{"memory headroom (GiB)", svg::nice_ticks(xlo, xhi, 6), [](double v) { return num(v, 1); }, true},
+            svg::Axis{"tokens/s per GPU", svg::nice_ticks(ylo, yhi, 6), [](double v) { return num(v, 0); }, true});
+  auto tip = [](const Result& r, const std::string& what) {
+    return fmt::format("{}: {}; {:.0f} tokens/s/GPU, {:.1f} GiB headroom, {:.2f} GB network per GPU per step", what,
+                       plan_family(r.plan), r.tokens_per_s_per_gpu,
+                       static_cast<double>(r.headroom_bytes()) / static_cast<double>(kGiB), 1e-9 * network_bytes_per_gpu(r));
+  };
+  for (const auto& r : o.pareto) c.circle(f.x(hx(r)), f.y(r.tokens_per_s_per_gpu), 3.5, "#9aa3ad", "point", tip(r, "Pareto"));
+  for (std::size_t i = o.plans.size(); i-- > 0;) {
+    const Result& r = o.plans[i];
+    const double x = f.x(hx(r)), y = f.y(r.tokens_per_s_per_gpu);
+    c.circle(x, y, i == 0 ? 8 : 5.5, i == 0 ? "#c62828" : "#4e79a7", i == 0 ? "recommended" : "alternative",
+             tip(r, i == 0 ? "recommended" : fmt::format("#{}", i + 1)));
+    c.text(x + 9, y - 6, fmt::format("#{}", i + 1), "bar-value");
+  }
+  const double lx = f.area.right() + 30;
+  c.circle(lx, top + 10, 8, "#c62828", "legend");
+  c.text(lx + 14, top + 14, "#1 recommended", "bar-value");
+  c.circle(lx, top + 34, 5.5, "#4e79a7", "legend");
+  c.text(lx + 14, top + 38, "#2+ best of another family", "bar-value");
+  c.circle(lx, top + 58, 3.5, "#9aa3ad", "legend");
+  c.text(lx + 14, top + 62, fmt::format("Pareto front ({} plans)", o.pareto.size()), "bar-value");
+  c.text(lx, top + 86, "(tokens/s, headroom, network", "bar-value");
+  c.text(lx, top + 102, " bytes per GPU: hover a point)", "bar-value");
+  return c.str();
+}
+
 }  // namespace
 
 std::string html_plan_report(const SearchOutcome& o, const ModelGraph& model, const Cluster& cluster,
@@ -594,7 +645,7 @@ std::string html_plan_report(const SearchOutcome& o, const ModelGraph& model, co
                           cluster.spec().name, o.stats.considered, o.stats.evaluated, o.stats.fitting,
                           100 * o.headroom, o.stats.seconds)) +
        "</p>\n";
-  if (!o.explanation.empty()) b += "<p>" + escape(o.explanation) + "</p>\n";
+  if (!o.explanation.empty()) b += "<p style=\"white-space: pre-line\">" + escape(o.explanation) + "</p>\n";
   ReportInputs ri{&model, &cluster, ""};
   if (o.plans.empty()) {
     b += "<section><h2>No plan fits</h2>";
@@ -604,16 +655,30 @@ std::string html_plan_report(const SearchOutcome& o, const ModelGraph& model, co
     if (!o.binding_hint.empty()) b += "<p>" + escape("What would help most: " + o.binding_hint) + "</p>";
     b += "</section>\n";
   } else {
-    b += "<section><h2>Top plans</h2><figure>" + plans_chart(o) +
-         "<figcaption>Bars: predicted tokens/s per GPU (#1 is the recommendation). Beside: peak reserved memory plus "
+    b += "<section><h2>Recommendation and alternatives</h2><figure>" + plans_chart(o) +
+         "<figcaption>Bars: predicted tokens/s per GPU (#1 is the recommendation, #2+ the best plan of each other "
+         "family: runtime × TP × AC × HSDP). Beside: peak reserved memory plus "
          "runtime overhead as a share of GPU memory, and the constraint that binds the plan.</figcaption></figure>";
+    if (!o.pareto.empty())
+      b += "<figure>" + pareto_chart(o) +
+           "<figcaption>Pareto front of the fitting plans over tokens/s per GPU, memory headroom and network bytes per "
+           "GPU per step (grey); the recommendation (#1) and the best plan of each other family (#2+). Plans within "
+           "the model's throughput error of each other are a tie (see the explanation).</figcaption></figure>";
     b += "<table class=\"plans\"><tr><th>#</th><th>plan</th><th class=\"n\">tokens/s/GPU</th><th class=\"n\">step (s)</th>"
-         "<th class=\"n\">MFU</th><th class=\"n\">peak + overhead</th><th>binding</th></tr>\n";
+         "<th class=\"n\">vs #1</th><th class=\"n\">MFU</th><th class=\"n\">peak + overhead</th><th>binding</th></tr>\n";
     for (std::size_t i = 0; i < o.plans.size(); ++i) {
       const Result& r = o.plans[i];
+      const std::string vs =
+          i == 0 || i >= o.alternatives.size()
+              ? std::string("—")
+              : fmt::format("{:+.1f} % ({})", 100 * o.alternatives[i].delta_rel,
+                            o.alternatives[i].within_error ? "within error" : "beyond error");
       b += fmt::format("<tr><td>{}</td><td>{}</td><td class=\"n\">{:.0f}</td><td class=\"n\">{:.4f}</td>"
-                       "<td class=\"n\">{:.1f} %</td><td class=\"n\">{}</td><td>{}</td></tr>\n",
-                       i + 1, escape(plan_short(r.plan)), r.tokens_per_s_per_gpu, r.step_s, 100 * r.mfu,
+                       "<td class=\"n\">{}</td><td class=\"n\">{:.1f} %</td><td class=\"n\">{}</td><td>{}</td></tr>\n",
+                       i + 1,
+                       escape(plan_short(r.plan) + (r.plan.compile ? " compile" : "") + (r.plan.async_tp ? " async-tp" : "") +
+                              (r.plan.fp8 != Fp8::kNone ? std::string(" fp8=") + to_string(r.plan.fp8) : "")),
+                       r.tokens_per_s_per_gpu, r.step_s, escape(vs), 100 * r.mfu,
                        gib(static_cast<double>(r.peak_reserved_bytes + r.overhead.total())), escape(binding_constraint(r)));
     }
     b += "</table></section>\n";

@@ -24,6 +24,11 @@ static const char* risk(const Result& r) {
   return "high";
 }
 
+int memory_risk_level(const Result& r) {
+  const std::string level = risk(r);
+  return level == "low" ? 0 : level == "moderate" ? 1 : 2;
+}
+
 double default_headroom(const ValidationReport& v) {
   double worst_under = 0;  // (measured - predicted) / measured, over the in-scope reserved-memory rows
   for (const auto& r : v.rows)

@@ -167,7 +167,8 @@ TEST_CASE("CLI: the recommended plan fed back to simulate reproduces step_s exac
   const std::string args = "simulate --model llama3-8b --cluster dgx-h100 --gpus 16 --runtime " + s("runtime") + " --zero " + s("zero") +
                            " --shard-group " + s("shard_group") + " --tp " + s("tp") + " --seq " + s("seq") + " --mbs " + s("mbs") +
                            " --grad-accum " + s("grad_accum") + " --ac " + s("ac") + " --wrap " + s("wrap") + " --prefetch " +
-                           s("prefetch") + " --precision " + s("precision") + " --reduce-dtype " + s("reduce_dtype") + " --json -";
+                           s("prefetch") + " --precision " + s("precision") + " --reduce-dtype " + s("reduce_dtype") +
+                           (p["compile"] == true ? " --compile" : "") + (p["async_tp"] == true ? " --async-tp" : "") + " --json -";
   INFO(args);
   const int rc = ptest::run_cli(args, r.dir / "sim.json", r.dir / "sim_err.txt");
   INFO(ptest::read_text(r.dir / "sim_err.txt"));

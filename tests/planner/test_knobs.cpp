@@ -159,10 +159,13 @@ TEST_CASE("knobs: every knob is accepted by the CLI and by plan --fix", "[knobs]
   CHECK_FALSE(sp.base.fused_optimizer);
   sp.fix("fused_optimizer=true");
   CHECK(sp.base.fused_optimizer);
+  // compile, async TP and float8 are searched knobs: --fix replaces their value list.
   sp.fix("compile=true");
   sp.fix("async-tp=true");
-  CHECK(sp.base.compile);
-  CHECK(sp.base.async_tp);
+  sp.fix("fp8=none,tensorwise");
+  CHECK(sp.compile == std::vector<bool>{true});
+  CHECK(sp.async_tp == std::vector<bool>{true});
+  CHECK(sp.fp8 == std::vector<Fp8>{Fp8::kNone, Fp8::kTensorwise});
   CHECK_THROWS_WITH(sp.fix("mbs=0"), Contains("--fix mbs") && Contains("[1, 65536]"));
   CHECK_THROWS_WITH(sp.fix("seq=0"), Contains("--fix seq"));
   CHECK_THROWS_WITH(sp.fix("compiel=true"), Contains("did you mean \"compile\""));

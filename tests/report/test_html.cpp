@@ -110,7 +110,8 @@ TEST_CASE("simulate report of a 405B step with 16 micro-batches stays under 2 MB
 
 TEST_CASE("plan report: bars of the top plans with memory and binding constraint, then the recommendation", "[html]") {
   Bench b("llama3-8b", "dgx-h100", 8);
-  const SearchOutcome o = sample_outcome(b);
+  SearchOutcome o = sample_outcome(b);
+  o.pareto = {o.plans.back(), o.plans.front()};  // two front points (the chart draws what the search found)
   const std::string html = html_plan_report(o, b.model, *b.cluster, *b.costs);
   check_self_contained(html);
   const std::string bars = svg_of(html, "plans");
@@ -126,6 +127,13 @@ TEST_CASE("plan report: bars of the top plans with memory and binding constraint
         2u + (rec.replicas > 1 ? 1u : 0u) + (rec.tp > 1 ? 1u : 0u));
   CHECK(html.find("Recommended plan") != std::string::npos);
   CHECK(html.find("tp does not divide heads") != std::string::npos);
+  // The Pareto chart: one grey point per front plan, the recommendation and each alternative marked once.
+  const std::string pareto = svg_of(html, "pareto");
+  REQUIRE(!pareto.empty());
+  CHECK(count_of(pareto, "class=\"point\"") == o.pareto.size());
+  CHECK(count_of(pareto, "class=\"recommended\"") == 1u);
+  CHECK(count_of(pareto, "class=\"alternative\"") == o.plans.size() - 1);
+  CHECK(pareto.find("memory headroom (GiB)") != std::string::npos);
 
   SearchOutcome none;
   none.explanation = "nothing fits: 64 GiB over at best";

@@ -1,0 +1,202 @@
+// The plan ranking within the model's error: the tie tolerance recomputed from the committed validation
+// records, the tie-break order on hand-made results, families and the Pareto front, and the acceptance cases
+// (Llama-3-8B on 8 H100s, Llama-3-70B on 64 H100s) with the real simulator.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <vector>
+
+#include "plan_helpers.hpp"
+#include "planner/report/margin.hpp"
+#include "planner/search.hpp"
+#include "planner/validate.hpp"
+
+using namespace shardplan;
+using shardplan::ptest::Setup;
+
+namespace {
+
+// A fitting result on an 80 GiB GPU: `peak_gib` reserved, no runtime overhead.
+Result fake(Runtime rt, int tp, double tps, double peak_gib = 40) {
+  Result r;
+  r.plan.runtime = rt;
+  r.plan.tp = tp;
+  r.plan.dp = 8 / tp;
+  r.tokens_per_s_per_gpu = tps;
+  r.capacity_bytes = 80 * kGiB;
+  r.peak_reserved_bytes = static_cast<Bytes>(peak_gib * static_cast<double>(kGiB));
+  r.fits = true;
+  return r;
+}
+
+std::pair<std::size_t, std::string> choose(const std::vector<Result>& v) {
+  std::vector<const Result*> p;
+  for (const auto& r : v) p.push_back(&r);
+  return choose_plan(p, kThroughputTieTolerance);
+}
+
+}  // namespace
+
+TEST_CASE("the throughput tie tolerance is the median tokens/s error on the committed records",
+          "[ranking][validate]") {
+  // Rule (planner/report/margin.hpp, docs/model.md): the median |relative error| of tokens/s per GPU over the
+  // in-scope records of tests/data/runs/published_dev.json (docs/accuracy.md: 6.0 %, MAPE 7.4 %, 132
+  // records). Recomputed with the real simulator: a model or data change that moves it makes kThroughputError
+  // stale.
+  ValidationReport v = validate_files({std::string(SHARDPLAN_TEST_DATA) + "/runs/published_dev.json"});
+  bool found = false;
+  for (const auto& s : v.summary()) {
+    if (s.term != kThroughputError.term) continue;
+    found = true;
+    CHECK(s.n == kThroughputError.runs);
+    CHECK(s.median_abs == Approx(kThroughputError.median_abs).margin(0.0005));
+    CHECK(s.mape == Approx(kThroughputError.mape).margin(0.0005));
+  }
+  CHECK(found);
+  CHECK(kThroughputTieTolerance == kThroughputError.median_abs);
+}
+
+TEST_CASE("choose_plan: within the error the tie rules decide, beyond it the faster plan wins", "[ranking]") {
+  // Tolerance 6 %: 970 vs 1000 is 3 % (a tie), 930 vs 1000 is 7 % (not).
+  SECTION("runtime: FSDP2 3 % slower than FSDP1 is a tie and wins by the runtime rule") {
+    auto [i, rule] = choose({fake(Runtime::kFsdp1, 1, 1000), fake(Runtime::kFsdp2, 1, 970)});
+    CHECK(i == 1);
+    CHECK(rule == tie_rule_names()[2]);
+  }
+  SECTION("runtime: FSDP2 7 % slower loses") {
+    auto [i, rule] = choose({fake(Runtime::kFsdp1, 1, 1000), fake(Runtime::kFsdp2, 1, 930)});
+    CHECK(i == 0);
+    CHECK(rule.empty());
+  }
+  SECTION(
+      "parallel dimensions come before the runtime: FSDP1 without TP beats FSDP2 with TP 2 within the "
+      "error") {
+    auto [i, rule] = choose(
+        {fake(Runtime::kFsdp2, 2, 1000), fake(Runtime::kFsdp1, 1, 990), fake(Runtime::kFsdp2, 1, 900)});
+    CHECK(i == 1);
+    CHECK(rule == tie_rule_names()[1]);
+  }
+  SECTION("memory risk comes first") {
+    // 78 GiB: 78 x 1.048 (median error) = 81.7 > 80 -> high risk; 40 GiB: 40 x 1.391 (worst) = 55.6 <= 80 ->
+    // low.
+    Result tight = fake(Runtime::kFsdp2, 1, 1000, 78);
+    Result roomy = fake(Runtime::kFsdp1, 2, 960, 40);
+    CHECK(memory_risk_level(tight) == 2);
+    CHECK(memory_risk_level(roomy) == 0);
+    auto [i, rule] = choose({tight, roomy});
+    CHECK(i == 1);
+    CHECK(rule == tie_rule_names()[0]);
+  }
+  SECTION("non-default knobs last; equal keys keep the faster") {
+    Result a = fake(Runtime::kFsdp2, 1, 1000);
+    a.plan.reduce_dtype = Dtype::kBf16;  // one non-default knob
+    Result b = fake(Runtime::kFsdp2, 1, 990);
+    Result c = fake(Runtime::kFsdp2, 1, 995);
+    CHECK(tie_keys(a).non_default_knobs == 1);
+    CHECK(tie_keys(b).non_default_knobs == 0);
+    auto [i, rule] = choose({a, b, c});
+    CHECK(i == 2);  // b and c tie on every key; c is faster
+    CHECK(rule == tie_rule_names()[3]);
+  }
+}
+
+TEST_CASE("plan_family and tie_keys read HSDP from the shard group", "[ranking]") {
+  Plan p;
+  p.dp = 16;
+  p.zero = 3;
+  p.shard_group = 8;  // 2 replicas of 8-way sharding: HSDP
+  p.ac = AcMode::kSelective;
+  CHECK(plan_family(p) == "fsdp2 tp1 ac=selective hsdp");
+  p.shard_group = 16;
+  CHECK(plan_family(p) == "fsdp2 tp1 ac=selective fsdp");
+  p.shard_group = 0;
+  CHECK(plan_family(p) == "fsdp2 tp1 ac=selective fsdp");
+  Result r = fake(Runtime::kFsdp2, 2, 1000);
+  r.plan.dp = 4;
+  r.plan.shard_group = 2;
+  CHECK(tie_keys(r).parallel_dims == 2);  // TP and HSDP
+}
+
+namespace {
+// The space `shardplan plan` searches (planner/cli/cmd_plan.cpp): three runtimes, TP within a node, compile
+// and async TP.
+SearchSpace cli_space(std::int64_t global_batch) {
+  SearchSpace sp;
+  sp.runtimes = {Runtime::kFsdp2, Runtime::kFsdp1, Runtime::kDeepSpeed};
+  sp.compile = {false, true};
+  sp.async_tp = {false, true};
+  sp.global_batch = global_batch;
+  sp.seq = 8192;
+  return sp;
+}
+
+// The fastest fitting listed plan without TP (the table lists the best of every family, --top large).
+const Result* best_without_tp(const SearchOutcome& o) {
+  const Result* best = nullptr;
+  for (const Result& r : o.plans)
+    if (r.plan.tp == 1 && (!best || r.tokens_per_s_per_gpu > best->tokens_per_s_per_gpu)) best = &r;
+  return best;
+}
+}  // namespace
+
+TEST_CASE("acceptance: Llama-3-8B on 8 H100s, global batch 64 x 8192", "[ranking][real][acceptance]") {
+  // Expected: FSDP2, TP 2 without AC, compile on, full sharding. Why: without TP the 8,192-token activations
+  // of an 8B model do not fit in 80 GiB without activation checkpointing, and selective AC costs ~10 %
+  // compute; TP 2 halves the activations so no AC is needed, which makes the best TP 2 plan faster than the
+  // best TP 1 plan by more than the 6 % tie tolerance (8 % today) -- TP pays by more than the error. Within
+  // the error of the fastest plan (DeepSpeed, ~3 % faster) the runtime rule picks FSDP2. compile wins within
+  // its family (fused elementwise).
+  Setup s("llama3-8b", "dgx-h100", 8);
+  SearchOptions opts;
+  opts.top = 100;  // every family
+  opts.threads = 2;
+  opts.headroom = kDefaultHeadroom;
+  SearchOutcome o = search_plans(s.model, *s.cluster, *s.costs, cli_space(64), opts);
+  REQUIRE_FALSE(o.plans.empty());
+  INFO(o.explanation);
+  const Result& rec = o.plans[0];
+  CHECK(rec.plan.runtime == Runtime::kFsdp2);
+  // No runtime is faster than the recommendation by more than the error.
+  for (const Result& r : o.plans)
+    CHECK(r.tokens_per_s_per_gpu < rec.tokens_per_s_per_gpu * (1 + kThroughputTieTolerance));
+  CHECK(rec.plan.tp == 2);
+  CHECK(rec.plan.ac == AcMode::kNone);
+  CHECK(rec.plan.compile);
+  // TP only because it pays by more than the error against the fastest plan: the best TP 1 plan is outside
+  // the band.
+  const Result* tp1 = best_without_tp(o);
+  REQUIRE(tp1 != nullptr);
+  const double fastest = o.fastest ? o.fastest->tokens_per_s_per_gpu : rec.tokens_per_s_per_gpu;
+  CHECK(fastest - tp1->tokens_per_s_per_gpu >= kThroughputTieTolerance * fastest);
+  CHECK(tp1->plan.ac != AcMode::kNone);  // the reason: without TP, AC is needed to fit
+}
+
+TEST_CASE("acceptance: Llama-3-70B on 64 H100s, global batch 256 x 8192", "[ranking][real][acceptance]") {
+  // Expected: FSDP2 with TP 4 inside the node and selective AC, compile on. A 70B model at 8,192 tokens needs
+  // TP (or full AC) to fit its activations; within the 6 % error of the fastest plans (DeepSpeed / FSDP TP 8
+  // without AC, ~4-5 % faster) the runtime rule picks FSDP2, and nothing is faster by more than the error.
+  Setup s("llama3-70b", "dgx-h100", 64);
+  SearchOptions opts;
+  opts.top = 100;
+  opts.threads = 2;
+  opts.headroom = kDefaultHeadroom;
+  SearchOutcome o = search_plans(s.model, *s.cluster, *s.costs, cli_space(256), opts);
+  REQUIRE_FALSE(o.plans.empty());
+  INFO(o.explanation);
+  const Result& rec = o.plans[0];
+  CHECK(rec.plan.runtime == Runtime::kFsdp2);
+  for (const Result& r : o.plans)
+    CHECK(r.tokens_per_s_per_gpu < rec.tokens_per_s_per_gpu * (1 + kThroughputTieTolerance));
+  CHECK(rec.plan.tp == 4);
+  CHECK(rec.plan.ac == AcMode::kSelective);
+  CHECK(rec.plan.compile);
+  CHECK(rec.plan.reduce() ==
+        Dtype::kFp32);  // the framework default: bf16 reduction does not pay beyond the error
+  // The Pareto front holds the recommendation or a plan at least as good on all three axes.
+  bool covered = false;
+  for (const Result& p : o.pareto)
+    covered |= p.tokens_per_s_per_gpu >= rec.tokens_per_s_per_gpu &&
+               p.headroom_bytes() >= rec.headroom_bytes() &&
+               network_bytes_per_gpu(p) <= network_bytes_per_gpu(rec);
+  CHECK(covered);
+}
