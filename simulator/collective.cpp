@@ -116,8 +116,8 @@ GroupView with_ranks(const GroupView& g, int ranks) {
   return r;
 }
 
-CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g,
-                               const CollectiveConstants& c) {
+CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g, const CollectiveConstants& c,
+                               bool explain) {
   CollectiveCost best;
   const int n = g.ranks;
   if (n <= 1 || S <= 0) return best;
@@ -143,12 +143,14 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
   const double B_net = N > 1 ? std::max(1, g.rails) * g.rail_Bps : 0;
   const double lat_inter = g.inter_latency_s / kUs;  // graphs[a]->latencyInter
 
-  std::string best_bound;
+  const char* best_bound = "";
+  bool found = false;
   auto consider = [&](const char* algo, int p, double lat_us, double busbw, double algbw, double corr,
                       const char* bound) {
     if (algbw <= 0) return;
     const double t = lat_us * kUs + S / (algbw * corr);
-    if (best.algorithm == std::string("none") || t < best.time_s) {
+    if (!found || t < best.time_s) {
+      found = true;
       best.time_s = t;
       best.algorithm = algo;
       best.protocol = kProtoNames[p];
@@ -245,7 +247,7 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
     }
     (void)kNvlsNet;
   }
-  if (best.algorithm != std::string("none"))
+  if (found && explain)
     best.why = std::string(best.algorithm) + " " + best.protocol +
                " fastest of the algorithms NCCL enables here (" + std::to_string(N) + " NVLink domain" +
                (N > 1 ? "s" : "") + ", " + std::to_string(ppn) + " rank" + (ppn > 1 ? "s" : "") +

@@ -37,8 +37,9 @@ struct CollectiveConstants {
 };
 
 /// Analytic time of one collective on `buffer_bytes` (the whole buffer) over the group.
+/// `explain` builds CollectiveCost::why (one line of text); the simulator's hot path leaves it off.
 CollectiveCost collective_cost(CollectiveKind kind, double buffer_bytes, const GroupView& g,
-                               const CollectiveConstants& c = {});
+                               const CollectiveConstants& c = {}, bool explain = true);
 
 /// The group `g` with another rank count and the same per-domain shape (ranks per NVLink domain kept when it
 /// divides, otherwise packed): used to scale a measured curve to another rank count with the model's shape.

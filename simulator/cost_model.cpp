@@ -41,7 +41,11 @@ CollectiveCost CostModel::collective(CollectiveKind kind, double bytes, const Gr
 }
 
 double CostModel::collective_s(CollectiveKind kind, double bytes, const GroupView& g) const {
-  return collective(kind, bytes, g).time_s;
+  if (g.ranks <= 1 || bytes <= 0) return 0;
+  if (hooks_.collective_s) {
+    if (auto c = hooks_.collective_s(kind, bytes, g)) return c->time_s;
+  }
+  return collective_cost(kind, bytes, g, coll_, /*explain=*/false).time_s;
 }
 
 double CostModel::gemm_efficiency(double m, double n, double k) const {
