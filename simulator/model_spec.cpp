@@ -405,8 +405,23 @@ ModelSpec parse_hf_config_text(const Json& j, const std::string& file, const std
     // no RoPE and attends globally (Llama4TextConfig layer_types).
     s.window = r.integer("attention_chunk_size", 0);
     s.local_attention = LocalAttention::kChunked;
-    if (r.has("layer_types")) s.global_every = r.global_every_from_layer_types(s.layers);
-    else s.global_every = static_cast<int>(r.integer("no_rope_layer_interval", 4));
+    const std::vector<int> no_rope = r.int_list("no_rope_layers");  // 1 = RoPE (chunked), 0 = NoPE (global)
+    if (r.has("layer_types")) {
+      s.global_every = r.global_every_from_layer_types(s.layers);
+    } else if (!no_rope.empty()) {
+      if (static_cast<int>(no_rope.size()) != s.layers)
+        throw InputError(file, r.at("no_rope_layers"), "expected one entry per layer (" + std::to_string(s.layers) + ")");
+      int first_global = -1;
+      for (int b = 0; b < s.layers && first_global < 0; ++b)
+        if (no_rope[static_cast<std::size_t>(b)] == 0) first_global = b;
+      s.global_every = first_global + 1;
+      for (int b = 0; b < s.layers; ++b)
+        if ((no_rope[static_cast<std::size_t>(b)] == 0) != (s.global_every > 0 && (b + 1) % s.global_every == 0))
+          throw InputError(file, r.at("no_rope_layers") + "/" + std::to_string(b),
+                           "only a periodic pattern (every N-th layer without RoPE) is modelled");
+    } else {
+      s.global_every = static_cast<int>(r.integer("no_rope_layer_interval", 4));
+    }
   }
   if (deepseek) {
     // DeepseekV3Attention (MLA): q_a_proj, q_a_layernorm, q_b_proj (or q_proj without q_lora_rank),
