@@ -68,15 +68,17 @@ Layer make_norm(const ModelSpec& s, std::string name, int block, LayerKind kind 
   return l;
 }
 
-// Multi-head latent attention (DeepSeek-V2/V3, HF DeepseekV3Attention). Per token: x (h) → q_a_proj (rank rq) →
-// q_a_layernorm → q_b_proj (a·(dn + dr)); x → kv_a_proj_with_mqa (rkv + dr: the latent and one shared rotary key)
-// → kv_a_layernorm on the latent → kv_b_proj (a·(dn + dv)); attention with QK dim dn + dr and V dim dv; o_proj
-// (h × a·dv). The low-rank projections are replicated under TP (torchtitan's DeepSeek-V3 plan leaves wq_a and
-// wkv_a unsplit); q_b_proj and kv_b_proj are column-parallel, o_proj row-parallel.
+// Multi-head latent attention (DeepSeek-V2/V3, HF DeepseekV3Attention). Per token: x (h) → q_a_proj (rank rq)
+// → q_a_layernorm → q_b_proj (a·(dn + dr)); x → kv_a_proj_with_mqa (rkv + dr: the latent and one shared
+// rotary key) → kv_a_layernorm on the latent → kv_b_proj (a·(dn + dv)); attention with QK dim dn + dr and V
+// dim dv; o_proj (h × a·dv). The low-rank projections are replicated under TP (torchtitan's DeepSeek-V3 plan
+// leaves wq_a and wkv_a unsplit); q_b_proj and kv_b_proj are column-parallel, o_proj row-parallel.
 Layer make_mla(const ModelSpec& s, int block, Layer l) {
   const auto& m = s.mla;
-  const std::int64_t h = s.hidden, a = s.heads, dqk = m.qk_nope_head_dim + m.qk_rope_head_dim, dv = m.v_head_dim;
-  const std::int64_t q = a * dqk, kv_a = m.kv_lora_rank + m.qk_rope_head_dim, kv_b = a * (m.qk_nope_head_dim + dv);
+  const std::int64_t h = s.hidden, a = s.heads, dqk = m.qk_nope_head_dim + m.qk_rope_head_dim,
+                     dv = m.v_head_dim;
+  const std::int64_t q = a * dqk, kv_a = m.kv_lora_rank + m.qk_rope_head_dim,
+                     kv_b = a * (m.qk_nope_head_dim + dv);
   const std::int64_t o = a * dv, rq = m.q_lora_rank, rkv = m.kv_lora_rank;
   if (rq > 0) {
     l.tensors.push_back({"wq_a", rq, h, TpSplit::kReplicated});
@@ -101,10 +103,10 @@ Layer make_mla(const ModelSpec& s, int block, Layer l) {
   l.attn_head_dim = dqk;
   l.attn_v_head_dim = dv;
   const double H = static_cast<double>(h), RQ = static_cast<double>(rq), RKV = static_cast<double>(rkv);
-  // Saved: the input x 2h; the low-rank side, replicated under TP (not divided by sequence parallelism either:
-  // counted with the h-sized part, a small error): q latent 2rq + fp32 rstd 4 (norm input) and normed 2rq
-  // (q_b input), kv_a output 2(rkv + dr) (latent norm and rotary inputs) + rstd 4 and normed latent 2rkv (kv_b
-  // input). Per head (TP-split): Q 2·a·dqk, K 2·a·dqk, V 2·a·dv, O 2·a·dv (o_proj input), LSE 4a.
+  // Saved: the input x 2h; the low-rank side, replicated under TP (not divided by sequence parallelism
+  // either: counted with the h-sized part, a small error): q latent 2rq + fp32 rstd 4 (norm input) and normed
+  // 2rq (q_b input), kv_a output 2(rkv + dr) (latent norm and rotary inputs) + rstd 4 and normed latent 2rkv
+  // (kv_b input). Per head (TP-split): Q 2·a·dqk, K 2·a·dqk, V 2·a·dv, O 2·a·dv (o_proj input), LSE 4a.
   const double low_rank = (rq > 0 ? 4.0 * RQ + 4.0 : 0.0) + 2.0 * static_cast<double>(kv_a) + 4.0 + 2.0 * RKV;
   l.act_replicated_bytes_per_token = 2.0 * H + low_rank;
   l.act_split_bytes_per_token = 4.0 * q + 4.0 * o + 4.0 * a;
@@ -146,8 +148,8 @@ Layer make_attention(const ModelSpec& s, int block) {
     l.tensors.push_back({"bv", kv, 1, TpSplit::kColumn});
     if (!s.qkv_bias_only) l.tensors.push_back({"bo", h, 1, TpSplit::kReplicated});
   }
-  // q/k norms: one head_dim weight each (Qwen3, Gemma 3), or over the whole projection (OLMo 2: TP would split
-  // them with the projection; they are tiny and kept replicated).
+  // q/k norms: one head_dim weight each (Qwen3, Gemma 3), or over the whole projection (OLMo 2: TP would
+  // split them with the projection; they are tiny and kept replicated).
   double qk_norm_elems = 0;  // elements of q and k that pass through a norm
   if (s.qk_norm == QkNormKind::kHead) {
     l.tensors.push_back({"q_norm", d, 1, TpSplit::kReplicated});
@@ -158,9 +160,12 @@ Layer make_attention(const ModelSpec& s, int block) {
     l.tensors.push_back({"k_norm", kv, 1, TpSplit::kReplicated});
     qk_norm_elems = static_cast<double>(q + kv);
   }
-  if (s.fused_qkv) l.gemms = {{q + 2 * kv, h, 1, TpSplit::kColumn}, {h, q, 1, TpSplit::kRow}};
+  if (s.fused_qkv)
+    l.gemms = {{q + 2 * kv, h, 1, TpSplit::kColumn}, {h, q, 1, TpSplit::kRow}};
   else
-    l.gemms = {{q, h, 1, TpSplit::kColumn}, {kv, h, 1, TpSplit::kColumn}, {kv, h, 1, TpSplit::kColumn},
+    l.gemms = {{q, h, 1, TpSplit::kColumn},
+               {kv, h, 1, TpSplit::kColumn},
+               {kv, h, 1, TpSplit::kColumn},
                {h, q, 1, TpSplit::kRow}};
   l.attn_heads = s.heads;
   l.attn_kv_heads = s.kv_heads;
@@ -175,11 +180,12 @@ Layer make_attention(const ModelSpec& s, int block) {
   // second matmul output: half of q, k, v and of the output projection's 2h.
   l.act_selective_replicated_bytes_per_token = 0.5 * 2.0 * h;
   l.act_selective_split_bytes_per_token = 2.0 * q + 4.0 * s.heads + 0.5 * (2.0 * q + 4.0 * kv);
-  // Rotary on q and k (read + write), residual add (read 2 x 2h, write 2h); fused q/k norms read and write them.
+  // Rotary on q and k (read + write), residual add (read 2 x 2h, write 2h); fused q/k norms read and write
+  // them.
   l.elementwise_bytes_per_token = (s.positions == PositionKind::kRotary ? 4.0 * (q + kv) : 0.0) +
                                   6.0 * static_cast<double>(h) + 4.0 * qk_norm_elems;
-  // Eager rotary on complex fp32 views: float() 6, complex multiply 12, back to bf16 6 bytes per element of q, k;
-  // eager fp32 norms 42 bytes per element (make_norm).
+  // Eager rotary on complex fp32 views: float() 6, complex multiply 12, back to bf16 6 bytes per element of
+  // q, k; eager fp32 norms 42 bytes per element (make_norm).
   l.eager_elementwise_bytes_per_token = (s.positions == PositionKind::kRotary ? 24.0 * (q + kv) : 0.0) +
                                         6.0 * static_cast<double>(h) + 42.0 * qk_norm_elems;
   return l;
@@ -210,9 +216,9 @@ void add_mlp_tensors(const ModelSpec& s, Layer& l, const std::string& prefix, st
   }
 }
 
-// A dense MLP, or a mixture of experts: router (+ routing bias), `experts` routed MLPs of which each token uses
-// top_k, and the shared experts (one fused MLP of shared_experts·width, as HF DeepseekV3MoE and Llama4TextMoe
-// hold them) that every token uses.
+// A dense MLP, or a mixture of experts: router (+ routing bias), `experts` routed MLPs of which each token
+// uses top_k, and the shared experts (one fused MLP of shared_experts·width, as HF DeepseekV3MoE and
+// Llama4TextMoe hold them) that every token uses.
 Layer make_mlp(const ModelSpec& s, int block) {
   Layer l;
   l.block = block;
@@ -344,7 +350,8 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
     if (first_is_ckpt) {
       // A leading norm is recomputed (its saved input is the checkpoint); a leading attention keeps its own.
       Layer& f = ls.front();
-      f.act_selective_replicated_bytes_per_token = f.kind == LayerKind::kNorm ? ckpt_in : f.act_selective_replicated_bytes_per_token + ckpt_in;
+      f.act_selective_replicated_bytes_per_token =
+          f.kind == LayerKind::kNorm ? ckpt_in : f.act_selective_replicated_bytes_per_token + ckpt_in;
     }
     auto v = block_in;
     for (auto& l : ls) {
@@ -356,10 +363,11 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
   };
   for (int b = 0; b < s.layers; ++b) prev = add_block(b, prev, {});
   std::vector<LayerGraph::vertex_descriptor> mtp_tails;
-  // DeepSeek-V3 multi-token prediction (paper §2.2; HF checkpoint layers 61+): per module, RMSNorm of the main
-  // model's hidden state (hnorm) and of the next token's embedding (enorm), eh_proj [h, 2h] on their
+  // DeepSeek-V3 multi-token prediction (paper §2.2; HF checkpoint layers 61+): per module, RMSNorm of the
+  // main model's hidden state (hnorm) and of the next token's embedding (enorm), eh_proj [h, 2h] on their
   // concatenation, one transformer block, a final norm, and the output head shared with the main model (its
-  // logits and loss: the head GEMM and the cross-entropy traffic are counted in the module's projection layer).
+  // logits and loss: the head GEMM and the cross-entropy traffic are counted in the module's projection
+  // layer).
   for (int k = 0; k < s.mtp_layers; ++k) {
     const int b = s.layers + k;
     const std::string p = "mtp." + std::to_string(k) + ".";
@@ -375,7 +383,8 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
     eh.gemms.push_back({s.hidden, 2 * s.hidden, 1, TpSplit::kColumn});
     eh.act_split_bytes_per_token = 4.0 * static_cast<double>(s.hidden);  // the concatenated input
     eh.act_selective_split_bytes_per_token = eh.act_split_bytes_per_token;
-    eh.elementwise_bytes_per_token = eh.eager_elementwise_bytes_per_token = 8.0 * static_cast<double>(s.hidden);
+    eh.elementwise_bytes_per_token = eh.eager_elementwise_bytes_per_token =
+        8.0 * static_cast<double>(s.hidden);
     prologue.push_back(std::move(eh));
     auto out = add_block(b, prev, std::move(prologue));
     Layer head = make_norm(s, p + "norm", b);
@@ -387,7 +396,8 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
     mh.block = b;
     mh.gemms.push_back({s.vocab, s.hidden, 1, TpSplit::kColumn});  // the shared head's weight, no new tensor
     mh.act_replicated_bytes_per_token = mh.act_selective_replicated_bytes_per_token = 2.0 * s.hidden;
-    mh.elementwise_bytes_per_token = mh.eager_elementwise_bytes_per_token = 14.0 * static_cast<double>(s.vocab);
+    mh.elementwise_bytes_per_token = mh.eager_elementwise_bytes_per_token =
+        14.0 * static_cast<double>(s.vocab);
     auto hv = add(std::move(mh));
     boost::add_edge(nv, hv, g);
     mtp_tails.push_back(hv);
@@ -411,8 +421,8 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
   // fp32 cross-entropy: cast, log-softmax, gather; backward writes an fp32 gradient and casts it (mechanics §2.3).
   loss.elementwise_bytes_per_token = loss.eager_elementwise_bytes_per_token = 14.0 * static_cast<double>(s.vocab);
   if (s.final_softcap > 0) {
-    // Gemma 2 final_logit_softcapping: logits / cap, tanh, * cap on the bf16 logits. Fused: one read and write
-    // (4 bytes per logit); eager: three ops, each a read and a write (12).
+    // Gemma 2 final_logit_softcapping: logits / cap, tanh, * cap on the bf16 logits. Fused: one read and
+    // write (4 bytes per logit); eager: three ops, each a read and a write (12).
     loss.elementwise_bytes_per_token += 4.0 * static_cast<double>(s.vocab);
     loss.eager_elementwise_bytes_per_token += 12.0 * static_cast<double>(s.vocab);
   }
@@ -565,7 +575,8 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
       l.attn_v_head_dim = ao->integer("v_head_dim", 0, 0, kMaxDim);
       l.attn_window = ao->integer("window", 0, 0, kMaxDim);
       l.attn_chunked = ao->boolean("chunked", false);
-      if (l.attn_chunked && l.attn_window == 0) ao->fail("chunked", "chunked attention needs a window (chunk size)");
+      if (l.attn_chunked && l.attn_window == 0)
+        ao->fail("chunked", "chunked attention needs a window (chunk size)");
       ao->finish();
     }
     l.act_split_bytes_per_token = lo.number("act_split_bytes_per_token", 0.0, 0.0, 1e12);

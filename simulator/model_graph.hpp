@@ -46,11 +46,12 @@ struct Layer {
   // Attention core (flash attention): heads, kv heads, head dim; zero for other layers.
   int attn_heads = 0, attn_kv_heads = 0;
   std::int64_t attn_head_dim = 0;  ///< the Q·K dimension per head
-  /// The V (and output) dimension per head when it differs from attn_head_dim (MLA: 128 vs 192); 0 = the same.
+  /// The V (and output) dimension per head when it differs from attn_head_dim (MLA: 128 vs 192); 0 = the
+  /// same.
   std::int64_t attn_v_head_dim = 0;
-  /// Local attention, 0 = each position attends to all earlier ones (causal, (s + 1) / 2 on average). A sliding
-  /// window attends to the last min(window, i + 1) positions; chunked attention (attn_chunked) to the positions
-  /// of its own chunk of `attn_window` up to itself.
+  /// Local attention, 0 = each position attends to all earlier ones (causal, (s + 1) / 2 on average). A
+  /// sliding window attends to the last min(window, i + 1) positions; chunked attention (attn_chunked) to the
+  /// positions of its own chunk of `attn_window` up to itself.
   std::int64_t attn_window = 0;
   bool attn_chunked = false;
   std::int64_t v_head_dim() const { return attn_v_head_dim > 0 ? attn_v_head_dim : attn_head_dim; }
@@ -110,7 +111,8 @@ class ModelGraph {
   int blocks() const { return blocks_; }
   /// Attention's term of the model FLOPs per token at sequence length `seq`, the convention of torchtitan's
   /// get_num_flop_per_token (12·L·heads·head_dim·seq, causality not halved): per attention layer
-  /// 6·heads·(qk_dim + v_dim)·positions, where positions is seq for global layers and min(window, seq) for local.
+  /// 6·heads·(qk_dim + v_dim)·positions, where positions is seq for global layers and min(window, seq) for
+  /// local.
   double attention_model_flops_per_token(std::int64_t seq) const;
   /// Largest parameter count of a single tensor.
   std::int64_t largest_tensor() const { return largest_tensor_; }

@@ -15,7 +15,9 @@ const char* to_string(QkNormKind k) {
 const char* to_string(NormPlacement k) {
   return k == NormPlacement::kPre ? "pre" : k == NormPlacement::kPost ? "post" : "sandwich";
 }
-const char* to_string(LocalAttention k) { return k == LocalAttention::kSliding ? "sliding" : "chunked"; }
+const char* to_string(LocalAttention k) {
+  return k == LocalAttention::kSliding ? "sliding" : "chunked";
+}
 
 bool MoeSpec::is_moe_block(int b) const {
   if (experts <= 0 || b < first_dense || interval <= 0 || b % interval != phase) return false;
@@ -63,7 +65,8 @@ ModelSpec parse_model_spec(JsonObj o) {
   s.head_dim = o.integer("head_dim", s.hidden / s.heads, 1, kMaxDim);
   s.ffn_hidden = o.integer("ffn_hidden", 1, kMaxDim);
   s.vocab = o.integer("vocab", 1, kMaxDim);
-  s.mlp = parse_enum(o, "mlp", {{"swiglu", MlpKind::kSwiGlu}, {"gelu", MlpKind::kGelu}, {"geglu", MlpKind::kGeGlu}},
+  s.mlp = parse_enum(o, "mlp",
+                     {{"swiglu", MlpKind::kSwiGlu}, {"gelu", MlpKind::kGelu}, {"geglu", MlpKind::kGeGlu}},
                      MlpKind::kSwiGlu);
   s.norm = parse_enum(o, "norm", {{"rmsnorm", NormKind::kRmsNorm}, {"layernorm", NormKind::kLayerNorm}},
                       NormKind::kRmsNorm);
@@ -91,8 +94,8 @@ ModelSpec parse_model_spec(JsonObj o) {
     if (const Json* dl = moe->raw_optional("dense_layers")) {
       if (!dl->is_array()) moe->fail("dense_layers", "expected an array of block indices");
       for (std::size_t i = 0; i < dl->size(); ++i)
-        s.moe.dense_layers.push_back(static_cast<int>(
-            json_integer((*dl)[i], o.file(), moe->pointer("dense_layers") + "/" + std::to_string(i), 0, kMaxLayers)));
+        s.moe.dense_layers.push_back(static_cast<int>(json_integer(
+            (*dl)[i], o.file(), moe->pointer("dense_layers") + "/" + std::to_string(i), 0, kMaxLayers)));
     }
     s.moe.router_bias = moe->boolean("router_bias", false);
     moe->finish();
@@ -106,9 +109,9 @@ ModelSpec parse_model_spec(JsonObj o) {
     mla->finish();
   }
   s.seq = o.integer("seq", 4096, 1, kMaxDim);
-  s.qk_norm = parse_enum(o, "qk_norm",
-                         {{"none", QkNormKind::kNone}, {"head", QkNormKind::kHead}, {"full", QkNormKind::kFull}},
-                         QkNormKind::kNone);
+  s.qk_norm = parse_enum(
+      o, "qk_norm", {{"none", QkNormKind::kNone}, {"head", QkNormKind::kHead}, {"full", QkNormKind::kFull}},
+      QkNormKind::kNone);
   s.norm_placement = parse_enum(
       o, "norm_placement",
       {{"pre", NormPlacement::kPre}, {"post", NormPlacement::kPost}, {"sandwich", NormPlacement::kSandwich}},
@@ -116,9 +119,9 @@ ModelSpec parse_model_spec(JsonObj o) {
   s.fused_qkv = o.boolean("fused_qkv", false);
   s.fused_gate_up = o.boolean("fused_gate_up", false);
   s.window = o.integer("window", 0, 0, kMaxDim);
-  s.local_attention = parse_enum(o, "local_attention",
-                                 {{"sliding", LocalAttention::kSliding}, {"chunked", LocalAttention::kChunked}},
-                                 LocalAttention::kSliding);
+  s.local_attention = parse_enum(
+      o, "local_attention", {{"sliding", LocalAttention::kSliding}, {"chunked", LocalAttention::kChunked}},
+      LocalAttention::kSliding);
   s.global_every = static_cast<int>(o.integer("global_every", 0, 0, kMaxLayers));
   s.attn_softcap = o.number("attn_softcap", 0.0, 0.0, 1e6);
   s.final_softcap = o.number("final_softcap", 0.0, 0.0, 1e6);
@@ -158,7 +161,8 @@ void validate_model_spec(const ModelSpec& s, const std::string& file) {
     for (int b : s.moe.dense_layers) range("moe/dense_layers", b, 0, s.layers - 1);
     bool any = false;
     for (int b = 0; b < s.layers && !any; ++b) any = s.moe.is_moe_block(b);
-    if (!any) throw InputError(file, "/moe", "no block is a mixture of experts (check first_dense, interval, phase)");
+    if (!any)
+      throw InputError(file, "/moe", "no block is a mixture of experts (check first_dense, interval, phase)");
   }
   if (s.mla.enabled()) {
     range("mla/q_lora_rank", s.mla.q_lora_rank, 0, kMaxDim);
@@ -166,7 +170,8 @@ void validate_model_spec(const ModelSpec& s, const std::string& file) {
     range("mla/qk_nope_head_dim", s.mla.qk_nope_head_dim, 1, kMaxDim);
     range("mla/qk_rope_head_dim", s.mla.qk_rope_head_dim, 1, kMaxDim);
     range("mla/v_head_dim", s.mla.v_head_dim, 1, kMaxDim);
-    if (s.fused_qkv) throw InputError(file, "/fused_qkv", "multi-head latent attention has no fused qkv projection");
+    if (s.fused_qkv)
+      throw InputError(file, "/fused_qkv", "multi-head latent attention has no fused qkv projection");
     if (s.qk_norm != QkNormKind::kNone)
       throw InputError(file, "/qk_norm", "multi-head latent attention norms its latents, not q and k");
   }
@@ -274,7 +279,8 @@ struct HfReader {
     if (!has(key)) return v;
     if (!j.at(key).is_array()) throw InputError(file, at(key), "expected an array of integers");
     for (std::size_t i = 0; i < j.at(key).size(); ++i)
-      v.push_back(static_cast<int>(json_integer(j.at(key)[i], file, at(key) + "/" + std::to_string(i), 0, kMaxDim)));
+      v.push_back(
+          static_cast<int>(json_integer(j.at(key)[i], file, at(key) + "/" + std::to_string(i), 0, kMaxDim)));
     return v;
   }
   /// The period N of a "layer_types" list whose every N-th layer (1-based) is "full_attention" and the others
@@ -282,13 +288,16 @@ struct HfReader {
   int global_every_from_layer_types(int layers) const {
     const Json& lt = j.at("layer_types");
     if (!lt.is_array() || static_cast<int>(lt.size()) != layers)
-      throw InputError(file, at("layer_types"), "expected one entry per layer (" + std::to_string(layers) + ")");
+      throw InputError(file, at("layer_types"),
+                       "expected one entry per layer (" + std::to_string(layers) + ")");
     int first_full = -1;
     for (int b = 0; b < layers && first_full < 0; ++b)
-      if (json_string(lt[static_cast<std::size_t>(b)], file, at("layer_types")) == "full_attention") first_full = b;
+      if (json_string(lt[static_cast<std::size_t>(b)], file, at("layer_types")) == "full_attention")
+        first_full = b;
     const int every = first_full + 1;
     for (int b = 0; b < layers; ++b) {
-      const bool full = json_string(lt[static_cast<std::size_t>(b)], file, at("layer_types")) == "full_attention";
+      const bool full =
+          json_string(lt[static_cast<std::size_t>(b)], file, at("layer_types")) == "full_attention";
       if (full != (every > 0 && (b + 1) % every == 0))
         throw InputError(file, at("layer_types") + "/" + std::to_string(b),
                          "only a periodic pattern (every N-th layer global, the others local) is modelled");
@@ -299,17 +308,18 @@ struct HfReader {
 
 // Rotary decoder families that share Llama's field names (num_hidden_layers, hidden_size, ...).
 bool llama_like(const std::string& t) {
-  for (const char* n : {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "phi3", "olmo2", "gemma2",
-                        "gemma3", "gemma3_text", "llama4", "llama4_text", "deepseek_v2", "deepseek_v3"})
+  for (const char* n :
+       {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "phi3", "olmo2", "gemma2", "gemma3",
+        "gemma3_text", "llama4", "llama4_text", "deepseek_v2", "deepseek_v3"})
     if (t == n) return true;
   return false;
 }
 }  // namespace
 
 namespace {
-// The Llama-like families. Defaults for fields a config may omit are those of the family's transformers config
-// class (transformers 4.51: Gemma2Config, Gemma3TextConfig, Llama4TextConfig); the structure of each family is
-// that of its transformers modeling file (modeling_<type>.py).
+// The Llama-like families. Defaults for fields a config may omit are those of the family's transformers
+// config class (transformers 4.51: Gemma2Config, Gemma3TextConfig, Llama4TextConfig); the structure of each
+// family is that of its transformers modeling file (modeling_<type>.py).
 ModelSpec parse_hf_config_text(const Json& j, const std::string& file, const std::string& prefix,
                                const std::string& outer_type) {
   HfReader r{j, file, prefix};
@@ -347,7 +357,8 @@ ModelSpec parse_hf_config_text(const Json& j, const std::string& file, const std
     s.moe.top_k = static_cast<int>(r.integer("num_experts_per_tok"));
   }
   if (type == "qwen3" || type == "qwen3_moe") {
-    // Qwen3Attention: q_norm and k_norm are RMSNorm(head_dim); no qkv bias (attention_bias false), unlike Qwen2.
+    // Qwen3Attention: q_norm and k_norm are RMSNorm(head_dim); no qkv bias (attention_bias false), unlike
+    // Qwen2.
     s.qk_norm = QkNormKind::kHead;
     if (r.boolean("use_sliding_window", false))
       throw InputError(file, r.at("use_sliding_window"),
@@ -368,26 +379,31 @@ ModelSpec parse_hf_config_text(const Json& j, const std::string& file, const std
     s.window = r.integer("sliding_window", 0);
   }
   if (type == "olmo2") {
-    // Olmo2Attention: q_norm = RMSNorm(heads·head_dim), k_norm = RMSNorm(kv_heads·head_dim); Olmo2DecoderLayer
-    // norms the attention and MLP outputs (post_attention_layernorm, post_feedforward_layernorm), not the inputs.
+    // Olmo2Attention: q_norm = RMSNorm(heads·head_dim), k_norm = RMSNorm(kv_heads·head_dim);
+    // Olmo2DecoderLayer norms the attention and MLP outputs (post_attention_layernorm,
+    // post_feedforward_layernorm), not the inputs.
     s.qk_norm = QkNormKind::kFull;
     s.norm_placement = NormPlacement::kPost;
   }
   if (gemma) {
-    // Gemma2/3DecoderLayer: input, post-attention, pre-feedforward and post-feedforward norms. Gemma 2 alternates
-    // sliding (even layers) and global attention; Gemma 3 makes every sliding_window_pattern-th layer global.
+    // Gemma2/3DecoderLayer: input, post-attention, pre-feedforward and post-feedforward norms. Gemma 2
+    // alternates sliding (even layers) and global attention; Gemma 3 makes every sliding_window_pattern-th
+    // layer global.
     s.norm_placement = NormPlacement::kSandwich;
     s.window = r.integer("sliding_window", 4096);
-    if (r.has("layer_types")) s.global_every = r.global_every_from_layer_types(s.layers);
-    else s.global_every = static_cast<int>(type == "gemma2" ? 2 : r.integer("sliding_window_pattern", 6));
+    if (r.has("layer_types"))
+      s.global_every = r.global_every_from_layer_types(s.layers);
+    else
+      s.global_every = static_cast<int>(type == "gemma2" ? 2 : r.integer("sliding_window_pattern", 6));
     s.attn_softcap = r.number("attn_logit_softcapping", type == "gemma2" ? 50.0 : 0.0);
     s.final_softcap = r.number("final_logit_softcapping", type == "gemma2" ? 30.0 : 0.0);
-    if (type == "gemma3") s.qk_norm = QkNormKind::kHead;  // Gemma3Attention q_norm, k_norm = RMSNorm(head_dim)
+    if (type == "gemma3")
+      s.qk_norm = QkNormKind::kHead;  // Gemma3Attention q_norm, k_norm = RMSNorm(head_dim)
   }
   if (llama4) {
-    // Llama4TextMoe: num_local_experts routed experts of intermediate_size, a shared expert of the same width, a
-    // router; dense layers (not in moe_layers) use intermediate_size_mlp. moe_layers defaults to every
-    // interleave_moe_layer_step-th layer. The L2 q/k norm (use_qk_norm) has no weights.
+    // Llama4TextMoe: num_local_experts routed experts of intermediate_size, a shared expert of the same
+    // width, a router; dense layers (not in moe_layers) use intermediate_size_mlp. moe_layers defaults to
+    // every interleave_moe_layer_step-th layer. The L2 q/k norm (use_qk_norm) has no weights.
     s.ffn_hidden = r.integer("intermediate_size_mlp", 16384);
     s.moe.experts = static_cast<int>(r.integer("num_local_experts", 16));
     s.moe.top_k = static_cast<int>(r.integer("num_experts_per_tok", 1));
@@ -396,13 +412,14 @@ ModelSpec parse_hf_config_text(const Json& j, const std::string& file, const std
     if (r.has("moe_layers")) {
       const std::vector<int> moe_layers = r.int_list("moe_layers");
       for (int b = 0; b < s.layers; ++b)
-        if (std::find(moe_layers.begin(), moe_layers.end(), b) == moe_layers.end()) s.moe.dense_layers.push_back(b);
+        if (std::find(moe_layers.begin(), moe_layers.end(), b) == moe_layers.end())
+          s.moe.dense_layers.push_back(b);
     } else {
       s.moe.interval = static_cast<int>(r.integer("interleave_moe_layer_step", 1));
       s.moe.phase = s.moe.interval - 1;
     }
-    // Layers with RoPE use chunked attention (attention_chunk_size); every no_rope_layer_interval-th layer has
-    // no RoPE and attends globally (Llama4TextConfig layer_types).
+    // Layers with RoPE use chunked attention (attention_chunk_size); every no_rope_layer_interval-th layer
+    // has no RoPE and attends globally (Llama4TextConfig layer_types).
     s.window = r.integer("attention_chunk_size", 0);
     s.local_attention = LocalAttention::kChunked;
     const std::vector<int> no_rope = r.int_list("no_rope_layers");  // 1 = RoPE (chunked), 0 = NoPE (global)
@@ -410,13 +427,15 @@ ModelSpec parse_hf_config_text(const Json& j, const std::string& file, const std
       s.global_every = r.global_every_from_layer_types(s.layers);
     } else if (!no_rope.empty()) {
       if (static_cast<int>(no_rope.size()) != s.layers)
-        throw InputError(file, r.at("no_rope_layers"), "expected one entry per layer (" + std::to_string(s.layers) + ")");
+        throw InputError(file, r.at("no_rope_layers"),
+                         "expected one entry per layer (" + std::to_string(s.layers) + ")");
       int first_global = -1;
       for (int b = 0; b < s.layers && first_global < 0; ++b)
         if (no_rope[static_cast<std::size_t>(b)] == 0) first_global = b;
       s.global_every = first_global + 1;
       for (int b = 0; b < s.layers; ++b)
-        if ((no_rope[static_cast<std::size_t>(b)] == 0) != (s.global_every > 0 && (b + 1) % s.global_every == 0))
+        if ((no_rope[static_cast<std::size_t>(b)] == 0) !=
+            (s.global_every > 0 && (b + 1) % s.global_every == 0))
           throw InputError(file, r.at("no_rope_layers") + "/" + std::to_string(b),
                            "only a periodic pattern (every N-th layer without RoPE) is modelled");
     } else {
@@ -428,8 +447,9 @@ ModelSpec parse_hf_config_text(const Json& j, const std::string& file, const std
     // kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj. DeepseekV3DecoderLayer: MoE iff layer_idx >=
     // first_k_dense_replace and layer_idx % moe_layer_freq == 0; DeepseekV3MoE: n_routed_experts experts and
     // n_shared_experts fused into one MLP of n_shared_experts·moe_intermediate_size; the router
-    // (DeepseekV3TopkRouter) holds weight [experts, h] and, for topk_method noaux_tc, e_score_correction_bias.
-    // num_nextn_predict_layers (MTP) is not read: the published 671B count excludes it (mtp_layers in a spec).
+    // (DeepseekV3TopkRouter) holds weight [experts, h] and, for topk_method noaux_tc,
+    // e_score_correction_bias. num_nextn_predict_layers (MTP) is not read: the published 671B count excludes
+    // it (mtp_layers in a spec).
     s.mla.q_lora_rank = r.count("q_lora_rank", 0);
     s.mla.kv_lora_rank = r.integer("kv_lora_rank");
     s.mla.qk_nope_head_dim = r.integer("qk_nope_head_dim");
@@ -444,7 +464,8 @@ ModelSpec parse_hf_config_text(const Json& j, const std::string& file, const std
       s.moe.shared_experts = static_cast<int>(r.count("n_shared_experts", 0));
       s.moe.first_dense = static_cast<int>(r.count("first_k_dense_replace", 0));
       s.moe.interval = static_cast<int>(r.integer("moe_layer_freq", 1));
-      s.moe.router_bias = r.string("topk_method", type == "deepseek_v3" ? "noaux_tc" : "greedy") == "noaux_tc";
+      s.moe.router_bias =
+          r.string("topk_method", type == "deepseek_v3" ? "noaux_tc" : "greedy") == "noaux_tc";
     }
   }
   return s;
@@ -457,9 +478,10 @@ ModelSpec parse_hf_config(const Json& j, const std::string& file) {
   std::string type = r.string("model_type", "");
   ModelSpec s;
   s.name = r.string("_name_or_path", type.empty() ? "hf-model" : type);
-  // Multimodal configs (Gemma 3 4B+, Llama 4) keep the language model under "text_config"; the vision tower and
-  // projector are not modelled.
-  if ((type == "gemma3" || type == "llama4") && j.contains("text_config") && j.at("text_config").is_object()) {
+  // Multimodal configs (Gemma 3 4B+, Llama 4) keep the language model under "text_config"; the vision tower
+  // and projector are not modelled.
+  if ((type == "gemma3" || type == "llama4") && j.contains("text_config") &&
+      j.at("text_config").is_object()) {
     ModelSpec t = parse_hf_config_text(j.at("text_config"), file, "/text_config", type);
     t.name = s.name;
     validate_model_spec(t, file);
@@ -533,10 +555,11 @@ ModelSpec parse_hf_config(const Json& j, const std::string& file) {
     s.max_positions = r.integer("n_positions", 1024);
     s.seq = s.max_positions;
   } else {
-    throw InputError(file, "/model_type",
-                     "unsupported model_type \"" + type +
-                         "\"; expected one of: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, deepseek_v2, "
-                         "deepseek_v3, llama4, gemma2, gemma3, phi3, olmo2, gpt_neox, mpt, bloom, gpt2");
+    throw InputError(
+        file, "/model_type",
+        "unsupported model_type \"" + type +
+            "\"; expected one of: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, deepseek_v2, "
+            "deepseek_v3, llama4, gemma2, gemma3, phi3, olmo2, gpt_neox, mpt, bloom, gpt2");
   }
   validate_model_spec(s, file);
   return s;

@@ -9,7 +9,8 @@
 
 namespace shardplan {
 
-/// kSwiGlu and kGeGlu are gated (gate, up, down); they differ only in the activation (SiLU vs tanh-GELU, Gemma).
+/// kSwiGlu and kGeGlu are gated (gate, up, down); they differ only in the activation (SiLU vs tanh-GELU,
+/// Gemma).
 enum class MlpKind { kSwiGlu, kGelu, kGeGlu };
 enum class NormKind { kRmsNorm, kLayerNorm };
 enum class PositionKind { kRotary, kLearned, kAlibi };
@@ -26,12 +27,12 @@ enum class LocalAttention { kSliding, kChunked };
 struct MoeSpec {
   int experts = 0;  ///< routed experts per MoE block; 0 = dense
   int top_k = 0;
-  std::int64_t ffn_hidden = 0;  ///< routed expert width; 0 = the spec's ffn_hidden (Mixtral)
-  int shared_experts = 0;       ///< shared experts every token passes through (DeepSeek, Llama 4)
+  std::int64_t ffn_hidden = 0;         ///< routed expert width; 0 = the spec's ffn_hidden (Mixtral)
+  int shared_experts = 0;              ///< shared experts every token passes through (DeepSeek, Llama 4)
   std::int64_t shared_ffn_hidden = 0;  ///< width of each shared expert; 0 = the routed expert width
-  /// Which blocks are MoE: block b is iff b >= first_dense, b % interval == phase and b is not in dense_layers;
-  /// the others are dense MLPs of the spec's ffn_hidden (DeepSeek-V3 first_k_dense_replace = 3; Llama 4
-  /// interleave step s: interval s, phase s - 1; Qwen3-MoE decoder_sparse_step and mlp_only_layers).
+  /// Which blocks are MoE: block b is iff b >= first_dense, b % interval == phase and b is not in
+  /// dense_layers; the others are dense MLPs of the spec's ffn_hidden (DeepSeek-V3 first_k_dense_replace = 3;
+  /// Llama 4 interleave step s: interval s, phase s - 1; Qwen3-MoE decoder_sparse_step and mlp_only_layers).
   int first_dense = 0, interval = 1, phase = 0;
   std::vector<int> dense_layers;
   bool router_bias = false;  ///< a per-expert routing bias (DeepSeek-V3 e_score_correction_bias)
@@ -40,7 +41,8 @@ struct MoeSpec {
 };
 
 /// Multi-head latent attention (DeepSeek-V2/V3): queries through a rank-q_lora_rank bottleneck (0 = a plain
-/// projection), keys and values from a shared rank-kv_lora_rank latent plus one rotary key of qk_rope_head_dim.
+/// projection), keys and values from a shared rank-kv_lora_rank latent plus one rotary key of
+/// qk_rope_head_dim.
 struct MlaSpec {
   std::int64_t q_lora_rank = 0, kv_lora_rank = 0;  ///< kv_lora_rank > 0 means MLA
   std::int64_t qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
@@ -76,10 +78,11 @@ struct ModelSpec {
   std::int64_t window = 0;
   LocalAttention local_attention = LocalAttention::kSliding;
   int global_every = 0;
-  /// tanh soft-capping of attention scores and of the final logits (Gemma 2): no parameters; the final one adds
-  /// elementwise work on the logits.
+  /// tanh soft-capping of attention scores and of the final logits (Gemma 2): no parameters; the final one
+  /// adds elementwise work on the logits.
   double attn_softcap = 0, final_softcap = 0;
-  /// Multi-token-prediction modules (DeepSeek-V3 num_nextn_predict_layers); 0 = excluded, as the 671B count is.
+  /// Multi-token-prediction modules (DeepSeek-V3 num_nextn_predict_layers); 0 = excluded, as the 671B count
+  /// is.
   int mtp_layers = 0;
   /// The local window of block b, 0 when the block attends globally.
   std::int64_t block_window(int b) const {
@@ -91,7 +94,8 @@ struct ModelSpec {
 ModelSpec parse_model_spec(JsonObj obj);
 Json model_spec_to_json(const ModelSpec& s);
 /// Reads a Hugging Face config.json (llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, deepseek_v3, llama4,
-/// gemma2, gemma3, phi3, olmo2, gpt_neox, mpt, bloom, gpt2). Vision towers of multimodal configs are left out.
+/// gemma2, gemma3, phi3, olmo2, gpt_neox, mpt, bloom, gpt2). Vision towers of multimodal configs are left
+/// out.
 ModelSpec parse_hf_config(const Json& j, const std::string& file);
 /// Checks the spec is a buildable transformer; throws InputError naming the field.
 void validate_model_spec(const ModelSpec& s, const std::string& file);
