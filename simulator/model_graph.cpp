@@ -71,8 +71,8 @@ Layer make_norm(const ModelSpec& s, std::string name, int block, LayerKind kind 
 // Multi-head latent attention (DeepSeek-V2/V3, HF DeepseekV3Attention). Per token: x (h) → q_a_proj (rank rq)
 // → q_a_layernorm → q_b_proj (a·(dn + dr)); x → kv_a_proj_with_mqa (rkv + dr: the latent and one shared
 // rotary key) → kv_a_layernorm on the latent → kv_b_proj (a·(dn + dv)); attention with QK dim dn + dr and V
-// dim dv; o_proj (h × a·dv). The low-rank projections are replicated under TP (torchtitan's DeepSeek-V3 plan
-// leaves wq_a and wkv_a unsplit); q_b_proj and kv_b_proj are column-parallel, o_proj row-parallel.
+// dim dv; o_proj (h × a·dv). The low-rank projections are replicated under TP (torchtitan's DeepSeek-V3 plan,
+// torchtitan/models/deepseek_v3/infra/parallelize.py: wq_a, q_norm, wkv_a, kv_norm NoParallel); q_b_proj and kv_b_proj are column-parallel, o_proj row-parallel.
 Layer make_mla(const ModelSpec& s, int block, Layer l) {
   const auto& m = s.mla;
   const std::int64_t h = s.hidden, a = s.heads, dqk = m.qk_nope_head_dim + m.qk_rope_head_dim,
