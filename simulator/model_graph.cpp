@@ -30,6 +30,18 @@ double Layer::active_parameters() const {
   return moe_experts > 0 ? dense + routed * moe_top_k / moe_experts : dense + routed;
 }
 
+double Layer::attended_positions(std::int64_t seq) const {
+  const double s = static_cast<double>(seq), w = static_cast<double>(attn_window);
+  if (attn_window <= 0 || attn_window >= seq) return (s + 1) / 2;  // causal: position i sees i + 1 keys
+  if (attn_chunked) {
+    // Position i sees (i mod w) + 1 keys: full chunks of w and a remainder r.
+    const double chunks = static_cast<double>(seq / attn_window), r = static_cast<double>(seq % attn_window);
+    return (chunks * w * (w + 1) / 2 + r * (r + 1) / 2) / s;
+  }
+  // Sliding window: position i sees min(w, i + 1) keys, the window counting the query's own position.
+  return (w * (w + 1) / 2 + (s - w) * w) / s;
+}
+
 std::int64_t Layer::parameters() const {
   std::int64_t n = 0;
   for (const auto& t : tensors) n = add_checked(n, mul_checked(t.dim0, t.dim1, "tensor size"), "layer parameters");
@@ -56,15 +68,79 @@ Layer make_norm(const ModelSpec& s, std::string name, int block, LayerKind kind 
   return l;
 }
 
+// Multi-head latent attention (DeepSeek-V2/V3, HF DeepseekV3Attention). Per token: x (h) → q_a_proj (rank rq)
+// → q_a_layernorm → q_b_proj (a·(dn + dr)); x → kv_a_proj_with_mqa (rkv + dr: the latent and one shared
+// rotary key) → kv_a_layernorm on the latent → kv_b_proj (a·(dn + dv)); attention with QK dim dn + dr and V
+// dim dv; o_proj (h × a·dv). The low-rank projections are replicated under TP (torchtitan's DeepSeek-V3 plan,
+// torchtitan/models/deepseek_v3/infra/parallelize.py: wq_a, q_norm, wkv_a, kv_norm NoParallel); q_b_proj and kv_b_proj are column-parallel, o_proj row-parallel.
+Layer make_mla(const ModelSpec& s, int block, Layer l) {
+  const auto& m = s.mla;
+  const std::int64_t h = s.hidden, a = s.heads, dqk = m.qk_nope_head_dim + m.qk_rope_head_dim,
+                     dv = m.v_head_dim;
+  const std::int64_t q = a * dqk, kv_a = m.kv_lora_rank + m.qk_rope_head_dim,
+                     kv_b = a * (m.qk_nope_head_dim + dv);
+  const std::int64_t o = a * dv, rq = m.q_lora_rank, rkv = m.kv_lora_rank;
+  if (rq > 0) {
+    l.tensors.push_back({"wq_a", rq, h, TpSplit::kReplicated});
+    l.tensors.push_back({"q_norm", rq, 1, TpSplit::kReplicated});
+    l.tensors.push_back({"wq_b", q, rq, TpSplit::kColumn});
+    l.gemms.push_back({rq, h, 1, TpSplit::kReplicated});
+    l.gemms.push_back({q, rq, 1, TpSplit::kColumn});
+  } else {
+    l.tensors.push_back({"wq", q, h, TpSplit::kColumn});
+    l.gemms.push_back({q, h, 1, TpSplit::kColumn});
+  }
+  l.tensors.push_back({"wkv_a", kv_a, h, TpSplit::kReplicated});
+  l.tensors.push_back({"kv_norm", rkv, 1, TpSplit::kReplicated});
+  l.tensors.push_back({"wkv_b", kv_b, rkv, TpSplit::kColumn});
+  l.tensors.push_back({"wo", h, o, TpSplit::kRow});
+  if (s.attn_bias) l.tensors.push_back({"bo", h, 1, TpSplit::kReplicated});
+  l.gemms.push_back({kv_a, h, 1, TpSplit::kReplicated});
+  l.gemms.push_back({kv_b, rkv, 1, TpSplit::kColumn});
+  l.gemms.push_back({h, o, 1, TpSplit::kRow});
+  l.attn_heads = s.heads;
+  l.attn_kv_heads = s.heads;
+  l.attn_head_dim = dqk;
+  l.attn_v_head_dim = dv;
+  const double H = static_cast<double>(h), RQ = static_cast<double>(rq), RKV = static_cast<double>(rkv);
+  // Saved: the input x 2h; the low-rank side, replicated under TP (not divided by sequence parallelism
+  // either: counted with the h-sized part, a small error): q latent 2rq + fp32 rstd 4 (norm input) and normed
+  // 2rq (q_b input), kv_a output 2(rkv + dr) (latent norm and rotary inputs) + rstd 4 and normed latent 2rkv
+  // (kv_b input). Per head (TP-split): Q 2·a·dqk, K 2·a·dqk, V 2·a·dv, O 2·a·dv (o_proj input), LSE 4a.
+  const double low_rank = (rq > 0 ? 4.0 * RQ + 4.0 : 0.0) + 2.0 * static_cast<double>(kv_a) + 4.0 + 2.0 * RKV;
+  l.act_replicated_bytes_per_token = 2.0 * H + low_rank;
+  l.act_split_bytes_per_token = 4.0 * q + 4.0 * o + 4.0 * a;
+  // Selective (torchtitan's op-level policy): O and LSE kept, every second matmul output.
+  l.act_selective_replicated_bytes_per_token = 0.5 * (2.0 * H + 2.0 * RQ + 2.0 * static_cast<double>(kv_a));
+  l.act_selective_split_bytes_per_token = 2.0 * o + 4.0 * a + 0.5 * (2.0 * q + 2.0 * kv_b);
+  // Rotary on the rope part of q (a·dr) and on the shared key (dr); the two norms (fused: read + write bf16);
+  // assembling K from the nope part and the broadcast rotary key (write 2·a·dqk); residual add 6h.
+  const double rope = static_cast<double>(a * m.qk_rope_head_dim + m.qk_rope_head_dim);
+  const double norms = (rq > 0 ? RQ : 0.0) + RKV;
+  l.elementwise_bytes_per_token = 4.0 * rope + 4.0 * norms + 2.0 * static_cast<double>(q) + 6.0 * H;
+  // Eager: rotary through fp32 complex views (24 bytes per element), norms in fp32 (42 bytes per element, as
+  // make_norm), the same K assembly and residual add.
+  l.eager_elementwise_bytes_per_token = 24.0 * rope + 42.0 * norms + 2.0 * static_cast<double>(q) + 6.0 * H;
+  (void)block;
+  return l;
+}
+
 Layer make_attention(const ModelSpec& s, int block) {
   Layer l;
   l.name = "blocks." + std::to_string(block) + ".attention";
   l.kind = LayerKind::kAttention;
   l.block = block;
+  l.attn_window = s.block_window(block);
+  l.attn_chunked = l.attn_window > 0 && s.local_attention == LocalAttention::kChunked;
+  if (s.mla.enabled()) return make_mla(s, block, std::move(l));
   const std::int64_t h = s.hidden, d = s.head_dim, q = s.heads * d, kv = s.kv_heads * d;
-  l.tensors.push_back({"wq", q, h, TpSplit::kColumn});
-  l.tensors.push_back({"wk", kv, h, TpSplit::kColumn});
-  l.tensors.push_back({"wv", kv, h, TpSplit::kColumn});
+  if (s.fused_qkv) {
+    l.tensors.push_back({"wqkv", q + 2 * kv, h, TpSplit::kColumn});  // Phi-3 qkv_proj
+  } else {
+    l.tensors.push_back({"wq", q, h, TpSplit::kColumn});
+    l.tensors.push_back({"wk", kv, h, TpSplit::kColumn});
+    l.tensors.push_back({"wv", kv, h, TpSplit::kColumn});
+  }
   l.tensors.push_back({"wo", h, q, TpSplit::kRow});
   if (s.attn_bias) {
     l.tensors.push_back({"bq", q, 1, TpSplit::kColumn});
@@ -72,8 +148,25 @@ Layer make_attention(const ModelSpec& s, int block) {
     l.tensors.push_back({"bv", kv, 1, TpSplit::kColumn});
     if (!s.qkv_bias_only) l.tensors.push_back({"bo", h, 1, TpSplit::kReplicated});
   }
-  l.gemms = {{q, h, 1, TpSplit::kColumn}, {kv, h, 1, TpSplit::kColumn}, {kv, h, 1, TpSplit::kColumn},
-             {h, q, 1, TpSplit::kRow}};
+  // q/k norms: one head_dim weight each (Qwen3, Gemma 3), or over the whole projection (OLMo 2: TP would
+  // split them with the projection; they are tiny and kept replicated).
+  double qk_norm_elems = 0;  // elements of q and k that pass through a norm
+  if (s.qk_norm == QkNormKind::kHead) {
+    l.tensors.push_back({"q_norm", d, 1, TpSplit::kReplicated});
+    l.tensors.push_back({"k_norm", d, 1, TpSplit::kReplicated});
+    qk_norm_elems = static_cast<double>(q + kv);
+  } else if (s.qk_norm == QkNormKind::kFull) {
+    l.tensors.push_back({"q_norm", q, 1, TpSplit::kReplicated});
+    l.tensors.push_back({"k_norm", kv, 1, TpSplit::kReplicated});
+    qk_norm_elems = static_cast<double>(q + kv);
+  }
+  if (s.fused_qkv)
+    l.gemms = {{q + 2 * kv, h, 1, TpSplit::kColumn}, {h, q, 1, TpSplit::kRow}};
+  else
+    l.gemms = {{q, h, 1, TpSplit::kColumn},
+               {kv, h, 1, TpSplit::kColumn},
+               {kv, h, 1, TpSplit::kColumn},
+               {h, q, 1, TpSplit::kRow}};
   l.attn_heads = s.heads;
   l.attn_kv_heads = s.kv_heads;
   l.attn_head_dim = d;
@@ -81,24 +174,32 @@ Layer make_attention(const ModelSpec& s, int block) {
   // log-sum-exp fp32 per head (4a).
   l.act_replicated_bytes_per_token = 2.0 * h;
   l.act_split_bytes_per_token = 2.0 * q + 4.0 * kv + 2.0 * q + 4.0 * s.heads;
+  // q/k norms save their input (the projection outputs, 2 bytes each) and an fp32 rstd per head (q and k).
+  if (qk_norm_elems > 0) l.act_split_bytes_per_token += 2.0 * qk_norm_elems + 4.0 * (s.heads + s.kv_heads);
   // Op-level selective checkpointing (torchtitan's policy): attention outputs (O, LSE) are saved, and every
   // second matmul output: half of q, k, v and of the output projection's 2h.
   l.act_selective_replicated_bytes_per_token = 0.5 * 2.0 * h;
   l.act_selective_split_bytes_per_token = 2.0 * q + 4.0 * s.heads + 0.5 * (2.0 * q + 4.0 * kv);
-  // Rotary on q and k (read + write), residual add (read 2 x 2h, write 2h).
-  l.elementwise_bytes_per_token =
-      (s.positions == PositionKind::kRotary ? 4.0 * (q + kv) : 0.0) + 6.0 * static_cast<double>(h);
-  // Eager rotary on complex fp32 views: float() 6, complex multiply 12, back to bf16 6 bytes per element of q, k.
-  l.eager_elementwise_bytes_per_token =
-      (s.positions == PositionKind::kRotary ? 24.0 * (q + kv) : 0.0) + 6.0 * static_cast<double>(h);
+  // Rotary on q and k (read + write), residual add (read 2 x 2h, write 2h); fused q/k norms read and write
+  // them.
+  l.elementwise_bytes_per_token = (s.positions == PositionKind::kRotary ? 4.0 * (q + kv) : 0.0) +
+                                  6.0 * static_cast<double>(h) + 4.0 * qk_norm_elems;
+  // Eager rotary on complex fp32 views: float() 6, complex multiply 12, back to bf16 6 bytes per element of
+  // q, k; eager fp32 norms 42 bytes per element (make_norm).
+  l.eager_elementwise_bytes_per_token = (s.positions == PositionKind::kRotary ? 24.0 * (q + kv) : 0.0) +
+                                        6.0 * static_cast<double>(h) + 42.0 * qk_norm_elems;
   return l;
 }
 
-void add_mlp_tensors(const ModelSpec& s, Layer& l, const std::string& prefix) {
-  const std::int64_t h = s.hidden, f = s.ffn_hidden;
-  if (s.mlp == MlpKind::kSwiGlu) {
-    l.tensors.push_back({prefix + "w_gate", f, h, TpSplit::kColumn});
-    l.tensors.push_back({prefix + "w_up", f, h, TpSplit::kColumn});
+void add_mlp_tensors(const ModelSpec& s, Layer& l, const std::string& prefix, std::int64_t f) {
+  const std::int64_t h = s.hidden;
+  if (s.mlp != MlpKind::kGelu) {
+    if (s.fused_gate_up) {
+      l.tensors.push_back({prefix + "w_gate_up", 2 * f, h, TpSplit::kColumn});  // Phi-3 gate_up_proj
+    } else {
+      l.tensors.push_back({prefix + "w_gate", f, h, TpSplit::kColumn});
+      l.tensors.push_back({prefix + "w_up", f, h, TpSplit::kColumn});
+    }
     l.tensors.push_back({prefix + "w_down", h, f, TpSplit::kRow});
     if (s.mlp_bias) {
       l.tensors.push_back({prefix + "b_gate", f, 1, TpSplit::kColumn});
@@ -115,46 +216,67 @@ void add_mlp_tensors(const ModelSpec& s, Layer& l, const std::string& prefix) {
   }
 }
 
+// A dense MLP, or a mixture of experts: router (+ routing bias), `experts` routed MLPs of which each token
+// uses top_k, and the shared experts (one fused MLP of shared_experts·width, as HF DeepseekV3MoE and
+// Llama4TextMoe hold them) that every token uses.
 Layer make_mlp(const ModelSpec& s, int block) {
   Layer l;
   l.block = block;
-  const std::int64_t h = s.hidden, f = s.ffn_hidden;
-  const bool moe = s.moe.experts > 0;
+  const std::int64_t h = s.hidden;
+  const bool moe = s.moe.is_moe_block(block);
+  const std::int64_t f = moe ? s.moe.expert_ffn(s.ffn_hidden) : s.ffn_hidden;
+  const std::int64_t fs =
+      moe ? s.moe.shared_experts * (s.moe.shared_ffn_hidden > 0 ? s.moe.shared_ffn_hidden : f) : 0;
   l.name = "blocks." + std::to_string(block) + (moe ? ".moe" : ".mlp");
   l.kind = moe ? LayerKind::kMoe : LayerKind::kMlp;
   const int experts = moe ? s.moe.experts : 1;
   const double active = moe ? s.moe.top_k : 1;
+  std::size_t first_expert = 0;
   if (moe) {
     l.tensors.push_back({"router", s.moe.experts, h, TpSplit::kReplicated});
+    if (s.moe.router_bias) l.tensors.push_back({"router_bias", s.moe.experts, 1, TpSplit::kReplicated});
+    if (fs > 0) add_mlp_tensors(s, l, "shared.", fs);
     l.gemms.push_back({s.moe.experts, h, 1, TpSplit::kReplicated});
+    first_expert = l.tensors.size();
   }
-  for (int e = 0; e < experts; ++e) add_mlp_tensors(s, l, moe ? "experts." + std::to_string(e) + "." : "");
+  for (int e = 0; e < experts; ++e) add_mlp_tensors(s, l, moe ? "experts." + std::to_string(e) + "." : "", f);
   if (moe) {
-    for (std::size_t i = 1; i < l.tensors.size(); ++i) l.tensors[i].expert = true;  // all but the router
+    for (std::size_t i = first_expert; i < l.tensors.size(); ++i) l.tensors[i].expert = true;
     l.moe_experts = s.moe.experts;
     l.moe_top_k = s.moe.top_k;
   }
-  if (s.mlp == MlpKind::kSwiGlu) {
+  // Per token the routed experts' work counts top_k times, the shared experts' once; written as one width
+  // fa = top_k·f + fs for the activations and elementwise traffic.
+  const double fa = active * static_cast<double>(f) + static_cast<double>(fs);
+  if (s.mlp != MlpKind::kGelu) {
+    if (fs > 0) {
+      l.gemms.push_back({fs, h, 2, TpSplit::kColumn});  // shared gate and up
+      l.gemms.push_back({h, fs, 1, TpSplit::kRow});
+    }
     l.gemms.push_back({f, h, 2 * active, TpSplit::kColumn});  // gate and up
     l.gemms.push_back({h, f, active, TpSplit::kRow});
     // Saved: input 2h; gate and up outputs 4f; SiLU(gate) 2f; product 2f (down-proj input).
     l.act_replicated_bytes_per_token = 2.0 * h;
-    l.act_split_bytes_per_token = active * 8.0 * f;
+    l.act_split_bytes_per_token = 8.0 * fa;
     // Selective: half of the matmul outputs (gate, up: 4f; down: 2h) saved, the rest recomputed.
     l.act_selective_replicated_bytes_per_token = 0.5 * 2.0 * h;
-    l.act_selective_split_bytes_per_token = active * 0.5 * 4.0 * f;
-    l.elementwise_bytes_per_token = active * 6.0 * f + 6.0 * h;   // fused silu(gate) * up
-    l.eager_elementwise_bytes_per_token = active * 10.0 * f + 6.0 * h;  // silu 4f, multiply 6f
+    l.act_selective_split_bytes_per_token = 0.5 * 4.0 * fa;
+    l.elementwise_bytes_per_token = 6.0 * fa + 6.0 * h;         // fused silu(gate) * up
+    l.eager_elementwise_bytes_per_token = 10.0 * fa + 6.0 * h;  // silu 4f, multiply 6f
   } else {
+    if (fs > 0) {
+      l.gemms.push_back({fs, h, 1, TpSplit::kColumn});
+      l.gemms.push_back({h, fs, 1, TpSplit::kRow});
+    }
     l.gemms.push_back({f, h, active, TpSplit::kColumn});
     l.gemms.push_back({h, f, active, TpSplit::kRow});
     // Saved: input 2h; GELU input 2f; GELU output 2f (fc2 input).
     l.act_replicated_bytes_per_token = 2.0 * h;
-    l.act_split_bytes_per_token = active * 4.0 * f;
+    l.act_split_bytes_per_token = 4.0 * fa;
     l.act_selective_replicated_bytes_per_token = 0.5 * 2.0 * h;
-    l.act_selective_split_bytes_per_token = active * 0.5 * 2.0 * f;
-    l.elementwise_bytes_per_token = active * 4.0 * f + 6.0 * h;
-    l.eager_elementwise_bytes_per_token = active * 4.0 * f + 6.0 * h;
+    l.act_selective_split_bytes_per_token = 0.5 * 2.0 * fa;
+    l.elementwise_bytes_per_token = 4.0 * fa + 6.0 * h;
+    l.eager_elementwise_bytes_per_token = 4.0 * fa + 6.0 * h;
   }
   if (moe) l.act_replicated_bytes_per_token += 4.0 * s.moe.experts;  // router logits, fp32
   return l;
@@ -190,24 +312,100 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
     boost::add_edge(prev, v, g);
     prev = v;
   }
-  for (int b = 0; b < s.layers; ++b) {
-    auto block_in = prev;
-    Layer first_norm = make_norm(s, "blocks." + std::to_string(b) + ".attention_norm", b);
-    first_norm.act_selective_replicated_bytes_per_token = 2.0 * static_cast<double>(s.hidden);  // checkpoint input
-    auto n1 = add(first_norm);
-    auto at = add(make_attention(s, b));
-    auto n2 = add(make_norm(s, "blocks." + std::to_string(b) + ".ffn_norm", b));
-    auto ml = add(make_mlp(s, b));
-    boost::add_edge(block_in, n1, g);
-    boost::add_edge(n1, at, g);
-    boost::add_edge(block_in, n2, g);  // residual
-    boost::add_edge(at, n2, g);
-    boost::add_edge(n2, ml, g);
-    boost::add_edge(at, ml, g);  // residual
-    prev = ml;
+  // One transformer block: norms where the family puts them (pre: Llama; post: OLMo 2; sandwich: Gemma 2/3),
+  // after `prologue` layers (the MTP module's input norms and projection). Under selective checkpointing the
+  // block's first layer holds the checkpoint input (2h).
+  const double ckpt_in = 2.0 * static_cast<double>(s.hidden);
+  auto add_block = [&](int b, LayerGraph::vertex_descriptor block_in, std::vector<Layer> prologue) {
+    const std::string p = "blocks." + std::to_string(b) + ".";
+    for (auto& l : prologue) {
+      auto v = add(std::move(l));
+      boost::add_edge(block_in, v, g);
+      block_in = v;
+    }
+    const bool first_is_ckpt = prologue.empty();
+    if (s.norm_placement == NormPlacement::kPre) {
+      Layer first_norm = make_norm(s, p + "attention_norm", b);
+      if (first_is_ckpt) first_norm.act_selective_replicated_bytes_per_token = ckpt_in;
+      auto n1 = add(std::move(first_norm));
+      auto at = add(make_attention(s, b));
+      auto n2 = add(make_norm(s, p + "ffn_norm", b));
+      auto ml = add(make_mlp(s, b));
+      boost::add_edge(block_in, n1, g);
+      boost::add_edge(n1, at, g);
+      boost::add_edge(block_in, n2, g);  // residual
+      boost::add_edge(at, n2, g);
+      boost::add_edge(n2, ml, g);
+      boost::add_edge(at, ml, g);  // residual
+      return ml;
+    }
+    const bool sandwich = s.norm_placement == NormPlacement::kSandwich;
+    std::vector<Layer> ls;
+    if (sandwich) ls.push_back(make_norm(s, p + "attention_norm", b));
+    ls.push_back(make_attention(s, b));
+    ls.push_back(make_norm(s, p + "post_attention_norm", b));
+    if (sandwich) ls.push_back(make_norm(s, p + "ffn_norm", b));
+    ls.push_back(make_mlp(s, b));
+    ls.push_back(make_norm(s, p + "post_ffn_norm", b));
+    if (first_is_ckpt) {
+      // A leading norm is recomputed (its saved input is the checkpoint); a leading attention keeps its own.
+      Layer& f = ls.front();
+      f.act_selective_replicated_bytes_per_token =
+          f.kind == LayerKind::kNorm ? ckpt_in : f.act_selective_replicated_bytes_per_token + ckpt_in;
+    }
+    auto v = block_in;
+    for (auto& l : ls) {
+      auto w = add(std::move(l));
+      boost::add_edge(v, w, g);
+      v = w;
+    }
+    return v;
+  };
+  for (int b = 0; b < s.layers; ++b) prev = add_block(b, prev, {});
+  std::vector<LayerGraph::vertex_descriptor> mtp_tails;
+  // DeepSeek-V3 multi-token prediction (paper §2.2; HF checkpoint layers 61+): per module, RMSNorm of the
+  // main model's hidden state (hnorm) and of the next token's embedding (enorm), eh_proj [h, 2h] on their
+  // concatenation, one transformer block, a final norm, and the output head shared with the main model (its
+  // logits and loss: the head GEMM and the cross-entropy traffic are counted in the module's projection
+  // layer).
+  for (int k = 0; k < s.mtp_layers; ++k) {
+    const int b = s.layers + k;
+    const std::string p = "mtp." + std::to_string(k) + ".";
+    std::vector<Layer> prologue;
+    prologue.push_back(make_norm(s, p + "enorm", b));
+    prologue.push_back(make_norm(s, p + "hnorm", b));
+    prologue.front().act_selective_replicated_bytes_per_token = 2.0 * static_cast<double>(s.hidden);
+    Layer eh;
+    eh.name = p + "eh_proj";
+    eh.kind = LayerKind::kMlp;
+    eh.block = b;
+    eh.tensors.push_back({"weight", s.hidden, 2 * s.hidden, TpSplit::kColumn});
+    eh.gemms.push_back({s.hidden, 2 * s.hidden, 1, TpSplit::kColumn});
+    eh.act_split_bytes_per_token = 4.0 * static_cast<double>(s.hidden);  // the concatenated input
+    eh.act_selective_split_bytes_per_token = eh.act_split_bytes_per_token;
+    eh.elementwise_bytes_per_token = eh.eager_elementwise_bytes_per_token =
+        8.0 * static_cast<double>(s.hidden);
+    prologue.push_back(std::move(eh));
+    auto out = add_block(b, prev, std::move(prologue));
+    Layer head = make_norm(s, p + "norm", b);
+    auto nv = add(std::move(head));
+    boost::add_edge(out, nv, g);
+    Layer mh;
+    mh.name = p + "head";
+    mh.kind = LayerKind::kMlp;
+    mh.block = b;
+    mh.gemms.push_back({s.vocab, s.hidden, 1, TpSplit::kColumn});  // the shared head's weight, no new tensor
+    mh.act_replicated_bytes_per_token = mh.act_selective_replicated_bytes_per_token = 2.0 * s.hidden;
+    mh.elementwise_bytes_per_token = mh.eager_elementwise_bytes_per_token =
+        14.0 * static_cast<double>(s.vocab);
+    auto hv = add(std::move(mh));
+    boost::add_edge(nv, hv, g);
+    mtp_tails.push_back(hv);
+    // The next module and the main model's final norm read the main blocks' output: `prev` stays.
   }
   auto fn = add(make_norm(s, "norm", -1, LayerKind::kFinalNorm));
   boost::add_edge(prev, fn, g);
+  for (auto t : mtp_tails) boost::add_edge(t, fn, g);  // order: MTP modules run before the main head
   Layer head;
   head.name = "output";
   head.kind = LayerKind::kLmHead;
@@ -222,6 +420,12 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
   loss.kind = LayerKind::kLoss;
   // fp32 cross-entropy: cast, log-softmax, gather; backward writes an fp32 gradient and casts it (mechanics §2.3).
   loss.elementwise_bytes_per_token = loss.eager_elementwise_bytes_per_token = 14.0 * static_cast<double>(s.vocab);
+  if (s.final_softcap > 0) {
+    // Gemma 2 final_logit_softcapping: logits / cap, tanh, * cap on the bf16 logits. Fused: one read and
+    // write (4 bytes per logit); eager: three ops, each a read and a write (12).
+    loss.elementwise_bytes_per_token += 4.0 * static_cast<double>(s.vocab);
+    loss.eager_elementwise_bytes_per_token += 12.0 * static_cast<double>(s.vocab);
+  }
   auto lv = add(loss);
   boost::add_edge(hv, lv, g);
   m.finalize();
@@ -246,6 +450,16 @@ void ModelGraph::finalize() {
     max_block = std::max(max_block, l->block);
   }
   blocks_ = max_block + 1;
+}
+
+double ModelGraph::attention_model_flops_per_token(std::int64_t seq) const {
+  double f = 0;
+  for (const Layer* l : order_) {
+    if (l->attn_heads <= 0) continue;
+    const double positions = static_cast<double>(l->attn_window > 0 ? std::min(l->attn_window, seq) : seq);
+    f += 6.0 * l->attn_heads * static_cast<double>(l->attn_head_dim + l->v_head_dim()) * positions;
+  }
+  return f;
 }
 
 // --- graph JSON ----------------------------------------------------------------------------------------------
@@ -292,8 +506,12 @@ Json ModelGraph::to_graph_json() const {
                {"elementwise_bytes_per_token", l.elementwise_bytes_per_token},
                {"eager_elementwise_bytes_per_token", l.eager_elementwise_bytes_per_token}};
     if (l.moe_experts > 0) jl["moe"] = {{"experts", l.moe_experts}, {"top_k", l.moe_top_k}};
-    if (l.attn_heads > 0)
+    if (l.attn_heads > 0) {
       jl["attention"] = {{"heads", l.attn_heads}, {"kv_heads", l.attn_kv_heads}, {"head_dim", l.attn_head_dim}};
+      if (l.attn_v_head_dim > 0) jl["attention"]["v_head_dim"] = l.attn_v_head_dim;
+      if (l.attn_window > 0) jl["attention"]["window"] = l.attn_window;
+      if (l.attn_chunked) jl["attention"]["chunked"] = true;
+    }
     layers.push_back(jl);
   }
   for (auto e : boost::make_iterator_range(boost::edges(graph_)))
@@ -354,6 +572,11 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
       l.attn_heads = static_cast<int>(ao->integer("heads", 1, 100000));
       l.attn_kv_heads = static_cast<int>(ao->integer("kv_heads", l.attn_heads, 1, 100000));
       l.attn_head_dim = ao->integer("head_dim", 1, kMaxDim);
+      l.attn_v_head_dim = ao->integer("v_head_dim", 0, 0, kMaxDim);
+      l.attn_window = ao->integer("window", 0, 0, kMaxDim);
+      l.attn_chunked = ao->boolean("chunked", false);
+      if (l.attn_chunked && l.attn_window == 0)
+        ao->fail("chunked", "chunked attention needs a window (chunk size)");
       ao->finish();
     }
     l.act_split_bytes_per_token = lo.number("act_split_bytes_per_token", 0.0, 0.0, 1e12);

@@ -45,7 +45,18 @@ struct Layer {
   std::vector<Gemm> gemms;
   // Attention core (flash attention): heads, kv heads, head dim; zero for other layers.
   int attn_heads = 0, attn_kv_heads = 0;
-  std::int64_t attn_head_dim = 0;
+  std::int64_t attn_head_dim = 0;  ///< the Q·K dimension per head
+  /// The V (and output) dimension per head when it differs from attn_head_dim (MLA: 128 vs 192); 0 = the
+  /// same.
+  std::int64_t attn_v_head_dim = 0;
+  /// Local attention, 0 = each position attends to all earlier ones (causal, (s + 1) / 2 on average). A
+  /// sliding window attends to the last min(window, i + 1) positions; chunked attention (attn_chunked) to the
+  /// positions of its own chunk of `attn_window` up to itself.
+  std::int64_t attn_window = 0;
+  bool attn_chunked = false;
+  std::int64_t v_head_dim() const { return attn_v_head_dim > 0 ? attn_v_head_dim : attn_head_dim; }
+  /// Mean number of key positions a query attends to at sequence length `seq` (causal, window or chunk).
+  double attended_positions(std::int64_t seq) const;
   /// Mixture of experts: routed experts and how many each token uses (0 for dense layers).
   int moe_experts = 0, moe_top_k = 0;
   /// Saved-for-backward bytes per token in bf16 compute, TP = 1, no recomputation, split into the part that
@@ -98,6 +109,11 @@ class ModelGraph {
   /// models): what MFU's 6N counts.
   double active_parameters() const { return active_parameters_; }
   int blocks() const { return blocks_; }
+  /// Attention's term of the model FLOPs per token at sequence length `seq`, the convention of torchtitan's
+  /// get_num_flop_per_token (12·L·heads·head_dim·seq, causality not halved): per attention layer
+  /// 6·heads·(qk_dim + v_dim)·positions, where positions is seq for global layers and min(window, seq) for
+  /// local.
+  double attention_model_flops_per_token(std::int64_t seq) const;
   /// Largest parameter count of a single tensor.
   std::int64_t largest_tensor() const { return largest_tensor_; }
 

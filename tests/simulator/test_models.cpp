@@ -1,7 +1,7 @@
 // Model graphs: exact parameter counts of the presets, the same counts from the public Hugging Face config.json
 // files (tests/data/hf), and the graph JSON round trip.
+#include <algorithm>
 #include <catch2/catch.hpp>
-
 #include <string>
 #include <vector>
 
@@ -21,7 +21,8 @@ struct Expected {
 //   block = 4·4096² + 3·4096·11008 + 8192 = 67,108,864 + 135,266,304 + 8,192 = 202,383,360
 //   32·202,383,360 + 2·32000·4096 + 4096 = 6,476,267,520 + 262,144,000 + 4,096 = 6,738,415,616
 // llama2-13b  L=40 h=5120 f=13824 V=32000: block = 4·5120² + 3·5120·13824 + 10240 = 104,857,600 + 212,336,640
-//   + 10,240 = 317,204,480; 40·block + 2·32000·5120 + 5120 = 12,688,179,200 + 327,680,000 + 5,120 = 13,015,864,320
+//   + 10,240 = 317,204,480; 40·block + 2·32000·5120 + 5120 = 12,688,179,200 + 327,680,000 + 5,120 =
+//   13,015,864,320
 // llama2-70b  L=80 h=8192 kv=1024 f=28672 V=32000: block = 2·8192² + 2·8192·1024 + 3·8192·28672 + 16384
 //   = 134,217,728 + 16,777,216 + 704,643,072 + 16,384 = 855,654,400; 80·block + 2·32000·8192 + 8192
 //   = 68,452,352,000 + 524,288,000 + 8,192 = 68,976,648,192
@@ -30,16 +31,59 @@ struct Expected {
 //   = 6,979,584,000 + 1,050,673,152 + 4,096 = 8,030,261,248
 // llama3-70b  as llama2-70b with V=128256: 68,452,352,000 + 2·128256·8192 + 8192 = 68,452,352,000
 //   + 2,101,346,304 + 8,192 = 70,553,706,496
-// llama3.1-405b L=126 h=16384 kv=1024 f=53248 V=128256: block = 2·16384² + 2·16384·1024 + 3·16384·53248 + 32768
+// llama3.1-405b L=126 h=16384 kv=1024 f=53248 V=128256: block = 2·16384² + 2·16384·1024 + 3·16384·53248 +
+// 32768
 //   = 536,870,912 + 33,554,432 + 2,617,245,696 + 32,768 = 3,187,703,808; 126·block + 2·128256·16384 + 16384
 //   = 401,650,679,808 + 4,202,692,608 + 16,384 = 405,853,388,800
 // mixtral-8x7b L=32 h=4096 kv=1024 f=14336 V=32000, 8 experts + router: block = 2·4096² + 2·4096·1024
-//   + 8·3·4096·14336 + 8·4096 + 8192 = 33,554,432 + 8,388,608 + 1,409,286,144 + 32,768 + 8,192 = 1,451,270,144;
-//   32·block + 2·32000·4096 + 4096 = 46,440,644,608 + 262,144,000 + 4,096 = 46,702,792,704
+//   + 8·3·4096·14336 + 8·4096 + 8192 = 33,554,432 + 8,388,608 + 1,409,286,144 + 32,768 + 8,192 =
+//   1,451,270,144; 32·block + 2·32000·4096 + 4096 = 46,440,644,608 + 262,144,000 + 4,096 = 46,702,792,704
+//
+// Qwen3 (head_dim d = 128 given, not h / a; q_norm and k_norm of d each: +2·128 per block; no qkv bias;
+// untied). The counts equal the safetensors index "total_size" / 2 bytes (bf16) of the Hugging Face
+// checkpoints. qwen3-8b    L=36 h=4096 a=32 kv=8 f=12288 V=151936: q = 4096, kv = 1024; block = 2·4096·4096 +
+// 2·4096·1024
+//   + 3·4096·12288 + 2·4096 + 256 = 33,554,432 + 8,388,608 + 150,994,944 + 8,448 = 192,946,432;
+//   36·block + 2·151936·4096 + 4096 = 6,946,071,552 + 1,244,659,712 + 4,096 = 8,190,735,360 (total_size
+//   16,381,470,720 bytes)
+// qwen3-32b   L=64 h=5120 a=64 kv=8 f=25600: q = 8192, kv = 1024; block = 2·5120·8192 + 2·5120·1024
+//   + 3·5120·25600 + 2·5120 + 256 = 83,886,080 + 10,485,760 + 393,216,000 + 10,496 = 487,598,336;
+//   64·block + 2·151936·5120 + 5120 = 31,206,293,504 + 1,555,824,640 + 5,120 = 32,762,123,264
+// qwen3-30b-a3b L=48 h=2048 a=32 kv=4, 128 experts of 768 + router: q = 4096, kv = 512; block = 2·2048·4096
+//   + 2·2048·512 + 128·3·2048·768 + 128·2048 + 2·2048 + 256 = 16,777,216 + 2,097,152 + 603,979,776 + 262,144
+//   + 4,352 = 623,120,640; 48·block + 2·151936·2048 + 2048 = 29,909,790,720 + 622,329,856 + 2,048 =
+//   30,532,122,624
+// qwen3-235b-a22b L=94 h=4096 a=64 kv=4, 128 experts of 1536: q = 8192, kv = 512; block = 2·4096·8192
+//   + 2·4096·512 + 128·3·4096·1536 + 128·4096 + 2·4096 + 256 = 67,108,864 + 4,194,304 + 2,415,919,104 +
+//   524,288
+//   + 8,448 = 2,487,755,008; 94·block + 2·151936·4096 + 4096 = 233,848,970,752 + 1,244,659,712 + 4,096
+//   = 235,093,634,560
+// deepseek-v3 L=61 h=7168 a=128, MLA rq=1536 rkv=512 dn=128 dr=64 dv=128; 3 dense blocks (f=18432) then 58
+// MoE
+//   blocks (256 routed experts of 2048, 1 shared of 2048, router 256·h + e_score_correction_bias 256),
+//   V=129280: attention = q_a 1536·7168 + q_a_norm 1536 + q_b 128·192·1536 + kv_a 576·7168 + kv_a_norm 512
+//     + kv_b 128·256·512 + o 7168·128·128 = 11,010,048 + 1,536 + 37,748,736 + 4,128,768 + 512 + 16,777,216
+//     + 117,440,512 = 187,107,328
+//   dense block = 187,107,328 + 3·7168·18432 + 2·7168 = 187,107,328 + 396,361,728 + 14,336 = 583,483,392
+//   MoE block = 187,107,328 + 256·44,040,192 + 44,040,192 + 1,835,008 + 256 + 14,336 = 11,507,286,272
+//     (3·7168·2048 = 44,040,192)
+//   3·583,483,392 + 58·11,507,286,272 + 2·129280·7168 + 7168 = 1,750,450,176 + 667,422,603,776 +
+//   1,853,358,080
+//     + 7,168 = 671,026,419,200 — the "671B" of the report; the checkpoint's 685B adds the MTP module
+//     (below).
+// llama4-scout (language model) L=48 h=5120 a=40 kv=8 d=128, every block MoE: 16 experts of 8192, a shared
+//   expert of 8192, router 16·h; V=202048: block = 2·5120·5120 + 2·5120·1024 + 16·3·5120·8192 + 3·5120·8192
+//   + 16·5120 + 2·5120 = 52,428,800 + 10,485,760 + 2,013,265,920 + 125,829,120 + 81,920 + 10,240
+//   = 2,202,101,760; 48·block + 2·202048·5120 + 5120 = 105,700,884,480 + 2,068,971,520 + 5,120
+//   = 107,769,861,120. Meta's "109B" includes the vision encoder and projector, which are not modelled.
 const std::vector<Expected> kModels = {
-    {"llama2-7b", 6'738'415'616},     {"llama2-13b", 13'015'864'320},    {"llama2-70b", 68'976'648'192},
-    {"llama3-8b", 8'030'261'248},     {"llama3-70b", 70'553'706'496},    {"llama3.1-405b", 405'853'388'800},
-    {"mixtral-8x7b", 46'702'792'704},
+    {"llama2-7b", 6'738'415'616},         {"llama2-13b", 13'015'864'320},
+    {"llama2-70b", 68'976'648'192},       {"llama3-8b", 8'030'261'248},
+    {"llama3-70b", 70'553'706'496},       {"llama3.1-405b", 405'853'388'800},
+    {"mixtral-8x7b", 46'702'792'704},     {"qwen3-8b", 8'190'735'360},
+    {"qwen3-32b", 32'762'123'264},        {"qwen3-30b-a3b", 30'532'122'624},
+    {"qwen3-235b-a22b", 235'093'634'560}, {"deepseek-v3", 671'026'419'200},
+    {"llama4-scout", 107'769'861'120},
 };
 }  // namespace
 
@@ -66,6 +110,15 @@ TEST_CASE("Hugging Face config.json import gives the preset's parameter count", 
     CHECK(hf.spec().vocab == preset.spec().vocab);
     CHECK(hf.spec().moe.experts == preset.spec().moe.experts);
     CHECK(hf.spec().moe.top_k == preset.spec().moe.top_k);
+    CHECK(hf.spec().head_dim == preset.spec().head_dim);
+    CHECK(hf.spec().moe.ffn_hidden == preset.spec().moe.ffn_hidden);
+    CHECK(hf.spec().moe.shared_experts == preset.spec().moe.shared_experts);
+    CHECK(hf.spec().moe.first_dense == preset.spec().moe.first_dense);
+    CHECK(hf.spec().qk_norm == preset.spec().qk_norm);
+    CHECK(hf.spec().mla.kv_lora_rank == preset.spec().mla.kv_lora_rank);
+    CHECK(hf.spec().window == preset.spec().window);
+    CHECK(hf.spec().global_every == preset.spec().global_every);
+    CHECK(hf.active_parameters() == preset.active_parameters());
   }
 }
 
@@ -144,4 +197,233 @@ TEST_CASE("MFU counts the FLOPs of the active parameters: Mixtral on 16 H100s is
   CHECK(r.mfu == Approx(r.tokens_per_s_per_gpu * r.model_flops_per_token / 989.4e12).epsilon(1e-12));
   CHECK(r.mfu > 0.15);
   CHECK(r.mfu < 0.45);
+}
+
+TEST_CASE("Hugging Face configs of the newer families: exact counts", "[simulator][model][hf]") {
+  struct Case {
+    const char* file;
+    std::int64_t params;
+  };
+  // gemma-2-9b  L=42 h=3584 a=16 kv=8 d=256 f=14336 V=256000, GeGLU, 4 norms per block, tied embeddings:
+  //   block = 2·3584·4096 + 2·3584·2048 + 3·3584·14336 + 4·3584 = 29,360,128 + 14,680,064 + 154,140,672 +
+  //   14,336 = 198,195,200; 42·block + 256000·3584 + 3584 = 8,324,198,400 + 917,504,000 + 3,584 =
+  //   9,241,705,984
+  // gemma-3-1b  L=26 h=1152 a=4 kv=1 d=256 f=6912 V=262144, q/k norms of 256, 4 norms, tied: block
+  //   = 2·1152·1024 + 2·1152·256 + 3·1152·6912 + 4·1152 + 2·256 = 2,359,296 + 589,824 + 23,887,872 + 5,120
+  //   = 26,842,112; 26·block + 262144·1152 + 1152 = 697,894,912 + 301,989,888 + 1,152 = 999,885,952
+  // phi-3-mini-4k L=32 h=3072 a=kv=32 f=8192 V=32064, fused qkv_proj and gate_up_proj (same counts): block
+  //   = 4·3072² + 3·3072·8192 + 2·3072 = 37,748,736 + 75,497,472 + 6,144 = 113,252,352; 32·block +
+  //   2·32064·3072
+  //   + 3072 = 3,624,075,264 + 197,001,216 + 3,072 = 3,821,079,552 (the model card's 3.8B)
+  // olmo-2-7b   L=32 h=4096 a=kv=32 f=11008 V=100352, q_norm 4096 and k_norm 4096 over the whole projection,
+  //   2 post-norms: block = 4·4096² + 3·4096·11008 + 2·4096 + 2·4096 = 67,108,864 + 135,266,304 + 16,384
+  //   = 202,391,552; 32·block + 2·100352·4096 + 4096 = 6,476,529,664 + 822,083,584 + 4,096 = 7,298,617,344
+  for (const Case& c : {Case{"gemma-2-9b", 9'241'705'984}, Case{"gemma-3-1b", 999'885'952},
+                        Case{"phi-3-mini-4k", 3'821'079'552}, Case{"olmo-2-7b", 7'298'617'344}}) {
+    INFO(c.file);
+    CHECK(load_model(std::string(SHARDPLAN_TEST_DATA) + "/hf/" + c.file + ".json").parameters() == c.params);
+  }
+}
+
+TEST_CASE("family structure: fused projections, q/k norms, norm placement", "[simulator][model]") {
+  const std::string hf = std::string(SHARDPLAN_TEST_DATA) + "/hf/";
+  auto layer = [](const ModelGraph& m, const std::string& name) -> const Layer& {
+    for (const Layer* l : m.order())
+      if (l->name == name) return *l;
+    FAIL("no layer " << name);
+    return *m.order().front();
+  };
+  // Phi-3: one qkv tensor of (32 + 2·32)·96 = 9216 rows and one GEMM for it; one gate_up tensor of 2·8192
+  // rows.
+  const ModelGraph phi = load_model(hf + "phi-3-mini-4k.json");
+  const Layer& pa = layer(phi, "blocks.0.attention");
+  REQUIRE(pa.tensors.size() == 2);
+  CHECK(pa.tensors[0].dim0 == 9216);
+  CHECK(pa.gemms.size() == 2);
+  CHECK(layer(phi, "blocks.0.mlp").tensors[0].dim0 == 2 * 8192);
+  CHECK(pa.attn_window == 2047);  // sliding_window on every layer
+  // OLMo 2: norms after attention and MLP; q_norm over 32·128 = 4096. Order per block: attention,
+  // post_attention_norm, mlp, post_ffn_norm ⇒ 1 + 4·32 + 3 layers.
+  const ModelGraph olmo = load_model(hf + "olmo-2-7b.json");
+  CHECK(olmo.order().size() == 1 + 4 * 32 + 3);
+  CHECK(olmo.order()[1]->kind == LayerKind::kAttention);
+  CHECK(olmo.order()[2]->name == "blocks.0.post_attention_norm");
+  CHECK(layer(olmo, "blocks.0.attention").parameters() == 4 * 4096LL * 4096 + 2 * 4096);
+  // Gemma 2: four norms per block ⇒ 1 + 6·42 + 3 layers; tied head (no tensor).
+  const ModelGraph g2 = load_model(hf + "gemma-2-9b.json");
+  CHECK(g2.order().size() == 1 + 6 * 42 + 3);
+  CHECK(g2.spec().tied_embeddings);
+  CHECK(g2.spec().mlp == MlpKind::kGeGlu);
+  // Qwen3-8B attention saves, per token (TP-split part): Q 2q, K and V 2kv each, O 2q, LSE 4a, and the q/k
+  // norms' inputs 2(q + kv) with an fp32 rstd per head 4(a + kv): q = 4096, kv = 1024, a = 32:
+  //   8192 + 4096 + 8192 + 128 + 10,240 + 160 = 31,008 bytes.
+  CHECK(layer(load_model("qwen3-8b"), "blocks.0.attention").act_split_bytes_per_token == 31008.0);
+}
+
+TEST_CASE("sliding and chunked windows: which layers are local, and the positions attended",
+          "[simulator][model]") {
+  const std::string hf = std::string(SHARDPLAN_TEST_DATA) + "/hf/";
+  // Gemma 2 alternates: layer 0 sliding (4096), layer 1 global. Gemma 3 1B: every 6th layer (5, 11, ...)
+  // global, the others a 512 window.
+  const ModelGraph g2 = load_model(hf + "gemma-2-9b.json"), g3 = load_model(hf + "gemma-3-1b.json");
+  std::vector<std::int64_t> w2, w3;
+  for (const Layer* l : g2.order())
+    if (l->attn_heads > 0) w2.push_back(l->attn_window);
+  for (const Layer* l : g3.order())
+    if (l->attn_heads > 0) w3.push_back(l->attn_window);
+  REQUIRE(w2.size() == 42);
+  CHECK(w2[0] == 4096);
+  CHECK(w2[1] == 0);
+  CHECK(w2[41] == 0);
+  REQUIRE(w3.size() == 26);
+  CHECK(std::count(w3.begin(), w3.end(), 0) == 4);  // layers 5, 11, 17, 23
+  CHECK(w3[5] == 0);
+  CHECK(w3[4] == 512);
+  CHECK(w3[25] == 512);
+  // Llama 4 Scout: chunks of 8192 on the RoPE layers, every 4th layer (NoPE) global.
+  const ModelGraph scout = load_model("llama4-scout");
+  for (const Layer* l : scout.order())
+    if (l->attn_heads > 0) {
+      INFO(l->name);
+      CHECK(l->attn_window == ((l->block + 1) % 4 == 0 ? 0 : 8192));
+      CHECK(l->attn_chunked == (l->attn_window > 0));
+    }
+  Layer l;
+  l.attn_heads = 1;
+  l.attn_head_dim = 128;
+  // Causal: (s + 1) / 2 = 4096.5 at s = 8192.
+  CHECK(l.attended_positions(8192) == 4096.5);
+  // Sliding window 4096 at s = 8192: (Σ_{j=1}^{4096} j + 4096·4096) / 8192 = (8,390,656 + 16,777,216) / 8192
+  //   = 3072.25; a window at least s long is causal.
+  l.attn_window = 4096;
+  CHECK(l.attended_positions(8192) == 3072.25);
+  CHECK(l.attended_positions(4096) == 2048.5);
+  // Chunks of 8192 at s = 12288: one full chunk (8192·8193/2) and 4096 positions (4096·4097/2):
+  //   (33,558,528 + 8,390,656) / 12288 = 41,949,184 / 12288 = 3413.8333...
+  l.attn_window = 8192;
+  l.attn_chunked = true;
+  CHECK(l.attended_positions(12288) == Approx(41'949'184.0 / 12288).epsilon(1e-15));
+  CHECK(l.attended_positions(16384) == 4096.5);
+  // The model-FLOPs attention term. Llama-3-8B keeps torchtitan's 12·L·a·d·s: 12·32·4096·4096 =
+  // 6,442,450,944.
+  CHECK(load_model("llama3-8b").attention_model_flops_per_token(4096) == 6'442'450'944.0);
+  // Gemma 2 9B at s = 8192: 21 global layers 6·16·(256 + 256)·8192 = 402,653,184 each, 21 local ones over
+  // 4096 positions 201,326,592 each: 21·603,979,776 = 12,683,575,296.
+  CHECK(g2.attention_model_flops_per_token(8192) == 12'683'575'296.0);
+}
+
+TEST_CASE("DeepSeek-V3: MLA projections, dense first blocks, shared and routed experts, MTP",
+          "[simulator][model]") {
+  const ModelGraph m = load_model("deepseek-v3");
+  const Layer* attn = nullptr;
+  const Layer *dense = nullptr, *moe = nullptr;
+  for (const Layer* l : m.order()) {
+    if (l->name == "blocks.0.attention") attn = l;
+    if (l->name == "blocks.2.mlp") dense = l;
+    if (l->name == "blocks.3.moe") moe = l;
+  }
+  REQUIRE(attn);
+  REQUIRE(dense);
+  REQUIRE(moe);
+  CHECK(attn->parameters() == 187'107'328);  // derived above the preset table
+  CHECK(attn->attn_head_dim == 192);         // qk_nope 128 + qk_rope 64
+  CHECK(attn->attn_v_head_dim == 128);
+  // GEMMs per token: q_a [1536 x 7168], q_b [128·192 x 1536], kv_a [576 x 7168], kv_b [128·256 x 512],
+  // o [7168 x 128·128].
+  REQUIRE(attn->gemms.size() == 5);
+  CHECK((attn->gemms[0].n == 1536 && attn->gemms[0].k == 7168));
+  CHECK((attn->gemms[1].n == 24576 && attn->gemms[1].k == 1536));
+  CHECK((attn->gemms[2].n == 576 && attn->gemms[2].k == 7168));
+  CHECK((attn->gemms[3].n == 32768 && attn->gemms[3].k == 512));
+  CHECK((attn->gemms[4].n == 7168 && attn->gemms[4].k == 16384));
+  // Saved per token, TP-split: Q and K 2·a·192 each, V and O 2·a·128 each, LSE 4a: 4·24576 + 4·16384 + 512
+  // = 164,352. Replicated: x 2h, q latent 2·1536 + rstd 4, normed 2·1536, kv_a output 2·576, rstd 4, normed
+  // latent 2·512: 14,336 + 3,076 + 3,072 + 1,152 + 4 + 1,024 = 22,664.
+  CHECK(attn->act_split_bytes_per_token == 164352.0);
+  CHECK(attn->act_replicated_bytes_per_token == 22664.0);
+  CHECK(dense->kind == LayerKind::kMlp);
+  CHECK(dense->parameters() == 3LL * 7168 * 18432);
+  CHECK(moe->kind == LayerKind::kMoe);
+  // GEMMs of the MoE block: router [256 x h], shared gate+up (count 2) and down (1), routed gate+up (2·8) and
+  // down (8).
+  REQUIRE(moe->gemms.size() == 5);
+  CHECK((moe->gemms[0].n == 256 && moe->gemms[0].count == 1));
+  CHECK((moe->gemms[1].n == 2048 && moe->gemms[1].count == 2));
+  CHECK((moe->gemms[2].k == 2048 && moe->gemms[2].count == 1));
+  CHECK((moe->gemms[3].n == 2048 && moe->gemms[3].count == 16));
+  CHECK((moe->gemms[4].k == 2048 && moe->gemms[4].count == 8));
+  // Saved SwiGLU activations: 8 bytes per token per unit of width a token passes through, 8·2048 + 2048:
+  // 8·18,432 = 147,456.
+  CHECK(moe->act_split_bytes_per_token == 147456.0);
+  // Active: routed experts count 8/256: per MoE block the routed part 11,274,289,152 becomes 352,321,536, so
+  // active = 671,026,419,200 − 58·(11,274,289,152 − 352,321,536) = 671,026,419,200
+  //   − 633,474,121,728 = 37,552,297,472 (the report's "37B activated").
+  CHECK(m.active_parameters() == 37'552'297'472.0);
+  // The multi-token-prediction module (num_nextn_predict_layers = 1): enorm and hnorm 2·7168, eh_proj
+  // 7168·14336 = 102,760,448, one MoE block 11,507,286,272, its final norm 7168, embedding and head shared
+  // with the main model:
+  //   11,610,068,224 more, 682,636,487,424 in all (the checkpoint stores copies of the embedding and head in
+  //   layer 61:
+  //   + 1,853,358,080 = 684,489,845,504, HF's "685B" with the fp8 scales).
+  ModelSpec s = m.spec();
+  s.mtp_layers = 1;
+  const ModelGraph mtp = ModelGraph::from_spec(s);
+  CHECK(mtp.parameters() == 682'636'487'424);
+  CHECK(mtp.blocks() == 62);
+  CHECK(mtp.order().back()->kind == LayerKind::kLoss);
+  CHECK(ModelGraph::from_graph_json(mtp.to_graph_json(), "mtp").parameters() == mtp.parameters());
+}
+
+TEST_CASE("active parameters of the MoE presets are within the names' rounding", "[simulator][model]") {
+  // qwen3-30b-a3b: per block the routed 603,979,776 becomes 603,979,776·8/128 = 37,748,736:
+  //   30,532,122,624 − 48·566,231,040 = 3,353,032,704 ("A3B"; the model card's 3.3B activated).
+  CHECK(load_model("qwen3-30b-a3b").active_parameters() == 3'353'032'704.0);
+  // qwen3-235b-a22b: 2,415,919,104 → 150,994,944 per block: 235,093,634,560 − 94·2,264,924,160 =
+  // 22,190,763,520.
+  CHECK(load_model("qwen3-235b-a22b").active_parameters() == 22'190'763'520.0);
+  // llama4-scout: 2,013,265,920 → 125,829,120 per block (top-1 of 16): 107,769,861,120 − 48·1,887,436,800
+  //   = 17,172,894,720 ("17B").
+  CHECK(load_model("llama4-scout").active_parameters() == 17'172'894'720.0);
+}
+
+TEST_CASE("new-family graph JSON round trip keeps windows, V head dims and experts",
+          "[simulator][model][graph]") {
+  for (const char* name : {"deepseek-v3", "llama4-scout", "qwen3-30b-a3b"}) {
+    INFO(name);
+    const ModelGraph a = load_model(name);
+    const ModelGraph b = ModelGraph::from_graph_json(a.to_graph_json(), "roundtrip");
+    CHECK(b.parameters() == a.parameters());
+    CHECK(b.active_parameters() == a.active_parameters());
+    CHECK(b.attention_model_flops_per_token(8192) == a.attention_model_flops_per_token(8192));
+    REQUIRE(b.order().size() == a.order().size());
+    for (std::size_t i = 0; i < a.order().size(); ++i) {
+      CHECK(b.order()[i]->attn_window == a.order()[i]->attn_window);
+      CHECK(b.order()[i]->attn_chunked == a.order()[i]->attn_chunked);
+      CHECK(b.order()[i]->attn_v_head_dim == a.order()[i]->attn_v_head_dim);
+    }
+    // And the spec itself survives model_spec_to_json → parse_model_spec.
+    CHECK(
+        ModelGraph::from_spec(parse_model_spec(JsonObj(model_spec_to_json(a.spec()), "spec"))).parameters() ==
+        a.parameters());
+  }
+}
+
+TEST_CASE("bad family inputs: one clear error", "[simulator][model][hf]") {
+  // Qwen3 sliding windows from max_window_layers on are not modelled.
+  Json q = load_json_file(std::string(SHARDPLAN_TEST_DATA) + "/hf/qwen3-8b.json");
+  q["use_sliding_window"] = true;
+  CHECK_THROWS_WITH(parse_hf_config(q, "q.json"), Catch::Contains("/use_sliding_window"));
+  // A layer_types list that is not periodic.
+  Json g = load_json_file(std::string(SHARDPLAN_TEST_DATA) + "/hf/gemma-3-1b.json");
+  g["layer_types"] = Json::array();
+  for (int b = 0; b < 26; ++b) g["layer_types"].push_back(b == 3 ? "full_attention" : "sliding_attention");
+  CHECK_THROWS_WITH(parse_hf_config(g, "g.json"), Catch::Contains("/layer_types/7"));
+  // MoE settings that leave no MoE block.
+  ModelSpec s = load_model("deepseek-v3").spec();
+  s.moe.first_dense = 61;
+  CHECK_THROWS_WITH(ModelGraph::from_spec(s), Catch::Contains("no block is a mixture of experts"));
+  // MLA needs every dimension.
+  Json d = load_json_file(std::string(SHARDPLAN_TEST_DATA) + "/hf/deepseek-v3.json");
+  d.erase("v_head_dim");
+  CHECK_THROWS_WITH(parse_hf_config(d, "d.json"), Catch::Contains("/v_head_dim"));
 }
