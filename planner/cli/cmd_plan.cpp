@@ -125,9 +125,40 @@ Command add_plan_command(CLI::App& app) {
 
             // Build all outputs before writing any.
             std::vector<std::pair<std::string, std::string>> files;
+            std::string emit_lines;  // printed on stderr once the outputs are built
             if (!o.plans.empty())
-              for (const auto& [kind, file] : emits)
-                files.push_back({file, emit(kind, o.plans[0].plan, *l.model, l.cluster->gpus(), l.cluster->spec().node.gpus)});
+              for (const auto& [kind, file] : emits) {
+                // A plan of another runtime is emitted for the target only after re-simulating it there (its memory
+                // and time differ); a plan the target cannot run is refused with resolve_plan's reason.
+                const Result& best = o.plans[0];
+                Plan target = best.plan;
+                std::vector<std::string> file_notes;
+                const Runtime rt = emit_target_runtime(kind);
+                if (target.runtime != rt) {
+                  target.runtime = rt;
+                  try {
+                    target = resolve_plan(target, *l.model, *l.cluster);
+                  } catch (const InputError& e) {
+                    throw InputError::flag("--emit", fmt::format("cannot emit the recommended {} plan as {}: {} (pin "
+                                                                 "--fix runtime={} to search {} plans)",
+                                                                 to_string(best.plan.runtime), kind, e.what(),
+                                                                 to_string(rt), to_string(rt)));
+                  }
+                  const Result r = simulate(*l.model, *l.cluster, *l.costs, target);
+                  const Bytes used = r.peak_reserved_bytes + r.overhead.total();
+                  file_notes.push_back(fmt::format(
+                      "the recommended plan is {}; re-simulated under {}: step {:.3f} s (was {:.3f} s), peak {} of {} "
+                      "({}): shardplan simulate --model {} --cluster {} --gpus {} {}",
+                      to_string(best.plan.runtime), to_string(rt), r.step_s, best.step_s,
+                      format_bytes(static_cast<double>(used)), format_bytes(static_cast<double>(r.capacity_bytes)),
+                      r.headroom_bytes() >= 0 ? "fits" : "does NOT fit", a->in.model, a->in.cluster, l.cluster->gpus(),
+                      plan_to_flags(target)));
+                  emit_lines += "emit " + kind + ": " + file_notes.back() + "\n";
+                }
+                for (const auto& note : emit_notes(kind, target)) emit_lines += "emit " + kind + ": " + note + "\n";
+                files.push_back(
+                    {file, emit(kind, target, *l.model, l.cluster->gpus(), l.cluster->spec().node.gpus, file_notes)});
+              }
             if (!a->html.empty()) files.push_back({a->html, html_plan_report(o, *l.model, *l.cluster, *l.costs)});
             if (!a->json.empty()) {
               Json plans = Json::array();
@@ -183,6 +214,7 @@ Command add_plan_command(CLI::App& app) {
               for (const auto& [reason, n] : o.stats.rejections.count) s += fmt::format("  {:>8}  {}\n", n, reason);
               std::cout << s;
             }
+            std::cerr << emit_lines;
             for (const auto& [file, text] : files) write_output(file, text);
             return o.plans.empty() ? 1 : 0;
           }};
