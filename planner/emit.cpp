@@ -59,6 +59,25 @@ std::vector<std::string> emit_notes(const std::string& kind, const Plan& p) {
           "1-3), so the job holds more memory than simulated");
     if (!p.fused_optimizer) n.push_back("--foreach-optimizer: DeepSpeed picks its own (fused) Adam");
   }
+  if (kind == "torchtitan") {
+    // Knobs the torchtitan TOML (2024-2025 JobConfig) has no key for: listed, never silently dropped.
+    if (p.prefetch != 1)
+      n.push_back(fmt::format("--prefetch {}: torchtitan has no explicit FSDP prefetch key", p.prefetch));
+    if (p.wrap != 1)
+      n.push_back(fmt::format("--wrap {}: torchtitan wraps every block as its own FSDP unit", p.wrap));
+    if (p.reduce() == Dtype::kBf16 && p.zero >= 1)
+      n.push_back(
+          "--reduce-dtype bf16: torchtitan's mixed_precision_reduce accepts float32 only (written, may be "
+          "rejected)");
+    if (p.precision == Precision::kBf16 || p.precision == Precision::kBf16True)
+      n.push_back(std::string("--precision ") + to_string(p.precision) +
+                  ": torchtitan keeps fp32 parameters (mixed_precision_param bfloat16 is bf16-mixed)");
+    if (p.loss_dtype != Plan{}.loss_dtype)
+      n.push_back("--loss-dtype: torchtitan computes the loss in its own dtype");
+    if (p.hold_logits) n.push_back("--hold-logits: a property of the training loop, not of the config");
+    if (p.offload == Offload::kOptimizer)
+      n.push_back("--offload optimizer: FSDP2 offloads parameters, not the optimizer alone");
+  }
   if (kind == "fsdp2" && p.fp8 != Fp8::kNone)
     n.push_back("float8 needs CUDA float8 GEMMs (torchao); the script skips it on --device cpu");
   return n;
@@ -214,7 +233,8 @@ std::string emit(const std::string& kind, const Plan& p, const ModelGraph& model
       throw InputError::flag("--emit", "deepspeed cannot express this HSDP plan");
     return emit_deepspeed(p, model);
   }
-  return comment_lines(extra_notes) + emit_torchtitan(p, model, gpus);
+  return comment_lines(extra_notes) + comment_lines(emit_notes("torchtitan", p)) +
+         emit_torchtitan(p, model, gpus);
 }
 
 }  // namespace shardplan

@@ -372,3 +372,88 @@ TEST_CASE("CLI: plan --fix fp8=tensorwise recommends a float8 plan and prints a 
                        dir / "out2.txt", dir / "err2.txt") != 0);
   CHECK(ptest::read_text(dir / "err2.txt").find("expected one of: none, tensorwise, rowwise") != std::string::npos);
 }
+
+namespace {
+// `shardplan simulate ... --from FILE --json -`'s plan, or a failed REQUIRE with stderr.
+Json simulate_from(const fs::path& dir, const std::string& file, const std::string& extra = "") {
+  const int rc = ptest::run_cli("simulate --model llama3-8b --cluster dgx-h100 --gpus 16 --from " + quote(file) + extra +
+                                    " --json -",
+                                dir / "sim.json", dir / "sim_err.txt");
+  INFO(ptest::read_text(dir / "sim_err.txt"));
+  REQUIRE(rc == 0);
+  return load_json_file((dir / "sim.json").string())["plan"];
+}
+
+// `shardplan plan` with pins emitting KIND to FILE; returns the recommended plan.
+Json plan_emitting(const fs::path& dir, const std::string& pins, const std::string& kind, const fs::path& file) {
+  const int rc = ptest::run_cli("plan --model llama3-8b --cluster dgx-h100 --gpus 16 --global-batch 32 --threads 2 --top 1 " +
+                                    pins + " --emit " + quote(kind + ":" + file.string()) + " --json " +
+                                    quote((dir / "plan.json").string()),
+                                dir / "out.txt", dir / "err.txt");
+  INFO(ptest::read_text(dir / "err.txt"));
+  REQUIRE(rc == 0);
+  return load_json_file((dir / "plan.json").string())["recommended"]["plan"];
+}
+}  // namespace
+
+TEST_CASE("--from: an emitted ds_config read back gives the same plan", "[cli][emit][from]") {
+  auto dir = ptest::temp_dir("from-ds");
+  const Json rec = plan_emitting(dir, "--fix runtime=deepspeed --fix zero=3 --fix tp=2 --fix offload=optimizer", "deepspeed",
+                                 dir / "ds.json");
+  // Every knob the ds_config carries (stage, autotp_size, offload, micro batch, accumulation, bf16, communication
+  // dtype) plus --seq, which a ds_config has no key for, gives back the recommended plan exactly.
+  const Json back = simulate_from(dir, (dir / "ds.json").string(), " --seq " + std::to_string(rec["seq"].get<int>()));
+  CHECK(back == rec);
+  // On 8 GPUs the same file is inconsistent: train_batch_size 32 != mbs x accum x (8 / tp) ranks.
+  CHECK(ptest::run_cli("simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --from " + quote((dir / "ds.json").string()),
+                       dir / "o8.txt", dir / "e8.txt") == 2);
+  CHECK(ptest::read_text(dir / "e8.txt").find("ds.json: train_batch_size: 32 is not micro batch") != std::string::npos);
+}
+
+TEST_CASE("--from: an emitted torchtitan TOML read back gives the same plan", "[cli][emit][from]") {
+  auto dir = ptest::temp_dir("from-titan");
+  // Pins torchtitan can express (prefetch 1, fp32 reduction); HSDP 2 x 8 with selective AC.
+  const Json rec = plan_emitting(dir,
+                                 "--fix runtime=fsdp2 --fix shard_group=8 --fix ac=selective --fix prefetch=1 "
+                                 "--fix reduce_dtype=fp32 --fix wrap=1",
+                                 "torchtitan", dir / "t.toml");
+  CHECK(simulate_from(dir, (dir / "t.toml").string()) == rec);
+}
+
+TEST_CASE("--from: accelerate FSDP YAML, explicit flags override, unmodelled keys named, bad files", "[cli][from]") {
+  auto dir = ptest::temp_dir("from-acc");
+  ptest::write_text(dir / "acc.yaml",
+                    "compute_environment: LOCAL_MACHINE\n"
+                    "distributed_type: FSDP\n"
+                    "fsdp_config:\n"
+                    "  fsdp_activation_checkpointing: true\n"
+                    "  fsdp_offload_params: false\n"
+                    "  fsdp_sharding_strategy: HYBRID_SHARD\n"
+                    "  fsdp_backward_prefetch: BACKWARD_POST\n"
+                    "  fsdp_version: 1\n"
+                    "mixed_precision: bf16\n"
+                    "num_machines: 2\n"
+                    "num_processes: 16\n");
+  Json p = simulate_from(dir, (dir / "acc.yaml").string());
+  // HYBRID_SHARD: shard within a node (16 / 2 machines = 8), replicate across the 2 nodes; ZeRO-3.
+  CHECK(p["runtime"] == "fsdp1");
+  CHECK(p["zero"] == 3);
+  CHECK(p["shard_group"] == 8);
+  CHECK(p["replicas"] == 2);
+  CHECK(p["ac"] == "full");
+  CHECK(p["precision"] == "bf16-mixed");
+  CHECK(ptest::read_text(dir / "sim_err.txt").find("not modelled (changes memory or time): fsdp_config.fsdp_backward_prefetch "
+                                                   "BACKWARD_POST") != std::string::npos);
+  // An explicit flag wins over the file.
+  CHECK(simulate_from(dir, (dir / "acc.yaml").string(), " --ac selective")["ac"] == "selective");
+
+  ptest::write_text(dir / "bad.json", "{\"zero_optimization\": {\"stage\": 4}}");
+  CHECK(ptest::run_cli("simulate --model llama3-8b --gpus 16 --from " + quote((dir / "bad.json").string()), dir / "o.txt",
+                       dir / "e.txt") == 2);
+  CHECK(ptest::read_text(dir / "e.txt").find("bad.json: zero_optimization.stage: must be 0..3") != std::string::npos);
+  ptest::write_text(dir / "bad.toml", "[parallelism]\npipeline_parallel_degree = 2\n");
+  CHECK(ptest::run_cli("simulate --model llama3-8b --gpus 16 --from " + quote((dir / "bad.toml").string()), dir / "o.txt",
+                       dir / "e.txt") == 2);
+  CHECK(ptest::read_text(dir / "e.txt").find("parallelism.pipeline_parallel_degree: pipeline, context and expert") !=
+        std::string::npos);
+}
