@@ -25,7 +25,7 @@ struct PlanArgs {
   std::vector<std::string> fixes, emits;
   int top = 10, threads = 0;
   double headroom = -1;
-  std::string json, html;
+  std::string json, html, from;
 };
 
 std::string plan_row(const Result& r, int rank) {
@@ -42,7 +42,10 @@ Command add_plan_command(CLI::App& app) {
   auto* sub = app.add_subcommand("plan", "search sharding plans and recommend one");
   auto a = std::make_shared<PlanArgs>();
   add_input_options(sub, a->in, true);
-  sub->add_option("--global-batch", a->global_batch, "sequences per optimizer step")->required();
+  sub->add_option("--global-batch", a->global_batch, "sequences per optimizer step (or the --from file's)");
+  sub->add_option("--from", a->from,
+                  "your own config (DeepSpeed .json, torchtitan .toml, accelerate FSDP .yaml): its choices of the "
+                  "knobs that are not searched are kept (as --fix), the searched ones are searched");
   sub->add_option("--seq", a->seq, "sequence length (default: the model's)");
   std::string fix_help = "pin a knob: KEY=VALUE, or KEY=V1,V2 for a searched knob (searched:";
   for (const auto& k : SearchSpace::searched_keys()) fix_help += " " + k;
@@ -62,6 +65,27 @@ Command add_plan_command(CLI::App& app) {
   sub->add_option("--emit", a->emits, "fsdp2:FILE, deepspeed:FILE or torchtitan:FILE for the recommended plan");
   return {sub, [a]() {
             Loaded l = load_inputs(a->in);
+            // --from: the user's file fixes every knob the search does not vary (its runtime, precision, offload,
+            // ...) unless --fix names it; the searched knobs (zero, shard group, tp, mbs, ac, ...) are searched.
+            std::vector<std::string> fixes = a->fixes;
+            if (!a->from.empty()) {
+              PlanFlags pf;
+              pf.from = a->from;
+              const ImportedConfig* c = imported_config(pf);
+              const auto& searched = SearchSpace::searched_keys();
+              auto fixed = [&](const std::string& key) {
+                for (const auto& f : a->fixes)
+                  if (f.rfind(key + "=", 0) == 0) return true;
+                return false;
+              };
+              // The runtime is the user's framework: kept although searched. grad_accum follows the global batch.
+              for (const auto& [key, value] : c->knobs)
+                if ((key == "runtime" || std::find(searched.begin(), searched.end(), key) == searched.end()) &&
+                    key != "grad_accum" && !fixed(key))
+                  fixes.push_back(key + "=" + value);
+              if (a->global_batch == 0) a->global_batch = c->global_batch;
+            }
+            if (a->global_batch == 0) throw InputError::flag("--global-batch", "required (or a --from file that states it)");
             SearchSpace space;
             space.runtimes = {Runtime::kFsdp2, Runtime::kFsdp1, Runtime::kDeepSpeed};
             space.global_batch = a->global_batch;
@@ -74,7 +98,7 @@ Command add_plan_command(CLI::App& app) {
             space.tp.erase(std::remove_if(space.tp.begin(), space.tp.end(),
                                           [&](int t) { return t > l.cluster->spec().node.nvlink_domain_gpus || l.cluster->gpus() % t; }),
                            space.tp.end());
-            for (const auto& f : a->fixes) space.fix(f);
+            for (const auto& f : fixes) space.fix(f);
             // A pinned TP degree the cluster cannot have is bad input, not a search without result.
             const int domain = l.cluster->spec().node.nvlink_domain_gpus;
             for (int t : space.tp) {

@@ -408,6 +408,14 @@ TEST_CASE("--from: an emitted ds_config read back gives the same plan", "[cli][e
   CHECK(ptest::run_cli("simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --from " + quote((dir / "ds.json").string()),
                        dir / "o8.txt", dir / "e8.txt") == 2);
   CHECK(ptest::read_text(dir / "e8.txt").find("ds.json: train_batch_size: 32 is not micro batch") != std::string::npos);
+  // plan --from keeps the file's runtime and unsearched choices (precision) and takes its global batch (32).
+  REQUIRE(ptest::run_cli("plan --model llama3-8b --cluster dgx-h100 --gpus 16 --threads 2 --top 1 --from " +
+                             quote((dir / "ds.json").string()) + " --json " + quote((dir / "p2.json").string()),
+                         dir / "o2.txt", dir / "e2.txt") == 0);
+  const Json p2 = load_json_file((dir / "p2.json").string());
+  CHECK(p2["inputs"]["global_batch"] == 32);
+  CHECK(p2["recommended"]["plan"]["runtime"] == "deepspeed");
+  CHECK(p2["recommended"]["plan"]["precision"] == "bf16-mixed");
 }
 
 TEST_CASE("--from: an emitted torchtitan TOML read back gives the same plan", "[cli][emit][from]") {
