@@ -396,7 +396,7 @@ Json plan_emitting(const fs::path& dir, const std::string& pins, const std::stri
 }
 }  // namespace
 
-TEST_CASE("--from: an emitted ds_config read back gives the same plan", "[cli][emit][from]") {
+TEST_CASE("CLI --from: an emitted ds_config read back gives the same plan", "[cli][emit][from]") {
   auto dir = ptest::temp_dir("from-ds");
   const Json rec = plan_emitting(dir, "--fix runtime=deepspeed --fix zero=3 --fix tp=2 --fix offload=optimizer", "deepspeed",
                                  dir / "ds.json");
@@ -418,7 +418,7 @@ TEST_CASE("--from: an emitted ds_config read back gives the same plan", "[cli][e
   CHECK(p2["recommended"]["plan"]["precision"] == "bf16-mixed");
 }
 
-TEST_CASE("--from: an emitted torchtitan TOML read back gives the same plan", "[cli][emit][from]") {
+TEST_CASE("CLI --from: an emitted torchtitan TOML read back gives the same plan", "[cli][emit][from]") {
   auto dir = ptest::temp_dir("from-titan");
   // Pins torchtitan can express (prefetch 1, fp32 reduction); HSDP 2 x 8 with selective AC.
   const Json rec = plan_emitting(dir,
@@ -428,7 +428,7 @@ TEST_CASE("--from: an emitted torchtitan TOML read back gives the same plan", "[
   CHECK(simulate_from(dir, (dir / "t.toml").string()) == rec);
 }
 
-TEST_CASE("--from: accelerate FSDP YAML, explicit flags override, unmodelled keys named, bad files", "[cli][from]") {
+TEST_CASE("CLI --from: accelerate FSDP YAML, explicit flags override, unmodelled keys named, bad files", "[cli][from]") {
   auto dir = ptest::temp_dir("from-acc");
   ptest::write_text(dir / "acc.yaml",
                     "compute_environment: LOCAL_MACHINE\n"
