@@ -78,6 +78,10 @@ std::vector<std::string> emit_notes(const std::string& kind, const Plan& p) {
     if (p.offload == Offload::kOptimizer)
       n.push_back("--offload optimizer: FSDP2 offloads parameters, not the optimizer alone");
   }
+  if (kind == "fsdp2" && p.precision == Precision::kBf16)
+    n.push_back(
+        "--precision bf16 (fp32 Adam moments on bf16 parameters): torch.optim.AdamW keeps its moments in the "
+        "parameter dtype, so this script holds bf16 moments (--precision bf16-true's memory)");
   if (kind == "fsdp2" && p.fp8 != Fp8::kNone)
     n.push_back("float8 needs CUDA float8 GEMMs (torchao); the script skips it on --device cpu");
   return n;

@@ -62,6 +62,14 @@ class Fsdp2ScriptTest(unittest.TestCase):
             out = self.train(path, source)
             self.assertEqual(out["mesh"], [1, 1, 2])  # DTensor TP over gloo on the CPU
 
+    def test_zero0_replicate_bf16_true(self):
+        # ZeRO-0 = replicate() over all 16 ranks, parameters and Adam state in bf16.
+        path, _ = common.emit("fsdp2", ["runtime=fsdp2", "zero=0", "tp=1", "precision=bf16-true"], model="gpt2-xl")
+        plan = self.plan_dict(path)
+        self.assertEqual((plan["zero"], plan["replicas"], plan["shard_group"]), (0, 1, 16))
+        self.assertEqual(plan["precision"], "bf16-true")
+        self.train(path, "titan")
+
     def test_fsdp1_plan_is_resimulated_under_fsdp2(self):
         path, err = common.emit("fsdp2", ["runtime=fsdp1", "zero=3", "tp=1", "mbs=1"])
         self.assertIn("emit fsdp2: the recommended plan is fsdp1; re-simulated under fsdp2", err)
