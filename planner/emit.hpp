@@ -1,17 +1,27 @@
 // Framework configs for a plan: a PyTorch FSDP2 snippet, a DeepSpeed ds_config.json, a torchtitan TOML.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "simulator/model_graph.hpp"
 #include "simulator/plan.hpp"
 
 namespace shardplan {
 
-std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node);
+/// The runtime whose semantics an output of `kind` has (fsdp2 and torchtitan: FSDP2; deepspeed: DeepSpeed).
+Runtime emit_target_runtime(const std::string& kind);
+/// What the `kind` output cannot express or changes about plan `p` (printed on stderr and written into the
+/// output as comments where the format has them).
+std::vector<std::string> emit_notes(const std::string& kind, const Plan& p);
+std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node,
+                       const std::vector<std::string>& extra_notes = {});
 std::string emit_deepspeed(const Plan& p, const ModelGraph& model);
 std::string emit_torchtitan(const Plan& p, const ModelGraph& model, int gpus);
 /// "fsdp2:FILE" etc.; returns {kind, file}; InputError for an unknown kind.
 std::pair<std::string, std::string> parse_emit_spec(const std::string& spec);
-std::string emit(const std::string& kind, const Plan& p, const ModelGraph& model, int gpus, int gpus_per_node);
+/// `extra_notes` (e.g. the re-simulation line of another runtime's plan) go into the output as comments where
+/// the format has them.
+std::string emit(const std::string& kind, const Plan& p, const ModelGraph& model, int gpus, int gpus_per_node,
+                 const std::vector<std::string>& extra_notes = {});
 
 }  // namespace shardplan

@@ -205,7 +205,8 @@ struct SimArgs {
 
 int run_simulation(const SimArgs& a, bool with_time) {
   Loaded l = load_inputs(a.in);
-  Plan p = resolve_plan(plan_from_flags(a.flags), *l.model, *l.cluster, a.flags.global_batch);
+  Plan p = resolve_plan(plan_from_flags(a.flags), *l.model, *l.cluster, global_batch_from_flags(a.flags));
+  check_from_consistency(a.flags, p);
   Simulator sim(*l.model, *l.cluster, *l.costs);
   const bool detail = !a.trace.empty() || !a.html.empty();
   const Result& r = sim.run(p, detail);

@@ -25,7 +25,7 @@ struct PlanArgs {
   std::vector<std::string> fixes, emits;
   int top = 10, threads = 0;
   double headroom = -1;
-  std::string json, html;
+  std::string json, html, from;
 };
 
 // One table row; `alt` says how it compares with the recommendation (row 1).
@@ -48,7 +48,10 @@ Command add_plan_command(CLI::App& app) {
   auto* sub = app.add_subcommand("plan", "search sharding plans and recommend one");
   auto a = std::make_shared<PlanArgs>();
   add_input_options(sub, a->in, true);
-  sub->add_option("--global-batch", a->global_batch, "sequences per optimizer step")->required();
+  sub->add_option("--global-batch", a->global_batch, "sequences per optimizer step (or the --from file's)");
+  sub->add_option("--from", a->from,
+                  "your own config (DeepSpeed .json, torchtitan .toml, accelerate FSDP .yaml): its choices of the "
+                  "knobs that are not searched are kept (as --fix), the searched ones are searched");
   sub->add_option("--seq", a->seq, "sequence length (default: the model's)");
   std::string fix_help = "pin a knob: KEY=VALUE, or KEY=V1,V2 for a searched knob (searched:";
   for (const auto& k : SearchSpace::searched_keys()) fix_help += " " + k;
@@ -68,6 +71,27 @@ Command add_plan_command(CLI::App& app) {
   sub->add_option("--emit", a->emits, "fsdp2:FILE, deepspeed:FILE or torchtitan:FILE for the recommended plan");
   return {sub, [a]() {
             Loaded l = load_inputs(a->in);
+            // --from: the user's file fixes every knob the search does not vary (its runtime, precision, offload,
+            // ...) unless --fix names it; the searched knobs (zero, shard group, tp, mbs, ac, ...) are searched.
+            std::vector<std::string> fixes = a->fixes;
+            if (!a->from.empty()) {
+              PlanFlags pf;
+              pf.from = a->from;
+              const ImportedConfig* c = imported_config(pf);
+              const auto& searched = SearchSpace::searched_keys();
+              auto fixed = [&](const std::string& key) {
+                for (const auto& f : a->fixes)
+                  if (f.rfind(key + "=", 0) == 0) return true;
+                return false;
+              };
+              // The runtime is the user's framework: kept although searched. grad_accum follows the global batch.
+              for (const auto& [key, value] : c->knobs)
+                if ((key == "runtime" || std::find(searched.begin(), searched.end(), key) == searched.end()) &&
+                    key != "grad_accum" && !fixed(key))
+                  fixes.push_back(key + "=" + value);
+              if (a->global_batch == 0) a->global_batch = c->global_batch;
+            }
+            if (a->global_batch == 0) throw InputError::flag("--global-batch", "required (or a --from file that states it)");
             SearchSpace space;
             space.runtimes = {Runtime::kFsdp2, Runtime::kFsdp1, Runtime::kDeepSpeed};
             // torchtitan's standard settings are searched too (async TP only where tp > 1).
@@ -83,7 +107,7 @@ Command add_plan_command(CLI::App& app) {
             space.tp.erase(std::remove_if(space.tp.begin(), space.tp.end(),
                                           [&](int t) { return t > l.cluster->spec().node.nvlink_domain_gpus || l.cluster->gpus() % t; }),
                            space.tp.end());
-            for (const auto& f : a->fixes) space.fix(f);
+            for (const auto& f : fixes) space.fix(f);
             // A pinned TP degree the cluster cannot have is bad input, not a search without result.
             const int domain = l.cluster->spec().node.nvlink_domain_gpus;
             for (int t : space.tp) {
@@ -134,9 +158,40 @@ Command add_plan_command(CLI::App& app) {
 
             // Build all outputs before writing any.
             std::vector<std::pair<std::string, std::string>> files;
+            std::string emit_lines;  // printed on stderr once the outputs are built
             if (!o.plans.empty())
-              for (const auto& [kind, file] : emits)
-                files.push_back({file, emit(kind, o.plans[0].plan, *l.model, l.cluster->gpus(), l.cluster->spec().node.gpus)});
+              for (const auto& [kind, file] : emits) {
+                // A plan of another runtime is emitted for the target only after re-simulating it there (its memory
+                // and time differ); a plan the target cannot run is refused with resolve_plan's reason.
+                const Result& best = o.plans[0];
+                Plan target = best.plan;
+                std::vector<std::string> file_notes;
+                const Runtime rt = emit_target_runtime(kind);
+                if (target.runtime != rt) {
+                  target.runtime = rt;
+                  try {
+                    target = resolve_plan(target, *l.model, *l.cluster);
+                  } catch (const InputError& e) {
+                    throw InputError::flag("--emit", fmt::format("cannot emit the recommended {} plan as {}: {} (pin "
+                                                                 "--fix runtime={} to search {} plans)",
+                                                                 to_string(best.plan.runtime), kind, e.what(),
+                                                                 to_string(rt), to_string(rt)));
+                  }
+                  const Result r = simulate(*l.model, *l.cluster, *l.costs, target);
+                  const Bytes used = r.peak_reserved_bytes + r.overhead.total();
+                  file_notes.push_back(fmt::format(
+                      "the recommended plan is {}; re-simulated under {}: step {:.3f} s (was {:.3f} s), peak {} of {} "
+                      "({}): shardplan simulate --model {} --cluster {} --gpus {} {}",
+                      to_string(best.plan.runtime), to_string(rt), r.step_s, best.step_s,
+                      format_bytes(static_cast<double>(used)), format_bytes(static_cast<double>(r.capacity_bytes)),
+                      r.headroom_bytes() >= 0 ? "fits" : "does NOT fit", a->in.model, a->in.cluster, l.cluster->gpus(),
+                      plan_to_flags(target)));
+                  emit_lines += "emit " + kind + ": " + file_notes.back() + "\n";
+                }
+                for (const auto& note : emit_notes(kind, target)) emit_lines += "emit " + kind + ": " + note + "\n";
+                files.push_back(
+                    {file, emit(kind, target, *l.model, l.cluster->gpus(), l.cluster->spec().node.gpus, file_notes)});
+              }
             if (!a->html.empty()) files.push_back({a->html, html_plan_report(o, *l.model, *l.cluster, *l.costs)});
             if (!a->json.empty()) {
               Json plans = Json::array();
@@ -217,6 +272,7 @@ Command add_plan_command(CLI::App& app) {
               for (const auto& [reason, n] : o.stats.rejections.count) s += fmt::format("  {:>8}  {}\n", n, reason);
               std::cout << s;
             }
+            std::cerr << emit_lines;
             for (const auto& [file, text] : files) write_output(file, text);
             return o.plans.empty() ? 1 : 0;
           }};

@@ -1,6 +1,8 @@
 // Shared CLI option sets and input loading.
 #include "planner/cli/common.hpp"
 
+#include <iostream>
+
 #include "calibration/profile.hpp"
 #include "core/atomic_file.hpp"
 #include "simulator/knobs.hpp"
@@ -33,10 +35,50 @@ void add_plan_options(CLI::App* app, PlanFlags& f) {
         ->type_name(k.kind == KnobKind::kInt ? "INT" : "TEXT");
   }
   app->add_option("--global-batch", f.global_batch, "sequences per optimizer step (sets --grad-accum)");
+  app->add_option("--from", f.from,
+                  "the plan of your own config: a DeepSpeed ds_config .json, a torchtitan .toml or an accelerate FSDP "
+                  ".yaml (docs/formats.md); explicit flags override it");
+}
+
+const ImportedConfig* imported_config(const PlanFlags& f) {
+  if (f.from.empty()) return nullptr;
+  if (!f.imported) {
+    f.imported = std::make_shared<const ImportedConfig>(import_config(f.from));
+    if (!f.imported->unmodelled.empty()) {
+      std::string line = "shardplan: --from " + f.from + ": not modelled (changes memory or time):";
+      for (std::size_t i = 0; i < f.imported->unmodelled.size(); ++i)
+        line += (i ? ", " : " ") + f.imported->unmodelled[i];
+      std::cerr << line << "\n";
+    }
+  }
+  return f.imported.get();
+}
+
+std::int64_t global_batch_from_flags(const PlanFlags& f) {
+  if (f.global_batch > 0) return f.global_batch;
+  const ImportedConfig* c = imported_config(f);
+  if (!c || f.given.count("grad_accum")) return 0;
+  return c->global_batch;
+}
+
+void check_from_consistency(const PlanFlags& f, const Plan& p) {
+  const ImportedConfig* c = imported_config(f);
+  if (!c || f.global_batch > 0 || f.given.count("grad_accum") || f.given.count("mbs")) return;
+  if (c->global_batch > 0 && c->knobs.count("grad_accum") && std::to_string(p.grad_accum) != c->knobs.at("grad_accum"))
+    throw InputError(f.from, c->global_batch_key,
+                     std::to_string(c->global_batch) + " is not micro batch " + std::to_string(p.mbs) +
+                         " x gradient_accumulation_steps " + c->knobs.at("grad_accum") + " x " + std::to_string(p.dp) +
+                         " data-parallel ranks (--gpus / tp)");
 }
 
 Plan plan_from_flags(const PlanFlags& f) {
   Plan p;
+  if (const ImportedConfig* c = imported_config(f))
+    for (const auto& [key, value] : c->knobs)
+      if (!f.given.count(key)) {
+        const Knob* k = find_knob(key);
+        if (const std::string why = k->set(p, value); !why.empty()) throw InputError(f.from, key, why);
+      }
   for (const Knob& k : plan_knobs())
     if (auto it = f.given.find(k.key); it != f.given.end()) set_knob(k, p, it->second, k.flag);
   if (f.global_batch < 0) throw InputError::flag("--global-batch", "must be >= 1, got " + std::to_string(f.global_batch));

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/importers.hpp"
 #include "simulator/presets.hpp"
 #include "simulator/simulate.hpp"
 
@@ -18,6 +19,9 @@ namespace shardplan::cli {
 struct PlanFlags {
   std::map<std::string, std::string> given;
   std::int64_t global_batch = 0;  ///< --global-batch (derives grad_accum; not a plan knob)
+  std::string from;               ///< --from FILE: the user's framework config (planner/importers.hpp)
+  /// The imported --from file, read once (its unmodelled keys are printed on stderr when it is read).
+  mutable std::shared_ptr<const ImportedConfig> imported;
 };
 
 struct Inputs {
@@ -27,8 +31,17 @@ struct Inputs {
 
 void add_input_options(CLI::App* app, Inputs& in, bool with_calibration);
 void add_plan_options(CLI::App* app, PlanFlags& f);
-/// Builds the Plan from flags (unresolved); InputError naming the flag for a bad value.
+/// Builds the Plan from flags (unresolved): the --from file's knobs first, explicit flags over them; InputError
+/// naming the flag (or the file and key) for a bad value.
 Plan plan_from_flags(const PlanFlags& f);
+/// The global batch for resolve_plan: --global-batch, else the --from file's (train_batch_size,
+/// training.global_batch_size) unless --grad-accum is given; 0 when none.
+std::int64_t global_batch_from_flags(const PlanFlags& f);
+/// After resolve_plan: the --from file's stated global batch and accumulation must agree with the resolved plan
+/// (DeepSpeed asserts train_batch_size = micro batch x accumulation x data-parallel ranks); InputError otherwise.
+void check_from_consistency(const PlanFlags& f, const Plan& resolved);
+/// The --from file (nullptr without --from); reads it on first use and prints its unmodelled keys on stderr.
+const ImportedConfig* imported_config(const PlanFlags& f);
 
 struct Loaded {
   std::unique_ptr<ModelGraph> model;

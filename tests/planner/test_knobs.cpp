@@ -250,10 +250,10 @@ TEST_CASE("offload: emitters write each runtime's offload settings, never a stag
   const Json ds0 = Json::parse(emit_deepspeed(resolved(Runtime::kDeepSpeed, 0, Offload::kNone), s.model));
   CHECK_FALSE(ds0["zero_optimization"].contains("offload_optimizer"));
   const std::string py = emit_fsdp2(resolved(Runtime::kFsdp2, 3, Offload::kParams), s.model, 8);
-  CHECK(py.find("import fully_shard, MixedPrecisionPolicy, CPUOffloadPolicy") != std::string::npos);
-  CHECK(py.find("offload_policy=CPUOffloadPolicy()") != std::string::npos);
+  // The script passes offload_policy=CPUOffloadPolicy() to fully_shard when PLAN offload_params is True.
+  CHECK(py.find("offload_params=True,") != std::string::npos);
   const std::string plain = emit_fsdp2(resolved(Runtime::kFsdp2, 3, Offload::kNone), s.model, 8);
-  CHECK(plain.find("CPUOffloadPolicy") == std::string::npos);
+  CHECK(plain.find("offload_params=False,") != std::string::npos);
   const std::string toml = emit_torchtitan(resolved(Runtime::kFsdp2, 3, Offload::kParams), s.model, 8);
   CHECK(toml.find("enable_cpu_offload = true") != std::string::npos);
 }
@@ -267,6 +267,6 @@ TEST_CASE("emitters: the fsdp2 and torchtitan files name the full plan flags", "
   const std::string flags = plan_to_flags(p);
   CHECK(flags.find("--ac selective") != std::string::npos);
   CHECK(flags.find("--compile") != std::string::npos);
-  CHECK(emit_fsdp2(p, s.model, 8).find("# plan (1 replicas): " + flags + "\n") != std::string::npos);
+  CHECK(emit_fsdp2(p, s.model, 8).find("Plan: " + flags + "\n") != std::string::npos);
   CHECK(emit_torchtitan(p, s.model, 8).find("# plan: " + flags + "\n") != std::string::npos);
 }

@@ -1,0 +1,88 @@
+"""The script `--emit fsdp2` writes trains: two optimizer steps of a tiny model of the same family on the CPU
+(gloo, torchrun with 2 ranks) for a ZeRO-3 HSDP plan with selective AC and a ZeRO-2 TP plan, with both module
+namings (Hugging Face and torchtitan); the loss stays finite and the parameters change. A plan of another
+runtime is re-simulated under FSDP2 (said on stderr and in the file), or refused."""
+import json
+import re
+import subprocess
+import unittest
+
+import common
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+class Fsdp2ScriptTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        common.require_framework_python(__name__)
+
+    def train(self, path, source):
+        cmd = [common.python(), "-m", "torch.distributed.run", "--nproc-per-node", "2", path, "--tiny", "--steps",
+               "2", "--device", "cpu", "--model-source", source]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
+        self.assertEqual(r.returncode, 0, f"{' '.join(cmd)}\n{r.stdout}\n{r.stderr[-4000:]}")
+        self.assertEqual(len(lines), 1, r.stdout)
+        out = json.loads(lines[0])
+        self.assertTrue(out["loss_finite"], out)
+        self.assertTrue(out["params_changed"], out)
+        self.assertEqual(len(out["losses"]), 2)
+        return out
+
+    def plan_dict(self, path):
+        text = read(path)
+        m = re.search(r"^PLAN = dict\((.*?)\)\n", text, re.S | re.M)
+        self.assertIsNotNone(m, text[:2000])
+        return eval(f"dict({m.group(1)})")  # the emitted literal: ints, strings, True/False
+
+    def test_zero3_selective_ac_hsdp(self):
+        # 16 GPUs, shard group 8 -> 2 replicas (HSDP); selective AC; explicit prefetch 2.
+        path, _ = common.emit("fsdp2", ["runtime=fsdp2", "zero=3", "shard_group=8", "tp=1", "ac=selective",
+                                        "prefetch=2", "mbs=1", "reduce_dtype=fp32"])
+        plan = self.plan_dict(path)
+        self.assertEqual((plan["replicas"], plan["shard_group"], plan["tp"]), (2, 8, 1))
+        self.assertEqual(plan["ac"], "selective")
+        self.assertTrue(plan["reshard"])
+        self.assertEqual((plan["param_dtype"], plan["reduce_dtype"]), ("bfloat16", "float32"))
+        self.assertIn("count[mode] % 2 == 0", read(path))  # every second matmul recomputed, as simulated
+        for source in ("hf", "titan"):
+            out = self.train(path, source)
+            self.assertEqual(out["mesh"], [2, 1, 1])  # the HSDP structure at 2 ranks: 2 replicas of 1
+
+    def test_zero2_tp2(self):
+        path, _ = common.emit("fsdp2", ["runtime=fsdp2", "zero=2", "tp=2", "shard_group=8", "ac=full", "mbs=1"])
+        plan = self.plan_dict(path)
+        self.assertEqual((plan["zero"], plan["tp"], plan["replicas"], plan["shard_group"]), (2, 2, 1, 8))
+        self.assertFalse(plan["reshard"])
+        for source in ("hf", "titan"):
+            out = self.train(path, source)
+            self.assertEqual(out["mesh"], [1, 1, 2])  # DTensor TP over gloo on the CPU
+
+    def test_zero0_replicate_bf16_true(self):
+        # ZeRO-0 = replicate() over all 16 ranks, parameters and Adam state in bf16.
+        path, _ = common.emit("fsdp2", ["runtime=fsdp2", "zero=0", "tp=1", "precision=bf16-true"], model="gpt2-xl")
+        plan = self.plan_dict(path)
+        self.assertEqual((plan["zero"], plan["replicas"], plan["shard_group"]), (0, 1, 16))
+        self.assertEqual(plan["precision"], "bf16-true")
+        self.train(path, "titan")
+
+    def test_fsdp1_plan_is_resimulated_under_fsdp2(self):
+        path, err = common.emit("fsdp2", ["runtime=fsdp1", "zero=3", "tp=1", "mbs=1"])
+        self.assertIn("emit fsdp2: the recommended plan is fsdp1; re-simulated under fsdp2", err)
+        self.assertIn("# NOTE: the recommended plan is fsdp1; re-simulated under fsdp2", read(path))
+        self.assertIn("--runtime fsdp2", read(path))
+
+    def test_deepspeed_zero1_plan_is_refused(self):
+        # FSDP2 has no ZeRO-1 mode: resolve_plan's reason, exit 2, nothing written.
+        r, path = common.run_plan("fsdp2", ["runtime=deepspeed", "zero=1", "tp=1", "mbs=1"])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("cannot emit the recommended deepspeed plan as fsdp2", r.stderr)
+        self.assertIn("no ZeRO-1 mode", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
