@@ -22,9 +22,8 @@ std::string peak_phase(const Program& prog, const Timeline& tl, const std::vecto
 }
 
 double model_flops_per_token(const ModelGraph& model, std::int64_t seq) {
-  const auto& s = model.spec();
   return 6.0 * (model.active_parameters() - static_cast<double>(model.embedding_parameters())) +
-         12.0 * s.layers * static_cast<double>(s.heads * s.head_dim) * static_cast<double>(seq);
+         model.attention_model_flops_per_token(seq);
 }
 
 void summarise_time(const SummaryInputs& in, Result& r) {

@@ -126,9 +126,10 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
       }
       if (l->attn_heads > 0) {
         const double heads = static_cast<double>(l->attn_heads) / t;
-        // Causal flash attention: QK^T and AV over (s + 1) / 2 positions on average, 2 FLOPs per MAC.
-        const double flops = 4.0 * T * ((static_cast<double>(p.seq) + 1) / 2) * heads *
-                             static_cast<double>(l->attn_head_dim);
+        // Flash attention: QK^T (head_dim) and AV (v_head_dim) over the positions each query attends (causal:
+        // (s + 1) / 2 on average; sliding or chunked windows fewer), 2 FLOPs per MAC.
+        const double flops = 2.0 * T * heads * static_cast<double>(l->attn_head_dim + l->v_head_dim()) *
+                             l->attended_positions(p.seq);
         attn += costs.attention_fwd_s(flops, fp32);
         u.flops_fwd += flops;
       }
