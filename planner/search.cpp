@@ -505,7 +505,12 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
     if (wi != 0) out.fastest = *all[0];
     const double top_tps = all[0]->tokens_per_s_per_gpu;
     for (const Result* r : all) out.tied += top_tps - r->tokens_per_s_per_gpu < opts.tie_tolerance * top_tps;
-    out.plans.push_back(rec);
+    {
+      // The recommendation is run once more with detail: reports draw its program and timeline, and re-run
+      // nothing (same plan, same numbers).
+      Simulator sim(model, cluster, costs);
+      out.plans.push_back(sim.run(rec.plan, true));
+    }
     out.alternatives.push_back({plan_family(rec.plan), 0, true});
     // The other families: each represented by its own tie-rule choice, faster first.
     std::map<std::string, std::vector<const Result*>> families;

@@ -32,6 +32,12 @@ struct CommStats {
   int count = 0;
 };
 
+/// The simulated step's task program and timeline, kept by a detail run for traces and charts.
+struct StepDetail {
+  Program program;
+  Timeline timeline;
+};
+
 struct Result {
   Plan plan;
   // Memory (bytes, busiest rank).
@@ -56,6 +62,8 @@ struct Result {
   std::array<CommStats, kCommKinds> comm{};
   /// With `detail`: the intervals (seconds) in which the compute stream waits on communication, for charts.
   std::shared_ptr<std::vector<std::pair<double, double>>> exposed_intervals;
+  /// With `detail`: the program and timeline the numbers come from (what reports draw; they re-run nothing).
+  std::shared_ptr<const StepDetail> detail;
   Bytes headroom_bytes() const { return capacity_bytes - peak_reserved_bytes - overhead.total(); }
 };
 

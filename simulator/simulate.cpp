@@ -50,6 +50,7 @@ const Result& Simulator::run(const Plan& p, bool detail) {
   r.fits = r.peak_reserved_bytes + r.overhead.total() <= r.capacity_bytes &&
            (r.host_capacity_bytes == 0 || r.host_bytes_per_node <= r.host_capacity_bytes);
   summarise_time({*model_, *cluster_, *costs_, p, units_, prog_, tl_}, r);
+  if (detail) r.detail = std::make_shared<const StepDetail>(StepDetail{prog_, tl_});
   return res_;
 }
 

@@ -213,8 +213,8 @@ int run_simulation(const SimArgs& a, bool with_time) {
   ReportInputs ri{l.model.get(), l.cluster.get(), l.calibration};
   // Build every output first, then write them: no partial set of files on error.
   std::string json = a.json.empty() ? "" : report_json(r, ri).dump(1) + "\n";
-  std::string trace = a.trace.empty() ? "" : trace_json(sim, r);
-  std::string html = a.html.empty() ? "" : html_simulate_report(sim, r, ri);
+  std::string trace = a.trace.empty() ? "" : trace_json(r);
+  std::string html = a.html.empty() ? "" : html_simulate_report(r, ri);
   if (a.json != "-") std::cout << report_text(r, ri, with_time);
   write_output(a.json, json);
   write_output(a.trace, trace);

@@ -192,7 +192,7 @@ Command add_plan_command(CLI::App& app) {
                 files.push_back(
                     {file, emit(kind, target, *l.model, l.cluster->gpus(), l.cluster->spec().node.gpus, file_notes)});
               }
-            if (!a->html.empty()) files.push_back({a->html, html_plan_report(o, *l.model, *l.cluster, *l.costs)});
+            if (!a->html.empty()) files.push_back({a->html, html_plan_report(o, *l.model, *l.cluster)});
             if (!a->json.empty()) {
               Json plans = Json::array();
               for (const auto& r : o.plans) {

@@ -311,12 +311,12 @@ std::size_t task_kind(const Task& t) {
   return 7;
 }
 
-std::string gantt_chart(const Simulator& sim, const Result& r) {
-  const Program& prog = sim.program();
-  const Timeline& tl = sim.timeline();
+std::string gantt_chart(const Result& r) {
+  const Program& prog = r.detail->program;
+  const Timeline& tl = r.detail->timeline;
   const double end_s = std::max({tl.end_s, r.step_s, 1e-9});
   const TimeUnit tu = time_unit(end_s);
-  const int lanes = sim.lanes();
+  const int lanes = static_cast<int>(prog.lane_names.size());
   std::vector<char> lane_used(static_cast<std::size_t>(std::max(lanes, 1)), 0);
   lane_used[0] = 1;
   for (std::size_t i = 0; i < std::min(prog.tasks.size(), tl.timing.size()); ++i)
@@ -453,7 +453,7 @@ std::string plan_short(const Plan& p) {
 }
 
 /// The sections shared by the simulate and plan reports: key numbers, memory, Gantt, tables, plan and inputs.
-std::string step_sections(const Simulator& sim, const Result& r, const ReportInputs& in, const std::string& heading) {
+std::string step_sections(const Result& r, const ReportInputs& in, const std::string& heading) {
   const Json rep = report_json(r, in);
   std::string b;
   b += "<section class=\"summary\">";
@@ -469,8 +469,8 @@ std::string step_sections(const Simulator& sim, const Result& r, const ReportInp
   b += card("exposed communication", escape(seconds(r.exposed_comm_s)));
   b += "</div>";
   b += "<p class=\"sub\">peak at: " + escape(r.peak_phase) + "</p></section>\n";
-  const MemoryCurve curve = replay_memory(sim.program(), sim.timeline());
-  const double end_s = std::max({sim.timeline().end_s, r.step_s, 1e-9});
+  const MemoryCurve curve = replay_memory(r.detail->program, r.detail->timeline);
+  const double end_s = std::max({r.detail->timeline.end_s, r.step_s, 1e-9});
   const double issue_s = last_effect_s(curve);
   const std::string whole_caption =
       "Memory allocated by the framework on the busiest GPU (what torch.cuda.memory_allocated reports), replayed per "
@@ -494,7 +494,7 @@ std::string step_sections(const Simulator& sim, const Result& r, const ReportInp
     b += "<figure>" + memory_chart(r, curve, end_s, false, 440) + "<figcaption>" + whole_caption + "</figcaption></figure>";
   }
   b += "</section>\n";
-  b += "<section><h2>Timeline</h2><figure>" + gantt_chart(sim, r) +
+  b += "<section><h2>Timeline</h2><figure>" + gantt_chart(r) +
        "<figcaption>Kernels per lane (CUDA stream / NCCL communicator). Red bands: a collective runs while the compute "
        "lane is idle (exposed communication). Tasks narrower than a pixel are merged; hover for details.</figcaption>"
        "</figure></section>\n";
@@ -525,7 +525,7 @@ std::string step_sections(const Simulator& sim, const Result& r, const ReportInp
 
 }  // namespace
 
-std::string html_simulate_report(const Simulator& sim, const Result& r, const ReportInputs& in) {
+std::string html_simulate_report(const Result& r, const ReportInputs& in) {
   std::string b;
   b += "<h1>" + escape(fmt::format("{} on {} × {}", in.model->spec().name, in.cluster->gpus(), in.cluster->spec().gpu.model)) +
        "</h1>";
@@ -533,7 +533,7 @@ std::string html_simulate_report(const Simulator& sim, const Result& r, const Re
                                                 plan_short(r.plan), in.calibration.empty() ? "datasheet defaults"
                                                                                           : "calibration " + in.calibration)) +
        "</p>\n";
-  b += step_sections(sim, r, in, "");
+  if (r.detail) b += step_sections(r, in, "");
   b += json_block("shardplan-report", report_json(r, in));
   return page(fmt::format("shardplan simulate — {}", in.model->spec().name), b);
 }
@@ -635,8 +635,7 @@ std::string pareto_chart(const SearchOutcome& o) {
 
 }  // namespace
 
-std::string html_plan_report(const SearchOutcome& o, const ModelGraph& model, const Cluster& cluster,
-                             const CostModel& costs) {
+std::string html_plan_report(const SearchOutcome& o, const ModelGraph& model, const Cluster& cluster) {
   std::string b;
   b += "<h1>" + escape(fmt::format("Plan search: {} on {} × {}", model.spec().name, cluster.gpus(), cluster.spec().gpu.model)) +
        "</h1>";
@@ -694,9 +693,8 @@ std::string html_plan_report(const SearchOutcome& o, const ModelGraph& model, co
     b += "</table></section>\n";
   }
   if (!o.plans.empty()) {
-    Simulator sim(model, cluster, costs);
-    const Result& r = sim.run(o.plans[0].plan, true);
-    b += step_sections(sim, r, ri, "Recommended plan: " + plan_short(r.plan));
+    const Result& r = o.plans[0];  // the search keeps the recommended plan's detail run
+    if (r.detail) b += step_sections(r, ri, "Recommended plan: " + plan_short(r.plan));
     Json doc = {{"schema", "shardplan.report/1"}, {"plans", Json::array()}};
     for (const auto& p : o.plans) doc["plans"].push_back(report_json(p, ri));
     b += json_block("shardplan-plans", doc);

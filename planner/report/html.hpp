@@ -16,12 +16,12 @@ inline constexpr std::size_t kHtmlMaxSvgElements = 12000;
 
 /// The report of the simulator's last run. The run must have been made with detail = true (labels and memory
 /// samples); without it the charts say so instead of drawing.
-std::string html_simulate_report(const Simulator& sim, const Result& r, const ReportInputs& in);
+/// `r` comes from a detail run (Simulator::run(plan, true)): the charts draw its program and timeline.
+std::string html_simulate_report(const Result& r, const ReportInputs& in);
 
 /// The plan search: top plans (tokens/s/GPU, peak memory, binding constraint), then the recommended plan's
-/// memory and Gantt charts (re-simulated here with detail on).
-std::string html_plan_report(const SearchOutcome& o, const ModelGraph& model, const Cluster& cluster,
-                             const CostModel& costs);
+/// memory and Gantt charts from the detail run the search keeps for it (nothing is re-simulated here).
+std::string html_plan_report(const SearchOutcome& o, const ModelGraph& model, const Cluster& cluster);
 
 /// Predicted vs measured, one scatter per term (log-log where the values span a wide range), with y = x and
 /// ±10 % bands; the summary and the per-row table.

@@ -109,12 +109,12 @@ std::string report_text(const Result& r, const ReportInputs& in, bool with_time)
   return s;
 }
 
-std::string trace_json(const Simulator& sim, const Result& r) {
-  const Program& prog = sim.program();
-  const Timeline& tl = sim.timeline();
+std::string trace_json(const Result& r) {
+  const Program& prog = r.detail->program;
+  const Timeline& tl = r.detail->timeline;
   Json events = Json::array();
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0}, {"args", {{"name", "shardplan step"}}}});
-  for (int l = 0; l < sim.lanes(); ++l)
+  for (int l = 0; l < static_cast<int>(prog.lane_names.size()); ++l)
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", l + 1}, {"args", {{"name", prog.lane_names[static_cast<std::size_t>(l)]}}}});
   events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 0}, {"args", {{"name", "cpu issue"}}}});
   for (std::size_t i = 0; i < prog.tasks.size(); ++i) {

@@ -18,7 +18,8 @@ Json report_json(const Result& r, const ReportInputs& in);
 /// Human-readable summary: breakdown table, step time, communication.
 std::string report_text(const Result& r, const ReportInputs& in, bool with_time);
 /// Chrome trace-event JSON for the simulator's last run (needs detail = true for the memory counter).
-std::string trace_json(const Simulator& sim, const Result& r);
+/// `r` comes from a detail run (Simulator::run(plan, true)).
+std::string trace_json(const Result& r);
 /// "12.34 GiB"
 std::string format_bytes(double bytes);
 

@@ -180,8 +180,8 @@ TEST_CASE("every HTML report renders in headless Chromium: not blank, no console
   Simulator sim(b.model, *b.cluster, *b.costs);
   const Result& r = sim.run(b.resolve(example_plan()), true);
   const std::vector<std::pair<std::string, std::string>> pages = {
-      {"simulate", html_simulate_report(sim, r, b.inputs())},
-      {"plan", html_plan_report(sample_outcome(b), b.model, *b.cluster, *b.costs)},
+      {"simulate", html_simulate_report(r, b.inputs())},
+      {"plan", html_plan_report(sample_outcome(b), b.model, *b.cluster)},
       {"validate", html_validate_report(sample_validation())}};
   const char* keep = std::getenv("SHARDPLAN_SCREENSHOT_DIR");
   // Render the pages concurrently (each Chromium start costs seconds), then check each.

@@ -44,7 +44,7 @@ TEST_CASE("simulate report: memory stacked by category, capacity, peak, Gantt la
   Bench b("llama3-8b", "dgx-h100", 8);
   Simulator sim(b.model, *b.cluster, *b.costs);
   const Result& r = sim.run(b.resolve(example_plan()), true);
-  const std::string html = html_simulate_report(sim, r, b.inputs());
+  const std::string html = html_simulate_report(r, b.inputs());
   check_self_contained(html);
   // docs/json.md: the breakdown at the peak sums to the peak.
   Bytes sum = 0;
@@ -99,7 +99,7 @@ TEST_CASE("simulate report of a 405B step with 16 micro-batches stays under 2 MB
   Simulator sim(b.model, *b.cluster, *b.costs);
   const Result& r = sim.run(b.resolve(p), true);
   REQUIRE(sim.program().tasks.size() > 5000);  // a big program: the merging is exercised
-  const std::string html = html_simulate_report(sim, r, b.inputs());
+  const std::string html = html_simulate_report(r, b.inputs());
   CHECK(html.size() < 2'000'000);
   CHECK(count_of(html, "<rect ") + count_of(html, "<path ") + count_of(html, "<line ") + count_of(html, "<text ") <
         2 * kHtmlMaxSvgElements);
@@ -112,7 +112,7 @@ TEST_CASE("plan report: bars of the top plans with memory and binding constraint
   Bench b("llama3-8b", "dgx-h100", 8);
   SearchOutcome o = sample_outcome(b);
   o.pareto = {o.plans.back(), o.plans.front()};  // two front points (the chart draws what the search found)
-  const std::string html = html_plan_report(o, b.model, *b.cluster, *b.costs);
+  const std::string html = html_plan_report(o, b.model, *b.cluster);
   check_self_contained(html);
   const std::string bars = svg_of(html, "plans");
   REQUIRE(!bars.empty());
@@ -137,7 +137,7 @@ TEST_CASE("plan report: bars of the top plans with memory and binding constraint
 
   SearchOutcome none;
   none.explanation = "nothing fits: 64 GiB over at best";
-  const std::string empty = html_plan_report(none, b.model, *b.cluster, *b.costs);
+  const std::string empty = html_plan_report(none, b.model, *b.cluster);
   check_self_contained(empty);
   CHECK(empty.find("No plan fits") != std::string::npos);
 }
