@@ -101,7 +101,11 @@ def _run_json(command, args, kwargs):
     ok, exit_code, text = _shardplan.run(argv)
     if not ok:
         raise Error(text, exit_code)
-    return _json.loads(text)
+    try:
+        return _json.loads(text)
+    except ValueError as e:  # another output also went to stdout: --html -, --trace - or --emit KIND:-
+        raise Error("%s: standard output is not one JSON document (%s); write the other outputs to files"
+                    % (command, e), 2) from None
 
 
 def memory(args=None, /, **kwargs):

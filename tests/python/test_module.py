@@ -171,6 +171,8 @@ class ErrorsAreTheCliErrors(unittest.TestCase):
             shardplan.simulate(model="llama3-8b", compile="yes")  # a switch takes True or False
         with self.assertRaises(shardplan.Error):
             shardplan.memory("llama3-8b")  # positional arguments are a dict
+        with self.assertRaises(shardplan.Error):
+            shardplan.simulate(model="llama3-8b", html="-")  # the HTML report would follow the JSON on stdout
 
 
 @unittest.skipUnless(shardplan is None and os.environ.get("SHARDPLAN_PYTHON"),
