@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 bash tools/build.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)"
 python3 -m unittest discover -s tests/realrun -p 'test_*.py' -v 2>&1 | tail -n 5
+if [[ "${SHARDPLAN_QUICK:-0}" != 1 ]]; then
+  if [[ -f tools/ci/fuzz.sh ]]; then bash tools/ci/fuzz.sh "${SHARDPLAN_FUZZ_SECONDS:-10}"; fi
+  if [[ -f tools/ci/sanitize.sh ]]; then bash tools/ci/sanitize.sh; fi
+fi
 # --- The Python module (pyproject.toml, python/): `pip install .` into a cached venv, then tests/python compares
 # it with the CLI built above, byte for byte. In CI (CI=true) a failure fails the run; elsewhere it is reported.
 python_module() {
@@ -33,7 +37,3 @@ if ! python_module; then
   echo "tools/test.sh: the Python module failed (fatal only in CI, CI=true)" >&2
 fi
 # --- end of the Python module
-if [[ "${SHARDPLAN_QUICK:-0}" != 1 ]]; then
-  if [[ -f tools/ci/fuzz.sh ]]; then bash tools/ci/fuzz.sh "${SHARDPLAN_FUZZ_SECONDS:-10}"; fi
-  if [[ -f tools/ci/sanitize.sh ]]; then bash tools/ci/sanitize.sh; fi
-fi
