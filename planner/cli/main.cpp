@@ -4,19 +4,14 @@
 
 #include <iostream>
 
-#include "planner/cli/commands.hpp"
+#include "planner/cli/api.hpp"
 #include "core/checked.hpp"
 #include "core/error.hpp"
 
 int main(int argc, char** argv) {
   using namespace shardplan;
-  CLI::App app{"shardplan: memory, step time and sharding plans for sharded LLM training"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", "shardplan 0.1.0");
-  std::vector<cli::Command> commands = {
-      cli::add_list_command(app),     cli::add_show_command(app),     cli::add_collective_command(app),
-      cli::add_memory_command(app),   cli::add_simulate_command(app), cli::add_plan_command(app),
-      cli::add_validate_command(app), cli::add_calibrate_command(app)};
+  CLI::App app;
+  std::vector<cli::Command> commands = cli::add_commands(app);  // shared with the Python module (cli/api.hpp)
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
