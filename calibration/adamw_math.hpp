@@ -1,5 +1,6 @@
-// The per-element AdamW update (decoupled weight decay, bias correction, fp32 math) shared verbatim by the CPU
-// reference (adamw_reference.cpp) and the CUDA kernel (cuda/adamw_kernel.cu), plus bf16 <-> fp32 conversion.
+// The per-element AdamW update (decoupled weight decay, bias correction, fp32 math) shared verbatim by the
+// CPU reference (adamw_reference.cpp) and the CUDA kernel (cuda/adamw_kernel.cu), plus bf16 <-> fp32
+// conversion.
 #pragma once
 #include <math.h>
 
@@ -14,15 +15,16 @@
 
 namespace shardplan::calibration {
 
-/// Scalars of one optimizer step, computed on the host in double and rounded once to float (adamw_step_scalars).
+/// Scalars of one optimizer step, computed on the host in double and rounded once to float
+/// (adamw_step_scalars).
 struct AdamwStepScalars {
   float lr = 0;
   float beta1 = 0;
   float beta2 = 0;
   float eps = 0;
   float weight_decay = 0;
-  float step_size = 0;             ///< lr / (1 - beta1^t)
-  float bias_correction2_sqrt = 0; ///< sqrt(1 - beta2^t)
+  float step_size = 0;              ///< lr / (1 - beta1^t)
+  float bias_correction2_sqrt = 0;  ///< sqrt(1 - beta2^t)
 };
 
 /// PyTorch AdamW semantics: p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
@@ -47,7 +49,8 @@ SHARDPLAN_HD inline float bf16_bits_to_float(std::uint16_t b) {
 SHARDPLAN_HD inline std::uint16_t float_to_bf16_bits(float f) {
   std::uint32_t u;
   memcpy(&u, &f, sizeof u);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
+    return static_cast<std::uint16_t>((u >> 16) | 0x40u);
   const std::uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
   return static_cast<std::uint16_t>((u + rounding) >> 16);
 }

@@ -1,5 +1,6 @@
 // CPU reference of our fused AdamW for the three state layouts the calibration benchmarks, the host-side step
-// scalars the CUDA kernel uses, and the bytes each layout moves per parameter (what "achieved bandwidth" divides).
+// scalars the CUDA kernel uses, and the bytes each layout moves per parameter (what "achieved bandwidth"
+// divides).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -38,8 +39,8 @@ AdamwStepScalars adamw_step_scalars(const AdamwHyper& h, std::int64_t step);
 /// Optimizer state for one tensor on the host. Fields unused by a layout stay empty.
 struct AdamwHostState {
   AdamwLayout layout = AdamwLayout::kFp32;
-  std::vector<float> p32, g32, m32, v32;              ///< fp32 (p32 is the master copy in bf16-mixed)
-  std::vector<std::uint16_t> p16, g16, m16, v16;      ///< bf16 bits (p16: the bf16 param copy in bf16-mixed)
+  std::vector<float> p32, g32, m32, v32;          ///< fp32 (p32 is the master copy in bf16-mixed)
+  std::vector<std::uint16_t> p16, g16, m16, v16;  ///< bf16 bits (p16: the bf16 param copy in bf16-mixed)
 
   std::size_t size() const;
   /// Deterministic pseudo-random state of n parameters (seeded), valid for `layout`.
@@ -49,7 +50,8 @@ struct AdamwHostState {
 /// One AdamW step on the host, element by element with adamw_update (the same code the kernel runs).
 void adamw_reference_step(AdamwHostState& st, const AdamwStepScalars& s);
 
-/// Largest |a-b| / max(|b|, floor) over parameters (the master copy for bf16-mixed); used to compare GPU results.
+/// Largest |a-b| / max(|b|, floor) over parameters (the master copy for bf16-mixed); used to compare GPU
+/// results.
 double adamw_max_rel_diff(const AdamwHostState& a, const AdamwHostState& b, double floor = 1e-6);
 
 }  // namespace shardplan::calibration

@@ -1,5 +1,6 @@
-// The communicator interface the NCCL sweep drives: asynchronous start, poll, abort. The NCCL implementation (and
-// every NCCL version difference) lives in cuda/nccl_comm.cpp; CPU tests use a double that fails, hangs or errors.
+// The communicator interface the NCCL sweep drives: asynchronous start, poll, abort. The NCCL implementation
+// (and every NCCL version difference) lives in cuda/nccl_comm.cpp; CPU tests use a double that fails, hangs
+// or errors.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -16,8 +17,8 @@ enum class CommDType { kBf16, kFp32 };
 std::string_view comm_dtype_name(CommDType d);
 std::int64_t comm_dtype_bytes(CommDType d);
 
-/// One request to a communicator group. check = run the collective once on known inputs for verify() (untimed);
-/// otherwise run `iterations` collectives back to back between two timing events.
+/// One request to a communicator group. check = run the collective once on known inputs for verify()
+/// (untimed); otherwise run `iterations` collectives back to back between two timing events.
 struct CommOp {
   CollectiveKind kind = CollectiveKind::kAllReduce;
   std::int64_t buffer_bytes = 0;  ///< whole buffer S (nccl-tests size column)
@@ -32,19 +33,21 @@ struct CommPoll {
   std::string error;     ///< kError: what the library said (ncclCommGetAsyncError, CUDA error)
 };
 
-/// A group of ranks that run collectives together (ncclCommInitAll over local GPUs, or one rank per MPI process).
-/// Contract: start() returns without waiting for the GPU; poll() never blocks; after abort() the object only
-/// accepts destruction. Errors in start() are thrown as std::runtime_error.
+/// A group of ranks that run collectives together (ncclCommInitAll over local GPUs, or one rank per MPI
+/// process). Contract: start() returns without waiting for the GPU; poll() never blocks; after abort() the
+/// object only accepts destruction. Errors in start() are thrown as std::runtime_error.
 class CollectiveComm {
  public:
   virtual ~CollectiveComm() = default;
   virtual int ranks() const = 0;
   virtual int nodes() const = 0;
-  /// Largest whole buffer S that fits for `kind` on every rank (input + output buffers), a multiple of ranks*elem.
+  /// Largest whole buffer S that fits for `kind` on every rank (input + output buffers), a multiple of
+  /// ranks*elem.
   virtual std::int64_t max_buffer_bytes(CollectiveKind kind, CommDType dtype) const = 0;
   virtual void start(const CommOp& op) = 0;
   virtual CommPoll poll() = 0;
-  /// After a completed check op: "" when every rank holds the expected result, else a description of the mismatch.
+  /// After a completed check op: "" when every rank holds the expected result, else a description of the
+  /// mismatch.
   virtual std::string verify() = 0;
   /// Abandons in-flight work (ncclCommAbort). Called after an error or a missed deadline.
   virtual void abort() = 0;

@@ -8,13 +8,16 @@
 
 namespace shardplan::calibration {
 
-double rel_error(double model, double measured) { return std::fabs(model / measured - 1.0); }
+double rel_error(double model, double measured) {
+  return std::fabs(model / measured - 1.0);
+}
 
 std::vector<SizeTime> clean_points(std::vector<SizeTime> points) {
   std::erase_if(points, [](const SizeTime& p) {
     return !(p.bytes > 0) || !(p.time_s > 0) || !std::isfinite(p.bytes) || !std::isfinite(p.time_s);
   });
-  std::stable_sort(points.begin(), points.end(), [](const SizeTime& a, const SizeTime& b) { return a.bytes < b.bytes; });
+  std::stable_sort(points.begin(), points.end(),
+                   [](const SizeTime& a, const SizeTime& b) { return a.bytes < b.bytes; });
   std::vector<SizeTime> out;
   for (std::size_t i = 0; i < points.size();) {
     std::size_t j = i;
@@ -63,8 +66,10 @@ AlphaBetaFit fit_alpha_beta(const std::vector<SizeTime>& pts) {
       for (const auto& p : pts) c += std::pow((al + be * p.bytes) / p.time_s - 1.0, 2);
       return c;
     };
-    if (pts.size() >= 2 && cost(alpha_only, 0) < cost(0, beta_only)) alpha = alpha_only, beta = 0;
-    else alpha = 0, beta = beta_only;
+    if (pts.size() >= 2 && cost(alpha_only, 0) < cost(0, beta_only))
+      alpha = alpha_only, beta = 0;
+    else
+      alpha = 0, beta = beta_only;
   }
   f.alpha_s = alpha;
   f.per_byte_s = beta;
@@ -97,8 +102,9 @@ LogLogCurve LogLogCurve::fit(const std::vector<SizeTime>& pts, double tol_large,
       if (is_knot[i]) k.push_back(pts[i]);
     return k;
   };
-  // Insert the worst offender (relative to its tolerance) until every point is within tolerance. Each round adds
-  // one measured point as a knot, so this ends after at most pts.size() rounds with an exact interpolant.
+  // Insert the worst offender (relative to its tolerance) until every point is within tolerance. Each round
+  // adds one measured point as a knot, so this ends after at most pts.size() rounds with an exact
+  // interpolant.
   for (;;) {
     const auto knots = knots_of();
     double worst = 1.0;
@@ -116,7 +122,8 @@ LogLogCurve LogLogCurve::fit(const std::vector<SizeTime>& pts, double tol_large,
   for (const auto& p : pts) {
     const double e = rel_error(interp(c.knots_, p.bytes), p.time_s);
     c.max_rel_error_ = std::max(c.max_rel_error_, e);
-    if (p.bytes >= static_cast<double>(kMiB)) c.max_rel_error_ge_1mib_ = std::max(c.max_rel_error_ge_1mib_, e);
+    if (p.bytes >= static_cast<double>(kMiB))
+      c.max_rel_error_ge_1mib_ = std::max(c.max_rel_error_ge_1mib_, e);
   }
   return c;
 }

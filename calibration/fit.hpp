@@ -1,5 +1,5 @@
-// Curve fitting for calibration data: the alpha-beta model t = alpha + S * per_byte (least squares on relative
-// error) and a piecewise-linear curve in log(bytes)-log(time) space whose knots are measured points.
+// Curve fitting for calibration data: the alpha-beta model t = alpha + S * per_byte (least squares on
+// relative error) and a piecewise-linear curve in log(bytes)-log(time) space whose knots are measured points.
 #pragma once
 #include <optional>
 #include <vector>
@@ -12,29 +12,33 @@ struct SizeTime {
   double time_s = 0;
 };
 
-/// t(S) = alpha_s + S * per_byte_s. For a collective on n ranks, per_byte_s = busbw_factor(kind, n) / busbw_Bps.
+/// t(S) = alpha_s + S * per_byte_s. For a collective on n ranks, per_byte_s = busbw_factor(kind, n) /
+/// busbw_Bps.
 struct AlphaBetaFit {
   double alpha_s = 0;
   double per_byte_s = 0;
-  double max_rel_error = 0;           ///< max |model/measured - 1| over all points
-  double max_rel_error_ge_1mib = 0;   ///< the same over points with S >= 1 MiB (0 when there are none)
+  double max_rel_error = 0;          ///< max |model/measured - 1| over all points
+  double max_rel_error_ge_1mib = 0;  ///< the same over points with S >= 1 MiB (0 when there are none)
   int points = 0;
 
   double time_s(double bytes) const { return alpha_s + bytes * per_byte_s; }
 };
 
-/// Sorted by size, zero/negative sizes and non-positive times dropped, repeated sizes replaced by their median time.
+/// Sorted by size, zero/negative sizes and non-positive times dropped, repeated sizes replaced by their
+/// median time.
 std::vector<SizeTime> clean_points(std::vector<SizeTime> points);
 
 /// Weighted least squares minimising the sum of squared relative errors, with alpha >= 0 and per_byte >= 0.
 /// Expects cleaned points (see clean_points); returns a zero fit for an empty input.
 AlphaBetaFit fit_alpha_beta(const std::vector<SizeTime>& points);
 
-/// Piecewise log-log interpolant through a subset of the measured points (the knots), chosen greedily until every
-/// measured point with S >= 1 MiB is within `tol_large` and every smaller one within `tol_small` (relative).
+/// Piecewise log-log interpolant through a subset of the measured points (the knots), chosen greedily until
+/// every measured point with S >= 1 MiB is within `tol_large` and every smaller one within `tol_small`
+/// (relative).
 class LogLogCurve {
  public:
-  static LogLogCurve fit(const std::vector<SizeTime>& cleaned_points, double tol_large = 0.01, double tol_small = 0.05);
+  static LogLogCurve fit(const std::vector<SizeTime>& cleaned_points, double tol_large = 0.01,
+                         double tol_small = 0.05);
 
   /// Interpolated time for S within [min_bytes, max_bytes]; nullopt outside (or for an empty curve).
   std::optional<double> time_s(double bytes) const;

@@ -1,7 +1,7 @@
-// nccl-tests text/JSON parsing (see nccl_tests_import.hpp). The text parser is a line state machine: program name
-// and NCCL_* assignments are remembered from any line, "# nThread" starts a run, "#  Rank" lines give ranks and
-// hosts, the "size count type" header opens a table, numeric rows must be complete, and the "Avg bus bandwidth"
-// footer closes it. A table without footer, or a short row, is a truncated log.
+// nccl-tests text/JSON parsing (see nccl_tests_import.hpp). The text parser is a line state machine: program
+// name and NCCL_* assignments are remembered from any line, "# nThread" starts a run, "#  Rank" lines give
+// ranks and hosts, the "size count type" header opens a table, numeric rows must be complete, and the "Avg
+// bus bandwidth" footer closes it. A table without footer, or a short row, is a truncated log.
 #include "calibration/nccl_tests_import.hpp"
 
 #include <algorithm>
@@ -20,7 +20,9 @@ namespace shardplan::calibration {
 
 namespace {
 
-std::string at_line(int line) { return "line " + std::to_string(line); }
+std::string at_line(int line) {
+  return "line " + std::to_string(line);
+}
 
 std::vector<std::string> split_ws(const std::string& s) {
   std::vector<std::string> out;
@@ -55,8 +57,8 @@ std::int64_t header_int(const std::string& digits, const std::string& file, int 
                         std::int64_t hi) {
   const auto v = to_int(digits);
   if (!v || *v > hi)
-    throw InputError(file, at_line(line), std::string(what) + " " + digits + " is out of range [0, " +
-                                              std::to_string(hi) + "]");
+    throw InputError(file, at_line(line),
+                     std::string(what) + " " + digits + " is out of range [0, " + std::to_string(hi) + "]");
   return *v;
 }
 
@@ -69,8 +71,9 @@ struct Columns {
 };
 
 std::optional<Columns> parse_header(const std::vector<std::string>& tok) {
-  // tok excludes the leading '#'. Old logs: "size count type redop time algbw busbw error ..." (no root column);
-  // current: "size count type redop root time algbw busbw #wrong time algbw busbw #wrong [timestamp]".
+  // tok excludes the leading '#'. Old logs: "size count type redop time algbw busbw error ..." (no root
+  // column); current: "size count type redop root time algbw busbw #wrong time algbw busbw #wrong
+  // [timestamp]".
   auto find = [&](const std::string& name, std::size_t from) -> std::optional<std::size_t> {
     for (std::size_t i = from; i < tok.size(); ++i)
       if (tok[i] == name) return i;
@@ -95,14 +98,16 @@ std::optional<Columns> parse_header(const std::vector<std::string>& tok) {
   return c;
 }
 
-// libstdc++'s std::regex matches recursively, one stack frame per character a repetition consumes, so a line of
-// a few hundred kilobytes overflows the stack. nccl-tests header lines are under 300 characters: longer lines are
-// never given to a regex (they can still be result rows, which are split on blanks).
+// libstdc++'s std::regex matches recursively, one stack frame per character a repetition consumes, so a line
+// of a few hundred kilobytes overflows the stack. nccl-tests header lines are under 300 characters: longer
+// lines are never given to a regex (they can still be result rows, which are split on blanks).
 constexpr std::size_t kMaxRegexLine = 4096;
 
-/// regex_search on lines that are short enough and contain `needle` (a cheap filter: most lines match nothing).
+/// regex_search on lines that are short enough and contain `needle` (a cheap filter: most lines match
+/// nothing).
 bool search_line(const std::string& line, std::smatch& m, const std::regex& re, const char* needle) {
-  return line.size() <= kMaxRegexLine && line.find(needle) != std::string::npos && std::regex_search(line, m, re);
+  return line.size() <= kMaxRegexLine && line.find(needle) != std::string::npos &&
+         std::regex_search(line, m, re);
 }
 
 /// Replaces each byte that is not part of well-formed UTF-8 with '?': host names, GPU names and NCCL_* values
@@ -114,12 +119,16 @@ std::string valid_utf8(std::string s) {
   for (std::size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
     std::size_t n = 0;
-    if (c < 0x80) n = 1;
-    else if (c >= 0xC2 && c <= 0xDF && cont(i + 1)) n = 2;
-    else if (c >= 0xE0 && c <= 0xEF &&
-             cont(i + 1, c == 0xE0 ? 0xA0 : 0x80, c == 0xED ? 0x9F : 0xBF) && cont(i + 2)) n = 3;
-    else if (c >= 0xF0 && c <= 0xF4 &&
-             cont(i + 1, c == 0xF0 ? 0x90 : 0x80, c == 0xF4 ? 0x8F : 0xBF) && cont(i + 2) && cont(i + 3)) n = 4;
+    if (c < 0x80)
+      n = 1;
+    else if (c >= 0xC2 && c <= 0xDF && cont(i + 1))
+      n = 2;
+    else if (c >= 0xE0 && c <= 0xEF && cont(i + 1, c == 0xE0 ? 0xA0 : 0x80, c == 0xED ? 0x9F : 0xBF) &&
+             cont(i + 2))
+      n = 3;
+    else if (c >= 0xF0 && c <= 0xF4 && cont(i + 1, c == 0xF0 ? 0x90 : 0x80, c == 0xF4 ? 0x8F : 0xBF) &&
+             cont(i + 2) && cont(i + 3))
+      n = 4;
     if (n == 0) s[i] = '?', n = 1;
     i += n;
   }
@@ -147,7 +156,8 @@ std::string clean_line(std::string s) {
 void collect_env(const std::string& line, std::map<std::string, std::string>& env) {
   static const std::regex assign(R"((?:^|[\s'"])(NCCL_[A-Z0-9_]+)=([^\s'"]+))");
   if (line.size() > kMaxRegexLine || line.find("NCCL_") == std::string::npos) return;
-  for (std::sregex_iterator it(line.begin(), line.end(), assign), end; it != end; ++it) env[(*it)[1]] = (*it)[2];
+  for (std::sregex_iterator it(line.begin(), line.end(), assign), end; it != end; ++it)
+    env[(*it)[1]] = (*it)[2];
 }
 
 void finish_run(NcclTestsRun& run, const NcclTestsOverrides& ov, std::vector<std::string>& warnings,
@@ -159,7 +169,8 @@ void finish_run(NcclTestsRun& run, const NcclTestsOverrides& ov, std::vector<std
     run.ranks = max_rank + 1;
   } else {
     run.ranks = threads_x_gpus;
-    warnings.push_back(run.file + ": " + where + ": no '# Rank' lines; assuming " + std::to_string(run.ranks) +
+    warnings.push_back(run.file + ": " + where + ": no '# Rank' lines; assuming " +
+                       std::to_string(run.ranks) +
                        " rank(s) from nThread x nGpus (use --ranks for MPI runs)");
   }
   if (run.ranks < 1) throw InputError(run.file, where, "cannot determine the number of ranks (use --ranks)");
@@ -167,8 +178,9 @@ void finish_run(NcclTestsRun& run, const NcclTestsOverrides& ov, std::vector<std
     run.nodes = *ov.nodes;
   } else if (ov.gpus_per_node) {
     if (run.ranks % *ov.gpus_per_node != 0)
-      throw InputError(run.file, where, std::to_string(run.ranks) + " ranks are not a multiple of --gpus-per-node " +
-                                            std::to_string(*ov.gpus_per_node));
+      throw InputError(run.file, where,
+                       std::to_string(run.ranks) + " ranks are not a multiple of --gpus-per-node " +
+                           std::to_string(*ov.gpus_per_node));
     run.nodes = run.ranks / *ov.gpus_per_node;
   } else if (!run.hostnames.empty()) {
     run.nodes = static_cast<int>(run.hostnames.size());
@@ -177,16 +189,18 @@ void finish_run(NcclTestsRun& run, const NcclTestsOverrides& ov, std::vector<std
     warnings.push_back(run.file + ": " + where + ": no host names; assuming one node (use --nodes)");
   }
   if (run.nodes < 1 || run.nodes > run.ranks)
-    throw InputError(run.file, where, std::to_string(run.nodes) + " nodes for " + std::to_string(run.ranks) +
-                                          " ranks is impossible");
+    throw InputError(
+        run.file, where,
+        std::to_string(run.nodes) + " nodes for " + std::to_string(run.ranks) + " ranks is impossible");
   // The busbw column is algbw x busbw_factor(kind, ranks): it tells whether kind and rank count are right.
   const double factor = busbw_factor(run.kind, run.ranks);
   auto check = [&](const NcclTestsRow& r, double alg, double bus) {
     if (alg < 1.0) return;  // too few printed digits to compare
     if (std::fabs(bus - alg * factor) > 0.02 + 0.006 * std::max(bus, alg * factor))
       throw InputError(run.file, at_line(r.line),
-                       "busbw/algbw = " + std::to_string(bus / alg) + " but " + std::string(collective_name(run.kind)) +
-                           " on " + std::to_string(run.ranks) + " ranks has busbw factor " + std::to_string(factor) +
+                       "busbw/algbw = " + std::to_string(bus / alg) + " but " +
+                           std::string(collective_name(run.kind)) + " on " + std::to_string(run.ranks) +
+                           " ranks has busbw factor " + std::to_string(factor) +
                            " (wrong --ranks, or the log mixes runs?)");
   };
   for (const auto& r : run.rows) {
@@ -198,7 +212,8 @@ void finish_run(NcclTestsRun& run, const NcclTestsOverrides& ov, std::vector<std
 }  // namespace
 
 std::optional<CollectiveKind> collective_from_program(const std::string& program) {
-  std::string p = program.substr(program.find_last_of('/') == std::string::npos ? 0 : program.find_last_of('/') + 1);
+  std::string p =
+      program.substr(program.find_last_of('/') == std::string::npos ? 0 : program.find_last_of('/') + 1);
   for (const char* suffix : {"_mpi", "_perf"})
     if (p.size() > std::strlen(suffix) && p.ends_with(suffix)) p.resize(p.size() - std::strlen(suffix));
   if (p == "alltoall") return CollectiveKind::kAllToAll;
@@ -208,9 +223,11 @@ std::optional<CollectiveKind> collective_from_program(const std::string& program
 
 std::string nccl_version_string(long code) {
   if (code <= 0) return "";
-  if (code >= 20000) return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." +
-                            std::to_string(code % 100);
-  return std::to_string(code / 1000) + "." + std::to_string(code / 100 % 10) + "." + std::to_string(code % 100);
+  if (code >= 20000)
+    return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." +
+           std::to_string(code % 100);
+  return std::to_string(code / 1000) + "." + std::to_string(code / 100 % 10) + "." +
+         std::to_string(code % 100);
 }
 
 NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string& name,
@@ -225,7 +242,7 @@ NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string
 
   NcclTestsImport out;
   std::map<std::string, std::string> env;
-  std::string program;           // last nccl-tests program named before the current run
+  std::string program;  // last nccl-tests program named before the current run
   int program_line = 0;
   std::string nccl_version;
   std::optional<NcclTestsRun> run;  // header seen, table maybe open
@@ -268,8 +285,9 @@ NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string
         auto num = [&](std::size_t i) {
           auto v = to_double(tok[i]);
           if (!v || *v < 0)
-            throw InputError(name, at_line(line_no), "column " + std::to_string(i + 1) + ": \"" + tok[i] +
-                                                         "\" is not a non-negative number");
+            throw InputError(
+                name, at_line(line_no),
+                "column " + std::to_string(i + 1) + ": \"" + tok[i] + "\" is not a non-negative number");
           // The JSON reader's bound: 1e15 us is 1e9 s, the most a calibration profile accepts for a sample.
           if (*v > kMaxColumnValue)
             throw InputError(name, at_line(line_no),
@@ -278,7 +296,8 @@ NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string
           return *v;
         };
         auto bytes = to_int(tok[cols.size]);
-        if (!bytes) throw InputError(name, at_line(line_no), "size \"" + tok[cols.size] + "\" is not an integer");
+        if (!bytes)
+          throw InputError(name, at_line(line_no), "size \"" + tok[cols.size] + "\" is not an integer");
         r.bytes = *bytes;
         r.dtype = tok[cols.type];
         r.oop_time_us = num(cols.oop_time), r.oop_algbw_GBps = num(cols.oop_algbw);
@@ -290,7 +309,8 @@ NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string
         run->rows.push_back(r);
         continue;
       }
-      // Not a row: a command line, prompt, NCCL INFO/WARN output or prose. Remember program names and NCCL_* vars.
+      // Not a row: a command line, prompt, NCCL INFO/WARN output or prose. Remember program names and NCCL_*
+      // vars.
       collect_env(line, env);
       if (search_line(line, m, program_re, "_perf")) program = m[1], program_line = line_no;
       continue;
@@ -305,8 +325,10 @@ NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string
     }
     if (search_line(line, m, nthread_re, "nThread")) {
       if (in_table)
-        throw InputError(name, at_line(header_line), "truncated log: table has no '# Avg bus bandwidth' footer "
-                                                     "before the next run at line " + std::to_string(line_no));
+        throw InputError(name, at_line(header_line),
+                         "truncated log: table has no '# Avg bus bandwidth' footer "
+                         "before the next run at line " +
+                             std::to_string(line_no));
       close_run();
       run.emplace();
       run->file = name;
@@ -330,7 +352,8 @@ NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string
       auto c = parse_header(tok);
       if (!c) throw InputError(name, at_line(line_no), "unrecognised nccl-tests table header");
       if (in_table)
-        throw InputError(name, at_line(header_line), "truncated log: table has no '# Avg bus bandwidth' footer");
+        throw InputError(name, at_line(header_line),
+                         "truncated log: table has no '# Avg bus bandwidth' footer");
       if (!run) {  // a table pasted without its "# nThread" header
         run.emplace();
         run->file = name;
@@ -344,7 +367,8 @@ NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string
       std::optional<CollectiveKind> kind;
       if (!program.empty()) kind = collective_from_program(program);
       if (program.empty()) {
-        const std::string base = name.substr(name.find_last_of('/') == std::string::npos ? 0 : name.find_last_of('/') + 1);
+        const std::string base =
+            name.substr(name.find_last_of('/') == std::string::npos ? 0 : name.find_last_of('/') + 1);
         for (const auto& c : kCollectives)
           if (!kind && base.find(c.name) != std::string::npos) kind = c.kind;
         if (!kind && base.find("alltoall") != std::string::npos) kind = CollectiveKind::kAllToAll;
@@ -362,7 +386,8 @@ NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string
       }
       continue;
     }
-    if (line.find("Out of bounds values") != std::string::npos || line.find("Avg bus bandwidth") != std::string::npos ||
+    if (line.find("Out of bounds values") != std::string::npos ||
+        line.find("Avg bus bandwidth") != std::string::npos ||
         line.find("Collective test concluded") != std::string::npos) {
       if (in_table) {
         if (run->rows.empty() && !skip_table)
@@ -375,9 +400,10 @@ NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string
     // Other '#' lines (units row, "# Using devices", comments) carry nothing we need.
   }
   if (in_table)
-    throw InputError(name, at_line(header_line),
-                     "truncated log: the table starting here has no '# Avg bus bandwidth' footer (file ends at line " +
-                         std::to_string(line_no) + ")");
+    throw InputError(
+        name, at_line(header_line),
+        "truncated log: the table starting here has no '# Avg bus bandwidth' footer (file ends at line " +
+            std::to_string(line_no) + ")");
   if (out.runs.empty() && out.warnings.empty())
     throw InputError(name, "", "no nccl-tests results table found");
   return out;
@@ -399,14 +425,18 @@ NcclTestsImport parse_nccl_tests_json(const std::string& text, const std::string
     throw InputError(name, "/args", "expected the command line as a list of strings");
   const std::string program = args[0].get<std::string>();
   const auto kind = collective_from_program(program);
-  if (!kind) throw InputError(name, "/args/0", "\"" + program + "\" is not an nccl-tests collective shardplan models");
+  if (!kind)
+    throw InputError(name, "/args/0", "\"" + program + "\" is not an nccl-tests collective shardplan models");
   run.kind = *kind;
-  if (j.contains("nccl_version")) run.nccl_version = nccl_version_string(json_integer(j["nccl_version"], name, "/nccl_version", 0, 1 << 30));
+  if (j.contains("nccl_version"))
+    run.nccl_version =
+        nccl_version_string(json_integer(j["nccl_version"], name, "/nccl_version", 0, 1 << 30));
   if (j.contains("env") && j["env"].is_array())
     for (const auto& e : j["env"])
       if (e.is_string()) collect_env(e.get<std::string>(), run.env);
   const Json& config = need(j, "config", "");
-  run.iterations = json_integer(need(config, "iterations", "/config"), name, "/config/iterations", 0, INT64_MAX);
+  run.iterations =
+      json_integer(need(config, "iterations", "/config"), name, "/config/iterations", 0, INT64_MAX);
   int max_rank = -1, rank_lines = 0;
   std::set<std::string> hosts;
   if (config.contains("devices")) {
@@ -414,7 +444,8 @@ NcclTestsImport parse_nccl_tests_json(const std::string& text, const std::string
     if (!devs.is_array()) throw InputError(name, "/config/devices", "expected a list");
     for (std::size_t i = 0; i < devs.size(); ++i) {
       const std::string ptr = "/config/devices/" + std::to_string(i);
-      max_rank = std::max<int>(max_rank, static_cast<int>(json_integer(need(devs[i], "rank", ptr), name, ptr + "/rank", 0, 1 << 24)));
+      max_rank = std::max<int>(max_rank, static_cast<int>(json_integer(need(devs[i], "rank", ptr), name,
+                                                                       ptr + "/rank", 0, 1 << 24)));
       ++rank_lines;
       const std::string host = json_string(need(devs[i], "hostname", ptr), name, ptr + "/hostname");
       if (hosts.insert(host).second) run.hostnames.push_back(host);
@@ -443,10 +474,12 @@ NcclTestsImport parse_nccl_tests_json(const std::string& text, const std::string
     };
     double t = 0, a = 0, b = 0;
     if (!body("out_of_place", row.oop_time_us, row.oop_algbw_GBps, row.oop_busbw_GBps)) continue;
-    if (r.contains("in_place") && body("in_place", t, a, b)) row.ip_time_us = t, row.ip_algbw_GBps = a, row.ip_busbw_GBps = b;
+    if (r.contains("in_place") && body("in_place", t, a, b))
+      row.ip_time_us = t, row.ip_algbw_GBps = a, row.ip_busbw_GBps = b;
     run.rows.push_back(row);
   }
-  if (run.rows.empty()) throw InputError(name, "/results", "no results (the run stopped before its first size?)");
+  if (run.rows.empty())
+    throw InputError(name, "/results", "no results (the run stopped before its first size?)");
   int threads_x_gpus = 0;
   if (config.contains("nthreads") && config.contains("ngpus"))
     threads_x_gpus = static_cast<int>(json_integer(config["nthreads"], name, "/config/nthreads", 1, 1 << 20) *
@@ -476,7 +509,8 @@ void add_nccl_tests_runs(CalibrationProfile& profile, const std::vector<NcclTest
       CollectiveSeries s;
       s.kind = run.kind, s.ranks = run.ranks, s.nodes = run.nodes;
       s.placement = placement == 0 ? "out_of_place" : "in_place";
-      s.source = valid_utf8("nccl-tests " + run.file + (run.line ? ":" + std::to_string(run.line) : std::string()));
+      s.source =
+          valid_utf8("nccl-tests " + run.file + (run.line ? ":" + std::to_string(run.line) : std::string()));
       for (const auto& r : run.rows) {
         if (r.bytes <= 0) continue;
         const double t_us = placement == 0 ? r.oop_time_us : r.ip_time_us.value_or(0);
@@ -502,8 +536,10 @@ void add_nccl_tests_runs(CalibrationProfile& profile, const std::vector<NcclTest
     hw.gpus.clear();
     for (const auto& n : largest->gpu_names) {
       auto it = std::find_if(hw.gpus.begin(), hw.gpus.end(), [&](const auto& g) { return g.name == n; });
-      if (it == hw.gpus.end()) hw.gpus.push_back({n, 1});
-      else ++it->count;
+      if (it == hw.gpus.end())
+        hw.gpus.push_back({n, 1});
+      else
+        ++it->count;
     }
   }
 }
@@ -519,7 +555,8 @@ CalibrationProfile import_nccl_tests(const std::vector<std::string>& paths, cons
     runs.insert(runs.end(), r.runs.begin(), r.runs.end());
     if (warnings) warnings->insert(warnings->end(), r.warnings.begin(), r.warnings.end());
   }
-  if (runs.empty()) throw InputError(paths.front(), "", "no collective shardplan models was found in the logs");
+  if (runs.empty())
+    throw InputError(paths.front(), "", "no collective shardplan models was found in the logs");
   std::string src = "nccl-tests logs:";
   for (const auto& p : paths) src += " " + p;
   profile.source = valid_utf8(src);  // file names are bytes; the profile is JSON

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/collectives.hpp"
 #include "calibration/profile.hpp"
+#include "core/collectives.hpp"
 
 namespace shardplan::calibration {
 
@@ -26,7 +26,8 @@ struct NcclTestsRow {
   std::int64_t bytes = 0;
   std::string dtype;
   double oop_time_us = 0, oop_algbw_GBps = 0, oop_busbw_GBps = 0;
-  std::optional<double> ip_time_us, ip_algbw_GBps, ip_busbw_GBps;  ///< absent when the log has no in-place result
+  std::optional<double> ip_time_us, ip_algbw_GBps,
+      ip_busbw_GBps;  ///< absent when the log has no in-place result
 };
 
 /// One results table with the header information that applies to it.
@@ -36,10 +37,10 @@ struct NcclTestsRun {
   CollectiveKind kind = CollectiveKind::kAllReduce;
   int ranks = 0;
   int nodes = 0;
-  std::int64_t iterations = 0;           ///< timed iterations per size (header "iters:"), 0 = unknown
-  std::vector<std::string> gpu_names;    ///< one per rank line seen
-  std::vector<std::string> hostnames;    ///< distinct, in order of appearance
-  std::string nccl_version;              ///< "2.28.9" when the log says
+  std::int64_t iterations = 0;             ///< timed iterations per size (header "iters:"), 0 = unknown
+  std::vector<std::string> gpu_names;      ///< one per rank line seen
+  std::vector<std::string> hostnames;      ///< distinct, in order of appearance
+  std::string nccl_version;                ///< "2.28.9" when the log says
   std::map<std::string, std::string> env;  ///< NCCL_* assignments seen in command lines / exports
   std::vector<NcclTestsRow> rows;
 };
@@ -49,8 +50,9 @@ struct NcclTestsImport {
   std::vector<std::string> warnings;  ///< skipped tables and assumptions, "file: line N: ..."
 };
 
-/// Parses one file (text or JSON, detected from the content). InputError names the file and line (or JSON pointer)
-/// for truncated or corrupt logs, unknown collectives, and rank/node information that contradicts the busbw column.
+/// Parses one file (text or JSON, detected from the content). InputError names the file and line (or JSON
+/// pointer) for truncated or corrupt logs, unknown collectives, and rank/node information that contradicts
+/// the busbw column.
 NcclTestsImport parse_nccl_tests_file(const std::string& path, const NcclTestsOverrides& overrides = {});
 NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string& name,
                                       const NcclTestsOverrides& overrides = {});
@@ -62,10 +64,12 @@ NcclTestsImport parse_nccl_tests_json(const std::string& text, const std::string
 void add_nccl_tests_runs(CalibrationProfile& profile, const std::vector<NcclTestsRun>& runs);
 
 /// Whole import: parse every file, build a profile (tool = "shardplan calibrate import-nccl-tests").
-CalibrationProfile import_nccl_tests(const std::vector<std::string>& paths, const NcclTestsOverrides& overrides,
+CalibrationProfile import_nccl_tests(const std::vector<std::string>& paths,
+                                     const NcclTestsOverrides& overrides,
                                      std::vector<std::string>* warnings = nullptr);
 
-/// Collective from an nccl-tests program name ("all_gather_perf", "./build/alltoall_perf_mpi", "reduce_scatter").
+/// Collective from an nccl-tests program name ("all_gather_perf", "./build/alltoall_perf_mpi",
+/// "reduce_scatter").
 std::optional<CollectiveKind> collective_from_program(const std::string& program);
 /// NCCL_VERSION_CODE to "major.minor.patch" (22809 -> "2.28.9", 2708 -> "2.7.8").
 std::string nccl_version_string(long code);

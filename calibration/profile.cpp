@@ -19,7 +19,9 @@ namespace shardplan {
 
 using calibration::SizeTime;
 
-const char* shardplan_version() { return SHARDPLAN_VERSION; }
+const char* shardplan_version() {
+  return SHARDPLAN_VERSION;
+}
 
 std::string utc_now_iso8601() {
   const std::time_t now = std::time(nullptr);
@@ -57,7 +59,8 @@ void CalibrationProfile::add_collective_samples(const CollectiveSeries& series) 
   for (auto& s : collectives_) {
     if (!same_key(s, series)) continue;
     s.samples.insert(s.samples.end(), series.samples.begin(), series.samples.end());
-    if (s.source.find(series.source) == std::string::npos) s.source += (s.source.empty() ? "" : "; ") + series.source;
+    if (s.source.find(series.source) == std::string::npos)
+      s.source += (s.source.empty() ? "" : "; ") + series.source;
     refit(s);
     return;
   }
@@ -98,8 +101,8 @@ static int dtype_rank(const std::string& d) {
 }
 
 /// The series answering for (kind, ranks, nodes): out-of-place first, then bf16 > half > float > others.
-static const CollectiveSeries* best_series(const std::vector<CollectiveSeries>& all, CollectiveKind kind, int ranks,
-                                           int nodes) {
+static const CollectiveSeries* best_series(const std::vector<CollectiveSeries>& all, CollectiveKind kind,
+                                           int ranks, int nodes) {
   const CollectiveSeries* best = nullptr;
   auto better = [](const CollectiveSeries& a, const CollectiveSeries& b) {
     const bool ao = a.placement == "out_of_place", bo = b.placement == "out_of_place";
@@ -124,15 +127,18 @@ static double ring_steps(CollectiveKind kind, int n) {
   return kind == CollectiveKind::kAllReduce ? 2 * s : s;
 }
 
-std::optional<CollectiveEstimate> CalibrationProfile::collective_time(CollectiveKind kind, std::int64_t buffer_bytes,
-                                                                      int ranks, int nodes) const {
+std::optional<CollectiveEstimate> CalibrationProfile::collective_time(CollectiveKind kind,
+                                                                      std::int64_t buffer_bytes, int ranks,
+                                                                      int nodes) const {
   if (buffer_bytes < 0 || ranks < 1 || nodes < 1) return std::nullopt;
   const double S = static_cast<double>(buffer_bytes);
   if (const auto* same = best_series(collectives_, kind, ranks, nodes)) {
-    if (auto t = same->curve.time_s(S)) return CollectiveEstimate{*t, CollectiveEstimate::Source::kMeasuredCurve, ""};
+    if (auto t = same->curve.time_s(S))
+      return CollectiveEstimate{*t, CollectiveEstimate::Source::kMeasuredCurve, ""};
     return CollectiveEstimate{same->alpha_beta.time_s(S), CollectiveEstimate::Source::kFittedAlphaBeta, ""};
   }
-  // Another rank count with the same span (within one node, or across nodes): one best series per (ranks, nodes).
+  // Another rank count with the same span (within one node, or across nodes): one best series per (ranks,
+  // nodes).
   const bool multi_node = nodes > 1;
   std::vector<const CollectiveSeries*> refs;
   for (const auto& s : collectives_) {
@@ -141,14 +147,15 @@ std::optional<CollectiveEstimate> CalibrationProfile::collective_time(Collective
     if (b == &s) refs.push_back(b);
   }
   if (refs.empty()) return std::nullopt;
-  // busbw is (to first order) independent of n (nccl-tests PERFORMANCE.md): take it from the nearest rank count.
+  // busbw is (to first order) independent of n (nccl-tests PERFORMANCE.md): take it from the nearest rank
+  // count.
   const auto* nearest = *std::min_element(refs.begin(), refs.end(), [&](const auto* a, const auto* b) {
     const double da = std::fabs(std::log(static_cast<double>(a->ranks) / ranks));
     const double db = std::fabs(std::log(static_cast<double>(b->ranks) / ranks));
     return da != db ? da < db : a->ranks > b->ranks;
   });
-  // alpha(n): with two or more rank counts, least squares alpha = a + b * steps(n) (a, b >= 0); with one, scale the
-  // reference alpha by the ratio of ring steps.
+  // alpha(n): with two or more rank counts, least squares alpha = a + b * steps(n) (a, b >= 0); with one,
+  // scale the reference alpha by the ratio of ring steps.
   double alpha = 0;
   std::vector<std::pair<double, double>> sa;  // (steps, alpha)
   for (const auto* r : refs) sa.emplace_back(ring_steps(kind, r->ranks), r->alpha_beta.alpha_s);
@@ -174,9 +181,12 @@ std::optional<CollectiveEstimate> CalibrationProfile::collective_time(Collective
 
 const char* to_string(CollectiveEstimate::Source s) {
   switch (s) {
-    case CollectiveEstimate::Source::kMeasuredCurve: return "measured curve";
-    case CollectiveEstimate::Source::kFittedAlphaBeta: return "alpha-beta";
-    case CollectiveEstimate::Source::kScaledCurve: return "scaled curve";
+    case CollectiveEstimate::Source::kMeasuredCurve:
+      return "measured curve";
+    case CollectiveEstimate::Source::kFittedAlphaBeta:
+      return "alpha-beta";
+    case CollectiveEstimate::Source::kScaledCurve:
+      return "scaled curve";
   }
   return "measured curve";
 }
@@ -196,7 +206,8 @@ SeriesPlacement placement_of(const CollectiveSeries& s, int hosts_per_domain) {
 }
 }  // namespace
 
-std::optional<CollectiveEstimate> CalibrationProfile::collective_time(CollectiveKind kind, std::int64_t buffer_bytes,
+std::optional<CollectiveEstimate> CalibrationProfile::collective_time(CollectiveKind kind,
+                                                                      std::int64_t buffer_bytes,
                                                                       const CollectivePlacement& q,
                                                                       const CollectiveShape& model,
                                                                       std::string* why) const {
@@ -218,24 +229,26 @@ std::optional<CollectiveEstimate> CalibrationProfile::collective_time(Collective
     const auto* b = best_series(collectives_, kind, s.ranks, s.nodes);
     if (b != &s) continue;
     const SeriesPlacement sp = placement_of(s, hpd);
-    seen += fmt::format("{}{} ranks on {} host{} ({} NVLink domain{})", seen.empty() ? "" : ", ", s.ranks, s.nodes,
-                        s.nodes > 1 ? "s" : "", sp.domains, sp.domains > 1 ? "s" : "");
+    seen += fmt::format("{}{} ranks on {} host{} ({} NVLink domain{})", seen.empty() ? "" : ", ", s.ranks,
+                        s.nodes, s.nodes > 1 ? "s" : "", sp.domains, sp.domains > 1 ? "s" : "");
     // Same shape: ranks per host, and one NVLink domain or several (the model carries the rest of the shape).
     if (sp.ranks_per_host != q_per_host || (sp.domains > 1) != (q.domains > 1)) continue;
     if (s.ranks == q.ranks && s.nodes == q.hosts && sp.domains == q.domains) exact = &s;
     auto dist = [&](const CollectiveSeries* x) { return std::fabs(std::log(double(x->ranks) / q.ranks)); };
-    if (!nearest || dist(&s) < dist(nearest) || (dist(&s) == dist(nearest) && s.ranks > nearest->ranks)) nearest = &s;
+    if (!nearest || dist(&s) < dist(nearest) || (dist(&s) == dist(nearest) && s.ranks > nearest->ranks))
+      nearest = &s;
   }
   const CollectiveSeries* use = exact ? exact : nearest;
   if (!use)
-    return fail(fmt::format("the profile measured {} on {}; none {} with {} rank{} per host like the query ({} ranks, "
-                            "{} host{}, {} NVLink domain{})",
-                            collective_name(kind), seen.empty() ? "no placement" : seen,
-                            q.domains > 1 ? "spans several NVLink domains" : "fits in one NVLink domain", q_per_host,
-                            q_per_host > 1 ? "s" : "", q.ranks, q.hosts, q.hosts > 1 ? "s" : "", q.domains,
-                            q.domains > 1 ? "s" : ""));
-  const std::string what = fmt::format("{} {} ranks on {} host{} ({})", collective_name(use->kind), use->ranks,
-                                       use->nodes, use->nodes > 1 ? "s" : "", use->source);
+    return fail(fmt::format(
+        "the profile measured {} on {}; none {} with {} rank{} per host like the query ({} ranks, "
+        "{} host{}, {} NVLink domain{})",
+        collective_name(kind), seen.empty() ? "no placement" : seen,
+        q.domains > 1 ? "spans several NVLink domains" : "fits in one NVLink domain", q_per_host,
+        q_per_host > 1 ? "s" : "", q.ranks, q.hosts, q.hosts > 1 ? "s" : "", q.domains,
+        q.domains > 1 ? "s" : ""));
+  const std::string what = fmt::format("{} {} ranks on {} host{} ({})", collective_name(use->kind),
+                                       use->ranks, use->nodes, use->nodes > 1 ? "s" : "", use->source);
   if (use == exact) {
     if (auto t = use->curve.time_s(S))
       return CollectiveEstimate{*t, CollectiveEstimate::Source::kMeasuredCurve, "measured curve of " + what};
@@ -246,14 +259,18 @@ std::optional<CollectiveEstimate> CalibrationProfile::collective_time(Collective
   const double modelled = model(use->ranks, Sc);
   if (!(modelled > 0)) return fail("the analytic model has no time for the measured placement");
   const double t = model(q.ranks, S) * measured / modelled;
-  return CollectiveEstimate{t, CollectiveEstimate::Source::kScaledCurve,
-                            fmt::format("model shape scaled by {:.3f} to the measured curve of {} at {} bytes",
-                                        measured / modelled, what, static_cast<std::int64_t>(Sc))};
+  return CollectiveEstimate{
+      t, CollectiveEstimate::Source::kScaledCurve,
+      fmt::format("model shape scaled by {:.3f} to the measured curve of {} at {} bytes", measured / modelled,
+                  what, static_cast<std::int64_t>(Sc))};
 }
 
-std::optional<double> CalibrationProfile::gemm_peak_flops() const { return gemm_peak_flops_; }
+std::optional<double> CalibrationProfile::gemm_peak_flops() const {
+  return gemm_peak_flops_;
+}
 
-std::optional<double> CalibrationProfile::gemm_efficiency(std::int64_t m, std::int64_t n, std::int64_t k) const {
+std::optional<double> CalibrationProfile::gemm_efficiency(std::int64_t m, std::int64_t n,
+                                                          std::int64_t k) const {
   if (!gemm_peak_flops_ || *gemm_peak_flops_ <= 0 || m < 1 || n < 1 || k < 1) return std::nullopt;
   const GemmSample* best = nullptr;
   double best_d = INFINITY;
@@ -278,9 +295,8 @@ std::optional<double> CalibrationProfile::adamw_Bps(std::string_view layout) con
   auto it = adamw_.find(std::string(layout));
   if (it == adamw_.end() || it->second.empty()) return std::nullopt;
   const auto& v = it->second;
-  const auto& largest = *std::max_element(v.begin(), v.end(), [](const auto& a, const auto& b) {
-    return a.params < b.params;
-  });
+  const auto& largest =
+      *std::max_element(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.params < b.params; });
   if (largest.time_s <= 0) return std::nullopt;
   return static_cast<double>(largest.bytes) / largest.time_s;
 }
@@ -293,17 +309,19 @@ static std::string human_bytes(double b) {
 }
 
 std::string CalibrationProfile::describe() const {
-  std::string out = fmt::format("calibration profile ({}), {} {}, created {}\n", kCalibrationSchema, tool_name,
-                                tool_version, created);
+  std::string out = fmt::format("calibration profile ({}), {} {}, created {}\n", kCalibrationSchema,
+                                tool_name, tool_version, created);
   if (!source.empty()) out += fmt::format("source: {}\n", source);
   const auto& h = hardware_;
   std::string gpus;
   for (const auto& g : h.gpus) gpus += fmt::format("{}{} x {}", gpus.empty() ? "" : ", ", g.count, g.name);
-  out += fmt::format("hardware: {} GPU(s) [{}], {} node(s); driver {}, CUDA {}, NCCL {}\n", h.gpu_count,
-                     gpus.empty() ? "unknown" : gpus, h.nodes, h.driver_version.empty() ? "?" : h.driver_version,
-                     h.cuda_version.empty() ? "?" : h.cuda_version, h.nccl_version.empty() ? "?" : h.nccl_version);
+  out += fmt::format(
+      "hardware: {} GPU(s) [{}], {} node(s); driver {}, CUDA {}, NCCL {}\n", h.gpu_count,
+      gpus.empty() ? "unknown" : gpus, h.nodes, h.driver_version.empty() ? "?" : h.driver_version,
+      h.cuda_version.empty() ? "?" : h.cuda_version, h.nccl_version.empty() ? "?" : h.nccl_version);
   for (const auto& [k, v] : h.env) out += fmt::format("  {}={}\n", k, v);
-  if (!collectives_.empty()) out += "collectives (alpha-beta fit and log-log curve; residual = max |model/measured-1|):\n";
+  if (!collectives_.empty())
+    out += "collectives (alpha-beta fit and log-log curve; residual = max |model/measured-1|):\n";
   for (const auto& s : collectives_) {
     const auto bw = s.busbw_Bps();
     out += fmt::format(
@@ -320,23 +338,26 @@ std::string CalibrationProfile::describe() const {
                        gemm_peak_source_, gemm_.size());
   for (const auto& g : gemm_)
     out += fmt::format("  {}x{}x{} {}: {:.1f} TFLOP/s{}\n", g.m, g.n, g.k, g.dtype, g.flops_per_s / kTFLOP,
-                       gemm_peak_flops_ ? fmt::format(" ({:.1f}% of peak)", 100 * g.flops_per_s / *gemm_peak_flops_)
-                                        : std::string());
+                       gemm_peak_flops_
+                           ? fmt::format(" ({:.1f}% of peak)", 100 * g.flops_per_s / *gemm_peak_flops_)
+                           : std::string());
   if (auto b = hbm_Bps()) out += fmt::format("hbm: {:.1f} GB/s device-to-device (read + write)\n", *b / kGB);
   for (const auto& [layout, v] : adamw_)
     if (auto b = adamw_Bps(layout))
-      out += fmt::format("adamw {}: {:.1f} GB/s at the largest shard ({} samples)\n", layout, *b / kGB, v.size());
+      out += fmt::format("adamw {}: {:.1f} GB/s at the largest shard ({} samples)\n", layout, *b / kGB,
+                         v.size());
   if (!failures_.empty()) out += fmt::format("failures ({}):\n", failures_.size());
   for (const auto& f : failures_)
-    out += fmt::format("  {}{}: {}\n", f.benchmark, f.bytes ? fmt::format(" at {} bytes", *f.bytes) : std::string(),
-                       f.error);
+    out += fmt::format("  {}{}: {}\n", f.benchmark,
+                       f.bytes ? fmt::format(" at {} bytes", *f.bytes) : std::string(), f.error);
   return out;
 }
 
 // ---------------------------------------------------------------- JSON writing
 
 static Json sample_json(const CalibrationSample& s) {
-  Json j = {{"bytes", s.bytes}, {"time_s", s.time_s}, {"repetitions", s.repetitions}, {"iterations", s.iterations}};
+  Json j = {
+      {"bytes", s.bytes}, {"time_s", s.time_s}, {"repetitions", s.repetitions}, {"iterations", s.iterations}};
   if (s.min_s) j["min_s"] = *s.min_s;
   if (s.max_s) j["max_s"] = *s.max_s;
   return j;
@@ -361,8 +382,8 @@ Json CalibrationProfile::to_json() const {
   j["hardware"] = hw;
   j["collectives"] = Json::array();
   for (const auto& s : collectives_) {
-    Json c = {{"kind", collective_name(s.kind)}, {"ranks", s.ranks},         {"nodes", s.nodes},
-              {"dtype", s.dtype},                {"placement", s.placement}, {"source", s.source}};
+    Json c = {{"kind", collective_name(s.kind)}, {"ranks", s.ranks},  {"nodes", s.nodes}, {"dtype", s.dtype},
+              {"placement", s.placement},        {"source", s.source}};
     c["samples"] = Json::array();
     for (const auto& x : s.samples) c["samples"].push_back(sample_json(x));
     Json fit = {{"alpha_s", s.alpha_beta.alpha_s},
@@ -382,10 +403,14 @@ Json CalibrationProfile::to_json() const {
     if (gemm_peak_flops_) g["peak_flops"] = *gemm_peak_flops_, g["peak_source"] = gemm_peak_source_;
     g["samples"] = Json::array();
     for (const auto& s : gemm_) {
-      Json x = {{"m", s.m},         {"n", s.n},
-                {"k", s.k},         {"dtype", s.dtype},
-                {"time_s", s.time_s}, {"flops_per_s", s.flops_per_s},
-                {"repetitions", s.repetitions}, {"iterations", s.iterations}};
+      Json x = {{"m", s.m},
+                {"n", s.n},
+                {"k", s.k},
+                {"dtype", s.dtype},
+                {"time_s", s.time_s},
+                {"flops_per_s", s.flops_per_s},
+                {"repetitions", s.repetitions},
+                {"iterations", s.iterations}};
       if (s.min_s) x["min_s"] = *s.min_s;
       if (s.max_s) x["max_s"] = *s.max_s;
       g["samples"].push_back(x);
@@ -401,7 +426,10 @@ Json CalibrationProfile::to_json() const {
     for (const auto& [layout, v] : adamw_) {
       Json arr = Json::array();
       for (const auto& s : v) {
-        Json x = {{"params", s.params}, {"bytes", s.bytes}, {"time_s", s.time_s}, {"repetitions", s.repetitions},
+        Json x = {{"params", s.params},
+                  {"bytes", s.bytes},
+                  {"time_s", s.time_s},
+                  {"repetitions", s.repetitions},
                   {"iterations", s.iterations}};
         if (s.min_s) x["min_s"] = *s.min_s;
         if (s.max_s) x["max_s"] = *s.max_s;
@@ -420,7 +448,9 @@ Json CalibrationProfile::to_json() const {
   return j;
 }
 
-void CalibrationProfile::save(const std::string& path) const { write_file_atomic(path, to_json().dump(2) + "\n"); }
+void CalibrationProfile::save(const std::string& path) const {
+  write_file_atomic(path, to_json().dump(2) + "\n");
+}
 
 // ---------------------------------------------------------------- JSON reading (strict)
 
@@ -464,8 +494,9 @@ std::vector<std::string> collective_names() {
 }  // namespace
 
 CalibrationProfile CalibrationProfile::from_json(const Json& j, const std::string& file) {
-  if (!j.is_object()) throw InputError(file, "", "expected a JSON object with \"schema\": \"" +
-                                                     std::string(kCalibrationSchema) + "\"");
+  if (!j.is_object())
+    throw InputError(file, "",
+                     "expected a JSON object with \"schema\": \"" + std::string(kCalibrationSchema) + "\"");
   JsonObj root(j, file);
   const std::string schema = root.str("schema");
   if (schema != kCalibrationSchema)
@@ -515,14 +546,16 @@ CalibrationProfile CalibrationProfile::from_json(const Json& j, const std::strin
       const auto k = parse_collective(kind);
       if (!k) {
         const std::string dym = did_you_mean_list(kind, collective_names());
-        c.fail("kind", "unknown collective \"" + kind + "\"" + (dym.empty() ? "" : " (did you mean \"" + dym + "\"?)") +
+        c.fail("kind", "unknown collective \"" + kind + "\"" +
+                           (dym.empty() ? "" : " (did you mean \"" + dym + "\"?)") +
                            "; valid: " + join_names(collective_names()));
       }
       s.kind = *k;
       s.ranks = static_cast<int>(c.integer("ranks", 1, 1 << 24));
       s.nodes = static_cast<int>(c.integer("nodes", 1, 1 << 24));
-      if (s.nodes > s.ranks) c.fail("nodes", "more nodes (" + std::to_string(s.nodes) + ") than ranks (" +
-                                                 std::to_string(s.ranks) + ")");
+      if (s.nodes > s.ranks)
+        c.fail("nodes",
+               "more nodes (" + std::to_string(s.nodes) + ") than ranks (" + std::to_string(s.ranks) + ")");
       s.dtype = c.str("dtype");
       s.placement = c.str("placement", "out_of_place");
       if (s.placement != "out_of_place" && s.placement != "in_place")
@@ -535,7 +568,8 @@ CalibrationProfile CalibrationProfile::from_json(const Json& j, const std::strin
         s.samples.push_back(read_sample(samples[k2], file, c.pointer("samples") + "/" + std::to_string(k2)));
       c.finish();
       for (const auto& prev : p.collectives_)
-        if (same_key(prev, s)) throw InputError(file, ptr, "duplicate series (same kind, ranks, nodes, dtype, placement)");
+        if (same_key(prev, s))
+          throw InputError(file, ptr, "duplicate series (same kind, ranks, nodes, dtype, placement)");
       p.collectives_.push_back(std::move(s));
       refit(p.collectives_.back());
     }
@@ -552,7 +586,8 @@ CalibrationProfile CalibrationProfile::from_json(const Json& j, const std::strin
       if (!arr[i].is_object()) throw InputError(file, ptr, "expected an object, got " + json_brief(arr[i]));
       JsonObj x(arr[i], file, ptr);
       GemmSample s;
-      s.m = x.integer("m", 1, INT64_MAX), s.n = x.integer("n", 1, INT64_MAX), s.k = x.integer("k", 1, INT64_MAX);
+      s.m = x.integer("m", 1, INT64_MAX), s.n = x.integer("n", 1, INT64_MAX),
+      s.k = x.integer("k", 1, INT64_MAX);
       s.dtype = x.str("dtype", "bf16");
       s.time_s = x.number("time_s", 0, 1e9);
       if (!(s.time_s > 0)) x.fail("time_s", "time must be > 0");

@@ -1,19 +1,19 @@
-// The calibration profile ("schema": "shardplan.calibration/1"): what was measured on which hardware, raw samples
-// per benchmark, fitted curves, and what failed. The simulator's cost model asks it for collective times, GEMM
-// efficiency, HBM and optimizer bandwidth; every query answers std::nullopt when that was not calibrated.
+// The calibration profile ("schema": "shardplan.calibration/1"): what was measured on which hardware, raw
+// samples per benchmark, fitted curves, and what failed. The simulator's cost model asks it for collective
+// times, GEMM efficiency, HBM and optimizer bandwidth; every query answers std::nullopt when that was not
+// calibrated.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "core/collectives.hpp"
 #include "calibration/fit.hpp"
+#include "core/collectives.hpp"
 
 namespace shardplan {
 
@@ -25,22 +25,23 @@ struct CalibrationHardware {
     std::string name;
     int count = 0;
   };
-  std::vector<Gpu> gpus;        ///< distinct GPU names with how many ranks saw each
-  int gpu_count = 0;            ///< total GPUs (ranks) seen; 0 = unknown
-  int nodes = 0;                ///< 0 = unknown
-  std::string driver_version;   ///< "" = unknown
+  std::vector<Gpu> gpus;       ///< distinct GPU names with how many ranks saw each
+  int gpu_count = 0;           ///< total GPUs (ranks) seen; 0 = unknown
+  int nodes = 0;               ///< 0 = unknown
+  std::string driver_version;  ///< "" = unknown
   std::string cuda_version;
   std::string nccl_version;
   std::map<std::string, std::string> env;  ///< NCCL_* variables in effect
 };
 
-/// One timed point. time_s is the median over repetitions (nccl-tests text logs: their average, repetitions = 1).
+/// One timed point. time_s is the median over repetitions (nccl-tests text logs: their average, repetitions =
+/// 1).
 struct CalibrationSample {
-  std::int64_t bytes = 0;          ///< collectives: whole buffer (nccl-tests size column); hbm: bytes copied
+  std::int64_t bytes = 0;  ///< collectives: whole buffer (nccl-tests size column); hbm: bytes copied
   double time_s = 0;
   std::optional<double> min_s, max_s;
   int repetitions = 1;
-  std::int64_t iterations = 0;     ///< iterations per repetition; 0 = unknown
+  std::int64_t iterations = 0;  ///< iterations per repetition; 0 = unknown
 };
 
 /// Samples of one collective at one (kind, ranks, nodes, dtype, placement), with fits derived from them.
@@ -48,9 +49,9 @@ struct CollectiveSeries {
   CollectiveKind kind = CollectiveKind::kAllReduce;
   int ranks = 1;
   int nodes = 1;
-  std::string dtype = "bfloat16";        ///< nccl-tests type names: bfloat16, half, float, ...
+  std::string dtype = "bfloat16";          ///< nccl-tests type names: bfloat16, half, float, ...
   std::string placement = "out_of_place";  ///< out_of_place | in_place
-  std::string source;                    ///< where the numbers came from (log file, tool)
+  std::string source;                      ///< where the numbers came from (log file, tool)
   std::vector<CalibrationSample> samples;
   // Derived on load and after every change (never trusted from the file):
   calibration::AlphaBetaFit alpha_beta;
@@ -64,15 +65,15 @@ struct GemmSample {
   std::int64_t m = 0, n = 0, k = 0;
   std::string dtype = "bf16";
   double time_s = 0;
-  double flops_per_s = 0;   ///< 2mnk / time_s
+  double flops_per_s = 0;  ///< 2mnk / time_s
   std::optional<double> min_s, max_s;
   int repetitions = 1;
   std::int64_t iterations = 0;
 };
 
 struct AdamwSample {
-  std::int64_t params = 0;     ///< parameters in the shard updated by one step
-  std::int64_t bytes = 0;      ///< params * adamw_bytes_per_param(layout)
+  std::int64_t params = 0;  ///< parameters in the shard updated by one step
+  std::int64_t bytes = 0;   ///< params * adamw_bytes_per_param(layout)
   double time_s = 0;
   std::optional<double> min_s, max_s;
   int repetitions = 1;
@@ -93,14 +94,14 @@ struct CollectiveEstimate {
 };
 const char* to_string(CollectiveEstimate::Source s);  ///< "measured curve" | "alpha-beta" | "scaled curve"
 
-/// Where a queried group sits, in the terms a profile's series can be compared by. A series (ranks, hosts) from
-/// a log is equivalent when it has the same ranks and hosts and, with the queried cluster's hosts per NVLink
-/// domain, spans the same NVLink domains with the same ranks per domain (a 72-rank GB200 log on 18 trays is
-/// one NVLink domain of 72).
+/// Where a queried group sits, in the terms a profile's series can be compared by. A series (ranks, hosts)
+/// from a log is equivalent when it has the same ranks and hosts and, with the queried cluster's hosts per
+/// NVLink domain, spans the same NVLink domains with the same ranks per domain (a 72-rank GB200 log on 18
+/// trays is one NVLink domain of 72).
 struct CollectivePlacement {
   int ranks = 1;
-  int hosts = 1;             ///< hosts (operating-system instances) the group spans
-  int domains = 1;           ///< NVLink domains the group spans
+  int hosts = 1;    ///< hosts (operating-system instances) the group spans
+  int domains = 1;  ///< NVLink domains the group spans
   int ranks_per_domain = 1;
   int hosts_per_domain = 1;  ///< of the queried cluster: NVLink-domain GPUs / GPUs per host (>= 1)
 };
@@ -112,7 +113,8 @@ class CalibrationProfile {
   CalibrationProfile();
 
   // ---- loading and saving ----
-  /// Strict load: unknown keys, wrong types, impossible values raise InputError naming the file and JSON pointer.
+  /// Strict load: unknown keys, wrong types, impossible values raise InputError naming the file and JSON
+  /// pointer.
   static CalibrationProfile load(const std::string& path);
   static CalibrationProfile from_json(const nlohmann::json& j, const std::string& file);
   nlohmann::json to_json() const;
@@ -120,25 +122,27 @@ class CalibrationProfile {
   void save(const std::string& path) const;
 
   // ---- queries for the simulator ----
-  /// Time of one collective on a whole buffer of `buffer_bytes` over `ranks` ranks on `nodes` nodes. Within the
-  /// measured size range of a series with the same (kind, ranks, nodes): log-log interpolation of the measured curve.
-  /// Outside it, or for another rank count with the same span (one node vs several): the alpha-beta model.
-  /// nullopt when nothing of that kind and span was calibrated.
+  /// Time of one collective on a whole buffer of `buffer_bytes` over `ranks` ranks on `nodes` nodes. Within
+  /// the measured size range of a series with the same (kind, ranks, nodes): log-log interpolation of the
+  /// measured curve. Outside it, or for another rank count with the same span (one node vs several): the
+  /// alpha-beta model. nullopt when nothing of that kind and span was calibrated.
   std::optional<CollectiveEstimate> collective_time(CollectiveKind kind, std::int64_t buffer_bytes, int ranks,
                                                     int nodes) const;
   /// Placement-aware query. Same collective on an equivalent placement (see CollectivePlacement): log-log
   /// interpolation of the measured curve inside its size range; outside it, the model's shape scaled to the
   /// nearest measured point. Another rank count with the same ranks per host, on one NVLink domain or several
-  /// like the query: the model's shape scaled, size by size, to the nearest such series (in log ranks). nullopt
-  /// otherwise, with the reason in `why`.
+  /// like the query: the model's shape scaled, size by size, to the nearest such series (in log ranks).
+  /// nullopt otherwise, with the reason in `why`.
   std::optional<CollectiveEstimate> collective_time(CollectiveKind kind, std::int64_t buffer_bytes,
-                                                    const CollectivePlacement& where, const CollectiveShape& model,
+                                                    const CollectivePlacement& where,
+                                                    const CollectiveShape& model,
                                                     std::string* why = nullptr) const;
   /// Achieved / peak dense bf16 FLOP/s for an m x n x k GEMM: the nearest measured shape in log space.
   std::optional<double> gemm_efficiency(std::int64_t m, std::int64_t n, std::int64_t k) const;
   /// Device-to-device copy bandwidth, read + write bytes per second (best large-copy sample).
   std::optional<double> hbm_Bps() const;
-  /// Achieved AdamW bandwidth (bytes moved per second) for layout fp32 | bf16-mixed | bf16, at the largest shard.
+  /// Achieved AdamW bandwidth (bytes moved per second) for layout fp32 | bf16-mixed | bf16, at the largest
+  /// shard.
   std::optional<double> adamw_Bps(std::string_view layout) const;
   /// Peak dense bf16 FLOP/s the GEMM efficiencies are relative to.
   std::optional<double> gemm_peak_flops() const;
@@ -174,8 +178,8 @@ class CalibrationProfile {
 
   std::string tool_name = "shardplan";
   std::string tool_version;
-  std::string created;       ///< UTC ISO-8601 of the run or import
-  std::string source;        ///< free text: what produced this profile
+  std::string created;  ///< UTC ISO-8601 of the run or import
+  std::string source;   ///< free text: what produced this profile
   std::string notes;
 
  private:

@@ -8,13 +8,19 @@
 
 namespace shardplan::calibration {
 
-std::string_view comm_dtype_name(CommDType d) { return d == CommDType::kBf16 ? "bfloat16" : "float"; }
-std::int64_t comm_dtype_bytes(CommDType d) { return d == CommDType::kBf16 ? 2 : 4; }
+std::string_view comm_dtype_name(CommDType d) {
+  return d == CommDType::kBf16 ? "bfloat16" : "float";
+}
+std::int64_t comm_dtype_bytes(CommDType d) {
+  return d == CommDType::kBf16 ? 2 : 4;
+}
 
 double SteadyClock::now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-void SteadyClock::sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+void SteadyClock::sleep_s(double s) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(s));
+}
 
 int run_benchmarks(CalibrationProfile& profile, const std::vector<BenchmarkEntry>& entries, bool resume,
                    const RunnerHooks& hooks) {
@@ -67,7 +73,8 @@ struct Group {
   std::unique_ptr<CollectiveComm> comm;
 };
 
-/// Starts `op` and polls until done; on error or missed deadline aborts the group and throws BenchmarkFailure.
+/// Starts `op` and polls until done; on error or missed deadline aborts the group and throws
+/// BenchmarkFailure.
 double run_op(Group& g, const CommOp& op, const NcclSweepOptions& o, SweepClock& clock) {
   auto fail = [&](const std::string& why) {
     g.comm->abort();
@@ -94,8 +101,9 @@ void run_collective(Group& g, const CommFactory& factory, CollectiveKind kind, C
                     const NcclSweepOptions& o, SweepClock& clock, CalibrationProfile& profile) {
   if (!g.comm) {
     g.comm = factory(g.ranks);
-    if (!g.comm) throw BenchmarkFailure("could not create a communicator of " + std::to_string(g.ranks) + " ranks",
-                                        std::nullopt);
+    if (!g.comm)
+      throw BenchmarkFailure("could not create a communicator of " + std::to_string(g.ranks) + " ranks",
+                             std::nullopt);
   }
   CollectiveSeries series;
   series.kind = kind;
@@ -111,33 +119,39 @@ void run_collective(Group& g, const CommFactory& factory, CollectiveKind kind, C
     Measurement m;
     try {
       run_op(g, CommOp{kind, bytes, dtype, 1, true}, o, clock);  // correctness, outside the timed loop
-      if (std::string bad = g.comm->verify(); !bad.empty()) throw BenchmarkFailure("wrong result: " + bad, bytes);
-      m = measure([&](std::int64_t iters) { return run_op(g, {kind, bytes, dtype, iters, false}, o, clock); },
-                  o.measure);
+      if (std::string bad = g.comm->verify(); !bad.empty())
+        throw BenchmarkFailure("wrong result: " + bad, bytes);
+      m = measure(
+          [&](std::int64_t iters) {
+            return run_op(g, {kind, bytes, dtype, iters, false}, o, clock);
+          },
+          o.measure);
     } catch (...) {
-      if (!series.samples.empty()) profile.replace_collective_series(series);  // keep the sizes already measured
+      if (!series.samples.empty())
+        profile.replace_collective_series(series);  // keep the sizes already measured
       throw;
     }
     series.samples.push_back({bytes, m.median_s, m.min_s, m.max_s, m.repetitions, m.iterations});
   }
   if (series.samples.empty())
-    throw BenchmarkFailure("no size in [" + std::to_string(o.min_bytes) + ", " + std::to_string(max_bytes) +
-                               "] fits", std::nullopt);
+    throw BenchmarkFailure(
+        "no size in [" + std::to_string(o.min_bytes) + ", " + std::to_string(max_bytes) + "] fits",
+        std::nullopt);
   profile.replace_collective_series(series);
 }
 
 }  // namespace
 
-std::vector<BenchmarkEntry> nccl_sweep_entries(const CommFactory& factory, int gpus, const NcclSweepOptions& o,
-                                               SweepClock& clock) {
+std::vector<BenchmarkEntry> nccl_sweep_entries(const CommFactory& factory, int gpus,
+                                               const NcclSweepOptions& o, SweepClock& clock) {
   std::vector<BenchmarkEntry> entries;
   for (int ranks : nccl_group_sizes(o, gpus)) {
     auto group = std::make_shared<Group>();
     group->ranks = ranks;
     for (CollectiveKind kind : o.kinds)
       for (CommDType dtype : o.dtypes)
-        entries.push_back({nccl_benchmark_id(kind, ranks, dtype), [group, factory, kind, dtype, o, &clock](
-                                                                      CalibrationProfile& p) {
+        entries.push_back({nccl_benchmark_id(kind, ranks, dtype),
+                           [group, factory, kind, dtype, o, &clock](CalibrationProfile& p) {
                              run_collective(*group, factory, kind, dtype, o, clock, p);
                            }});
   }

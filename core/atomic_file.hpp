@@ -5,7 +5,8 @@
 
 namespace shardplan {
 
-/// Writes `content` to `path` atomically (or to stdout for "-"). Throws InputError if the directory is not writable.
+/// Writes `content` to `path` atomically (or to stdout for "-"). Throws InputError if the directory is not
+/// writable.
 void write_file_atomic(const std::string& path, const std::string& content);
 
 }  // namespace shardplan

@@ -1,9 +1,9 @@
 // The collective table: one entry per collective with its name and nccl-tests' bus-bandwidth normalisation
 // (nccl-tests doc/PERFORMANCE.md). Shared by the calibration benchmarks, the nccl-tests importer and the
 // collective cost model: ONE definition, used everywhere.
-//   algbw = S / t, where S is the size column of nccl-tests: for all-gather and reduce-scatter the WHOLE buffer
-//   (count per rank x ranks x element size), for all-reduce the buffer reduced.
-//   busbw = algbw x busbw_factor(kind, n).
+//   algbw = S / t, where S is the size column of nccl-tests: for all-gather and reduce-scatter the WHOLE
+//   buffer (count per rank x ranks x element size), for all-reduce the buffer reduced. busbw = algbw x
+//   busbw_factor(kind, n).
 #pragma once
 #include <array>
 #include <optional>
@@ -11,7 +11,15 @@
 
 namespace shardplan {
 
-enum class CollectiveKind { kAllGather, kReduceScatter, kAllReduce, kBroadcast, kReduce, kAllToAll, kSendRecv };
+enum class CollectiveKind {
+  kAllGather,
+  kReduceScatter,
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllToAll,
+  kSendRecv
+};
 
 struct CollectiveInfo {
   CollectiveKind kind;
@@ -22,9 +30,15 @@ struct CollectiveInfo {
 };
 
 namespace detail {
-constexpr double one_pass(int n) { return (static_cast<double>(n) - 1) / static_cast<double>(n); }
-constexpr double two_passes(int n) { return 2.0 * (static_cast<double>(n) - 1) / static_cast<double>(n); }
-constexpr double whole(int) { return 1.0; }
+constexpr double one_pass(int n) {
+  return (static_cast<double>(n) - 1) / static_cast<double>(n);
+}
+constexpr double two_passes(int n) {
+  return 2.0 * (static_cast<double>(n) - 1) / static_cast<double>(n);
+}
+constexpr double whole(int) {
+  return 1.0;
+}
 }  // namespace detail
 
 inline constexpr std::array<CollectiveInfo, 7> kCollectives = {{
@@ -37,8 +51,12 @@ inline constexpr std::array<CollectiveInfo, 7> kCollectives = {{
     {CollectiveKind::kSendRecv, "send_recv", detail::whole},
 }};
 
-constexpr const CollectiveInfo& collective_info(CollectiveKind k) { return kCollectives[static_cast<int>(k)]; }
-constexpr std::string_view collective_name(CollectiveKind k) { return collective_info(k).name; }
+constexpr const CollectiveInfo& collective_info(CollectiveKind k) {
+  return kCollectives[static_cast<int>(k)];
+}
+constexpr std::string_view collective_name(CollectiveKind k) {
+  return collective_info(k).name;
+}
 
 inline std::optional<CollectiveKind> parse_collective(std::string_view s) {
   for (const auto& c : kCollectives)
@@ -47,7 +65,9 @@ inline std::optional<CollectiveKind> parse_collective(std::string_view s) {
 }
 
 /// busbw / algbw for `n` ranks (nccl-tests definitions). n = 1 gives 0 for AG/RS/AR (no data moves).
-constexpr double busbw_factor(CollectiveKind k, int n) { return collective_info(k).busbw_factor(n); }
+constexpr double busbw_factor(CollectiveKind k, int n) {
+  return collective_info(k).busbw_factor(n);
+}
 
 /// Bytes each rank sends for one collective on a whole buffer of `buffer_bytes` (ring algorithms).
 constexpr double bytes_sent_per_rank(CollectiveKind k, double buffer_bytes, int n) {

@@ -26,9 +26,11 @@ const char* embedded_text(const std::vector<EmbeddedFile>& files, const std::str
 }
 
 bool looks_like_path(const std::string& s) {
-  // The error_code overload: a name the filesystem cannot even look up (longer than NAME_MAX) is a preset name.
+  // The error_code overload: a name the filesystem cannot even look up (longer than NAME_MAX) is a preset
+  // name.
   std::error_code ec;
-  return s.find('/') != std::string::npos || s.find(".json") != std::string::npos || std::filesystem::exists(s, ec);
+  return s.find('/') != std::string::npos || s.find(".json") != std::string::npos ||
+         std::filesystem::exists(s, ec);
 }
 
 }  // namespace shardplan

@@ -1,5 +1,6 @@
-// Files (model and cluster presets) embedded into the binary at build time, so shardplan runs from any directory,
-// and the lookup every preset registry shares: by name, with the valid names (and a did-you-mean) on a miss.
+// Files (model and cluster presets) embedded into the binary at build time, so shardplan runs from any
+// directory, and the lookup every preset registry shares: by name, with the valid names (and a did-you-mean)
+// on a miss.
 #pragma once
 #include <string>
 #include <vector>

@@ -1,10 +1,10 @@
-// Error types that the CLI maps to exit codes. InputError (exit 2) always names where the bad value came from:
-// the file, a JSON pointer or line, the value, and what was expected.
+// Error types that the CLI maps to exit codes. InputError (exit 2) always names where the bad value came
+// from: the file, a JSON pointer or line, the value, and what was expected.
 #pragma once
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <vector>
-#include <initializer_list>
 
 namespace shardplan {
 

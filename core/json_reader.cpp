@@ -9,8 +9,10 @@ namespace shardplan {
 static std::string line_col(const std::string& text, std::size_t byte) {
   std::size_t line = 1, col = 1;
   for (std::size_t i = 0; i < byte && i < text.size(); ++i) {
-    if (text[i] == '\n') ++line, col = 1;
-    else ++col;
+    if (text[i] == '\n')
+      ++line, col = 1;
+    else
+      ++col;
   }
   return "line " + std::to_string(line) + ":" + std::to_string(col);
 }
@@ -120,10 +122,13 @@ std::string json_string(const Json& v, const std::string& file, const std::strin
 JsonObj::JsonObj(const Json& j, std::string file, std::string pointer)
     : j_(j), file_(std::move(file)), pointer_(std::move(pointer)) {
   if (!j_.is_object())
-    throw InputError(file_, pointer_.empty() ? "/" : pointer_, "expected a JSON object, got " + json_brief(j_));
+    throw InputError(file_, pointer_.empty() ? "/" : pointer_,
+                     "expected a JSON object, got " + json_brief(j_));
 }
 
-bool JsonObj::has(const std::string& key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+bool JsonObj::has(const std::string& key) const {
+  return j_.contains(key) && !j_.at(key).is_null();
+}
 void JsonObj::allow(std::initializer_list<const char*> keys) {
   for (auto k : keys) known_.insert(k);
 }
@@ -151,7 +156,9 @@ const Json* JsonObj::raw_optional(const std::string& key) {
   return has(key) ? &j_.at(key) : nullptr;
 }
 
-std::string JsonObj::str(const std::string& key) { return json_string(raw(key), file_, pointer(key)); }
+std::string JsonObj::str(const std::string& key) {
+  return json_string(raw(key), file_, pointer(key));
+}
 std::string JsonObj::str(const std::string& key, const std::string& def) {
   auto* v = raw_optional(key);
   return v ? json_string(*v, file_, pointer(key)) : def;
@@ -161,7 +168,9 @@ bool JsonObj::boolean(const std::string& key) {
   if (!v.is_boolean()) fail(key, "expected true or false, got " + json_brief(v));
   return v.get<bool>();
 }
-bool JsonObj::boolean(const std::string& key, bool def) { return has(key) ? boolean(key) : (known_.insert(key), def); }
+bool JsonObj::boolean(const std::string& key, bool def) {
+  return has(key) ? boolean(key) : (known_.insert(key), def);
+}
 std::int64_t JsonObj::integer(const std::string& key, std::int64_t lo, std::int64_t hi) {
   return json_integer(raw(key), file_, pointer(key), lo, hi);
 }
@@ -176,7 +185,9 @@ double JsonObj::number(const std::string& key, double def, double lo, double hi)
   auto* v = raw_optional(key);
   return v ? json_number(*v, file_, pointer(key), lo, hi) : def;
 }
-JsonObj JsonObj::object(const std::string& key) { return JsonObj(raw(key), file_, pointer(key)); }
+JsonObj JsonObj::object(const std::string& key) {
+  return JsonObj(raw(key), file_, pointer(key));
+}
 std::optional<JsonObj> JsonObj::optional_object(const std::string& key) {
   auto* v = raw_optional(key);
   if (!v) return std::nullopt;

@@ -1,5 +1,6 @@
 // Strict JSON reading: every document and object is read through JsonObj, which knows the file and the JSON
-// pointer it came from, converts values with range checks, and rejects keys nobody asked for ("did you mean").
+// pointer it came from, converts values with range checks, and rejects keys nobody asked for ("did you
+// mean").
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>

@@ -11,7 +11,7 @@ inline constexpr Bytes kKiB = Bytes{1} << 10;
 inline constexpr Bytes kMiB = Bytes{1} << 20;
 inline constexpr Bytes kGiB = Bytes{1} << 30;
 inline constexpr Bytes kTiB = Bytes{1} << 40;
-inline constexpr double kGB = 1e9;   // decimal gigabyte, as vendors and nccl-tests' GB/s use it
+inline constexpr double kGB = 1e9;  // decimal gigabyte, as vendors and nccl-tests' GB/s use it
 inline constexpr double kTFLOP = 1e12;
 inline constexpr double kUs = 1e-6;  // one microsecond in seconds
 

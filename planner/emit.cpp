@@ -207,9 +207,10 @@ std::string emit_torchtitan(const Plan& p, const ModelGraph& model, int gpus) {
   s += fmt::format("tensor_parallel_degree = {}\n", p.tp);
   s += fmt::format("fsdp_reshard_after_forward = \"{}\"\n", p.reshard() ? "always" : "never");
   s += fmt::format("enable_async_tensor_parallel = {}\n", p.async_tp ? "true" : "false");
-  // torch.compile of the model and the loss ([compile], torchtitan from late 2024; the importer also reads the
-  // older [training] compile).
-  s += fmt::format("\n[compile]\nenable = {}\ncomponents = [\"model\", \"loss\"]\n", p.compile ? "true" : "false");
+  // torch.compile of the model and the loss ([compile], torchtitan from late 2024; the importer also reads
+  // the older [training] compile).
+  s += fmt::format("\n[compile]\nenable = {}\ncomponents = [\"model\", \"loss\"]\n",
+                   p.compile ? "true" : "false");
   s += "\n[activation_checkpoint]\n";
   s += fmt::format("mode = \"{}\"\n", p.ac == AcMode::kNone   ? "none"
                                       : p.ac == AcMode::kFull ? "full"

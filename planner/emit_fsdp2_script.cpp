@@ -1,5 +1,6 @@
-// The body of the script `--emit fsdp2` writes: a self-contained PyTorch FSDP2 training script that applies the
-// PLAN dict emit_fsdp2 writes above it (planner/emit.cpp). Kept as one raw string so the script needs no package.
+// The body of the script `--emit fsdp2` writes: a self-contained PyTorch FSDP2 training script that applies
+// the PLAN dict emit_fsdp2 writes above it (planner/emit.cpp). Kept as one raw string so the script needs no
+// package.
 #include "planner/emit.hpp"
 
 namespace shardplan {

@@ -28,25 +28,58 @@ std::vector<T> each(const std::vector<Plan>& v, F f) {
   return out;
 }
 
-// The searched knobs: run-record key -> how a --fix list of values (each parsed into a Plan by the knob table)
-// replaces the search dimension.
+// The searched knobs: run-record key -> how a --fix list of values (each parsed into a Plan by the knob
+// table) replaces the search dimension.
 const std::vector<std::pair<std::string, Assign>>& dimensions() {
   static const std::vector<std::pair<std::string, Assign>> d = {
-      {"runtime", [](SearchSpace& s, const std::vector<Plan>& v) { s.runtimes = each<Runtime>(v, [](const Plan& p) { return p.runtime; }); }},
-      {"zero", [](SearchSpace& s, const std::vector<Plan>& v) { s.zero = each<int>(v, [](const Plan& p) { return p.zero; }); }},
-      {"shard_group", [](SearchSpace& s, const std::vector<Plan>& v) { s.shard_groups = each<int>(v, [](const Plan& p) { return p.shard_group; }); }},
-      {"tp", [](SearchSpace& s, const std::vector<Plan>& v) { s.tp = each<int>(v, [](const Plan& p) { return p.tp; }); }},
-      {"mbs", [](SearchSpace& s, const std::vector<Plan>& v) { s.mbs = each<int>(v, [](const Plan& p) { return p.mbs; }); }},
-      {"ac", [](SearchSpace& s, const std::vector<Plan>& v) { s.ac = each<AcMode>(v, [](const Plan& p) { return p.ac; }); }},
-      {"wrap", [](SearchSpace& s, const std::vector<Plan>& v) { s.wrap = each<int>(v, [](const Plan& p) { return p.wrap; }); }},
-      {"prefetch", [](SearchSpace& s, const std::vector<Plan>& v) { s.prefetch = each<int>(v, [](const Plan& p) { return p.prefetch; }); }},
+      {"runtime",
+       [](SearchSpace& s, const std::vector<Plan>& v) {
+         s.runtimes = each<Runtime>(v, [](const Plan& p) { return p.runtime; });
+       }},
+      {"zero",
+       [](SearchSpace& s, const std::vector<Plan>& v) {
+         s.zero = each<int>(v, [](const Plan& p) { return p.zero; });
+       }},
+      {"shard_group",
+       [](SearchSpace& s, const std::vector<Plan>& v) {
+         s.shard_groups = each<int>(v, [](const Plan& p) { return p.shard_group; });
+       }},
+      {"tp", [](SearchSpace& s,
+                const std::vector<Plan>& v) { s.tp = each<int>(v, [](const Plan& p) { return p.tp; }); }},
+      {"mbs", [](SearchSpace& s,
+                 const std::vector<Plan>& v) { s.mbs = each<int>(v, [](const Plan& p) { return p.mbs; }); }},
+      {"ac", [](SearchSpace& s,
+                const std::vector<Plan>& v) { s.ac = each<AcMode>(v, [](const Plan& p) { return p.ac; }); }},
+      {"wrap",
+       [](SearchSpace& s, const std::vector<Plan>& v) {
+         s.wrap = each<int>(v, [](const Plan& p) { return p.wrap; });
+       }},
+      {"prefetch",
+       [](SearchSpace& s, const std::vector<Plan>& v) {
+         s.prefetch = each<int>(v, [](const Plan& p) { return p.prefetch; });
+       }},
       {"reshard_after_forward",
-       [](SearchSpace& s, const std::vector<Plan>& v) { s.reshard_after_forward = each<bool>(v, [](const Plan& p) { return p.reshard(); }); }},
-      {"reduce_dtype", [](SearchSpace& s, const std::vector<Plan>& v) { s.reduce = each<Dtype>(v, [](const Plan& p) { return p.reduce(); }); }},
-      {"offload", [](SearchSpace& s, const std::vector<Plan>& v) { s.offload = each<Offload>(v, [](const Plan& p) { return p.offload; }); }},
-      {"compile", [](SearchSpace& s, const std::vector<Plan>& v) { s.compile = each<bool>(v, [](const Plan& p) { return p.compile; }); }},
-      {"async_tp", [](SearchSpace& s, const std::vector<Plan>& v) { s.async_tp = each<bool>(v, [](const Plan& p) { return p.async_tp; }); }},
-      {"fp8", [](SearchSpace& s, const std::vector<Plan>& v) { s.fp8 = each<Fp8>(v, [](const Plan& p) { return p.fp8; }); }},
+       [](SearchSpace& s, const std::vector<Plan>& v) {
+         s.reshard_after_forward = each<bool>(v, [](const Plan& p) { return p.reshard(); });
+       }},
+      {"reduce_dtype",
+       [](SearchSpace& s, const std::vector<Plan>& v) {
+         s.reduce = each<Dtype>(v, [](const Plan& p) { return p.reduce(); });
+       }},
+      {"offload",
+       [](SearchSpace& s, const std::vector<Plan>& v) {
+         s.offload = each<Offload>(v, [](const Plan& p) { return p.offload; });
+       }},
+      {"compile",
+       [](SearchSpace& s, const std::vector<Plan>& v) {
+         s.compile = each<bool>(v, [](const Plan& p) { return p.compile; });
+       }},
+      {"async_tp",
+       [](SearchSpace& s, const std::vector<Plan>& v) {
+         s.async_tp = each<bool>(v, [](const Plan& p) { return p.async_tp; });
+       }},
+      {"fp8", [](SearchSpace& s,
+                 const std::vector<Plan>& v) { s.fp8 = each<Fp8>(v, [](const Plan& p) { return p.fp8; }); }},
   };
   return d;
 }
@@ -70,7 +103,8 @@ void SearchSpace::fix(const std::string& kv) {
   if (!k) {
     const std::vector<std::string> keys = knob_keys();
     std::string sug = did_you_mean_list(key, keys);
-    throw InputError::flag("--fix", "unknown knob \"" + key + "\"" + (sug.empty() ? "" : " (did you mean \"" + sug + "\"?)") +
+    throw InputError::flag("--fix", "unknown knob \"" + key + "\"" +
+                                        (sug.empty() ? "" : " (did you mean \"" + sug + "\"?)") +
                                         "; knobs: " + join_names(keys));
   }
   const std::string where = "--fix " + key;
@@ -104,15 +138,17 @@ void SearchSpace::fix(const std::string& kv) {
 
 bool better(const Evaluation& a, const Evaluation& b) {
   const double scale = std::max(std::abs(a.tokens_per_s_per_gpu), std::abs(b.tokens_per_s_per_gpu));
-  if (std::abs(a.tokens_per_s_per_gpu - b.tokens_per_s_per_gpu) > 1e-9 * scale) return a.tokens_per_s_per_gpu > b.tokens_per_s_per_gpu;
+  if (std::abs(a.tokens_per_s_per_gpu - b.tokens_per_s_per_gpu) > 1e-9 * scale)
+    return a.tokens_per_s_per_gpu > b.tokens_per_s_per_gpu;
   return a.peak_reserved_bytes < b.peak_reserved_bytes;
 }
 
 TieKeys tie_keys(const Result& r) {
   const Plan& p = r.plan;
   TieKeys k;
-  // Memory: does the headroom survive the median reserved-memory error of the committed runs? (The worst error,
-  // 39 %, is one outlier; ranking by it would prefer any plan with 40 % of memory free over every simpler plan.)
+  // Memory: does the headroom survive the median reserved-memory error of the committed runs? (The worst
+  // error, 39 %, is one outlier; ranking by it would prefer any plan with 40 % of memory free over every
+  // simpler plan.)
   k.memory_risk = memory_risk_level(r) == 2 ? 1 : 0;
   const bool hsdp = p.zero > 0 && p.shard_group > 0 && p.shard_group < p.dp;
   k.parallel_dims = (p.tp > 1 ? 1 : 0) + (hsdp ? 1 : 0);
@@ -120,31 +156,33 @@ TieKeys tie_keys(const Result& r) {
   // FSDP1 docs point new code to it, torchtitan uses only it), then FSDP1, then DeepSpeed.
   k.runtime_rank = p.runtime == Runtime::kFsdp2 ? 0 : p.runtime == Runtime::kFsdp1 ? 1 : 2;
   // Knobs set away from the framework's default (the parallel layout, AC mode and micro-batch are the plan
-  // itself, not counted): ZeRO stage other than 3, wrap > 1 block, prefetch > 1, reduction not in fp32, offload,
-  // torch.compile, async TP, float8.
+  // itself, not counted): ZeRO stage other than 3, wrap > 1 block, prefetch > 1, reduction not in fp32,
+  // offload, torch.compile, async TP, float8.
   k.non_default_knobs = (p.zero != 3) + (p.wrap != 1) + (p.prefetch != 1) + (p.reduce() != Dtype::kFp32) +
                         (p.offload != Offload::kNone) + p.compile + p.async_tp + (p.fp8 != Fp8::kNone);
   return k;
 }
 
 const std::array<const char*, 4>& tie_rule_names() {
-  static const std::array<const char*, 4> names = {"more memory headroom against the measured memory error",
-                                                   "fewer parallel dimensions (no TP, no HSDP)",
-                                                   "the recommended runtime (FSDP2 > FSDP1 > DeepSpeed)",
-                                                   "fewer non-default knobs"};
+  static const std::array<const char*, 4> names = {
+      "more memory headroom against the measured memory error", "fewer parallel dimensions (no TP, no HSDP)",
+      "the recommended runtime (FSDP2 > FSDP1 > DeepSpeed)", "fewer non-default knobs"};
   return names;
 }
 
 std::string plan_family(const Plan& p) {
   const bool hsdp = p.zero > 0 && p.shard_group > 0 && p.shard_group < p.dp;
   return fmt::format("{} tp{} ac={} {}", to_string(p.runtime), p.tp, to_string(p.ac),
-                     hsdp ? "hsdp" : p.zero == 0 ? "ddp" : "fsdp");
+                     hsdp          ? "hsdp"
+                     : p.zero == 0 ? "ddp"
+                                   : "fsdp");
 }
 
 double network_bytes_per_gpu(const Result& r) {
   double b = 0;
   for (int k = 0; k < kCommKinds; ++k)
-    if (static_cast<CommKind>(k) != CommKind::kOffloadCopy) b += r.comm[static_cast<std::size_t>(k)].bytes_per_rank;
+    if (static_cast<CommKind>(k) != CommKind::kOffloadCopy)
+      b += r.comm[static_cast<std::size_t>(k)].bytes_per_rank;
   return b;
 }
 
@@ -182,79 +220,91 @@ std::vector<Plan> enumerate_candidates(const ModelGraph& model, const Cluster& c
   for (Runtime rt : sp.runtimes)
     for (int tp : sp.tp)
       for (int zero : sp.zero) {
-        // Shard groups: divisors of dp that respect node boundaries (within a node: powers of two dividing the
-        // node's data-parallel ranks; across: whole nodes).
+        // Shard groups: divisors of dp that respect node boundaries (within a node: powers of two dividing
+        // the node's data-parallel ranks; across: whole nodes).
         const int dp = cluster.gpus() / std::max(1, tp);
         std::vector<int> groups = sp.shard_groups;
         if (groups.empty()) {
-          if (zero == 0) groups = {0};
+          if (zero == 0)
+            groups = {0};
           else
             for (int g = 1; g <= dp; ++g)
-              if (dp % g == 0 && ((g * tp) % node == 0 || node % (g * tp) == 0) && (g == dp || (g & (g - 1)) == 0 || g * tp >= node))
+              if (dp % g == 0 && ((g * tp) % node == 0 || node % (g * tp) == 0) &&
+                  (g == dp || (g & (g - 1)) == 0 || g * tp >= node))
                 groups.push_back(g);
         }
         // reshard_after_forward is ZeRO-3's defining knob (false = SHARD_GRAD_OP, searched as zero 2).
         const bool raf = zero == 3;
-        if (std::find(sp.reshard_after_forward.begin(), sp.reshard_after_forward.end(), raf) == sp.reshard_after_forward.end())
+        if (std::find(sp.reshard_after_forward.begin(), sp.reshard_after_forward.end(), raf) ==
+            sp.reshard_after_forward.end())
           continue;
         for (int g : groups)
-            for (int mbs : sp.mbs)
-              for (AcMode ac : sp.ac)
-                for (int wrap : sp.wrap)
-                  for (int pf : sp.prefetch)
-                    for (Dtype rd : sp.reduce)
-                      for (Offload off : sp.offload)
+          for (int mbs : sp.mbs)
+            for (AcMode ac : sp.ac)
+              for (int wrap : sp.wrap)
+                for (int pf : sp.prefetch)
+                  for (Dtype rd : sp.reduce)
+                    for (Offload off : sp.offload)
                       for (bool compile : sp.compile)
-                      for (bool async_tp : sp.async_tp)
-                      for (Fp8 fp8 : sp.fp8) {
-                        if (async_tp && tp == 1) continue;  // async TP overlaps TP collectives: none without TP
-                        ++stats.considered;
-                        Plan p = sp.base;
-                        p.runtime = rt;
-                        p.zero = zero;
-                        p.tp = tp;
-                        p.shard_group = g;
-                        p.mbs = mbs;
-                        p.ac = ac;
-                        p.wrap = wrap;
-                        p.prefetch = pf;
-                        p.reduce_dtype = rd;
-                        p.offload = off;
-                        p.compile = compile;
-                        p.async_tp = async_tp;
-                        p.fp8 = fp8;
-                        if (sp.seq > 0) p.seq = sp.seq;
-                        if (zero == 3) p.reshard_after_forward = true;
-                        if (rt != Runtime::kFsdp2 && pf > 1) {  // explicit prefetch depth is an FSDP2 knob: not a candidate
-                          --stats.considered;
-                          continue;
-                        }
-                        if (p.precision == Precision::kFp32 && rd == Dtype::kBf16) {
-                          reject(stats.rejections, "fp32 precision reduces in fp32", plan_to_flags(p));
-                          continue;
-                        }
-                        try {
-                          Plan r = resolve_plan(p, model, cluster, sp.global_batch);
-                          if (sp.grad_accum && r.grad_accum != *sp.grad_accum) {
-                            reject(stats.rejections, "--grad-accum differs from --fix grad_accum",
-                                   plan_to_flags(r) + fmt::format("  (global batch {} needs {} micro-batches)",
-                                                                  sp.global_batch, r.grad_accum));
-                            continue;
+                        for (bool async_tp : sp.async_tp)
+                          for (Fp8 fp8 : sp.fp8) {
+                            if (async_tp && tp == 1)
+                              continue;  // async TP overlaps TP collectives: none without TP
+                            ++stats.considered;
+                            Plan p = sp.base;
+                            p.runtime = rt;
+                            p.zero = zero;
+                            p.tp = tp;
+                            p.shard_group = g;
+                            p.mbs = mbs;
+                            p.ac = ac;
+                            p.wrap = wrap;
+                            p.prefetch = pf;
+                            p.reduce_dtype = rd;
+                            p.offload = off;
+                            p.compile = compile;
+                            p.async_tp = async_tp;
+                            p.fp8 = fp8;
+                            if (sp.seq > 0) p.seq = sp.seq;
+                            if (zero == 3) p.reshard_after_forward = true;
+                            if (rt != Runtime::kFsdp2 &&
+                                pf > 1) {  // explicit prefetch depth is an FSDP2 knob: not a candidate
+                              --stats.considered;
+                              continue;
+                            }
+                            if (p.precision == Precision::kFp32 && rd == Dtype::kBf16) {
+                              reject(stats.rejections, "fp32 precision reduces in fp32", plan_to_flags(p));
+                              continue;
+                            }
+                            try {
+                              Plan r = resolve_plan(p, model, cluster, sp.global_batch);
+                              if (sp.grad_accum && r.grad_accum != *sp.grad_accum) {
+                                reject(stats.rejections, "--grad-accum differs from --fix grad_accum",
+                                       plan_to_flags(r) +
+                                           fmt::format("  (global batch {} needs {} micro-batches)",
+                                                       sp.global_batch, r.grad_accum));
+                                continue;
+                              }
+                              out.push_back(r);
+                            } catch (const InputError& e) {
+                              // Group reasons by flag and the start of the message (numbers stripped).
+                              std::string key = e.where();
+                              std::string msg = std::string(e.what());
+                              if (msg.find("global batch") != std::string::npos)
+                                key += " not a multiple of dp x mbs";
+                              else if (msg.find("does not divide") != std::string::npos)
+                                key += " does not divide";
+                              else if (msg.find("no ZeRO-1") != std::string::npos)
+                                key += " has no ZeRO-1 mode";
+                              else if (msg.find("exceeds") != std::string::npos)
+                                key += " exceeds the limit";
+                              else if (msg.find("hybrid") != std::string::npos)
+                                key += " HSDP not modelled for deepspeed";
+                              else if (e.where() == "--offload")
+                                key += " not available for this runtime and stage";
+                              reject(stats.rejections, key, plan_to_flags(p) + "  (" + msg + ")");
+                            }
                           }
-                          out.push_back(r);
-                        } catch (const InputError& e) {
-                          // Group reasons by flag and the start of the message (numbers stripped).
-                          std::string key = e.where();
-                          std::string msg = std::string(e.what());
-                          if (msg.find("global batch") != std::string::npos) key += " not a multiple of dp x mbs";
-                          else if (msg.find("does not divide") != std::string::npos) key += " does not divide";
-                          else if (msg.find("no ZeRO-1") != std::string::npos) key += " has no ZeRO-1 mode";
-                          else if (msg.find("exceeds") != std::string::npos) key += " exceeds the limit";
-                          else if (msg.find("hybrid") != std::string::npos) key += " HSDP not modelled for deepspeed";
-                          else if (e.where() == "--offload") key += " not available for this runtime and stage";
-                          reject(stats.rejections, key, plan_to_flags(p) + "  (" + msg + ")");
-                        }
-                      }
       }
   return out;
 }
@@ -268,20 +318,26 @@ std::string binding_constraint(const Result& r) {
 }
 
 // What would help a plan that does not fit, naming only settings the closest plan does not have yet.
-static std::string no_fit_advice(const Plan& c, bool persistent_bound, double persistent_bytes, double need_gpus,
-                                 int nvlink_domain_gpus) {
+static std::string no_fit_advice(const Plan& c, bool persistent_bound, double persistent_bytes,
+                                 double need_gpus, int nvlink_domain_gpus) {
   std::vector<std::string> tips;
   if (persistent_bound) {
     tips.push_back(fmt::format("shard over more GPUs (about {:.0f}+ GPUs for ZeRO-3)", need_gpus));
     if (c.zero < 3) tips.push_back(fmt::format("--zero 3 (the closest uses --zero {})", c.zero));
-    if (c.offload == Offload::kNone) tips.push_back("offload to the host (--offload params, or --offload optimizer with deepspeed)");
-    else if (c.offload == Offload::kOptimizer) tips.push_back("offload the parameters too (--offload params with --zero 3)");
-    if (c.tp < nvlink_domain_gpus) tips.push_back(fmt::format("more tensor parallelism (the closest uses --tp {})", c.tp));
+    if (c.offload == Offload::kNone)
+      tips.push_back("offload to the host (--offload params, or --offload optimizer with deepspeed)");
+    else if (c.offload == Offload::kOptimizer)
+      tips.push_back("offload the parameters too (--offload params with --zero 3)");
+    if (c.tp < nvlink_domain_gpus)
+      tips.push_back(fmt::format("more tensor parallelism (the closest uses --tp {})", c.tp));
   } else {
-    if (c.ac != AcMode::kFull) tips.push_back(fmt::format("--ac full (the closest uses --ac {})", to_string(c.ac)));
+    if (c.ac != AcMode::kFull)
+      tips.push_back(fmt::format("--ac full (the closest uses --ac {})", to_string(c.ac)));
     if (c.mbs > 1) tips.push_back(fmt::format("a smaller --mbs (the closest uses {})", c.mbs));
-    if (c.tp < nvlink_domain_gpus) tips.push_back(fmt::format("more tensor parallelism (the closest uses --tp {})", c.tp));
-    if (tips.empty()) tips.push_back(fmt::format("more GPUs or a shorter --seq (the closest uses {})", c.seq));
+    if (c.tp < nvlink_domain_gpus)
+      tips.push_back(fmt::format("more tensor parallelism (the closest uses --tp {})", c.tp));
+    if (tips.empty())
+      tips.push_back(fmt::format("more GPUs or a shorter --seq (the closest uses {})", c.seq));
   }
   std::string joined;
   for (std::size_t i = 0; i < tips.size(); ++i)
@@ -292,17 +348,20 @@ static std::string no_fit_advice(const Plan& c, bool persistent_bound, double pe
 }
 
 namespace {
-double gib(double bytes) { return bytes / static_cast<double>(kGiB); }
+double gib(double bytes) {
+  return bytes / static_cast<double>(kGiB);
+}
 
 // "+1.2 GiB peak, -35 ms compute, +0.00 GB network/GPU, +4 ms exposed comm, -3.1 % tokens/s"
 std::string deltas(const Result& from, const Result& to, Bytes limit) {
   const double mem = static_cast<double>(to.peak_reserved_bytes + to.overhead.total()) -
                      static_cast<double>(from.peak_reserved_bytes + from.overhead.total());
-  std::string s = fmt::format("{:+.1f} GiB memory, {:+.0f} ms compute, {:+.0f} ms exposed communication, {:+.2f} GB network "
-                              "per GPU, {:+.0f} ms step, {:+.1f} % tokens/s",
-                              gib(mem), 1e3 * (to.compute_s - from.compute_s), 1e3 * (to.exposed_comm_s - from.exposed_comm_s),
-                              1e-9 * (network_bytes_per_gpu(to) - network_bytes_per_gpu(from)), 1e3 * (to.step_s - from.step_s),
-                              100 * (to.tokens_per_s_per_gpu / from.tokens_per_s_per_gpu - 1));
+  std::string s = fmt::format(
+      "{:+.1f} GiB memory, {:+.0f} ms compute, {:+.0f} ms exposed communication, {:+.2f} GB network "
+      "per GPU, {:+.0f} ms step, {:+.1f} % tokens/s",
+      gib(mem), 1e3 * (to.compute_s - from.compute_s), 1e3 * (to.exposed_comm_s - from.exposed_comm_s),
+      1e-9 * (network_bytes_per_gpu(to) - network_bytes_per_gpu(from)), 1e3 * (to.step_s - from.step_s),
+      100 * (to.tokens_per_s_per_gpu / from.tokens_per_s_per_gpu - 1));
   if (!to.fits || to.peak_reserved_bytes + to.overhead.total() > limit) s += ", over the memory limit";
   return s;
 }
@@ -324,41 +383,53 @@ std::string explain(const SearchOutcome& out, const std::vector<Result>& results
   const Result& rec = out.plans[0];
   const double step = rec.step_s > 0 ? rec.step_s : 1;
   std::string e = fmt::format(
-      "recommended: {} ({:.0f} tokens/s/GPU); binds: {} (compute {:.0f} % of the step, exposed communication {:.0f} %, "
+      "recommended: {} ({:.0f} tokens/s/GPU); binds: {} (compute {:.0f} % of the step, exposed communication "
+      "{:.0f} %, "
       "memory headroom {:.1f} %)",
       plan_family(rec.plan), rec.tokens_per_s_per_gpu, binding_constraint(rec), 100 * rec.compute_s / step,
       100 * rec.exposed_comm_s / step,
-      rec.capacity_bytes > 0 ? 100 * static_cast<double>(rec.headroom_bytes()) / static_cast<double>(rec.capacity_bytes) : 0.0);
+      rec.capacity_bytes > 0
+          ? 100 * static_cast<double>(rec.headroom_bytes()) / static_cast<double>(rec.capacity_bytes)
+          : 0.0);
   if (rec.plan.reduce() != Dtype::kFp32)
-    e += fmt::format("; gradients are reduced in {} (the framework default is fp32)", to_string(rec.plan.reduce()));
+    e += fmt::format("; gradients are reduced in {} (the framework default is fp32)",
+                     to_string(rec.plan.reduce()));
   if (!out.tie_rule.empty() && out.fastest)
-    e += fmt::format("\ntie-break: {} plans are within the model's {:.1f} % throughput error of the fastest ({}, {:.0f} "
-                     "tokens/s/GPU, {:+.1f} %); chosen by the rule \"{}\"",
-                     out.tied, 100 * out.tie_tolerance, plan_family(out.fastest->plan), out.fastest->tokens_per_s_per_gpu,
-                     100 * (out.fastest->tokens_per_s_per_gpu / rec.tokens_per_s_per_gpu - 1), out.tie_rule);
+    e += fmt::format(
+        "\ntie-break: {} plans are within the model's {:.1f} % throughput error of the fastest ({}, {:.0f} "
+        "tokens/s/GPU, {:+.1f} %); chosen by the rule \"{}\"",
+        out.tied, 100 * out.tie_tolerance, plan_family(out.fastest->plan), out.fastest->tokens_per_s_per_gpu,
+        100 * (out.fastest->tokens_per_s_per_gpu / rec.tokens_per_s_per_gpu - 1), out.tie_rule);
   else if (out.tied > 1)
-    e += fmt::format("\nthe fastest plan; {} plans are within the model's {:.1f} % throughput error of it and all rank "
-                     "below it by the tie rules",
-                     out.tied, 100 * out.tie_tolerance);
+    e += fmt::format(
+        "\nthe fastest plan; {} plans are within the model's {:.1f} % throughput error of it and all rank "
+        "below it by the tie rules",
+        out.tied, 100 * out.tie_tolerance);
   else
-    e += fmt::format("\nthe fastest plan by more than the model's {:.1f} % throughput error", 100 * out.tie_tolerance);
+    e += fmt::format("\nthe fastest plan by more than the model's {:.1f} % throughput error",
+                     100 * out.tie_tolerance);
   // What each knob moves, from the simulated plans that differ from the recommendation in that knob only.
   std::vector<std::string> moves;
   if (const Result* n = neighbour(rec, results, [](Plan& q, const Plan& r) { q.ac = r.ac; }))
-    moves.push_back(fmt::format("AC {} instead of {} (memory for compute): {}", to_string(n->plan.ac), to_string(rec.plan.ac),
-                                deltas(rec, *n, limit)));
+    moves.push_back(fmt::format("AC {} instead of {} (memory for compute): {}", to_string(n->plan.ac),
+                                to_string(rec.plan.ac), deltas(rec, *n, limit)));
   if (const Result* n = neighbour(rec, results, [](Plan& q, const Plan& r) {
-        q.zero = r.zero, q.shard_group = r.shard_group, q.replicas = r.replicas, q.reshard_after_forward = r.reshard_after_forward;
+        q.zero = r.zero, q.shard_group = r.shard_group, q.replicas = r.replicas,
+        q.reshard_after_forward = r.reshard_after_forward;
       }))
-    moves.push_back(fmt::format("ZeRO {} shard group {} instead of ZeRO {} shard group {} (memory for network): {}", n->plan.zero,
-                                n->plan.shard_group, rec.plan.zero, rec.plan.shard_group, deltas(rec, *n, limit)));
-  if (const Result* n = neighbour(rec, results, [](Plan& q, const Plan& r) { q.mbs = r.mbs, q.grad_accum = r.grad_accum; }))
-    moves.push_back(fmt::format("micro-batch {} x {} instead of {} x {} (memory for serial time): {}", n->plan.mbs,
-                                n->plan.grad_accum, rec.plan.mbs, rec.plan.grad_accum, deltas(rec, *n, limit)));
+    moves.push_back(fmt::format(
+        "ZeRO {} shard group {} instead of ZeRO {} shard group {} (memory for network): {}", n->plan.zero,
+        n->plan.shard_group, rec.plan.zero, rec.plan.shard_group, deltas(rec, *n, limit)));
+  if (const Result* n =
+          neighbour(rec, results, [](Plan& q, const Plan& r) { q.mbs = r.mbs, q.grad_accum = r.grad_accum; }))
+    moves.push_back(fmt::format("micro-batch {} x {} instead of {} x {} (memory for serial time): {}",
+                                n->plan.mbs, n->plan.grad_accum, rec.plan.mbs, rec.plan.grad_accum,
+                                deltas(rec, *n, limit)));
   for (const auto& m : moves) e += "\n  " + m;
   for (std::size_t i = 1; i < out.plans.size() && i < 4; ++i)
     e += fmt::format("\n  vs {} ({}): {}", out.alternatives[i].family,
-                     out.alternatives[i].within_error ? "within error" : "beyond error", deltas(rec, out.plans[i], limit));
+                     out.alternatives[i].within_error ? "within error" : "beyond error",
+                     deltas(rec, out.plans[i], limit));
   return e;
 }
 }  // namespace
@@ -368,11 +439,11 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
   auto t0 = std::chrono::steady_clock::now();
   SearchOutcome out;
   out.headroom = opts.headroom;
-  // torch.compile, async TP and float8 scale a plan's time by a similar factor across the plans of one family (they
-  // change elementwise traffic, TP overlap and GEMM rate, not the layout): the layout is searched with their first
-  // listed value, and the other values are tried on the kRefine fastest fitting plans of every family and on the
-  // family's tie-rule choice (stage 3b).
-  // This keeps the search near its eager cost (Llama-3-8B on 8 GPUs: 3.3x fewer simulations than the full product).
+  // torch.compile, async TP and float8 scale a plan's time by a similar factor across the plans of one family
+  // (they change elementwise traffic, TP overlap and GEMM rate, not the layout): the layout is searched with
+  // their first listed value, and the other values are tried on the kRefine fastest fitting plans of every
+  // family and on the family's tie-rule choice (stage 3b). This keeps the search near its eager cost
+  // (Llama-3-8B on 8 GPUs: 3.3x fewer simulations than the full product).
   constexpr std::size_t kRefine = 3;
   SearchSpace eager = space;
   eager.compile = {space.compile.front()};
@@ -404,11 +475,13 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
   }
 
   // Stage 3: full simulation on worker threads; results stored by index (thread-count independent).
-  int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads =
+      opts.threads > 0 ? opts.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto simulate_all = [&](const std::vector<Plan>& plans, bool progress) {
     std::vector<Result> res(plans.size());
     std::atomic<std::size_t> next{0}, done{0};
-    const int n = std::max(1, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(1, plans.size()))));
+    const int n =
+        std::max(1, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(1, plans.size()))));
     auto worker = [&]() {
       Simulator sim(model, cluster, costs);
       for (std::size_t k; (k = next.fetch_add(1)) < plans.size();) {
@@ -445,7 +518,8 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
         return a->tokens_per_s_per_gpu > b->tokens_per_s_per_gpu;
       });
       // The fastest few, and the family's own tie-rule choice (often one with fewer non-default knobs).
-      std::vector<const Result*> picks(members.begin(), members.begin() + static_cast<std::ptrdiff_t>(std::min(kRefine, members.size())));
+      std::vector<const Result*> picks(
+          members.begin(), members.begin() + static_cast<std::ptrdiff_t>(std::min(kRefine, members.size())));
       const Result* own = members[choose_plan(members, opts.tie_tolerance).first];
       if (std::find(picks.begin(), picks.end(), own) == picks.end()) picks.push_back(own);
       for (const Result* pick : picks)
@@ -483,17 +557,20 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
       fitting.push_back(k);
     } else {
       reject(out.stats.rejections, "simulated peak exceeds capacity x (1 - headroom)",
-             plan_to_flags(r.plan) + fmt::format("  (peak {:.2f} GiB > limit {:.2f} GiB)", static_cast<double>(used) / static_cast<double>(kGiB),
-                                              static_cast<double>(limit) / static_cast<double>(kGiB)));
+             plan_to_flags(r.plan) + fmt::format("  (peak {:.2f} GiB > limit {:.2f} GiB)",
+                                                 static_cast<double>(used) / static_cast<double>(kGiB),
+                                                 static_cast<double>(limit) / static_cast<double>(kGiB)));
       if (!closest || used - limit < closest_over) closest = k, closest_over = used - limit;
     }
   }
   out.stats.fitting = static_cast<std::int64_t>(fitting.size());
   auto eval = [&](std::size_t k) {
     const Result& r = results[k];
-    return Evaluation{true, r.tokens_per_s_per_gpu, r.peak_reserved_bytes + r.overhead.total(), r.capacity_bytes};
+    return Evaluation{true, r.tokens_per_s_per_gpu, r.peak_reserved_bytes + r.overhead.total(),
+                      r.capacity_bytes};
   };
-  std::stable_sort(fitting.begin(), fitting.end(), [&](std::size_t a, std::size_t b) { return better(eval(a), eval(b)); });
+  std::stable_sort(fitting.begin(), fitting.end(),
+                   [&](std::size_t a, std::size_t b) { return better(eval(a), eval(b)); });
   out.tie_tolerance = opts.tie_tolerance;
   if (!fitting.empty()) {
     // The recommendation: the tie rule over every fitting plan (fitting[0] is the fastest).
@@ -517,7 +594,8 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
     for (const Result* r : all) families[plan_family(r->plan)].push_back(r);
     std::vector<const Result*> reps;
     for (const auto& [name, members] : families)
-      if (name != out.alternatives[0].family) reps.push_back(members[choose_plan(members, opts.tie_tolerance).first]);
+      if (name != out.alternatives[0].family)
+        reps.push_back(members[choose_plan(members, opts.tie_tolerance).first]);
     std::stable_sort(reps.begin(), reps.end(), [](const Result* a, const Result* b) {
       return a->tokens_per_s_per_gpu > b->tokens_per_s_per_gpu;
     });
@@ -526,14 +604,16 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
       const double d = r->tokens_per_s_per_gpu / rec.tokens_per_s_per_gpu - 1;
       const double scale = std::max(r->tokens_per_s_per_gpu, rec.tokens_per_s_per_gpu);
       out.plans.push_back(*r);
-      out.alternatives.push_back({plan_family(r->plan), d,
-                                  std::abs(r->tokens_per_s_per_gpu - rec.tokens_per_s_per_gpu) < opts.tie_tolerance * scale});
+      out.alternatives.push_back(
+          {plan_family(r->plan), d,
+           std::abs(r->tokens_per_s_per_gpu - rec.tokens_per_s_per_gpu) < opts.tie_tolerance * scale});
     }
     // Pareto front over (tokens/s up, headroom up, network bytes down): in (tokens/s desc, headroom desc,
     // network asc) order a plan is dominated iff a plan already on the front dominates it.
     std::vector<const Result*> order = all;
     std::stable_sort(order.begin(), order.end(), [](const Result* a, const Result* b) {
-      if (a->tokens_per_s_per_gpu != b->tokens_per_s_per_gpu) return a->tokens_per_s_per_gpu > b->tokens_per_s_per_gpu;
+      if (a->tokens_per_s_per_gpu != b->tokens_per_s_per_gpu)
+        return a->tokens_per_s_per_gpu > b->tokens_per_s_per_gpu;
       if (a->headroom_bytes() != b->headroom_bytes()) return a->headroom_bytes() > b->headroom_bytes();
       return network_bytes_per_gpu(*a) < network_bytes_per_gpu(*b);
     });
@@ -565,12 +645,14 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
     if (out.closest) {
       const Result& c = *out.closest;
       const double persistent = static_cast<double>(c.persistent_bytes);
-      const double need_gpus = std::ceil(static_cast<double>(cluster.gpus()) * persistent / (0.6 * static_cast<double>(limit)));
-      out.binding_hint = no_fit_advice(c.plan, persistent > 0.6 * static_cast<double>(limit), persistent, need_gpus,
-                                       cluster.spec().node.nvlink_domain_gpus);
-      out.explanation = fmt::format("no plan fits: the closest ({}) needs {} more than the {:.2f} GiB limit; {}",
-                                    plan_to_flags(c.plan), fmt::format("{:.2f} GiB", static_cast<double>(out.closest_over_bytes) / static_cast<double>(kGiB)),
-                                    static_cast<double>(limit) / static_cast<double>(kGiB), out.binding_hint);
+      const double need_gpus =
+          std::ceil(static_cast<double>(cluster.gpus()) * persistent / (0.6 * static_cast<double>(limit)));
+      out.binding_hint = no_fit_advice(c.plan, persistent > 0.6 * static_cast<double>(limit), persistent,
+                                       need_gpus, cluster.spec().node.nvlink_domain_gpus);
+      out.explanation = fmt::format(
+          "no plan fits: the closest ({}) needs {} more than the {:.2f} GiB limit; {}", plan_to_flags(c.plan),
+          fmt::format("{:.2f} GiB", static_cast<double>(out.closest_over_bytes) / static_cast<double>(kGiB)),
+          static_cast<double>(limit) / static_cast<double>(kGiB), out.binding_hint);
     } else {
       out.explanation = "no structurally valid plan: every candidate was rejected (see rejections)";
     }
@@ -578,11 +660,13 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
     out.explanation = explain(out, results, limit);
   }
   if (out.stats.fitting > static_cast<std::int64_t>(out.plans.size()))
-    out.explanation += out.plans.size() == 1
-                           ? fmt::format("\n{} plans fit; only the recommendation is listed (--top 1)", out.stats.fitting)
-                           : fmt::format("\n{} plans fit; listed: the recommendation and the best plan of {} other famil{} "
-                                         "(runtime x TP x AC x HSDP; --top)",
-                                         out.stats.fitting, out.plans.size() - 1, out.plans.size() == 2 ? "y" : "ies");
+    out.explanation +=
+        out.plans.size() == 1
+            ? fmt::format("\n{} plans fit; only the recommendation is listed (--top 1)", out.stats.fitting)
+            : fmt::format(
+                  "\n{} plans fit; listed: the recommendation and the best plan of {} other famil{} "
+                  "(runtime x TP x AC x HSDP; --top)",
+                  out.stats.fitting, out.plans.size() - 1, out.plans.size() == 2 ? "y" : "ies");
   out.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

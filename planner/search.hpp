@@ -16,9 +16,9 @@
 
 namespace shardplan {
 
-/// Which knobs are searched, and which are pinned by --fix KEY=VALUE. The searched knobs have a list of values here;
-/// every other knob of the knob table (simulator/knobs.hpp) is pinned to its value in `base`, applied to every
-/// candidate.
+/// Which knobs are searched, and which are pinned by --fix KEY=VALUE. The searched knobs have a list of
+/// values here; every other knob of the knob table (simulator/knobs.hpp) is pinned to its value in `base`,
+/// applied to every candidate.
 struct SearchSpace {
   std::vector<Runtime> runtimes = {Runtime::kFsdp2};
   std::vector<int> zero = {0, 1, 2, 3};
@@ -29,9 +29,10 @@ struct SearchSpace {
   std::vector<int> prefetch = {1, 2};
   std::vector<Dtype> reduce = {Dtype::kFp32, Dtype::kBf16};
   std::vector<Offload> offload = {Offload::kNone};
-  std::vector<int> shard_groups;          ///< empty: all node-aligned divisors of dp
+  std::vector<int> shard_groups;  ///< empty: all node-aligned divisors of dp
   std::vector<bool> reshard_after_forward = {true, false};
-  /// torch.compile and async TP (the latter only for tp > 1); `plan` searches both, a bare SearchSpace neither.
+  /// torch.compile and async TP (the latter only for tp > 1); `plan` searches both, a bare SearchSpace
+  /// neither.
   std::vector<bool> compile = {false};
   std::vector<bool> async_tp = {false};
   /// Float8 linears: searched only when --fix fp8=V1,V2 lists values.
@@ -40,8 +41,8 @@ struct SearchSpace {
   Plan base;
   /// Set by --fix grad_accum=N: candidates whose global batch needs another accumulation are rejected.
   std::optional<int> grad_accum;
-  std::int64_t seq = 0;                    ///< 0: base.seq (itself 0 = the model's default)
-  std::int64_t global_batch = 0;           ///< sequences per step; required
+  std::int64_t seq = 0;           ///< 0: base.seq (itself 0 = the model's default)
+  std::int64_t global_batch = 0;  ///< sequences per step; required
   /// Applies one --fix KEY=VALUE (KEY=V1,V2 for searched knobs); InputError for unknown keys or values.
   void fix(const std::string& key_value);
   /// The run-record keys of the searched knobs (the others take one value).
@@ -52,13 +53,13 @@ struct SearchSpace {
 struct Evaluation {
   bool fits = false;
   double tokens_per_s_per_gpu = 0;
-  Bytes peak_reserved_bytes = 0;       ///< with the runtime overhead added
+  Bytes peak_reserved_bytes = 0;  ///< with the runtime overhead added
   Bytes capacity_bytes = 0;
 };
 
 struct Rejections {
-  std::map<std::string, std::int64_t> count;  ///< reason -> how many
-  std::map<std::string, std::string> example; ///< reason -> one example (plan flags and detail)
+  std::map<std::string, std::int64_t> count;   ///< reason -> how many
+  std::map<std::string, std::string> example;  ///< reason -> one example (plan flags and detail)
 };
 
 struct SearchStats {
@@ -70,18 +71,18 @@ struct SearchStats {
 };
 
 struct SearchOptions {
-  int threads = 0;            ///< 0: hardware concurrency
+  int threads = 0;  ///< 0: hardware concurrency
   int top = 10;
-  double headroom = 0.05;     ///< fraction of GPU memory kept free
+  double headroom = 0.05;                          ///< fraction of GPU memory kept free
   double tie_tolerance = kThroughputTieTolerance;  ///< relative tokens/s difference below which plans tie
-  std::function<void(double fraction)> progress;  ///< called from one thread, may be empty
+  std::function<void(double fraction)> progress;   ///< called from one thread, may be empty
 };
 
 /// One listed plan besides the recommendation: the best plan of its family (runtime x TP x AC x HSDP or not).
 struct Alternative {
-  std::string family;        ///< "fsdp1 tp1 ac=selective fsdp"
-  double delta_rel = 0;      ///< tokens/s relative to the recommendation (-0.03 = 3 % slower)
-  bool within_error = false; ///< |delta| below the throughput tie tolerance
+  std::string family;         ///< "fsdp1 tp1 ac=selective fsdp"
+  double delta_rel = 0;       ///< tokens/s relative to the recommendation (-0.03 = 3 % slower)
+  bool within_error = false;  ///< |delta| below the throughput tie tolerance
 };
 
 struct SearchOutcome {
@@ -97,11 +98,11 @@ struct SearchOutcome {
   /// Fitting plans no other fitting plan beats on all of tokens/s, memory headroom and network bytes per GPU.
   std::vector<Result> pareto;
   SearchStats stats;
-  std::string explanation;    ///< why plans[0] beats plans[1] (or why nothing fits)
+  std::string explanation;  ///< why plans[0] beats plans[1] (or why nothing fits)
   /// When nothing fits: the candidate closest to fitting and by how many bytes it is over.
   std::optional<Result> closest;
   Bytes closest_over_bytes = 0;
-  std::string binding_hint;   ///< the knob that would help most when nothing fits
+  std::string binding_hint;  ///< the knob that would help most when nothing fits
   double headroom = 0;
 };
 
@@ -113,8 +114,8 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
                            const SearchSpace& space, const SearchOptions& opts);
 
 /// Enumerates the structurally valid candidates of a space (resolved Plans); rejected ones are counted.
-std::vector<Plan> enumerate_candidates(const ModelGraph& model, const Cluster& cluster, const SearchSpace& space,
-                                       SearchStats& stats);
+std::vector<Plan> enumerate_candidates(const ModelGraph& model, const Cluster& cluster,
+                                       const SearchSpace& space, SearchStats& stats);
 
 /// The tie-break keys of a plan, compared in this order (lower is better): memory risk (headroom against the
 /// measured memory error), parallel dimensions used (TP, HSDP), runtime preference (FSDP2, FSDP1, DeepSpeed),
@@ -129,9 +130,9 @@ const std::array<const char*, 4>& tie_rule_names();
 std::string plan_family(const Plan& p);
 /// Network bytes one GPU sends per step (all collectives; host copies excluded).
 double network_bytes_per_gpu(const Result& r);
-/// Picks among `results` (all fitting): the fastest, and every plan within `tolerance` of it is a tie; ties are
-/// decided by tie_keys() in order, then by tokens/s, then by position. Returns the index and the rule that
-/// decided against the fastest plan ("" when the fastest wins).
+/// Picks among `results` (all fitting): the fastest, and every plan within `tolerance` of it is a tie; ties
+/// are decided by tie_keys() in order, then by tokens/s, then by position. Returns the index and the rule
+/// that decided against the fastest plan ("" when the fastest wins).
 std::pair<std::size_t, std::string> choose_plan(const std::vector<const Result*>& results, double tolerance);
 
 /// Ranking rule: higher tokens/s per GPU; ties (within 1e-9 relative) broken by lower peak memory, then by

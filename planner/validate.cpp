@@ -20,12 +20,13 @@ struct Measured {
   std::vector<std::pair<std::string, double>> terms;
 };
 
-// torchtitan log lines: "step: 10  loss:  7.93  memory: 37.12GiB(39.08%)  tps: 5,802  tflops: 338.0  mfu: 34.17%"
+// torchtitan log lines: "step: 10  loss:  7.93  memory: 37.12GiB(39.08%)  tps: 5,802  tflops: 338.0
+// mfu: 34.17%"
 Measured parse_torchtitan_log(const std::string& path, int warmup_steps) {
   std::ifstream in(path);
   if (!in) throw InputError(path, "", "cannot open torchtitan log");
-  static const std::regex step_re(R"(step:\s*(\d+))"), mem_re(R"(memory:\s*([0-9.]+)\s*GiB)"), tps_re(R"(tps:\s*([0-9,]+))"),
-      mfu_re(R"(mfu:\s*([0-9.]+)\s*%)");
+  static const std::regex step_re(R"(step:\s*(\d+))"), mem_re(R"(memory:\s*([0-9.]+)\s*GiB)"),
+      tps_re(R"(tps:\s*([0-9,]+))"), mfu_re(R"(mfu:\s*([0-9.]+)\s*%)");
   std::vector<double> tps, mfu;
   double mem_gib = 0;
   std::string line;
@@ -45,7 +46,9 @@ Measured parse_torchtitan_log(const std::string& path, int warmup_steps) {
     if (std::regex_search(line, m, mfu_re)) mfu.push_back(std::stod(m[1]) / 100);
     ++steps;
   }
-  if (steps == 0 && mem_gib == 0) throw InputError(path, fmt::format("line {}", lineno), "no torchtitan step lines (\"step: N ... tps: ...\") found");
+  if (steps == 0 && mem_gib == 0)
+    throw InputError(path, fmt::format("line {}", lineno),
+                     "no torchtitan step lines (\"step: N ... tps: ...\") found");
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v[v.size() / 2];
@@ -65,7 +68,8 @@ double predicted_term(const std::string& term, const Result& r) {
   // prediction compared with a measurement is the demand capped at the device's memory.
   const Bytes device_cap = std::max(r.capacity_bytes - r.overhead.total(), r.peak_bytes);
   if (term == "peak_reserved_bytes") return static_cast<double>(std::min(r.peak_reserved_bytes, device_cap));
-  if (term == "peak_device_bytes") return static_cast<double>(std::min(r.peak_reserved_bytes, device_cap) + r.overhead.total());
+  if (term == "peak_device_bytes")
+    return static_cast<double>(std::min(r.peak_reserved_bytes, device_cap) + r.overhead.total());
   if (term == "step_s") return r.step_s;
   if (term == "tokens_per_s_per_gpu") return r.tokens_per_s_per_gpu;
   if (term == "mfu") return r.mfu;
@@ -73,18 +77,24 @@ double predicted_term(const std::string& term, const Result& r) {
 }
 
 const std::vector<std::string>& known_terms() {
-  static const std::vector<std::string> t = {"peak_allocated_bytes", "peak_active_bytes", "peak_reserved_bytes", "peak_device_bytes",
-                                             "step_s", "tokens_per_s_per_gpu", "mfu"};
+  static const std::vector<std::string> t = {"peak_allocated_bytes",
+                                             "peak_active_bytes",
+                                             "peak_reserved_bytes",
+                                             "peak_device_bytes",
+                                             "step_s",
+                                             "tokens_per_s_per_gpu",
+                                             "mfu"};
   return t;
 }
 
 using ConstantsFn = std::function<ComputeConstants(GpuArch)>;
 
-void validate_record(const Json& rec, const std::string& file, const std::string& where, const CalibrationHooks* hooks,
-                     const ConstantsFn* constants, ValidationReport& out) {
+void validate_record(const Json& rec, const std::string& file, const std::string& where,
+                     const CalibrationHooks* hooks, const ConstantsFn* constants, ValidationReport& out) {
   JsonObj o(rec, file, where);
   std::string id = o.str("id", where);
-  if (o.has("schema") && o.str("schema") != "shardplan.run/1") o.fail("schema", "expected \"shardplan.run/1\"");
+  if (o.has("schema") && o.str("schema") != "shardplan.run/1")
+    o.fail("schema", "expected \"shardplan.run/1\"");
   o.allow({"notes", "environment", "details"});
   std::string scope_time, scope_memory;
   if (auto sc = o.optional_object("out_of_scope")) {
@@ -92,12 +102,15 @@ void validate_record(const Json& rec, const std::string& file, const std::string
     if (sc->has("memory")) scope_memory = sc->str("memory");
     sc->finish();
   }
-  std::string source = o.has("source") ? (o.raw("source").is_string() ? o.str("source") : o.raw("source").dump()) : "";
+  std::string source =
+      o.has("source") ? (o.raw("source").is_string() ? o.str("source") : o.raw("source").dump()) : "";
   if (source.size() > 120) source = fmt::format("{}...", source.substr(0, 117));
   const Json& mj = o.raw("model");
-  ModelGraph model = mj.is_string() ? load_model(mj.get<std::string>()) : load_model_json(mj, file, o.pointer("model"));
+  ModelGraph model =
+      mj.is_string() ? load_model(mj.get<std::string>()) : load_model_json(mj, file, o.pointer("model"));
   const Json& cj = o.raw("cluster");
-  ClusterSpec cspec = cj.is_string() ? load_cluster_spec(cj.get<std::string>()) : load_cluster_json(cj, file, o.pointer("cluster"));
+  ClusterSpec cspec = cj.is_string() ? load_cluster_spec(cj.get<std::string>())
+                                     : load_cluster_json(cj, file, o.pointer("cluster"));
   const int gpus = static_cast<int>(o.integer("gpus", 1, 1 << 24));
   Plan plan = plan_from_json(o.object("plan"));
   Measured meas;
@@ -132,7 +145,8 @@ void validate_record(const Json& rec, const std::string& file, const std::string
     const Result& r = sim.run(p);
     for (const auto& [term, value] : meas.terms) {
       const bool memory_term = term.find("bytes") != std::string::npos;
-      out.rows.push_back({id, source, term, predicted_term(term, r), value, memory_term ? scope_memory : scope_time});
+      out.rows.push_back(
+          {id, source, term, predicted_term(term, r), value, memory_term ? scope_memory : scope_time});
     }
   } catch (const InputError& e) {
     out.skipped.push_back({id, fmt::format("not expressible: {}", e.what())});
@@ -163,13 +177,18 @@ std::vector<ValidationReport::Summary> summarise(const std::vector<ValidationRow
 }
 }  // namespace
 
-std::vector<ValidationReport::Summary> ValidationReport::summary() const { return summarise(rows, false); }
-std::vector<ValidationReport::Summary> ValidationReport::summary_all() const { return summarise(rows, true); }
+std::vector<ValidationReport::Summary> ValidationReport::summary() const {
+  return summarise(rows, false);
+}
+std::vector<ValidationReport::Summary> ValidationReport::summary_all() const {
+  return summarise(rows, true);
+}
 
 std::vector<ValidationReport::Summary> ValidationReport::summary_by_source(const std::string& term) const {
   std::vector<std::string> sources;
   for (const auto& r : rows)
-    if (r.term == term && r.out_of_scope.empty() && std::find(sources.begin(), sources.end(), r.source) == sources.end())
+    if (r.term == term && r.out_of_scope.empty() &&
+        std::find(sources.begin(), sources.end(), r.source) == sources.end())
       sources.push_back(r.source);
   std::vector<Summary> out;
   for (const auto& src : sources) {
@@ -191,15 +210,18 @@ ValidationReport validate_files(const std::vector<std::string>& files, const Cal
   for (const auto& f : files) {
     Json j = load_json_file(f);
     if (j.is_array()) {
-      for (std::size_t i = 0; i < j.size(); ++i) validate_record(j[i], f, fmt::format("/{}", i), hooks, constants, out);
+      for (std::size_t i = 0; i < j.size(); ++i)
+        validate_record(j[i], f, fmt::format("/{}", i), hooks, constants, out);
     } else if (j.is_object() && j.contains("records")) {
       JsonObj o(j, f);
       o.allow({"skipped", "source", "notes", "description"});
-      if (o.has("schema") && o.str("schema") != "shardplan.runs/1") o.fail("schema", "expected \"shardplan.runs/1\"");
+      if (o.has("schema") && o.str("schema") != "shardplan.runs/1")
+        o.fail("schema", "expected \"shardplan.runs/1\"");
       const Json& recs = o.raw("records");
       if (!recs.is_array()) o.fail("records", "expected an array of run records");
       o.finish();
-      for (std::size_t i = 0; i < recs.size(); ++i) validate_record(recs[i], f, fmt::format("/records/{}", i), hooks, constants, out);
+      for (std::size_t i = 0; i < recs.size(); ++i)
+        validate_record(recs[i], f, fmt::format("/records/{}", i), hooks, constants, out);
     } else {
       validate_record(j, f, "", hooks, constants, out);
     }

@@ -13,9 +13,9 @@ struct ValidationRow {
   std::string id, source, term;  ///< term: peak_allocated_bytes, peak_reserved_bytes, peak_active_bytes,
                                  ///< peak_device_bytes, step_s, tokens_per_s_per_gpu, mfu
   double predicted = 0, measured = 0;
-  /// Empty when the record is inside what the tool models for this term; otherwise why it is not (the record's
-  /// `out_of_scope.throughput` / `out_of_scope.memory`). Out-of-scope rows are predicted and listed, and
-  /// counted only in the all-records summary.
+  /// Empty when the record is inside what the tool models for this term; otherwise why it is not (the
+  /// record's `out_of_scope.throughput` / `out_of_scope.memory`). Out-of-scope rows are predicted and listed,
+  /// and counted only in the all-records summary.
   std::string out_of_scope;
   double rel_error() const { return measured != 0 ? (predicted - measured) / measured : 0; }
 };
@@ -43,7 +43,8 @@ struct ValidationReport {
 
 /// Validates every record in the files (a record, a list, or {"records": [...]}); `hooks` (a calibration
 /// profile's) may be null. Records the tool cannot express are listed in `skipped` with the reason.
-ValidationReport validate_files(const std::vector<std::string>& files, const CalibrationHooks* hooks = nullptr,
+ValidationReport validate_files(const std::vector<std::string>& files,
+                                const CalibrationHooks* hooks = nullptr,
                                 const std::function<ComputeConstants(GpuArch)>* constants = nullptr);
 
 }  // namespace shardplan

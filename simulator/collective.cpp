@@ -116,8 +116,8 @@ GroupView with_ranks(const GroupView& g, int ranks) {
   return r;
 }
 
-CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g, const CollectiveConstants& c,
-                               bool explain) {
+CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g,
+                               const CollectiveConstants& c, bool explain) {
   CollectiveCost best;
   const int n = g.ranks;
   if (n <= 1 || S <= 0) return best;

@@ -25,8 +25,8 @@ ComputeConstants default_compute_constants(GpuArch arch) {
   return k;
 }
 
-CostModel::CostModel(const Cluster& cluster, std::optional<ComputeConstants> constants, CalibrationHooks hooks,
-                     CollectiveConstants collective)
+CostModel::CostModel(const Cluster& cluster, std::optional<ComputeConstants> constants,
+                     CalibrationHooks hooks, CollectiveConstants collective)
     : cluster_(&cluster),
       k_(constants.value_or(default_compute_constants(cluster.spec().gpu.arch))),
       hooks_(std::move(hooks)),

@@ -17,7 +17,8 @@ ComputeConstants default_compute_constants(GpuArch arch);
 /// Optional measured replacements for the analytic curves. Any hook may be empty.
 struct CalibrationHooks {
   /// Whole-buffer collective time over `ranks` ranks spanning `nodes` nodes; nullopt = not measured.
-  std::function<std::optional<CollectiveCost>(CollectiveKind, double buffer_bytes, const GroupView& g)> collective_s;
+  std::function<std::optional<CollectiveCost>(CollectiveKind, double buffer_bytes, const GroupView& g)>
+      collective_s;
   std::function<std::optional<double>(double m, double n, double k)> gemm_efficiency;
   std::optional<double> hbm_Bps;
   std::optional<double> optimizer_Bps;

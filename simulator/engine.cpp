@@ -10,7 +10,8 @@
 namespace shardplan {
 
 const char* to_string(MemCategory c) {
-  static const char* names[] = {"params", "grads", "optimizer", "activations", "gathered_params", "comm_buffers", "other"};
+  static const char* names[] = {"params",          "grads",        "optimizer", "activations",
+                                "gathered_params", "comm_buffers", "other"};
   return names[static_cast<int>(c)];
 }
 
@@ -21,8 +22,8 @@ Bytes allocator_round(Bytes b) {
   return r;
 }
 
-void run_engine(const Program& prog, int n_lanes, int n_pools, const std::array<Bytes, kMemCategories>& initial,
-                Timeline& out) {
+void run_engine(const Program& prog, int n_lanes, int n_pools,
+                const std::array<Bytes, kMemCategories>& initial, Timeline& out) {
   const auto n = static_cast<std::int32_t>(prog.tasks.size());
   out.timing.assign(static_cast<std::size_t>(n), TaskTiming{});
   out.lane_busy_s.assign(static_cast<std::size_t>(n_lanes), 0.0);
@@ -170,14 +171,17 @@ void run_engine(const Program& prog, int n_lanes, int n_pools, const std::array<
 void verify_timeline(const Program& prog, const Timeline& t, const std::array<Bytes, kMemCategories>& initial,
                      const std::array<bool, kMemCategories>& may_persist) {
   if (t.completed != static_cast<std::int32_t>(prog.tasks.size()))
-    throw std::logic_error("engine: " + std::to_string(prog.tasks.size() - static_cast<std::size_t>(t.completed)) +
-                           " tasks never ran (a dependency on a later task, or a CPU wait that never ends)");
+    throw std::logic_error(
+        "engine: " + std::to_string(prog.tasks.size() - static_cast<std::size_t>(t.completed)) +
+        " tasks never ran (a dependency on a later task, or a CPU wait that never ends)");
   for (int c = 0; c < kMemCategories; ++c)
-    if (!may_persist[static_cast<std::size_t>(c)] && t.current[static_cast<std::size_t>(c)] != initial[static_cast<std::size_t>(c)])
-      throw std::logic_error(std::string("engine: memory of category ") + to_string(static_cast<MemCategory>(c)) +
-                             " not released at the end of the step (" +
-                             std::to_string(t.current[static_cast<std::size_t>(c)] - initial[static_cast<std::size_t>(c)]) +
-                             " bytes)");
+    if (!may_persist[static_cast<std::size_t>(c)] &&
+        t.current[static_cast<std::size_t>(c)] != initial[static_cast<std::size_t>(c)])
+      throw std::logic_error(
+          std::string("engine: memory of category ") + to_string(static_cast<MemCategory>(c)) +
+          " not released at the end of the step (" +
+          std::to_string(t.current[static_cast<std::size_t>(c)] - initial[static_cast<std::size_t>(c)]) +
+          " bytes)");
 }
 
 }  // namespace shardplan

@@ -1,7 +1,7 @@
-// A domain-agnostic discrete-event engine: typed tasks on FIFO lanes (CUDA streams, NCCL communicators), issued
-// by one CPU thread in program order, with dependencies, CPU-blocking waits and memory effects. It knows nothing
-// about LLMs. Completions are processed from a priority queue ordered by (time, sequence) so ties are
-// deterministic; verify() fails on unfinished tasks or unreleased memory.
+// A domain-agnostic discrete-event engine: typed tasks on FIFO lanes (CUDA streams, NCCL communicators),
+// issued by one CPU thread in program order, with dependencies, CPU-blocking waits and memory effects. It
+// knows nothing about LLMs. Completions are processed from a priority queue ordered by (time, sequence) so
+// ties are deterministic; verify() fails on unfinished tasks or unreleased memory.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -15,32 +15,41 @@ namespace shardplan {
 enum class TaskType : std::uint8_t { kCompute, kCopy, kCollective, kOptimizer, kMarker };
 
 /// What a memory effect is accounted as (the report's breakdown categories).
-enum class MemCategory : std::uint8_t { kParams, kGrads, kOptimizer, kActivations, kGathered, kCommBuffers, kOther };
+enum class MemCategory : std::uint8_t {
+  kParams,
+  kGrads,
+  kOptimizer,
+  kActivations,
+  kGathered,
+  kCommBuffers,
+  kOther
+};
 inline constexpr int kMemCategories = 7;
 const char* to_string(MemCategory c);
 
 struct MemEffect {
   MemCategory category;
-  std::uint8_t pool;   ///< caching-allocator pool (one per CUDA stream that allocates)
-  Bytes delta_bytes;   ///< > 0 allocate, < 0 free
+  std::uint8_t pool;  ///< caching-allocator pool (one per CUDA stream that allocates)
+  Bytes delta_bytes;  ///< > 0 allocate, < 0 free
 };
 
 struct Task {
   TaskType type = TaskType::kCompute;
   std::uint8_t lane = 0;
   double duration_s = 0;
-  double cpu_s = 0;              ///< CPU time to issue it (kernel launches, hooks)
-  std::int32_t cpu_wait_for = -1; ///< the CPU blocks until this earlier task has finished before issuing
-  std::array<std::int32_t, 3> deps{-1, -1, -1};  ///< earlier tasks that must finish first (stream waits)
-  std::uint32_t first_effect = 0, n_effects = 0; ///< memory effects applied when the CPU issues the task
-  std::uint32_t label = 0;       ///< index into Program::labels (what the trace shows)
+  double cpu_s = 0;                ///< CPU time to issue it (kernel launches, hooks)
+  std::int32_t cpu_wait_for = -1;  ///< the CPU blocks until this earlier task has finished before issuing
+  std::array<std::int32_t, 3> deps{-1, -1, -1};   ///< earlier tasks that must finish first (stream waits)
+  std::uint32_t first_effect = 0, n_effects = 0;  ///< memory effects applied when the CPU issues the task
+  std::uint32_t label = 0;                        ///< index into Program::labels (what the trace shows)
   std::int32_t unit = -1, micro_batch = -1;
   bool backward = false;          ///< part of a backward pass (for reports)
   std::uint8_t comm_kind = 0xff;  ///< the report's communication kind of a collective; 0xff for none
   std::uint16_t collectives = 1;  ///< collectives this task stands for (a unit's TP collectives are one task)
 };
 
-/// A task DAG in CPU issue order. Reused across simulations (clear() keeps capacity: no allocation in hot loops).
+/// A task DAG in CPU issue order. Reused across simulations (clear() keeps capacity: no allocation in hot
+/// loops).
 struct Program {
   std::vector<Task> tasks;
   std::vector<MemEffect> effects;
@@ -66,8 +75,8 @@ struct Program {
 
 struct TaskTiming {
   double issue_s = 0, start_s = 0, end_s = 0;
-  /// The earlier task whose completion set this task's start (a dependency, or the previous task on its lane);
-  /// -1 when its issue by the CPU did.
+  /// The earlier task whose completion set this task's start (a dependency, or the previous task on its
+  /// lane); -1 when its issue by the CPU did.
   std::int32_t blocked_by = -1;
   /// The task the CPU blocked on (cpu_wait_for) right before issuing this one; -1 if it did not block.
   std::int32_t cpu_waited_for = -1;
@@ -117,12 +126,13 @@ struct Timeline {
 Bytes allocator_round(Bytes request_bytes);
 
 /// Runs the program. `initial` holds bytes already allocated per category (persistent state) in pool 0.
-void run_engine(const Program& program, int n_lanes, int n_pools, const std::array<Bytes, kMemCategories>& initial,
-                Timeline& out);
+void run_engine(const Program& program, int n_lanes, int n_pools,
+                const std::array<Bytes, kMemCategories>& initial, Timeline& out);
 
 /// Throws std::logic_error if a task never ran or memory allocated during the step was not released
 /// (categories listed in `may_persist` are allowed to end non-zero, e.g. gradients).
-void verify_timeline(const Program& program, const Timeline& t, const std::array<Bytes, kMemCategories>& initial,
+void verify_timeline(const Program& program, const Timeline& t,
+                     const std::array<Bytes, kMemCategories>& initial,
                      const std::array<bool, kMemCategories>& may_persist);
 
 }  // namespace shardplan

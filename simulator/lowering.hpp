@@ -1,6 +1,6 @@
-// Lowering: turns a plan's units into the step's task Program — compute, copies and collectives on their lanes,
-// in the CPU issue order of the runtime, with dependencies, CPU-blocking waits and memory effects — following
-// the plan's RuntimeTraits (docs/mechanics.md §3.2 FSDP2, §3.3 FSDP1, §3.4-§3.5 DeepSpeed).
+// Lowering: turns a plan's units into the step's task Program — compute, copies and collectives on their
+// lanes, in the CPU issue order of the runtime, with dependencies, CPU-blocking waits and memory effects —
+// following the plan's RuntimeTraits (docs/mechanics.md §3.2 FSDP2, §3.3 FSDP1, §3.4-§3.5 DeepSpeed).
 #pragma once
 #include <array>
 #include <vector>

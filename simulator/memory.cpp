@@ -16,11 +16,14 @@ StateElems state_elems(const ModelGraph& model, const Plan& p) {
   std::int64_t local = 0, shard = 0;
   for (const Layer* l : model.order()) {
     for (const auto& ten : l->tensors) {
-      local = add_checked(local, mul_checked(tp_local_rows(ten, t), tp_local_cols(ten, t), "tensor elements"));
-      if (rt.padding != Padding::kFlatUnit) shard = add_checked(shard, tensor_shard_elems(ten, t, F, rt.padding));
+      local =
+          add_checked(local, mul_checked(tp_local_rows(ten, t), tp_local_cols(ten, t), "tensor elements"));
+      if (rt.padding != Padding::kFlatUnit)
+        shard = add_checked(shard, tensor_shard_elems(ten, t, F, rt.padding));
     }
   }
-  if (rt.padding == Padding::kFlatUnit) shard = ceil_div(local, F);  // one padded flat parameter, approximately
+  if (rt.padding == Padding::kFlatUnit)
+    shard = ceil_div(local, F);  // one padded flat parameter, approximately
   const bool ds = p.runtime == Runtime::kDeepSpeed;
   // DeepSpeed ZeRO-1/2 partition one flat group padded to 2 x F (nccl_start_alignment_factor, §1.8).
   const std::int64_t part = ds && p.zero < 3 ? ceil_div(local, 2 * F) * 2 : shard;
@@ -33,11 +36,11 @@ StateElems state_elems(const ModelGraph& model, const Plan& p) {
 }
 
 OffloadSplit offload_split(const Plan& p) {
-  // DeepSpeed ZeRO-Offload (offload_optimizer): fp32 master + Adam moments and the fp32 gradient partitions live
-  // on the host (stage_1_and_2.py cpu_offload: accumulated_grads_in_cpu; stage3.py offload_optimizer); the
-  // 16-bit parameters stay on the GPU. offload_param (ZeRO-Infinity, stage 3) moves the 16-bit parameter
-  // partitions too. FSDP CPU offload (FSDP1 CPUOffload(offload_params=True), FSDP2 CPUOffloadPolicy) keeps the
-  // sharded parameters, their gradients and the optimizer state on the host (docs/mechanics.md §1.11).
+  // DeepSpeed ZeRO-Offload (offload_optimizer): fp32 master + Adam moments and the fp32 gradient partitions
+  // live on the host (stage_1_and_2.py cpu_offload: accumulated_grads_in_cpu; stage3.py offload_optimizer);
+  // the 16-bit parameters stay on the GPU. offload_param (ZeRO-Infinity, stage 3) moves the 16-bit parameter
+  // partitions too. FSDP CPU offload (FSDP1 CPUOffload(offload_params=True), FSDP2 CPUOffloadPolicy) keeps
+  // the sharded parameters, their gradients and the optimizer state on the host (docs/mechanics.md §1.11).
   OffloadSplit o;
   if (p.offload == Offload::kNone) return o;
   o.optimizer = o.grads = true;
@@ -76,26 +79,31 @@ Bytes activation_bytes(const ModelGraph& model, const Plan& p) {
     if (p.ac == AcMode::kFull && l->block >= 0) continue;  // block inputs added below
     total += layer_saved_bytes(*l, p, T, p.ac == AcMode::kSelective && l->block >= 0);
   }
-  if (p.ac == AcMode::kFull) total += static_cast<double>(model.blocks()) * block_input_bytes(model.spec(), p, T);
+  if (p.ac == AcMode::kFull)
+    total += static_cast<double>(model.blocks()) * block_input_bytes(model.spec(), p, T);
   // The saved log-softmax output of the loss (in the loss dtype, vocab-parallel under TP).
   total += T * (p.loss_dtype == Dtype::kFp32 ? 4.0 : bc) * static_cast<double>(model.spec().vocab) / p.tp;
   return static_cast<Bytes>(total);
 }
 
-std::array<Bytes, kMemCategories> initial_allocation(const ModelGraph& model, const Plan& p, const RuntimeTraits& rt,
+std::array<Bytes, kMemCategories> initial_allocation(const ModelGraph& model, const Plan& p,
+                                                     const RuntimeTraits& rt,
                                                      const std::array<Bytes, 3>& ps) {
   std::array<Bytes, kMemCategories> initial{};
   initial[static_cast<int>(MemCategory::kParams)] = ps[0];
   initial[static_cast<int>(MemCategory::kOptimizer)] = ps[2];
   if (rt.grads_persistent) initial[static_cast<int>(MemCategory::kGrads)] = ps[1];
   if (rt.ipg_bucket_persistent)  // DeepSpeed ZeRO-3: IPG bucket allocated at optimizer init (§1.6)
-    initial[static_cast<int>(MemCategory::kCommBuffers)] = static_cast<Bytes>(
-        std::min(fw::kDeepSpeedReduceBucketElems, static_cast<double>(model.parameters()) / p.tp)) * 2;
+    initial[static_cast<int>(MemCategory::kCommBuffers)] =
+        static_cast<Bytes>(
+            std::min(fw::kDeepSpeedReduceBucketElems, static_cast<double>(model.parameters()) / p.tp)) *
+        2;
   // Plain data parallel (ZeRO-0 on the fsdp2 runtime = DDP / composable replicate): the Reducer's flat bucket
-  // buffers hold a second copy of every gradient for the life of the model (gradient_as_bucket_view=False, the
-  // default; the DDP docs: the view "saves memory equal to the total gradients size").
+  // buffers hold a second copy of every gradient for the life of the model (gradient_as_bucket_view=False,
+  // the default; the DDP docs: the view "saves memory equal to the total gradients size").
   if (rt.ddp_reducer_buckets) initial[static_cast<int>(MemCategory::kCommBuffers)] = ps[1];
-  if (p.hold_logits) {  // the previous micro-step's logits (the loss input), still referenced by the training loop
+  if (p.hold_logits) {  // the previous micro-step's logits (the loss input), still referenced by the training
+                        // loop
     const double lb = p.loss_dtype == Dtype::kFp32 ? 4.0 : (p.precision == Precision::kFp32 ? 4.0 : 2.0);
     initial[static_cast<int>(MemCategory::kActivations)] =
         static_cast<Bytes>(std::llround(lb * static_cast<double>(p.mbs) * static_cast<double>(p.seq) *
@@ -122,7 +130,8 @@ Bytes reserved_from_pools(const Timeline& tl, const Plan& p, const ComputeConsta
   const double frag = p.compile ? k.fragmentation_compiled : k.fragmentation_eager;
   for (std::size_t i = 0; i < tl.pool_peak_bytes.size(); ++i) {
     const Bytes b = tl.pool_peak_bytes[i];
-    reserved += i == kPoolDefault ? allocator_round(static_cast<Bytes>(static_cast<double>(b) * (1.0 + frag))) : b;
+    reserved +=
+        i == kPoolDefault ? allocator_round(static_cast<Bytes>(static_cast<double>(b) * (1.0 + frag))) : b;
   }
   return std::max(reserved, tl.peak_bytes);
 }

@@ -13,8 +13,8 @@
 
 namespace shardplan {
 
-/// Elements of the persistent state one rank holds, wherever it lives (GPU or host), as the runtime shards and
-/// pads them (docs/mechanics.md §1.2, §1.8).
+/// Elements of the persistent state one rank holds, wherever it lives (GPU or host), as the runtime shards
+/// and pads them (docs/mechanics.md §1.2, §1.8).
 struct StateElems {
   std::int64_t params = 0, grads = 0, optimizer = 0;
 };
@@ -31,13 +31,14 @@ std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p);
 /// Host memory one rank's offloaded state takes (0 without offload); a node holds this for each of its GPUs.
 Bytes host_state_bytes_per_rank(const ModelGraph& model, const Plan& p);
 
-/// Activations saved by one micro-batch's forward on one rank, plus the saved log-softmax of the loss: a lower
-/// bound of the activations at the peak.
+/// Activations saved by one micro-batch's forward on one rank, plus the saved log-softmax of the loss: a
+/// lower bound of the activations at the peak.
 Bytes activation_bytes(const ModelGraph& model, const Plan& p);
 
 /// Bytes allocated before the step's first task, per category: the persistent state and the buffers that live
 /// across steps (DeepSpeed ZeRO-3 IPG bucket, DDP Reducer buckets, held logits).
-std::array<Bytes, kMemCategories> initial_allocation(const ModelGraph& model, const Plan& p, const RuntimeTraits& rt,
+std::array<Bytes, kMemCategories> initial_allocation(const ModelGraph& model, const Plan& p,
+                                                     const RuntimeTraits& rt,
                                                      const std::array<Bytes, 3>& persistent);
 
 /// Memory held outside PyTorch's allocator (CUDA context, NCCL communicators).
@@ -52,8 +53,8 @@ RuntimeOverhead runtime_overhead(const Plan& p);
 /// the runtime overhead. Never above the simulated peak reserved + overhead (tested).
 Bytes memory_lower_bound(const ModelGraph& model, const Plan& p);
 
-/// Reserved memory from the walk's per-pool peaks: each stream's pool keeps its own peak (blocks are not shared
-/// across streams); the default stream's pool also holds fragments of split blocks (ComputeConstants
+/// Reserved memory from the walk's per-pool peaks: each stream's pool keeps its own peak (blocks are not
+/// shared across streams); the default stream's pool also holds fragments of split blocks (ComputeConstants
 /// fragmentation_*).
 Bytes reserved_from_pools(const Timeline& tl, const Plan& p, const ComputeConstants& k);
 

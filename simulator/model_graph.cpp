@@ -1,6 +1,6 @@
-// Builds ModelGraph from a transformer spec or from graph JSON. Activation accounting follows mechanics.md §2.2
-// (flash attention, no dropout): attention saves its input, Q, K, V, O and an fp32 log-sum-exp; SwiGLU saves its
-// input, gate and up outputs, SiLU(gate) and the product; norms save their input.
+// Builds ModelGraph from a transformer spec or from graph JSON. Activation accounting follows mechanics.md
+// §2.2 (flash attention, no dropout): attention saves its input, Q, K, V, O and an fp32 log-sum-exp; SwiGLU
+// saves its input, gate and up outputs, SiLU(gate) and the product; norms save their input.
 #include "simulator/model_graph.hpp"
 
 #include <boost/graph/topological_sort.hpp>
@@ -11,15 +11,24 @@ namespace shardplan {
 
 const char* to_string(LayerKind k) {
   switch (k) {
-    case LayerKind::kEmbedding: return "embedding";
-    case LayerKind::kPositionEmbedding: return "position_embedding";
-    case LayerKind::kNorm: return "norm";
-    case LayerKind::kAttention: return "attention";
-    case LayerKind::kMlp: return "mlp";
-    case LayerKind::kMoe: return "moe";
-    case LayerKind::kFinalNorm: return "final_norm";
-    case LayerKind::kLmHead: return "lm_head";
-    case LayerKind::kLoss: return "loss";
+    case LayerKind::kEmbedding:
+      return "embedding";
+    case LayerKind::kPositionEmbedding:
+      return "position_embedding";
+    case LayerKind::kNorm:
+      return "norm";
+    case LayerKind::kAttention:
+      return "attention";
+    case LayerKind::kMlp:
+      return "mlp";
+    case LayerKind::kMoe:
+      return "moe";
+    case LayerKind::kFinalNorm:
+      return "final_norm";
+    case LayerKind::kLmHead:
+      return "lm_head";
+    case LayerKind::kLoss:
+      return "loss";
   }
   return "?";
 }
@@ -44,7 +53,8 @@ double Layer::attended_positions(std::int64_t seq) const {
 
 std::int64_t Layer::parameters() const {
   std::int64_t n = 0;
-  for (const auto& t : tensors) n = add_checked(n, mul_checked(t.dim0, t.dim1, "tensor size"), "layer parameters");
+  for (const auto& t : tensors)
+    n = add_checked(n, mul_checked(t.dim0, t.dim1, "tensor size"), "layer parameters");
   return n;
 }
 
@@ -72,7 +82,8 @@ Layer make_norm(const ModelSpec& s, std::string name, int block, LayerKind kind 
 // → q_a_layernorm → q_b_proj (a·(dn + dr)); x → kv_a_proj_with_mqa (rkv + dr: the latent and one shared
 // rotary key) → kv_a_layernorm on the latent → kv_b_proj (a·(dn + dv)); attention with QK dim dn + dr and V
 // dim dv; o_proj (h × a·dv). The low-rank projections are replicated under TP (torchtitan's DeepSeek-V3 plan,
-// torchtitan/models/deepseek_v3/infra/parallelize.py: wq_a, q_norm, wkv_a, kv_norm NoParallel); q_b_proj and kv_b_proj are column-parallel, o_proj row-parallel.
+// torchtitan/models/deepseek_v3/infra/parallelize.py: wq_a, q_norm, wkv_a, kv_norm NoParallel); q_b_proj and
+// kv_b_proj are column-parallel, o_proj row-parallel.
 Layer make_mla(const ModelSpec& s, int block, Layer l) {
   const auto& m = s.mla;
   const std::int64_t h = s.hidden, a = s.heads, dqk = m.qk_nope_head_dim + m.qk_rope_head_dim,
@@ -170,8 +181,8 @@ Layer make_attention(const ModelSpec& s, int block) {
   l.attn_heads = s.heads;
   l.attn_kv_heads = s.kv_heads;
   l.attn_head_dim = d;
-  // Saved: input of the QKV projections (2h, replicated under TP), Q 2q, K and V 2kv each, O 2q (o-proj input),
-  // log-sum-exp fp32 per head (4a).
+  // Saved: input of the QKV projections (2h, replicated under TP), Q 2q, K and V 2kv each, O 2q (o-proj
+  // input), log-sum-exp fp32 per head (4a).
   l.act_replicated_bytes_per_token = 2.0 * h;
   l.act_split_bytes_per_token = 2.0 * q + 4.0 * kv + 2.0 * q + 4.0 * s.heads;
   // q/k norms save their input (the projection outputs, 2 bytes each) and an fp32 rstd per head (q and k).
@@ -418,8 +429,10 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
   Layer loss;
   loss.name = "loss";
   loss.kind = LayerKind::kLoss;
-  // fp32 cross-entropy: cast, log-softmax, gather; backward writes an fp32 gradient and casts it (mechanics §2.3).
-  loss.elementwise_bytes_per_token = loss.eager_elementwise_bytes_per_token = 14.0 * static_cast<double>(s.vocab);
+  // fp32 cross-entropy: cast, log-softmax, gather; backward writes an fp32 gradient and casts it (mechanics
+  // §2.3).
+  loss.elementwise_bytes_per_token = loss.eager_elementwise_bytes_per_token =
+      14.0 * static_cast<double>(s.vocab);
   if (s.final_softcap > 0) {
     // Gemma 2 final_logit_softcapping: logits / cap, tanh, * cap on the bf16 logits. Fused: one read and
     // write (4 bytes per logit); eager: three ops, each a read and a write (12).
@@ -462,7 +475,8 @@ double ModelGraph::attention_model_flops_per_token(std::int64_t seq) const {
   return f;
 }
 
-// --- graph JSON ----------------------------------------------------------------------------------------------
+// --- graph JSON
+// ----------------------------------------------------------------------------------------------
 
 static const char* tp_name(TpSplit t) {
   return t == TpSplit::kColumn ? "column" : t == TpSplit::kRow ? "row" : "replicated";
@@ -474,13 +488,15 @@ static TpSplit parse_tp(const std::string& s, const std::string& file, const std
   throw InputError(file, where, "unknown tp split \"" + s + "\"; expected one of: column, row, replicated");
 }
 static LayerKind parse_kind(const std::string& s, const std::string& file, const std::string& where) {
-  for (LayerKind k : {LayerKind::kEmbedding, LayerKind::kPositionEmbedding, LayerKind::kNorm, LayerKind::kAttention,
-                      LayerKind::kMlp, LayerKind::kMoe, LayerKind::kFinalNorm, LayerKind::kLmHead, LayerKind::kLoss})
+  for (LayerKind k :
+       {LayerKind::kEmbedding, LayerKind::kPositionEmbedding, LayerKind::kNorm, LayerKind::kAttention,
+        LayerKind::kMlp, LayerKind::kMoe, LayerKind::kFinalNorm, LayerKind::kLmHead, LayerKind::kLoss})
     if (s == to_string(k)) return k;
-  throw InputError(file, where,
-                   "unknown layer kind \"" + s +
-                       "\"; expected one of: embedding, position_embedding, norm, attention, mlp, moe, final_norm, "
-                       "lm_head, loss");
+  throw InputError(
+      file, where,
+      "unknown layer kind \"" + s +
+          "\"; expected one of: embedding, position_embedding, norm, attention, mlp, moe, final_norm, "
+          "lm_head, loss");
 }
 
 Json ModelGraph::to_graph_json() const {
@@ -493,7 +509,8 @@ Json ModelGraph::to_graph_json() const {
       if (t.expert) jt["expert"] = true;
       tensors.push_back(jt);
     }
-    for (const auto& g : l.gemms) gemms.push_back({{"n", g.n}, {"k", g.k}, {"count", g.count}, {"tp", tp_name(g.tp)}});
+    for (const auto& g : l.gemms)
+      gemms.push_back({{"n", g.n}, {"k", g.k}, {"count", g.count}, {"tp", tp_name(g.tp)}});
     Json jl = {{"name", l.name},
                {"kind", to_string(l.kind)},
                {"block", l.block},
@@ -507,7 +524,8 @@ Json ModelGraph::to_graph_json() const {
                {"eager_elementwise_bytes_per_token", l.eager_elementwise_bytes_per_token}};
     if (l.moe_experts > 0) jl["moe"] = {{"experts", l.moe_experts}, {"top_k", l.moe_top_k}};
     if (l.attn_heads > 0) {
-      jl["attention"] = {{"heads", l.attn_heads}, {"kv_heads", l.attn_kv_heads}, {"head_dim", l.attn_head_dim}};
+      jl["attention"] = {
+          {"heads", l.attn_heads}, {"kv_heads", l.attn_kv_heads}, {"head_dim", l.attn_head_dim}};
       if (l.attn_v_head_dim > 0) jl["attention"]["v_head_dim"] = l.attn_v_head_dim;
       if (l.attn_window > 0) jl["attention"]["window"] = l.attn_window;
       if (l.attn_chunked) jl["attention"]["chunked"] = true;
@@ -516,7 +534,10 @@ Json ModelGraph::to_graph_json() const {
   }
   for (auto e : boost::make_iterator_range(boost::edges(graph_)))
     edges.push_back({boost::source(e, graph_), boost::target(e, graph_)});
-  return {{"schema", "shardplan.graph/1"}, {"spec", model_spec_to_json(spec_)}, {"layers", layers}, {"edges", edges}};
+  return {{"schema", "shardplan.graph/1"},
+          {"spec", model_spec_to_json(spec_)},
+          {"layers", layers},
+          {"edges", edges}};
 }
 
 ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
@@ -541,9 +562,11 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
         Tensor tensor;
         tensor.name = to.str("name");
         const Json& shape = to.raw("shape");
-        if (!shape.is_array() || shape.empty() || shape.size() > 2) to.fail("shape", "expected [rows] or [rows, cols]");
+        if (!shape.is_array() || shape.empty() || shape.size() > 2)
+          to.fail("shape", "expected [rows] or [rows, cols]");
         tensor.dim0 = json_integer(shape[0], file, to.pointer("shape") + "/0", 1, kMaxDim * 64);
-        tensor.dim1 = shape.size() > 1 ? json_integer(shape[1], file, to.pointer("shape") + "/1", 1, kMaxDim * 64) : 1;
+        tensor.dim1 =
+            shape.size() > 1 ? json_integer(shape[1], file, to.pointer("shape") + "/1", 1, kMaxDim * 64) : 1;
         tensor.tp = parse_tp(to.str("tp", "replicated"), file, to.pointer("tp"));
         tensor.expert = to.boolean("expert", false);
         to.finish();
@@ -603,7 +626,8 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
       const Json& e = (*es)[i];
       std::string where = "/edges/" + std::to_string(i);
       if (!e.is_array() || e.size() != 2) throw InputError(file, where, "expected [from, to]");
-      auto a = json_integer(e[0], file, where + "/0", 0, n - 1), b = json_integer(e[1], file, where + "/1", 0, n - 1);
+      auto a = json_integer(e[0], file, where + "/0", 0, n - 1),
+           b = json_integer(e[1], file, where + "/1", 0, n - 1);
       boost::add_edge(static_cast<std::size_t>(a), static_cast<std::size_t>(b), m.graph_);
     }
   }

@@ -1,6 +1,7 @@
-// ModelGraph: a Boost.Graph of layers (embedding, norms, attention, MLP/MoE, LM head, loss) with, per layer, its
-// parameter tensors (so padding and per-parameter sharding are exact), its forward GEMMs and attention core, the
-// bytes it saves for backward per token, and data-flow edges. Execution order is a topological sort.
+// ModelGraph: a Boost.Graph of layers (embedding, norms, attention, MLP/MoE, LM head, loss) with, per layer,
+// its parameter tensors (so padding and per-parameter sharding are exact), its forward GEMMs and attention
+// core, the bytes it saves for backward per token, and data-flow edges. Execution order is a topological
+// sort.
 #pragma once
 #include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
@@ -12,7 +13,17 @@
 
 namespace shardplan {
 
-enum class LayerKind { kEmbedding, kPositionEmbedding, kNorm, kAttention, kMlp, kMoe, kFinalNorm, kLmHead, kLoss };
+enum class LayerKind {
+  kEmbedding,
+  kPositionEmbedding,
+  kNorm,
+  kAttention,
+  kMlp,
+  kMoe,
+  kFinalNorm,
+  kLmHead,
+  kLoss
+};
 const char* to_string(LayerKind k);
 
 /// How tensor parallelism splits a tensor: replicated (norms), column-parallel (dim 0 split: QKV, gate/up,
@@ -66,8 +77,8 @@ struct Layer {
   /// The same under selective recomputation (torchtitan op-level SAC: GEMM and attention outputs kept).
   double act_selective_split_bytes_per_token = 0, act_selective_replicated_bytes_per_token = 0;
   /// Memory-bound forward traffic per token (norms, activations, rotary, residual adds), bytes, when the
-  /// elementwise ops are fused (torch.compile); `eager_elementwise_bytes_per_token` is the same work run op by op
-  /// in eager mode (fp32 upcasts and every intermediate written and read back).
+  /// elementwise ops are fused (torch.compile); `eager_elementwise_bytes_per_token` is the same work run op
+  /// by op in eager mode (fp32 upcasts and every intermediate written and read back).
   double elementwise_bytes_per_token = 0;
   double eager_elementwise_bytes_per_token = 0;
   std::int64_t parameters() const;

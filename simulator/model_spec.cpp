@@ -23,14 +23,16 @@ bool MoeSpec::is_moe_block(int b) const {
   if (experts <= 0 || b < first_dense || interval <= 0 || b % interval != phase) return false;
   return std::find(dense_layers.begin(), dense_layers.end(), b) == dense_layers.end();
 }
-const char* to_string(NormKind k) { return k == NormKind::kRmsNorm ? "rmsnorm" : "layernorm"; }
+const char* to_string(NormKind k) {
+  return k == NormKind::kRmsNorm ? "rmsnorm" : "layernorm";
+}
 const char* to_string(PositionKind k) {
   return k == PositionKind::kRotary ? "rotary" : k == PositionKind::kLearned ? "learned" : "alibi";
 }
 
 template <class E>
-static E parse_enum(JsonObj& o, const std::string& key, std::initializer_list<std::pair<const char*, E>> values,
-                    E def) {
+static E parse_enum(JsonObj& o, const std::string& key,
+                    std::initializer_list<std::pair<const char*, E>> values, E def) {
   if (!o.has(key)) {
     o.raw_optional(key);
     return def;
@@ -45,15 +47,17 @@ static E parse_enum(JsonObj& o, const std::string& key, std::initializer_list<st
 }
 
 constexpr std::int64_t kMaxDim = std::int64_t{1} << 24;  // 16M: wider than any real model dimension
-// Blocks and blocks x experts (one MLP per expert per block) bound the graph size so that building it takes well
-// under a second even under sanitizers; both are far above real models (405B: 126 blocks; DeepSeek-V3: 61 x 256).
+// Blocks and blocks x experts (one MLP per expert per block) bound the graph size so that building it takes
+// well under a second even under sanitizers; both are far above real models (405B: 126 blocks; DeepSeek-V3:
+// 61 x 256).
 constexpr std::int64_t kMaxLayers = 10000, kMaxHeads = 100000, kMaxExpertMlps = std::int64_t{1} << 15;
 
 ModelSpec parse_model_spec(JsonObj o) {
   ModelSpec s;
   if (o.has("schema")) {
     std::string schema = o.str("schema");
-    if (schema != "shardplan.model/1") o.fail("schema", "expected \"shardplan.model/1\", got \"" + schema + "\"");
+    if (schema != "shardplan.model/1")
+      o.fail("schema", "expected \"shardplan.model/1\", got \"" + schema + "\"");
   }
   o.allow({"source", "notes", "sources"});
   s.name = o.str("name", "custom");
@@ -131,9 +135,9 @@ ModelSpec parse_model_spec(JsonObj o) {
   return s;
 }
 
-
 void validate_model_spec(const ModelSpec& s, const std::string& file) {
-  // parse_model_spec reads these with the same ranges; Hugging Face configs and code-built specs meet them here.
+  // parse_model_spec reads these with the same ranges; Hugging Face configs and code-built specs meet them
+  // here.
   auto range = [&](const char* key, std::int64_t v, std::int64_t lo, std::int64_t hi) {
     if (v < lo || v > hi)
       throw InputError(file, std::string("/") + key,
@@ -181,7 +185,8 @@ void validate_model_spec(const ModelSpec& s, const std::string& file) {
   if (static_cast<std::int64_t>(s.layers + s.mtp_layers) * std::max(1, s.moe.experts) > kMaxExpertMlps)
     throw InputError(file, "/moe/experts",
                      std::to_string(s.layers) + " blocks x " + std::to_string(s.moe.experts) +
-                         " experts is more than the " + std::to_string(kMaxExpertMlps) + " expert MLPs modelled");
+                         " experts is more than the " + std::to_string(kMaxExpertMlps) +
+                         " expert MLPs modelled");
   if (s.heads % s.kv_heads != 0)
     throw InputError(file, "/kv_heads",
                      "heads (" + std::to_string(s.heads) + ") must be a multiple of kv_heads (" +
@@ -244,7 +249,8 @@ Json model_spec_to_json(const ModelSpec& s) {
   return j;
 }
 
-// --- Hugging Face config.json -------------------------------------------------------------------------------
+// --- Hugging Face config.json
+// -------------------------------------------------------------------------------
 
 namespace {
 struct HfReader {
@@ -519,7 +525,8 @@ ModelSpec parse_hf_config(const Json& j, const std::string& file) {
     bool no_bias = r.boolean("no_bias", true);
     s.attn_bias = s.mlp_bias = s.norm_bias = !no_bias;
     s.tied_embeddings = true;
-    bool alibi = j.contains("attn_config") && j["attn_config"].is_object() && j["attn_config"].value("alibi", false);
+    bool alibi =
+        j.contains("attn_config") && j["attn_config"].is_object() && j["attn_config"].value("alibi", false);
     s.positions = alibi ? PositionKind::kAlibi : PositionKind::kLearned;
     s.max_positions = r.integer("max_seq_len", 2048);
     s.seq = s.max_positions;

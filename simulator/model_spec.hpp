@@ -63,7 +63,7 @@ struct ModelSpec {
   NormKind norm = NormKind::kRmsNorm;
   bool attn_bias = false, mlp_bias = false, norm_bias = false;
   bool qkv_bias_only = false;  ///< with attn_bias: biases on q, k, v but not on the output projection (Qwen2)
-  bool embedding_norm = false; ///< a norm right after the token embedding (BLOOM)
+  bool embedding_norm = false;  ///< a norm right after the token embedding (BLOOM)
   bool tied_embeddings = false;
   PositionKind positions = PositionKind::kRotary;
   std::int64_t max_positions = 0;

@@ -12,15 +12,23 @@ const char* to_string(Runtime r) {
 }
 const char* to_string(Precision p) {
   switch (p) {
-    case Precision::kBf16Mixed: return "bf16-mixed";
-    case Precision::kBf16: return "bf16";
-    case Precision::kBf16True: return "bf16-true";
-    case Precision::kFp32: return "fp32";
+    case Precision::kBf16Mixed:
+      return "bf16-mixed";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kBf16True:
+      return "bf16-true";
+    case Precision::kFp32:
+      return "fp32";
   }
   return "?";
 }
-const char* to_string(AcMode a) { return a == AcMode::kNone ? "none" : a == AcMode::kSelective ? "selective" : "full"; }
-const char* to_string(Dtype d) { return d == Dtype::kFp32 ? "fp32" : "bf16"; }
+const char* to_string(AcMode a) {
+  return a == AcMode::kNone ? "none" : a == AcMode::kSelective ? "selective" : "full";
+}
+const char* to_string(Dtype d) {
+  return d == Dtype::kFp32 ? "fp32" : "bf16";
+}
 const char* to_string(Offload o) {
   return o == Offload::kNone ? "none" : o == Offload::kOptimizer ? "optimizer" : "params";
 }
@@ -51,9 +59,11 @@ static void need(bool ok, const char* knob, const std::string& why) {
 // Offload modes each runtime has (resolved zero and grad_accum):
 // - DeepSpeed: `zero_optimization.offload_optimizer` works from stage 1 up, `offload_param` only in stage 3
 //   (deepspeed/runtime/zero/config.py, ZeRO-Infinity docs: "offload_param ... only valid with stage 3").
-// - FSDP1 `CPUOffload(offload_params=True)` and FSDP2 `fully_shard(offload_policy=CPUOffloadPolicy())` move the
-//   sharded parameters with their gradients (and so the optimizer step and its state) to the host: there is no
-//   optimizer-only mode (torch/distributed/fsdp/api.py CPUOffload, _fully_shard/_fsdp_api.py CPUOffloadPolicy).
+// - FSDP1 `CPUOffload(offload_params=True)` and FSDP2 `fully_shard(offload_policy=CPUOffloadPolicy())` move
+// the
+//   sharded parameters with their gradients (and so the optimizer step and its state) to the host: there is
+//   no optimizer-only mode (torch/distributed/fsdp/api.py CPUOffload, _fully_shard/_fsdp_api.py
+//   CPUOffloadPolicy).
 // - FSDP1 with offloaded parameters does not accumulate gradients outside `no_sync()` (the PyTorch FSDP docs'
 //   limitations: "FSDP does not support gradient accumulation outside no_sync() when using CPU offloading";
 //   _runtime_utils.py replaces the CPU gradient with the newly reduced one).
@@ -67,14 +77,17 @@ static void check_offload(const Plan& p) {
            "deepspeed offloads the optimizer (offload_optimizer) from ZeRO stage 1 up; use --zero 1, 2 or 3");
     else
       need(p.zero == 3, "--offload",
-           "deepspeed offloads parameters (offload_param) only in ZeRO stage 3; use --zero 3 or --offload optimizer");
+           "deepspeed offloads parameters (offload_param) only in ZeRO stage 3; use --zero 3 or --offload "
+           "optimizer");
     return;
   }
   need(p.offload != Offload::kOptimizer, "--offload",
-       rt + " has no optimizer-only offload (its CPU offload moves parameters, gradients and optimizer state); use "
+       rt + " has no optimizer-only offload (its CPU offload moves parameters, gradients and optimizer "
+            "state); use "
             "--offload params or --runtime deepspeed");
   need(p.zero >= 1, "--offload",
-       "--zero 0 is plain data parallel (DDP), which has no CPU offload; use --zero 2 or 3 with --offload params");
+       "--zero 0 is plain data parallel (DDP), which has no CPU offload; use --zero 2 or 3 with --offload "
+       "params");
 }
 
 Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::int64_t global_batch) {
@@ -83,18 +96,21 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   need(p.zero >= 0 && p.zero <= 3, "--zero", "must be 0, 1, 2 or 3, got " + std::to_string(p.zero));
   need(p.tp >= 1, "--tp", "must be >= 1");
   need(p.tp <= cluster.spec().node.nvlink_domain_gpus, "--tp",
-       "tp " + std::to_string(p.tp) + " exceeds the " + std::to_string(cluster.spec().node.nvlink_domain_gpus) +
-           " GPUs of one NVLink domain");
-  need(gpus % p.tp == 0, "--tp", "tp " + std::to_string(p.tp) + " does not divide " + std::to_string(gpus) + " GPUs");
+       "tp " + std::to_string(p.tp) + " exceeds the " +
+           std::to_string(cluster.spec().node.nvlink_domain_gpus) + " GPUs of one NVLink domain");
+  need(gpus % p.tp == 0, "--tp",
+       "tp " + std::to_string(p.tp) + " does not divide " + std::to_string(gpus) + " GPUs");
   if (p.tp > 1) {
-    need(s.heads % p.tp == 0, "--tp", "tp " + std::to_string(p.tp) + " does not divide the " +
-                                           std::to_string(s.heads) + " attention heads");
+    need(s.heads % p.tp == 0, "--tp",
+         "tp " + std::to_string(p.tp) + " does not divide the " + std::to_string(s.heads) +
+             " attention heads");
     need(s.kv_heads % p.tp == 0 || p.tp % s.kv_heads == 0, "--tp",
          "tp " + std::to_string(p.tp) + " and the " + std::to_string(s.kv_heads) + " KV heads do not divide");
-    need(s.ffn_hidden % p.tp == 0, "--tp", "tp " + std::to_string(p.tp) + " does not divide the FFN width " +
-                                                std::to_string(s.ffn_hidden));
-    need(s.vocab % p.tp == 0, "--tp", "tp " + std::to_string(p.tp) + " does not divide the vocabulary " +
-                                           std::to_string(s.vocab) + " (pad the vocabulary)");
+    need(s.ffn_hidden % p.tp == 0, "--tp",
+         "tp " + std::to_string(p.tp) + " does not divide the FFN width " + std::to_string(s.ffn_hidden));
+    need(s.vocab % p.tp == 0, "--tp",
+         "tp " + std::to_string(p.tp) + " does not divide the vocabulary " + std::to_string(s.vocab) +
+             " (pad the vocabulary)");
   }
   check_offload(p);  // before the derived checks: an offload mode the runtime lacks is the first thing to say
   p.dp = gpus / p.tp;
@@ -108,15 +124,19 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   }
   if (p.runtime != Runtime::kDeepSpeed) {
     need(p.zero != 1, "--zero",
-         std::string(to_string(p.runtime)) + " has no ZeRO-1 mode; use --zero 2 (SHARD_GRAD_OP) or --runtime deepspeed");
+         std::string(to_string(p.runtime)) +
+             " has no ZeRO-1 mode; use --zero 2 (SHARD_GRAD_OP) or --runtime deepspeed");
   } else {
-    need(p.replicas == 1, "--shard-group", "deepspeed runtime: hybrid sharding (HSDP) is modelled for fsdp1/fsdp2 only");
-    need(!p.reshard_after_forward.has_value() || *p.reshard_after_forward == (p.zero == 3), "--reshard-after-forward",
-         "deepspeed reshards after forward exactly in ZeRO-3");
+    need(p.replicas == 1, "--shard-group",
+         "deepspeed runtime: hybrid sharding (HSDP) is modelled for fsdp1/fsdp2 only");
+    need(!p.reshard_after_forward.has_value() || *p.reshard_after_forward == (p.zero == 3),
+         "--reshard-after-forward", "deepspeed reshards after forward exactly in ZeRO-3");
   }
   if (p.reshard_after_forward.has_value() && *p.reshard_after_forward && p.zero < 3)
-    throw InputError::flag("--reshard-after-forward", "resharding after forward needs --zero 3 (parameters sharded)");
-  if (p.reshard_after_forward.has_value() && !*p.reshard_after_forward && p.zero == 3 && p.runtime != Runtime::kDeepSpeed) {
+    throw InputError::flag("--reshard-after-forward",
+                           "resharding after forward needs --zero 3 (parameters sharded)");
+  if (p.reshard_after_forward.has_value() && !*p.reshard_after_forward && p.zero == 3 &&
+      p.runtime != Runtime::kDeepSpeed) {
     // FSDP with reshard_after_forward=false is SHARD_GRAD_OP: that is ZeRO-2 semantics.
     p.zero = 2;
   }
@@ -133,18 +153,20 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   need(p.mbs >= 1 && p.mbs <= 65536, "--mbs", "must be in [1, 65536]");
   need(p.wrap >= 1, "--wrap", "must be >= 1");
   need(p.wrap <= std::max(1, model.blocks()), "--wrap",
-       "wrap " + std::to_string(p.wrap) + " exceeds the model's " + std::to_string(model.blocks()) + " blocks");
+       "wrap " + std::to_string(p.wrap) + " exceeds the model's " + std::to_string(model.blocks()) +
+           " blocks");
   need(p.prefetch >= 0 && p.prefetch <= 16, "--prefetch", "must be in [0, 16]");
   if (global_batch > 0) {
     const std::int64_t per_step = static_cast<std::int64_t>(p.dp) * p.mbs;
     need(global_batch % per_step == 0, "--global-batch",
-         "global batch " + std::to_string(global_batch) + " is not a multiple of dp x mbs = " + std::to_string(p.dp) +
-             " x " + std::to_string(p.mbs));
+         "global batch " + std::to_string(global_batch) +
+             " is not a multiple of dp x mbs = " + std::to_string(p.dp) + " x " + std::to_string(p.mbs));
     p.grad_accum = static_cast<int>(global_batch / per_step);
   }
   need(p.grad_accum >= 1 && p.grad_accum <= 1 << 20, "--grad-accum", "must be in [1, 1048576]");
   if (!p.reduce_dtype)
-    p.reduce_dtype = (p.precision == Precision::kBf16Mixed || p.precision == Precision::kFp32) ? Dtype::kFp32 : Dtype::kBf16;
+    p.reduce_dtype = (p.precision == Precision::kBf16Mixed || p.precision == Precision::kFp32) ? Dtype::kFp32
+                                                                                               : Dtype::kBf16;
   if (p.precision == Precision::kFp32) p.reduce_dtype = Dtype::kFp32;
   need(p.fp8 == Fp8::kNone || p.precision != Precision::kFp32, "--fp8",
        "float8 linears need a 16-bit compute dtype (--precision bf16-mixed, bf16 or bf16-true), not fp32");
@@ -155,7 +177,8 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
          "gathered)");
   }
   need(p.offload != Offload::kParams || p.runtime != Runtime::kFsdp1 || p.grad_accum == 1, "--offload",
-       "fsdp1 with offloaded parameters does not accumulate gradients outside no_sync(); use --grad-accum 1 or "
+       "fsdp1 with offloaded parameters does not accumulate gradients outside no_sync(); use --grad-accum 1 "
+       "or "
        "--runtime fsdp2");
   return p;
 }
@@ -165,9 +188,12 @@ Json plan_to_json(const Plan& p) {
   for (const Knob& k : plan_knobs()) {
     const std::string v = k.get(p);
     if (v.empty()) continue;
-    if (k.kind == KnobKind::kInt) j[k.key] = std::stoll(v);
-    else if (k.kind == KnobKind::kEnum) j[k.key] = v;
-    else j[k.key] = v == "true";
+    if (k.kind == KnobKind::kInt)
+      j[k.key] = std::stoll(v);
+    else if (k.kind == KnobKind::kEnum)
+      j[k.key] = v;
+    else
+      j[k.key] = v == "true";
   }
   j["dp"] = p.dp;
   j["replicas"] = p.replicas;
@@ -184,9 +210,12 @@ Plan plan_from_json(JsonObj o) {
       continue;
     }
     std::string text;
-    if (k.kind == KnobKind::kInt) text = std::to_string(o.integer(k.key, k.lo, k.hi));
-    else if (k.kind == KnobKind::kEnum) text = o.str(k.key);
-    else text = o.boolean(k.key) ? "true" : "false";
+    if (k.kind == KnobKind::kInt)
+      text = std::to_string(o.integer(k.key, k.lo, k.hi));
+    else if (k.kind == KnobKind::kEnum)
+      text = o.str(k.key);
+    else
+      text = o.boolean(k.key) ? "true" : "false";
     std::string why = k.set(p, text);
     if (!why.empty()) o.fail(k.key, why);
   }

@@ -19,9 +19,9 @@ enum class Runtime { kFsdp2, kFsdp1, kDeepSpeed };
 enum class Precision { kBf16Mixed, kBf16, kBf16True, kFp32 };
 enum class AcMode { kNone, kSelective, kFull };
 enum class Dtype { kFp32, kBf16 };
-/// CPU offload. kOptimizer: DeepSpeed ZeRO-Offload (`offload_optimizer`: fp32 master weights, Adam state and the
-/// gradient partitions on the host, Adam on the CPU). kParams: parameters, gradients and optimizer state on the
-/// host, optimizer on the CPU (DeepSpeed ZeRO-3 `offload_param` + `offload_optimizer`, FSDP1
+/// CPU offload. kOptimizer: DeepSpeed ZeRO-Offload (`offload_optimizer`: fp32 master weights, Adam state and
+/// the gradient partitions on the host, Adam on the CPU). kParams: parameters, gradients and optimizer state
+/// on the host, optimizer on the CPU (DeepSpeed ZeRO-3 `offload_param` + `offload_optimizer`, FSDP1
 /// `CPUOffload(offload_params=True)`, FSDP2 `CPUOffloadPolicy`).
 enum class Offload { kNone, kOptimizer, kParams };
 /// Float8 training of the transformer blocks' linear layers (torchao Float8Linear recipes): GEMMs in fp8 with
@@ -95,28 +95,29 @@ std::optional<Offload> parse_offload(const std::string& s);
 
 struct Plan {
   Runtime runtime = Runtime::kFsdp2;
-  int zero = 3;            ///< 0 = plain data parallel, 1 optimizer, 2 + gradients, 3 + parameters sharded
-  int shard_group = 0;     ///< ranks that shard the state; 0 = all data-parallel ranks (HSDP when smaller)
-  int tp = 1;              ///< tensor parallel degree, inside one NVLink domain
-  std::int64_t seq = 0;    ///< sequence length; 0 = the model's default
-  int mbs = 1;             ///< micro-batch: sequences per GPU per micro-step
-  int grad_accum = 1;      ///< micro-batches per optimizer step
+  int zero = 3;          ///< 0 = plain data parallel, 1 optimizer, 2 + gradients, 3 + parameters sharded
+  int shard_group = 0;   ///< ranks that shard the state; 0 = all data-parallel ranks (HSDP when smaller)
+  int tp = 1;            ///< tensor parallel degree, inside one NVLink domain
+  std::int64_t seq = 0;  ///< sequence length; 0 = the model's default
+  int mbs = 1;           ///< micro-batch: sequences per GPU per micro-step
+  int grad_accum = 1;    ///< micro-batches per optimizer step
   AcMode ac = AcMode::kNone;
-  int wrap = 1;            ///< transformer blocks per FSDP unit
-  int prefetch = 1;        ///< units all-gathered ahead of the one computing
+  int wrap = 1;                               ///< transformer blocks per FSDP unit
+  int prefetch = 1;                           ///< units all-gathered ahead of the one computing
   std::optional<bool> reshard_after_forward;  ///< default: true for ZeRO-3, false for ZeRO-2
   Precision precision = Precision::kBf16Mixed;
-  std::optional<Dtype> reduce_dtype;          ///< default: fp32 for bf16-mixed and fp32, bf16 otherwise
+  std::optional<Dtype> reduce_dtype;  ///< default: fp32 for bf16-mixed and fp32, bf16 otherwise
   Offload offload = Offload::kNone;
-  bool async_tp = false;   ///< TP collectives overlapped with GEMMs
+  bool async_tp = false;  ///< TP collectives overlapped with GEMMs
   bool fused_optimizer = true;
-  bool compile = false;    ///< torch.compile: elementwise ops fused (less HBM traffic)
-  /// The training loop keeps the model output (fp32 logits) referenced through backward and the optimizer step,
-  /// until the next forward replaces it (torchtitan before mid-2024 had no `del pred`; mechanics §2.3).
+  bool compile = false;  ///< torch.compile: elementwise ops fused (less HBM traffic)
+  /// The training loop keeps the model output (fp32 logits) referenced through backward and the optimizer
+  /// step, until the next forward replaces it (torchtitan before mid-2024 had no `del pred`; mechanics §2.3).
   bool hold_logits = false;
-  /// Dtype the loss (log-softmax, its gradients) runs in: fp32 when the logits are upcast (torchtitan, HF Llama,
-  /// autocast's log_softmax), bf16 (= the 16-bit compute dtype, fp16 included) when a model without autocast
-  /// computes cross-entropy on its half-precision logits (DeepSpeed/Megatron fp16 or bf16, 2022 HF GPT-2).
+  /// Dtype the loss (log-softmax, its gradients) runs in: fp32 when the logits are upcast (torchtitan, HF
+  /// Llama, autocast's log_softmax), bf16 (= the 16-bit compute dtype, fp16 included) when a model without
+  /// autocast computes cross-entropy on its half-precision logits (DeepSpeed/Megatron fp16 or bf16, 2022 HF
+  /// GPT-2).
   Dtype loss_dtype = Dtype::kFp32;
   /// Float8 linear layers in the transformer blocks (embedding, LM head, attention core and MoE experts stay
   /// in the compute dtype, as torchao/torchtitan convert them).
@@ -126,8 +127,8 @@ struct Plan {
   bool fp8_all_gather = false;
 
   // Derived by resolve_plan:
-  int dp = 1;              ///< data-parallel ranks = gpus / tp
-  int replicas = 1;        ///< dp / shard_group
+  int dp = 1;        ///< data-parallel ranks = gpus / tp
+  int replicas = 1;  ///< dp / shard_group
 
   bool reshard() const { return reshard_after_forward.value_or(zero >= 3); }
   Dtype reduce() const { return reduce_dtype.value_or(Dtype::kFp32); }
@@ -139,10 +140,11 @@ struct Plan {
 /// `global_batch` > 0 derives grad_accum (global = dp x mbs x grad_accum).
 Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::int64_t global_batch = 0);
 
-/// The run-record plan keys (docs/formats.md): every knob of the knob table (simulator/knobs.hpp) plus the derived
-/// `dp`, `replicas` and `global_batch`.
+/// The run-record plan keys (docs/formats.md): every knob of the knob table (simulator/knobs.hpp) plus the
+/// derived `dp`, `replicas` and `global_batch`.
 Json plan_to_json(const Plan& p);
-/// Reads run-record plan keys (the knob table's; derived keys are accepted and ignored); unknown keys are rejected.
+/// Reads run-record plan keys (the knob table's; derived keys are accepted and ignored); unknown keys are
+/// rejected.
 Plan plan_from_json(JsonObj o);
 
 }  // namespace shardplan

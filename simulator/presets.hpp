@@ -1,5 +1,5 @@
-// The registry of built-in model presets (embedded at build time) and the loader that accepts a preset name or
-// a file path and detects the kind of file from its content. Cluster presets: topologies/presets.hpp.
+// The registry of built-in model presets (embedded at build time) and the loader that accepts a preset name
+// or a file path and detects the kind of file from its content. Cluster presets: topologies/presets.hpp.
 #pragma once
 #include <string>
 #include <vector>

@@ -1,11 +1,11 @@
-// Result: everything one simulated step yields — memory (busiest rank), time, communication per kind — the one
-// value that reports format (they compute nothing).
+// Result: everything one simulated step yields — memory (busiest rank), time, communication per kind — the
+// one value that reports format (they compute nothing).
 #pragma once
 #include <array>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
-#include <string>
 
 #include "simulator/engine.hpp"
 #include "simulator/memory.hpp"
@@ -28,7 +28,7 @@ const char* to_string(CommKind k);
 struct CommStats {
   double bytes_per_rank = 0;  ///< bytes each rank sends over the step (ring; PCIe bytes for offload copies)
   double time_s = 0;          ///< total time of these transfers
-  double exposed_s = 0;       ///< time in which the compute stream idles and this kind is the transfer it waits on
+  double exposed_s = 0;  ///< time in which the compute stream idles and this kind is the transfer it waits on
   int count = 0;
 };
 
@@ -45,12 +45,14 @@ struct Result {
   std::array<Bytes, 3> persistent_split{};  ///< params, grads, optimizer (on the GPU)
   Bytes peak_bytes = 0;                     ///< predicted max_memory_allocated
   Bytes peak_reserved_bytes = 0;            ///< predicted max_memory_reserved
-  /// Peak allocated in the run's first step, where the optimizer state is created by the first optimizer step:
-  /// before it the state does not exist, from it on it does. Never above `peak_bytes` (the steady state).
+  /// Peak allocated in the run's first step, where the optimizer state is created by the first optimizer
+  /// step: before it the state does not exist, from it on it does. Never above `peak_bytes` (the steady
+  /// state).
   Bytes first_step_peak_bytes = 0;
   RuntimeOverhead overhead;
   Bytes capacity_bytes = 0;
-  /// CPU offload: host memory one node needs for the offloaded state of its GPUs, and what it has (0 = unknown).
+  /// CPU offload: host memory one node needs for the offloaded state of its GPUs, and what it has (0 =
+  /// unknown).
   Bytes host_bytes_per_node = 0, host_capacity_bytes = 0;
   bool fits = false;
   std::array<Bytes, kMemCategories> breakdown{};

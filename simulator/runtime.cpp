@@ -20,13 +20,16 @@ RuntimeTraits runtime_traits(const Plan& p) {
   t.unsharded_pool = fsdp1 ? kPoolAllGather : kPoolDefault;
   t.root_gathered_through_step = fsdp1;
   t.head_not_resharded = fsdp2;
-  t.gather_limiter = fsdp1 ? GatherLimiter::kComputeTwoBack : ds ? GatherLimiter::kFetchTwoBack : GatherLimiter::kNone;
+  t.gather_limiter = fsdp1 ? GatherLimiter::kComputeTwoBack
+                     : ds  ? GatherLimiter::kFetchTwoBack
+                           : GatherLimiter::kNone;
   t.grads_persistent = p.zero == 0 || (ds && p.zero >= 2);
   t.reduce_scatter = p.zero >= 2;
   t.rs_waits_prev_rs = fsdp2;
   t.rs_input_held = fsdp2;
   t.rs_cpu_limiter = ds;
-  t.rs_input_pool = fsdp2 ? kPoolDefault : kPoolReduceScatter;  // PR pytorch#129721 moved it to the default stream
+  t.rs_input_pool =
+      fsdp2 ? kPoolDefault : kPoolReduceScatter;  // PR pytorch#129721 moved it to the default stream
   t.reduce_only_at_boundary = ds && p.zero == 1;
   t.grad_kept_until_boundary = ds && p.zero == 1;
   t.allreduce_in_compute_dtype = ds;

@@ -41,13 +41,15 @@ enum class GatherLimiter : std::uint8_t {
 struct RuntimeTraits {
   Runtime runtime = Runtime::kFsdp2;
   // --- parameters ---
-  bool gathers_params = false;    ///< parameters sharded at rest and all-gathered per unit (ZeRO-3, FSDP ZeRO-2)
+  bool gathers_params =
+      false;  ///< parameters sharded at rest and all-gathered per unit (ZeRO-3, FSDP ZeRO-2)
   Padding padding = Padding::kPerTensorDim0;
-  bool copy_out = false;          ///< gathered flat buffer copied into per-parameter tensors (FSDP2, DeepSpeed)
+  bool copy_out = false;  ///< gathered flat buffer copied into per-parameter tensors (FSDP2, DeepSpeed)
   bool hold_forward_ag_output = false;  ///< FSDP2: AG output of unit i kept until unit i+1's copy-out (§1.4)
   bool ag_after_prev_copy_out = false;  ///< FSDP2: AG streams wait for the previous unit's copy-out (§3.2)
-  bool cast_buffer_on_ag_stream = false;  ///< mixed precision: the shard cast into a bf16 buffer before the AG
-  Pool unsharded_pool = kPoolDefault;   ///< where the unsharded parameters live (FSDP1: the AG output itself)
+  bool cast_buffer_on_ag_stream =
+      false;                           ///< mixed precision: the shard cast into a bf16 buffer before the AG
+  Pool unsharded_pool = kPoolDefault;  ///< where the unsharded parameters live (FSDP1: the AG output itself)
   bool root_gathered_through_step = false;  ///< FSDP1: root flat parameter (embedding + head) kept (§1.9)
   bool head_not_resharded = false;          ///< FSDP2 (torchtitan): [norm, output] not resharded (§1.9)
   GatherLimiter gather_limiter = GatherLimiter::kNone;
@@ -59,7 +61,7 @@ struct RuntimeTraits {
   bool rs_cpu_limiter = false;    ///< DeepSpeed: at most two reduce events pending (§3.4)
   Pool rs_input_pool = kPoolReduceScatter;
   bool reduce_only_at_boundary = false;  ///< DeepSpeed ZeRO-1: gradients reduced at the accumulation boundary
-  bool grad_kept_until_boundary = false; ///< DeepSpeed ZeRO-1: full .grad created once, kept until the step
+  bool grad_kept_until_boundary = false;  ///< DeepSpeed ZeRO-1: full .grad created once, kept until the step
   bool allreduce_in_compute_dtype = false;  ///< DeepSpeed ZeRO-1/2 bucket all-reduce in the 16-bit dtype
   bool ipg_bucket_per_backward = false;  ///< DeepSpeed ZeRO-1/2: IPG bucket allocated each backward (§1.6)
   bool ipg_bucket_persistent = false;    ///< DeepSpeed ZeRO-3: IPG bucket allocated at init (§1.6)

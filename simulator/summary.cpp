@@ -6,8 +6,8 @@
 namespace shardplan {
 
 const char* to_string(CommKind k) {
-  static const char* n[] = {"all_gather", "reduce_scatter", "all_reduce", "tp_all_gather", "tp_reduce_scatter",
-                            "offload_copy"};
+  static const char* n[] = {"all_gather",    "reduce_scatter",    "all_reduce",
+                            "tp_all_gather", "tp_reduce_scatter", "offload_copy"};
   return n[static_cast<int>(k)];
 }
 
@@ -32,14 +32,14 @@ void summarise_time(const SummaryInputs& in, Result& r) {
   const Program& prog = in.program;
   r.step_s = tl.end_s;
   r.compute_s = tl.lane_busy_s[kLaneCompute];
-  // Exposed communication: time in which the compute stream idles because it waits, directly or through a chain
-  // of waits, on a transfer. Each idle gap before a compute-stream task (and the tail after the last one) is
-  // walked back along what set each start (TaskTiming::blocked_by: a dependency or the lane's previous task; a
-  // CPU block on a transfer through cpu_waited_for) and each stretch is charged to the transfer running in it,
-  // so the per-kind exposed times add up to the total. Gaps whose chain ends at the CPU (launch overhead, the
-  // FSDP1 limiter waiting on compute) are not communication.
-  // Transfers are the tasks with a communication kind (collectives, offload copies); the host CPU running an
-  // offloaded optimizer is not one.
+  // Exposed communication: time in which the compute stream idles because it waits, directly or through a
+  // chain of waits, on a transfer. Each idle gap before a compute-stream task (and the tail after the last
+  // one) is walked back along what set each start (TaskTiming::blocked_by: a dependency or the lane's
+  // previous task; a CPU block on a transfer through cpu_waited_for) and each stretch is charged to the
+  // transfer running in it, so the per-kind exposed times add up to the total. Gaps whose chain ends at the
+  // CPU (launch overhead, the FSDP1 limiter waiting on compute) are not communication. Transfers are the
+  // tasks with a communication kind (collectives, offload copies); the host CPU running an offloaded
+  // optimizer is not one.
   auto kind_of = [&](const Task& t) { return static_cast<std::size_t>(t.comm_kind); };
   auto is_transfer = [](const Task& t) { return t.comm_kind != 0xff; };
   for (const Task& t : prog.tasks) {
@@ -77,7 +77,8 @@ void summarise_time(const SummaryInputs& in, Result& r) {
     }
     prev_end = std::max(prev_end, tm.end_s);
   }
-  if (last_end_task >= 0 && tl.end_s > prev_end) charge(last_end_task, prev_end, tl.end_s);  // the step's tail
+  if (last_end_task >= 0 && tl.end_s > prev_end)
+    charge(last_end_task, prev_end, tl.end_s);  // the step's tail
   if (r.exposed_intervals) std::sort(r.exposed_intervals->begin(), r.exposed_intervals->end());
   r.exposed_comm_s = exposed;
   const auto& gpu = in.cluster.spec().gpu;

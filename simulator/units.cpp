@@ -8,19 +8,28 @@
 
 namespace shardplan {
 
-std::int64_t tp_local_rows(const Tensor& t, int tp) { return t.tp == TpSplit::kColumn ? t.dim0 / tp : t.dim0; }
-std::int64_t tp_local_cols(const Tensor& t, int tp) { return t.tp == TpSplit::kRow ? t.dim1 / tp : t.dim1; }
+std::int64_t tp_local_rows(const Tensor& t, int tp) {
+  return t.tp == TpSplit::kColumn ? t.dim0 / tp : t.dim0;
+}
+std::int64_t tp_local_cols(const Tensor& t, int tp) {
+  return t.tp == TpSplit::kRow ? t.dim1 / tp : t.dim1;
+}
 
 std::int64_t tensor_shard_elems(const Tensor& t, int tp, int shard_group, Padding padding) {
   const std::int64_t rows = tp_local_rows(t, tp), cols = tp_local_cols(t, tp);
-  if (padding == Padding::kPerTensorDim0) return mul_checked(ceil_div(rows, shard_group), cols, "shard elements");
+  if (padding == Padding::kPerTensorDim0)
+    return mul_checked(ceil_div(rows, shard_group), cols, "shard elements");
   return ceil_div(mul_checked(rows, cols, "tensor elements"), shard_group);
 }
 
 namespace {
-double compute_bytes(const Plan& p) { return p.precision == Precision::kFp32 ? 4.0 : 2.0; }
+double compute_bytes(const Plan& p) {
+  return p.precision == Precision::kFp32 ? 4.0 : 2.0;
+}
 /// Sequence parallelism (with TP, as torchtitan and Megatron run it) divides the h-sized tensors too.
-double replicated_divisor(const Plan& p) { return p.tp > 1 ? p.tp : 1; }
+double replicated_divisor(const Plan& p) {
+  return p.tp > 1 ? p.tp : 1;
+}
 }  // namespace
 
 double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective) {
@@ -69,7 +78,8 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
         }
         ++blocks_in_unit;
         cur->blocks++;
-        if (cur->blocks > 1) cur->name = cur->name.substr(0, cur->name.find('-')) + "-" + std::to_string(l->block);
+        if (cur->blocks > 1)
+          cur->name = cur->name.substr(0, cur->name.find('-')) + "-" + std::to_string(l->block);
       }
     } else if (l->kind == LayerKind::kFinalNorm) {
       cur = new_unit("head");
@@ -84,14 +94,17 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
     double gemm = 0, attn = 0, elem = 0, act_none = 0, act_sel = 0, act_full = 0;
     double cast_fwd_bytes = 0, cast_bwd_bytes = 0;  // float8 scaling and casting of the linears' operands
     for (const Layer* l : u.layers) {
-      // torchao converts the blocks' dense linear layers; embedding, LM head, attention core and MoE experts stay.
+      // torchao converts the blocks' dense linear layers; embedding, LM head, attention core and MoE experts
+      // stay.
       const bool fp8_layer = p.fp8 != Fp8::kNone && l->block >= 0 &&
                              (l->kind == LayerKind::kAttention || l->kind == LayerKind::kMlp);
       for (const auto& ten : l->tensors) {
         const std::int64_t n = tp_local_rows(ten, t) * tp_local_cols(ten, t);
         u.elems += n;
-        if (rt.padding == Padding::kFlatUnit) flat += n;
-        else u.shard_elems += tensor_shard_elems(ten, t, F, rt.padding);
+        if (rt.padding == Padding::kFlatUnit)
+          flat += n;
+        else
+          u.shard_elems += tensor_shard_elems(ten, t, F, rt.padding);
         if (fp8_layer && p.fp8_all_gather && ten.dim1 > 1)  // weights, not biases
           fp8_shard += tensor_shard_elems(ten, t, F, Padding::kPerTensorDim0);
       }
@@ -103,10 +116,10 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
         if (fp8_layer) {
           gemm += g.count * costs.gemm_fp8_s(T, n, k, fp8_ratio);
           // Bytes per element moved by the casts (docs/model.md "Float8"): tensorwise = amax pass (read 2) +
-          // cast (read 2, write 1) per operand, transposes of fp8 copies (read 1, write 1) where backward needs
-          // the other layout; rowwise = row scales fused into the cast (3), column scales need their own pass
-          // (5). An input shared by several projections is cast once; with TP, tensorwise casts the sequence
-          // shard before the all-gather.
+          // cast (read 2, write 1) per operand, transposes of fp8 copies (read 1, write 1) where backward
+          // needs the other layout; rowwise = row scales fused into the cast (3), column scales need their
+          // own pass (5). An input shared by several projections is cast once; with TP, tensorwise casts the
+          // sequence shard before the all-gather.
           const bool shared = g.tp == TpSplit::kColumn;
           const double X = shared ? (column_input_cast ? 0.0 : T * k) : T * k * g.count;
           if (shared) column_input_cast = true;
@@ -134,8 +147,10 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
         u.flops_fwd += flops;
       }
       double el = p.compile ? l->elementwise_bytes_per_token : l->eager_elementwise_bytes_per_token;
-      if (l->kind == LayerKind::kLoss) el = el / t;  // vocab-parallel loss
-      else if (l->block >= 0) el = el / rep_div;
+      if (l->kind == LayerKind::kLoss)
+        el = el / t;  // vocab-parallel loss
+      else if (l->block >= 0)
+        el = el / rep_div;
       elem += costs.memory_s(T * el * bc / 2);
       const double saved = layer_saved_bytes(*l, p, T, false);
       act_none += saved;
@@ -151,48 +166,59 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
     if (u.blocks > 0 && p.fp8 != Fp8::kNone) workspace += T * (static_cast<double>(s.hidden) + f_local);
     u.workspace_bytes = static_cast<Bytes>(workspace);
     switch (p.ac) {
-      case AcMode::kNone: u.act_bytes = static_cast<Bytes>(act_none); break;
-      case AcMode::kSelective: u.act_bytes = static_cast<Bytes>(u.blocks > 0 ? act_sel : act_none); break;
+      case AcMode::kNone:
+        u.act_bytes = static_cast<Bytes>(act_none);
+        break;
+      case AcMode::kSelective:
+        u.act_bytes = static_cast<Bytes>(u.blocks > 0 ? act_sel : act_none);
+        break;
       case AcMode::kFull:
         u.act_bytes = static_cast<Bytes>(u.blocks > 0 ? act_full : act_none);
-        u.recompute_bytes = u.blocks > 0 ? static_cast<Bytes>(act_none / u.blocks) : 0;  // one block at a time
+        u.recompute_bytes =
+            u.blocks > 0 ? static_cast<Bytes>(act_none / u.blocks) : 0;  // one block at a time
         break;
     }
-    // Tensor-parallel collectives (sequence parallel): per block an all-gather before and a reduce-scatter after
-    // attention and the MLP; the head all-gathers its input, the embedding reduce-scatters its output.
+    // Tensor-parallel collectives (sequence parallel): per block an all-gather before and a reduce-scatter
+    // after attention and the MLP; the head all-gathers its input, the embedding reduce-scatters its output.
     if (t > 1) {
       const double buf = T * static_cast<double>(s.hidden) * bc;
       int ag = 0, rs = 0;
-      if (u.blocks > 0) ag = rs = 2 * u.blocks;
-      else if (u.has_loss) ag = 1;
-      else rs = 1;
-      // torchtitan's float8 tensorwise TP plan (Float8ColwiseParallel) casts the block inputs to fp8 before the
-      // sequence-parallel all-gather: 1 byte per element. Rowwise keeps the 16-bit TP plan.
+      if (u.blocks > 0)
+        ag = rs = 2 * u.blocks;
+      else if (u.has_loss)
+        ag = 1;
+      else
+        rs = 1;
+      // torchtitan's float8 tensorwise TP plan (Float8ColwiseParallel) casts the block inputs to fp8 before
+      // the sequence-parallel all-gather: 1 byte per element. Rowwise keeps the 16-bit TP plan.
       const double ag_buf = u.blocks > 0 && p.fp8 == Fp8::kTensorwise ? buf / bc : buf;
       u.tp_ag_bytes = ag * ag_buf;
       u.tp_ag_mirror_bytes = ag * buf;
       u.tp_rs_bytes = rs * buf;
       u.tp_fwd_ag_s = ag * costs.collective_s(CollectiveKind::kAllGather, ag_buf, tpg);
       u.tp_fwd_s = u.tp_fwd_ag_s + rs * costs.collective_s(CollectiveKind::kReduceScatter, buf, tpg);
-      // Backward: the mirror of each forward all-gather is a 16-bit reduce-scatter of the input gradient, and of
-      // each reduce-scatter a 16-bit all-gather of the output gradient.
+      // Backward: the mirror of each forward all-gather is a 16-bit reduce-scatter of the input gradient, and
+      // of each reduce-scatter a 16-bit all-gather of the output gradient.
       u.tp_bwd_ag_s = rs * costs.collective_s(CollectiveKind::kAllGather, buf, tpg);
       u.tp_bwd_s = ag * costs.collective_s(CollectiveKind::kReduceScatter, buf, tpg) + u.tp_bwd_ag_s;
     }
     const double cast_fwd = costs.memory_s(cast_fwd_bytes), cast_bwd = costs.memory_s(cast_bwd_bytes);
     u.fwd_s = gemm + attn + elem + cast_fwd;
     u.bwd_s = 2 * gemm + K.attention_bwd_ratio * attn + 2 * elem + cast_bwd;
-    if (p.ac == AcMode::kFull && u.blocks > 0) u.recompute_s = u.fwd_s;
-    else if (p.ac == AcMode::kSelective && u.blocks > 0) u.recompute_s = 0.5 * (gemm + cast_fwd) + elem;  // half the matmuls
+    if (p.ac == AcMode::kFull && u.blocks > 0)
+      u.recompute_s = u.fwd_s;
+    else if (p.ac == AcMode::kSelective && u.blocks > 0)
+      u.recompute_s = 0.5 * (gemm + cast_fwd) + elem;  // half the matmuls
     // Which units gather, and whether they reshard after forward.
     u.gathered_elems = rt.gathers_params ? u.shard_elems * F : 0;
     u.fp8_gathered_elems = rt.gathers_params ? fp8_shard * F : 0;
     u.reshard = p.reshard();
-    if (rt.head_not_resharded && ui + 1 == units.size() && rt.gathers_params) u.reshard = false;  // [norm, output]
+    if (rt.head_not_resharded && ui + 1 == units.size() && rt.gathers_params)
+      u.reshard = false;  // [norm, output]
   }
   if (rt.root_gathered_through_step && rt.gathers_params && units.size() >= 2) {
-    // FSDP1 root: embedding and head are one FlatParameter, gathered at the start of forward and kept until the
-    // end of backward (docs/mechanics.md §1.9).
+    // FSDP1 root: embedding and head are one FlatParameter, gathered at the start of forward and kept until
+    // the end of backward (docs/mechanics.md §1.9).
     SimUnit& emb = units.front();
     SimUnit& head = units.back();
     emb.shard_elems = ceil_div(emb.elems + head.elems, F);

@@ -17,16 +17,17 @@ struct SimUnit {
   std::string name;
   bool has_loss = false;
   int blocks = 0;
-  std::int64_t elems = 0;               ///< TP-local parameter elements, unpadded
-  std::int64_t shard_elems = 0;         ///< local shard, padded as the runtime pads
-  std::int64_t gathered_elems = 0;      ///< the all-gather output (shard x group); 0 if this unit gathers nothing
+  std::int64_t elems = 0;           ///< TP-local parameter elements, unpadded
+  std::int64_t shard_elems = 0;     ///< local shard, padded as the runtime pads
+  std::int64_t gathered_elems = 0;  ///< the all-gather output (shard x group); 0 if this unit gathers nothing
   std::int64_t fp8_gathered_elems = 0;  ///< of which gathered in float8 (1 byte each: --fp8-all-gather)
   bool reshard = true;                  ///< free unsharded parameters after forward
-  int gather_owner = -1;                ///< FSDP1 root split in two: the head part uses the embedding's gather
-  bool owns_merged_root = false;        ///< FSDP1 root: this (embedding) unit gathers and reduces the head too
+  int gather_owner = -1;          ///< FSDP1 root split in two: the head part uses the embedding's gather
+  bool owns_merged_root = false;  ///< FSDP1 root: this (embedding) unit gathers and reduces the head too
   /// Compute of one forward / backward / recomputation, without the TP collectives (seconds).
   double fwd_s = 0, bwd_s = 0, recompute_s = 0;
-  /// Tensor-parallel collectives of one forward and one backward (seconds), and their buffer bytes per forward.
+  /// Tensor-parallel collectives of one forward and one backward (seconds), and their buffer bytes per
+  /// forward.
   double tp_fwd_s = 0, tp_bwd_s = 0;
   double tp_ag_bytes = 0, tp_rs_bytes = 0;  ///< forward all-gathers / reduce-scatters (per forward pass)
   double tp_ag_mirror_bytes = 0;  ///< backward reduce-scatters mirroring the forward all-gathers (16-bit)
@@ -43,10 +44,11 @@ std::int64_t tp_local_cols(const Tensor& t, int tp);
 std::int64_t tensor_shard_elems(const Tensor& t, int tp, int shard_group, Padding padding);
 
 /// Activation bytes one layer saves for backward over `tokens` tokens, with nothing recomputed or under
-/// selective (op-level) recomputation; full AC keeps only the block input (block_input_bytes). TP with sequence
-/// parallelism divides the replicated part too.
+/// selective (op-level) recomputation; full AC keeps only the block input (block_input_bytes). TP with
+/// sequence parallelism divides the replicated part too.
 double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective);
-/// What full activation checkpointing keeps per block: the block's input, hidden x tokens in the compute dtype.
+/// What full activation checkpointing keeps per block: the block's input, hidden x tokens in the compute
+/// dtype.
 double block_input_bytes(const ModelSpec& s, const Plan& p, double tokens);
 
 /// Partitions the model into units and computes each unit's costs.

@@ -11,11 +11,16 @@ constexpr int kMaxGpus = 1 << 24;
 
 const char* to_string(GpuArch a) {
   switch (a) {
-    case GpuArch::kVolta: return "volta";
-    case GpuArch::kAmpere: return "ampere";
-    case GpuArch::kHopper: return "hopper";
-    case GpuArch::kBlackwell: return "blackwell";
-    case GpuArch::kOther: return "other";
+    case GpuArch::kVolta:
+      return "volta";
+    case GpuArch::kAmpere:
+      return "ampere";
+    case GpuArch::kHopper:
+      return "hopper";
+    case GpuArch::kBlackwell:
+      return "blackwell";
+    case GpuArch::kOther:
+      return "other";
   }
   return "other";
 }
@@ -24,7 +29,8 @@ ClusterSpec parse_cluster_spec(JsonObj o) {
   ClusterSpec s;
   if (o.has("schema")) {
     std::string schema = o.str("schema");
-    if (schema != "shardplan.cluster/1") o.fail("schema", "expected \"shardplan.cluster/1\", got \"" + schema + "\"");
+    if (schema != "shardplan.cluster/1")
+      o.fail("schema", "expected \"shardplan.cluster/1\", got \"" + schema + "\"");
   }
   o.allow({"notes"});
   s.name = o.str("name", "custom");
@@ -37,13 +43,16 @@ ClusterSpec parse_cluster_spec(JsonObj o) {
     s.gpu.memory_bytes = g.integer("memory_bytes", kMiB, std::int64_t{1} << 50);
     std::string arch = g.str("arch", "other");
     bool found = false;
-    for (GpuArch a : {GpuArch::kVolta, GpuArch::kAmpere, GpuArch::kHopper, GpuArch::kBlackwell, GpuArch::kOther})
+    for (GpuArch a :
+         {GpuArch::kVolta, GpuArch::kAmpere, GpuArch::kHopper, GpuArch::kBlackwell, GpuArch::kOther})
       if (arch == to_string(a)) s.gpu.arch = a, found = true;
-    if (!found) g.fail("arch", "unknown arch \"" + arch + "\"; expected one of: volta, ampere, hopper, blackwell, other");
+    if (!found)
+      g.fail("arch",
+             "unknown arch \"" + arch + "\"; expected one of: volta, ampere, hopper, blackwell, other");
     JsonObj f = g.object("peak_flops");
     s.gpu.peak_bf16_flops = f.number("bf16", 1e9, 1e18);
-    // The other precisions default to multiples of bf16 and are written out by `show cluster`: their range holds
-    // every default (bf16 / 16 .. bf16 x 2), so that output is always accepted back.
+    // The other precisions default to multiples of bf16 and are written out by `show cluster`: their range
+    // holds every default (bf16 / 16 .. bf16 x 2), so that output is always accepted back.
     s.gpu.peak_fp32_flops = f.number("fp32", s.gpu.peak_bf16_flops / 16, 1e7, 1e19);
     s.gpu.peak_tf32_flops = f.number("tf32", s.gpu.peak_bf16_flops / 2, 1e7, 1e19);
     s.gpu.peak_fp8_flops = f.number("fp8", s.gpu.peak_bf16_flops * 2, 1e7, 1e19);
@@ -75,8 +84,9 @@ ClusterSpec parse_cluster_spec(JsonObj o) {
     const std::int64_t domain_nics =
         static_cast<std::int64_t>(s.node.nics) * (s.node.nvlink_domain_gpus / s.node.gpus);
     if (domain_nics > 4096)
-      n.fail("nics", std::to_string(domain_nics) + " NICs in one NVLink domain (nics x nvlink_domain_gpus / gpus); "
-                     "at most 4096");
+      n.fail("nics", std::to_string(domain_nics) +
+                         " NICs in one NVLink domain (nics x nvlink_domain_gpus / gpus); "
+                         "at most 4096");
   }
   if (auto f = o.optional_object("fabric")) {
     f->allow({"notes", "source"});
@@ -136,15 +146,16 @@ Cluster::Cluster(ClusterSpec spec, int gpus) : spec_(std::move(spec)), gpus_(gpu
   if (gpus <= 0) throw InputError::flag("--gpus", "must be > 0, got " + std::to_string(gpus));
   // Bounded so that node and rank arithmetic (gpus + node size - 1, ranks x tp) stays far inside int.
   if (gpus > kMaxGpus)
-    throw InputError::flag("--gpus", std::to_string(gpus) + " GPUs is more than the " + std::to_string(kMaxGpus) +
-                                         " shardplan models");
+    throw InputError::flag("--gpus", std::to_string(gpus) + " GPUs is more than the " +
+                                         std::to_string(kMaxGpus) + " shardplan models");
   const int domain = spec_.node.nvlink_domain_gpus;
   if (gpus > domain && gpus % domain != 0)
     throw InputError::flag("--gpus", std::to_string(gpus) + " GPUs is not a multiple of the " +
                                          std::to_string(domain) + "-GPU node of cluster \"" + spec_.name +
                                          "\" and does not fit in one node");
   if (gpus > spec_.node.gpus && spec_.node.nics == 0 && gpus > domain)
-    throw InputError::flag("--gpus", "cluster \"" + spec_.name + "\" has no NICs, so it cannot span several nodes");
+    throw InputError::flag("--gpus",
+                           "cluster \"" + spec_.name + "\" has no NICs, so it cannot span several nodes");
   build_graph();
 }
 
@@ -186,7 +197,8 @@ void Cluster::build_graph() {
       auto gv = boost::add_vertex(Device{Device::kGpu, d * domain + g}, graph_);
       gpu_vertex_.push_back(gv);
       // Inside the domain: NVLink through the NVSwitch, or PCIe through the host.
-      boost::add_edge(gv, sw, Link{nvlink ? n.nvlink_Bps : n.pcie_Bps, nvlink ? n.nvlink_latency_s : 2e-6}, graph_);
+      boost::add_edge(gv, sw, Link{nvlink ? n.nvlink_Bps : n.pcie_Bps, nvlink ? n.nvlink_latency_s : 2e-6},
+                      graph_);
       if (!nics.empty()) {
         auto nic = nics[static_cast<std::size_t>(g) * nics.size() / static_cast<std::size_t>(gpus_here)];
         boost::add_edge(gv, nic, Link{n.pcie_Bps, 1e-6}, graph_);
@@ -250,7 +262,8 @@ GroupView Cluster::group(int size, int stride) const {
   g.host_gpus = n.host_gpus;
   g.sharp = spec_.fabric.sharp;
   g.rail_Bps = n.nic_Bps * spec_.fabric.nic_efficiency;
-  // Hosts: members of one host are `stride` ranks apart, so a host holds host_gpus / stride of them (at least 1).
+  // Hosts: members of one host are `stride` ranks apart, so a host holds host_gpus / stride of them (at least
+  // 1).
   const int per_host = std::clamp(n.host_gpus / stride, 1, g.ranks);
   g.hosts = (g.ranks + per_host - 1) / per_host;
   if (g.nodes > 1) {

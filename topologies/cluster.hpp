@@ -1,7 +1,7 @@
 // Cluster: the GPUs, NVLink/NVSwitch domains, NICs and switches of a training cluster, read from a
 // "shardplan.cluster/1" document and built into a Boost.Graph of devices and links. Group views answer, for a
-// group of ranks placed the way torchrun/DeviceMesh places them (contiguous inside a node first), which levels
-// the group spans and the bottleneck bandwidth its rings see.
+// group of ranks placed the way torchrun/DeviceMesh places them (contiguous inside a node first), which
+// levels the group spans and the bottleneck bandwidth its rings see.
 #pragma once
 #include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
@@ -19,17 +19,18 @@ struct GpuSpec {
   std::string model;
   Bytes memory_bytes = 0;  ///< usable device memory as torch.cuda reports total_memory
   GpuArch arch = GpuArch::kOther;
-  double peak_bf16_flops = 0, peak_fp32_flops = 0, peak_tf32_flops = 0, peak_fp8_flops = 0;  ///< dense, FLOP/s
+  double peak_bf16_flops = 0, peak_fp32_flops = 0, peak_tf32_flops = 0,
+         peak_fp8_flops = 0;  ///< dense, FLOP/s
   double hbm_Bps = 0;
 };
 
 struct NodeSpec {
   int gpus = 8;
   int nvlink_domain_gpus = 8;  ///< GPUs one NVLink fabric connects (8 in a DGX, 72 in an NVL72 rack)
-  /// GPUs per host (operating-system instance, the unit nccl-tests' host names count). Optional, default `gpus`;
-  /// an NVL72 rack has 18 compute trays of 4 GPUs, so host_gpus = 4 while the NVLink domain is 72.
+  /// GPUs per host (operating-system instance, the unit nccl-tests' host names count). Optional, default
+  /// `gpus`; an NVL72 rack has 18 compute trays of 4 GPUs, so host_gpus = 4 while the NVLink domain is 72.
   int host_gpus = 8;
-  double nvlink_Bps = 0;       ///< per GPU per direction; 0 = GPUs talk over PCIe
+  double nvlink_Bps = 0;  ///< per GPU per direction; 0 = GPUs talk over PCIe
   double nvlink_latency_s = 0;
   bool nvswitch = false, nvls = false;
   double pcie_Bps = 0;
@@ -71,19 +72,19 @@ Json cluster_spec_to_json(const ClusterSpec& s);
 /// What a group of ranks sees of the topology.
 struct GroupView {
   int ranks = 1;
-  int nodes = 1;          ///< NVLink domains the group spans
-  int ranks_per_node = 1; ///< group members inside one NVLink domain
-  int hosts = 1;          ///< hosts (operating-system instances) the group spans: what nccl-tests logs count
-  int domain_gpus = 8;    ///< GPUs in one NVLink domain of the cluster
-  int host_gpus = 8;      ///< GPUs in one host of the cluster
-  int rails = 0;          ///< NICs one NVLink domain drives for this group (one per member, at most the NICs)
-  double rail_Bps = 0;    ///< achievable bandwidth of one NIC, one direction (nic_Bps x nic_efficiency)
-  bool sharp = false;     ///< IB SHARP (CollNet) available
+  int nodes = 1;           ///< NVLink domains the group spans
+  int ranks_per_node = 1;  ///< group members inside one NVLink domain
+  int hosts = 1;           ///< hosts (operating-system instances) the group spans: what nccl-tests logs count
+  int domain_gpus = 8;     ///< GPUs in one NVLink domain of the cluster
+  int host_gpus = 8;       ///< GPUs in one host of the cluster
+  int rails = 0;        ///< NICs one NVLink domain drives for this group (one per member, at most the NICs)
+  double rail_Bps = 0;  ///< achievable bandwidth of one NIC, one direction (nic_Bps x nic_efficiency)
+  bool sharp = false;   ///< IB SHARP (CollNet) available
   bool nvswitch = false;
   bool crosses_leaf = false;
-  double intra_Bps = 0;   ///< per GPU per direction inside the domain (NVLink, or PCIe without NVLink)
+  double intra_Bps = 0;  ///< per GPU per direction inside the domain (NVLink, or PCIe without NVLink)
   bool intra_nvlink = false;
-  double inter_Bps = 0;   ///< per NVLink domain per direction across the network, available to this group
+  double inter_Bps = 0;  ///< per NVLink domain per direction across the network, available to this group
   double inter_latency_s = 0;
   bool nvls = false;
   GpuArch arch = GpuArch::kOther;

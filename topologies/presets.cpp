@@ -9,7 +9,9 @@ const std::vector<shardplan::EmbeddedFile>& cluster_presets();
 
 namespace shardplan {
 
-std::vector<std::string> cluster_preset_names() { return embedded_names(shardplan_generated::cluster_presets()); }
+std::vector<std::string> cluster_preset_names() {
+  return embedded_names(shardplan_generated::cluster_presets());
+}
 
 const char* cluster_preset_text(const std::string& name) {
   return embedded_text(shardplan_generated::cluster_presets(), name, "cluster", "--cluster");
@@ -20,7 +22,8 @@ ClusterSpec load_cluster_json(const Json& j, const std::string& file, const std:
 }
 
 ClusterSpec load_cluster_spec(const std::string& s) {
-  if (!looks_like_path(s)) return load_cluster_json(parse_json_text(cluster_preset_text(s), "preset " + s), "preset " + s, "");
+  if (!looks_like_path(s))
+    return load_cluster_json(parse_json_text(cluster_preset_text(s), "preset " + s), "preset " + s, "");
   return load_cluster_json(load_json_file(s), s, "");
 }
 

@@ -1,5 +1,6 @@
-// Multi-tensor fused AdamW (see adamw_kernel.hpp): the launch argument carries a table of tensors and, per block,
-// which tensor and which 64 Ki-element chunk it updates. Every element goes through adamw_update in fp32.
+// Multi-tensor fused AdamW (see adamw_kernel.hpp): the launch argument carries a table of tensors and, per
+// block, which tensor and which 64 Ki-element chunk it updates. Every element goes through adamw_update in
+// fp32.
 #include "calibration/cuda/adamw_kernel.hpp"
 #include "calibration/cuda/cuda_check.hpp"
 
@@ -34,18 +35,26 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(LaunchTable table, Adam
       t.p32[i] = p, t.m32[i] = m, t.v32[i] = v;
       t.p16[i] = float_to_bf16_bits(p);
     } else {
-      float p = bf16_bits_to_float(t.p16[i]), m = bf16_bits_to_float(t.m16[i]), v = bf16_bits_to_float(t.v16[i]);
+      float p = bf16_bits_to_float(t.p16[i]), m = bf16_bits_to_float(t.m16[i]),
+            v = bf16_bits_to_float(t.v16[i]);
       adamw_update(p, bf16_bits_to_float(t.g16[i]), m, v, s);
       t.p16[i] = float_to_bf16_bits(p), t.m16[i] = float_to_bf16_bits(m), t.v16[i] = float_to_bf16_bits(v);
     }
   }
 }
 
-void launch(AdamwLayout layout, const LaunchTable& table, int blocks, const AdamwStepScalars& s, cudaStream_t st) {
+void launch(AdamwLayout layout, const LaunchTable& table, int blocks, const AdamwStepScalars& s,
+            cudaStream_t st) {
   switch (layout) {
-    case AdamwLayout::kFp32: adamw_kernel<AdamwLayout::kFp32><<<blocks, kThreads, 0, st>>>(table, s); break;
-    case AdamwLayout::kBf16Mixed: adamw_kernel<AdamwLayout::kBf16Mixed><<<blocks, kThreads, 0, st>>>(table, s); break;
-    case AdamwLayout::kBf16: adamw_kernel<AdamwLayout::kBf16><<<blocks, kThreads, 0, st>>>(table, s); break;
+    case AdamwLayout::kFp32:
+      adamw_kernel<AdamwLayout::kFp32><<<blocks, kThreads, 0, st>>>(table, s);
+      break;
+    case AdamwLayout::kBf16Mixed:
+      adamw_kernel<AdamwLayout::kBf16Mixed><<<blocks, kThreads, 0, st>>>(table, s);
+      break;
+    case AdamwLayout::kBf16:
+      adamw_kernel<AdamwLayout::kBf16><<<blocks, kThreads, 0, st>>>(table, s);
+      break;
   }
   SP_CUDA(cudaGetLastError());
 }

@@ -1,5 +1,6 @@
-// Our multi-tensor fused AdamW kernel (one launch updates up to kMaxTensors tensors in 64 Ki-element chunks, as
-// apex/PyTorch fused Adam do), for the layouts of adamw_reference.hpp. Host-callable; the math is adamw_math.hpp.
+// Our multi-tensor fused AdamW kernel (one launch updates up to kMaxTensors tensors in 64 Ki-element chunks,
+// as apex/PyTorch fused Adam do), for the layouts of adamw_reference.hpp. Host-callable; the math is
+// adamw_math.hpp.
 #pragma once
 #include <cuda_runtime.h>
 

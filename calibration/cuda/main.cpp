@@ -1,9 +1,9 @@
-// shardplan-calibrate: measures this machine (NCCL collectives, cuBLASLt GEMMs, HBM copy, our fused AdamW) into a
-// calibration profile, written atomically after every benchmark. Exit codes: 0 all benchmarks done, 1 some
-// failed (recorded in the profile), 2 bad input or no GPU.
-#include <CLI/CLI.hpp>
+// shardplan-calibrate: measures this machine (NCCL collectives, cuBLASLt GEMMs, HBM copy, our fused AdamW)
+// into a calibration profile, written atomically after every benchmark. Exit codes: 0 all benchmarks done, 1
+// some failed (recorded in the profile), 2 bad input or no GPU.
 #include <cuda_runtime.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -37,9 +37,12 @@ void fill_hardware(CalibrationProfile& p, int gpus, int nodes) {
   for (int d = 0; d < gpus; ++d) {
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, d) != cudaSuccess) continue;
-    auto it = std::find_if(hw.gpus.begin(), hw.gpus.end(), [&](const auto& g) { return g.name == prop.name; });
-    if (it == hw.gpus.end()) hw.gpus.push_back({prop.name, 1});
-    else ++it->count;
+    auto it =
+        std::find_if(hw.gpus.begin(), hw.gpus.end(), [&](const auto& g) { return g.name == prop.name; });
+    if (it == hw.gpus.end())
+      hw.gpus.push_back({prop.name, 1});
+    else
+      ++it->count;
   }
   hw.gpu_count = gpus;
   hw.nodes = nodes;
@@ -62,7 +65,8 @@ int run(int argc, char** argv) {
   double min_time_s = 0.05, deadline_s = 120;
   std::int64_t max_bytes = 0, hidden = 0, ffn = 0, tokens = 8192;
   int tp = 1, repetitions = 5;
-  app.add_option("WHAT", what, "nccl | gemm | adamw | hbm | all")->check(CLI::IsMember({"nccl", "gemm", "adamw", "hbm", "all"}));
+  app.add_option("WHAT", what, "nccl | gemm | adamw | hbm | all")
+      ->check(CLI::IsMember({"nccl", "gemm", "adamw", "hbm", "all"}));
   app.add_option("-o,--output", output, "profile to write (updated after every benchmark)")->required();
   app.add_flag("--resume", resume, "keep the benchmarks already in the profile, run the rest");
   app.add_option("--min-time", min_time_s, "seconds per repetition (iterations are tuned to reach it)");
@@ -104,7 +108,8 @@ int run(int argc, char** argv) {
   mo.repetitions = repetitions;
   std::vector<BenchmarkEntry> entries;
   if (what == "hbm" || what == "all") entries.push_back(cuda::hbm_entry(mo, max_bytes));
-  if (what == "gemm" || what == "all") entries.push_back(cuda::gemm_entry(mo, cuda::gemm_shapes(hidden, ffn, tp, tokens)));
+  if (what == "gemm" || what == "all")
+    entries.push_back(cuda::gemm_entry(mo, cuda::gemm_shapes(hidden, ffn, tp, tokens)));
   if (what == "adamw" || what == "all")
     for (auto layout : {AdamwLayout::kFp32, AdamwLayout::kBf16Mixed, AdamwLayout::kBf16})
       entries.push_back(cuda::adamw_entry(layout, mo, max_bytes));
@@ -119,7 +124,8 @@ int run(int argc, char** argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     if (world > 1) {
       nccl.group_sizes = {world};
-      std::vector<BenchmarkEntry> mpi = nccl_sweep_entries([](int) { return cuda::make_mpi_nccl_comm(); }, world, nccl, clock);
+      std::vector<BenchmarkEntry> mpi =
+          nccl_sweep_entries([](int) { return cuda::make_mpi_nccl_comm(); }, world, nccl, clock);
       entries.insert(entries.end(), mpi.begin(), mpi.end());
     } else
 #endif

@@ -67,7 +67,9 @@ ncclDataType_t nccl_type(CommDType d) {
 
 /// Element value written by rank r in checks: small integers are exact in bf16 and fp32, and sums over <= 64
 /// ranks ((r+1) summed) stay exact too.
-float check_value(int rank) { return static_cast<float>(rank + 1); }
+float check_value(int rank) {
+  return static_cast<float>(rank + 1);
+}
 
 /// One GPU of the group owned by this process.
 struct Local {
@@ -83,7 +85,8 @@ struct Local {
 
 class NcclComm final : public CollectiveComm {
  public:
-  NcclComm(std::vector<Local> locals, int ranks, int nodes) : locals_(std::move(locals)), ranks_(ranks), nodes_(nodes) {
+  NcclComm(std::vector<Local> locals, int ranks, int nodes)
+      : locals_(std::move(locals)), ranks_(ranks), nodes_(nodes) {
     for (auto& l : locals_) {
       SP_CUDA(cudaSetDevice(l.device));
       SP_CUDA(cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking));
@@ -116,8 +119,8 @@ class NcclComm final : public CollectiveComm {
       SP_CUDA(cudaMemGetInfo(&free_b, &total_b));
       free_min = std::min<std::int64_t>(free_min, static_cast<std::int64_t>(free_b) + 2 * l.capacity_bytes);
     }
-    // Out-of-place buffers: AG send S/n + recv S; RS send S + recv S/n; AR send S + recv S. Keep 20 % headroom
-    // for NCCL's own buffers; allocate both buffers at the larger size for simplicity (2 S).
+    // Out-of-place buffers: AG send S/n + recv S; RS send S + recv S/n; AR send S + recv S. Keep 20 %
+    // headroom for NCCL's own buffers; allocate both buffers at the larger size for simplicity (2 S).
     (void)kind;
     const std::int64_t unit = static_cast<std::int64_t>(ranks_) * comm_dtype_bytes(dtype);
     const std::int64_t s = static_cast<std::int64_t>(0.8 * static_cast<double>(free_min) / 2.0);
@@ -152,22 +155,26 @@ class NcclComm final : public CollectiveComm {
       if (q == cudaErrorNotReady) {
         ncclResult_t async = ncclSuccess;
         const ncclResult_t r = ncclCommGetAsyncError(l.comm, &async);
-        if (r != ncclSuccess) return {CommPoll::State::kError, 0, "ncclCommGetAsyncError: " + nccl_error_text(r, l.comm)};
+        if (r != ncclSuccess)
+          return {CommPoll::State::kError, 0, "ncclCommGetAsyncError: " + nccl_error_text(r, l.comm)};
         if (async != ncclSuccess && !async_in_progress(async))
-          return {CommPoll::State::kError, 0, "NCCL async error on rank " + std::to_string(l.rank) + ": " +
-                                                  nccl_error_text(async, l.comm)};
+          return {
+              CommPoll::State::kError, 0,
+              "NCCL async error on rank " + std::to_string(l.rank) + ": " + nccl_error_text(async, l.comm)};
         return {CommPoll::State::kPending, 0, ""};
       }
-      if (q != cudaSuccess) return {CommPoll::State::kError, 0, std::string("CUDA: ") + cudaGetErrorString(q)};
+      if (q != cudaSuccess)
+        return {CommPoll::State::kError, 0, std::string("CUDA: ") + cudaGetErrorString(q)};
       float ms = 0;
-      if (cudaEventElapsedTime(&ms, l.start, l.stop) == cudaSuccess) slowest_ms = std::max<double>(slowest_ms, ms);
+      if (cudaEventElapsedTime(&ms, l.start, l.stop) == cudaSuccess)
+        slowest_ms = std::max<double>(slowest_ms, ms);
     }
     return {CommPoll::State::kDone, slowest_ms * 1e-3, ""};
   }
 
   std::string verify() override {
     const std::int64_t elem = comm_dtype_bytes(op_.dtype);
-    const std::int64_t count = op_.buffer_bytes / elem;         // elements of the whole buffer
+    const std::int64_t count = op_.buffer_bytes / elem;  // elements of the whole buffer
     const std::int64_t per_rank = count / ranks_;
     const float sum = static_cast<float>(ranks_) * (ranks_ + 1) / 2.0f;
     for (auto& l : locals_) {
@@ -230,7 +237,8 @@ class NcclComm final : public CollectiveComm {
       std::vector<unsigned char> host(static_cast<std::size_t>(in_count * elem));
       const float v = check_value(l.rank);
       for (std::int64_t i = 0; i < in_count; ++i) {
-        if (op_.dtype == CommDType::kFp32) std::memcpy(&host[i * 4], &v, 4);
+        if (op_.dtype == CommDType::kFp32)
+          std::memcpy(&host[i * 4], &v, 4);
         else {
           const std::uint16_t b = float_to_bf16_bits(v);
           std::memcpy(&host[i * 2], &b, 2);
@@ -252,13 +260,16 @@ class NcclComm final : public CollectiveComm {
         check_nccl(ncclAllGather(l.send, l.recv, per_rank, t, l.comm, l.stream), "ncclAllGather", l.comm);
         break;
       case CollectiveKind::kReduceScatter:
-        check_nccl(ncclReduceScatter(l.send, l.recv, per_rank, t, ncclSum, l.comm, l.stream), "ncclReduceScatter",
-                   l.comm);
+        check_nccl(ncclReduceScatter(l.send, l.recv, per_rank, t, ncclSum, l.comm, l.stream),
+                   "ncclReduceScatter", l.comm);
         break;
       case CollectiveKind::kAllReduce:
-        check_nccl(ncclAllReduce(l.send, l.recv, count, t, ncclSum, l.comm, l.stream), "ncclAllReduce", l.comm);
+        check_nccl(ncclAllReduce(l.send, l.recv, count, t, ncclSum, l.comm, l.stream), "ncclAllReduce",
+                   l.comm);
         break;
-      default: throw std::runtime_error("shardplan-calibrate does not benchmark " + std::string(collective_name(op_.kind)));
+      default:
+        throw std::runtime_error("shardplan-calibrate does not benchmark " +
+                                 std::string(collective_name(op_.kind)));
     }
   }
 
@@ -273,7 +284,8 @@ class NcclComm final : public CollectiveComm {
 std::string nccl_runtime_version() {
   int v = 0;
   if (ncclGetVersion(&v) != ncclSuccess) return "";
-  if (v >= 20000) return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+  if (v >= 20000)
+    return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
   return std::to_string(v / 1000) + "." + std::to_string(v / 100 % 10) + "." + std::to_string(v % 100);
 }
 
@@ -305,7 +317,8 @@ std::unique_ptr<CollectiveComm> make_mpi_nccl_comm() {
   int len = 0;
   MPI_Get_processor_name(host, &len);
   std::vector<char> all(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
-  MPI_Allgather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+  MPI_Allgather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                MPI_COMM_WORLD);
   std::set<std::string> hosts;
   int local_rank = 0;
   for (int r = 0; r < size; ++r) {

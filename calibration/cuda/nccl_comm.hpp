@@ -1,6 +1,6 @@
-// NCCL implementation of CollectiveComm: the ONE adapter over NCCL versions (bf16 type, async error query, last
-// error text, in-progress state). Single process: ncclCommInitAll over local GPUs 0..n-1. With SHARDPLAN_WITH_MPI:
-// one GPU per MPI process, the unique id broadcast over MPI (bootstrap only).
+// NCCL implementation of CollectiveComm: the ONE adapter over NCCL versions (bf16 type, async error query,
+// last error text, in-progress state). Single process: ncclCommInitAll over local GPUs 0..n-1. With
+// SHARDPLAN_WITH_MPI: one GPU per MPI process, the unique id broadcast over MPI (bootstrap only).
 #pragma once
 #include <memory>
 #include <string>

@@ -1,5 +1,5 @@
-// `shardplan calibrate`: import nccl-tests logs into a calibration profile, and show a profile. Thin: parse flags,
-// call the calibration library, map InputError to exit code 2 with one line on stderr.
+// `shardplan calibrate`: import nccl-tests logs into a calibration profile, and show a profile. Thin: parse
+// flags, call the calibration library, map InputError to exit code 2 with one line on stderr.
 #include <iostream>
 #include <memory>
 #include <string>
@@ -7,8 +7,8 @@
 
 #include "calibration/nccl_tests_import.hpp"
 #include "calibration/profile.hpp"
-#include "planner/cli/commands.hpp"
 #include "core/error.hpp"
+#include "planner/cli/commands.hpp"
 
 namespace shardplan::cli {
 
@@ -20,9 +20,11 @@ Command add_calibrate_command(CLI::App& app) {
     std::string profile;
   };
   auto f = std::make_shared<Flags>();
-  CLI::App* cal = app.add_subcommand("calibrate", "Build or inspect a calibration profile (shardplan.calibration/1)");
+  CLI::App* cal =
+      app.add_subcommand("calibrate", "Build or inspect a calibration profile (shardplan.calibration/1)");
   cal->require_subcommand(1);
-  CLI::App* imp = cal->add_subcommand("import-nccl-tests", "Import nccl-tests output (text tables or -J JSON)");
+  CLI::App* imp =
+      cal->add_subcommand("import-nccl-tests", "Import nccl-tests output (text tables or -J JSON)");
   imp->add_option("LOG", f->logs, "nccl-tests output files")->required();
   imp->add_option("-o,--output", f->output, "profile to write (atomically; - for stdout)")->required();
   imp->add_option("--ranks", f->ranks, "ranks of every run (default: the '# Rank' lines)");
@@ -37,10 +39,11 @@ Command add_calibrate_command(CLI::App& app) {
     try {
       if (imp->parsed()) {
         calibration::NcclTestsOverrides ov;
-        for (auto [value, flag, slot] : {std::tuple{f->ranks, "--ranks", &ov.ranks},
-                                         std::tuple{f->nodes, "--nodes", &ov.nodes},
-                                         std::tuple{f->gpus_per_node, "--gpus-per-node", &ov.gpus_per_node}}) {
-          if (value < 0) throw InputError::flag(flag, "must be a positive integer, got " + std::to_string(value));
+        for (auto [value, flag, slot] :
+             {std::tuple{f->ranks, "--ranks", &ov.ranks}, std::tuple{f->nodes, "--nodes", &ov.nodes},
+              std::tuple{f->gpus_per_node, "--gpus-per-node", &ov.gpus_per_node}}) {
+          if (value < 0)
+            throw InputError::flag(flag, "must be a positive integer, got " + std::to_string(value));
           if (value > 0) *slot = value;
         }
         if (ov.nodes && ov.gpus_per_node)

@@ -5,13 +5,13 @@
 #include <cmath>
 #include <iostream>
 
+#include "calibration/nccl_tests_import.hpp"
+#include "calibration/profile.hpp"
+#include "core/error.hpp"
 #include "planner/cli/commands.hpp"
 #include "planner/cli/common.hpp"
 #include "planner/report/html.hpp"
 #include "planner/report/report.hpp"
-#include "calibration/nccl_tests_import.hpp"
-#include "calibration/profile.hpp"
-#include "core/error.hpp"
 
 namespace shardplan::cli {
 
@@ -24,7 +24,8 @@ Command add_list_command(CLI::App& app) {
             if (*what == "models") {
               for (const auto& n : model_preset_names()) {
                 ModelGraph m = load_model(n);
-                std::cout << fmt::format("{:<16} {:>18L} parameters  {}\n", n, m.parameters(), m.spec().description);
+                std::cout << fmt::format("{:<16} {:>18L} parameters  {}\n", n, m.parameters(),
+                                         m.spec().description);
               }
             } else if (*what == "clusters") {
               for (const auto& n : cluster_preset_names()) {
@@ -70,13 +71,18 @@ Command add_collective_command(CLI::App& app) {
   sub->add_option("--kind", a->kind, "all_gather | reduce_scatter | all_reduce")->capture_default_str();
   sub->add_option("--bytes", a->bytes, "whole buffer in bytes (nccl-tests' size column)");
   sub->add_option("--ranks", a->ranks, "ranks in the group")->capture_default_str();
-  sub->add_option("--stride", a->stride, "rank distance between group members (e.g. the TP degree; 8 on a DGX = one GPU per node)");
+  sub->add_option("--stride", a->stride,
+                  "rank distance between group members (e.g. the TP degree; 8 on a DGX = one GPU per node)");
   sub->add_option("--cluster", a->cluster, "cluster preset or JSON")->capture_default_str();
   sub->add_option("--calibration", a->calibration, "calibration profile");
-  sub->add_option("--algo", a->algo, "algorithms NCCL may use, NCCL_ALGO spelling (ring, tree, nvls, nvlstree, collnetchain, pat; ^x = all but x)");
+  sub->add_option("--algo", a->algo,
+                  "algorithms NCCL may use, NCCL_ALGO spelling (ring, tree, nvls, nvlstree, collnetchain, "
+                  "pat; ^x = all but x)");
   sub->add_option("--compare", a->compare,
-                  "nccl-tests log: predict every size >= 1 MiB of its first table (kind and ranks from the log) and report the errors");
-  sub->add_option("--gpus-per-node", a->gpus_per_node, "with --compare: GPUs per host of the log when it names too few hosts");
+                  "nccl-tests log: predict every size >= 1 MiB of its first table (kind and ranks from the "
+                  "log) and report the errors");
+  sub->add_option("--gpus-per-node", a->gpus_per_node,
+                  "with --compare: GPUs per host of the log when it names too few hosts");
   sub->add_option("--log-ranks", a->log_ranks, "with --compare: ranks of the log when it does not list them");
   sub->add_option("--json", a->json, "write the JSON result to FILE or - for stdout");
   return {sub, [a]() {
@@ -95,10 +101,12 @@ Command add_collective_command(CLI::App& app) {
             auto kind = parse_collective(a->kind);
             if (!kind || (*kind != CollectiveKind::kAllGather && *kind != CollectiveKind::kReduceScatter &&
                           *kind != CollectiveKind::kAllReduce))
-              throw InputError::flag("--kind", "unknown collective \"" + a->kind +
-                                                   "\"; expected one of: all_gather, reduce_scatter, all_reduce");
+              throw InputError::flag("--kind",
+                                     "unknown collective \"" + a->kind +
+                                         "\"; expected one of: all_gather, reduce_scatter, all_reduce");
             if (!(a->bytes > 0) || a->bytes > 1e15) throw InputError::flag("--bytes", "must be in (0, 1e15]");
-            if (a->ranks < 1 || a->ranks > (1 << 22)) throw InputError::flag("--ranks", "must be in [1, 4194304]");
+            if (a->ranks < 1 || a->ranks > (1 << 22))
+              throw InputError::flag("--ranks", "must be in [1, 4194304]");
             if (a->stride < 1) throw InputError::flag("--stride", "must be >= 1");
             CollectiveConstants constants;
             if (!a->algo.empty()) constants.algorithms = CollectiveAlgorithms::parse(a->algo);
@@ -121,12 +129,15 @@ Command add_collective_command(CLI::App& app) {
               std::string why;
               const CollectivePlacement where{g.ranks, g.hosts, g.nodes, g.ranks_per_node,
                                               std::max(1, g.domain_gpus / std::max(1, g.host_gpus))};
-              auto shape = [&](int r, double b) { return collective_cost(*kind, b, with_ranks(g, r), constants).time_s; };
+              auto shape = [&](int r, double b) {
+                return collective_cost(*kind, b, with_ranks(g, r), constants).time_s;
+              };
               (void)prof->collective_time(*kind, static_cast<std::int64_t>(bytes), where, shape, &why);
               return why;
             };
             if (log) {
-              // Compare every size >= 1 MiB (out-of-place column) with the model; errors are model / measured - 1.
+              // Compare every size >= 1 MiB (out-of-place column) with the model; errors are model / measured
+              // - 1.
               std::vector<double> errs;
               Json rows = Json::array();
               CollectiveCost last;
@@ -136,12 +147,17 @@ Command add_collective_command(CLI::App& app) {
                 CollectiveCost c = cm.collective(*kind, static_cast<double>(r.bytes), g);
                 const double e = c.time_s / measured_s - 1.0;
                 errs.push_back(std::fabs(e));
-                rows.push_back({{"bytes", r.bytes}, {"measured_s", measured_s}, {"time_s", c.time_s}, {"error", e},
-                                {"algorithm", c.algorithm}, {"protocol", c.protocol}, {"source", c.source}});
+                rows.push_back({{"bytes", r.bytes},
+                                {"measured_s", measured_s},
+                                {"time_s", c.time_s},
+                                {"error", e},
+                                {"algorithm", c.algorithm},
+                                {"protocol", c.protocol},
+                                {"source", c.source}});
                 if (a->json != "-")
-                  std::cout << fmt::format("{:>14} B  measured {:>10.1f} us  model {:>10.1f} us  {:+6.1f} %  {} {} ({})\n",
-                                           r.bytes, measured_s * 1e6, c.time_s * 1e6, e * 100, c.algorithm, c.protocol,
-                                           c.source);
+                  std::cout << fmt::format(
+                      "{:>14} B  measured {:>10.1f} us  model {:>10.1f} us  {:+6.1f} %  {} {} ({})\n",
+                      r.bytes, measured_s * 1e6, c.time_s * 1e6, e * 100, c.algorithm, c.protocol, c.source);
                 last = c;
               }
               if (errs.empty()) throw InputError(a->compare, "", "no size >= 1 MiB in the first table");
@@ -149,12 +165,20 @@ Command add_collective_command(CLI::App& app) {
               std::sort(sorted.begin(), sorted.end());
               const std::size_t m = sorted.size();
               const double median = m % 2 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]);
-              Json j = {{"schema", "shardplan.collective-compare/1"}, {"log", a->compare}, {"kind", a->kind},
-                        {"ranks", a->ranks}, {"nodes", g.nodes}, {"hosts", g.hosts}, {"cluster", cl.spec().name},
-                        {"median_abs_error", median}, {"max_abs_error", sorted.back()}, {"rows", rows}};
+              Json j = {{"schema", "shardplan.collective-compare/1"},
+                        {"log", a->compare},
+                        {"kind", a->kind},
+                        {"ranks", a->ranks},
+                        {"nodes", g.nodes},
+                        {"hosts", g.hosts},
+                        {"cluster", cl.spec().name},
+                        {"median_abs_error", median},
+                        {"max_abs_error", sorted.back()},
+                        {"rows", rows}};
               if (a->json != "-")
-                std::cout << fmt::format("median |error| {:.1f} %, worst {:.1f} % over {} sizes >= 1 MiB; largest size: {}\n",
-                                         median * 100, sorted.back() * 100, m, last.why);
+                std::cout << fmt::format(
+                    "median |error| {:.1f} %, worst {:.1f} % over {} sizes >= 1 MiB; largest size: {}\n",
+                    median * 100, sorted.back() * 100, m, last.why);
               write_output(a->json, j.dump(1) + "\n");
               return 0;
             }
@@ -180,13 +204,15 @@ Command add_collective_command(CLI::App& app) {
                       {"why", c.why}};
             if (!uncal.empty()) j["calibration_not_used"] = uncal;
             if (a->json != "-") {
-              std::cout << fmt::format("{} of {} over {} ranks ({} NVLink domain{}, {} host{}) on {}: {:.2f} us, algbw {:.2f} GB/s, busbw {:.2f} GB/s\n",
-                                       a->kind, format_bytes(a->bytes), a->ranks, g.nodes, g.nodes > 1 ? "s" : "",
-                                       g.hosts, g.hosts > 1 ? "s" : "", cl.spec().name, c.time_s * 1e6, algbw / kGB,
-                                       busbw / kGB);
+              std::cout << fmt::format(
+                  "{} of {} over {} ranks ({} NVLink domain{}, {} host{}) on {}: {:.2f} us, algbw {:.2f} "
+                  "GB/s, busbw {:.2f} GB/s\n",
+                  a->kind, format_bytes(a->bytes), a->ranks, g.nodes, g.nodes > 1 ? "s" : "", g.hosts,
+                  g.hosts > 1 ? "s" : "", cl.spec().name, c.time_s * 1e6, algbw / kGB, busbw / kGB);
               if (c.source == "analytic")
-                std::cout << fmt::format("  source: analytic model; algorithm {} / protocol {} / {} channels\n  why: {}\n",
-                                         c.algorithm, c.protocol, c.channels, c.why);
+                std::cout << fmt::format(
+                    "  source: analytic model; algorithm {} / protocol {} / {} channels\n  why: {}\n",
+                    c.algorithm, c.protocol, c.channels, c.why);
               else
                 std::cout << fmt::format("  source: {} ({})\n", c.source, c.why);
               if (!uncal.empty()) std::cout << "  calibration not used: " << uncal << "\n";
@@ -239,7 +265,8 @@ Command add_simulate_command(CLI::App& app) {
   add_plan_options(sub, a->flags);
   sub->add_option("--json", a->json, "write the JSON report to FILE or - for stdout");
   sub->add_option("--trace", a->trace, "write a Chrome/Perfetto trace to FILE");
-  sub->add_option("--html", a->html, "write a self-contained HTML report (memory and timeline charts) to FILE");
+  sub->add_option("--html", a->html,
+                  "write a self-contained HTML report (memory and timeline charts) to FILE");
   return {sub, [a]() { return run_simulation(*a, true); }};
 }
 

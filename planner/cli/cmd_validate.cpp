@@ -22,12 +22,16 @@ std::string fmt_value(const std::string& term, double v) {
 }
 
 std::string summary_line(const ValidationReport::Summary& t) {
-  return fmt::format("  {:<22} n={:<4} median |err| {:>5.1f} %  MAPE {:>5.1f} %  worst {:>6.1f} %\n", t.term, t.n,
-                     100 * t.median_abs, 100 * t.mape, 100 * t.worst_abs);
+  return fmt::format("  {:<22} n={:<4} median |err| {:>5.1f} %  MAPE {:>5.1f} %  worst {:>6.1f} %\n", t.term,
+                     t.n, 100 * t.median_abs, 100 * t.mape, 100 * t.worst_abs);
 }
 
 Json summary_json(const ValidationReport::Summary& t) {
-  return {{"term", t.term}, {"n", t.n}, {"median_abs_error", t.median_abs}, {"mape", t.mape}, {"worst_abs_error", t.worst_abs}};
+  return {{"term", t.term},
+          {"n", t.n},
+          {"median_abs_error", t.median_abs},
+          {"mape", t.mape},
+          {"worst_abs_error", t.worst_abs}};
 }
 
 std::string markdown(const ValidationReport& v, const std::vector<std::string>& files) {
@@ -40,7 +44,8 @@ std::string markdown(const ValidationReport& v, const std::vector<std::string>& 
   const auto table = [](const std::vector<ValidationReport::Summary>& sums) {
     std::string t = "| term | records | median abs error | MAPE | worst |\n|---|--:|--:|--:|--:|\n";
     for (const auto& x : sums)
-      t += fmt::format("| {} | {} | {:.1f} % | {:.1f} % | {:.1f} % |\n", x.term, x.n, 100 * x.median_abs, 100 * x.mape, 100 * x.worst_abs);
+      t += fmt::format("| {} | {} | {:.1f} % | {:.1f} % | {:.1f} % |\n", x.term, x.n, 100 * x.median_abs,
+                       100 * x.mape, 100 * x.worst_abs);
     return t;
   };
   std::vector<const ValidationRow*> outside;
@@ -48,24 +53,34 @@ std::string markdown(const ValidationReport& v, const std::vector<std::string>& 
     if (!r.out_of_scope.empty()) outside.push_back(&r);
   s += "## Summary per term\n\n";
   if (!outside.empty())
-    s += "Records the tool can express (rows a record marks out of scope, listed below with the reason, are left out "
+    s += "Records the tool can express (rows a record marks out of scope, listed below with the reason, are "
+         "left out "
          "here and counted in the all-records table).\n\n";
   s += table(v.summary());
   if (!outside.empty()) s += "\n### All records, in scope or not\n\n" + table(v.summary_all());
-  for (const auto& term : {"peak_reserved_bytes", "peak_active_bytes", "peak_allocated_bytes", "peak_device_bytes", "tokens_per_s_per_gpu"}) {
+  for (const auto& term : {"peak_reserved_bytes", "peak_active_bytes", "peak_allocated_bytes",
+                           "peak_device_bytes", "tokens_per_s_per_gpu"}) {
     auto by = v.summary_by_source(term);
     if (by.empty()) continue;
-    s += fmt::format("\n## {} per source\n\n| source | records | median abs error | MAPE | worst |\n|---|--:|--:|--:|--:|\n", term);
+    s += fmt::format(
+        "\n## {} per source\n\n| source | records | median abs error | MAPE | worst "
+        "|\n|---|--:|--:|--:|--:|\n",
+        term);
     for (const auto& t : by)
-      s += fmt::format("| {} | {} | {:.1f} % | {:.1f} % | {:.1f} % |\n", t.term, t.n, 100 * t.median_abs, 100 * t.mape, 100 * t.worst_abs);
+      s += fmt::format("| {} | {} | {:.1f} % | {:.1f} % | {:.1f} % |\n", t.term, t.n, 100 * t.median_abs,
+                       100 * t.mape, 100 * t.worst_abs);
   }
   s += "\n## Per record\n\n| record | term | predicted | measured | error |\n|---|---|--:|--:|--:|\n";
   for (const auto& r : v.rows)
-    s += fmt::format("| {}{} | {} | {} | {} | {:+.1f} % |\n", r.id, r.out_of_scope.empty() ? "" : " (out of scope)", r.term,
-                     fmt_value(r.term, r.predicted), fmt_value(r.term, r.measured), 100 * r.rel_error());
+    s += fmt::format("| {}{} | {} | {} | {} | {:+.1f} % |\n", r.id,
+                     r.out_of_scope.empty() ? "" : " (out of scope)", r.term, fmt_value(r.term, r.predicted),
+                     fmt_value(r.term, r.measured), 100 * r.rel_error());
   if (!outside.empty()) {
-    s += "\n## Out of scope\n\n| record | term | error | why the defaults do not model it |\n|---|---|--:|---|\n";
-    for (const auto* r : outside) s += fmt::format("| {} | {} | {:+.1f} % | {} |\n", r->id, r->term, 100 * r->rel_error(), r->out_of_scope);
+    s += "\n## Out of scope\n\n| record | term | error | why the defaults do not model it "
+         "|\n|---|---|--:|---|\n";
+    for (const auto* r : outside)
+      s += fmt::format("| {} | {} | {:+.1f} % | {} |\n", r->id, r->term, 100 * r->rel_error(),
+                       r->out_of_scope);
   }
   if (!v.skipped.empty()) {
     s += "\n## Not expressible yet\n\n| record | reason |\n|---|---|\n";
@@ -76,7 +91,8 @@ std::string markdown(const ValidationReport& v, const std::vector<std::string>& 
 }  // namespace
 
 Command add_validate_command(CLI::App& app) {
-  auto* sub = app.add_subcommand("validate", "compare predictions with measured runs (shardplan.run/1 records)");
+  auto* sub =
+      app.add_subcommand("validate", "compare predictions with measured runs (shardplan.run/1 records)");
   struct Args {
     std::vector<std::string> files;
     std::string calibration, json, markdown, html;
@@ -84,11 +100,13 @@ Command add_validate_command(CLI::App& app) {
     bool quiet = false;
   };
   auto a = std::make_shared<Args>();
-  sub->add_option("records", a->files, "run-record files (a record, a list, or {records: [...]})")->required();
+  sub->add_option("records", a->files, "run-record files (a record, a list, or {records: [...]})")
+      ->required();
   sub->add_option("--calibration", a->calibration, "calibration profile");
   sub->add_option("--json", a->json, "write the JSON result to FILE or - for stdout");
   sub->add_option("--markdown", a->markdown, "write the accuracy table as Markdown to FILE");
-  sub->add_option("--html", a->html, "write a self-contained HTML report (predicted vs measured scatter) to FILE");
+  sub->add_option("--html", a->html,
+                  "write a self-contained HTML report (predicted vs measured scatter) to FILE");
   sub->add_option("--max-error", a->max_error,
                   "exit 1 if any in-scope record's |relative error| exceeds this (e.g. 0.1)");
   sub->add_option("--max-median-error", a->max_median_error,
@@ -100,13 +118,16 @@ Command add_validate_command(CLI::App& app) {
             ValidationReport v = validate_files(a->files, a->calibration.empty() ? nullptr : &hooks);
             std::string text;
             if (!a->quiet) {
-              text += fmt::format("{:<58} {:<22} {:>12} {:>12} {:>8}\n", "record", "term", "predicted", "measured", "error");
+              text += fmt::format("{:<58} {:<22} {:>12} {:>12} {:>8}\n", "record", "term", "predicted",
+                                  "measured", "error");
               for (const auto& r : v.rows)
-                text += fmt::format("{:<58} {:<22} {:>12} {:>12} {:>+7.1f}%{}\n", r.id.substr(0, 58), r.term, fmt_value(r.term, r.predicted),
-                                    fmt_value(r.term, r.measured), 100 * r.rel_error(), r.out_of_scope.empty() ? "" : "  (out of scope)");
+                text += fmt::format("{:<58} {:<22} {:>12} {:>12} {:>+7.1f}%{}\n", r.id.substr(0, 58), r.term,
+                                    fmt_value(r.term, r.predicted), fmt_value(r.term, r.measured),
+                                    100 * r.rel_error(), r.out_of_scope.empty() ? "" : "  (out of scope)");
               for (const auto& k : v.skipped) text += fmt::format("skipped {}: {}\n", k.id, k.reason);
             }
-            const bool any_outside = std::any_of(v.rows.begin(), v.rows.end(), [](const ValidationRow& r) { return !r.out_of_scope.empty(); });
+            const bool any_outside = std::any_of(
+                v.rows.begin(), v.rows.end(), [](const ValidationRow& r) { return !r.out_of_scope.empty(); });
             text += any_outside ? "\nsummary (records in scope):\n" : "\nsummary:\n";
             bool failed = false;
             Json terms = Json::array();
@@ -124,15 +145,24 @@ Command add_validate_command(CLI::App& app) {
             }
             Json rows = Json::array();
             for (const auto& r : v.rows) {
-              Json row = {{"id", r.id}, {"source", r.source}, {"term", r.term}, {"predicted", r.predicted}, {"measured", r.measured},
+              Json row = {{"id", r.id},
+                          {"source", r.source},
+                          {"term", r.term},
+                          {"predicted", r.predicted},
+                          {"measured", r.measured},
                           {"rel_error", r.rel_error()}};
               if (!r.out_of_scope.empty()) row["out_of_scope"] = r.out_of_scope;
               rows.push_back(std::move(row));
             }
             Json skipped = Json::array();
             for (const auto& k : v.skipped) skipped.push_back({{"id", k.id}, {"reason", k.reason}});
-            std::string json = a->json.empty() ? "" :
-                Json{{"schema", "shardplan.validation/1"}, {"rows", rows}, {"summary", terms}, {"summary_all", terms_all}, {"skipped", skipped}, {"failed", failed}}.dump(1) + "\n";
+            std::string json =
+                a->json.empty()
+                    ? ""
+                    : Json{{"schema", "shardplan.validation/1"}, {"rows", rows},       {"summary", terms},
+                           {"summary_all", terms_all},           {"skipped", skipped}, {"failed", failed}}
+                              .dump(1) +
+                          "\n";
             std::string md = a->markdown.empty() ? "" : markdown(v, a->files);
             std::string html = a->html.empty() ? "" : html_validate_report(v);
             if (a->json != "-") std::cout << text;

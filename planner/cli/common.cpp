@@ -10,11 +10,13 @@
 namespace shardplan::cli {
 
 void add_input_options(CLI::App* app, Inputs& in, bool with_calibration) {
-  app->add_option("--model", in.model, "model preset name, model spec JSON, graph JSON or Hugging Face config.json")
+  app->add_option("--model", in.model,
+                  "model preset name, model spec JSON, graph JSON or Hugging Face config.json")
       ->required();
   app->add_option("--cluster", in.cluster, "cluster preset name or cluster JSON")->capture_default_str();
   app->add_option("--gpus", in.gpus, "total GPUs (default: one node)");
-  if (with_calibration) app->add_option("--calibration", in.calibration, "calibration profile (shardplan.calibration/1)");
+  if (with_calibration)
+    app->add_option("--calibration", in.calibration, "calibration profile (shardplan.calibration/1)");
 }
 
 void add_plan_options(CLI::App* app, PlanFlags& f) {
@@ -22,7 +24,8 @@ void add_plan_options(CLI::App* app, PlanFlags& f) {
     const std::string key = k.key;
     if (k.kind == KnobKind::kSwitch) {
       const std::string sets = k.switch_sets;
-      app->add_flag_callback(k.flag, [&f, key, sets]() { f.given[key] = sets; }, k.help);
+      app->add_flag_callback(
+          k.flag, [&f, key, sets]() { f.given[key] = sets; }, k.help);
       continue;
     }
     std::string help = k.help;
@@ -31,13 +34,15 @@ void add_plan_options(CLI::App* app, PlanFlags& f) {
       for (std::size_t i = 0; i < k.values.size(); ++i) help += (i ? " | " : "") + k.values[i];
     }
     help += std::string(" (default: ") + k.default_text + ")";
-    app->add_option_function<std::string>(k.flag, [&f, key](const std::string& v) { f.given[key] = v; }, help)
+    app->add_option_function<std::string>(
+           k.flag, [&f, key](const std::string& v) { f.given[key] = v; }, help)
         ->type_name(k.kind == KnobKind::kInt ? "INT" : "TEXT");
   }
   app->add_option("--global-batch", f.global_batch, "sequences per optimizer step (sets --grad-accum)");
-  app->add_option("--from", f.from,
-                  "the plan of your own config: a DeepSpeed ds_config .json, a torchtitan .toml or an accelerate FSDP "
-                  ".yaml (docs/formats.md); explicit flags override it");
+  app->add_option(
+      "--from", f.from,
+      "the plan of your own config: a DeepSpeed ds_config .json, a torchtitan .toml or an accelerate FSDP "
+      ".yaml (docs/formats.md); explicit flags override it");
 }
 
 const ImportedConfig* imported_config(const PlanFlags& f) {
@@ -64,11 +69,12 @@ std::int64_t global_batch_from_flags(const PlanFlags& f) {
 void check_from_consistency(const PlanFlags& f, const Plan& p) {
   const ImportedConfig* c = imported_config(f);
   if (!c || f.global_batch > 0 || f.given.count("grad_accum") || f.given.count("mbs")) return;
-  if (c->global_batch > 0 && c->knobs.count("grad_accum") && std::to_string(p.grad_accum) != c->knobs.at("grad_accum"))
+  if (c->global_batch > 0 && c->knobs.count("grad_accum") &&
+      std::to_string(p.grad_accum) != c->knobs.at("grad_accum"))
     throw InputError(f.from, c->global_batch_key,
                      std::to_string(c->global_batch) + " is not micro batch " + std::to_string(p.mbs) +
-                         " x gradient_accumulation_steps " + c->knobs.at("grad_accum") + " x " + std::to_string(p.dp) +
-                         " data-parallel ranks (--gpus / tp)");
+                         " x gradient_accumulation_steps " + c->knobs.at("grad_accum") + " x " +
+                         std::to_string(p.dp) + " data-parallel ranks (--gpus / tp)");
 }
 
 Plan plan_from_flags(const PlanFlags& f) {
@@ -81,7 +87,8 @@ Plan plan_from_flags(const PlanFlags& f) {
       }
   for (const Knob& k : plan_knobs())
     if (auto it = f.given.find(k.key); it != f.given.end()) set_knob(k, p, it->second, k.flag);
-  if (f.global_batch < 0) throw InputError::flag("--global-batch", "must be >= 1, got " + std::to_string(f.global_batch));
+  if (f.global_batch < 0)
+    throw InputError::flag("--global-batch", "must be >= 1, got " + std::to_string(f.global_batch));
   if (f.global_batch > 0 && f.given.count("grad_accum"))
     throw InputError::flag("--global-batch", "give --global-batch or --grad-accum, not both");
   return p;
@@ -91,9 +98,10 @@ CalibrationHooks load_calibration_hooks(const std::string& path) {
   auto prof = std::make_shared<CalibrationProfile>(CalibrationProfile::load(path));
   CalibrationHooks h;
   h.source = path;
-  // The placement of the queried group (hosts and NVLink domains) picks the measured series; the analytic model
-  // gives the shape used to scale it to other sizes and rank counts.
-  h.collective_s = [prof](CollectiveKind k, double bytes, const GroupView& g) -> std::optional<CollectiveCost> {
+  // The placement of the queried group (hosts and NVLink domains) picks the measured series; the analytic
+  // model gives the shape used to scale it to other sizes and rank counts.
+  h.collective_s = [prof](CollectiveKind k, double bytes,
+                          const GroupView& g) -> std::optional<CollectiveCost> {
     const CollectivePlacement where{g.ranks, g.hosts, g.nodes, g.ranks_per_node,
                                     std::max(1, g.domain_gpus / std::max(1, g.host_gpus))};
     auto shape = [k, g](int ranks, double b) { return collective_cost(k, b, with_ranks(g, ranks)).time_s; };
@@ -108,7 +116,8 @@ CalibrationHooks load_calibration_hooks(const std::string& path) {
     return c;
   };
   h.gemm_efficiency = [prof](double m, double n, double k) -> std::optional<double> {
-    return prof->gemm_efficiency(static_cast<std::int64_t>(m), static_cast<std::int64_t>(n), static_cast<std::int64_t>(k));
+    return prof->gemm_efficiency(static_cast<std::int64_t>(m), static_cast<std::int64_t>(n),
+                                 static_cast<std::int64_t>(k));
   };
   h.hbm_Bps = prof->hbm_Bps();
   h.optimizer_Bps = prof->adamw_Bps("bf16-mixed");
@@ -119,7 +128,8 @@ Loaded load_inputs(const Inputs& in) {
   Loaded l;
   l.model = std::make_unique<ModelGraph>(load_model(in.model));
   ClusterSpec spec = load_cluster_spec(in.cluster);
-  if (in.gpus && *in.gpus < 1) throw InputError::flag("--gpus", "must be >= 1, got " + std::to_string(*in.gpus));
+  if (in.gpus && *in.gpus < 1)
+    throw InputError::flag("--gpus", "must be >= 1, got " + std::to_string(*in.gpus));
   const int gpus = in.gpus.value_or(spec.node.gpus);
   l.cluster = std::make_unique<Cluster>(std::move(spec), gpus);
   CalibrationHooks hooks;

@@ -14,8 +14,8 @@
 
 namespace shardplan::cli {
 
-/// The plan flags given on a command line: knob key -> the text after its flag ("true" / "false" for switches).
-/// Generated from the knob table (simulator/knobs.hpp); knobs not given keep the Plan defaults.
+/// The plan flags given on a command line: knob key -> the text after its flag ("true" / "false" for
+/// switches). Generated from the knob table (simulator/knobs.hpp); knobs not given keep the Plan defaults.
 struct PlanFlags {
   std::map<std::string, std::string> given;
   std::int64_t global_batch = 0;  ///< --global-batch (derives grad_accum; not a plan knob)
@@ -26,19 +26,20 @@ struct PlanFlags {
 
 struct Inputs {
   std::string model, cluster = "dgx-h100", calibration;  ///< --model is required
-  std::optional<int> gpus;  ///< unset: one node
+  std::optional<int> gpus;                               ///< unset: one node
 };
 
 void add_input_options(CLI::App* app, Inputs& in, bool with_calibration);
 void add_plan_options(CLI::App* app, PlanFlags& f);
-/// Builds the Plan from flags (unresolved): the --from file's knobs first, explicit flags over them; InputError
-/// naming the flag (or the file and key) for a bad value.
+/// Builds the Plan from flags (unresolved): the --from file's knobs first, explicit flags over them;
+/// InputError naming the flag (or the file and key) for a bad value.
 Plan plan_from_flags(const PlanFlags& f);
 /// The global batch for resolve_plan: --global-batch, else the --from file's (train_batch_size,
 /// training.global_batch_size) unless --grad-accum is given; 0 when none.
 std::int64_t global_batch_from_flags(const PlanFlags& f);
-/// After resolve_plan: the --from file's stated global batch and accumulation must agree with the resolved plan
-/// (DeepSpeed asserts train_batch_size = micro batch x accumulation x data-parallel ranks); InputError otherwise.
+/// After resolve_plan: the --from file's stated global batch and accumulation must agree with the resolved
+/// plan (DeepSpeed asserts train_batch_size = micro batch x accumulation x data-parallel ranks); InputError
+/// otherwise.
 void check_from_consistency(const PlanFlags& f, const Plan& resolved);
 /// The --from file (nullptr without --from); reads it on first use and prints its unmodelled keys on stderr.
 const ImportedConfig* imported_config(const PlanFlags& f);

@@ -4,9 +4,9 @@
 
 #include <iostream>
 
-#include "planner/cli/api.hpp"
 #include "core/checked.hpp"
 #include "core/error.hpp"
+#include "planner/cli/api.hpp"
 
 int main(int argc, char** argv) {
   using namespace shardplan;

@@ -11,7 +11,9 @@
 namespace shardplan {
 
 static double headroom_fraction(const Result& r) {
-  return r.capacity_bytes > 0 ? static_cast<double>(r.headroom_bytes()) / static_cast<double>(r.capacity_bytes) : 0;
+  return r.capacity_bytes > 0
+             ? static_cast<double>(r.headroom_bytes()) / static_cast<double>(r.capacity_bytes)
+             : 0;
 }
 
 // The relative error applies to the predicted reserved bytes; the plan survives an error e when
@@ -34,24 +36,27 @@ double default_headroom(const ValidationReport& v) {
   for (const auto& r : v.rows)
     if (r.term == "peak_reserved_bytes" && r.out_of_scope.empty() && r.measured > 0)
       worst_under = std::max(worst_under, -r.rel_error());
-  // Round up to a whole percent; the epsilon keeps an exact percent (0.15 computed as 0.1500000001) where it is.
+  // Round up to a whole percent; the epsilon keeps an exact percent (0.15 computed as 0.1500000001) where it
+  // is.
   return std::ceil(100 * worst_under - 1e-9) / 100;
 }
 
 std::string margin_statement(const Result& r) {
   const auto& e = kReservedMemoryError;
-  return fmt::format("{} with {:.1f} % headroom ({:.2f} GiB); the reserved-memory prediction's error has been <= {:.1f} % "
-                     "(median {:.1f} %) in {} measured runs: {} risk of running out of memory",
-                     r.fits ? "fits" : "does not fit", 100 * headroom_fraction(r),
-                     static_cast<double>(r.headroom_bytes()) / static_cast<double>(kGiB), 100 * e.worst_abs, 100 * e.median_abs,
-                     e.runs, risk(r));
+  return fmt::format(
+      "{} with {:.1f} % headroom ({:.2f} GiB); the reserved-memory prediction's error has been <= {:.1f} % "
+      "(median {:.1f} %) in {} measured runs: {} risk of running out of memory",
+      r.fits ? "fits" : "does not fit", 100 * headroom_fraction(r),
+      static_cast<double>(r.headroom_bytes()) / static_cast<double>(kGiB), 100 * e.worst_abs,
+      100 * e.median_abs, e.runs, risk(r));
 }
 
 Json margin_json(const Result& r) {
   const auto& e = kReservedMemoryError;
   return {{"headroom_fraction", headroom_fraction(r)},
           {"headroom_bytes", r.headroom_bytes()},
-          {"error", {{"term", e.term}, {"runs", e.runs}, {"median_abs", e.median_abs}, {"worst_abs", e.worst_abs}}},
+          {"error",
+           {{"term", e.term}, {"runs", e.runs}, {"median_abs", e.median_abs}, {"worst_abs", e.worst_abs}}},
           {"risk", risk(r)},
           {"statement", margin_statement(r)}};
 }

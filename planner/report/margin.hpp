@@ -1,6 +1,6 @@
 // The OOM-risk margin of a plan: its memory headroom set against how wrong the memory prediction has been on
-// measured runs. The statistics are those of docs/accuracy.md (`shardplan validate` on the committed records);
-// a test recomputes them so they cannot drift from the data.
+// measured runs. The statistics are those of docs/accuracy.md (`shardplan validate` on the committed
+// records); a test recomputes them so they cannot drift from the data.
 #pragma once
 #include <string>
 
@@ -21,19 +21,20 @@ struct MemoryErrorStats {
 /// Reserved-memory prediction error on the development set (tests/data/runs/published_dev.json).
 inline constexpr MemoryErrorStats kReservedMemoryError{"peak_reserved_bytes", 19, 0.048, 0.391};
 
-/// Default planner headroom (fraction of GPU memory `plan` keeps free). Rule: the largest under-prediction of peak
-/// reserved memory over the in-scope records of tests/data/runs/published_dev.json, (measured - predicted) /
-/// measured, rounded up to the next whole percent; a plan the planner accepts then stays under the device's memory
-/// for every measured run the prediction has missed. default_headroom() computes the rule; a test recomputes it
-/// with the real simulator and fails when this constant is stale.
+/// Default planner headroom (fraction of GPU memory `plan` keeps free). Rule: the largest under-prediction of
+/// peak reserved memory over the in-scope records of tests/data/runs/published_dev.json, (measured -
+/// predicted) / measured, rounded up to the next whole percent; a plan the planner accepts then stays under
+/// the device's memory for every measured run the prediction has missed. default_headroom() computes the
+/// rule; a test recomputes it with the real simulator and fails when this constant is stale.
 inline constexpr double kDefaultHeadroom = 0.06;
 inline constexpr const char* kDefaultHeadroomRule =
     "the largest under-prediction of reserved memory on the committed runs, rounded up to a whole percent";
 /// The rule above applied to a validation report's peak_reserved_bytes rows (in scope only).
 double default_headroom(const ValidationReport& v);
 
-/// Throughput prediction error on the development set: median and mean |relative error| of tokens/s per GPU over
-/// the in-scope records of tests/data/runs/published_dev.json (docs/accuracy.md, `bash tools/accuracy.sh`).
+/// Throughput prediction error on the development set: median and mean |relative error| of tokens/s per GPU
+/// over the in-scope records of tests/data/runs/published_dev.json (docs/accuracy.md, `bash
+/// tools/accuracy.sh`).
 struct ThroughputErrorStats {
   const char* term;
   int runs;
@@ -41,18 +42,20 @@ struct ThroughputErrorStats {
   double mape;        ///< mean |relative error|
 };
 inline constexpr ThroughputErrorStats kThroughputError{"tokens_per_s_per_gpu", 132, 0.060, 0.074};
-/// The planner's tie tolerance. Rule: two plans whose predicted tokens/s per GPU differ by less than the median
-/// |error| of the tokens/s prediction over the in-scope validation records, |a - b| / max(a, b) < this, are a tie
-/// (the model cannot tell them apart). A test recomputes it with the real simulator and fails when stale.
+/// The planner's tie tolerance. Rule: two plans whose predicted tokens/s per GPU differ by less than the
+/// median |error| of the tokens/s prediction over the in-scope validation records, |a - b| / max(a, b) <
+/// this, are a tie (the model cannot tell them apart). A test recomputes it with the real simulator and fails
+/// when stale.
 inline constexpr double kThroughputTieTolerance = kThroughputError.median_abs;
 inline constexpr const char* kThroughputTieRule =
     "predicted tokens/s within the median |error| of the tokens/s prediction on the committed runs";
 
-/// How the plan's headroom compares with the measured reserved-memory error: 0 low (survives the worst error),
-/// 1 moderate (survives the median error), 2 high.
+/// How the plan's headroom compares with the measured reserved-memory error: 0 low (survives the worst
+/// error), 1 moderate (survives the median error), 2 high.
 int memory_risk_level(const Result& r);
 
-/// "fits with 12.4 % headroom (9.80 GiB); reserved-memory error has been <= 31.5 % (median 16.4 %) in 12 runs: low risk"
+/// "fits with 12.4 % headroom (9.80 GiB); reserved-memory error has been <= 31.5 % (median 16.4 %) in 12
+/// runs: low risk"
 std::string margin_statement(const Result& r);
 /// {headroom_fraction, headroom_bytes, error: {term, runs, median_abs, worst_abs}, risk: low|moderate|high}
 Json margin_json(const Result& r);

@@ -18,51 +18,62 @@ std::string format_bytes(double b) {
 Json report_json(const Result& r, const ReportInputs& in) {
   const auto& spec = in.model->spec();
   Json breakdown = Json::object();
-  for (int c = 0; c < kMemCategories; ++c) breakdown[to_string(static_cast<MemCategory>(c))] = r.breakdown[static_cast<std::size_t>(c)];
+  for (int c = 0; c < kMemCategories; ++c)
+    breakdown[to_string(static_cast<MemCategory>(c))] = r.breakdown[static_cast<std::size_t>(c)];
   Json comm = Json::object();
   for (int k = 0; k < kCommKinds; ++k) {
     const auto& c = r.comm[static_cast<std::size_t>(k)];
     if (c.count == 0 && c.bytes_per_rank == 0) continue;
-    comm[to_string(static_cast<CommKind>(k))] = {{"bytes_per_rank", static_cast<std::int64_t>(c.bytes_per_rank)},
-                                                 {"time_s", c.time_s},
-                                                 {"exposed_s", c.exposed_s},
-                                                 {"count", c.count}};
+    comm[to_string(static_cast<CommKind>(k))] = {
+        {"bytes_per_rank", static_cast<std::int64_t>(c.bytes_per_rank)},
+        {"time_s", c.time_s},
+        {"exposed_s", c.exposed_s},
+        {"count", c.count}};
   }
   const auto& cl = in.cluster->spec();
-  return {{"schema", "shardplan.report/1"},
-          {"inputs",
-           {{"model", {{"name", spec.name}, {"parameters", in.model->parameters()}, {"spec", model_spec_to_json(spec)}}},
-            {"cluster", {{"name", cl.name}, {"gpu", cl.gpu.model}, {"gpu_memory_bytes", cl.gpu.memory_bytes},
-                         {"gpus_per_node", cl.node.gpus}}},
-            {"gpus", in.cluster->gpus()},
-            {"calibration", in.calibration.empty() ? Json(nullptr) : Json(in.calibration)}}},
-          {"plan", plan_to_json(r.plan)},
-          {"fits", r.fits},
-          {"memory",
-           {{"persistent_bytes", r.persistent_bytes},
-            {"persistent", {{"params", r.persistent_split[0]}, {"grads", r.persistent_split[1]}, {"optimizer", r.persistent_split[2]}}},
-            {"peak_bytes", r.peak_bytes},
-            {"peak_reserved_bytes", r.peak_reserved_bytes},
-            {"first_step_peak_bytes", r.first_step_peak_bytes},
-            {"runtime_overhead_bytes", r.overhead.total()},
-            {"runtime_overhead", {{"cuda_context", r.overhead.cuda_context_bytes}, {"nccl", r.overhead.nccl_bytes}}},
-            {"capacity_bytes", r.capacity_bytes},
-            {"headroom_bytes", r.headroom_bytes()},
-            {"host_bytes_per_node", r.host_bytes_per_node},
-            {"host_capacity_bytes", r.host_capacity_bytes},
-            {"peak_phase", r.peak_phase},
-            {"margin", margin_json(r)},
-            {"peak_time_s", r.peak_time_s},
-            {"breakdown", breakdown}}},
-          {"time",
-           {{"step_s", r.step_s},
-            {"compute_s", r.compute_s},
-            {"exposed_comm_s", r.exposed_comm_s},
-            {"optimizer_s", r.optimizer_s},
-            {"tokens_per_s_per_gpu", r.tokens_per_s_per_gpu},
-            {"mfu", r.mfu},
-            {"model_flops_per_token", r.model_flops_per_token}}},
-          {"comm", comm}};
+  return {
+      {"schema", "shardplan.report/1"},
+      {"inputs",
+       {{"model",
+         {{"name", spec.name}, {"parameters", in.model->parameters()}, {"spec", model_spec_to_json(spec)}}},
+        {"cluster",
+         {{"name", cl.name},
+          {"gpu", cl.gpu.model},
+          {"gpu_memory_bytes", cl.gpu.memory_bytes},
+          {"gpus_per_node", cl.node.gpus}}},
+        {"gpus", in.cluster->gpus()},
+        {"calibration", in.calibration.empty() ? Json(nullptr) : Json(in.calibration)}}},
+      {"plan", plan_to_json(r.plan)},
+      {"fits", r.fits},
+      {"memory",
+       {{"persistent_bytes", r.persistent_bytes},
+        {"persistent",
+         {{"params", r.persistent_split[0]},
+          {"grads", r.persistent_split[1]},
+          {"optimizer", r.persistent_split[2]}}},
+        {"peak_bytes", r.peak_bytes},
+        {"peak_reserved_bytes", r.peak_reserved_bytes},
+        {"first_step_peak_bytes", r.first_step_peak_bytes},
+        {"runtime_overhead_bytes", r.overhead.total()},
+        {"runtime_overhead",
+         {{"cuda_context", r.overhead.cuda_context_bytes}, {"nccl", r.overhead.nccl_bytes}}},
+        {"capacity_bytes", r.capacity_bytes},
+        {"headroom_bytes", r.headroom_bytes()},
+        {"host_bytes_per_node", r.host_bytes_per_node},
+        {"host_capacity_bytes", r.host_capacity_bytes},
+        {"peak_phase", r.peak_phase},
+        {"margin", margin_json(r)},
+        {"peak_time_s", r.peak_time_s},
+        {"breakdown", breakdown}}},
+      {"time",
+       {{"step_s", r.step_s},
+        {"compute_s", r.compute_s},
+        {"exposed_comm_s", r.exposed_comm_s},
+        {"optimizer_s", r.optimizer_s},
+        {"tokens_per_s_per_gpu", r.tokens_per_s_per_gpu},
+        {"mfu", r.mfu},
+        {"model_flops_per_token", r.model_flops_per_token}}},
+      {"comm", comm}};
 }
 
 std::string report_text(const Result& r, const ReportInputs& in, bool with_time) {
@@ -70,40 +81,52 @@ std::string report_text(const Result& r, const ReportInputs& in, bool with_time)
   std::string s;
   s += fmt::format("{} ({:L} parameters) on {} x {} ({})\n", in.model->spec().name, in.model->parameters(),
                    in.cluster->gpus(), in.cluster->spec().gpu.model, in.cluster->spec().name);
-  s += fmt::format("plan: runtime={} zero={} shard_group={} replicas={} tp={} seq={} mbs={} grad_accum={} ac={} wrap={} "
-                   "prefetch={} reshard_after_forward={} precision={} reduce_dtype={}\n",
-                   to_string(p.runtime), p.zero, p.shard_group, p.replicas, p.tp, p.seq, p.mbs, p.grad_accum,
-                   to_string(p.ac), p.wrap, p.prefetch, p.reshard() ? "true" : "false", to_string(p.precision),
-                   to_string(p.reduce()));
+  s += fmt::format(
+      "plan: runtime={} zero={} shard_group={} replicas={} tp={} seq={} mbs={} grad_accum={} ac={} wrap={} "
+      "prefetch={} reshard_after_forward={} precision={} reduce_dtype={}\n",
+      to_string(p.runtime), p.zero, p.shard_group, p.replicas, p.tp, p.seq, p.mbs, p.grad_accum,
+      to_string(p.ac), p.wrap, p.prefetch, p.reshard() ? "true" : "false", to_string(p.precision),
+      to_string(p.reduce()));
   s += "\nmemory at the peak (" + r.peak_phase + "):\n";
   for (int c = 0; c < kMemCategories; ++c)
-    s += fmt::format("  {:<18} {:>12}\n", to_string(static_cast<MemCategory>(c)), format_bytes(static_cast<double>(r.breakdown[static_cast<std::size_t>(c)])));
-  s += fmt::format("  {:<18} {:>12}   (max_memory_allocated)\n", "peak allocated", format_bytes(static_cast<double>(r.peak_bytes)));
-  s += fmt::format("  {:<18} {:>12}   (max_memory_reserved)\n", "peak reserved", format_bytes(static_cast<double>(r.peak_reserved_bytes)));
-  s += fmt::format("  {:<18} {:>12}   (allocated in the first step: optimizer state created at its step)\n", "first step",
-                   format_bytes(static_cast<double>(r.first_step_peak_bytes)));
-  s += fmt::format("  {:<18} {:>12}   (CUDA context + NCCL)\n", "runtime overhead", format_bytes(static_cast<double>(r.overhead.total())));
-  s += fmt::format("  {:<18} {:>12}   of {} -> {}\n", "total", format_bytes(static_cast<double>(r.peak_reserved_bytes + r.overhead.total())),
+    s += fmt::format("  {:<18} {:>12}\n", to_string(static_cast<MemCategory>(c)),
+                     format_bytes(static_cast<double>(r.breakdown[static_cast<std::size_t>(c)])));
+  s += fmt::format("  {:<18} {:>12}   (max_memory_allocated)\n", "peak allocated",
+                   format_bytes(static_cast<double>(r.peak_bytes)));
+  s += fmt::format("  {:<18} {:>12}   (max_memory_reserved)\n", "peak reserved",
+                   format_bytes(static_cast<double>(r.peak_reserved_bytes)));
+  s += fmt::format("  {:<18} {:>12}   (allocated in the first step: optimizer state created at its step)\n",
+                   "first step", format_bytes(static_cast<double>(r.first_step_peak_bytes)));
+  s += fmt::format("  {:<18} {:>12}   (CUDA context + NCCL)\n", "runtime overhead",
+                   format_bytes(static_cast<double>(r.overhead.total())));
+  s += fmt::format("  {:<18} {:>12}   of {} -> {}\n", "total",
+                   format_bytes(static_cast<double>(r.peak_reserved_bytes + r.overhead.total())),
                    format_bytes(static_cast<double>(r.capacity_bytes)), r.fits ? "fits" : "DOES NOT FIT");
   if (r.host_bytes_per_node > 0)
-    s += fmt::format("  {:<18} {:>12}   per node, of {} host memory -> {}\n", "offloaded (host)",
-                     format_bytes(static_cast<double>(r.host_bytes_per_node)),
-                     r.host_capacity_bytes > 0 ? format_bytes(static_cast<double>(r.host_capacity_bytes)) : "unknown",
-                     r.host_capacity_bytes == 0 || r.host_bytes_per_node <= r.host_capacity_bytes ? "fits" : "DOES NOT FIT");
+    s += fmt::format(
+        "  {:<18} {:>12}   per node, of {} host memory -> {}\n", "offloaded (host)",
+        format_bytes(static_cast<double>(r.host_bytes_per_node)),
+        r.host_capacity_bytes > 0 ? format_bytes(static_cast<double>(r.host_capacity_bytes)) : "unknown",
+        r.host_capacity_bytes == 0 || r.host_bytes_per_node <= r.host_capacity_bytes ? "fits"
+                                                                                     : "DOES NOT FIT");
   s += "  " + margin_statement(r) + "\n";
   s += fmt::format("  persistent state   {:>12}   (params {} + grads {} + optimizer {})\n",
-                   format_bytes(static_cast<double>(r.persistent_bytes)), format_bytes(static_cast<double>(r.persistent_split[0])),
-                   format_bytes(static_cast<double>(r.persistent_split[1])), format_bytes(static_cast<double>(r.persistent_split[2])));
+                   format_bytes(static_cast<double>(r.persistent_bytes)),
+                   format_bytes(static_cast<double>(r.persistent_split[0])),
+                   format_bytes(static_cast<double>(r.persistent_split[1])),
+                   format_bytes(static_cast<double>(r.persistent_split[2])));
   if (with_time) {
-    s += fmt::format("\nstep {:.4f} s  compute {:.4f} s  exposed communication {:.4f} s  optimizer {:.4f} s\n", r.step_s,
-                     r.compute_s, r.exposed_comm_s, r.optimizer_s);
+    s +=
+        fmt::format("\nstep {:.4f} s  compute {:.4f} s  exposed communication {:.4f} s  optimizer {:.4f} s\n",
+                    r.step_s, r.compute_s, r.exposed_comm_s, r.optimizer_s);
     s += fmt::format("throughput {:.0f} tokens/s/GPU  MFU {:.1f} %\n", r.tokens_per_s_per_gpu, 100 * r.mfu);
     s += "communication:\n";
     for (int k = 0; k < kCommKinds; ++k) {
       const auto& c = r.comm[static_cast<std::size_t>(k)];
       if (c.time_s <= 0 && c.bytes_per_rank <= 0) continue;
-      s += fmt::format("  {:<18} {:>12} sent/rank  {:>9.4f} s  exposed {:.4f} s\n", to_string(static_cast<CommKind>(k)),
-                       format_bytes(c.bytes_per_rank), c.time_s, c.exposed_s);
+      s += fmt::format("  {:<18} {:>12} sent/rank  {:>9.4f} s  exposed {:.4f} s\n",
+                       to_string(static_cast<CommKind>(k)), format_bytes(c.bytes_per_rank), c.time_s,
+                       c.exposed_s);
     }
   }
   return s;
@@ -113,25 +136,36 @@ std::string trace_json(const Result& r) {
   const Program& prog = r.detail->program;
   const Timeline& tl = r.detail->timeline;
   Json events = Json::array();
-  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0}, {"args", {{"name", "shardplan step"}}}});
+  events.push_back(
+      {{"name", "process_name"}, {"ph", "M"}, {"pid", 0}, {"args", {{"name", "shardplan step"}}}});
   for (int l = 0; l < static_cast<int>(prog.lane_names.size()); ++l)
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", l + 1}, {"args", {{"name", prog.lane_names[static_cast<std::size_t>(l)]}}}});
-  events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 0}, {"args", {{"name", "cpu issue"}}}});
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", 0},
+                      {"tid", l + 1},
+                      {"args", {{"name", prog.lane_names[static_cast<std::size_t>(l)]}}}});
+  events.push_back(
+      {{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 0}, {"args", {{"name", "cpu issue"}}}});
   for (std::size_t i = 0; i < prog.tasks.size(); ++i) {
     const Task& t = prog.tasks[i];
     const auto& tm = tl.timing[i];
     if (t.duration_s <= 0) continue;
-    events.push_back({{"name", prog.labels[t.label]},
-                      {"ph", "X"},
-                      {"pid", 0},
-                      {"tid", t.lane + 1},
-                      {"ts", tm.start_s * 1e6},
-                      {"dur", t.duration_s * 1e6},
-                      {"args", {{"unit", t.unit}, {"micro_batch", t.micro_batch}, {"issued_us", tm.issue_s * 1e6}}}});
+    events.push_back(
+        {{"name", prog.labels[t.label]},
+         {"ph", "X"},
+         {"pid", 0},
+         {"tid", t.lane + 1},
+         {"ts", tm.start_s * 1e6},
+         {"dur", t.duration_s * 1e6},
+         {"args", {{"unit", t.unit}, {"micro_batch", t.micro_batch}, {"issued_us", tm.issue_s * 1e6}}}});
   }
   for (const auto& m : tl.samples)
-    events.push_back({{"name", "allocated"}, {"ph", "C"}, {"pid", 0}, {"ts", m.time_s * 1e6},
-                      {"args", {{"GiB", static_cast<double>(m.allocated_bytes) / static_cast<double>(kGiB)}}}});
+    events.push_back(
+        {{"name", "allocated"},
+         {"ph", "C"},
+         {"pid", 0},
+         {"ts", m.time_s * 1e6},
+         {"args", {{"GiB", static_cast<double>(m.allocated_bytes) / static_cast<double>(kGiB)}}}});
   Json doc = {{"traceEvents", events},
               {"displayTimeUnit", "ms"},
               {"otherData", {{"step_s", r.step_s}, {"peak_bytes", r.peak_bytes}}}};

@@ -15,12 +15,23 @@ std::string escape(std::string_view text) {
   out.reserve(text.size());
   for (char ch : text) {
     switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += ch;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += ch;
     }
   }
   return out;
@@ -138,38 +149,38 @@ static std::string attr(std::string_view name, std::string_view value) {
 
 void Canvas::rect(double x, double y, double w, double h, std::string_view fill, std::string_view cls,
                   std::string_view tooltip) {
-  body_ += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"{}{}", num(x), num(y), num(std::max(0.0, w)),
-                       num(std::max(0.0, h)), attr("fill", fill), attr("class", cls));
+  body_ += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"{}{}", num(x), num(y),
+                       num(std::max(0.0, w)), num(std::max(0.0, h)), attr("fill", fill), attr("class", cls));
   tooltip_close("rect", tooltip);
   ++elements_;
 }
 
 void Canvas::line(double x1, double y1, double x2, double y2, std::string_view cls, std::string_view stroke) {
-  body_ += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"{}{}/>", num(x1), num(y1), num(x2), num(y2),
-                       attr("class", cls), attr("stroke", stroke));
+  body_ += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"{}{}/>", num(x1), num(y1), num(x2),
+                       num(y2), attr("class", cls), attr("stroke", stroke));
   ++elements_;
 }
 
 void Canvas::text(double x, double y, std::string_view content, std::string_view cls, std::string_view anchor,
                   std::string_view attrs) {
   body_ += fmt::format("<text x=\"{}\" y=\"{}\"{}{}{}{}>{}</text>", num(x), num(y), attr("class", cls),
-                       anchor == "start" ? std::string() : attr("text-anchor", anchor), attrs.empty() ? "" : " ", attrs,
-                       escape(content));
+                       anchor == "start" ? std::string() : attr("text-anchor", anchor),
+                       attrs.empty() ? "" : " ", attrs, escape(content));
   ++elements_;
 }
 
 void Canvas::path(std::string_view d, std::string_view fill, std::string_view cls, std::string_view tooltip,
                   std::string_view attrs) {
-  body_ += fmt::format("<path d=\"{}\"{}{}{}{}", d, attr("fill", fill), attr("class", cls), attrs.empty() ? "" : " ",
-                       attrs);
+  body_ += fmt::format("<path d=\"{}\"{}{}{}{}", d, attr("fill", fill), attr("class", cls),
+                       attrs.empty() ? "" : " ", attrs);
   tooltip_close("path", tooltip);
   ++elements_;
 }
 
 void Canvas::circle(double cx, double cy, double r, std::string_view fill, std::string_view cls,
                     std::string_view tooltip) {
-  body_ += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"{}\"{}{}", num(cx), num(cy), num(r), attr("fill", fill),
-                       attr("class", cls));
+  body_ += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"{}\"{}{}", num(cx), num(cy), num(r),
+                       attr("fill", fill), attr("class", cls));
   tooltip_close("circle", tooltip);
   ++elements_;
 }
@@ -181,7 +192,8 @@ void Canvas::raw(std::string_view markup) {
 
 std::string Canvas::str() const {
   std::string s = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"{}\" viewBox=\"0 0 {} {}\" width=\"{}\" height=\"{}\" "
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"{}\" viewBox=\"0 0 {} {}\" width=\"{}\" "
+      "height=\"{}\" "
       "role=\"img\" aria-label=\"{}\" preserveAspectRatio=\"xMinYMin meet\">\n<title>{}</title>\n",
       escape(cls_), num(w_), num(h_), num(w_), num(h_), escape(title_), escape(title_));
   s += body_;
@@ -221,7 +233,8 @@ void axes(Canvas& c, const Frame& f, const Axis& x, const Axis& y) {
   c.close_group();
 }
 
-void stacked_area(Canvas& c, const Frame& f, const std::vector<double>& xs, const std::vector<Series>& series) {
+void stacked_area(Canvas& c, const Frame& f, const std::vector<double>& xs,
+                  const std::vector<Series>& series) {
   const std::size_t n = xs.size();
   std::vector<std::vector<double>> top(series.size(), std::vector<double>(n, 0.0));
   for (std::size_t i = 0; i < n; ++i) {
@@ -253,12 +266,14 @@ void stacked_area(Canvas& c, const Frame& f, const std::vector<double>& xs, cons
     }
     // A stroke in the fill colour keeps zero-width spikes (allocate-then-free within one task) visible.
     c.path(d, series[k].color, "series", series[k].name,
-           fmt::format("data-series=\"{}\" stroke=\"{}\" stroke-width=\"1\"", escape(series[k].name), escape(series[k].color)));
+           fmt::format("data-series=\"{}\" stroke=\"{}\" stroke-width=\"1\"", escape(series[k].name),
+                       escape(series[k].color)));
   }
   c.close_group();
 }
 
-void hline(Canvas& c, const Frame& f, double y, std::string_view cls, std::string_view label, bool label_below) {
+void hline(Canvas& c, const Frame& f, double y, std::string_view cls, std::string_view label,
+           bool label_below) {
   const double py = f.y(y);
   c.open_group(cls);
   c.line(f.area.x, py, f.area.right(), py, "ref");
@@ -274,8 +289,8 @@ void polyline(Canvas& c, const Frame& f, const std::vector<double>& xs, const st
   c.path(d, "none", cls, {}, stroke.empty() ? std::string() : "stroke=\"" + escape(stroke) + "\"");
 }
 
-std::size_t gantt_row(Canvas& c, const Frame& f, double y, double h, std::string_view name, std::vector<Span> spans,
-                      std::string_view row_cls, double min_px) {
+std::size_t gantt_row(Canvas& c, const Frame& f, double y, double h, std::string_view name,
+                      std::vector<Span> spans, std::string_view row_cls, double min_px) {
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.a < b.a; });
   c.open_group(row_cls, "data-lane=\"" + escape(name) + "\"");
   c.text(f.area.x - 8, y + h / 2 + 4, name, "row-label", "end");
@@ -290,9 +305,9 @@ std::size_t gantt_row(Canvas& c, const Frame& f, double y, double h, std::string
   auto flush = [&] {
     if (!cur) return;
     const double x0 = f.x(cur->a), x1 = f.x(cur->b);
-    const std::string tip = cur->count == 1
-                                ? cur->lead->tooltip
-                                : fmt::format("{} tasks merged (largest: {})", cur->count, cur->lead->tooltip);
+    const std::string tip =
+        cur->count == 1 ? cur->lead->tooltip
+                        : fmt::format("{} tasks merged (largest: {})", cur->count, cur->lead->tooltip);
     c.rect(x0, y, std::max(x1 - x0, 0.6), h, cur->lead->color, {}, tip);
     ++drawn;
     cur.reset();

@@ -65,10 +65,10 @@ class Canvas {
   void rect(double x, double y, double w, double h, std::string_view fill, std::string_view cls = {},
             std::string_view tooltip = {});
   void line(double x1, double y1, double x2, double y2, std::string_view cls, std::string_view stroke = {});
-  void text(double x, double y, std::string_view content, std::string_view cls = {}, std::string_view anchor = "start",
-            std::string_view attrs = {});
-  void path(std::string_view d, std::string_view fill, std::string_view cls = {}, std::string_view tooltip = {},
-            std::string_view attrs = {});
+  void text(double x, double y, std::string_view content, std::string_view cls = {},
+            std::string_view anchor = "start", std::string_view attrs = {});
+  void path(std::string_view d, std::string_view fill, std::string_view cls = {},
+            std::string_view tooltip = {}, std::string_view attrs = {});
   void circle(double cx, double cy, double r, std::string_view fill, std::string_view cls = {},
               std::string_view tooltip = {});
   /// Appends pre-escaped markup (for definitions such as <pattern>); counted as one element.
@@ -93,13 +93,16 @@ struct Series {
   std::string name, color;
   std::vector<double> ys;
 };
-/// Stacked areas with step interpolation (the value holds until the next x); the first series is at the bottom.
-/// Each series is one <path class="series" data-series="NAME">; all-zero series are still drawn (empty).
-void stacked_area(Canvas& c, const Frame& f, const std::vector<double>& xs, const std::vector<Series>& series);
+/// Stacked areas with step interpolation (the value holds until the next x); the first series is at the
+/// bottom. Each series is one <path class="series" data-series="NAME">; all-zero series are still drawn
+/// (empty).
+void stacked_area(Canvas& c, const Frame& f, const std::vector<double>& xs,
+                  const std::vector<Series>& series);
 
 /// A horizontal reference line across the frame at data value `y`, with a label at its right end, above the
 /// line or below it.
-void hline(Canvas& c, const Frame& f, double y, std::string_view cls, std::string_view label, bool label_below = false);
+void hline(Canvas& c, const Frame& f, double y, std::string_view cls, std::string_view label,
+           bool label_below = false);
 /// A polyline through data points.
 void polyline(Canvas& c, const Frame& f, const std::vector<double>& xs, const std::vector<double>& ys,
               std::string_view cls, std::string_view stroke = {});
@@ -109,12 +112,13 @@ struct Span {
   double a = 0, b = 0;
   std::string color, tooltip;
 };
-/// A row of bars at pixel rows [y, y + h] labelled `name` left of the frame, as <g class="gantt-row" data-lane=NAME>.
-/// A bar narrower than `min_px` absorbs the bars that touch it until it is `min_px` wide (the merged bar takes the
-/// colour of its longest member and a tooltip counting its members), which bounds the element count by the pixel
-/// width while long runs of small tasks keep their colours at pixel resolution. Returns bars drawn.
-std::size_t gantt_row(Canvas& c, const Frame& f, double y, double h, std::string_view name, std::vector<Span> spans,
-                      std::string_view row_cls = "gantt-row", double min_px = 1.5);
+/// A row of bars at pixel rows [y, y + h] labelled `name` left of the frame, as <g class="gantt-row"
+/// data-lane=NAME>. A bar narrower than `min_px` absorbs the bars that touch it until it is `min_px` wide
+/// (the merged bar takes the colour of its longest member and a tooltip counting its members), which bounds
+/// the element count by the pixel width while long runs of small tasks keep their colours at pixel
+/// resolution. Returns bars drawn.
+std::size_t gantt_row(Canvas& c, const Frame& f, double y, double h, std::string_view name,
+                      std::vector<Span> spans, std::string_view row_cls = "gantt-row", double min_px = 1.5);
 
 struct LegendItem {
   std::string name, color;

@@ -1,4 +1,5 @@
-// `shardplan calibrate import-nccl-tests` and `calibrate show` through CLI11, as the shardplan binary runs them.
+// `shardplan calibrate import-nccl-tests` and `calibrate show` through CLI11, as the shardplan binary runs
+// them.
 #include <catch2/catch.hpp>
 
 #include "calibration/profile.hpp"
@@ -32,10 +33,10 @@ TEST_CASE("calibrate exits 2 on bad input and writes nothing", "[cli]") {
   const auto out = test::temp_path("cli_bad.json");
   std::remove(out.c_str());
   CHECK(run_cli({"calibrate", "import-nccl-tests", "/nonexistent.log", "-o", out}) == 2);
-  CHECK(run_cli({"calibrate", "import-nccl-tests", test::nccl_log("h100_2node_16rank_all_reduce.txt"), "-o", out,
-                 "--ranks", "8"}) == 2);
-  CHECK(run_cli({"calibrate", "import-nccl-tests", test::nccl_log("h100_2node_16rank_all_reduce.txt"), "-o", out,
-                 "--nodes", "2", "--gpus-per-node", "8"}) == 2);
+  CHECK(run_cli({"calibrate", "import-nccl-tests", test::nccl_log("h100_2node_16rank_all_reduce.txt"), "-o",
+                 out, "--ranks", "8"}) == 2);
+  CHECK(run_cli({"calibrate", "import-nccl-tests", test::nccl_log("h100_2node_16rank_all_reduce.txt"), "-o",
+                 out, "--nodes", "2", "--gpus-per-node", "8"}) == 2);
   CHECK_FALSE(std::ifstream(out).good());
   CHECK(run_cli({"calibrate", "show", "/nonexistent.json"}) == 2);
 }

@@ -5,8 +5,8 @@
 
 #include "calibration/fit.hpp"
 #include "calibration/nccl_tests_import.hpp"
-#include "helpers.hpp"
 #include "core/units.hpp"
+#include "helpers.hpp"
 
 using namespace shardplan;
 using namespace shardplan::calibration;
@@ -49,8 +49,8 @@ TEST_CASE("log-log curve interpolates between knots and refuses to extrapolate",
 }
 
 TEST_CASE("curves of the real logs reproduce every measured point >= 1 MiB within 3 %", "[fit][real]") {
-  for (const char* log : {"h100_2node_16rank_all_reduce.txt", "rtx2080ti_1node_2gpu_all_reduce_all_gather.txt",
-                          "gb10_2node_all_gather.txt"}) {
+  for (const char* log : {"h100_2node_16rank_all_reduce.txt",
+                          "rtx2080ti_1node_2gpu_all_reduce_all_gather.txt", "gb10_2node_all_gather.txt"}) {
     const auto profile = import_nccl_tests({test::nccl_log(log)}, {});
     REQUIRE_FALSE(profile.collectives().empty());
     for (const auto& s : profile.collectives()) {

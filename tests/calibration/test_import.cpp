@@ -1,9 +1,10 @@
-// nccl-tests importer on real logs (tests/data/nccl-tests/SOURCE.md) and on corrupt or truncated copies of them.
+// nccl-tests importer on real logs (tests/data/nccl-tests/SOURCE.md) and on corrupt or truncated copies of
+// them.
 #include <catch2/catch.hpp>
 
 #include "calibration/nccl_tests_import.hpp"
-#include "helpers.hpp"
 #include "core/error.hpp"
+#include "helpers.hpp"
 
 using namespace shardplan;
 using namespace shardplan::calibration;
@@ -24,12 +25,12 @@ TEST_CASE("H100 2-node all_reduce log: ranks and nodes from the Rank lines", "[i
   const auto r = parse_nccl_tests_file(test::nccl_log("h100_2node_16rank_all_reduce.txt"));
   REQUIRE(r.runs.size() == 1);
   const auto& run = r.runs[0];
-  CHECK(run.kind == CollectiveKind::kAllReduce);      // "all_reduce_perf" in the mpirun line
-  CHECK(run.ranks == 16);                              // Rank 0..15
-  CHECK(run.nodes == 2);                               // ztan-mig-235z, ztan-mig-gq73
-  CHECK(run.iterations == 20);                         // "iters: 20"
-  CHECK(run.line == 30);                               // the "size count type" header
-  REQUIRE(run.rows.size() == 31);                      // 8 B = 2^3 .. 8 GiB = 2^33
+  CHECK(run.kind == CollectiveKind::kAllReduce);  // "all_reduce_perf" in the mpirun line
+  CHECK(run.ranks == 16);                         // Rank 0..15
+  CHECK(run.nodes == 2);                          // ztan-mig-235z, ztan-mig-gq73
+  CHECK(run.iterations == 20);                    // "iters: 20"
+  CHECK(run.line == 30);                          // the "size count type" header
+  REQUIRE(run.rows.size() == 31);                 // 8 B = 2^3 .. 8 GiB = 2^33
   CHECK(run.rows.front().bytes == 8);
   CHECK(run.rows.back().bytes == 8589934592);
   CHECK(run.rows.back().oop_time_us == 47535);
@@ -59,7 +60,8 @@ TEST_CASE("RTX 2080 Ti log: two tables in one file, collective from each command
   CHECK(p.hardware().gpus[0].count == 2);
 }
 
-TEST_CASE("GB10 log in the nccl-tests 2.19 format: program and NCCL version from the header", "[import][real]") {
+TEST_CASE("GB10 log in the nccl-tests 2.19 format: program and NCCL version from the header",
+          "[import][real]") {
   const auto r = parse_nccl_tests_file(test::nccl_log("gb10_2node_all_gather.txt"));
   REQUIRE(r.runs.size() == 1);
   CHECK(r.runs[0].kind == CollectiveKind::kAllGather);  // "# Collective test starting: all_gather_perf"
@@ -107,7 +109,8 @@ TEST_CASE("truncated and corrupt logs raise InputError with file and line", "[im
     const auto path = test::temp_path("cut_row.txt");
     test::write_text(path, cut);
     CHECK_THROWS_AS(parse_nccl_tests_file(path), InputError);
-    CHECK_THROWS_WITH(parse_nccl_tests_file(path), Catch::Contains(path + ": line 54: truncated or malformed"));
+    CHECK_THROWS_WITH(parse_nccl_tests_file(path),
+                      Catch::Contains(path + ": line 54: truncated or malformed"));
   }
   SECTION("table without footer") {
     const auto path = test::temp_path("no_footer.txt");

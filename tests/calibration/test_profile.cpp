@@ -4,23 +4,27 @@
 
 #include "calibration/nccl_tests_import.hpp"
 #include "calibration/profile.hpp"
-#include "helpers.hpp"
 #include "core/error.hpp"
 #include "core/json_reader.hpp"
 #include "core/units.hpp"
+#include "helpers.hpp"
 
 using namespace shardplan;
 using namespace shardplan::calibration;
 using Source = CollectiveEstimate::Source;
 
 namespace {
-CalibrationProfile h100() { return import_nccl_tests({test::nccl_log("h100_2node_16rank_all_reduce.txt")}, {}); }
+CalibrationProfile h100() {
+  return import_nccl_tests({test::nccl_log("h100_2node_16rank_all_reduce.txt")}, {});
+}
 }  // namespace
 
 TEST_CASE("collective_time reproduces the measured points of the real log", "[profile][real]") {
   const auto p = h100();
-  // Out-of-place column of h100_2node_16rank_all_reduce.txt: 1 GiB took 6759.0 us, 2 MiB 254.0 us, 8 GiB 47535 us.
-  for (auto [bytes, us] : {std::pair<std::int64_t, double>{kGiB, 6759.0}, {2 * kMiB, 254.0}, {8 * kGiB, 47535.0}}) {
+  // Out-of-place column of h100_2node_16rank_all_reduce.txt: 1 GiB took 6759.0 us, 2 MiB 254.0 us, 8 GiB
+  // 47535 us.
+  for (auto [bytes, us] :
+       {std::pair<std::int64_t, double>{kGiB, 6759.0}, {2 * kMiB, 254.0}, {8 * kGiB, 47535.0}}) {
     const auto est = p.collective_time(CollectiveKind::kAllReduce, bytes, 16, 2);
     REQUIRE(est);
     CHECK(est->source == Source::kMeasuredCurve);
@@ -69,7 +73,8 @@ TEST_CASE("collective_time falls back to the alpha-beta model and says so", "[pr
 TEST_CASE("profile round trip keeps every sample and query", "[profile]") {
   auto p = h100();
   p.set_gemm_peak(989e12, "sm90 4096 FLOP/clk/SM x 132 SMs x 1830 MHz");
-  p.add_gemm_sample({4096, 4096, 4096, "bf16", 0.2e-3, 2.0 * 4096 * 4096 * 4096 / 0.2e-3, 0.19e-3, 0.21e-3, 5, 100});
+  p.add_gemm_sample(
+      {4096, 4096, 4096, "bf16", 0.2e-3, 2.0 * 4096 * 4096 * 4096 / 0.2e-3, 0.19e-3, 0.21e-3, 5, 100});
   p.add_hbm_sample({2 * kGiB, 1e-3, std::nullopt, std::nullopt, 3, 10});
   p.add_adamw_sample("fp32", {1 << 20, 28 << 20, 20e-6, std::nullopt, std::nullopt, 5, 50});
   p.record_failure({"nccl/all_gather/n8/bfloat16", "unhandled cuda error", 1 << 30, "2025-01-01T00:00:00Z"});
@@ -87,7 +92,7 @@ TEST_CASE("profile round trip keeps every sample and query", "[profile]") {
   CHECK(*q.gemm_efficiency(4096, 4096, 4096) == Approx(2.0 * 4096 * 4096 * 4096 / 0.2e-3 / 989e12));
   CHECK(*q.gemm_efficiency(4000, 4200, 4096) == *q.gemm_efficiency(4096, 4096, 4096));  // nearest shape
   CHECK(*q.gemm_peak_flops() == 989e12);
-  CHECK(*q.hbm_Bps() == Approx(2.0 * kGiB / 1e-3));        // 2 GiB read + write in 1 ms
+  CHECK(*q.hbm_Bps() == Approx(2.0 * kGiB / 1e-3));                 // 2 GiB read + write in 1 ms
   CHECK(*q.adamw_Bps("fp32") == Approx(28.0 * (1 << 20) / 20e-6));  // 28 bytes/param, 2^20 params in 20 us
   CHECK_FALSE(q.adamw_Bps("bf16"));
 }
@@ -102,7 +107,8 @@ TEST_CASE("an empty profile answers nullopt everywhere", "[profile]") {
 }
 
 TEST_CASE("single-node series answer other single-node rank counts", "[profile]") {
-  // all_reduce on 2 ranks (RTX 2080 Ti): busbw from the 2-rank fit, alpha scaled by steps 2*(4-1) / 2*(2-1) = 3.
+  // all_reduce on 2 ranks (RTX 2080 Ti): busbw from the 2-rank fit, alpha scaled by steps 2*(4-1) / 2*(2-1)
+  // = 3.
   const auto p = import_nccl_tests({test::nccl_log("rtx2080ti_1node_2gpu_all_reduce_all_gather.txt")}, {});
   const auto est = p.collective_time(CollectiveKind::kAllReduce, 256 * kMiB, 4, 1);
   REQUIRE(est);
@@ -112,8 +118,8 @@ TEST_CASE("single-node series answer other single-node rank counts", "[profile]"
     if (x.kind == CollectiveKind::kAllReduce && x.placement == "out_of_place") s = &x;
   REQUIRE(s);
   CHECK(est->time_s == Approx(3 * s->alpha_beta.alpha_s + 256.0 * kMiB * 1.5 / *s->busbw_Bps()));
-  // Its busbw is near the log's 4.00 GB/s plateau; the relative-error fit over 8 B .. 1 GiB trades a few percent
-  // of the plateau for the latency-bound sizes (3.86 GB/s here), so within 5 %.
+  // Its busbw is near the log's 4.00 GB/s plateau; the relative-error fit over 8 B .. 1 GiB trades a few
+  // percent of the plateau for the latency-bound sizes (3.86 GB/s here), so within 5 %.
   CHECK(*s->busbw_Bps() == Approx(4e9).epsilon(0.05));
 }
 
@@ -168,7 +174,8 @@ TEST_CASE("describe names every curve with its fit residuals", "[profile]") {
   CHECK_THAT(d, Catch::Contains("NVIDIA H100 80GB HBM3"));
 }
 
-TEST_CASE("placement-aware query: NVLink domains that span hosts, and model-shape scaling", "[profile][placement]") {
+TEST_CASE("placement-aware query: NVLink domains that span hosts, and model-shape scaling",
+          "[profile][placement]") {
   // A GB200 NVL72 all-reduce log: 72 ranks on 18 trays (hosts) of 4 GPUs, one NVLink domain. The cluster
   // queried has 18 hosts per domain (72 / 4), so the series is 1 domain of 72 ranks: the query for 72 ranks
   // on 18 hosts in 1 domain is the same placement and answers from the measured curve.
@@ -180,9 +187,11 @@ TEST_CASE("placement-aware query: NVLink domains that span hosts, and model-shap
   s.dtype = "float";
   s.source = "synthetic";
   // t = 50 us + S / 400e9 (algbw), sizes 1 MiB .. 1 GiB.
-  for (std::int64_t b = kMiB; b <= kGiB; b *= 4) s.samples.push_back({b, 50e-6 + double(b) / 400e9, std::nullopt, std::nullopt, 1, 0});
+  for (std::int64_t b = kMiB; b <= kGiB; b *= 4)
+    s.samples.push_back({b, 50e-6 + double(b) / 400e9, std::nullopt, std::nullopt, 1, 0});
   p.add_collective_samples(s);
-  // Model shape: 10 us per rank + S / 300e9 (any positive shape works; the answer is scaled to the measurement).
+  // Model shape: 10 us per rank + S / 300e9 (any positive shape works; the answer is scaled to the
+  // measurement).
   auto shape = [](int ranks, double bytes) { return 10e-6 * ranks + bytes / 300e9; };
   std::string why;
   auto e = p.collective_time(CollectiveKind::kAllReduce, 16 * kMiB, {72, 18, 1, 72, 18}, shape, &why);
@@ -203,7 +212,8 @@ TEST_CASE("placement-aware query: NVLink domains that span hosts, and model-shap
   CHECK(e->time_s == Approx(shape(72, 4.0 * kGiB) * (50e-6 + kGiB / 400e9) / shape(72, kGiB)).epsilon(0.01));
   // 144 ranks over two domains: no series spans several domains, so the profile says it cannot answer.
   CHECK_FALSE(p.collective_time(CollectiveKind::kAllReduce, kGiB, {144, 36, 2, 72, 18}, shape, &why));
-  CHECK(why.find("72 ranks on 18 hosts (1 NVLink domain); none spans several NVLink domains") != std::string::npos);
+  CHECK(why.find("72 ranks on 18 hosts (1 NVLink domain); none spans several NVLink domains") !=
+        std::string::npos);
   // 18 ranks, one per tray (stride 4): 1 rank per host, not the series' 4, so not the same shape either.
   CHECK_FALSE(p.collective_time(CollectiveKind::kAllReduce, kGiB, {18, 18, 1, 18, 18}, shape, &why));
   // Host count alone would have matched a DGX-style reading of the same log (18 hosts = 18 domains of 4):

@@ -1,5 +1,6 @@
-// The sweep driver with a communicator double that errors, hangs or returns wrong results mid-sweep: the profile
-// on disk keeps every finished benchmark, records each failure with the size, and --resume reruns only those.
+// The sweep driver with a communicator double that errors, hangs or returns wrong results mid-sweep: the
+// profile on disk keeps every finished benchmark, records each failure with the size, and --resume reruns
+// only those.
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>
@@ -46,7 +47,8 @@ class FakeComm final : public CollectiveComm {
   }
   CommPoll poll() override {
     const auto key = std::make_pair(op_.kind, ranks_);
-    if (hit(script_.error_at, key)) return {CommPoll::State::kError, 0, "unhandled cuda error (ncclCommGetAsyncError)"};
+    if (hit(script_.error_at, key))
+      return {CommPoll::State::kError, 0, "unhandled cuda error (ncclCommGetAsyncError)"};
     if (hit(script_.hang_at, key)) return {CommPoll::State::kPending, 0, ""};
     // Modelled time: 5 us + S / 1e11 per iteration.
     return {CommPoll::State::kDone, double(op_.iterations) * (5e-6 + double(op_.buffer_bytes) / 1e11), ""};
@@ -60,7 +62,8 @@ class FakeComm final : public CollectiveComm {
   }
 
  private:
-  bool hit(const std::map<std::pair<CollectiveKind, int>, std::int64_t>& m, std::pair<CollectiveKind, int> k) const {
+  bool hit(const std::map<std::pair<CollectiveKind, int>, std::int64_t>& m,
+           std::pair<CollectiveKind, int> k) const {
     auto it = m.find(k);
     return it != m.end() && op_.buffer_bytes >= it->second;
   }
@@ -95,7 +98,7 @@ const CollectiveSeries* find(const CalibrationProfile& p, CollectiveKind k, int 
 
 TEST_CASE("sweep keeps finished benchmarks on disk and records failures", "[sweep]") {
   Script script;
-  script.hang_at[{CollectiveKind::kAllGather, 2}] = 32 * 1024;      // times out at 32 KiB
+  script.hang_at[{CollectiveKind::kAllGather, 2}] = 32 * 1024;       // times out at 32 KiB
   script.error_at[{CollectiveKind::kReduceScatter, 4}] = 16 * 1024;  // async NCCL error at 16 KiB
   Counters counters;
   CommFactory factory = [&](int ranks) {
@@ -125,7 +128,8 @@ TEST_CASE("sweep keeps finished benchmarks on disk and records failures", "[swee
   CHECK(disk.failures()[1].benchmark == "nccl/reduce_scatter/n4/bfloat16");
   CHECK(*disk.failures()[1].bytes == 16 * 1024);
   CHECK_THAT(disk.failures()[1].error, Catch::Contains("unhandled cuda error"));
-  // Finished series have all 7 sizes; failed ones keep the sizes measured before the failure (1..16 KiB, 1..8 KiB).
+  // Finished series have all 7 sizes; failed ones keep the sizes measured before the failure (1..16 KiB, 1..8
+  // KiB).
   CHECK(find(disk, CollectiveKind::kAllGather, 4)->samples.size() == 7);
   CHECK(find(disk, CollectiveKind::kReduceScatter, 2)->samples.size() == 7);
   CHECK(find(disk, CollectiveKind::kAllGather, 2)->samples.size() == 5);
@@ -181,8 +185,8 @@ TEST_CASE("group sizes follow the GPUs present; one GPU still records single-ran
 }
 
 TEST_CASE("measure grows iterations to the minimum time and reports median and spread", "[sweep]") {
-  // Each iteration takes 1e-4 s. Growth: 1 (1e-4 s) -> x10 cap -> 10 -> 100 -> predicted 1.4*0.05/0.01*100 = 700
-  // (0.07 s >= 0.05 s): 700 iterations per repetition.
+  // Each iteration takes 1e-4 s. Growth: 1 (1e-4 s) -> x10 cap -> 10 -> 100 -> predicted 1.4*0.05/0.01*100 =
+  // 700 (0.07 s >= 0.05 s): 700 iterations per repetition.
   std::vector<std::int64_t> calls;
   const auto m = measure(
       [&](std::int64_t iters) {

@@ -1,5 +1,5 @@
-// Fixtures shared by the simulator, planner and report tests: the model + cluster + cost-model bundle a Simulator
-// (or search_plans) points to, and whole-file text I/O.
+// Fixtures shared by the simulator, planner and report tests: the model + cluster + cost-model bundle a
+// Simulator (or search_plans) points to, and whole-file text I/O.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -29,7 +29,9 @@ struct Setup {
         costs(std::make_unique<CostModel>(*cluster)) {}
   Setup(const std::string& model_name, const std::string& cluster_name, int gpus)
       : Setup(load_model(model_name), load_cluster_spec(cluster_name), gpus) {}
-  Plan resolve(Plan p, std::int64_t global_batch = 0) const { return resolve_plan(p, model, *cluster, global_batch); }
+  Plan resolve(Plan p, std::int64_t global_batch = 0) const {
+    return resolve_plan(p, model, *cluster, global_batch);
+  }
   Result run(Plan p, bool detail = false) const {
     Simulator sim(model, *cluster, *costs);
     return sim.run(resolve(p), detail);

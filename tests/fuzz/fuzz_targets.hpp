@@ -24,7 +24,8 @@
 
 namespace shardplan::fuzz {
 
-/// A document we wrote ourselves did not read back: a bug, not bad input, so it must not look like InputError.
+/// A document we wrote ourselves did not read back: a bug, not bad input, so it must not look like
+/// InputError.
 struct RoundTripError : std::logic_error {
   using std::logic_error::logic_error;
 };
@@ -53,7 +54,8 @@ inline void hf_config(std::string_view text) {
   const ModelSpec s = parse_hf_config(j, "fuzz-config.json");
   const ModelGraph g = ModelGraph::from_spec(s);
   (void)g.parameters();
-  must_read_back("model spec (from HF)", [&] { return parse_model_spec(JsonObj(model_spec_to_json(s), "roundtrip")); });
+  must_read_back("model spec (from HF)",
+                 [&] { return parse_model_spec(JsonObj(model_spec_to_json(s), "roundtrip")); });
 }
 
 /// shardplan.graph/1 -> graph; the graph JSON we export must be accepted back.
@@ -67,8 +69,9 @@ inline void graph_json(std::string_view text) {
 /// GPU counts worth trying on a cluster: one GPU, a node, a domain, two domains, two leaves, the largest int.
 inline std::vector<int> interesting_gpu_counts(const ClusterSpec& s) {
   const std::int64_t node = s.node.gpus, domain = s.node.nvlink_domain_gpus;
-  std::vector<std::int64_t> c = {1, node, domain, 2 * domain, domain * (s.fabric.nodes_per_leaf + 1),
-                                 INT_MAX / domain * domain, INT_MAX};
+  std::vector<std::int64_t> c = {
+      1,      node, domain, 2 * domain, domain * (s.fabric.nodes_per_leaf + 1), INT_MAX / domain * domain,
+      INT_MAX};
   std::vector<int> out;
   for (auto v : c)
     if (v >= 1 && v <= INT_MAX) out.push_back(static_cast<int>(v));
@@ -79,7 +82,8 @@ inline std::vector<int> interesting_gpu_counts(const ClusterSpec& s) {
 inline void cluster(std::string_view text) {
   const Json j = parse_json_text(std::string(text), "fuzz-cluster.json");
   const ClusterSpec s = parse_cluster_spec(JsonObj(j, "fuzz-cluster.json"));
-  must_read_back("cluster spec", [&] { return parse_cluster_spec(JsonObj(cluster_spec_to_json(s), "roundtrip")); });
+  must_read_back("cluster spec",
+                 [&] { return parse_cluster_spec(JsonObj(cluster_spec_to_json(s), "roundtrip")); });
   for (int gpus : interesting_gpu_counts(s)) {
     try {
       Cluster c(s, gpus);
@@ -99,19 +103,23 @@ inline void run_record(const Json& j, const std::string& file, const std::string
   r.allow({"schema", "id", "source", "notes"});
   const Json& mj = r.raw("model");
   const ModelGraph model =
-      mj.is_string() ? load_model_json(parse_json_text(model_preset_text(mj.get<std::string>()), "preset"), "preset", "")
-                     : load_model_json(mj, file, r.pointer("model"));
+      mj.is_string()
+          ? load_model_json(parse_json_text(model_preset_text(mj.get<std::string>()), "preset"), "preset", "")
+          : load_model_json(mj, file, r.pointer("model"));
   const Json& cj = r.raw("cluster");
   const ClusterSpec cs =
-      cj.is_string() ? load_cluster_json(parse_json_text(cluster_preset_text(cj.get<std::string>()), "preset"), "preset", "")
-                     : load_cluster_json(cj, file, r.pointer("cluster"));
+      cj.is_string()
+          ? load_cluster_json(parse_json_text(cluster_preset_text(cj.get<std::string>()), "preset"), "preset",
+                              "")
+          : load_cluster_json(cj, file, r.pointer("cluster"));
   const int gpus = static_cast<int>(r.integer("gpus", 1, 1 << 24));
   const Cluster cluster(cs, gpus);
   const Plan plan = resolve_plan(plan_from_json(r.object("plan")), model, cluster);
   must_read_back("plan", [&] { return plan_from_json(JsonObj(plan_to_json(plan), "roundtrip")); });
   if (auto m = r.optional_object("measured")) {
     m->allow({"source", "notes"});
-    for (const char* k : {"peak_allocated_bytes", "peak_active_bytes", "peak_reserved_bytes", "peak_device_bytes"})
+    for (const char* k :
+         {"peak_allocated_bytes", "peak_active_bytes", "peak_reserved_bytes", "peak_device_bytes"})
       (void)m->integer(k, 0, 0, std::int64_t{1} << 50);
     for (const char* k : {"step_s", "tokens_per_s_per_gpu", "mfu"}) (void)m->number(k, 0.0, 0.0, 1e12);
     m->finish();
@@ -127,7 +135,8 @@ inline void run_records(std::string_view text) {
     for (std::size_t i = 0; i < j.size(); ++i) run_record(j[i], file, "/" + std::to_string(i));
   } else if (j.is_object() && j.contains("records")) {
     JsonObj o(j, file);
-    if (o.str("schema", "shardplan.runs/1") != "shardplan.runs/1") o.fail("schema", "expected shardplan.runs/1");
+    if (o.str("schema", "shardplan.runs/1") != "shardplan.runs/1")
+      o.fail("schema", "expected shardplan.runs/1");
     const Json& recs = o.raw("records");
     if (!recs.is_array()) o.fail("records", "expected an array");
     for (std::size_t i = 0; i < recs.size(); ++i) run_record(recs[i], file, "/records/" + std::to_string(i));
@@ -141,15 +150,15 @@ inline void run_records(std::string_view text) {
 inline void use_profile(const CalibrationProfile& p) {
   for (const auto& s : p.collectives())
     for (std::int64_t bytes : {std::int64_t{0}, std::int64_t{1} << 20, std::int64_t{1} << 40})
-      for (int ranks : {s.ranks, 2 * s.ranks + 1})
-        (void)p.collective_time(s.kind, bytes, ranks, s.nodes);
+      for (int ranks : {s.ranks, 2 * s.ranks + 1}) (void)p.collective_time(s.kind, bytes, ranks, s.nodes);
   (void)p.gemm_efficiency(4096, 4096, 4096);
   (void)p.hbm_Bps();
   for (const char* layout : {"fp32", "bf16-mixed", "bf16"}) (void)p.adamw_Bps(layout);
   (void)p.describe();
   const std::string dumped = p.to_json().dump(2);
-  must_read_back("calibration profile",
-                 [&] { return CalibrationProfile::from_json(parse_json_text(dumped, "roundtrip"), "roundtrip"); });
+  must_read_back("calibration profile", [&] {
+    return CalibrationProfile::from_json(parse_json_text(dumped, "roundtrip"), "roundtrip");
+  });
 }
 
 /// shardplan.calibration/1 profile.
@@ -177,13 +186,11 @@ struct Target {
 };
 /// Every target by name; the names are the fuzzer binaries (fuzz_<name>) and the folders of regressions/.
 inline const std::vector<Target>& targets() {
-  static const std::vector<Target> t = {{"model_spec", model_spec},
-                                        {"hf_config", hf_config},
-                                        {"graph_json", graph_json},
-                                        {"cluster", cluster},
-                                        {"run_records", run_records},
-                                        {"calibration_profile", calibration_profile},
-                                        {"nccl_tests_log", nccl_tests_log}};
+  static const std::vector<Target> t = {
+      {"model_spec", model_spec},        {"hf_config", hf_config},
+      {"graph_json", graph_json},        {"cluster", cluster},
+      {"run_records", run_records},      {"calibration_profile", calibration_profile},
+      {"nccl_tests_log", nccl_tests_log}};
   return t;
 }
 

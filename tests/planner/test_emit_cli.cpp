@@ -1,11 +1,12 @@
-// The `shardplan plan` CLI: nothing-fits exit status, framework configs (--emit) checked by their own parsers,
-// the JSON result's shape, and the recommended plan fed back into `shardplan simulate`.
-#include <catch2/catch.hpp>
+// The `shardplan plan` CLI: nothing-fits exit status, framework configs (--emit) checked by their own
+// parsers, the JSON result's shape, and the recommended plan fed back into `shardplan simulate`.
 #include <fmt/format.h>
 
+#include <catch2/catch.hpp>
+
+#include "core/json_reader.hpp"
 #include "plan_helpers.hpp"
 #include "planner/emit.hpp"
-#include "core/json_reader.hpp"
 
 using namespace shardplan;
 namespace fs = std::filesystem;
@@ -13,9 +14,10 @@ using ptest::quote;
 
 TEST_CASE("CLI: plan exits 1 when nothing fits (llama3.1-405b on 8 H100s)", "[cli][nofit]") {
   auto dir = ptest::temp_dir("nofit");
-  const int rc = ptest::run_cli("plan --model llama3.1-405b --cluster dgx-h100 --gpus 8 --global-batch 8 --threads 2 --json " +
-                                    quote((dir / "j.json").string()),
-                                dir / "out.txt", dir / "err.txt");
+  const int rc = ptest::run_cli(
+      "plan --model llama3.1-405b --cluster dgx-h100 --gpus 8 --global-batch 8 --threads 2 --json " +
+          quote((dir / "j.json").string()),
+      dir / "out.txt", dir / "err.txt");
   INFO(ptest::read_text(dir / "out.txt") << ptest::read_text(dir / "err.txt"));
   CHECK(rc == 1);
   const std::string out = ptest::read_text(dir / "out.txt");
@@ -31,7 +33,8 @@ TEST_CASE("CLI: plan exits 1 when nothing fits (llama3.1-405b on 8 H100s)", "[cl
 
 TEST_CASE("parse_emit_spec: kinds and malformed specs", "[emit]") {
   CHECK(parse_emit_spec("fsdp2:a.py") == std::pair<std::string, std::string>{"fsdp2", "a.py"});
-  CHECK(parse_emit_spec("deepspeed:/tmp/x:y.json") == std::pair<std::string, std::string>{"deepspeed", "/tmp/x:y.json"});
+  CHECK(parse_emit_spec("deepspeed:/tmp/x:y.json") ==
+        std::pair<std::string, std::string>{"deepspeed", "/tmp/x:y.json"});
   CHECK(parse_emit_spec("torchtitan:t.toml").first == "torchtitan");
   CHECK_THROWS_AS(parse_emit_spec("megatron:x"), InputError);
   CHECK_THROWS_AS(parse_emit_spec("fsdp2"), InputError);
@@ -47,12 +50,14 @@ struct PlanRun {
   Json j;
   PlanRun() {
     dir = ptest::temp_dir("emit");
-    rc = ptest::run_cli("plan --model llama3-8b --cluster dgx-h100 --gpus 16 --global-batch 32 --seq 4096 --threads 4"
-                        " --emit " + quote("deepspeed:" + (dir / "ds.json").string()) +
-                            " --emit " + quote("fsdp2:" + (dir / "fsdp2_plan.py").string()) +
-                            " --emit " + quote("torchtitan:" + (dir / "titan.toml").string()) +
-                            " --json " + quote((dir / "plan.json").string()),
-                        dir / "out.txt", dir / "err.txt");
+    rc = ptest::run_cli(
+        "plan --model llama3-8b --cluster dgx-h100 --gpus 16 --global-batch 32 --seq 4096 --threads 4"
+        " --emit " +
+            quote("deepspeed:" + (dir / "ds.json").string()) + " --emit " +
+            quote("fsdp2:" + (dir / "fsdp2_plan.py").string()) + " --emit " +
+            quote("torchtitan:" + (dir / "titan.toml").string()) + " --json " +
+            quote((dir / "plan.json").string()),
+        dir / "out.txt", dir / "err.txt");
     if (rc == 0) j = load_json_file((dir / "plan.json").string());
   }
 };
@@ -93,7 +98,8 @@ TEST_CASE("CLI: plan --json has plans / recommended / search stats and rejection
   CHECK(rej + j["search"]["fitting"].get<std::int64_t>() == j["search"]["considered"].get<std::int64_t>());
   // Plans are listed best first: tokens/s non-increasing.
   for (std::size_t i = 1; i < j["plans"].size(); ++i)
-    CHECK(j["plans"][i - 1]["time"]["tokens_per_s_per_gpu"].get<double>() >= j["plans"][i]["time"]["tokens_per_s_per_gpu"].get<double>() * (1 - 1e-9));
+    CHECK(j["plans"][i - 1]["time"]["tokens_per_s_per_gpu"].get<double>() >=
+          j["plans"][i]["time"]["tokens_per_s_per_gpu"].get<double>() * (1 - 1e-9));
 }
 
 TEST_CASE("CLI: --emit deepspeed writes a ds_config matching the recommended plan", "[cli][emit]") {
@@ -119,16 +125,16 @@ TEST_CASE("CLI: --emit fsdp2 writes Python that compiles", "[cli][emit][python]"
     return;
   }
   const fs::path log = r.dir / "pycompile.txt";
-  const int rc = ptest::run_shell("python3 -m py_compile " + quote((r.dir / "fsdp2_plan.py").string()) + " >" +
-                                  quote(log.string()) + " 2>&1");
+  const int rc = ptest::run_shell("python3 -m py_compile " + quote((r.dir / "fsdp2_plan.py").string()) +
+                                  " >" + quote(log.string()) + " 2>&1");
   INFO(ptest::read_text(log));
   INFO(ptest::read_text(r.dir / "fsdp2_plan.py"));
   CHECK(rc == 0);
   const std::string py = ptest::read_text(r.dir / "fsdp2_plan.py");
   const Json& plan = r.j["recommended"]["plan"];
   // The script's PLAN dict carries the recommended plan (the body applying it is fixed; tests/emit runs it).
-  CHECK(py.find(fmt::format(", mbs={}, grad_accum={}, seq=4096,", plan["mbs"].get<int>(), plan["grad_accum"].get<int>())) !=
-        std::string::npos);
+  CHECK(py.find(fmt::format(", mbs={}, grad_accum={}, seq=4096,", plan["mbs"].get<int>(),
+                            plan["grad_accum"].get<int>())) != std::string::npos);
 }
 
 TEST_CASE("CLI: --emit torchtitan writes TOML that parses", "[cli][emit][python]") {
@@ -143,8 +149,10 @@ TEST_CASE("CLI: --emit torchtitan writes TOML that parses", "[cli][emit][python]
   const fs::path log = r.dir / "toml.txt";
   const fs::path dump = r.dir / "toml.json";
   const int rc = ptest::run_shell(
-      "python3 -c \"import tomllib,sys,json; json.dump(tomllib.load(open(sys.argv[1],'rb')), open(sys.argv[2],'w'))\" " +
-      quote((r.dir / "titan.toml").string()) + " " + quote(dump.string()) + " >" + quote(log.string()) + " 2>&1");
+      "python3 -c \"import tomllib,sys,json; json.dump(tomllib.load(open(sys.argv[1],'rb')), "
+      "open(sys.argv[2],'w'))\" " +
+      quote((r.dir / "titan.toml").string()) + " " + quote(dump.string()) + " >" + quote(log.string()) +
+      " 2>&1");
   INFO(ptest::read_text(log));
   INFO(ptest::read_text(r.dir / "titan.toml"));
   REQUIRE(rc == 0);
@@ -165,18 +173,21 @@ TEST_CASE("CLI: the recommended plan fed back to simulate reproduces step_s exac
   const Json& rec = r.j["recommended"];
   const Json& p = rec["plan"];
   auto s = [&](const char* k) { return p[k].is_string() ? p[k].get<std::string>() : p[k].dump(); };
-  const std::string args = "simulate --model llama3-8b --cluster dgx-h100 --gpus 16 --runtime " + s("runtime") + " --zero " + s("zero") +
-                           " --shard-group " + s("shard_group") + " --tp " + s("tp") + " --seq " + s("seq") + " --mbs " + s("mbs") +
-                           " --grad-accum " + s("grad_accum") + " --ac " + s("ac") + " --wrap " + s("wrap") + " --prefetch " +
-                           s("prefetch") + " --precision " + s("precision") + " --reduce-dtype " + s("reduce_dtype") +
-                           (p["compile"] == true ? " --compile" : "") + (p["async_tp"] == true ? " --async-tp" : "") + " --json -";
+  const std::string args =
+      "simulate --model llama3-8b --cluster dgx-h100 --gpus 16 --runtime " + s("runtime") + " --zero " +
+      s("zero") + " --shard-group " + s("shard_group") + " --tp " + s("tp") + " --seq " + s("seq") +
+      " --mbs " + s("mbs") + " --grad-accum " + s("grad_accum") + " --ac " + s("ac") + " --wrap " +
+      s("wrap") + " --prefetch " + s("prefetch") + " --precision " + s("precision") + " --reduce-dtype " +
+      s("reduce_dtype") + (p["compile"] == true ? " --compile" : "") +
+      (p["async_tp"] == true ? " --async-tp" : "") + " --json -";
   INFO(args);
   const int rc = ptest::run_cli(args, r.dir / "sim.json", r.dir / "sim_err.txt");
   INFO(ptest::read_text(r.dir / "sim_err.txt"));
   REQUIRE(rc == 0);
   Json sim = load_json_file((r.dir / "sim.json").string());
   CHECK(sim["time"]["step_s"].get<double>() == rec["time"]["step_s"].get<double>());  // bitwise
-  CHECK(sim["time"]["tokens_per_s_per_gpu"].get<double>() == rec["time"]["tokens_per_s_per_gpu"].get<double>());
+  CHECK(sim["time"]["tokens_per_s_per_gpu"].get<double>() ==
+        rec["time"]["tokens_per_s_per_gpu"].get<double>());
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -185,7 +196,9 @@ TEST_CASE("CLI: the recommended plan fed back to simulate reproduces step_s exac
 namespace {
 struct EmitSetup {
   ptest::Setup s{"llama3-8b", "dgx-h100", 16};
-  Plan resolve(Plan p, std::int64_t global_batch = 32) const { return resolve_plan(p, s.model, *s.cluster, global_batch); }
+  Plan resolve(Plan p, std::int64_t global_batch = 32) const {
+    return resolve_plan(p, s.model, *s.cluster, global_batch);
+  }
 };
 
 std::vector<Plan> emit_grid(const EmitSetup& e) {
@@ -219,7 +232,8 @@ TEST_CASE("emitters: fsdp2 / torchtitan / deepspeed output parses for a grid of 
   for (std::size_t i = 0; i < plans.size(); ++i) {
     const Plan& p = plans[i];
     INFO("plan " << i << ": zero " << p.zero << " tp " << p.tp << " sg " << p.shard_group);
-    const fs::path py = dir / ("p" + std::to_string(i) + ".py"), toml = dir / ("t" + std::to_string(i) + ".toml");
+    const fs::path py = dir / ("p" + std::to_string(i) + ".py"),
+                   toml = dir / ("t" + std::to_string(i) + ".toml");
     ptest::write_text(py, emit("fsdp2", p, e.s.model, 16, 8));
     ptest::write_text(toml, emit("torchtitan", p, e.s.model, 16, 8));
     py_files += " " + quote(py.string());
@@ -252,17 +266,19 @@ TEST_CASE("emitters: fsdp2 / torchtitan / deepspeed output parses for a grid of 
     WARN("tomllib (python >= 3.11) not found: skipping the TOML checks of the grid");
     return;
   }
-  rc = ptest::run_shell("python3 -c \"import tomllib,sys\nfor f in sys.argv[1:]: tomllib.load(open(f,'rb'))\"" + toml_files + " >" +
-                        quote(log.string()) + " 2>&1");
+  rc = ptest::run_shell(
+      "python3 -c \"import tomllib,sys\nfor f in sys.argv[1:]: tomllib.load(open(f,'rb'))\"" + toml_files +
+      " >" + quote(log.string()) + " 2>&1");
   INFO(ptest::read_text(log));
   CHECK(rc == 0);
 }
 
-TEST_CASE("emitters: a ZeRO-0 (plain data parallel) plan is emitted as DDP / replicate / not as FSDP", "[emit]") {
+TEST_CASE("emitters: a ZeRO-0 (plain data parallel) plan is emitted as DDP / replicate / not as FSDP",
+          "[emit]") {
   // ZeRO-0 shards nothing: every one of the 16 ranks holds full parameters, gradients and optimizer state. In
-  // torchtitan that is data_parallel_replicate_degree = 16 with data_parallel_shard_degree = 1; in FSDP2 it is
-  // replicate() (or fully_shard over a mesh of size 1). Emitting shard degree 16 with reshard "never" describes
-  // FSDP SHARD_GRAD_OP (ZeRO-2) instead, whose memory the simulator did not predict for this plan.
+  // torchtitan that is data_parallel_replicate_degree = 16 with data_parallel_shard_degree = 1; in FSDP2 it
+  // is replicate() (or fully_shard over a mesh of size 1). Emitting shard degree 16 with reshard "never"
+  // describes FSDP SHARD_GRAD_OP (ZeRO-2) instead, whose memory the simulator did not predict for this plan.
   EmitSetup e;
   Plan p;
   p.zero = 0;
@@ -280,9 +296,9 @@ TEST_CASE("emitters: a ZeRO-0 (plain data parallel) plan is emitted as DDP / rep
 }
 
 TEST_CASE("emitters: an fsdp2 snippet for a tp > 1 plan applies tensor parallelism", "[emit]") {
-  // The snippet builds a ('dp_shard', 'tp') mesh but only ever passes mesh['dp_shard'] to fully_shard; nothing
-  // shards the linear layers over mesh['tp'] (parallelize_module / ColwiseParallel / RowwiseParallel), so a user
-  // would train tp-way replicated blocks instead of the simulated plan.
+  // The snippet builds a ('dp_shard', 'tp') mesh but only ever passes mesh['dp_shard'] to fully_shard;
+  // nothing shards the linear layers over mesh['tp'] (parallelize_module / ColwiseParallel /
+  // RowwiseParallel), so a user would train tp-way replicated blocks instead of the simulated plan.
   EmitSetup e;
   Plan p;
   p.tp = 2;
@@ -298,9 +314,11 @@ TEST_CASE("CLI: the printed 'recommended: shardplan simulate ...' line reproduce
   // With --fix offload=optimizer every candidate offloads the optimizer; the printed command must carry
   // --offload optimizer or it simulates a different plan (different memory and step time).
   auto dir = ptest::temp_dir("offload");
-  const int rc = ptest::run_cli("plan --model llama3-8b --cluster dgx-h100 --gpus 16 --global-batch 32 --seq 4096 --top 2 --threads 2"
-                                " --fix offload=optimizer --json " + quote((dir / "plan.json").string()),
-                                dir / "out.txt", dir / "err.txt");
+  const int rc = ptest::run_cli(
+      "plan --model llama3-8b --cluster dgx-h100 --gpus 16 --global-batch 32 --seq 4096 --top 2 --threads 2"
+      " --fix offload=optimizer --json " +
+          quote((dir / "plan.json").string()),
+      dir / "out.txt", dir / "err.txt");
   INFO(ptest::read_text(dir / "err.txt"));
   REQUIRE(rc == 0);
   Json j = load_json_file((dir / "plan.json").string());
@@ -361,9 +379,11 @@ TEST_CASE("emitters: float8 plans convert the blocks' linears (torchao) and say 
 TEST_CASE("CLI: plan --fix fp8=tensorwise recommends a float8 plan and prints a command that reproduces it",
           "[cli][fp8]") {
   auto dir = ptest::temp_dir("plan-fp8");
-  const int rc = ptest::run_cli("plan --model llama3-8b --cluster dgx-h100 --gpus 16 --global-batch 32 --seq 4096 --top 2 "
-                                "--threads 2 --fix fp8=tensorwise --json " + quote((dir / "plan.json").string()),
-                                dir / "out.txt", dir / "err.txt");
+  const int rc = ptest::run_cli(
+      "plan --model llama3-8b --cluster dgx-h100 --gpus 16 --global-batch 32 --seq 4096 --top 2 "
+      "--threads 2 --fix fp8=tensorwise --json " +
+          quote((dir / "plan.json").string()),
+      dir / "out.txt", dir / "err.txt");
   INFO(ptest::read_text(dir / "err.txt"));
   REQUIRE(rc == 0);
   Json j = load_json_file((dir / "plan.json").string());
@@ -371,26 +391,28 @@ TEST_CASE("CLI: plan --fix fp8=tensorwise recommends a float8 plan and prints a 
   CHECK(ptest::read_text(dir / "out.txt").find(" --fp8 tensorwise") != std::string::npos);
   CHECK(ptest::run_cli("plan --model llama3-8b --cluster dgx-h100 --gpus 16 --global-batch 32 --fix fp8=e4m3",
                        dir / "out2.txt", dir / "err2.txt") != 0);
-  CHECK(ptest::read_text(dir / "err2.txt").find("expected one of: none, tensorwise, rowwise") != std::string::npos);
+  CHECK(ptest::read_text(dir / "err2.txt").find("expected one of: none, tensorwise, rowwise") !=
+        std::string::npos);
 }
 
 namespace {
 // `shardplan simulate ... --from FILE --json -`'s plan, or a failed REQUIRE with stderr.
 Json simulate_from(const fs::path& dir, const std::string& file, const std::string& extra = "") {
-  const int rc = ptest::run_cli("simulate --model llama3-8b --cluster dgx-h100 --gpus 16 --from " + quote(file) + extra +
-                                    " --json -",
-                                dir / "sim.json", dir / "sim_err.txt");
+  const int rc = ptest::run_cli(
+      "simulate --model llama3-8b --cluster dgx-h100 --gpus 16 --from " + quote(file) + extra + " --json -",
+      dir / "sim.json", dir / "sim_err.txt");
   INFO(ptest::read_text(dir / "sim_err.txt"));
   REQUIRE(rc == 0);
   return load_json_file((dir / "sim.json").string())["plan"];
 }
 
 // `shardplan plan` with pins emitting KIND to FILE; returns the recommended plan.
-Json plan_emitting(const fs::path& dir, const std::string& pins, const std::string& kind, const fs::path& file) {
-  const int rc = ptest::run_cli("plan --model llama3-8b --cluster dgx-h100 --gpus 16 --global-batch 32 --threads 2 --top 1 " +
-                                    pins + " --emit " + quote(kind + ":" + file.string()) + " --json " +
-                                    quote((dir / "plan.json").string()),
-                                dir / "out.txt", dir / "err.txt");
+Json plan_emitting(const fs::path& dir, const std::string& pins, const std::string& kind,
+                   const fs::path& file) {
+  const int rc = ptest::run_cli(
+      "plan --model llama3-8b --cluster dgx-h100 --gpus 16 --global-batch 32 --threads 2 --top 1 " + pins +
+          " --emit " + quote(kind + ":" + file.string()) + " --json " + quote((dir / "plan.json").string()),
+      dir / "out.txt", dir / "err.txt");
   INFO(ptest::read_text(dir / "err.txt"));
   REQUIRE(rc == 0);
   return load_json_file((dir / "plan.json").string())["recommended"]["plan"];
@@ -399,21 +421,27 @@ Json plan_emitting(const fs::path& dir, const std::string& pins, const std::stri
 
 TEST_CASE("CLI --from: an emitted ds_config read back gives the same plan", "[cli][emit][from]") {
   auto dir = ptest::temp_dir("from-ds");
-  // torch.compile is not a ds_config key (the emitter says so in a note): pinned off so the file carries the plan.
+  // torch.compile is not a ds_config key (the emitter says so in a note): pinned off so the file carries the
+  // plan.
   const Json rec = plan_emitting(
-      dir, "--fix runtime=deepspeed --fix zero=3 --fix tp=2 --fix offload=optimizer --fix compile=false", "deepspeed",
-      dir / "ds.json");
-  // Every knob the ds_config carries (stage, autotp_size, offload, micro batch, accumulation, bf16, communication
-  // dtype) plus --seq, which a ds_config has no key for, gives back the recommended plan exactly.
-  const Json back = simulate_from(dir, (dir / "ds.json").string(), " --seq " + std::to_string(rec["seq"].get<int>()));
+      dir, "--fix runtime=deepspeed --fix zero=3 --fix tp=2 --fix offload=optimizer --fix compile=false",
+      "deepspeed", dir / "ds.json");
+  // Every knob the ds_config carries (stage, autotp_size, offload, micro batch, accumulation, bf16,
+  // communication dtype) plus --seq, which a ds_config has no key for, gives back the recommended plan
+  // exactly.
+  const Json back =
+      simulate_from(dir, (dir / "ds.json").string(), " --seq " + std::to_string(rec["seq"].get<int>()));
   CHECK(back == rec);
   // On 8 GPUs the same file is inconsistent: train_batch_size 32 != mbs x accum x (8 / tp) ranks.
-  CHECK(ptest::run_cli("simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --from " + quote((dir / "ds.json").string()),
+  CHECK(ptest::run_cli("simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --from " +
+                           quote((dir / "ds.json").string()),
                        dir / "o8.txt", dir / "e8.txt") == 2);
-  CHECK(ptest::read_text(dir / "e8.txt").find("ds.json: train_batch_size: 32 is not micro batch") != std::string::npos);
+  CHECK(ptest::read_text(dir / "e8.txt").find("ds.json: train_batch_size: 32 is not micro batch") !=
+        std::string::npos);
   // plan --from keeps the file's runtime and unsearched choices (precision) and takes its global batch (32).
   REQUIRE(ptest::run_cli("plan --model llama3-8b --cluster dgx-h100 --gpus 16 --threads 2 --top 1 --from " +
-                             quote((dir / "ds.json").string()) + " --json " + quote((dir / "p2.json").string()),
+                             quote((dir / "ds.json").string()) + " --json " +
+                             quote((dir / "p2.json").string()),
                          dir / "o2.txt", dir / "e2.txt") == 0);
   const Json p2 = load_json_file((dir / "p2.json").string());
   CHECK(p2["inputs"]["global_batch"] == 32);
@@ -424,14 +452,16 @@ TEST_CASE("CLI --from: an emitted ds_config read back gives the same plan", "[cl
 TEST_CASE("CLI --from: an emitted torchtitan TOML read back gives the same plan", "[cli][emit][from]") {
   auto dir = ptest::temp_dir("from-titan");
   // Pins torchtitan can express (prefetch 1, fp32 reduction); HSDP 2 x 8 with selective AC.
-  const Json rec = plan_emitting(dir,
-                                 "--fix runtime=fsdp2 --fix shard_group=8 --fix ac=selective --fix prefetch=1 "
-                                 "--fix reduce_dtype=fp32 --fix wrap=1",
-                                 "torchtitan", dir / "t.toml");
+  const Json rec =
+      plan_emitting(dir,
+                    "--fix runtime=fsdp2 --fix shard_group=8 --fix ac=selective --fix prefetch=1 "
+                    "--fix reduce_dtype=fp32 --fix wrap=1",
+                    "torchtitan", dir / "t.toml");
   CHECK(simulate_from(dir, (dir / "t.toml").string()) == rec);
 }
 
-TEST_CASE("CLI --from: accelerate FSDP YAML, explicit flags override, unmodelled keys named, bad files", "[cli][from]") {
+TEST_CASE("CLI --from: accelerate FSDP YAML, explicit flags override, unmodelled keys named, bad files",
+          "[cli][from]") {
   auto dir = ptest::temp_dir("from-acc");
   ptest::write_text(dir / "acc.yaml",
                     "compute_environment: LOCAL_MACHINE\n"
@@ -453,18 +483,20 @@ TEST_CASE("CLI --from: accelerate FSDP YAML, explicit flags override, unmodelled
   CHECK(p["replicas"] == 2);
   CHECK(p["ac"] == "full");
   CHECK(p["precision"] == "bf16-mixed");
-  CHECK(ptest::read_text(dir / "sim_err.txt").find("not modelled (changes memory or time): fsdp_config.fsdp_backward_prefetch "
-                                                   "BACKWARD_POST") != std::string::npos);
+  CHECK(ptest::read_text(dir / "sim_err.txt")
+            .find("not modelled (changes memory or time): fsdp_config.fsdp_backward_prefetch "
+                  "BACKWARD_POST") != std::string::npos);
   // An explicit flag wins over the file.
   CHECK(simulate_from(dir, (dir / "acc.yaml").string(), " --ac selective")["ac"] == "selective");
 
   ptest::write_text(dir / "bad.json", "{\"zero_optimization\": {\"stage\": 4}}");
-  CHECK(ptest::run_cli("simulate --model llama3-8b --gpus 16 --from " + quote((dir / "bad.json").string()), dir / "o.txt",
-                       dir / "e.txt") == 2);
-  CHECK(ptest::read_text(dir / "e.txt").find("bad.json: zero_optimization.stage: must be 0..3") != std::string::npos);
-  ptest::write_text(dir / "bad.toml", "[parallelism]\npipeline_parallel_degree = 2\n");
-  CHECK(ptest::run_cli("simulate --model llama3-8b --gpus 16 --from " + quote((dir / "bad.toml").string()), dir / "o.txt",
-                       dir / "e.txt") == 2);
-  CHECK(ptest::read_text(dir / "e.txt").find("parallelism.pipeline_parallel_degree: pipeline, context and expert") !=
+  CHECK(ptest::run_cli("simulate --model llama3-8b --gpus 16 --from " + quote((dir / "bad.json").string()),
+                       dir / "o.txt", dir / "e.txt") == 2);
+  CHECK(ptest::read_text(dir / "e.txt").find("bad.json: zero_optimization.stage: must be 0..3") !=
         std::string::npos);
+  ptest::write_text(dir / "bad.toml", "[parallelism]\npipeline_parallel_degree = 2\n");
+  CHECK(ptest::run_cli("simulate --model llama3-8b --gpus 16 --from " + quote((dir / "bad.toml").string()),
+                       dir / "o.txt", dir / "e.txt") == 2);
+  CHECK(ptest::read_text(dir / "e.txt")
+            .find("parallelism.pipeline_parallel_degree: pipeline, context and expert") != std::string::npos);
 }

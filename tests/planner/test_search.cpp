@@ -1,9 +1,10 @@
 // Plan search: the ranking rule, candidate enumeration (counts and rejection reasons), search_plans with the
-// real simulator (ranking, memory limit, thread-count independence, reproducibility) and the nothing-fits path.
-#include <catch2/catch.hpp>
+// real simulator (ranking, memory limit, thread-count independence, reproducibility) and the nothing-fits
+// path.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <numeric>
 #include <set>
@@ -16,7 +17,9 @@ using shardplan::ptest::Setup;
 
 namespace {
 
-Evaluation ev(double tps, Bytes peak) { return Evaluation{true, tps, peak, 80 * kGiB}; }
+Evaluation ev(double tps, Bytes peak) {
+  return Evaluation{true, tps, peak, 80 * kGiB};
+}
 
 std::int64_t total_rejected(const SearchStats& s) {
   std::int64_t n = 0;
@@ -25,15 +28,20 @@ std::int64_t total_rejected(const SearchStats& s) {
 }
 
 bool same_plan(const Plan& a, const Plan& b) {
-  return a.runtime == b.runtime && a.zero == b.zero && a.shard_group == b.shard_group && a.tp == b.tp && a.seq == b.seq &&
-         a.mbs == b.mbs && a.grad_accum == b.grad_accum && a.ac == b.ac && a.wrap == b.wrap && a.prefetch == b.prefetch &&
-         a.reshard() == b.reshard() && a.precision == b.precision && a.reduce() == b.reduce() && a.offload == b.offload &&
-         a.dp == b.dp && a.replicas == b.replicas;
+  return a.runtime == b.runtime && a.zero == b.zero && a.shard_group == b.shard_group && a.tp == b.tp &&
+         a.seq == b.seq && a.mbs == b.mbs && a.grad_accum == b.grad_accum && a.ac == b.ac &&
+         a.wrap == b.wrap && a.prefetch == b.prefetch && a.reshard() == b.reshard() &&
+         a.precision == b.precision && a.reduce() == b.reduce() && a.offload == b.offload && a.dp == b.dp &&
+         a.replicas == b.replicas;
 }
 
-Bytes used_bytes(const Result& r) { return r.peak_reserved_bytes + r.overhead.total(); }
+Bytes used_bytes(const Result& r) {
+  return r.peak_reserved_bytes + r.overhead.total();
+}
 
-Evaluation eval_of(const Result& r) { return Evaluation{true, r.tokens_per_s_per_gpu, used_bytes(r), r.capacity_bytes}; }
+Evaluation eval_of(const Result& r) {
+  return Evaluation{true, r.tokens_per_s_per_gpu, used_bytes(r), r.capacity_bytes};
+}
 
 }  // namespace
 
@@ -41,8 +49,8 @@ Evaluation eval_of(const Result& r) { return Evaluation{true, r.tokens_per_s_per
 // 1. Ranking rule with fake evaluations.
 
 TEST_CASE("better(): higher tokens/s per GPU wins regardless of memory", "[search][better]") {
-  // 1000 vs 999 tokens/s differs by 1e-3 relative, far above the 1e-9 tie band: throughput decides even though
-  // the faster plan uses twice the memory.
+  // 1000 vs 999 tokens/s differs by 1e-3 relative, far above the 1e-9 tie band: throughput decides even
+  // though the faster plan uses twice the memory.
   CHECK(better(ev(1000, 60 * kGiB), ev(999, 30 * kGiB)));
   CHECK_FALSE(better(ev(999, 30 * kGiB), ev(1000, 60 * kGiB)));
 }
@@ -57,12 +65,16 @@ TEST_CASE("better(): ties in tokens/s are broken by lower peak memory", "[search
   CHECK(better(ev(1000.0 * (1 + 1e-6), 31 * kGiB), ev(1000.0, 30 * kGiB)));
 }
 
-TEST_CASE("better(): a strict weak order (irreflexive / exact ties are equivalent / keeping enumeration order)",
-          "[search][better]") {
+TEST_CASE(
+    "better(): a strict weak order (irreflexive / exact ties are equivalent / keeping enumeration order)",
+    "[search][better]") {
   CHECK_FALSE(better(ev(1000, 30 * kGiB), ev(1000, 30 * kGiB)));
-  // A stable sort with better() over fake evaluations: ranking by (tps desc, memory asc), equal pairs keep their
-  // input (enumeration) order.
-  struct Item { int id; Evaluation e; };
+  // A stable sort with better() over fake evaluations: ranking by (tps desc, memory asc), equal pairs keep
+  // their input (enumeration) order.
+  struct Item {
+    int id;
+    Evaluation e;
+  };
   std::vector<Item> v = {{0, ev(500, 10 * kGiB)}, {1, ev(900, 50 * kGiB)}, {2, ev(900, 40 * kGiB)},
                          {3, ev(700, 20 * kGiB)}, {4, ev(900, 40 * kGiB)}, {5, ev(0, 1 * kGiB)}};
   std::stable_sort(v.begin(), v.end(), [](const Item& a, const Item& b) { return better(a.e, b.e); });
@@ -75,24 +87,26 @@ TEST_CASE("better(): a strict weak order (irreflexive / exact ties are equivalen
 // ---------------------------------------------------------------------------------------------------------------
 // 1b. Enumeration on a small space.
 
-TEST_CASE("enumerate_candidates: llama3-8b on 16 dgx-h100 GPUs / global batch 32 (fsdp2 space)", "[search][enumerate]") {
+TEST_CASE("enumerate_candidates: llama3-8b on 16 dgx-h100 GPUs / global batch 32 (fsdp2 space)",
+          "[search][enumerate]") {
   Setup s("llama3-8b", "dgx-h100", 16);
-  SearchSpace sp;  // runtimes {fsdp2}, zero {0..3}, tp {1,2,4,8}, mbs {1,2,4,8}, ac x3, wrap x2, prefetch x2, reduce x2
+  SearchSpace sp;  // runtimes {fsdp2}, zero {0..3}, tp {1,2,4,8}, mbs {1,2,4,8}, ac x3, wrap x2, prefetch x2,
+                   // reduce x2
   sp.global_batch = 32;
   sp.seq = 4096;
   SearchStats st;
   std::vector<Plan> c = enumerate_candidates(s.model, *s.cluster, sp, st);
 
-  // Derivation. dp = 16 / tp: tp 1 -> 16, 2 -> 8, 4 -> 4, 8 -> 2. Shard groups (zero > 0) are the divisors g of
-  // dp with g*tp dividing or a multiple of the 8-GPU node (all powers of two here, so every divisor):
-  // tp1 {1,2,4,8,16} = 5, tp2 {1,2,4,8} = 4, tp4 {1,2,4} = 3, tp8 {1,2} = 2; ZeRO-0 uses one group (0 = dp).
-  // Per (runtime, tp, zero, group): mbs 4 x ac 3 x wrap 2 x prefetch 2 x reduce 2 x offload 1 = 96.
-  // considered = 96 * sum_tp (1 + 3 * G_tp) = 96 * (16 + 13 + 10 + 7) = 96 * 46 = 4416.
+  // Derivation. dp = 16 / tp: tp 1 -> 16, 2 -> 8, 4 -> 4, 8 -> 2. Shard groups (zero > 0) are the divisors g
+  // of dp with g*tp dividing or a multiple of the 8-GPU node (all powers of two here, so every divisor): tp1
+  // {1,2,4,8,16} = 5, tp2 {1,2,4,8} = 4, tp4 {1,2,4} = 3, tp8 {1,2} = 2; ZeRO-0 uses one group (0 = dp). Per
+  // (runtime, tp, zero, group): mbs 4 x ac 3 x wrap 2 x prefetch 2 x reduce 2 x offload 1 = 96. considered =
+  // 96 * sum_tp (1 + 3 * G_tp) = 96 * (16 + 13 + 10 + 7) = 96 * 46 = 4416.
   CHECK(st.considered == 4416);
   // ZeRO-1 is not an FSDP mode: 96 * (5 + 4 + 3 + 2) = 1344 rejected.
   // Global batch 32 must be a multiple of dp x mbs: tp1 (dp16) loses mbs 4, 8; tp2 (dp8) loses mbs 8.
-  // For zero 0, 2, 3: tp1 has 1 + 5 + 5 = 11 groups -> 11 * 2 * 24 = 528; tp2 has 1 + 4 + 4 = 9 -> 9 * 24 = 216.
-  // 528 + 216 = 744. Candidates = 4416 - 1344 - 744 = 2328.
+  // For zero 0, 2, 3: tp1 has 1 + 5 + 5 = 11 groups -> 11 * 2 * 24 = 528; tp2 has 1 + 4 + 4 = 9 -> 9 * 24 =
+  // 216. 528 + 216 = 744. Candidates = 4416 - 1344 - 744 = 2328.
   CHECK(st.rejections.count["--zero has no ZeRO-1 mode"] == 1344);
   CHECK(st.rejections.count["--global-batch not a multiple of dp x mbs"] == 744);
   CHECK(st.rejections.count.size() == 2);
@@ -108,7 +122,8 @@ TEST_CASE("enumerate_candidates: llama3-8b on 16 dgx-h100 GPUs / global batch 32
   CHECK(st.evaluated == 0);
 
   for (const Plan& p : c) {
-    INFO("zero " << p.zero << " tp " << p.tp << " sg " << p.shard_group << " mbs " << p.mbs << " ga " << p.grad_accum);
+    INFO("zero " << p.zero << " tp " << p.tp << " sg " << p.shard_group << " mbs " << p.mbs << " ga "
+                 << p.grad_accum);
     CHECK(p.global_batch() == 32);
     CHECK(static_cast<std::int64_t>(p.dp) * p.mbs * p.grad_accum == 32);
     CHECK(p.dp * p.tp == 16);
@@ -125,11 +140,15 @@ TEST_CASE("enumerate_candidates: llama3-8b on 16 dgx-h100 GPUs / global batch 32
   // No duplicates: each (tp, zero, group, mbs, ac, wrap, prefetch, reduce) once.
   std::set<std::tuple<int, int, int, int, int, int, int, int>> keys;
   for (const Plan& p : c)
-    keys.insert({p.tp, p.zero, p.shard_group, p.mbs, static_cast<int>(p.ac), p.wrap, p.prefetch, static_cast<int>(p.reduce())});
+    keys.insert({p.tp, p.zero, p.shard_group, p.mbs, static_cast<int>(p.ac), p.wrap, p.prefetch,
+                 static_cast<int>(p.reduce())});
   CHECK(keys.size() == c.size());
 }
 
-TEST_CASE("enumerate_candidates: non-fsdp2 runtimes get no prefetch > 1 candidates; fp32 reduce rejections are counted", "[search][enumerate]") {
+TEST_CASE(
+    "enumerate_candidates: non-fsdp2 runtimes get no prefetch > 1 candidates; fp32 reduce rejections are "
+    "counted",
+    "[search][enumerate]") {
   Setup s("llama3-8b", "dgx-h100", 8);
   SearchSpace sp;
   sp.fix("runtime=fsdp1,deepspeed");
@@ -142,14 +161,14 @@ TEST_CASE("enumerate_candidates: non-fsdp2 runtimes get no prefetch > 1 candidat
   sp.global_batch = 8;
   SearchStats st;
   auto c = enumerate_candidates(s.model, *s.cluster, sp, st);
-  // Groups for tp 1, dp 8: {1,2,4,8} (4). An explicit prefetch depth > 1 is an FSDP2 knob, so fsdp1 and deepspeed
-  // are enumerated with prefetch 1 only: per runtime 4 groups x reduce 2 = 8; 2 runtimes = 16.
+  // Groups for tp 1, dp 8: {1,2,4,8} (4). An explicit prefetch depth > 1 is an FSDP2 knob, so fsdp1 and
+  // deepspeed are enumerated with prefetch 1 only: per runtime 4 groups x reduce 2 = 8; 2 runtimes = 16.
   CHECK(st.considered == 16);
   CHECK(st.rejections.count.count("prefetch > 1 is an FSDP2 knob") == 0);
   // prefetch 1 with reduce bf16 under fp32: 2 x 4 = 8.
   CHECK(st.rejections.count["fp32 precision reduces in fp32"] == 8);
-  // Remaining 8 (prefetch 1, reduce fp32): fsdp1 keeps all 4 groups; deepspeed only the full group (HSDP is not
-  // modelled for deepspeed): 3 rejected.
+  // Remaining 8 (prefetch 1, reduce fp32): fsdp1 keeps all 4 groups; deepspeed only the full group (HSDP is
+  // not modelled for deepspeed): 3 rejected.
   CHECK(st.rejections.count["--shard-group HSDP not modelled for deepspeed"] == 3);
   CHECK(c.size() == 5);
   CHECK(total_rejected(st) + static_cast<std::int64_t>(c.size()) == st.considered);
@@ -181,8 +200,9 @@ SearchSpace small_space() {
 }
 }  // namespace
 
-TEST_CASE("search_plans: llama3-8b on 16 GPUs -- ranking / memory limit / thread independence / reproducibility",
-          "[search][real]") {
+TEST_CASE(
+    "search_plans: llama3-8b on 16 GPUs -- ranking / memory limit / thread independence / reproducibility",
+    "[search][real]") {
   Setup s("llama3-8b", "dgx-h100", 16);
   const SearchSpace sp = small_space();
   SearchOptions opts;
@@ -201,9 +221,13 @@ TEST_CASE("search_plans: llama3-8b on 16 GPUs -- ranking / memory limit / thread
   // Every candidate is either rejected structurally, pruned by the memory bound, simulated-and-over, or fits.
   {
     const auto& rc = o1.stats.rejections.count;
-    auto get = [&](const char* k) { auto it = rc.find(k); return it == rc.end() ? std::int64_t{0} : it->second; };
+    auto get = [&](const char* k) {
+      auto it = rc.find(k);
+      return it == rc.end() ? std::int64_t{0} : it->second;
+    };
     const std::int64_t structural = 1344 + 744;  // see the enumeration test
-    CHECK(o1.stats.evaluated + get("memory lower bound exceeds capacity") == o1.stats.considered - structural);
+    CHECK(o1.stats.evaluated + get("memory lower bound exceeds capacity") ==
+          o1.stats.considered - structural);
     CHECK(o1.stats.fitting + get("simulated peak exceeds capacity x (1 - headroom)") == o1.stats.evaluated);
   }
 
@@ -281,7 +305,8 @@ TEST_CASE("search_plans: top limits the list / the leader is unchanged", "[searc
 // ---------------------------------------------------------------------------------------------------------------
 // 3. Nothing fits.
 
-TEST_CASE("search_plans: llama3.1-405b on 8 H100s fits nowhere / closest plan and binding hint", "[search][real][nofit]") {
+TEST_CASE("search_plans: llama3.1-405b on 8 H100s fits nowhere / closest plan and binding hint",
+          "[search][real][nofit]") {
   Setup s("llama3.1-405b", "dgx-h100", 8);
   SearchSpace sp;
   sp.global_batch = 8;
@@ -296,15 +321,18 @@ TEST_CASE("search_plans: llama3.1-405b on 8 H100s fits nowhere / closest plan an
   // closest_over_bytes is the closest plan's used memory minus the limit.
   CHECK(o.closest_over_bytes == used_bytes(*o.closest) - limit);
   CHECK(binding_constraint(*o.closest) == "memory");
-  // 405e9 parameters: bf16 weights alone are ~101 GB per GPU even fully sharded over 8 -> persistent state binds.
+  // 405e9 parameters: bf16 weights alone are ~101 GB per GPU even fully sharded over 8 -> persistent state
+  // binds.
   CHECK_FALSE(o.binding_hint.empty());
-  const bool suggests = o.binding_hint.find("more GPUs") != std::string::npos || o.binding_hint.find("offload") != std::string::npos;
+  const bool suggests = o.binding_hint.find("more GPUs") != std::string::npos ||
+                        o.binding_hint.find("offload") != std::string::npos;
   CHECK(suggests);
   CHECK(o.explanation.find("no plan fits") != std::string::npos);
   CHECK(o.explanation.find(o.binding_hint) != std::string::npos);
 }
 
-TEST_CASE("binding_constraint classifies memory / exposed communication / overhead and compute", "[search][binding]") {
+TEST_CASE("binding_constraint classifies memory / exposed communication / overhead and compute",
+          "[search][binding]") {
   Result r;
   r.capacity_bytes = 100 * kGiB;
   r.fits = true;
@@ -325,7 +353,8 @@ TEST_CASE("binding_constraint classifies memory / exposed communication / overhe
   CHECK(binding_constraint(r) == "memory");
 }
 
-TEST_CASE("search_plans: the no-fit advice names only settings the closest plan does not have", "[search][real][nofit]") {
+TEST_CASE("search_plans: the no-fit advice names only settings the closest plan does not have",
+          "[search][real][nofit]") {
   // llama3-8b on 8 H100s at 256k tokens per sequence: persistent state is 8e9 x 16 B / 8 = 16 GB per GPU (far
   // under 60 % of the limit), so activations bind. With --ac full, tp 8 and mbs 1 pinned, none of the usual
   // remedies (--ac full, a smaller --mbs, tensor parallelism) is left to suggest.
@@ -362,7 +391,8 @@ TEST_CASE("search_plans: the no-fit advice names only settings the closest plan 
   CHECK(f.binding_hint.find("more tensor parallelism (the closest uses --tp 1)") != std::string::npos);
 }
 
-TEST_CASE("search_plans: --top 1 says how many plans fit instead of 'the only plan that fits'", "[search][real]") {
+TEST_CASE("search_plans: --top 1 says how many plans fit instead of 'the only plan that fits'",
+          "[search][real]") {
   Setup s("llama3-8b", "dgx-h100", 16);
   SearchSpace sp = small_space();
   sp.fix("zero=3");
@@ -376,7 +406,8 @@ TEST_CASE("search_plans: --top 1 says how many plans fit instead of 'the only pl
   INFO(o.explanation);
   CHECK(o.explanation.find("the only plan") == std::string::npos);
   CHECK(o.explanation.find("recommended:") == 0);  // compared with the next plan even though it is not listed
-  CHECK(o.explanation.find(fmt::format("\n{} plans fit; only the recommendation is listed", o.stats.fitting)) != std::string::npos);
+  CHECK(o.explanation.find(fmt::format("\n{} plans fit; only the recommendation is listed",
+                                       o.stats.fitting)) != std::string::npos);
   // tp 2 is faster here but by less than the 6 % tie tolerance: tp 1 wins by the parallel-dimensions rule.
   CHECK(o.plans[0].plan.tp == 1);
   REQUIRE(o.fastest.has_value());

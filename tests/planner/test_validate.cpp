@@ -1,15 +1,14 @@
 // Validation: run records compared and skipped, the summary statistics, the CLI's --max-error exit status,
 // torchtitan logs as measurements, and the docs/accuracy.md reproduction.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <set>
 
+#include "core/json_reader.hpp"
 #include "plan_helpers.hpp"
 #include "planner/report/margin.hpp"
 #include "planner/validate.hpp"
-#include "core/json_reader.hpp"
 
 using namespace shardplan;
 namespace fs = std::filesystem;
@@ -51,7 +50,8 @@ TEST_CASE("validate_files: 3 records -> 2 compared / 1 skipped with a reason", "
   ValidationReport v = validate_files({f.string()});
   std::set<std::string> ids;
   for (const auto& r : v.rows) ids.insert(r.id);
-  CHECK(ids == std::set<std::string>{"belle-issue402-bloom560m-zero1-s512-g2", "mosaic-h100-bf16-mpt1b-s2048-g8-mbs14-ga1-amp_bf16-ac0"});
+  CHECK(ids == std::set<std::string>{"belle-issue402-bloom560m-zero1-s512-g2",
+                                     "mosaic-h100-bf16-mpt1b-s2048-g8-mbs14-ga1-amp_bf16-ac0"});
   // Rows: 1 memory term + 3 throughput terms.
   CHECK(v.rows.size() == 4);
   REQUIRE(v.skipped.size() == 1);
@@ -69,23 +69,25 @@ TEST_CASE("validate_files: 3 records -> 2 compared / 1 skipped with a reason", "
   }
 }
 
-TEST_CASE("ValidationReport::summary: median / MAPE / worst per term (hand-made rows)", "[validate][summary]") {
+TEST_CASE("ValidationReport::summary: median / MAPE / worst per term (hand-made rows)",
+          "[validate][summary]") {
   ValidationReport v;
-  // step_s: errors +0.1, -0.2, +0.5, 0 -> |e| sorted 0, 0.1, 0.2, 0.5: even count, median = (0.1 + 0.2) / 2 = 0.15,
-  // MAPE = 0.8 / 4 = 0.2, worst 0.5.
+  // step_s: errors +0.1, -0.2, +0.5, 0 -> |e| sorted 0, 0.1, 0.2, 0.5: even count, median = (0.1 + 0.2) / 2 =
+  // 0.15, MAPE = 0.8 / 4 = 0.2, worst 0.5.
   v.rows.push_back({"a", "s1", "step_s", 1.1, 1.0, ""});
   v.rows.push_back({"b", "s1", "step_s", 0.8, 1.0, ""});
   v.rows.push_back({"c", "s2", "step_s", 3.0, 2.0, ""});
   v.rows.push_back({"d", "s2", "step_s", 2.0, 2.0, ""});
-  // mfu: errors -0.3, +0.1, -0.2 -> sorted 0.1, 0.2, 0.3: odd count, median 0.2, MAPE 0.6 / 3 = 0.2, worst 0.3.
+  // mfu: errors -0.3, +0.1, -0.2 -> sorted 0.1, 0.2, 0.3: odd count, median 0.2, MAPE 0.6 / 3 = 0.2, worst
+  // 0.3.
   v.rows.push_back({"a", "s1", "mfu", 0.28, 0.4, ""});
   v.rows.push_back({"b", "s1", "mfu", 0.44, 0.4, ""});
   v.rows.push_back({"c", "s2", "mfu", 0.4, 0.5, ""});
   // peak_reserved_bytes: one row, error (90 - 100) / 100 = -0.1.
   v.rows.push_back({"a", "s1", "peak_reserved_bytes", 90.0 * kGiB, 100.0 * kGiB, ""});
   auto s = v.summary();
-  // Terms in the fixed order peak_allocated, peak_active, peak_reserved, peak_device, step_s, tokens_per_s, mfu;
-  // terms without rows are left out.
+  // Terms in the fixed order peak_allocated, peak_active, peak_reserved, peak_device, step_s, tokens_per_s,
+  // mfu; terms without rows are left out.
   REQUIRE(s.size() == 3);
   CHECK(s[0].term == "peak_reserved_bytes");
   CHECK(s[0].n == 1);
@@ -103,7 +105,8 @@ TEST_CASE("ValidationReport::summary: median / MAPE / worst per term (hand-made 
   CHECK(s[2].mape == Approx(0.2));
   CHECK(s[2].worst_abs == Approx(0.3));
 
-  // Per source for step_s: s1 {0.1, 0.2} -> median 0.15, MAPE 0.15, worst 0.2; s2 {0.5, 0} -> 0.25, 0.25, 0.5.
+  // Per source for step_s: s1 {0.1, 0.2} -> median 0.15, MAPE 0.15, worst 0.2; s2 {0.5, 0} -> 0.25, 0.25,
+  // 0.5.
   auto by = v.summary_by_source("step_s");
   REQUIRE(by.size() == 2);
   CHECK(by[0].term == "s1");
@@ -119,8 +122,9 @@ TEST_CASE("ValidationReport::summary: median / MAPE / worst per term (hand-made 
   ValidationRow z{"z", "", "step_s", 1.0, 0.0, ""};
   CHECK(z.rel_error() == 0);
 
-  // An out-of-scope row (error +3.0) leaves the headline summary and the per-source table unchanged and enters
-  // only the all-records summary: step_s over {0, 0.1, 0.2, 0.5, 3.0} -> median 0.2, MAPE 3.8 / 5, worst 3.0.
+  // An out-of-scope row (error +3.0) leaves the headline summary and the per-source table unchanged and
+  // enters only the all-records summary: step_s over {0, 0.1, 0.2, 0.5, 3.0} -> median 0.2, MAPE 3.8 / 5,
+  // worst 3.0.
   v.rows.push_back({"e", "s3", "step_s", 4.0, 1.0, "unknown clocks"});
   auto s2 = v.summary();
   CHECK(s2[1].n == 4);
@@ -138,13 +142,15 @@ TEST_CASE("CLI: validate --max-error sets the exit status", "[validate][cli]") {
   auto dir = ptest::temp_dir("validate-cli");
   const fs::path f = write_three_records(dir);
   {
-    const int rc = ptest::run_cli("validate " + quote(f.string()) + " --max-error 0.0001", dir / "o1.txt", dir / "e1.txt");
+    const int rc = ptest::run_cli("validate " + quote(f.string()) + " --max-error 0.0001", dir / "o1.txt",
+                                  dir / "e1.txt");
     INFO(ptest::read_text(dir / "o1.txt") << ptest::read_text(dir / "e1.txt"));
     CHECK(rc == 1);
   }
   {
-    const int rc = ptest::run_cli("validate " + quote(f.string()) + " --max-error 100 --json " + quote((dir / "v.json").string()),
-                                  dir / "o2.txt", dir / "e2.txt");
+    const int rc = ptest::run_cli(
+        "validate " + quote(f.string()) + " --max-error 100 --json " + quote((dir / "v.json").string()),
+        dir / "o2.txt", dir / "e2.txt");
     INFO(ptest::read_text(dir / "o2.txt") << ptest::read_text(dir / "e2.txt"));
     CHECK(rc == 0);
     Json j = load_json_file((dir / "v.json").string());
@@ -154,19 +160,22 @@ TEST_CASE("CLI: validate --max-error sets the exit status", "[validate][cli]") {
   }
 }
 
-TEST_CASE("validate: a torchtitan log as the measurement (warmup excluded / median tps / max memory)", "[validate][torchtitan]") {
+TEST_CASE("validate: a torchtitan log as the measurement (warmup excluded / median tps / max memory)",
+          "[validate][torchtitan]") {
   auto dir = ptest::temp_dir("titanlog");
   // Steps 1..3 are warm-up (slow, less memory); steps 4..12 are measured.
-  const std::vector<std::string> tps = {"1,000", "3,000", "5,000",                                   // 1..3 warm-up
-                                        "5,802", "5,790", "5,811", "5,805", "5,799", "5,820", "5,801", "5,795", "5,808"};  // 4..12
-  const std::vector<std::string> mem = {"30.50", "36.00", "37.00", "37.10", "37.12", "37.12", "37.12", "37.12", "37.12",
-                                        "37.12", "37.11", "37.12"};
-  const std::vector<std::string> mfu = {"5.90", "17.70", "29.40", "34.17", "34.10", "34.25", "34.20", "34.15", "34.30", "34.16",
-                                        "34.12", "34.22"};
+  const std::vector<std::string> tps = {"1,000", "3,000", "5,000",  // 1..3 warm-up
+                                        "5,802", "5,790", "5,811", "5,805", "5,799",
+                                        "5,820", "5,801", "5,795", "5,808"};  // 4..12
+  const std::vector<std::string> mem = {"30.50", "36.00", "37.00", "37.10", "37.12", "37.12",
+                                        "37.12", "37.12", "37.12", "37.12", "37.11", "37.12"};
+  const std::vector<std::string> mfu = {"5.90",  "17.70", "29.40", "34.17", "34.10", "34.25",
+                                        "34.20", "34.15", "34.30", "34.16", "34.12", "34.22"};
   std::string log = "[rank0]:2024-06-01 12:00:00,000 - root - INFO - Training starts at step 1\n";
   for (int step = 1; step <= 12; ++step)
-    log += "[rank0]:2024-06-01 12:00:0" + std::to_string(step % 10) + ",000 - root - INFO - step: " + std::to_string(step) +
-           "  loss:  7.9" + std::to_string(step % 10) + "  memory: " + mem[step - 1] + "GiB(39.08%)  tps: " + tps[step - 1] +
+    log += "[rank0]:2024-06-01 12:00:0" + std::to_string(step % 10) +
+           ",000 - root - INFO - step: " + std::to_string(step) + "  loss:  7.9" + std::to_string(step % 10) +
+           "  memory: " + mem[step - 1] + "GiB(39.08%)  tps: " + tps[step - 1] +
            "  tflops: 338.0  mfu: " + mfu[step - 1] + "%\n";
   ptest::write_text(dir / "log.txt", log);
 
@@ -188,8 +197,8 @@ TEST_CASE("validate: a torchtitan log as the measurement (warmup excluded / medi
   REQUIRE(measured.count("tokens_per_s_per_gpu"));
   // torchtitan's memory column is max_memory_reserved in GiB: the max over the log, 37.12 GiB.
   CHECK(measured["peak_reserved_bytes"] == 37.12 * static_cast<double>(kGiB));
-  // Steps 4..12 sorted: 5790 5795 5799 5801 5802 5805 5808 5811 5820 -> median (5th of 9) = 5802. Counting the
-  // warm-up steps would give a different middle (5801 or 5800.5).
+  // Steps 4..12 sorted: 5790 5795 5799 5801 5802 5805 5808 5811 5820 -> median (5th of 9) = 5802. Counting
+  // the warm-up steps would give a different middle (5801 or 5800.5).
   CHECK(measured["tokens_per_s_per_gpu"] == 5802.0);
   // mfu, steps 4..12 sorted: 34.10 34.12 34.15 34.16 34.17 34.20 34.22 34.25 34.30 -> 34.17 %.
   REQUIRE(measured.count("mfu"));
@@ -206,9 +215,10 @@ TEST_CASE("accuracy doc is up to date", "[validate][docs]") {
   auto dir = ptest::temp_dir("accuracy");
   const fs::path md = dir / "accuracy.md";
   // Same invocation as tools/accuracy.sh, from the source root so the relative path in the header matches.
-  const int rc = ptest::run_shell("cd " + quote(src.string()) + " && " + quote(SHARDPLAN_BIN) +
-                                  " validate tests/data/runs/published_dev.json --markdown " + quote(md.string()) +
-                                  " --quiet >/dev/null 2>" + quote((dir / "err.txt").string()));
+  const int rc =
+      ptest::run_shell("cd " + quote(src.string()) + " && " + quote(SHARDPLAN_BIN) +
+                       " validate tests/data/runs/published_dev.json --markdown " + quote(md.string()) +
+                       " --quiet >/dev/null 2>" + quote((dir / "err.txt").string()));
   INFO(ptest::read_text(dir / "err.txt"));
   REQUIRE(rc == 0);
   const std::string want = ptest::read_text(doc), got = ptest::read_text(md);
@@ -222,8 +232,8 @@ TEST_CASE("accuracy doc is up to date", "[validate][docs]") {
       const bool ga = static_cast<bool>(std::getline(a, la)), gb = static_cast<bool>(std::getline(b, lb));
       if (!ga && !gb) break;
       if (!ga || !gb || la != lb) {
-        FAIL("docs/accuracy.md differs from a fresh `tools/accuracy.sh` at line " << line << "\n  doc:   " << la
-                                                                                 << "\n  fresh: " << lb);
+        FAIL("docs/accuracy.md differs from a fresh `tools/accuracy.sh` at line "
+             << line << "\n  doc:   " << la << "\n  fresh: " << lb);
         break;
       }
     }
@@ -231,9 +241,10 @@ TEST_CASE("accuracy doc is up to date", "[validate][docs]") {
   CHECK(want == got);
 }
 
-TEST_CASE("the OOM-risk margin's error statistics match validate on the committed records", "[validate][margin]") {
-  // planner/report/margin.hpp quotes the reserved-memory error of docs/accuracy.md; recompute it from the records
-  // so the quoted numbers cannot drift from the data (rounded to 0.1 %).
+TEST_CASE("the OOM-risk margin's error statistics match validate on the committed records",
+          "[validate][margin]") {
+  // planner/report/margin.hpp quotes the reserved-memory error of docs/accuracy.md; recompute it from the
+  // records so the quoted numbers cannot drift from the data (rounded to 0.1 %).
   ValidationReport v = validate_files({std::string(SHARDPLAN_TEST_DATA) + "/runs/published_dev.json"});
   bool found = false;
   for (const auto& s : v.summary()) {
@@ -246,10 +257,11 @@ TEST_CASE("the OOM-risk margin's error statistics match validate on the committe
   CHECK(found);
 }
 
-TEST_CASE("the default planner headroom is the rule applied to the committed records", "[validate][margin][headroom]") {
-  // Rule (planner/report/margin.hpp, docs/model.md): the largest under-prediction of peak reserved memory over the
-  // in-scope records, (measured - predicted) / measured, rounded up to a whole percent. Recomputed with the real
-  // simulator: a change to the model or the records that moves it makes kDefaultHeadroom stale.
+TEST_CASE("the default planner headroom is the rule applied to the committed records",
+          "[validate][margin][headroom]") {
+  // Rule (planner/report/margin.hpp, docs/model.md): the largest under-prediction of peak reserved memory
+  // over the in-scope records, (measured - predicted) / measured, rounded up to a whole percent. Recomputed
+  // with the real simulator: a change to the model or the records that moves it makes kDefaultHeadroom stale.
   ValidationReport v = validate_files({std::string(SHARDPLAN_TEST_DATA) + "/runs/published_dev.json"});
   double worst = 0;
   int rows = 0;

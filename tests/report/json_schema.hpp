@@ -13,7 +13,8 @@ namespace shardplan::test {
 
 class SchemaValidator {
  public:
-  explicit SchemaValidator(nlohmann::json root, bool strict = false) : root_(std::move(root)), strict_(strict) {}
+  explicit SchemaValidator(nlohmann::json root, bool strict = false)
+      : root_(std::move(root)), strict_(strict) {}
 
   /// Error messages ("/pointer: what"), empty when the instance is valid.
   std::vector<std::string> validate(const nlohmann::json& instance) const {
@@ -42,7 +43,8 @@ class SchemaValidator {
     return a == t;
   }
 
-  const nlohmann::json& resolve(const std::string& ref, const std::string& at, std::vector<std::string>& errors) const {
+  const nlohmann::json& resolve(const std::string& ref, const std::string& at,
+                                std::vector<std::string>& errors) const {
     static const nlohmann::json kEmpty = nlohmann::json::object();
     if (ref.rfind("#", 0) != 0) {
       errors.push_back(at + ": unsupported $ref " + ref);
@@ -62,12 +64,32 @@ class SchemaValidator {
       if (!s.get<bool>()) errors.push_back(at + ": no value is allowed here");
       return;
     }
-    static const std::set<std::string> kKnown = {
-        "$schema", "$id", "$defs", "$comment", "title", "description", "default", "examples", "$ref", "type",
-        "required", "properties", "additionalProperties", "enum", "const", "items", "minItems", "minProperties",
-        "minimum", "maximum", "exclusiveMinimum", "anyOf", "oneOf"};
+    static const std::set<std::string> kKnown = {"$schema",
+                                                 "$id",
+                                                 "$defs",
+                                                 "$comment",
+                                                 "title",
+                                                 "description",
+                                                 "default",
+                                                 "examples",
+                                                 "$ref",
+                                                 "type",
+                                                 "required",
+                                                 "properties",
+                                                 "additionalProperties",
+                                                 "enum",
+                                                 "const",
+                                                 "items",
+                                                 "minItems",
+                                                 "minProperties",
+                                                 "minimum",
+                                                 "maximum",
+                                                 "exclusiveMinimum",
+                                                 "anyOf",
+                                                 "oneOf"};
     for (auto it = s.begin(); it != s.end(); ++it)
-      if (!kKnown.count(it.key())) errors.push_back(at + ": schema keyword not supported by the test validator: " + it.key());
+      if (!kKnown.count(it.key()))
+        errors.push_back(at + ": schema keyword not supported by the test validator: " + it.key());
     if (s.contains("$ref")) check(resolve(s["$ref"].get<std::string>(), at, errors), v, at, errors);
     if (s.contains("type")) {
       bool ok = false;
@@ -81,7 +103,8 @@ class SchemaValidator {
         return;
       }
     }
-    if (s.contains("const") && v != s["const"]) errors.push_back(at + ": expected " + s["const"].dump() + ", got " + v.dump());
+    if (s.contains("const") && v != s["const"])
+      errors.push_back(at + ": expected " + s["const"].dump() + ", got " + v.dump());
     if (s.contains("enum")) {
       bool found = false;
       for (const auto& e : s["enum"]) found = found || e == v;
@@ -89,15 +112,18 @@ class SchemaValidator {
     }
     if (v.is_number()) {
       const double d = v.get<double>();
-      if (s.contains("minimum") && d < s["minimum"].get<double>()) errors.push_back(at + ": " + v.dump() + " < minimum " + s["minimum"].dump());
-      if (s.contains("maximum") && d > s["maximum"].get<double>()) errors.push_back(at + ": " + v.dump() + " > maximum " + s["maximum"].dump());
+      if (s.contains("minimum") && d < s["minimum"].get<double>())
+        errors.push_back(at + ": " + v.dump() + " < minimum " + s["minimum"].dump());
+      if (s.contains("maximum") && d > s["maximum"].get<double>())
+        errors.push_back(at + ": " + v.dump() + " > maximum " + s["maximum"].dump());
       if (s.contains("exclusiveMinimum") && !(d > s["exclusiveMinimum"].get<double>()))
         errors.push_back(at + ": " + v.dump() + " <= exclusiveMinimum " + s["exclusiveMinimum"].dump());
     }
     if (v.is_object()) {
       if (s.contains("required"))
         for (const auto& k : s["required"])
-          if (!v.contains(k.get<std::string>())) errors.push_back(at + ": missing required key \"" + k.get<std::string>() + "\"");
+          if (!v.contains(k.get<std::string>()))
+            errors.push_back(at + ": missing required key \"" + k.get<std::string>() + "\"");
       if (s.contains("minProperties") && v.size() < s["minProperties"].get<std::size_t>())
         errors.push_back(at + ": fewer than " + s["minProperties"].dump() + " keys");
       const bool typed_object = s.contains("properties") || s.contains("additionalProperties") ||
@@ -117,7 +143,8 @@ class SchemaValidator {
       if (s.contains("minItems") && v.size() < s["minItems"].get<std::size_t>())
         errors.push_back(at + ": fewer than " + s["minItems"].dump() + " items");
       if (s.contains("items"))
-        for (std::size_t i = 0; i < v.size(); ++i) check(s["items"], v[i], at + "/" + std::to_string(i), errors);
+        for (std::size_t i = 0; i < v.size(); ++i)
+          check(s["items"], v[i], at + "/" + std::to_string(i), errors);
     }
     if (s.contains("anyOf") || s.contains("oneOf")) {
       const bool one = s.contains("oneOf");
@@ -127,11 +154,14 @@ class SchemaValidator {
       for (const auto& alt : alts) {
         std::vector<std::string> e;
         check(alt, v, at, e);
-        if (e.empty()) ++matched;
-        else if (first.empty() || e.size() < first.size()) first = e;
+        if (e.empty())
+          ++matched;
+        else if (first.empty() || e.size() < first.size())
+          first = e;
       }
       if (matched == 0) {
-        errors.push_back(at + ": matches none of the " + std::string(one ? "oneOf" : "anyOf") + " alternatives; closest:");
+        errors.push_back(at + ": matches none of the " + std::string(one ? "oneOf" : "anyOf") +
+                         " alternatives; closest:");
         errors.insert(errors.end(), first.begin(), first.end());
       } else if (one && matched > 1) {
         errors.push_back(at + ": matches " + std::to_string(matched) + " oneOf alternatives");

@@ -1,5 +1,5 @@
-// Shared pieces of the report tests: a model + cluster + cost model bundle, small file helpers, and the sample
-// search outcome and validation report the plan and validate pages are drawn from.
+// Shared pieces of the report tests: a model + cluster + cost model bundle, small file helpers, and the
+// sample search outcome and validation report the plan and validate pages are drawn from.
 #pragma once
 #include <cstdlib>
 #include <filesystem>
@@ -9,8 +9,8 @@
 #include <string>
 
 #include "planner/report/html.hpp"
-#include "tests/common/fixture.hpp"
 #include "simulator/presets.hpp"
+#include "tests/common/fixture.hpp"
 
 namespace shardplan::test {
 
@@ -53,8 +53,9 @@ inline SearchOutcome sample_outcome(const Bench& b) {
     const Result& r = sim.run(p);
     if (r.fits) o.plans.push_back(r);  // the search returns fitting plans only
   }
-  std::stable_sort(o.plans.begin(), o.plans.end(),
-                   [](const Result& x, const Result& y) { return x.tokens_per_s_per_gpu > y.tokens_per_s_per_gpu; });
+  std::stable_sort(o.plans.begin(), o.plans.end(), [](const Result& x, const Result& y) {
+    return x.tokens_per_s_per_gpu > y.tokens_per_s_per_gpu;
+  });
   // As search_plans does: the recommendation comes from a detail run, which the report draws.
   if (!o.plans.empty()) o.plans[0] = sim.run(o.plans[0].plan, true);
   o.stats.considered = 96;

@@ -1,6 +1,7 @@
-// Renders each HTML report in headless Chromium at 1400x1000 and checks the screenshot is not blank and the page
-// logged no console errors. Skips at run time (printing "skipped: chromium not found") where chromium is absent.
-// With SHARDPLAN_SCREENSHOT_DIR set, the screenshots are also copied there (how docs/img/*.png are made).
+// Renders each HTML report in headless Chromium at 1400x1000 and checks the screenshot is not blank and the
+// page logged no console errors. Skips at run time (printing "skipped: chromium not found") where chromium is
+// absent. With SHARDPLAN_SCREENSHOT_DIR set, the screenshots are also copied there (how docs/img/*.png are
+// made).
 #include <unistd.h>
 #if SHARDPLAN_HAVE_ZLIB
 #include <zlib.h>
@@ -73,7 +74,8 @@ bool decode_png(const std::string& data, Image& img, std::string& why) {
     }
     pos += 12 + len;
   }
-  if (depth != 8 || (ctype != 2 && ctype != 6) || interlace != 0) return why = "unsupported PNG layout", false;
+  if (depth != 8 || (ctype != 2 && ctype != 6) || interlace != 0)
+    return why = "unsupported PNG layout", false;
   img.channels = ctype == 6 ? 4 : 3;
 #if !SHARDPLAN_HAVE_ZLIB
   (void)idat;
@@ -82,7 +84,8 @@ bool decode_png(const std::string& data, Image& img, std::string& why) {
   const std::size_t stride = static_cast<std::size_t>(img.w) * static_cast<std::size_t>(img.channels);
   std::vector<unsigned char> raw((stride + 1) * static_cast<std::size_t>(img.h));
   uLongf out_len = static_cast<uLongf>(raw.size());
-  if (uncompress(raw.data(), &out_len, reinterpret_cast<const Bytef*>(idat.data()), static_cast<uLong>(idat.size())) != Z_OK ||
+  if (uncompress(raw.data(), &out_len, reinterpret_cast<const Bytef*>(idat.data()),
+                 static_cast<uLong>(idat.size())) != Z_OK ||
       out_len != raw.size())
     return why = "inflate failed", false;
   img.px.assign(stride * static_cast<std::size_t>(img.h), 0);
@@ -98,16 +101,24 @@ bool decode_png(const std::string& data, Image& img, std::string& why) {
       const int c = up && i >= static_cast<std::size_t>(bpp) ? up[i - static_cast<std::size_t>(bpp)] : 0;
       int v = src[i];
       switch (filter) {
-        case 0: break;
-        case 1: v += a; break;
-        case 2: v += b; break;
-        case 3: v += (a + b) / 2; break;
+        case 0:
+          break;
+        case 1:
+          v += a;
+          break;
+        case 2:
+          v += b;
+          break;
+        case 3:
+          v += (a + b) / 2;
+          break;
         case 4: {
           const int p = a + b - c, pa = std::abs(p - a), pb = std::abs(p - b), pc = std::abs(p - c);
           v += pa <= pb && pa <= pc ? a : pb <= pc ? b : c;
           break;
         }
-        default: return why = "bad filter", false;
+        default:
+          return why = "bad filter", false;
       }
       row[i] = static_cast<unsigned char>(v & 0xff);
     }
@@ -128,9 +139,10 @@ std::string render_command(const std::string& chromium, const fs::path& html, co
   return "timeout 30 '" + chromium +
          "' --headless --no-sandbox --disable-gpu --disable-background-networking "
          "--disable-component-update --no-first-run --hide-scrollbars --enable-logging=stderr --v=0 "
-         "--user-data-dir='" + profile.string() + "' --screenshot='" + (dir / (stem + ".png")).string() +
-         "' --window-size=1400,1000 'file://" + fs::absolute(html).string() + "' > '" + (dir / (stem + ".log")).string() +
-         "' 2>&1";
+         "--user-data-dir='" +
+         profile.string() + "' --screenshot='" + (dir / (stem + ".png")).string() +
+         "' --window-size=1400,1000 'file://" + fs::absolute(html).string() + "' > '" +
+         (dir / (stem + ".log")).string() + "' 2>&1";
 }
 
 /// Console messages in Chromium's log: uncaught exceptions, console output, failed loads.
@@ -157,15 +169,18 @@ TEST_CASE("the console check recognises Chromium's log lines", "[html]") {
   // Lines as Chromium 156 writes them with --enable-logging=stderr --v=0 for a page running
   // console.error("bad thing"); throw new Error("boom"), and the D-Bus noise of a container without a bus.
   const std::string log =
-      "[25723:25755:1129/212529.034874:ERROR:dbus/bus.cc:405] Failed to connect to the bus: Failed to connect to socket\n"
+      "[25723:25755:1129/212529.034874:ERROR:dbus/bus.cc:405] Failed to connect to the bus: Failed to "
+      "connect to socket\n"
       "[26025:26025:1129/212541.722781:INFO:CONSOLE:1] \"bad thing\", source: file:///tmp/broken.html (1)\n"
-      "[26025:26025:1129/212541.724140:INFO:CONSOLE:1] \"Uncaught Error: boom\", source: file:///tmp/broken.html (1)\n"
+      "[26025:26025:1129/212541.724140:INFO:CONSOLE:1] \"Uncaught Error: boom\", source: "
+      "file:///tmp/broken.html (1)\n"
       "6703 bytes written to file /tmp/b.png\n";
   CHECK(console_errors(log).size() == 2);
   CHECK(console_errors("[1:1:1/1.1:ERROR:dbus/bus.cc:405] Failed to connect to the bus\n").empty());
 }
 
-TEST_CASE("every HTML report renders in headless Chromium: not blank, no console errors", "[html][chromium]") {
+TEST_CASE("every HTML report renders in headless Chromium: not blank, no console errors",
+          "[html][chromium]") {
   const std::string chromium = find_chromium();
   if (chromium.empty()) {
     std::cout << "skipped: chromium not found\n";
@@ -196,7 +211,8 @@ TEST_CASE("every HTML report renders in headless Chromium: not blank, no console
   CHECK(rc == 0);
   for (const auto& [name, html] : pages) {
     INFO(name);
-    const Render out{read_text((dir / (name + ".png")).string()), read_text((dir / (name + ".log")).string())};
+    const Render out{read_text((dir / (name + ".png")).string()),
+                     read_text((dir / (name + ".log")).string())};
     INFO("chromium log:\n" << out.log.substr(0, 4000));
     REQUIRE(!out.png.empty());
     const auto errs = console_errors(out.log);
@@ -223,7 +239,8 @@ TEST_CASE("every HTML report renders in headless Chromium: not blank, no console
     const std::size_t n = static_cast<std::size_t>(img.w) * static_cast<std::size_t>(img.h);
     for (std::size_t i = 0; i < n; ++i) {
       const unsigned char* p = &img.px[i * static_cast<std::size_t>(img.channels)];
-      if (colours.size() < 5000) colours.insert((std::uint32_t{p[0]} << 16) | (std::uint32_t{p[1]} << 8) | p[2]);
+      if (colours.size() < 5000)
+        colours.insert((std::uint32_t{p[0]} << 16) | (std::uint32_t{p[1]} << 8) | p[2]);
       if (p[0] < 235 || p[1] < 235 || p[2] < 235) ++non_bg;
     }
     CHECK(colours.size() > 50);

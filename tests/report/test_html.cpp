@@ -1,9 +1,9 @@
-// The HTML reports' structure: self-contained, one memory series per category, the capacity line and the peak,
-// one Gantt row per lane plus the exposed-communication row, the tables, the embedded report JSON; the size
-// cap on a large step; and the plan and validation pages.
-#include <algorithm>
+// The HTML reports' structure: self-contained, one memory series per category, the capacity line and the
+// peak, one Gantt row per lane plus the exposed-communication row, the tables, the embedded report JSON; the
+// size cap on a large step; and the plan and validation pages.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "report_helpers.hpp"
@@ -61,25 +61,33 @@ TEST_CASE("simulate report: memory stacked by category, capacity, peak, Gantt la
   for (int c = 0; c < kMemCategories; ++c)
     CHECK(count_of(mem, std::string("data-series=\"") + to_string(static_cast<MemCategory>(c)) + "\"") == 1);
   CHECK(count_of(mem, "<g class=\"capacity\"") == 1);
-  CHECK(mem.find("GPU capacity " + fmt::format("{:.2f} GiB", static_cast<double>(r.capacity_bytes) / static_cast<double>(kGiB))) !=
+  CHECK(mem.find("GPU capacity " + fmt::format("{:.2f} GiB", static_cast<double>(r.capacity_bytes) /
+                                                                 static_cast<double>(kGiB))) !=
         std::string::npos);
   CHECK(count_of(mem, "class=\"peak-marker\"") == 1);
-  CHECK(mem.find(fmt::format("peak {:.2f} GiB", static_cast<double>(r.peak_bytes) / static_cast<double>(kGiB))) != std::string::npos);
+  CHECK(mem.find(fmt::format("peak {:.2f} GiB", static_cast<double>(r.peak_bytes) /
+                                                    static_cast<double>(kGiB))) != std::string::npos);
 
   const std::string gantt = svg_of(html, "gantt");
   REQUIRE(!gantt.empty());
-  // One row per lane the step uses (the compute lane always): lanes with no task of positive duration are left out.
+  // One row per lane the step uses (the compute lane always): lanes with no task of positive duration are
+  // left out.
   std::vector<char> used(static_cast<std::size_t>(sim.lanes()), 0);
   used[0] = 1;
   for (std::size_t i = 0; i < sim.program().tasks.size(); ++i)
-    if (sim.timeline().timing[i].end_s > sim.timeline().timing[i].start_s) used[sim.program().tasks[i].lane] = 1;
-  CHECK(count_of(gantt, "<g class=\"gantt-row\"") == static_cast<std::size_t>(std::count(used.begin(), used.end(), 1)));
+    if (sim.timeline().timing[i].end_s > sim.timeline().timing[i].start_s)
+      used[sim.program().tasks[i].lane] = 1;
+  CHECK(count_of(gantt, "<g class=\"gantt-row\"") ==
+        static_cast<std::size_t>(std::count(used.begin(), used.end(), 1)));
   for (std::size_t l = 0; l < used.size(); ++l)
-    CHECK((gantt.find("data-lane=\"" + sim.program().lane_names[l] + "\"") != std::string::npos) == static_cast<bool>(used[l]));
+    CHECK((gantt.find("data-lane=\"" + sim.program().lane_names[l] + "\"") != std::string::npos) ==
+          static_cast<bool>(used[l]));
   CHECK(count_of(gantt, "<g class=\"gantt-exposed\"") == 1);
   CHECK(count_of(gantt, "<g class=\"axis x\"") == 1);
 
-  for (int c = 0; c < kMemCategories; ++c) CHECK(html.find(std::string(">") + to_string(static_cast<MemCategory>(c)) + "</td>") != std::string::npos);
+  for (int c = 0; c < kMemCategories; ++c)
+    CHECK(html.find(std::string(">") + to_string(static_cast<MemCategory>(c)) + "</td>") !=
+          std::string::npos);
   CHECK(html.find("<table class=\"plan\">") != std::string::npos);
   CHECK(html.find("<table class=\"inputs\">") != std::string::npos);
   // The embedded machine-readable copy is report_json itself.
@@ -101,14 +109,16 @@ TEST_CASE("simulate report of a 405B step with 16 micro-batches stays under 2 MB
   REQUIRE(sim.program().tasks.size() > 5000);  // a big program: the merging is exercised
   const std::string html = html_simulate_report(r, b.inputs());
   CHECK(html.size() < 2'000'000);
-  CHECK(count_of(html, "<rect ") + count_of(html, "<path ") + count_of(html, "<line ") + count_of(html, "<text ") <
+  CHECK(count_of(html, "<rect ") + count_of(html, "<path ") + count_of(html, "<line ") +
+            count_of(html, "<text ") <
         2 * kHtmlMaxSvgElements);
   CHECK(count_of(svg_of(html, "memory"), "class=\"series\"") == kMemCategories);
   // Rows for the lanes this plan uses: compute and the shard-group communicator (no HSDP, TP or offload).
   CHECK(count_of(svg_of(html, "gantt"), "<g class=\"gantt-row\"") == 2);
 }
 
-TEST_CASE("plan report: bars of the top plans with memory and binding constraint, then the recommendation", "[html]") {
+TEST_CASE("plan report: bars of the top plans with memory and binding constraint, then the recommendation",
+          "[html]") {
   Bench b("llama3-8b", "dgx-h100", 8);
   SearchOutcome o = sample_outcome(b);
   o.pareto = {o.plans.back(), o.plans.front()};  // two front points (the chart draws what the search found)
@@ -120,8 +130,8 @@ TEST_CASE("plan report: bars of the top plans with memory and binding constraint
   CHECK(bars.find("tokens/s per GPU") != std::string::npos);
   for (const auto& r : o.plans) CHECK(html.find(binding_constraint(r)) != std::string::npos);
   CHECK(count_of(svg_of(html, "memory"), "class=\"series\"") == kMemCategories);
-  // Rows for the lanes the recommended plan uses: compute, the shard-group communicator, and the replicate or TP
-  // communicator when it has one.
+  // Rows for the lanes the recommended plan uses: compute, the shard-group communicator, and the replicate or
+  // TP communicator when it has one.
   const Plan& rec = o.plans[0].plan;
   CHECK(count_of(svg_of(html, "gantt"), "<g class=\"gantt-row\"") ==
         2u + (rec.replicas > 1 ? 1u : 0u) + (rec.tp > 1 ? 1u : 0u));
@@ -142,7 +152,8 @@ TEST_CASE("plan report: bars of the top plans with memory and binding constraint
   CHECK(empty.find("No plan fits") != std::string::npos);
 }
 
-TEST_CASE("validate report: one scatter per term, y = x with ±10 % bands, log-log for wide ranges", "[html]") {
+TEST_CASE("validate report: one scatter per term, y = x with ±10 % bands, log-log for wide ranges",
+          "[html]") {
   const ValidationReport v = sample_validation();
   const std::string html = html_validate_report(v);
   check_self_contained(html);

@@ -13,8 +13,12 @@ using namespace shardplan::test;
 
 namespace {
 
-Json load(const std::string& path) { return Json::parse(read_text(path)); }
-Json schema(const std::string& name) { return load(std::string(SHARDPLAN_SOURCE_DIR) + "/docs/schema/" + name); }
+Json load(const std::string& path) {
+  return Json::parse(read_text(path));
+}
+Json schema(const std::string& name) {
+  return load(std::string(SHARDPLAN_SOURCE_DIR) + "/docs/schema/" + name);
+}
 
 std::string joined(const std::vector<std::string>& e) {
   std::string s;
@@ -34,15 +38,17 @@ TEST_CASE("the test validator enforces the keywords it supports", "[schema]") {
     "$defs": {"n": {"type": "number", "exclusiveMinimum": 0}}})");
   SchemaValidator v(s);
   CHECK(v.validate(Json::parse(R"({"a": 1.5, "b": "x", "c": 3, "d": [0, 2], "e": "s"})")).empty());
-  CHECK(v.validate(Json::parse(R"({"b": "x"})")).size() == 1);                 // required
-  CHECK(v.validate(Json::parse(R"({"a": 0})")).size() == 1);                   // exclusiveMinimum via $ref
-  CHECK(v.validate(Json::parse(R"({"a": 1, "b": "z"})")).size() == 1);         // enum
-  CHECK(v.validate(Json::parse(R"({"a": 1, "c": 4})")).size() == 1);          // const
-  CHECK(v.validate(Json::parse(R"({"a": 1, "d": [1, -1]})")).size() == 1);     // items + minimum
-  CHECK(v.validate(Json::parse(R"({"a": 1, "d": [1.5]})")).size() == 1);       // integer
-  CHECK(v.validate(Json::parse(R"({"a": 1, "zz": 1})")).size() == 1);          // additionalProperties
-  CHECK(!v.validate(Json::parse(R"({"a": 1, "e": true})")).empty());           // oneOf
-  CHECK(!SchemaValidator(Json::parse(R"({"patternProperties": {}})")).validate(1).empty());  // unsupported keyword
+  CHECK(v.validate(Json::parse(R"({"b": "x"})")).size() == 1);              // required
+  CHECK(v.validate(Json::parse(R"({"a": 0})")).size() == 1);                // exclusiveMinimum via $ref
+  CHECK(v.validate(Json::parse(R"({"a": 1, "b": "z"})")).size() == 1);      // enum
+  CHECK(v.validate(Json::parse(R"({"a": 1, "c": 4})")).size() == 1);        // const
+  CHECK(v.validate(Json::parse(R"({"a": 1, "d": [1, -1]})")).size() == 1);  // items + minimum
+  CHECK(v.validate(Json::parse(R"({"a": 1, "d": [1.5]})")).size() == 1);    // integer
+  CHECK(v.validate(Json::parse(R"({"a": 1, "zz": 1})")).size() == 1);       // additionalProperties
+  CHECK(!v.validate(Json::parse(R"({"a": 1, "e": true})")).empty());        // oneOf
+  CHECK(!SchemaValidator(Json::parse(R"({"patternProperties": {}})"))
+             .validate(1)
+             .empty());  // unsupported keyword
   // Strict mode: keys not listed in an open object are reported.
   const Json open = Json::parse(R"({"type": "object", "properties": {"a": {}}})");
   CHECK(SchemaValidator(open).validate(Json::parse(R"({"a": 1, "b": 2})")).empty());
@@ -54,7 +60,8 @@ TEST_CASE("report_json output validates against report.schema.json, every key do
   const SchemaValidator loose(schema("report.schema.json"), false);
   Bench b("llama3-8b", "dgx-h100", 16);
   Simulator sim(b.model, *b.cluster, *b.costs);
-  // Plain FSDP, HSDP with replicas, tensor parallel (TP collectives), DeepSpeed ZeRO-3, and one that does not fit.
+  // Plain FSDP, HSDP with replicas, tensor parallel (TP collectives), DeepSpeed ZeRO-3, and one that does not
+  // fit.
   std::vector<Plan> plans(5, example_plan());
   plans[1].shard_group = 8;
   plans[2].tp = 2;
@@ -81,7 +88,8 @@ TEST_CASE("report_json output validates against report.schema.json, every key do
   j["plan"]["ac"] = "some";
   CHECK(!loose.validate(j).empty());
   // The plan-output form: reports under `plans`.
-  Json plan_doc = {{"schema", "shardplan.report/1"}, {"plans", Json::array({report_json(sim.run(b.resolve(plans[0])), b.inputs())})}};
+  Json plan_doc = {{"schema", "shardplan.report/1"},
+                   {"plans", Json::array({report_json(sim.run(b.resolve(plans[0])), b.inputs())})}};
   CHECK(loose.validate(plan_doc).empty());
 }
 
@@ -106,7 +114,8 @@ TEST_CASE("the published runs file validates against run.schema.json", "[schema]
   bad.erase("measured");
   CHECK(!v.validate(bad).empty());
   bad = runs["records"][0];
-  bad["measured"] = {{"peak_allocated_bytes", 1.5e10}};  // 15000000000.0 has no fraction: an integer in JSON Schema
+  bad["measured"] = {
+      {"peak_allocated_bytes", 1.5e10}};  // 15000000000.0 has no fraction: an integer in JSON Schema
   CHECK(v.validate(bad).empty());
   bad["measured"] = {{"peak_allocated_bytes", 1.25}};
   CHECK(!v.validate(bad).empty());
@@ -114,7 +123,8 @@ TEST_CASE("the published runs file validates against run.schema.json", "[schema]
 
 TEST_CASE("calibration profiles validate against calibration.schema.json", "[schema]") {
   const SchemaValidator v(schema("calibration.schema.json"));
-  const std::string example = std::string(SHARDPLAN_SOURCE_DIR) + "/calibration/data/example_h100_2node_nccl_tests.json";
+  const std::string example =
+      std::string(SHARDPLAN_SOURCE_DIR) + "/calibration/data/example_h100_2node_nccl_tests.json";
   auto errors = v.validate(load(example));
   INFO(joined(errors));
   CHECK(errors.empty());
@@ -122,8 +132,8 @@ TEST_CASE("calibration profiles validate against calibration.schema.json", "[sch
   CalibrationProfile p = CalibrationProfile::load(example);
   p.set_gemm_peak(989.4e12, "datasheet");
   GemmSample g;
-  g.m = g.n = g.k = 8192, g.time_s = 1.3e-3, g.flops_per_s = 2.0 * 8192 * 8192 * 8192 / 1.3e-3, g.min_s = 1.2e-3,
-  g.max_s = 1.4e-3, g.repetitions = 5, g.iterations = 20;
+  g.m = g.n = g.k = 8192, g.time_s = 1.3e-3, g.flops_per_s = 2.0 * 8192 * 8192 * 8192 / 1.3e-3,
+  g.min_s = 1.2e-3, g.max_s = 1.4e-3, g.repetitions = 5, g.iterations = 20;
   p.add_gemm_sample(g);
   CalibrationSample h;
   h.bytes = kGiB, h.time_s = 4e-4, h.repetitions = 3, h.iterations = 10;

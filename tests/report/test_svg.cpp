@@ -1,6 +1,7 @@
 // The SVG writer: escaping, ticks and scales, and the structure of the chart primitives.
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+
+#include <catch2/catch.hpp>
 
 #include "planner/report/svg.hpp"
 #include "report_helpers.hpp"
@@ -62,9 +63,12 @@ TEST_CASE("scales map linearly and logarithmically", "[svg]") {
 TEST_CASE("axes, stacked areas, reference lines and legends have their structure", "[svg]") {
   svg::Canvas c(600, 400, "test");
   svg::Frame f{{80, 20, 500, 320}, {0, 10, 80, 580, false}, {0, 100, 340, 20, false}};
-  svg::axes(c, f, {"time (s)", svg::nice_ticks(0, 10, 5), {}, true}, {"memory (GiB)", svg::nice_ticks(0, 100, 5), {}, true});
+  svg::axes(c, f, {"time (s)", svg::nice_ticks(0, 10, 5), {}, true},
+            {"memory (GiB)", svg::nice_ticks(0, 100, 5), {}, true});
   std::vector<double> xs = {0, 1, 2, 3, 4};
-  std::vector<svg::Series> ser = {{"a", "#111111", {1, 2, 3, 2, 1}}, {"b", "#222222", {0, 0, 0, 0, 0}}, {"c", "#333333", {5, 5, 5, 5, 5}}};
+  std::vector<svg::Series> ser = {{"a", "#111111", {1, 2, 3, 2, 1}},
+                                  {"b", "#222222", {0, 0, 0, 0, 0}},
+                                  {"c", "#333333", {5, 5, 5, 5, 5}}};
   svg::stacked_area(c, f, xs, ser);
   svg::hline(c, f, 80, "capacity", "GPU capacity");
   svg::legend(c, 80, 0, 500, {{"a", "#111111", {}}, {"b", "#222222", {}}});
@@ -91,7 +95,8 @@ TEST_CASE("gantt rows merge bars narrower than the pixel budget", "[svg]") {
   svg::Frame f{{100, 10, 800, 60}, {0, 1.0, 100, 900, false}, {0, 1, 70, 10, false}};
   std::vector<svg::Span> spans;
   // 20 000 back-to-back tasks of 50 us over 1 s: 0.04 px each on an 800 px row.
-  for (int i = 0; i < 20000; ++i) spans.push_back({i * 5e-5, (i + 1) * 5e-5, "#123456", fmt::format("t{}", i)});
+  for (int i = 0; i < 20000; ++i)
+    spans.push_back({i * 5e-5, (i + 1) * 5e-5, "#123456", fmt::format("t{}", i)});
   // And one big task that keeps its own bar.
   const std::size_t drawn = svg::gantt_row(c, f, 10, 30, "compute", spans, "gantt-row", 1.5);
   CHECK(drawn <= 800 / 1.5 + 2);
@@ -101,6 +106,7 @@ TEST_CASE("gantt rows merge bars narrower than the pixel budget", "[svg]") {
   CHECK(s.find("tasks merged") != std::string::npos);
 
   svg::Canvas c2(1000, 100, "gantt2");
-  std::vector<svg::Span> wide = {{0.0, 0.4, "#111111", "a"}, {0.4, 0.41, "#222222", "tiny"}, {0.5, 1.0, "#333333", "b"}};
+  std::vector<svg::Span> wide = {
+      {0.0, 0.4, "#111111", "a"}, {0.4, 0.41, "#222222", "tiny"}, {0.5, 1.0, "#333333", "b"}};
   CHECK(svg::gantt_row(c2, f, 10, 30, "lane", wide) == 3);  // 0.01 s = 8 px: nothing to merge
 }

@@ -1,5 +1,6 @@
-// Helpers for the robustness tests: run the real `shardplan` binary (SHARDPLAN_BIN, set by CMake) in a scratch
-// directory and capture its exit code, stdout and stderr; write input files; list what a run left behind.
+// Helpers for the robustness tests: run the real `shardplan` binary (SHARDPLAN_BIN, set by CMake) in a
+// scratch directory and capture its exit code, stdout and stderr; write input files; list what a run left
+// behind.
 #pragma once
 #include <fcntl.h>
 #include <spawn.h>
@@ -8,14 +9,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
 
 #include "tests/common/fixture.hpp"
 

@@ -8,7 +8,8 @@ using namespace shardplan::test;
 
 namespace {
 
-const char* kTinyModel = R"({"schema": "shardplan.model/1", "name": "tiny", "layers": 2, "hidden": 256, "heads": 4,
+const char* kTinyModel =
+    R"({"schema": "shardplan.model/1", "name": "tiny", "layers": 2, "hidden": 256, "heads": 4,
   "ffn_hidden": 512, "vocab": 1024, "seq": 256})";
 
 /// The dgx-h100 preset with one field replaced (a JSON pointer into the preset's JSON).
@@ -44,11 +45,13 @@ TEST_CASE("malformed JSON names the file and line:col", "[robustness][cli]") {
 
 TEST_CASE("numbers beyond double range (1e400) are bad input with line:col", "[robustness][cli]") {
   auto dir = scratch_dir();
-  write_text(dir / "m.json", std::string(kTinyModel).replace(std::string(kTinyModel).find("256"), 3, "1e400"));
+  write_text(dir / "m.json",
+             std::string(kTinyModel).replace(std::string(kTinyModel).find("256"), 3, "1e400"));
   expect_bad_input(run_cli({"memory", "--model", "m.json"}, dir), {"m.json", "line 1:", "out of range"});
 
   write_text(dir / "c.json", cluster_with(dir, "/gpu/hbm_Bps", "-1e999"));
-  expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--cluster", "c.json"}, dir), {"c.json", "out of range"});
+  expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--cluster", "c.json"}, dir),
+                   {"c.json", "out of range"});
 }
 
 TEST_CASE("unknown key suggests the closest valid one", "[robustness][cli]") {
@@ -56,7 +59,8 @@ TEST_CASE("unknown key suggests the closest valid one", "[robustness][cli]") {
   std::string m = kTinyModel;
   m.replace(m.find("\"hidden\""), 8, "\"hiden\"");
   write_text(dir / "m.json", m);
-  expect_bad_input(run_cli({"memory", "--model", "m.json"}, dir), {"m.json", "/hidden", "found \"hiden\"", "did you mean \"hidden\""});
+  expect_bad_input(run_cli({"memory", "--model", "m.json"}, dir),
+                   {"m.json", "/hidden", "found \"hiden\"", "did you mean \"hidden\""});
 
   write_text(dir / "c.json", cluster_with(dir, "/node/nvlink_bps", "1e11"));
   expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--cluster", "c.json"}, dir),
@@ -83,12 +87,14 @@ TEST_CASE("negative and zero sizes are bad input", "[robustness][cli]") {
   expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--cluster", "c.json"}, dir),
                    {"c.json", "/gpu/memory_bytes"});
   write_text(dir / "c0.json", cluster_with(dir, "/node/gpus", "0"));
-  expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--cluster", "c0.json"}, dir), {"c0.json", "/node/gpus"});
+  expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--cluster", "c0.json"}, dir),
+                   {"c0.json", "/node/gpus"});
 
   expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--gpus", "-8"}, dir), {"--gpus"});
   expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--mbs", "-1"}, dir), {"--mbs"});
   expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--seq", "-5", "--gpus", "8"}, dir), {"--seq"});
-  expect_bad_input(run_cli({"collective", "--kind", "all_gather", "--bytes", "-5", "--ranks", "8"}, dir), {"bytes"});
+  expect_bad_input(run_cli({"collective", "--kind", "all_gather", "--bytes", "-5", "--ranks", "8"}, dir),
+                   {"bytes"});
 }
 
 TEST_CASE("zero GPUs is bad input", "[robustness][cli]") {
@@ -104,24 +110,27 @@ TEST_CASE("GPU counts the cluster cannot hold are bad input", "[robustness][cli]
   expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "12"}, dir),
                    {"--gpus", "12"});
   // Near INT_MAX (a multiple of 4, 8 and 72 would overflow node arithmetic): refused, not wrapped.
-  expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "2147483640"}, dir),
-                   {"--gpus"});
+  expect_bad_input(
+      run_cli({"memory", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "2147483640"}, dir),
+      {"--gpus"});
   expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--gpus", "99999999999"}, dir), {"--gpus"});
 }
 
 TEST_CASE("tp above one node and shard groups that do not divide are bad input", "[robustness][cli]") {
   auto dir = scratch_dir();
-  expect_bad_input(run_cli({"memory", "--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "16", "--tp", "16"},
-                           dir),
-                   {"--tp", "16"});
-  expect_bad_input(run_cli({"memory", "--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "16", "--tp", "3"},
-                           dir),
-                   {"--tp"});
   expect_bad_input(
-      run_cli({"memory", "--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "16", "--shard-group", "3"}, dir),
-      {"--shard-group", "3", "16"});
-  expect_bad_input(run_cli({"memory", "--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "16", "--tp", "2",
-                            "--shard-group", "16"},
+      run_cli({"memory", "--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "16", "--tp", "16"},
+              dir),
+      {"--tp", "16"});
+  expect_bad_input(
+      run_cli({"memory", "--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "16", "--tp", "3"}, dir),
+      {"--tp"});
+  expect_bad_input(run_cli({"memory", "--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "16",
+                            "--shard-group", "3"},
+                           dir),
+                   {"--shard-group", "3", "16"});
+  expect_bad_input(run_cli({"memory", "--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "16",
+                            "--tp", "2", "--shard-group", "16"},
                            dir),
                    {"--shard-group", "8 data-parallel"});
 }
@@ -149,20 +158,21 @@ TEST_CASE("bad input leaves no output file and no temporary file", "[robustness]
   const std::vector<std::string> inputs = {"c.json", "m.json"};
 
   expect_bad_input(run_cli({"memory", "--model", "m.json", "--json", "out.json"}, dir), {"m.json"});
-  expect_bad_input(run_cli({"simulate", "--model", "m.json", "--json", "out.json", "--trace", "trace.json"}, dir),
-                   {"m.json"});
-  expect_bad_input(run_cli({"simulate", "--model", "llama3-8b", "--cluster", "c.json", "--json", "out.json", "--trace",
-                            "trace.json"},
+  expect_bad_input(
+      run_cli({"simulate", "--model", "m.json", "--json", "out.json", "--trace", "trace.json"}, dir),
+      {"m.json"});
+  expect_bad_input(run_cli({"simulate", "--model", "llama3-8b", "--cluster", "c.json", "--json", "out.json",
+                            "--trace", "trace.json"},
                            dir),
                    {"c.json"});
-  expect_bad_input(run_cli({"simulate", "--model", "llama3-8b", "--gpus", "8", "--tp", "3", "--json", "out.json",
-                            "--trace", "trace.json"},
+  expect_bad_input(run_cli({"simulate", "--model", "llama3-8b", "--gpus", "8", "--tp", "3", "--json",
+                            "out.json", "--trace", "trace.json"},
                            dir),
                    {"--tp"});
   expect_bad_input(run_cli({"plan", "--model", "m.json", "--global-batch", "64", "--json", "out.json"}, dir),
                    {"m.json"});
-  expect_bad_input(run_cli({"collective", "--kind", "all_gatherr", "--bytes", "1024", "--ranks", "8", "--json",
-                            "out.json"},
+  expect_bad_input(run_cli({"collective", "--kind", "all_gatherr", "--bytes", "1024", "--ranks", "8",
+                            "--json", "out.json"},
                            dir),
                    {});
   expect_bad_input(run_cli({"calibrate", "import-nccl-tests", "m.json", "-o", "out.json"}, dir), {"m.json"});
@@ -179,16 +189,19 @@ TEST_CASE("an unwritable output path is bad input, not a crash", "[robustness][c
 TEST_CASE("pathological files and names are bad input", "[robustness][cli]") {
   auto dir = scratch_dir();
   // A million '[': nothing may recurse that deep (parsing, destroying or printing the value in a message).
-  write_text(dir / "deep.json", "{\"layers\": " + std::string(1000000, '[') + std::string(1000000, ']') + "}");
+  write_text(dir / "deep.json",
+             "{\"layers\": " + std::string(1000000, '[') + std::string(1000000, ']') + "}");
   expect_bad_input(run_cli({"memory", "--model", "deep.json"}, dir), {"deep.json", "/layers"});
   write_text(dir / "deep_open.json", std::string(1000000, '['));
-  expect_bad_input(run_cli({"memory", "--model", "deep_open.json"}, dir), {"deep_open.json", "malformed JSON"});
+  expect_bad_input(run_cli({"memory", "--model", "deep_open.json"}, dir),
+                   {"deep_open.json", "malformed JSON"});
   // A name longer than NAME_MAX: looked up as a preset, not a filesystem error.
   expect_bad_input(run_cli({"memory", "--model", std::string(5000, 'a')}, dir), {"--model", "unknown model"});
   expect_bad_input(run_cli({"memory", "--model", "missing.json"}, dir), {"missing.json", "cannot open"});
   expect_bad_input(run_cli({"memory", "--model", "."}, dir), {});
   // A JSON document of the wrong kind.
-  expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--cluster", "deep_open.json"}, dir), {"deep_open.json"});
+  expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--cluster", "deep_open.json"}, dir),
+                   {"deep_open.json"});
   write_text(dir / "list.json", "[1, 2, 3]");
   expect_bad_input(run_cli({"memory", "--model", "list.json"}, dir), {"list.json"});
   expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--cluster", "list.json"}, dir), {"list.json"});
@@ -196,26 +209,30 @@ TEST_CASE("pathological files and names are bad input", "[robustness][cli]") {
 
 TEST_CASE("a Hugging Face config with absurd sizes is refused quickly", "[robustness][cli]") {
   auto dir = scratch_dir();
-  write_text(dir / "config.json",
-             R"({"model_type": "llama", "num_hidden_layers": 1073741824, "hidden_size": 64, "num_attention_heads": 8,
+  write_text(
+      dir / "config.json",
+      R"({"model_type": "llama", "num_hidden_layers": 1073741824, "hidden_size": 64, "num_attention_heads": 8,
                  "intermediate_size": 128, "vocab_size": 1000})");
   expect_bad_input(run_cli({"memory", "--model", "config.json"}, dir), {"config.json", "/layers"});
-  write_text(dir / "moe.json",
-             R"({"model_type": "mixtral", "num_hidden_layers": 64, "hidden_size": 64, "num_attention_heads": 8,
+  write_text(
+      dir / "moe.json",
+      R"({"model_type": "mixtral", "num_hidden_layers": 64, "hidden_size": 64, "num_attention_heads": 8,
                  "intermediate_size": 128, "vocab_size": 1000, "num_local_experts": 100000, "num_experts_per_tok": 2})");
   expect_bad_input(run_cli({"memory", "--model", "moe.json"}, dir), {"moe.json", "/moe/experts"});
-  write_text(dir / "bloom.json", R"({"model_type": "bloom", "n_layer": 2, "hidden_size": 64, "vocab_size": 1000})");
+  write_text(dir / "bloom.json",
+             R"({"model_type": "bloom", "n_layer": 2, "hidden_size": 64, "vocab_size": 1000})");
   expect_bad_input(run_cli({"memory", "--model", "bloom.json"}, dir), {"bloom.json", "num_attention_heads"});
 }
 
-TEST_CASE("nccl-tests logs with huge lines, huge numbers or non-UTF-8 bytes are handled", "[robustness][cli]") {
+TEST_CASE("nccl-tests logs with huge lines, huge numbers or non-UTF-8 bytes are handled",
+          "[robustness][cli]") {
   auto dir = scratch_dir();
   const std::string header =
       "# nThread 1 nGpus 2 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20\n";
   // A megabyte-long rank line and environment value: std::regex would recurse once per character.
   write_text(dir / "all_gather_long.txt", header + "#  Rank  0 Group  0 Pid  1 on h device  0 [0x1] " +
-                                              std::string(1 << 20, 'G') + "\nNCCL_X=" + std::string(1 << 20, 'x') +
-                                              "\n");
+                                              std::string(1 << 20, 'G') +
+                                              "\nNCCL_X=" + std::string(1 << 20, 'x') + "\n");
   expect_bad_input(run_cli({"calibrate", "import-nccl-tests", "all_gather_long.txt", "-o", "p.json"}, dir),
                    {"all_gather_long.txt"});
   write_text(dir / "all_gather_digits.txt",
@@ -236,7 +253,8 @@ TEST_CASE("nccl-tests logs with huge lines, huge numbers or non-UTF-8 bytes are 
 
 TEST_CASE("a sequence length of 0 (--seq 0) is bad input, not the model's default", "[robustness][cli]") {
   auto dir = scratch_dir();
-  expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--seq", "0"}, dir), {"--seq", "[1, 4194304]", "got 0"});
+  expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--seq", "0"}, dir),
+                   {"--seq", "[1, 4194304]", "got 0"});
   expect_bad_input(run_cli({"plan", "--model", "llama3-8b", "--global-batch", "8", "--seq", "0"}, dir),
                    {"--seq", "got 0"});
 }
@@ -250,10 +268,12 @@ TEST_CASE("a missing --model is an error for memory, simulate and plan", "[robus
 
 TEST_CASE("plan --fix with a value no plan can have exits 2 with one sentence", "[robustness][cli]") {
   auto dir = scratch_dir();
-  expect_bad_input(run_cli({"plan", "--model", "llama3-8b", "--gpus", "8", "--global-batch", "8", "--fix", "mbs=0"}, dir),
-                   {"--fix mbs", "[1, 65536]", "got 0"});
+  expect_bad_input(
+      run_cli({"plan", "--model", "llama3-8b", "--gpus", "8", "--global-batch", "8", "--fix", "mbs=0"}, dir),
+      {"--fix mbs", "[1, 65536]", "got 0"});
   // dgx-h100 nodes have 8 GPUs in an NVLink domain.
-  auto r = run_cli({"plan", "--model", "llama3-8b", "--gpus", "16", "--global-batch", "16", "--fix", "tp=16"}, dir);
+  auto r = run_cli({"plan", "--model", "llama3-8b", "--gpus", "16", "--global-batch", "16", "--fix", "tp=16"},
+                   dir);
   expect_bad_input(r, {"--fix tp", "tp 16 exceeds the 8 GPUs"});
   CHECK(r.out.find("sequences of 0 tokens") == std::string::npos);
   // Every knob pinned to a combination no runtime has: still bad input naming the reason.
@@ -270,6 +290,6 @@ TEST_CASE("an unknown measured key lists every valid measured key", "[robustness
      "measured": {"peak_reserved_bytez": 1e10}}]})");
   expect_bad_input(run_cli({"validate", "r.json"}, dir),
                    {"r.json", "/measured/peak_reserved_bytez", "did you mean \"peak_reserved_bytes\"",
-                    "peak_allocated_bytes", "peak_active_bytes", "peak_device_bytes", "step_s", "tokens_per_s_per_gpu",
-                    "mfu", "torchtitan_log", "warmup_steps"});
+                    "peak_allocated_bytes", "peak_active_bytes", "peak_device_bytes", "step_s",
+                    "tokens_per_s_per_gpu", "mfu", "torchtitan_log", "warmup_steps"});
 }

@@ -7,7 +7,8 @@
 
 using namespace shardplan;
 
-TEST_CASE("fuzz regressions and seeds replay without crashes or unexpected exceptions", "[robustness][fuzz]") {
+TEST_CASE("fuzz regressions and seeds replay without crashes or unexpected exceptions",
+          "[robustness][fuzz]") {
   const test::fs::path root = SHARDPLAN_FUZZ_DIR;
   int replayed = 0;
   for (const auto& t : fuzz::targets()) {

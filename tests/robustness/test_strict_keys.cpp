@@ -1,6 +1,6 @@
-// Unknown keys are rejected everywhere with the JSON pointer and the closest valid key: model spec, cluster (and
-// its nested gpu / peak_flops / node / fabric), plan, run records, calibration profile. A misspelt required key
-// is reported as missing with the same suggestion.
+// Unknown keys are rejected everywhere with the JSON pointer and the closest valid key: model spec, cluster
+// (and its nested gpu / peak_flops / node / fabric), plan, run records, calibration profile. A misspelt
+// required key is reported as missing with the same suggestion.
 #include <catch2/catch.hpp>
 
 #include "tests/fuzz/fuzz_targets.hpp"
@@ -48,11 +48,13 @@ TEST_CASE("model spec: unknown keys, top level and moe", "[robustness][keys]") {
   REQUIRE_NOTHROW(parse(kModel)());
   expect_unknown(parse(renamed(kModel, "/tied_embeddings", "tie_embeddings")), "m.json: /tie_embeddings",
                  "tied_embeddings");
-  expect_unknown(parse(renamed(kModel, "/moe/top_k", "topk")), "/moe/top_k", "top_k");  // required: missing + hint
+  expect_unknown(parse(renamed(kModel, "/moe/top_k", "topk")), "/moe/top_k",
+                 "top_k");  // required: missing + hint
   Json experts_typo = kModel;
   experts_typo["moe"]["expert"] = 2;
   expect_unknown(parse(experts_typo), "/moe/expert", "experts");
-  expect_unknown(parse(renamed(kModel, "/hidden", "hiden")), "/hidden", "hidden");  // required: missing + hint
+  expect_unknown(parse(renamed(kModel, "/hidden", "hiden")), "/hidden",
+                 "hidden");  // required: missing + hint
 }
 
 TEST_CASE("cluster: unknown keys at every level", "[robustness][keys]") {
@@ -98,9 +100,11 @@ TEST_CASE("calibration profile: unknown keys at every level", "[robustness][keys
   expect_unknown(parse(renamed(prof, "/hardware/gpu_count", "gpu_cnt")), "/hardware/gpu_cnt", "gpu_count");
   expect_unknown(parse(renamed(prof, "/collectives/0/placement", "placment")), "/collectives/0/placment",
                  "placement");
-  expect_unknown(parse(renamed(prof, "/collectives/0/samples/1/min_s", "mins")), "/collectives/0/samples/1/mins",
-                 "min_s");
-  expect_unknown(parse(renamed(prof, "/gemm/peak_source", "peak_sourse")), "/gemm/peak_sourse", "peak_source");
+  expect_unknown(parse(renamed(prof, "/collectives/0/samples/1/min_s", "mins")),
+                 "/collectives/0/samples/1/mins", "min_s");
+  expect_unknown(parse(renamed(prof, "/gemm/peak_source", "peak_sourse")), "/gemm/peak_sourse",
+                 "peak_source");
   expect_unknown(parse(renamed(prof, "/hbm/samples/0/bytes", "byte")), "/hbm/samples/0/bytes", "bytes");
-  expect_unknown(parse(renamed(prof, "/failures/0/benchmark", "benchmrk")), "/failures/0/benchmark", "benchmark");
+  expect_unknown(parse(renamed(prof, "/failures/0/benchmark", "benchmrk")), "/failures/0/benchmark",
+                 "benchmark");
 }

@@ -1,16 +1,17 @@
-// Shared fixtures for the simulator tests: a model + cluster + cost model bundle that keeps the references the
-// Simulator holds alive, plan construction through resolve_plan, and a walk over a Program's memory effects.
+// Shared fixtures for the simulator tests: a model + cluster + cost model bundle that keeps the references
+// the Simulator holds alive, plan construction through resolve_plan, and a walk over a Program's memory
+// effects.
 #pragma once
 #include <algorithm>
 #include <memory>
 #include <string>
 
-#include "tests/common/fixture.hpp"
 #include "simulator/cost_model.hpp"
 #include "simulator/model_graph.hpp"
 #include "simulator/plan.hpp"
 #include "simulator/presets.hpp"
 #include "simulator/simulate.hpp"
+#include "tests/common/fixture.hpp"
 #include "topologies/cluster.hpp"
 
 namespace shardplan::test {
@@ -43,8 +44,8 @@ inline Bytes max_category_bytes(const Program& prog, MemCategory cat) {
 }
 
 /// The same model with each transformer block's layers merged into one graph layer (tensors, GEMMs, saved
-/// bytes and elementwise traffic summed; parameter count unchanged). Lowering cannot then split a block across
-/// FSDP units, which isolates effects of the unit partition (see the [!mayfail] wrap test).
+/// bytes and elementwise traffic summed; parameter count unchanged). Lowering cannot then split a block
+/// across FSDP units, which isolates effects of the unit partition (see the [!mayfail] wrap test).
 inline ModelGraph merge_blocks(const ModelGraph& m) {
   Json j = m.to_graph_json();
   Json out = Json::array();

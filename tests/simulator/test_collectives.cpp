@@ -1,7 +1,6 @@
 // The NCCL-like collective cost model (collective.cpp, mechanics.md §4.4) on groups of real cluster presets:
 // the large-buffer ring formula, all-reduce vs reduce-scatter, intra- vs inter-node, monotonicity in bytes.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <vector>
 
@@ -71,15 +70,16 @@ TEST_CASE("ring all-gather across 8 nodes equals the NCCL-style formula", "[simu
   //   intra hop (Simple) = max(3.4, netOverhead 3.0) = 3.4 µs; inter hop = 14 + 2 × 4 µs path latency = 22 µs
   //   latency = 8.4 + 56 · 3.4 + 7 · 22 = 8.4 + 190.4 + 154 = 352.8 µs
   //   t = 352.8e-6 + (63/64) · 8 GiB / 368e9
-  // LL128 (latency 14 + 56·1.9 + 7·(4 + 4) = 176.4 µs, bw 0.92 × 370.8e9) loses above ~0.7 GB; LL is capped at
-  // 20.4e9 B/s (> 2 nodes).
+  // LL128 (latency 14 + 56·1.9 + 7·(4 + 4) = 176.4 µs, bw 0.92 × 370.8e9) loses above ~0.7 GB; LL is capped
+  // at 20.4e9 B/s (> 2 nodes).
   const double expected = 352.8e-6 + 63.0 / 64.0 * S / 370.8e9;
   CollectiveCost c = collective_cost(CollectiveKind::kAllGather, S, g);
   CHECK(c.time_s == Approx(expected).epsilon(1e-12));
   CHECK(std::string(c.protocol) == "Simple");
 }
 
-TEST_CASE("all-reduce costs twice a reduce-scatter on a ring; NVLS and NVLS-tree change the ratio", "[simulator][collective]") {
+TEST_CASE("all-reduce costs twice a reduce-scatter on a ring; NVLS and NVLS-tree change the ratio",
+          "[simulator][collective]") {
   // Ring all-reduce = reduce-scatter + all-gather: 2(n−1)/n · S / bus vs (n−1)/n · S / bus; the latencies
   // are negligible at 16 GiB. An 8-GPU A100 node has no NVLS: ratio 2.
   const double S = 16 * kGiBd;
@@ -91,9 +91,10 @@ TEST_CASE("all-reduce costs twice a reduce-scatter on a ring; NVLS and NVLS-tree
     CHECK(ar / rs == Approx(2.0).epsilon(0.01));
   }
   // NVLS one-shot inside an H100 node: reduce-scatter by multimem.ld_reduce (each GPU sends S, receives S/n),
-  // all-gather by multimem.st (sends S/n, receives S): S(n+1)/n per direction, so busbw = 2(n−1)/(n+1) · B with
-  // B = 370.8e9 × nvlsEfficiency 0.85 = 315.18e9 ⇒ 14/9 · 315.18e9 = 490.28e9. AR / RS = (14/8 / 490.28e9) /
-  // (7/8 / 370.8e9) = 2 · 370.8 / 490.28 ≈ 1.5126 (latencies 25 vs 32.2 µs are negligible at 16 GiB).
+  // all-gather by multimem.st (sends S/n, receives S): S(n+1)/n per direction, so busbw = 2(n−1)/(n+1) · B
+  // with B = 370.8e9 × nvlsEfficiency 0.85 = 315.18e9 ⇒ 14/9 · 315.18e9 = 490.28e9. AR / RS = (14/8 /
+  // 490.28e9) / (7/8 / 370.8e9) = 2 · 370.8 / 490.28 ≈ 1.5126 (latencies 25 vs 32.2 µs are negligible at 16
+  // GiB).
   Cluster node(load_cluster_spec("dgx-h100"), 8);
   const GroupView g = node.group(8, 1);
   CollectiveCost ar = collective_cost(CollectiveKind::kAllReduce, S, g);
@@ -128,7 +129,8 @@ TEST_CASE("tree, CollNet chain and PAT follow NCCL's formulas", "[simulator][col
   // 20 racks > 8 per leaf: the path crosses the spine, 6 links of 1 µs (PCIe, NIC-leaf, leaf-spine, back).
   // latency (Simple) = 8.4 + 2 · ((72 − 1) · 4.0 + log2i(20) = 4 · (14 + 2 · 6 µs)) = 8.4 + 2 · (284 + 104)
   CHECK(t.latency_s == Approx((8.4 + 2 * (71 * 4.0 + 4 * 26.0)) * 1e-6));
-  CHECK(t.time_s == Approx(t.latency_s + S / (0.5 * 432e9)).epsilon(1e-9));  // correction factor 1 above 256 MiB
+  CHECK(t.time_s ==
+        Approx(t.latency_s + S / (0.5 * 432e9)).epsilon(1e-9));  // correction factor 1 above 256 MiB
   // CollNet chain (IB SHARP) on 12 H100 nodes: the chain carries S up and S down each NVLink direction
   // (algbw ≤ 370.8e9 / 2), the switch reduces across nodes (algbw ≤ 384e9): algbw 185.4e9.
   ClusterSpec sharp = load_cluster_spec("dgx-h100");
@@ -141,7 +143,8 @@ TEST_CASE("tree, CollNet chain and PAT follow NCCL's formulas", "[simulator][col
   // latency = 2 · 7 · 2.8 + (30 + 2 · 4) = 77.2 µs
   CHECK(c.time_s == Approx(77.2e-6 + S / 185.4e9).epsilon(1e-9));
   // PAT: one GPU per node (stride 8), all-gather; latency 8 + log2i(16) · (14 + 2·4)/3.5 + 16 · 2.8 µs, busbw
-  // 0.75 × one rail (48e9). It wins for small buffers (ring: 15 steps × (14 + 8) µs), the ring for large ones.
+  // 0.75 × one rail (48e9). It wins for small buffers (ring: 15 steps × (14 + 8) µs), the ring for large
+  // ones.
   Cluster h16(load_cluster_spec("dgx-h100"), 128);
   const GroupView r = h16.group(16, 8);
   CollectiveCost small = collective_cost(CollectiveKind::kAllGather, 64 * 1024, r);
@@ -150,7 +153,8 @@ TEST_CASE("tree, CollNet chain and PAT follow NCCL's formulas", "[simulator][col
   CHECK(std::string(collective_cost(CollectiveKind::kAllGather, S, r).algorithm) == "ring");
 }
 
-TEST_CASE("8 ranks in one node beat 64 ranks on 8 nodes for the same bytes per rank", "[simulator][collective]") {
+TEST_CASE("8 ranks in one node beat 64 ranks on 8 nodes for the same bytes per rank",
+          "[simulator][collective]") {
   // Same per-rank shard b: the 8-way buffer is 8b, the 64-way one 64b. Intra: 32.2 µs + 7b / 370.8e9;
   // inter: 352.8 µs + 63b / 370.8e9 ⇒ strictly slower at every size (both terms larger).
   Cluster one(load_cluster_spec("dgx-h100"), 8), eight(load_cluster_spec("dgx-h100"), 64);
@@ -170,10 +174,11 @@ TEST_CASE("collective time is monotone in bytes", "[simulator][collective]") {
   // which is then non-decreasing too. Sweep 1 B .. 64 GiB in 1/16-octave steps over several group shapes.
   Cluster h1(load_cluster_spec("dgx-h100"), 8), h8(load_cluster_spec("dgx-h100"), 64),
       big(load_cluster_spec("dgx-h100"), 512), a100(load_cluster_spec("dgx-a100-40g"), 16);
-  std::vector<GroupView> groups = {h1.group(8, 1), h1.group(2, 1), h8.group(64, 1), h8.group(8, 8),
+  std::vector<GroupView> groups = {h1.group(8, 1),  h1.group(2, 1),    h8.group(64, 1),   h8.group(8, 8),
                                    h8.group(16, 1), big.group(512, 1), a100.group(16, 1), a100.group(2, 8)};
   for (const auto& g : groups)
-    for (CollectiveKind k : {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter, CollectiveKind::kAllReduce}) {
+    for (CollectiveKind k :
+         {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter, CollectiveKind::kAllReduce}) {
       double prev = 0;
       for (double S = 1; S <= 64 * kGiBd; S *= std::pow(2.0, 1.0 / 16)) {
         const double t = collective_cost(k, S, g).time_s;

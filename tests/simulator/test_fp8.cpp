@@ -83,9 +83,10 @@ TEST_CASE(
   plan.seq = 8192;
   plan.ac = AcMode::kFull;
   const auto [bf16, tw, rw] = run_recipes(s, plan);
-  // Per block: 2 all-gathers of T x h in forward go from 2 bytes to 1 per element, and full AC runs them a second
-  // time when it recomputes the block in backward; their backward mirrors (reduce-scatters of the input
-  // gradients) and the backward all-gathers of output gradients stay 16-bit, as does the head's all-gather.
+  // Per block: 2 all-gathers of T x h in forward go from 2 bytes to 1 per element, and full AC runs them a
+  // second time when it recomputes the block in backward; their backward mirrors (reduce-scatters of the
+  // input gradients) and the backward all-gathers of output gradients stay 16-bit, as does the head's
+  // all-gather.
   const double T = 8192, h = 4096, blocks = 32;
   const double block_ag = 2 * blocks * T * h;  // elements per forward
   const double passes = 2;                     // forward + full-AC recomputation

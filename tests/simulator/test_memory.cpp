@@ -1,5 +1,6 @@
 // Memory: persistent model state per rank (mechanics.md §1.1-§1.2), the capacity boundary, and activation
-// memory (mechanics.md §2) measured as the highest value the activations category reaches in the lowered program.
+// memory (mechanics.md §2) measured as the highest value the activations category reaches in the lowered
+// program.
 #include <catch2/catch.hpp>
 
 #include "sim_helpers.hpp"
@@ -8,9 +9,9 @@ using namespace shardplan;
 using shardplan::test::Setup;
 
 namespace {
-// Per-rank bytes FSDP2's per-parameter dim-0 sharding adds over an exact 1/F split: a tensor of `rows` x `cols`
-// becomes ceil(rows/F)·cols elements on each rank, i.e. less than one extra row (cols elements) per tensor, and
-// nothing when F divides rows (mechanics §1.8).
+// Per-rank bytes FSDP2's per-parameter dim-0 sharding adds over an exact 1/F split: a tensor of `rows` x
+// `cols` becomes ceil(rows/F)·cols elements on each rank, i.e. less than one extra row (cols elements) per
+// tensor, and nothing when F divides rows (mechanics §1.8).
 std::int64_t fsdp2_padding_bound_elems(const ModelGraph& m, int F) {
   std::int64_t pad = 0;
   for (const Layer* l : m.order())
@@ -23,10 +24,13 @@ std::int64_t tensor_count(const ModelGraph& m) {
   for (const Layer* l : m.order()) n += static_cast<std::int64_t>(l->tensors.size());
   return n;
 }
-Bytes total(const std::array<Bytes, 3>& a) { return a[0] + a[1] + a[2]; }
+Bytes total(const std::array<Bytes, 3>& a) {
+  return a[0] + a[1] + a[2];
+}
 }  // namespace
 
-TEST_CASE("Llama-3-70B ZeRO-3 over 16 ranks: 12 Psi/16 (bf16) and 16 Psi/16 (bf16-mixed)", "[simulator][memory]") {
+TEST_CASE("Llama-3-70B ZeRO-3 over 16 ranks: 12 Psi/16 (bf16) and 16 Psi/16 (bf16-mixed)",
+          "[simulator][memory]") {
   Setup s("llama3-70b", "dgx-h100", 16);
   const double psi = 70'553'706'496.0;
   // Every dim 0 of Llama-3-70B divides by 16 (8192, 1024, 28672, 128256 = 16·8016), so FSDP2's padding is
@@ -59,14 +63,16 @@ TEST_CASE("Llama-3-70B ZeRO-3 over 16 ranks: 12 Psi/16 (bf16) and 16 Psi/16 (bf1
     auto a = Simulator::persistent_state(s.model, s.resolve(p));
     CHECK(static_cast<double>(total(a)) >= 12 * psi / 16);
     CHECK(static_cast<double>(total(a)) <= 12 * psi / 16 + 12.0 * bound);
-    p.precision = Precision::kBf16Mixed;  // DeepSpeed bf16-mixed: bf16 params 2 + bf16 grads 2 + fp32 master/m/v 12
+    p.precision =
+        Precision::kBf16Mixed;  // DeepSpeed bf16-mixed: bf16 params 2 + bf16 grads 2 + fp32 master/m/v 12
     auto b = Simulator::persistent_state(s.model, s.resolve(p));
     CHECK(static_cast<double>(total(b)) >= 16 * psi / 16);
     CHECK(static_cast<double>(total(b)) <= 16 * psi / 16 + 16.0 * bound);
   }
 }
 
-TEST_CASE("padding bound is respected when the shard size does not divide the tensors", "[simulator][memory]") {
+TEST_CASE("padding bound is respected when the shard size does not divide the tensors",
+          "[simulator][memory]") {
   // 24 ranks: 8192 / 24 is not whole ⇒ FSDP2 pads each such tensor to ceil(rows/24) rows per rank.
   Setup s("llama3-70b", "dgx-h100", 24);
   const double psi = 70'553'706'496.0;
@@ -79,10 +85,12 @@ TEST_CASE("padding bound is respected when the shard size does not divide the te
   CHECK(static_cast<double>(total(ps)) <= 12 * psi / 24 + 12.0 * static_cast<double>(pad_elems));
 }
 
-TEST_CASE("deepspeed ZeRO-0 >= 1 >= 2 >= 3 and each stage matches the ZeRO paper's formula", "[simulator][memory]") {
+TEST_CASE("deepspeed ZeRO-0 >= 1 >= 2 >= 3 and each stage matches the ZeRO paper's formula",
+          "[simulator][memory]") {
   Setup s("llama2-7b", "dgx-h100", 16);
   const double psi = 6'738'415'616.0, N = 16;
-  const double slack = static_cast<double>(tensor_count(s.model)) * 16.0 * 16.0;  // ≤ #tensors × 16 elem × 16 B
+  const double slack =
+      static_cast<double>(tensor_count(s.model)) * 16.0 * 16.0;  // ≤ #tensors × 16 elem × 16 B
   // ZeRO paper §5 with K = 12 (bf16 params, bf16 grads, fp32 master + m + v):
   //   ZeRO-0: 16 Psi;  ZeRO-1: 4 Psi + 12 Psi/N;  ZeRO-2: 2 Psi + 14 Psi/N;  ZeRO-3: 16 Psi/N
   const double expected[4] = {16 * psi, 4 * psi + 12 * psi / N, 2 * psi + 14 * psi / N, 16 * psi / N};
@@ -102,7 +110,8 @@ TEST_CASE("deepspeed ZeRO-0 >= 1 >= 2 >= 3 and each stage matches the ZeRO paper
 
 TEST_CASE("HSDP shards over the shard group, not the world", "[simulator][memory]") {
   // 64 GPUs, shard group 8 (8 replicas) keeps the same per-rank state as plain FSDP on 8 GPUs: 16 Psi/8.
-  Setup hsdp("llama3-8b", "dgx-h100", 64), fsdp8("llama3-8b", "dgx-h100", 8), fsdp64("llama3-8b", "dgx-h100", 64);
+  Setup hsdp("llama3-8b", "dgx-h100", 64), fsdp8("llama3-8b", "dgx-h100", 8),
+      fsdp64("llama3-8b", "dgx-h100", 64);
   Plan p;
   p.shard_group = 8;
   Plan q;
@@ -115,17 +124,20 @@ TEST_CASE("HSDP shards over the shard group, not the world", "[simulator][memory
   CHECK(hsdp.resolve(p).replicas == 8);
   for (Runtime rt : {Runtime::kFsdp1, Runtime::kFsdp2}) {
     p.runtime = q.runtime = rt;
-    CHECK(Simulator::persistent_state(hsdp.model, hsdp.resolve(p)) == Simulator::persistent_state(fsdp8.model, fsdp8.resolve(q)));
+    CHECK(Simulator::persistent_state(hsdp.model, hsdp.resolve(p)) ==
+          Simulator::persistent_state(fsdp8.model, fsdp8.resolve(q)));
   }
 }
 
-TEST_CASE("TP-8 x FSDP-32 Llama-3-70B weights are a 256-way split plus the replicated norms", "[simulator][memory]") {
+TEST_CASE("TP-8 x FSDP-32 Llama-3-70B weights are a 256-way split plus the replicated norms",
+          "[simulator][memory]") {
   // Issue 7 acceptance. 256 GPUs, tp 8 ⇒ dp 32. Column/row-parallel tensors (all matrices, vocab-parallel
-  // embedding and head) are split 8 ways by TP then 32 ways by FSDP with no padding (every local dim 0 divides
-  // by 32: 1024, 128, 3584, 8192, 16032 rows). The RMSNorm weights are TP-replicated: each is h = 8192 elements
-  // split only 32 ways (256 per rank) instead of 256 ways (32 per rank).
-  //   norms = 2 per block × 80 + final = 161;  slack = 161 × (8192/32 − 8192/256) = 161 × 224 = 36,064 elements
-  //   weights per GPU = (Psi − 161·8192)/256 + 161·8192/32 = 275,595,264 + 41,216 = 275,636,480 elements
+  // embedding and head) are split 8 ways by TP then 32 ways by FSDP with no padding (every local dim 0
+  // divides by 32: 1024, 128, 3584, 8192, 16032 rows). The RMSNorm weights are TP-replicated: each is h =
+  // 8192 elements split only 32 ways (256 per rank) instead of 256 ways (32 per rank).
+  //   norms = 2 per block × 80 + final = 161;  slack = 161 × (8192/32 − 8192/256) = 161 × 224 = 36,064
+  //   elements weights per GPU = (Psi − 161·8192)/256 + 161·8192/32 = 275,595,264 + 41,216 = 275,636,480
+  //   elements
   //                   = Psi/256 (275,600,416) + 36,064
   Setup s("llama3-70b", "dgx-h100", 256);
   Plan p;
@@ -176,7 +188,8 @@ TEST_CASE("a plan fits at exactly the capacity and fails one byte over", "[simul
   }
 }
 
-// ---- activations -------------------------------------------------------------------------------------------
+// ---- activations
+// -------------------------------------------------------------------------------------------
 
 namespace {
 Bytes max_activations(const Setup& s, Plan p) {
@@ -186,21 +199,23 @@ Bytes max_activations(const Setup& s, Plan p) {
 }
 }  // namespace
 
-TEST_CASE("activation checkpointing: full << selective <= none, with derived sizes", "[simulator][memory][activations]") {
+TEST_CASE("activation checkpointing: full << selective <= none, with derived sizes",
+          "[simulator][memory][activations]") {
   // Llama-2-7B (h = q = kv = 4096, a = 32, f = 11008, V = 32000), seq 4096, mbs 1 ⇒ T = 4096 tokens, bf16
   // (model_graph.cpp, mechanics §2.2). Saved bytes per token per block:
   //   none:  norms 2·(2h + 4) + attention input 2h + MLP input 2h  = 8h + 8           = 32,776
   //          attention Q 2q + K,V 4kv + O 2q + LSE 4a = 8192 + 16384 + 8192 + 128        = 32,896
   //          SwiGLU 8f                                                                  = 88,064
   //          ⇒ 153,736 per block
-  //   selective (torchtitan op-level SAC: attention outputs and every second matmul output kept, norms recomputed):
+  //   selective (torchtitan op-level SAC: attention outputs and every second matmul output kept, norms
+  //   recomputed):
   //          block input 2h = 8,192; attention: half of the o-proj output h = 4,096, O 2q + LSE 4a + half of
-  //          (Q 2q + K,V 4kv) = 8,320 + 12,288 = 20,608; MLP: half of down output h = 4,096, half of gate/up 2f
-  //          = 22,016                                                                  ⇒  59,008 per block
+  //          (Q 2q + K,V 4kv) = 8,320 + 12,288 = 20,608; MLP: half of down output h = 4,096, half of gate/up
+  //          2f = 22,016                                                                  ⇒  59,008 per block
   //   full:  block input 2h                                                            =   8,192
-  // Head unit (final norm 2h + 4, head input 2h) = 16,388. The activation peak is in the loss backward, where the
-  // saved fp32 log-softmax (4V), the nll gradient (4V) and the fp32 logits gradient (4V) are alive: 12V = 384,000
-  // per token (§2.3; the forward's 10V is lower). Peak per token:
+  // Head unit (final norm 2h + 4, head input 2h) = 16,388. The activation peak is in the loss backward, where
+  // the saved fp32 log-softmax (4V), the nll gradient (4V) and the fp32 logits gradient (4V) are alive: 12V =
+  // 384,000 per token (§2.3; the forward's 10V is lower). Peak per token:
   //   none      32·153,736 + 16,388 + 384,000 = 5,319,940
   //   selective 32· 59,008 + 16,388 + 384,000 = 2,288,644
   //   full      32·  8,192 + 16,388 + 384,000 =   662,532
@@ -222,11 +237,12 @@ TEST_CASE("activation checkpointing: full << selective <= none, with derived siz
   CHECK(static_cast<double>(full) == Approx(662'532 * T).epsilon(0.01));
 }
 
-TEST_CASE("TP 8 with sequence parallelism holds about 1/8 of the TP 1 activations", "[simulator][memory][activations]") {
-  // With sequence parallelism every saved tensor is split 8 ways: TP-split tensors (Q, K, V, O, MLP) by heads /
-  // columns, h-sized ones (norm inputs, block inputs) by sequence; the vocab-parallel loss holds T·V/8 logits.
-  // The embedding saves nothing. So nothing stays whole and the ratio is 1/8 up to per-unit integer rounding
-  // (≤ 1 byte per unit and per logits effect, ~40 bytes against ~2.7e9).
+TEST_CASE("TP 8 with sequence parallelism holds about 1/8 of the TP 1 activations",
+          "[simulator][memory][activations]") {
+  // With sequence parallelism every saved tensor is split 8 ways: TP-split tensors (Q, K, V, O, MLP) by heads
+  // / columns, h-sized ones (norm inputs, block inputs) by sequence; the vocab-parallel loss holds T·V/8
+  // logits. The embedding saves nothing. So nothing stays whole and the ratio is 1/8 up to per-unit integer
+  // rounding (≤ 1 byte per unit and per logits effect, ~40 bytes against ~2.7e9).
   Setup s("llama2-7b", "dgx-h100", 8);
   Plan p;
   p.seq = 4096;
@@ -239,9 +255,9 @@ TEST_CASE("TP 8 with sequence parallelism holds about 1/8 of the TP 1 activation
 
 TEST_CASE("the logits term grows linearly with the vocabulary", "[simulator][memory][activations]") {
   // Same 4-block Llama-2-7B-shaped model with V = 32000, 64000, 96000. The activation peak is in the loss
-  // backward: blocks + head + 12·T·V (saved fp32 log-softmax 4, nll gradient 4, fp32 logits gradient 4 bytes per
-  // token and vocab entry), so equal vocabulary steps give equal activation steps of
-  // 12·T·32000 = 12 · 4096 · 32000 = 1,572,864,000 bytes.
+  // backward: blocks + head + 12·T·V (saved fp32 log-softmax 4, nll gradient 4, fp32 logits gradient 4 bytes
+  // per token and vocab entry), so equal vocabulary steps give equal activation steps of 12·T·32000 = 12 ·
+  // 4096 · 32000 = 1,572,864,000 bytes.
   ClusterSpec spec = load_cluster_spec("dgx-h100");
   Plan p;
   p.seq = 4096;
@@ -258,7 +274,8 @@ TEST_CASE("the logits term grows linearly with the vocabulary", "[simulator][mem
 TEST_CASE("hold_logits keeps the fp32 logits through backward: the backward-head peak grows by exactly 4 T V",
           "[simulator][memory][logits]") {
   // Llama-2-7B, FSDP2 ZeRO-3 on 8 GPUs, full AC, 8 x 2048 tokens: the peak is at the head of backward (the
-  // cross-entropy backward), where a held fp32 copy of the logits adds 4 bytes x tokens x vocab and nothing else.
+  // cross-entropy backward), where a held fp32 copy of the logits adds 4 bytes x tokens x vocab and nothing
+  // else.
   Setup s("llama2-7b", "dgx-h100", 8);
   Plan plan;
   plan.ac = AcMode::kFull;
@@ -290,15 +307,19 @@ TEST_CASE("allocator fragmentation: eager reserves more than compiled for the sa
   CHECK(eager.peak_reserved_bytes > compiled.peak_reserved_bytes);
   // Both reserve at least what they allocate, and the default pool's surplus is bounded by its fraction.
   CHECK(eager.peak_reserved_bytes >= eager.peak_bytes);
-  CHECK(static_cast<double>(eager.peak_reserved_bytes) <=
-        static_cast<double>(compiled.peak_reserved_bytes) * (1 + k.fragmentation_eager) / (1 + k.fragmentation_compiled) + 4 * kMiB);
+  CHECK(static_cast<double>(eager.peak_reserved_bytes) <= static_cast<double>(compiled.peak_reserved_bytes) *
+                                                                  (1 + k.fragmentation_eager) /
+                                                                  (1 + k.fragmentation_compiled) +
+                                                              4 * kMiB);
 }
 
-TEST_CASE("loss_dtype bf16: a 16-bit cross-entropy halves the loss tensors (backward head: 6 T V instead of 12 T V)",
-          "[simulator][memory][logits]") {
-  // GPT-2 XL, DeepSpeed ZeRO-3 on 4 GPUs, 40 x 1024 tokens, vocab 50,257: the peak is the cross-entropy backward.
-  // fp32 loss: saved log-softmax, its gradient and the logits' gradient, 4 bytes each (12 T V); a 16-bit loss:
-  // 2 bytes each (6 T V). Everything else at that moment is the same.
+TEST_CASE(
+    "loss_dtype bf16: a 16-bit cross-entropy halves the loss tensors (backward head: 6 T V instead of 12 T "
+    "V)",
+    "[simulator][memory][logits]") {
+  // GPT-2 XL, DeepSpeed ZeRO-3 on 4 GPUs, 40 x 1024 tokens, vocab 50,257: the peak is the cross-entropy
+  // backward. fp32 loss: saved log-softmax, its gradient and the logits' gradient, 4 bytes each (12 T V); a
+  // 16-bit loss: 2 bytes each (6 T V). Everything else at that moment is the same.
   Setup s("gpt2-xl", "dgx-a100-40g", 4);
   Plan plan;
   plan.runtime = Runtime::kDeepSpeed;
@@ -315,9 +336,11 @@ TEST_CASE("loss_dtype bf16: a 16-bit cross-entropy halves the loss tensors (back
   CHECK(f32.peak_bytes - b16.peak_bytes == 6 * tv);
 }
 
-TEST_CASE("plain data parallel on the fsdp2 runtime (DDP / replicate) keeps the Reducer's buckets: a second copy of "
-          "the gradients",
-          "[simulator][memory][ddp]") {
+TEST_CASE(
+    "plain data parallel on the fsdp2 runtime (DDP / replicate) keeps the Reducer's buckets: a second copy "
+    "of "
+    "the gradients",
+    "[simulator][memory][ddp]") {
   Setup s("llama3-8b", "dgx-h100", 8);
   Plan plan;
   plan.zero = 0;
@@ -332,9 +355,10 @@ TEST_CASE("plain data parallel on the fsdp2 runtime (DDP / replicate) keeps the 
   CHECK(noshard.breakdown[static_cast<int>(MemCategory::kCommBuffers)] < ddp.persistent_split[1]);
 }
 
-TEST_CASE("first step: the optimizer state is created by the first optimizer step, so an activation-bound peak is "
-          "lower by exactly the state",
-          "[simulator][memory][first-step]") {
+TEST_CASE(
+    "first step: the optimizer state is created by the first optimizer step, so an activation-bound peak is "
+    "lower by exactly the state",
+    "[simulator][memory][first-step]") {
   Setup s("llama3-8b", "dgx-h100", 8);
   Plan plan;
   plan.seq = 8192;
@@ -343,12 +367,13 @@ TEST_CASE("first step: the optimizer state is created by the first optimizer ste
   const Result r = s.run(plan);
   const Bytes opt = r.persistent_split[2];
   REQUIRE(opt > 0);
-  // Steady-state peak in forward/backward, far above what is live at the optimizer step (params + grads + state).
+  // Steady-state peak in forward/backward, far above what is live at the optimizer step (params + grads +
+  // state).
   REQUIRE(r.peak_phase.find("optimizer") == std::string::npos);
   REQUIRE(r.peak_bytes - opt > r.persistent_bytes + 2 * kGiB);
   CHECK(r.first_step_peak_bytes == r.peak_bytes - opt);
-  // With the optimizer state offloaded there is nothing to create on the GPU: the first step equals the steady one.
-  // (Optimizer-only offload is DeepSpeed ZeRO-Offload; FSDP has none.)
+  // With the optimizer state offloaded there is nothing to create on the GPU: the first step equals the
+  // steady one. (Optimizer-only offload is DeepSpeed ZeRO-Offload; FSDP has none.)
   plan.runtime = Runtime::kDeepSpeed;
   plan.offload = Offload::kOptimizer;
   const Result off = s.run(plan);

@@ -1,5 +1,5 @@
-// Model graphs: exact parameter counts of the presets, the same counts from the public Hugging Face config.json
-// files (tests/data/hf), and the graph JSON round trip.
+// Model graphs: exact parameter counts of the presets, the same counts from the public Hugging Face
+// config.json files (tests/data/hf), and the graph JSON round trip.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
@@ -129,7 +129,8 @@ TEST_CASE("Mixtral HF config reads the expert fields", "[simulator][model][hf]")
   CHECK(m.spec().moe.top_k == 2);
 }
 
-TEST_CASE("graph JSON round trip keeps the parameter count and the layer order", "[simulator][model][graph]") {
+TEST_CASE("graph JSON round trip keeps the parameter count and the layer order",
+          "[simulator][model][graph]") {
   for (const char* name : {"llama3-8b", "mixtral-8x7b", "gpt2-xl"}) {
     INFO(name);
     ModelGraph a = load_model(name);
@@ -168,7 +169,8 @@ TEST_CASE("execution order: embedding first, blocks in order, loss last", "[simu
   CHECK(last_block == 31);
 }
 
-TEST_CASE("active parameters: top-k of the routed experts (MoE), all of a dense model", "[simulator][model]") {
+TEST_CASE("active parameters: top-k of the routed experts (MoE), all of a dense model",
+          "[simulator][model]") {
   // mixtral-8x7b: routed experts 32 blocks x 8 x 3·4096·14336 = 45,097,156,608; everything else
   // 46,702,792,704 - 45,097,156,608 = 1,605,636,096 (the routers included). A token uses 2 of 8 experts:
   // 1,605,636,096 + 45,097,156,608 x 2/8 = 1,605,636,096 + 11,274,289,152 = 12,879,925,248.

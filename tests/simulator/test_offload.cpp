@@ -8,9 +8,10 @@
 using namespace shardplan;
 using fixture::Setup;
 
-
 namespace {
-const CommStats& comm(const Result& r, CommKind k) { return r.comm[static_cast<int>(k)]; }
+const CommStats& comm(const Result& r, CommKind k) {
+  return r.comm[static_cast<int>(k)];
+}
 }  // namespace
 
 TEST_CASE("DeepSpeed ZeRO-Offload: optimizer state and fp32 gradients on the host, PCIe both ways, CPU Adam",
@@ -31,15 +32,17 @@ TEST_CASE("DeepSpeed ZeRO-Offload: optimizer state and fp32 gradients on the hos
   CHECK(r.persistent_split[1] == 0);
   CHECK(r.persistent_split[2] == 0);
   // On the host, per rank: fp32 master + Adam moments (12 B) and the fp32 gradient partition (4 B) per
-  // partition element; a DGX holds 8 ranks: 16 x 8,819,213,312 x 8 = 1,128,859,303,936 B (~1.1 TB: 70B x 16 B).
+  // partition element; a DGX holds 8 ranks: 16 x 8,819,213,312 x 8 = 1,128,859,303,936 B (~1.1 TB: 70B x 16
+  // B).
   CHECK(r.host_bytes_per_node == e.optimizer * 16 * 8);
   CHECK(static_cast<double>(r.host_bytes_per_node) == Approx(70.55e9 * 16).epsilon(0.01));
   CHECK(r.host_capacity_bytes == 2'000'000'000'000);
-  // PCIe: every reduce-scattered gradient partition goes down in fp32 (4 B), the updated 16-bit partition comes
-  // back up after the step (2 B): (4 + 2) x partition elements, one micro-batch.
-  CHECK(comm(r, CommKind::kOffloadCopy).bytes_per_rank == Approx(static_cast<double>(e.grads) * 4 + static_cast<double>(e.optimizer) * 2));
-  // The CPU step is not free: it runs at the host's memory bandwidth shared by 8 GPUs, so it takes longer than
-  // the GPU's fused AdamW and the step gets slower.
+  // PCIe: every reduce-scattered gradient partition goes down in fp32 (4 B), the updated 16-bit partition
+  // comes back up after the step (2 B): (4 + 2) x partition elements, one micro-batch.
+  CHECK(comm(r, CommKind::kOffloadCopy).bytes_per_rank ==
+        Approx(static_cast<double>(e.grads) * 4 + static_cast<double>(e.optimizer) * 2));
+  // The CPU step is not free: it runs at the host's memory bandwidth shared by 8 GPUs, so it takes longer
+  // than the GPU's fused AdamW and the step gets slower.
   CHECK(r.optimizer_s > 10 * base.optimizer_s);
   CHECK(r.step_s > base.step_s);
   CHECK(r.tokens_per_s_per_gpu < base.tokens_per_s_per_gpu);
@@ -47,7 +50,8 @@ TEST_CASE("DeepSpeed ZeRO-Offload: optimizer state and fp32 gradients on the hos
   CHECK(r.peak_bytes < base.peak_bytes);
 }
 
-TEST_CASE("host memory is a fit constraint: 70B with Adam on one 1 TB DGX A100 does not fit", "[simulator][offload]") {
+TEST_CASE("host memory is a fit constraint: 70B with Adam on one 1 TB DGX A100 does not fit",
+          "[simulator][offload]") {
   Setup s("llama3-70b", "dgx-a100-40g", 8);  // 1 TB of host memory per node
   Plan p;
   p.runtime = Runtime::kDeepSpeed;
@@ -64,8 +68,10 @@ TEST_CASE("host memory is a fit constraint: 70B with Adam on one 1 TB DGX A100 d
   CHECK_FALSE(r.fits);
 }
 
-TEST_CASE("FSDP CPU offload: nothing persistent on the GPU; each all-gather's shard comes up, each grad shard goes down",
-          "[simulator][offload]") {
+TEST_CASE(
+    "FSDP CPU offload: nothing persistent on the GPU; each all-gather's shard comes up, each grad shard goes "
+    "down",
+    "[simulator][offload]") {
   Setup s("llama3-8b", "dgx-h100", 8);
   Plan p;
   p.ac = AcMode::kFull;
@@ -80,7 +86,8 @@ TEST_CASE("FSDP CPU offload: nothing persistent on the GPU; each all-gather's sh
   CHECK(r.host_bytes_per_node == e.params * 16 * 8);
   // PCIe: the fp32 shard of every all-gather (forward + backward: each unit but the non-resharded head twice,
   // the head once) up, and every reduce-scattered fp32 grad shard down once.
-  const double ag_shard_elems = comm(r, CommKind::kAllGather).bytes_per_rank / (7.0 / 8.0) / 2.0 / 8.0;  // bf16 AG
+  const double ag_shard_elems =
+      comm(r, CommKind::kAllGather).bytes_per_rank / (7.0 / 8.0) / 2.0 / 8.0;  // bf16 AG
   CHECK(comm(r, CommKind::kOffloadCopy).bytes_per_rank ==
         Approx(ag_shard_elems * 4 + static_cast<double>(e.grads) * 4).epsilon(1e-9));
   CHECK(r.step_s > base.step_s);

@@ -1,13 +1,12 @@
 // Plan validation: impossible plans raise InputError naming the knob (plan.cpp resolve_plan).
 #include <catch2/catch.hpp>
-
 #include <string>
 
 #include "sim_helpers.hpp"
 
 using namespace shardplan;
-using shardplan::test::Setup;
 using Catch::Matchers::Contains;
+using shardplan::test::Setup;
 
 TEST_CASE("bad plans raise InputError naming the knob", "[simulator][plan]") {
   SECTION("shard group that does not divide the data-parallel ranks") {

@@ -1,9 +1,8 @@
 // Simulator invariants that hold whatever the constants: more bandwidth never slows a step, prefetching never
 // exposes more communication, unbounded bandwidth leaves only compute, the reported peak is the timeline's
 // maximum, every lowering releases what it allocates, and gradient accumulation multiplies compute.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <vector>
 
 #include "sim_helpers.hpp"
@@ -69,8 +68,8 @@ TEST_CASE("more bandwidth never slows a step", "[simulator][invariant]") {
 }
 
 TEST_CASE("prefetch 1 never exposes more communication than prefetch 0", "[simulator][invariant]") {
-  // Prefetch 0 issues unit j's all-gather only after unit j−1's compute; prefetch 1 issues it one unit earlier,
-  // so the same collectives overlap more compute.
+  // Prefetch 0 issues unit j's all-gather only after unit j−1's compute; prefetch 1 issues it one unit
+  // earlier, so the same collectives overlap more compute.
   const ModelGraph model = ModelGraph::from_spec(shardplan::test::small_llama(8));
   for (const char* cl : {"dgx-h100", "dgx-a100-40g"})
     for (int gpus : {8, 32}) {
@@ -90,11 +89,11 @@ TEST_CASE("prefetch 1 never exposes more communication than prefetch 0", "[simul
 
 namespace {
 // Links at 1e18 B/s and zero link latency. NCCL's fixed latencies remain (≤ 27.3 µs per collective inside a
-// node, see the collective tests) plus the FSDP2 copy-in cast (HBM-bound, part of the all-gather task), so the
-// guarantee is not "zero" but: with units of whole blocks (≥ ~3 ms of compute each here) every all-gather and
-// reduce-scatter overlaps compute except the first all-gather (nothing to overlap with: ~27 µs + the embedding
-// cast 32000·4096/8 elements × 6 B / (3.35e12 × 0.8) ≈ 37 µs) and the last reduce-scatter before the
-// optimizer, and the CPU issue gaps (hooks 60 µs per unit) stay ahead of ~ms units. ⇒ exposed < 1 ms and
+// node, see the collective tests) plus the FSDP2 copy-in cast (HBM-bound, part of the all-gather task), so
+// the guarantee is not "zero" but: with units of whole blocks (≥ ~3 ms of compute each here) every all-gather
+// and reduce-scatter overlaps compute except the first all-gather (nothing to overlap with: ~27 µs + the
+// embedding cast 32000·4096/8 elements × 6 B / (3.35e12 × 0.8) ≈ 37 µs) and the last reduce-scatter before
+// the optimizer, and the CPU issue gaps (hooks 60 µs per unit) stay ahead of ~ms units. ⇒ exposed < 1 ms and
 // step within 1 % of compute, against a step ≥ 6 · Psi · T / (peak · 0.78) = 6 · 6.74e9 · 4096 / (989.4e12 ·
 // 0.78) ≈ 0.21 s. The compute lane is idle only while waiting for a collective (exposed) or for the CPU.
 void check_unbounded_bandwidth(const ModelGraph& model) {
@@ -153,14 +152,15 @@ TEST_CASE("Result::peak_bytes equals the maximum of the memory timeline samples"
     CHECK(sim.timeline().base_bytes >= r.persistent_split[0] + r.persistent_split[2]);
     CHECK(r.peak_bytes >= r.persistent_bytes);
     CHECK(r.peak_reserved_bytes >= r.peak_bytes);
-    // The first step (optimizer state created at its step) never exceeds the steady state, nor undercuts it by
-    // more than the state.
+    // The first step (optimizer state created at its step) never exceeds the steady state, nor undercuts it
+    // by more than the state.
     CHECK(r.first_step_peak_bytes <= r.peak_bytes);
     CHECK(r.first_step_peak_bytes >= r.peak_bytes - r.persistent_split[2]);
   }
 }
 
-TEST_CASE("every runtime x zero x ac x grad_accum lowering releases its memory (verify)", "[simulator][invariant]") {
+TEST_CASE("every runtime x zero x ac x grad_accum lowering releases its memory (verify)",
+          "[simulator][invariant]") {
   // Simulator::run calls verify_timeline, which throws std::logic_error on unfinished tasks or memory still
   // allocated at the end of the step. FSDP has no ZeRO-1 (resolve_plan refuses it); the rest must pass.
   const ModelGraph model = ModelGraph::from_spec(shardplan::test::small_llama(3));
@@ -196,9 +196,9 @@ TEST_CASE("every runtime x zero x ac x grad_accum lowering releases its memory (
 }
 
 TEST_CASE("grad_accum 4 takes 4x the per-micro-batch compute", "[simulator][invariant]") {
-  // The compute lane runs, per micro-batch, forward, backward and the copy kernels (copy-out, RS copy-in), and
-  // once per step the optimizer. So compute(ga = 4) − optimizer = 4 · (compute(ga = 1) − optimizer), exactly
-  // up to floating-point summation.
+  // The compute lane runs, per micro-batch, forward, backward and the copy kernels (copy-out, RS copy-in),
+  // and once per step the optimizer. So compute(ga = 4) − optimizer = 4 · (compute(ga = 1) − optimizer),
+  // exactly up to floating-point summation.
   const ModelGraph model = ModelGraph::from_spec(shardplan::test::small_llama(4));
   Setup s(model, load_cluster_spec("dgx-h100"), 16);
   for (const auto& np : plan_zoo()) {

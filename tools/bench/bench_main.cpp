@@ -13,7 +13,9 @@
 using namespace shardplan;
 using Clock = std::chrono::steady_clock;
 
-static double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+static double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::max(1, std::atoi(argv[1])) : 50;
@@ -34,9 +36,11 @@ int main(int argc, char** argv) {
     for (int i = 0; i < iters; ++i) step += sim.run(p).step_s;
     const double per_run = seconds_since(t0) / iters;
     const double tasks = static_cast<double>(sim.program().tasks.size());
-    fmt::print("simulate llama3.1-405b, {} GPUs, tp {}, {} micro-batches: {:.3f} ms per simulation, {} tasks, {:.2f} M tasks/s "
-               "(step {:.2f} s)\n",
-               c.gpus(), p.tp, p.grad_accum, 1e3 * per_run, tasks, tasks / per_run / 1e6, step / iters);
+    fmt::print(
+        "simulate llama3.1-405b, {} GPUs, tp {}, {} micro-batches: {:.3f} ms per simulation, {} tasks, "
+        "{:.2f} M tasks/s "
+        "(step {:.2f} s)\n",
+        c.gpus(), p.tp, p.grad_accum, 1e3 * per_run, tasks, tasks / per_run / 1e6, step / iters);
   }
   for (const char* model : {"llama3-70b", "llama3.1-405b"}) {
     const bool big = std::string(model) == "llama3.1-405b";
@@ -53,10 +57,12 @@ int main(int argc, char** argv) {
       auto t0 = Clock::now();
       SearchOutcome out = search_plans(m, c, cm, sp, o);
       const double s = seconds_since(t0);
-      fmt::print("plan {} on {} GPUs, global batch 2048, seq 8192, {} thread(s): {:.3f} s, {} considered ({:.0f}/s), {} simulated "
-                 "({:.0f}/s), {} fit\n",
-                 model, c.gpus(), threads, s, out.stats.considered, static_cast<double>(out.stats.considered) / s, out.stats.evaluated,
-                 static_cast<double>(out.stats.evaluated) / s, out.stats.fitting);
+      fmt::print(
+          "plan {} on {} GPUs, global batch 2048, seq 8192, {} thread(s): {:.3f} s, {} considered "
+          "({:.0f}/s), {} simulated "
+          "({:.0f}/s), {} fit\n",
+          model, c.gpus(), threads, s, out.stats.considered, static_cast<double>(out.stats.considered) / s,
+          out.stats.evaluated, static_cast<double>(out.stats.evaluated) / s, out.stats.fitting);
     }
   }
   {

@@ -1,12 +1,12 @@
 // Fits the compute-efficiency constants of the cost model to every throughput record of the development set.
 //
 // Per GPU architecture (Ampere, Hopper) a grid search over (gemm_efficiency_max, attention_efficiency)
-// minimises the mean of min(|log(predicted / measured)|, log 1.5) of tokens/s per GPU over all in-scope 16-bit
-// rows (not one; rows a record marks out of scope, e.g. unknown clocks or non-flash attention, and float8 rows
-// are left out). The cap keeps a handful of records the model cannot explain (other software stacks, unknown
-// clocks) from dragging the constants that explain the rest; rows beyond it still count, at the cap. The loss
-// is a sum over rows and a row depends only on its own architecture's constants, so fitting one architecture
-// at a time with the other held fixed finds the joint optimum.
+// minimises the mean of min(|log(predicted / measured)|, log 1.5) of tokens/s per GPU over all in-scope
+// 16-bit rows (not one; rows a record marks out of scope, e.g. unknown clocks or non-flash attention, and
+// float8 rows are left out). The cap keeps a handful of records the model cannot explain (other software
+// stacks, unknown clocks) from dragging the constants that explain the rest; rows beyond it still count, at
+// the cap. The loss is a sum over rows and a row depends only on its own architecture's constants, so fitting
+// one architecture at a time with the other held fixed finds the joint optimum.
 //
 // The async-TP exposure and the float8 GEMM ratios (Hopper) are fitted on pairs of records instead (see
 // below).
@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
   std::map<GpuArch, ComputeConstants> chosen;
   for (GpuArch a : {GpuArch::kAmpere, GpuArch::kHopper}) chosen[a] = default_compute_constants(a);
 
-  // The run records themselves (validate already checked them): for the float8 rows and the paired fits below.
+  // The run records themselves (validate already checked them): for the float8 rows and the paired fits
+  // below.
   std::vector<Json> records;
   for (const auto& f : files) {
     std::ifstream in(f);
@@ -162,10 +163,12 @@ int main(int argc, char** argv) {
       }
     chosen[a] = best;
     const Score s = evaluate();
-    fmt::print("{}: gemm_efficiency_max {:.3f}, attention_efficiency {:.3f} -> all rows: capped mean |log err| {:.4f}, "
-               "median |log err| {:.4f}, MAPE {:.1f} % (n={})\n",
-               a == GpuArch::kHopper ? "hopper" : "ampere", best.gemm_efficiency_max, best.attention_efficiency, s.loss,
-               s.median, 100 * s.mape, s.n);
+    fmt::print(
+        "{}: gemm_efficiency_max {:.3f}, attention_efficiency {:.3f} -> all rows: capped mean |log err| "
+        "{:.4f}, "
+        "median |log err| {:.4f}, MAPE {:.1f} % (n={})\n",
+        a == GpuArch::kHopper ? "hopper" : "ampere", best.gemm_efficiency_max, best.attention_efficiency,
+        s.loss, s.median, 100 * s.mape, s.n);
     if (a != GpuArch::kHopper) continue;
     // Hopper only: the float8 and async-TP rows of the development set are all H100.
     fit_pairs(a, &ComputeConstants::async_tp_exposed, 0.0, 0.05, 20, async_pairs, "async_tp_exposed");

@@ -1,12 +1,14 @@
-// Fits the caching-allocator fragmentation of the default stream's pool (ComputeConstants::fragmentation_eager,
-// fragmentation_compiled) to every measured peak_reserved row of the development set.
+// Fits the caching-allocator fragmentation of the default stream's pool
+// (ComputeConstants::fragmentation_eager, fragmentation_compiled) to every measured peak_reserved row of the
+// development set.
 //
-// The prediction is R(f) = side + pool0 * (1 + f) (side = the all-gather / reduce-scatter streams' pools), so two
-// evaluations, f = 0 and f = 0.1, give pool0 and side per row without touching the simulator; each row then
-// implies f_row = (measured - side) / pool0 - 1, and the fit is the median f_row over the rows of one execution
-// mode (eager or compiled). The median, not the mean: one row's software version or a run that filled the device
-// (its allocator flushed the cache) must not move the constant. Rows are told apart by which constant moves them.
-// Also prints leave-one-out errors: each row predicted with f fitted on the other rows of its mode.
+// The prediction is R(f) = side + pool0 * (1 + f) (side = the all-gather / reduce-scatter streams' pools), so
+// two evaluations, f = 0 and f = 0.1, give pool0 and side per row without touching the simulator; each row
+// then implies f_row = (measured - side) / pool0 - 1, and the fit is the median f_row over the rows of one
+// execution mode (eager or compiled). The median, not the mean: one row's software version or a run that
+// filled the device (its allocator flushed the cache) must not move the constant. Rows are told apart by
+// which constant moves them. Also prints leave-one-out errors: each row predicted with f fitted on the other
+// rows of its mode.
 //
 // Usage: shardplan-fit-memory tests/data/runs/published_dev.json
 #include <fmt/format.h>
@@ -21,7 +23,8 @@
 namespace {
 using namespace shardplan;
 
-std::map<std::string, std::pair<double, double>> reserved(const std::vector<std::string>& files, double eager, double compiled) {
+std::map<std::string, std::pair<double, double>> reserved(const std::vector<std::string>& files, double eager,
+                                                          double compiled) {
   std::function<ComputeConstants(GpuArch)> fn = [&](GpuArch a) {
     ComputeConstants k = default_compute_constants(a);
     k.fragmentation_eager = eager;
@@ -47,7 +50,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::vector<std::string> files(argv + 1, argv + argc);
-  const auto base = reserved(files, 0, 0), eager = reserved(files, 0.1, 0), compiled = reserved(files, 0, 0.1);
+  const auto base = reserved(files, 0, 0), eager = reserved(files, 0.1, 0),
+             compiled = reserved(files, 0, 0.1);
   struct Row {
     std::string id;
     double side, pool0, measured, f;
@@ -73,7 +77,8 @@ int main(int argc, char** argv) {
       const double fo = median(others);
       const double e = (rows[i].side + rows[i].pool0 * (1 + fo)) / rows[i].measured - 1;
       loo_err.push_back(std::abs(e));
-      fmt::print("  {:<52} f_row {:+.3f}  leave-one-out f {:.3f} -> error {:+.1f} % (uncapped)\n", rows[i].id, rows[i].f, fo, 100 * e);
+      fmt::print("  {:<52} f_row {:+.3f}  leave-one-out f {:.3f} -> error {:+.1f} % (uncapped)\n", rows[i].id,
+                 rows[i].f, fo, 100 * e);
     }
     fmt::print("  leave-one-out median |error| {:.1f} %\n", 100 * median(loo_err));
   }
