@@ -2,7 +2,7 @@
 # Installs everything shardplan needs on Debian 12 (idempotent, non-interactive). Run as root (or with sudo).
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libboost-graph-dev nlohmann-json3-dev libfmt-dev catch2 libcli11-dev
-      python3 clang llvm zlib1g-dev)
+      python3 python3-venv python3-dev clang llvm clang-format ccache zlib1g-dev)
 if [[ "${SHARDPLAN_WITH_BROWSER:-1}" == 1 ]]; then pkgs+=(chromium); fi
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done

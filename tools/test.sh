@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite: install, build, ctest (C++ unit, CLI and report tests), the Python tests of the
+# The whole test suite: install, build, the formatting check (tools/ci/format.sh), ctest (C++ unit, CLI and report tests), the Python tests of the
 # converter and the real-run harness, the reference-lane tests in the pinned Python environment (tools/pyenv.sh),
 # bounded fuzzing of every parser, and the sanitizer build of the suite.
 # Set SHARDPLAN_QUICK=1 to skip fuzzing and sanitizers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/build.sh
+bash tools/ci/format.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)"
 python3 -m unittest discover -s tests/realrun -p 'test_*.py' -v 2>&1 | tail -n 5
 # The Python tests that need the project's environment (tools/pyenv.sh: torch, torchao, torchtitan, deepspeed):
