@@ -2,6 +2,7 @@
 // datasheets and published efficiencies (docs/model.md cites each); a calibration profile, when given,
 // replaces them through CalibrationHooks (the simulator itself does not depend on the calibration library).
 #pragma once
+#include <array>
 #include <functional>
 #include <optional>
 
@@ -54,6 +55,37 @@ class CostModel {
   ComputeConstants k_;
   CalibrationHooks hooks_;
   CollectiveConstants coll_;
+};
+
+/// CostModel::collective_s remembered for the few distinct collectives of one plan (every unit of the same size
+/// repeats them). Keyed by the GroupView's address: use it only while those GroupViews live unchanged (one
+/// lowering, one build_units call).
+class CollectiveMemo {
+ public:
+  explicit CollectiveMemo(const CostModel& costs) : costs_(&costs) {}
+  double operator()(CollectiveKind kind, double buffer_bytes, const GroupView& g) {
+    for (int i = 0; i < size_; ++i) {
+      const Entry& e = entries_[static_cast<std::size_t>(i)];
+      if (e.kind == kind && e.bytes == buffer_bytes && e.group == &g) return e.time_s;
+    }
+    const double t = costs_->collective_s(kind, buffer_bytes, g);
+    entries_[static_cast<std::size_t>(next_)] = {kind, buffer_bytes, &g, t};
+    next_ = (next_ + 1) % kEntries;
+    size_ = size_ < kEntries ? size_ + 1 : kEntries;
+    return t;
+  }
+
+ private:
+  struct Entry {
+    CollectiveKind kind;
+    double bytes;
+    const GroupView* group;
+    double time_s;
+  };
+  static constexpr int kEntries = 16;
+  const CostModel* costs_;
+  std::array<Entry, kEntries> entries_{};
+  int size_ = 0, next_ = 0;
 };
 
 }  // namespace shardplan

@@ -43,7 +43,7 @@ void Lowering::issue_ag(int u, int mb, bool backward, std::int32_t after) {
   const double bytes = ag_bytes(u);
   t.backward = backward;
   // Mixed precision: the fp32 shard is cast to the compute dtype before the gather (read 4, write bc).
-  t.duration_s = in_.costs.collective_s(CollectiveKind::kAllGather, bytes, shard_g_) +
+  t.duration_s = coll_(CollectiveKind::kAllGather, bytes, shard_g_) +
                  (mixed_cast_ ? in_.costs.memory_s(static_cast<double>(un.shard_elems) * (4 + bc_)) : 0);
   t.cpu_s = K_.collective_launch_s;
   t.deps[0] = after;

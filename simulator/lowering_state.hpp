@@ -72,7 +72,7 @@ class Lowering {
     Task t;
     t.type = TaskType::kCollective;
     t.lane = lane;
-    t.duration_s = in_.costs.collective_s(kind, buffer_bytes, g);
+    t.duration_s = coll_(kind, buffer_bytes, g);
     t.cpu_s = K_.collective_launch_s;
     t.deps[0] = dep;
     t.comm_kind = static_cast<std::uint8_t>(report);
@@ -134,6 +134,7 @@ class Lowering {
   const double bc_, br_;
   const bool mixed_cast_;
   const GroupView shard_g_, rep_g_, dp_g_;
+  CollectiveMemo coll_{in_.costs};  ///< the same few collectives recur for every unit and micro-batch
   std::vector<std::int32_t> ag_task_, copyout_task_, fwd_task_;
   std::vector<char> gathered_, ag_out_held_;
   std::vector<std::int32_t> limiter_queue_;  ///< what the gather limiter waits on, in issue order

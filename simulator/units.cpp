@@ -56,6 +56,7 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
   const auto& K = costs.constants();
   const double fp8_ratio = p.fp8 == Fp8::kRowwise ? K.fp8_rowwise_ratio : K.fp8_tensorwise_ratio;
   const GroupView tpg = cluster.group(t, 1);
+  CollectiveMemo coll(costs);  // every block unit repeats the same TP collectives
   const double f_local = static_cast<double>(s.ffn_hidden) / t;
 
   // Partition layers into units: the embedding unit, one unit per `wrap` blocks, and the head unit (from the
@@ -195,12 +196,12 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
       u.tp_ag_bytes = ag * ag_buf;
       u.tp_ag_mirror_bytes = ag * buf;
       u.tp_rs_bytes = rs * buf;
-      u.tp_fwd_ag_s = ag * costs.collective_s(CollectiveKind::kAllGather, ag_buf, tpg);
-      u.tp_fwd_s = u.tp_fwd_ag_s + rs * costs.collective_s(CollectiveKind::kReduceScatter, buf, tpg);
+      u.tp_fwd_ag_s = ag * coll(CollectiveKind::kAllGather, ag_buf, tpg);
+      u.tp_fwd_s = u.tp_fwd_ag_s + rs * coll(CollectiveKind::kReduceScatter, buf, tpg);
       // Backward: the mirror of each forward all-gather is a 16-bit reduce-scatter of the input gradient, and
       // of each reduce-scatter a 16-bit all-gather of the output gradient.
-      u.tp_bwd_ag_s = rs * costs.collective_s(CollectiveKind::kAllGather, buf, tpg);
-      u.tp_bwd_s = ag * costs.collective_s(CollectiveKind::kReduceScatter, buf, tpg) + u.tp_bwd_ag_s;
+      u.tp_bwd_ag_s = rs * coll(CollectiveKind::kAllGather, buf, tpg);
+      u.tp_bwd_s = ag * coll(CollectiveKind::kReduceScatter, buf, tpg) + u.tp_bwd_ag_s;
     }
     const double cast_fwd = costs.memory_s(cast_fwd_bytes), cast_bwd = costs.memory_s(cast_bwd_bytes);
     u.fwd_s = gemm + attn + elem + cast_fwd;
