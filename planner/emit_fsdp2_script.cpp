@@ -336,6 +336,9 @@ def main():
     if rank == 0:
         print(json.dumps({"losses": losses, "loss_finite": finite, "params_changed": changed,
                           "mesh": list(mesh_shape(world))}), flush=True)
+    # Every rank finishes its collectives before the group goes away (a rank tearing down gloo while another still
+    # gathers aborts with "terminate called without an active exception").
+    dist.barrier()
     dist.destroy_process_group()
     sys.exit(0 if finite and changed else 1)
 
