@@ -57,9 +57,9 @@ class CostModel {
   CollectiveConstants coll_;
 };
 
-/// CostModel::collective_s remembered for the few distinct collectives of one plan (every unit of the same size
-/// repeats them). Keyed by the GroupView's address: use it only while those GroupViews live unchanged (one
-/// lowering, one build_units call).
+/// CostModel::collective_s remembered for the few distinct collectives of one plan (every unit of the same
+/// size repeats them). Keyed by the GroupView's address: use it only while those GroupViews live unchanged
+/// (one lowering, one build_units call).
 class CollectiveMemo {
  public:
   explicit CollectiveMemo(const CostModel& costs) : costs_(&costs) {}
