@@ -525,8 +525,12 @@ ModelSpec parse_hf_config(const Json& j, const std::string& file) {
     bool no_bias = r.boolean("no_bias", true);
     s.attn_bias = s.mlp_bias = s.norm_bias = !no_bias;
     s.tied_embeddings = true;
-    bool alibi =
-        j.contains("attn_config") && j["attn_config"].is_object() && j["attn_config"].value("alibi", false);
+    bool alibi = false;
+    if (j.contains("attn_config") && j["attn_config"].is_object() && j["attn_config"].contains("alibi")) {
+      if (!j["attn_config"]["alibi"].is_boolean())
+        throw InputError(file, "/attn_config/alibi", "expected true or false");
+      alibi = j["attn_config"]["alibi"].get<bool>();
+    }
     s.positions = alibi ? PositionKind::kAlibi : PositionKind::kLearned;
     s.max_positions = r.integer("max_seq_len", 2048);
     s.seq = s.max_positions;
