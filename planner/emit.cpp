@@ -28,6 +28,43 @@ Runtime emit_target_runtime(const std::string& kind) {
   return kind == "deepspeed" ? Runtime::kDeepSpeed : Runtime::kFsdp2;  // torchtitan runs FSDP2
 }
 
+std::optional<TorchtitanFlavor> torchtitan_flavor(const ModelSpec& m) {
+  // The flavors of torchtitan 0.3.0's model registries (torchtitan/models/{llama3,qwen3,deepseek_v3}/
+  // __init__.py), with the dimensions their configs build (hidden, layers, heads, kv heads or 0 for MLA,
+  // vocab, routed experts or 0): a model is emitted as a flavor only when all of these match, so a config
+  // never trains a different architecture than the one simulated. tests/emit builds each on the meta device
+  // and compares its parameter count with the simulator's.
+  struct Row {
+    const char* module;
+    const char* flavor;
+    std::int64_t hidden;
+    int layers, heads, kv_heads;
+    std::int64_t vocab;
+    int experts;
+  };
+  static constexpr Row kRows[] = {
+      {"llama3", "1B", 2048, 16, 32, 8, 128256, 0},
+      {"llama3", "3B", 3072, 28, 24, 8, 128256, 0},
+      {"llama3", "8B", 4096, 32, 32, 8, 128256, 0},
+      {"llama3", "70B", 8192, 80, 64, 8, 128256, 0},
+      {"llama3", "405B", 16384, 126, 128, 8, 128256, 0},
+      {"qwen3", "0.6B", 1024, 28, 16, 8, 151936, 0},
+      {"qwen3", "1.7B", 2048, 28, 16, 8, 151936, 0},
+      {"qwen3", "4B", 2560, 36, 32, 8, 151936, 0},
+      {"qwen3", "8B", 4096, 36, 32, 8, 151936, 0},
+      {"qwen3", "14B", 5120, 40, 40, 8, 151936, 0},
+      {"qwen3", "32B", 5120, 64, 64, 8, 151936, 0},
+      {"qwen3", "30B-A3B", 2048, 48, 32, 4, 151936, 128},
+      {"qwen3", "235B-A22B", 4096, 94, 64, 4, 151936, 128},
+      {"deepseek_v3", "671B", 7168, 61, 128, 0, 129280, 256},
+  };
+  for (const Row& r : kRows)
+    if (m.hidden == r.hidden && m.layers == r.layers && m.heads == r.heads &&
+        (r.kv_heads == 0 || m.kv_heads == r.kv_heads) && m.vocab == r.vocab && m.moe.experts == r.experts)
+      return TorchtitanFlavor{r.module, r.flavor};
+  return std::nullopt;
+}
+
 std::vector<std::string> emit_notes(const std::string& kind, const Plan& p) {
   std::vector<std::string> n;
   const Runtime target = emit_target_runtime(kind);
@@ -60,6 +97,44 @@ std::vector<std::string> emit_notes(const std::string& kind, const Plan& p) {
     if (!p.fused_optimizer) n.push_back("--foreach-optimizer: DeepSpeed picks its own (fused) Adam");
   }
   if (kind == "torchtitan") {
+    // Knobs torchtitan 0.3.0's Trainer.Config (tools/pyenv-requirements.txt) has no field for: listed, never
+    // silently dropped (torchtitan/config/configs.py, components/quantization/float8.py,
+    // components/optimizer/optimizer.py of that version).
+    if (p.prefetch != 1)
+      n.push_back(fmt::format(
+          "--prefetch {}: torchtitan has no FSDP prefetch field (it prefetches one block)", p.prefetch));
+    if (p.wrap != 1)
+      n.push_back(fmt::format("--wrap {}: torchtitan wraps every block as its own FSDP unit", p.wrap));
+    if (p.reduce() == Dtype::kBf16 && p.zero >= 1)
+      n.push_back(
+          "--reduce-dtype bf16: TrainingConfig.mixed_precision_reduce is Literal[\"float32\"]; written as "
+          "float32 (the job reduces in fp32, more communication than simulated)");
+    if (p.precision == Precision::kBf16)
+      n.push_back(
+          "--precision bf16 (bf16 parameters, fp32 Adam moments) has no torchtitan equivalent: written as "
+          "bf16-mixed (training.dtype float32, mixed_precision_param bfloat16), which holds fp32 parameters");
+    if (p.loss_dtype != Plan{}.loss_dtype)
+      n.push_back("--loss-dtype: torchtitan computes the loss in its own dtype");
+    if (p.hold_logits) n.push_back("--hold-logits: a property of the training loop, not of the config");
+    if (p.offload == Offload::kOptimizer)
+      n.push_back(
+          "--offload optimizer: torchtitan's enable_cpu_offload offloads parameters, gradients and optimizer "
+          "state together (FSDP2 CPUOffloadPolicy); not written");
+    if (p.fp8_all_gather)
+      n.push_back(
+          "--fp8-all-gather: torchtitan 0.3.0 has no float8 all-gather field; its FSDP all-gathers bf16");
+    if (p.fp8 == Fp8::kTensorwise)
+      n.push_back(
+          "--fp8 tensorwise: Float8LinearConverter.Config.recipe_name is typed rowwise | rowwise_with_gw_hp "
+          "in "
+          "torchtitan 0.3.0; \"tensorwise\" is written (torchao's Float8LinearConfig.from_recipe_name takes "
+          "it) and loads, but is outside the typed choices");
+    if (p.async_tp && !p.compile)
+      n.push_back(
+          "--async-tp without --compile: torchtitan's async TP needs compile.enable (CompileConfig raises "
+          "otherwise); written as enable_async_tensor_parallel=False");
+  }
+  if (kind == "torchtitan-toml") {
     // Knobs the torchtitan TOML (2024-2025 JobConfig) has no key for: listed, never silently dropped.
     if (p.prefetch != 1)
       n.push_back(fmt::format("--prefetch {}: torchtitan has no explicit FSDP prefetch key", p.prefetch));
@@ -180,7 +255,7 @@ std::string emit_deepspeed(const Plan& p, const ModelGraph& model) {
   return j.dump(2) + "\n";
 }
 
-std::string emit_torchtitan(const Plan& p, const ModelGraph& model, int gpus) {
+std::string emit_torchtitan_toml(const Plan& p, const ModelGraph& model, int gpus) {
   std::string s;
   s += "# Generated by shardplan for " + model.spec().name + " on " + std::to_string(gpus) + " GPUs\n";
   s += "# plan: " + plan_to_flags(p) + "\n";
@@ -221,15 +296,104 @@ std::string emit_torchtitan(const Plan& p, const ModelGraph& model, int gpus) {
   return s;
 }
 
+std::string emit_torchtitan(const Plan& p, const ModelGraph& model, int gpus) {
+  // torchtitan 0.3.0's config system (Python dataclass configs, pytorch/torchtitan PR 2386): a config is a
+  // function returning Trainer.Config, found by `torchtitan.train --module M --config F` (M a short model
+  // name or any importable module path; torchtitan/config/manager.py ConfigManager._load_config), with
+  // `--section.field value` overrides on top (tyro). The file is that module; importers.cpp reads it back.
+  const auto flavor = torchtitan_flavor(model.spec());
+  if (!flavor)
+    throw InputError::flag(
+        "--emit",
+        "torchtitan 0.3.0 has no model flavor with the dimensions of " + model.spec().name +
+            " (its llama3, qwen3 and deepseek_v3 registries; planner/emit.cpp torchtitan_flavor): use "
+            "--emit fsdp2 or --emit torchtitan-toml");
+  const std::string mod = flavor->module;
+  std::string s = "\"\"\"torchtitan config generated by shardplan for " + model.spec().name + " on " +
+                  std::to_string(gpus) + " GPUs: torchtitan " + mod + " flavor " + flavor->flavor + ".\n\n";
+  s += "Format: torchtitan 0.3.0's config registry (a function returning Trainer.Config). Run from the\n";
+  s += "directory holding this file (NAME = this file's name without .py):\n";
+  s += fmt::format(
+      "  PYTHONPATH=. torchrun --nproc-per-node {} -m torchtitan.train --module NAME --config "
+      "shardplan_config\n",
+      std::min(gpus, 8));
+  s += "Overrides go on the same line (--training.steps 1000 --hf_assets_path ./assets/hf/...).\n\n";
+  s += "Plan: " + plan_to_flags(p) + "\n\"\"\"\n";
+  // dtype / mixed_precision_param (torchtitan/config/configs.py TrainingConfig): dtype bfloat16 puts
+  // parameters, gradients and optimizer state in bf16 (--precision bf16-true); dtype float32 with
+  // mixed_precision_param bfloat16 is FSDP2 mixed precision over fp32 parameters (bf16-mixed).
+  const bool bf16_true = p.precision == Precision::kBf16True;
+  const char* param = p.precision == Precision::kFp32 ? "float32" : "bfloat16";
+  // ZeRO-0 shards nothing: every data-parallel rank is a replica (DDP, data_parallel_shard_degree 1).
+  const int replicate = p.zero == 0 ? p.dp : p.replicas, shard = p.zero == 0 ? 1 : p.shard_group;
+  const bool async_tp = p.async_tp && p.compile;
+  s += "from torchtitan.components.loss import CrossEntropyLoss\n";
+  s += "from torchtitan.components.optimizer import default_adamw\n";
+  if (p.fp8 != Fp8::kNone) s += "from torchtitan.components.quantization import Float8LinearConverter\n";
+  s += "from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig\n";
+  if (p.ac == AcMode::kSelective)
+    s += "from torchtitan.distributed.activation_checkpoint import SelectiveAC\n";
+  if (p.ac == AcMode::kFull) s += "from torchtitan.distributed.activation_checkpoint import FullAC\n";
+  s += "from torchtitan.models.common.config_utils import decoder_vocab_size\n";
+  s += "from torchtitan.models." + mod + " import model_registry\n";
+  s += "from torchtitan.trainer import Trainer\n\n\n";
+  s += "def shardplan_config() -> Trainer.Config:\n";
+  if (p.fp8 != Fp8::kNone) {
+    // The simulator converts the blocks' linears, not the output projection (lm_head in torchtitan 0.3.0);
+    // Float8LinearConverter also skips linears with a dimension not divisible by 16.
+    s += fmt::format("    model_spec = model_registry(\n        \"{}\",\n        converters=[\n",
+                     flavor->flavor);
+    s += fmt::format(
+        "            Float8LinearConverter.Config(\n                recipe_name=\"{}\",\n"
+        "                filter_fqns=[\"lm_head\"],\n                model_compile_enabled={},\n"
+        "            ),\n        ],\n    )\n",
+        p.fp8 == Fp8::kRowwise ? "rowwise" : "tensorwise", py_bool(p.compile));
+  } else {
+    s += fmt::format("    model_spec = model_registry(\"{}\")\n", flavor->flavor);
+  }
+  s += "    config = Trainer.Config(\n        model_spec=model_spec,\n";
+  // The simulator holds the full logits for the loss (no chunking): the plain cross entropy, not
+  // ChunkedLossWrapper.
+  s += "        loss=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(model_spec)),\n";
+  s += "        optimizer=default_adamw(lr=3e-4),\n";
+  s += fmt::format(
+      "        training=TrainingConfig(\n            local_batch_size={},\n            "
+      "global_batch_size={},\n"
+      "            seq_len={},\n            dtype=\"{}\",\n            mixed_precision_param=\"{}\",\n"
+      "            mixed_precision_reduce=\"float32\",\n            enable_cpu_offload={},\n        ),\n",
+      p.mbs, p.global_batch(), p.seq, bf16_true ? "bfloat16" : "float32", param,
+      py_bool(p.offload == Offload::kParams && p.zero >= 1));
+  s += fmt::format(
+      "        parallelism=ParallelismConfig(\n            data_parallel_replicate_degree={},\n"
+      "            data_parallel_shard_degree={},\n            tensor_parallel_degree={},\n"
+      "            fsdp_reshard_after_forward=\"{}\",\n        ),\n",
+      replicate, shard, p.tp, p.reshard() ? "always" : "never");
+  s += std::string("        activation_checkpoint=") +
+       (p.ac == AcMode::kNone   ? "None"
+        : p.ac == AcMode::kFull ? "FullAC.Config()"
+                                : "SelectiveAC.Config()") +
+       ",\n";
+  s += fmt::format(
+      "        compile=CompileConfig(\n            enable={},\n            components=[\"model\", "
+      "\"loss\"],\n"
+      "            enable_async_tensor_parallel={},\n        ),\n    )\n",
+      py_bool(p.compile), py_bool(async_tp));
+  s += fmt::format("    config.optimizer.implementation = \"{}\"\n", p.fused_optimizer ? "fused" : "foreach");
+  s += "    return config\n";
+  return s;
+}
+
 std::pair<std::string, std::string> parse_emit_spec(const std::string& spec) {
   auto c = spec.find(':');
   std::string kind = spec.substr(0, c);
   if (c == std::string::npos || c + 1 >= spec.size())
-    throw InputError::flag("--emit",
-                           "expected KIND:FILE (fsdp2, deepspeed or torchtitan), got \"" + spec + "\"");
-  if (kind != "fsdp2" && kind != "deepspeed" && kind != "torchtitan")
-    throw InputError::flag("--emit",
-                           "unknown kind \"" + kind + "\"; expected one of: fsdp2, deepspeed, torchtitan");
+    throw InputError::flag(
+        "--emit",
+        "expected KIND:FILE (fsdp2, deepspeed, torchtitan or torchtitan-toml), got \"" + spec + "\"");
+  if (kind != "fsdp2" && kind != "deepspeed" && kind != "torchtitan" && kind != "torchtitan-toml")
+    throw InputError::flag(
+        "--emit",
+        "unknown kind \"" + kind + "\"; expected one of: fsdp2, deepspeed, torchtitan, torchtitan-toml");
   return {kind, spec.substr(c + 1)};
 }
 
@@ -241,8 +405,14 @@ std::string emit(const std::string& kind, const Plan& p, const ModelGraph& model
       throw InputError::flag("--emit", "deepspeed cannot express this HSDP plan");
     return emit_deepspeed(p, model);
   }
-  return comment_lines(extra_notes) + comment_lines(emit_notes("torchtitan", p)) +
-         emit_torchtitan(p, model, gpus);
+  if (kind == "torchtitan-toml")
+    return comment_lines(extra_notes) + comment_lines(emit_notes(kind, p)) +
+           emit_torchtitan_toml(p, model, gpus);
+  // The notes go after the module docstring, so that it stays the docstring.
+  std::string py = emit_torchtitan(p, model, gpus);
+  const auto doc_end = py.find("\"\"\"\n", 3) + 4;
+  return py.substr(0, doc_end) + comment_lines(extra_notes) + comment_lines(emit_notes(kind, p)) +
+         py.substr(doc_end);
 }
 
 }  // namespace shardplan

@@ -2,11 +2,13 @@
 // The mapping of every key is documented in docs/formats.md ("--from").
 #include "planner/importers.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include "core/error.hpp"
 #include "core/json_reader.hpp"
+#include "planner/py_config.hpp"
 
 namespace shardplan {
 
@@ -290,6 +292,373 @@ ImportedConfig import_torchtitan(const std::string& path) {
   return c;
 }
 
+// --- torchtitan 0.3.0's Python config (a function returning Trainer.Config)
+// -------------------------------
+
+/// The fields torchtitan's dataclasses take when a constructor leaves them out (torchtitan 0.3.0,
+/// torchtitan/config/configs.py, trainer.py Trainer.Config, components/optimizer/optimizer.py,
+/// components/quantization/float8.py): a constructor call in the file means exactly these unless its
+/// arguments say otherwise.
+const std::map<std::string, std::vector<std::pair<std::string, std::string>>>& titan_defaults() {
+  static const std::map<std::string, std::vector<std::pair<std::string, std::string>>> d = {
+      {"training",
+       {{"local_batch_size", "8"},
+        {"global_batch_size", "-1"},
+        {"seq_len", "2048"},
+        {"dtype", "float32"},
+        {"mixed_precision_param", "bfloat16"},
+        {"mixed_precision_reduce", "float32"},
+        {"enable_cpu_offload", "false"}}},
+      {"parallelism",
+       {{"data_parallel_replicate_degree", "1"},
+        {"data_parallel_shard_degree", "-1"},
+        {"tensor_parallel_degree", "1"},
+        {"fsdp_reshard_after_forward", "default"},
+        {"enable_sequence_parallel", "true"},
+        {"enable_fsdp_symm_mem", "false"},
+        {"pipeline_parallel_degree", "1"},
+        {"context_parallel_degree", "1"},
+        {"expert_parallel_degree", "1"}}},
+      {"compile",
+       {{"enable", "false"}, {"components", "model,loss"}, {"enable_async_tensor_parallel", "false"}}},
+      {"optimizer", {{"implementation", "fused"}}},
+      {"float8", {{"recipe_name", "rowwise"}, {"emulate", "false"}}},
+  };
+  return d;
+}
+
+/// Reads the config function of a torchtitan 0.3.0 module by following its statements in order: calls of
+/// the config dataclasses (TrainingConfig(...), Trainer.Config(...), ...) set their section with the
+/// dataclass defaults filled in, attribute assignments (config.training.seq_len = ...) set one field, and
+/// calls of other functions of the same file are followed. Fields end up as "section.key" -> text.
+class TitanReader {
+ public:
+  TitanReader(const py::Module& m, const std::string& path) : m_(m), path_(path) {}
+
+  std::map<std::string, std::string> fields;
+  std::map<std::string, int> lines;        ///< the line each field was set on
+  std::vector<std::string> notes;          ///< unmodelled / unread, for stderr
+  std::string model_module, model_flavor;  ///< model_registry's module and flavor
+
+  void run_function(const std::string& name, int depth = 0) {
+    const py::Function* f = find(name);
+    if (!f) throw InputError(path_, name, "no such function in the file");
+    if (depth > 8) throw InputError(path_, name, "functions call each other more than 8 deep");
+    std::map<std::string, py::Value> saved = vars_;
+    for (const py::Stmt& st : f->body) {
+      switch (st.kind) {
+        case py::Stmt::Kind::kAssign: {
+          const auto dot = st.target.find('.');
+          if (dot == std::string::npos) {
+            vars_[st.target] = st.value;
+            // `config = Trainer.Config(...)`, `config = base()`: the object being configured.
+            if (st.value.kind == py::Value::Kind::kCall) apply(st.value, "", depth);
+          } else {
+            const std::string field = st.target.substr(dot + 1);
+            if (st.value.kind == py::Value::Kind::kCall || st.value.kind == py::Value::Kind::kName)
+              apply(resolve(st.value), field, depth);
+            else
+              set(field, st.value);
+          }
+          break;
+        }
+        case py::Stmt::Kind::kReturn:
+          if (st.value.kind == py::Value::Kind::kCall) apply(st.value, "", depth);
+          break;
+        case py::Stmt::Kind::kExpr:
+          break;  // docstrings, bare calls (print, logger.info)
+        case py::Stmt::Kind::kOther:
+          if (st.keyword != "import" && st.keyword != "pass" && st.keyword != "assert")
+            throw InputError(path_, "line " + std::to_string(st.line),
+                             "'" + st.keyword + "' in " + name +
+                                 "() is outside the subset --from reads (assignments, calls with literal "
+                                 "arguments, return; docs/formats.md)");
+          break;
+      }
+    }
+    vars_ = std::move(saved);
+  }
+
+ private:
+  const py::Module& m_;
+  const std::string& path_;
+  std::map<std::string, py::Value> vars_;
+
+  const py::Function* find(const std::string& name) const {
+    for (const auto& f : m_.functions)
+      if (f.name == name) return &f;
+    return nullptr;
+  }
+
+  py::Value resolve(const py::Value& v) const {
+    if (v.kind == py::Value::Kind::kName)
+      if (auto it = vars_.find(v.text); it != vars_.end()) return it->second;
+    return v;
+  }
+
+  static std::string last(const std::string& dotted) {
+    const auto d = dotted.rfind('.');
+    // "SelectiveAC.Config" -> "SelectiveAC.Config"; "torchtitan.config.TrainingConfig" -> "TrainingConfig".
+    if (d != std::string::npos && dotted.substr(d + 1) == "Config") {
+      const auto d2 = dotted.rfind('.', d - 1);
+      return d2 == std::string::npos ? dotted : dotted.substr(d2 + 1);
+    }
+    return d == std::string::npos ? dotted : dotted.substr(d + 1);
+  }
+
+  void set(const std::string& field, const py::Value& raw) {
+    const py::Value v = resolve(raw);
+    std::string text;
+    switch (v.kind) {
+      case py::Value::Kind::kNone:
+        text = "None";
+        break;
+      case py::Value::Kind::kBool:
+        text = v.b ? "true" : "false";
+        break;
+      case py::Value::Kind::kInt:
+        text = std::to_string(v.i);
+        break;
+      case py::Value::Kind::kStr:
+        text = v.text;
+        break;
+      case py::Value::Kind::kList:
+        for (std::size_t k = 0; k < v.items.size(); ++k)
+          text += (k ? "," : "") +
+                  (v.items[k].kind == py::Value::Kind::kStr ? v.items[k].text : v.items[k].repr());
+        break;
+      default:
+        // Not a literal (a variable of another function, an expression): kept so that a field the plan
+        // needs says what it found.
+        text = "`" + v.repr() + "`";
+    }
+    fields[field] = text;
+    lines[field] = v.line;
+  }
+
+  void defaults(const std::string& section) {
+    for (const auto& [k, v] : titan_defaults().at(section)) fields[section + "." + k] = v;
+  }
+
+  /// A call that builds (part of) the config, as the value of `field` ("" = the whole Trainer.Config).
+  void apply(const py::Value& raw, const std::string& field, int depth) {
+    const py::Value v = resolve(raw);
+    if (v.kind == py::Value::Kind::kNone) {
+      set(field, v);
+      return;
+    }
+    if (v.kind != py::Value::Kind::kCall) {
+      if (!field.empty()) set(field, v);
+      return;
+    }
+    const std::string callee = last(v.text);
+    auto section = [&](const std::string& s) {
+      defaults(s);
+      for (const auto& [k, a] : v.kwargs) set(s + "." + k, a);
+    };
+    if (callee == "Trainer.Config") {
+      // Trainer.Config's default_factory fields (trainer.py): the sections, SelectiveAC, a fused optimizer.
+      for (const char* s : {"training", "parallelism", "compile", "optimizer"}) defaults(s);
+      fields["activation_checkpoint"] = "selective";
+      for (const auto& [k, a] : v.kwargs) apply(a, k, depth);
+    } else if (callee == "TrainingConfig") {
+      section("training");
+    } else if (callee == "ParallelismConfig") {
+      section("parallelism");
+    } else if (callee == "CompileConfig") {
+      section("compile");
+    } else if (callee == "OptimizersContainer.Config") {
+      section("optimizer");
+    } else if (callee == "default_adamw") {
+      defaults("optimizer");  // OptimizersContainer.Config(param_groups=[AdamW]) (optimizer.py)
+    } else if (callee == "SelectiveAC.Config" || callee == "FullAC.Config" ||
+               callee == "MemoryBudgetAC.Config") {
+      fields["activation_checkpoint"] = callee == "SelectiveAC.Config" ? "selective"
+                                        : callee == "FullAC.Config"    ? "full"
+                                                                       : "memory-budget";
+      lines["activation_checkpoint"] = v.line;
+    } else if (callee == "model_registry") {
+      const auto it = m_.imports.find(v.text);
+      model_module = it == m_.imports.end() ? "" : it->second;
+      if (v.items.empty() || v.items[0].kind != py::Value::Kind::kStr)
+        throw InputError(path_, "model_registry",
+                         "expected the flavor as a string literal (line " + std::to_string(v.line) + ")");
+      model_flavor = v.items[0].text;
+      fields.erase("float8");
+      for (const auto& [k, a] : v.kwargs)
+        if (k == "converters")
+          for (const auto& c : resolve(a).items) apply(c, "converter", depth);
+    } else if (callee == "Float8LinearConverter.Config") {
+      fields["float8"] = "true";
+      section("float8");
+    } else if (callee == "MXFP8LinearConverter.Config" || callee == "NVFP4LinearConverter.Config" ||
+               callee == "LoRAConverter.Config") {
+      notes.push_back("model converter " + callee + " (not modelled)");
+    } else if (find(v.text)) {
+      run_function(v.text, depth + 1);  // a config function of this file (llama3_debugmodel_float8 style)
+    } else if (field.empty()) {
+      // A base config from elsewhere (torchtitan's llama3_8b(), say): its own settings cannot be read.
+      const auto it = m_.imports.find(v.text);
+      notes.push_back("the config starts from " + (it == m_.imports.end() ? v.text : it->second) +
+                      "(), whose settings are not read (only what this file sets is)");
+    } else if (field == "activation_checkpoint" || field == "training" || field == "parallelism" ||
+               field == "compile") {
+      notes.push_back(field + " = " + v.text + "(...) (not read)");
+    }
+  }
+};
+
+ImportedConfig import_torchtitan_py(const std::string& path_spec) {
+  // FILE.py or FILE.py:FUNCTION (torchtitan's --config names the function).
+  std::string path = path_spec, fn;
+  if (const auto c = path_spec.rfind(".py:"); c != std::string::npos) {
+    path = path_spec.substr(0, c + 3);
+    fn = path_spec.substr(c + 4);
+  }
+  const py::Module m = py::parse_module(read_file(path), path);
+  if (fn.empty()) {
+    std::vector<std::string> names;
+    for (const auto& f : m.functions) names.push_back(f.name);
+    if (names.size() == 1)
+      fn = names[0];
+    else if (std::find(names.begin(), names.end(), "shardplan_config") != names.end())
+      fn = "shardplan_config";
+    else
+      throw InputError(path, "",
+                       names.empty() ? "no config function (def NAME() -> Trainer.Config)"
+                                     : "several functions (" + join_names(names) +
+                                           "): name the config as FILE.py:FUNCTION");
+  }
+  TitanReader r(m, path);
+  r.run_function(fn);
+  auto get = [&](const char* k) -> const std::string* {
+    auto it = r.fields.find(k);
+    return it == r.fields.end() ? nullptr : &it->second;
+  };
+  ImportedConfig c;
+  c.format = "torchtitan";
+  c.knobs["runtime"] = "fsdp2";
+  c.unmodelled = r.notes;
+  for (const char* k : {"parallelism.pipeline_parallel_degree", "parallelism.context_parallel_degree",
+                        "parallelism.expert_parallel_degree"})
+    if (auto* v = get(k); v && std::stoll(int_text(path, k, *v)) > 1)
+      throw InputError(path, k, "pipeline, context and expert parallelism are not modelled");
+  const long long shard = get("parallelism.data_parallel_shard_degree")
+                              ? std::stoll(int_text(path, "parallelism.data_parallel_shard_degree",
+                                                    *get("parallelism.data_parallel_shard_degree")))
+                              : -1;
+  const long long rep = get("parallelism.data_parallel_replicate_degree")
+                            ? std::stoll(int_text(path, "parallelism.data_parallel_replicate_degree",
+                                                  *get("parallelism.data_parallel_replicate_degree")))
+                            : 1;
+  // Shard degree -1: the ranks left after replicate and TP (torchtitan's ParallelDims); 1 with replicas:
+  // DDP, which is ZeRO-0.
+  if (shard == -1 && rep > 1)
+    throw InputError(path, "parallelism.data_parallel_shard_degree",
+                     "give the shard degree explicitly with data_parallel_replicate_degree > 1 (HSDP)");
+  if (shard == 1 && rep > 1) {
+    c.knobs["zero"] = "0";
+  } else {
+    c.knobs["zero"] = "3";
+    if (shard > 1) c.knobs["shard_group"] = std::to_string(shard);
+  }
+  if (auto* v = get("parallelism.tensor_parallel_degree"))
+    c.knobs["tp"] = int_text(path, "parallelism.tensor_parallel_degree", *v);
+  if (auto* v = get("parallelism.fsdp_reshard_after_forward")) {
+    // "default" is "always" without pipeline parallelism (torchtitan/distributed/fsdp.py
+    // get_fsdp_reshard_after_forward_policy), which --from refuses above.
+    if (*v == "always" || *v == "default")
+      c.knobs["reshard_after_forward"] = "true";
+    else if (*v == "never")
+      c.knobs["reshard_after_forward"] = "false";
+    else
+      throw InputError(path, "parallelism.fsdp_reshard_after_forward",
+                       "expected default, always or never, got \"" + *v + "\"");
+  }
+  if (auto* v = get("parallelism.enable_sequence_parallel");
+      v && bool_text(path, "parallelism.enable_sequence_parallel", *v) == "false" && c.knobs.count("tp") &&
+      c.knobs["tp"] != "1")
+    c.unmodelled.push_back("parallelism.enable_sequence_parallel False (TP without sequence parallelism)");
+  if (auto* v = get("parallelism.enable_fsdp_symm_mem");
+      v && bool_text(path, "parallelism.enable_fsdp_symm_mem", *v) == "true")
+    c.unmodelled.push_back("parallelism.enable_fsdp_symm_mem");
+  if (auto* v = get("activation_checkpoint")) {
+    if (*v == "None")
+      c.knobs["ac"] = "none";
+    else if (*v == "selective" || *v == "full")
+      c.knobs["ac"] = *v;  // SelectiveAC: the op policy, every second matmul saved (as simulated)
+    else
+      c.unmodelled.push_back("activation_checkpoint " + *v + " (not modelled; --ac from the flags)");
+  }
+  if (auto* v = get("training.local_batch_size"))
+    c.knobs["mbs"] = int_text(path, "training.local_batch_size", *v);
+  if (auto* v = get("training.global_batch_size");
+      v && std::stoll(int_text(path, "training.global_batch_size", *v)) > 0) {
+    c.global_batch = std::stoll(*v);
+    c.global_batch_key = "training.global_batch_size";
+  }
+  if (auto* v = get("training.seq_len")) c.knobs["seq"] = int_text(path, "training.seq_len", *v);
+  // dtype bfloat16: parameters, gradients and optimizer state in bf16 (bf16-true); float32: FSDP2 mixed
+  // precision over fp32 parameters with mixed_precision_param (bf16-mixed, or fp32).
+  const std::string dtype =
+      get("training.dtype") ? dtype_text(path, "training.dtype", *get("training.dtype")) : "";
+  if (dtype == "bf16")
+    c.knobs["precision"] = "bf16-true";
+  else if (auto* v = get("training.mixed_precision_param"))
+    c.knobs["precision"] =
+        dtype_text(path, "training.mixed_precision_param", *v) == "fp32" ? "fp32" : "bf16-mixed";
+  // FSDP2's MixedPrecisionPolicy reduce_dtype is mixed_precision_reduce with either dtype
+  // (torchtitan/models/llama3/parallelize.py): bf16 gradients are reduced in fp32.
+  if (auto* v = get("training.mixed_precision_reduce"))
+    c.knobs["reduce_dtype"] = dtype_text(path, "training.mixed_precision_reduce", *v);
+  if (auto* v = get("training.enable_cpu_offload");
+      v && bool_text(path, "training.enable_cpu_offload", *v) == "true")
+    c.knobs["offload"] = "params";
+  else if (v)
+    c.knobs["offload"] = "none";
+  if (auto* v = get("compile.enable")) {
+    const bool on = bool_text(path, "compile.enable", *v) == "true";
+    const std::string* comps = get("compile.components");
+    const bool model = !comps || ("," + *comps + ",").find(",model,") != std::string::npos;
+    c.knobs["compile"] = on && model ? "true" : "false";
+    if (on && !model)
+      c.unmodelled.push_back("compile.components without \"model\" (simulated as no compile)");
+    if (auto* b = get("compile.backend"); on && b && *b != "inductor")
+      c.unmodelled.push_back("compile.backend " + *b);
+  }
+  if (auto* v = get("compile.enable_async_tensor_parallel"))
+    c.knobs["async_tp"] = bool_text(path, "compile.enable_async_tensor_parallel", *v);
+  if (get("float8")) {
+    const std::string recipe = *get("float8.recipe_name");
+    if (recipe == "rowwise" || recipe == "tensorwise")
+      c.knobs["fp8"] = recipe;
+    else if (recipe == "rowwise_with_gw_hp") {
+      c.knobs["fp8"] = "rowwise";
+      c.unmodelled.push_back("float8 recipe rowwise_with_gw_hp (simulated as rowwise)");
+    } else {
+      throw InputError(path, "Float8LinearConverter.Config.recipe_name",
+                       "expected rowwise, rowwise_with_gw_hp or tensorwise, got \"" + recipe + "\"");
+    }
+    if (bool_text(path, "Float8LinearConverter.Config.emulate", *get("float8.emulate")) == "true")
+      c.unmodelled.push_back("float8 emulate=True (emulated GEMMs, not float8 tensor cores)");
+  } else if (!r.model_flavor.empty()) {
+    c.knobs["fp8"] = "none";
+  }
+  if (auto* v = get("optimizer.implementation")) {
+    if (*v == "fused")
+      c.knobs["fused_optimizer"] = "true";
+    else if (*v == "foreach" || *v == "for-loop")
+      c.knobs["fused_optimizer"] = "false";
+    else if (*v == "fused_opt_states_bf16")
+      c.unmodelled.push_back("optimizer.implementation fused_opt_states_bf16 (bf16 Adam moments)");
+    else
+      throw InputError(path, "optimizer.implementation",
+                       "expected fused, foreach, for-loop or fused_opt_states_bf16, got \"" + *v + "\"");
+  }
+  if (!r.model_flavor.empty()) c.model = r.model_module + " " + r.model_flavor;
+  return c;
+}
+
 // --- accelerate's FSDP YAML (the flat subset `accelerate config` writes)
 // -------------------------------------
 
@@ -414,10 +783,12 @@ ImportedConfig import_config(const std::string& path) {
   };
   if (ends(".json")) return import_deepspeed(path);
   if (ends(".toml")) return import_torchtitan(path);
+  if (ends(".py") || path.find(".py:") != std::string::npos) return import_torchtitan_py(path);
   if (ends(".yaml") || ends(".yml")) return import_accelerate(path);
   throw InputError(
       path, "",
-      "unknown config format: expected a DeepSpeed .json, a torchtitan .toml or an accelerate .yaml");
+      "unknown config format: expected a DeepSpeed .json, a torchtitan .py (0.3.0 config function) or .toml "
+      "(2024-2025), or an accelerate .yaml");
 }
 
 }  // namespace shardplan

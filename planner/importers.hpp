@@ -1,5 +1,6 @@
-// Reading a user's own training config (a DeepSpeed ds_config JSON, a torchtitan TOML of the 2024-2025
-// format, an accelerate FSDP YAML) into plan knobs, for `--from FILE` (docs/formats.md, "--from").
+// Reading a user's own training config (a DeepSpeed ds_config JSON, a torchtitan config: torchtitan 0.3.0's
+// Python config function or the 2024-2025 TOML, an accelerate FSDP YAML) into plan knobs, for `--from FILE`
+// (docs/formats.md, "--from").
 #pragma once
 #include <cstdint>
 #include <map>
@@ -14,10 +15,11 @@ struct ImportedConfig {
   std::int64_t global_batch = 0;             ///< sequences per optimizer step the file states (0: none)
   std::string global_batch_key;              ///< the key it came from, for the consistency error
   std::vector<std::string> unmodelled;       ///< keys that change memory or time but are not modelled
+  std::string model;  ///< the model the file names ("torchtitan.models.llama3.model_registry 8B"), if any
 };
 
-/// Reads `path` by its extension (.json, .toml, .yaml/.yml); InputError naming the file, key and reason for a
-/// file that cannot be read or a value the plan cannot take.
+/// Reads `path` by its extension (.json, .py or .py:FUNCTION, .toml, .yaml/.yml); InputError naming the file,
+/// key and reason for a file that cannot be read or a value the plan cannot take.
 ImportedConfig import_config(const std::string& path);
 
 }  // namespace shardplan

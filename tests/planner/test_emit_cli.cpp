@@ -35,7 +35,8 @@ TEST_CASE("parse_emit_spec: kinds and malformed specs", "[emit]") {
   CHECK(parse_emit_spec("fsdp2:a.py") == std::pair<std::string, std::string>{"fsdp2", "a.py"});
   CHECK(parse_emit_spec("deepspeed:/tmp/x:y.json") ==
         std::pair<std::string, std::string>{"deepspeed", "/tmp/x:y.json"});
-  CHECK(parse_emit_spec("torchtitan:t.toml").first == "torchtitan");
+  CHECK(parse_emit_spec("torchtitan:t.py").first == "torchtitan");
+  CHECK(parse_emit_spec("torchtitan-toml:t.toml").first == "torchtitan-toml");
   CHECK_THROWS_AS(parse_emit_spec("megatron:x"), InputError);
   CHECK_THROWS_AS(parse_emit_spec("fsdp2"), InputError);
   CHECK_THROWS_AS(parse_emit_spec("fsdp2:"), InputError);
@@ -55,7 +56,8 @@ struct PlanRun {
         " --emit " +
             quote("deepspeed:" + (dir / "ds.json").string()) + " --emit " +
             quote("fsdp2:" + (dir / "fsdp2_plan.py").string()) + " --emit " +
-            quote("torchtitan:" + (dir / "titan.toml").string()) + " --json " +
+            quote("torchtitan-toml:" + (dir / "titan.toml").string()) + " --emit " +
+            quote("torchtitan:" + (dir / "titan_cfg.py").string()) + " --json " +
             quote((dir / "plan.json").string()),
         dir / "out.txt", dir / "err.txt");
     if (rc == 0) j = load_json_file((dir / "plan.json").string());
@@ -137,7 +139,7 @@ TEST_CASE("CLI: --emit fsdp2 writes Python that compiles", "[cli][emit][python]"
                             plan["grad_accum"].get<int>())) != std::string::npos);
 }
 
-TEST_CASE("CLI: --emit torchtitan writes TOML that parses", "[cli][emit][python]") {
+TEST_CASE("CLI: --emit torchtitan-toml writes TOML that parses", "[cli][emit][python]") {
   const auto& r = plan_run();
   INFO(ptest::read_text(r.dir / "err.txt"));
   REQUIRE(r.rc == 0);
@@ -164,6 +166,46 @@ TEST_CASE("CLI: --emit torchtitan writes TOML that parses", "[cli][emit][python]
   CHECK(t["parallelism"]["tensor_parallel_degree"] == plan["tp"]);
   CHECK(t["parallelism"]["data_parallel_shard_degree"] == plan["shard_group"]);
   CHECK(t["parallelism"]["data_parallel_replicate_degree"] == plan["replicas"]);
+}
+
+TEST_CASE("CLI: --emit torchtitan writes torchtitan 0.3.0's Python config function with the plan's fields",
+          "[cli][emit][python]") {
+  const auto& r = plan_run();
+  INFO(ptest::read_text(r.dir / "err.txt"));
+  REQUIRE(r.rc == 0);
+  const std::string py = ptest::read_text(r.dir / "titan_cfg.py");
+  INFO(py);
+  const Json& plan = r.j["recommended"]["plan"];
+  // llama3-8b has the dimensions of torchtitan's llama3 flavor "8B" (4096 hidden, 32 layers, 32 / 8 heads,
+  // vocab 128256); the batch fields are the plan's, global 32 as asked.
+  CHECK(py.find("from torchtitan.models.llama3 import model_registry\n") != std::string::npos);
+  CHECK(py.find("model_registry(\"8B\"") != std::string::npos);
+  CHECK(py.find("def shardplan_config() -> Trainer.Config:\n") != std::string::npos);
+  CHECK(py.find(fmt::format("local_batch_size={},\n", plan["mbs"].get<int>())) != std::string::npos);
+  CHECK(py.find("global_batch_size=32,\n") != std::string::npos);
+  CHECK(py.find("seq_len=4096,\n") != std::string::npos);
+  CHECK(py.find(fmt::format("tensor_parallel_degree={},\n", plan["tp"].get<int>())) != std::string::npos);
+  // Read back with --from it is the recommended plan (the round trip; tests/emit loads it with torchtitan).
+  const int rc = ptest::run_cli("simulate --model llama3-8b --cluster dgx-h100 --gpus 16 --from " +
+                                    quote((r.dir / "titan_cfg.py").string()) + " --json -",
+                                r.dir / "titan_back.json", r.dir / "titan_back_err.txt");
+  INFO(ptest::read_text(r.dir / "titan_back_err.txt"));
+  REQUIRE(rc == 0);
+  // What torchtitan 0.3.0 cannot express comes back as what it does, and each was named on stderr: fp32
+  // gradient reduction (mixed_precision_reduce is Literal["float32"]), one block per FSDP unit, one block
+  // prefetched, no float8 all-gather.
+  Json expect = plan;
+  const std::string err = ptest::read_text(r.dir / "err.txt");
+  if (plan["reduce_dtype"] == "bf16")
+    CHECK(err.find("emit torchtitan: --reduce-dtype bf16: TrainingConfig.mixed_precision_reduce") !=
+          std::string::npos);
+  if (plan["prefetch"] != 1) CHECK(err.find("emit torchtitan: --prefetch") != std::string::npos);
+  if (plan["wrap"] != 1) CHECK(err.find("emit torchtitan: --wrap") != std::string::npos);
+  expect["reduce_dtype"] = "fp32";
+  expect["prefetch"] = 1;
+  expect["wrap"] = 1;
+  expect["fp8_all_gather"] = false;
+  CHECK(load_json_file((r.dir / "titan_back.json").string())["plan"] == expect);
 }
 
 TEST_CASE("CLI: the recommended plan fed back to simulate reproduces step_s exactly", "[cli][emit]") {
@@ -228,15 +270,17 @@ TEST_CASE("emitters: fsdp2 / torchtitan / deepspeed output parses for a grid of 
   auto dir = ptest::temp_dir("emit-grid");
   const auto plans = emit_grid(e);
   REQUIRE(plans.size() == 54);
-  std::string py_files, toml_files;
+  std::string py_files, toml_files, titan_files;
   for (std::size_t i = 0; i < plans.size(); ++i) {
     const Plan& p = plans[i];
     INFO("plan " << i << ": zero " << p.zero << " tp " << p.tp << " sg " << p.shard_group);
     const fs::path py = dir / ("p" + std::to_string(i) + ".py"),
-                   toml = dir / ("t" + std::to_string(i) + ".toml");
+                   toml = dir / ("t" + std::to_string(i) + ".toml"),
+                   titan = dir / ("c" + std::to_string(i) + ".py");
     ptest::write_text(py, emit("fsdp2", p, e.s.model, 16, 8));
-    ptest::write_text(toml, emit("torchtitan", p, e.s.model, 16, 8));
-    py_files += " " + quote(py.string());
+    ptest::write_text(toml, emit("torchtitan-toml", p, e.s.model, 16, 8));
+    ptest::write_text(titan, emit("torchtitan", p, e.s.model, 16, 8));
+    py_files += " " + quote(py.string()) + " " + quote(titan.string());
     toml_files += " " + quote(toml.string());
     if (p.replicas == 1) {
       Json ds = Json::parse(emit("deepspeed", p, e.s.model, 16, 8));
@@ -285,10 +329,14 @@ TEST_CASE("emitters: a ZeRO-0 (plain data parallel) plan is emitted as DDP / rep
   p.seq = 4096;
   p = e.resolve(p);
   REQUIRE(p.dp == 16);
-  const std::string toml = emit_torchtitan(p, e.s.model, 16);
+  const std::string toml = emit_torchtitan_toml(p, e.s.model, 16);
   INFO(toml);
   CHECK(toml.find("data_parallel_replicate_degree = 16") != std::string::npos);
   CHECK(toml.find("data_parallel_shard_degree = 1\n") != std::string::npos);
+  const std::string titan = emit_torchtitan(p, e.s.model, 16);
+  INFO(titan);
+  CHECK(titan.find("data_parallel_replicate_degree=16,\n") != std::string::npos);
+  CHECK(titan.find("data_parallel_shard_degree=1,\n") != std::string::npos);
   const std::string py = emit_fsdp2(p, e.s.model, 8);
   INFO(py);
   // ZeRO-0: the script takes the replicate() branch (PLAN zero 0), over all 16 ranks.
@@ -351,7 +399,7 @@ TEST_CASE("emitters: float8 plans convert the blocks' linears (torchao) and say 
   INFO(py);
   // tensorwise with float8 all-gather: the script converts the blocks' linears and uses the Float8 TP styles.
   CHECK(py.find("fp8=\"tensorwise\", fp8_all_gather=True,") != std::string::npos);
-  const std::string toml = emit_torchtitan(tw, e.s.model, 16);
+  const std::string toml = emit_torchtitan_toml(tw, e.s.model, 16);
   INFO(toml);
   CHECK(toml.find("converters = [\"float8\"]") != std::string::npos);
   CHECK(toml.find("enable_fsdp_float8_all_gather = true") != std::string::npos);
@@ -363,7 +411,19 @@ TEST_CASE("emitters: float8 plans convert the blocks' linears (torchao) and say 
   rw = e.resolve(rw);
   const std::string py_rw = emit_fsdp2(rw, e.s.model, 8);
   CHECK(py_rw.find("fp8=\"rowwise\", fp8_all_gather=False,") != std::string::npos);  // 16-bit TP plan
-  CHECK(emit_torchtitan(rw, e.s.model, 16).find("recipe_name = \"rowwise\"") != std::string::npos);
+  CHECK(emit_torchtitan_toml(rw, e.s.model, 16).find("recipe_name = \"rowwise\"") != std::string::npos);
+  // torchtitan 0.3.0: a Float8LinearConverter on the model with the recipe; its lm_head stays 16-bit (the
+  // simulator converts the blocks' linears). It has no float8 all-gather field: the note says so.
+  const std::string titan_tw = emit_torchtitan(tw, e.s.model, 16),
+                    titan_rw = emit_torchtitan(rw, e.s.model, 16);
+  CHECK(titan_tw.find("recipe_name=\"tensorwise\",\n                filter_fqns=[\"lm_head\"],") !=
+        std::string::npos);
+  CHECK(titan_rw.find("recipe_name=\"rowwise\",") != std::string::npos);
+  const auto notes = emit_notes("torchtitan", tw);
+  CHECK(std::count_if(notes.begin(), notes.end(), [](const std::string& n) {
+          return n.rfind("--fp8-all-gather: torchtitan 0.3.0 has no float8 all-gather field", 0) == 0;
+        }) == 1);
+  CHECK(emit_notes("torchtitan", rw).size() == notes.size() - 2);  // neither all-gather nor tensorwise
   if (!ptest::have_python3()) return;
   ptest::write_text(dir / "tw.py", py);
   ptest::write_text(dir / "rw.py", py_rw);
@@ -456,8 +516,95 @@ TEST_CASE("CLI --from: an emitted torchtitan TOML read back gives the same plan"
       plan_emitting(dir,
                     "--fix runtime=fsdp2 --fix shard_group=8 --fix ac=selective --fix prefetch=1 "
                     "--fix reduce_dtype=fp32 --fix wrap=1",
-                    "torchtitan", dir / "t.toml");
+                    "torchtitan-toml", dir / "t.toml");
   CHECK(simulate_from(dir, (dir / "t.toml").string()) == rec);
+}
+
+TEST_CASE("CLI --from: emitted torchtitan 0.3.0 configs read back give the same plan", "[cli][emit][from]") {
+  auto dir = ptest::temp_dir("from-titan-py");
+  // Four plans covering every field the file carries: HSDP 2 x 8 with selective AC and float8 rowwise;
+  // ZeRO-2 (reshard never) with TP 2, full AC and compile; ZeRO-3 with parameter offload, no AC, foreach
+  // Adam; bf16-true (training.dtype bfloat16) with the fp32 reduction torchtitan always does. Each pins the
+  // knobs torchtitan cannot express to what it does (prefetch 1, wrap 1, no float8 all-gather).
+  const char* pins[] = {
+      "--fix runtime=fsdp2 --fix shard_group=8 --fix ac=selective --fix fp8=rowwise --fix compile=true",
+      "--fix runtime=fsdp2 --fix zero=2 --fix tp=2 --fix ac=full --fix compile=true --fix fp8=none",
+      "--fix runtime=fsdp2 --fix zero=3 --fix offload=params --fix ac=none --fix fused_optimizer=false "
+      "--fix fp8=none",
+      "--fix runtime=fsdp2 --fix precision=bf16-true --fix reduce_dtype=fp32 --fix tp=1 --fix fp8=none",
+  };
+  int i = 0;
+  for (const char* pin : pins) {
+    INFO(pin);
+    const fs::path file = dir / ("cfg" + std::to_string(i++) + ".py");
+    const Json rec =
+        plan_emitting(dir, std::string(pin) + " --fix prefetch=1 --fix wrap=1 --fix fp8_all_gather=false",
+                      "torchtitan", file);
+    INFO(ptest::read_text(file));
+    CHECK(simulate_from(dir, file.string()) == rec);
+  }
+}
+
+TEST_CASE("CLI --from: hand-written torchtitan 0.3.0 config forms and bad files", "[cli][from]") {
+  auto dir = ptest::temp_dir("from-titan-hand");
+  // The registry style of torchtitan's own config_registry.py files: one function builds a config, another
+  // starts from it and assigns fields; the file holds several functions, so FILE.py:FUNCTION names one.
+  ptest::write_text(dir / "reg.py",
+                    "from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig\n"
+                    "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC\n"
+                    "from torchtitan.models.llama3 import model_registry\n"
+                    "from torchtitan.trainer import Trainer\n\n"
+                    "def base() -> Trainer.Config:\n"
+                    "    \"\"\"Docstring.\"\"\"\n"
+                    "    model_spec = model_registry(\"8B\")\n"
+                    "    return Trainer.Config(\n"
+                    "        model_spec=model_spec,\n"
+                    "        training=TrainingConfig(local_batch_size=2, seq_len=8 * 1024),  # folded\n"
+                    "        parallelism=ParallelismConfig(data_parallel_shard_degree=-1),\n"
+                    "    )\n\n"
+                    "def tuned() -> Trainer.Config:\n"
+                    "    config = base()\n"
+                    "    config.activation_checkpoint = FullAC.Config()\n"
+                    "    config.compile = CompileConfig(enable=True, components=[\"model\"])\n"
+                    "    config.training.global_batch_size = 64\n"
+                    "    config.parallelism.tensor_parallel_degree = 2\n"
+                    "    return config\n");
+  Json p = simulate_from(dir, (dir / "reg.py").string() + ":tuned");
+  // mbs 2, seq 8192 from base(); global 64 = 2 x accum 4 x 8 data-parallel ranks (16 GPUs / tp 2); full AC
+  // and compile from tuned(); ZeRO-3 over all 8 data-parallel ranks (shard degree -1).
+  CHECK(p["mbs"] == 2);
+  CHECK(p["seq"] == 8192);
+  CHECK(p["tp"] == 2);
+  CHECK(p["grad_accum"] == 4);
+  CHECK(p["ac"] == "full");
+  CHECK(p["compile"] == true);
+  CHECK(p["zero"] == 3);
+  CHECK(p["shard_group"] == 8);
+  // base() alone: Trainer.Config's default activation checkpointing is SelectiveAC (torchtitan trainer.py).
+  CHECK(simulate_from(dir, (dir / "reg.py").string() + ":base")["ac"] == "selective");
+  // Several functions and none named: one clear error listing them.
+  CHECK(ptest::run_cli("simulate --model llama3-8b --gpus 16 --from " + quote((dir / "reg.py").string()),
+                       dir / "o.txt", dir / "e.txt") == 2);
+  CHECK(ptest::read_text(dir / "e.txt")
+            .find("reg.py: several functions (base, tuned): name the config as "
+                  "FILE.py:FUNCTION") != std::string::npos);
+  // A field the plan needs that is not a literal names the field; a statement outside the subset names the
+  // line.
+  ptest::write_text(dir / "var.py",
+                    "def c():\n    return Trainer.Config(training=TrainingConfig(seq_len=n))\n");
+  CHECK(ptest::run_cli("simulate --model llama3-8b --gpus 16 --from " + quote((dir / "var.py").string()),
+                       dir / "o.txt", dir / "e.txt") == 2);
+  CHECK(ptest::read_text(dir / "e.txt").find("var.py: training.seq_len: expected an integer, got \"`n`\"") !=
+        std::string::npos);
+  ptest::write_text(dir / "if.py", "def c():\n    config = base()\n    if x:\n        config.a = 1\n");
+  CHECK(ptest::run_cli("simulate --model llama3-8b --gpus 16 --from " + quote((dir / "if.py").string()),
+                       dir / "o.txt", dir / "e.txt") == 2);
+  CHECK(ptest::read_text(dir / "e.txt").find("if.py: line 3: 'if' in c() is outside the subset") !=
+        std::string::npos);
+  ptest::write_text(dir / "open.py", "def c():\n    return Trainer.Config(\n");
+  CHECK(ptest::run_cli("simulate --model llama3-8b --gpus 16 --from " + quote((dir / "open.py").string()),
+                       dir / "o.txt", dir / "e.txt") == 2);
+  CHECK(ptest::read_text(dir / "e.txt").find("open.py: line") != std::string::npos);
 }
 
 TEST_CASE("CLI --from: accelerate FSDP YAML, explicit flags override, unmodelled keys named, bad files",

@@ -254,8 +254,10 @@ TEST_CASE("offload: emitters write each runtime's offload settings, never a stag
   CHECK(py.find("offload_params=True,") != std::string::npos);
   const std::string plain = emit_fsdp2(resolved(Runtime::kFsdp2, 3, Offload::kNone), s.model, 8);
   CHECK(plain.find("offload_params=False,") != std::string::npos);
-  const std::string toml = emit_torchtitan(resolved(Runtime::kFsdp2, 3, Offload::kParams), s.model, 8);
+  const std::string toml = emit_torchtitan_toml(resolved(Runtime::kFsdp2, 3, Offload::kParams), s.model, 8);
   CHECK(toml.find("enable_cpu_offload = true") != std::string::npos);
+  CHECK(emit_torchtitan(resolved(Runtime::kFsdp2, 3, Offload::kParams), s.model, 8)
+            .find("enable_cpu_offload=True,") != std::string::npos);
 }
 
 TEST_CASE("emitters: the fsdp2 and torchtitan files name the full plan flags", "[knobs][emit]") {
@@ -268,5 +270,6 @@ TEST_CASE("emitters: the fsdp2 and torchtitan files name the full plan flags", "
   CHECK(flags.find("--ac selective") != std::string::npos);
   CHECK(flags.find("--compile") != std::string::npos);
   CHECK(emit_fsdp2(p, s.model, 8).find("Plan: " + flags + "\n") != std::string::npos);
-  CHECK(emit_torchtitan(p, s.model, 8).find("# plan: " + flags + "\n") != std::string::npos);
+  CHECK(emit_torchtitan_toml(p, s.model, 8).find("# plan: " + flags + "\n") != std::string::npos);
+  CHECK(emit_torchtitan(p, s.model, 8).find("Plan: " + flags + "\n") != std::string::npos);
 }
