@@ -30,7 +30,8 @@ def python():
 def run_plan(kind, fixes, model="llama3-8b", gpus=16, global_batch=32, extra=()):
     """Runs `shardplan plan ... --emit KIND:FILE` with the given --fix pins; returns (completed process, FILE)."""
     d = tempfile.mkdtemp(prefix="shardplan-emit-")
-    out = os.path.join(d, {"deepspeed": "ds.json", "fsdp2": "plan.py", "torchtitan": "titan.toml"}[kind])
+    out = os.path.join(d, {"deepspeed": "ds.json", "fsdp2": "plan.py", "torchtitan": "titan_cfg.py",
+                           "torchtitan-toml": "titan.toml"}[kind])
     cmd = [BIN, "plan", "--model", model, "--cluster", "dgx-h100", "--gpus", str(gpus), "--global-batch",
            str(global_batch), "--threads", "2", "--top", "1", "--emit", f"{kind}:{out}", *extra]
     for f in fixes:
