@@ -56,7 +56,8 @@ Command add_plan_command(CLI::App& app) {
   sub->add_option("--global-batch", a->global_batch, "sequences per optimizer step (or the --from file's)");
   sub->add_option(
       "--from", a->from,
-      "your own config (DeepSpeed .json, torchtitan .toml, accelerate FSDP .yaml): its choices of the "
+      "your own config (DeepSpeed .json, torchtitan 0.3.0 .py[:FUNCTION] or 2024-2025 .toml, accelerate FSDP "
+      ".yaml): its choices of the "
       "knobs that are not searched are kept (as --fix), the searched ones are searched");
   sub->add_option("--seq", a->seq, "sequence length (default: the model's)");
   std::string fix_help = "pin a knob: KEY=VALUE, or KEY=V1,V2 for a searched knob (searched:";
@@ -75,7 +76,8 @@ Command add_plan_command(CLI::App& app) {
   sub->add_option("--json", a->json, "write the JSON result to FILE or - for stdout");
   sub->add_option("--html", a->html, "write a self-contained HTML report of the ranked plans to FILE");
   sub->add_option("--emit", a->emits,
-                  "fsdp2:FILE, deepspeed:FILE or torchtitan:FILE for the recommended plan");
+                  "fsdp2:FILE, deepspeed:FILE, torchtitan:FILE (torchtitan 0.3.0 Python config) or "
+                  "torchtitan-toml:FILE (2024-2025 TOML) for the recommended plan");
   return {
       sub, [a]() {
         Loaded l = load_inputs(a->in);

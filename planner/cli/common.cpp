@@ -41,8 +41,8 @@ void add_plan_options(CLI::App* app, PlanFlags& f) {
   app->add_option("--global-batch", f.global_batch, "sequences per optimizer step (sets --grad-accum)");
   app->add_option(
       "--from", f.from,
-      "the plan of your own config: a DeepSpeed ds_config .json, a torchtitan .toml or an accelerate FSDP "
-      ".yaml (docs/formats.md); explicit flags override it");
+      "the plan of your own config: a DeepSpeed ds_config .json, a torchtitan 0.3.0 .py[:FUNCTION] or "
+      "2024-2025 .toml, or an accelerate FSDP .yaml (docs/formats.md); explicit flags override it");
 }
 
 const ImportedConfig* imported_config(const PlanFlags& f) {
