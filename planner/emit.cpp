@@ -158,7 +158,8 @@ std::vector<std::string> emit_notes(const std::string& kind, const Plan& p) {
         "--precision bf16 (fp32 Adam moments on bf16 parameters): torch.optim.AdamW keeps its moments in the "
         "parameter dtype, so this script holds bf16 moments (--precision bf16-true's memory)");
   if (kind == "fsdp2" && p.fp8 != Fp8::kNone)
-    n.push_back("float8 needs CUDA float8 GEMMs (torchao); the script skips it on --device cpu");
+    n.push_back(
+        "float8 needs CUDA float8 GEMMs (torchao); on --device cpu the script emulates them (emulate=True)");
   return n;
 }
 

@@ -220,14 +220,17 @@ def sac_policy():
 def apply_plan(model, mesh, source):
     n = NAMES[source]
     if PLAN["fp8"] != "none":
+        import dataclasses
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+        cfg = (Float8LinearConfig.from_recipe_name("rowwise") if PLAN["fp8"] == "rowwise" else
+               Float8LinearConfig(enable_fsdp_float8_all_gather=PLAN["fp8_all_gather"]))
         if ARGS.device == "cpu":
-            log("note: float8 (torchao) needs CUDA float8 GEMMs; not applied on --device cpu")
-        else:
-            from torchao.float8 import Float8LinearConfig, convert_to_float8_training
-            cfg = (Float8LinearConfig.from_recipe_name("rowwise") if PLAN["fp8"] == "rowwise" else
-                   Float8LinearConfig(enable_fsdp_float8_all_gather=PLAN["fp8_all_gather"]))
-            blocks_prefix = n["blocks"] + "."
-            convert_to_float8_training(model, config=cfg, module_filter_fn=lambda m, fqn: fqn.startswith(blocks_prefix))
+            # The CPU has no float8 GEMM: torchao's emulation casts and scales to float8 exactly as on the GPU and
+            # multiplies in high precision (Float8LinearConfig.emulate), so the float8 path itself runs.
+            log("note: float8 GEMMs emulated on --device cpu (torchao Float8LinearConfig emulate=True)")
+            cfg = dataclasses.replace(cfg, emulate=True)
+        blocks_prefix = n["blocks"] + "."
+        convert_to_float8_training(model, config=cfg, module_filter_fn=lambda m, fqn: fqn.startswith(blocks_prefix))
     if mesh["tp"].size() > 1:
         apply_tp(model, mesh["tp"], n)
     blocks = get(model, n["blocks"])
@@ -249,10 +252,9 @@ def apply_plan(model, mesh, source):
     mp = MixedPrecisionPolicy(param_dtype=DTYPES[PLAN["param_dtype"]], reduce_dtype=DTYPES[PLAN["reduce_dtype"]])
     kw = dict(mesh=dp_mesh, mp_policy=mp)
     if PLAN["offload_params"]:
-        if ARGS.device == "cpu":
-            log("note: CPUOffloadPolicy moves state to the host from an accelerator; nothing to move on --device cpu")
-        else:
-            kw["offload_policy"] = CPUOffloadPolicy()
+        # Pinned host memory needs CUDA: on --device cpu the policy runs unpinned (the state is on the host anyway,
+        # the optimizer steps on the host-side shards as it does with a GPU).
+        kw["offload_policy"] = CPUOffloadPolicy(pin_memory=ARGS.device != "cpu")
     units = []
     for i in range(0, len(blocks), PLAN["wrap"]):
         group = list(blocks[i:i + PLAN["wrap"]])
@@ -333,9 +335,14 @@ def main():
     after = [p.detach().full_tensor() if hasattr(p, "full_tensor") else p.detach() for p in model.parameters()]
     changed = any(not torch.equal(a.float().cpu(), b.float().cpu()) for a, b in zip(before, after))
     finite = all(torch.isfinite(torch.tensor(losses)).tolist())
+    float8_linears = sum(type(m).__name__ == "Float8Linear" for m in model.modules())
+    # FSDPParam.offload_to_cpu: the CPUOffloadPolicy reached the sharded parameters.
+    groups = [m._get_fsdp_state()._fsdp_param_group for m in model.modules() if hasattr(m, "_get_fsdp_state")]
+    offloaded = any(p.offload_to_cpu for g in groups if g is not None for p in g.fsdp_params)
     if rank == 0:
         print(json.dumps({"losses": losses, "loss_finite": finite, "params_changed": changed,
-                          "mesh": list(mesh_shape(world))}), flush=True)
+                          "mesh": list(mesh_shape(world)), "float8_linears": float8_linears,
+                          "cpu_offload_policy": offloaded}), flush=True)
     # Every rank finishes its collectives before the group goes away (a rank tearing down gloo while another still
     # gathers aborts with "terminate called without an active exception").
     dist.barrier()

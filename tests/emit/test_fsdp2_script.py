@@ -1,7 +1,8 @@
 """The script `--emit fsdp2` writes trains: two optimizer steps of a tiny model of the same family on the CPU
 (gloo, torchrun with 2 ranks) for a ZeRO-3 HSDP plan with selective AC and a ZeRO-2 TP plan, with both module
-namings (Hugging Face and torchtitan); the loss stays finite and the parameters change. A plan of another
-runtime is re-simulated under FSDP2 (said on stderr and in the file), or refused."""
+namings (Hugging Face and torchtitan), and a float8 plan with CPU offload (torchao's emulated float8 GEMMs,
+CPUOffloadPolicy unpinned); the loss stays finite and the parameters change. A plan of another runtime is
+re-simulated under FSDP2 (said on stderr and in the file), or refused."""
 import json
 import re
 import subprocess
@@ -61,6 +62,24 @@ class Fsdp2ScriptTest(unittest.TestCase):
         for source in ("hf", "titan"):
             out = self.train(path, source)
             self.assertEqual(out["mesh"], [1, 1, 2])  # DTensor TP over gloo on the CPU
+
+    def test_fp8_and_cpu_offload(self):
+        # float8 (torchao) and FSDP2's CPUOffloadPolicy run on the CPU too: float8 with torchao's emulated GEMMs
+        # (the casts, scales and float8 all-gather are the real ones), the offload policy unpinned (pinning needs
+        # CUDA). The tiny model has 4 blocks of 7 linears (q, k, v, o, gate, up, down): 28 float8 linears, the
+        # output projection stays 16-bit as simulated.
+        path, err = common.emit("fsdp2", ["runtime=fsdp2", "zero=3", "tp=1", "mbs=1", "fp8=tensorwise",
+                                          "fp8_all_gather=true", "offload=params"])
+        plan = self.plan_dict(path)
+        self.assertEqual((plan["fp8"], plan["fp8_all_gather"], plan["offload_params"]), ("tensorwise", True, True))
+        self.assertIn("on --device cpu the script emulates them", err)
+        out = self.train(path, "titan")
+        self.assertEqual(out["float8_linears"], 28)
+        self.assertTrue(out["cpu_offload_policy"])
+        path, _ = common.emit("fsdp2", ["runtime=fsdp2", "zero=3", "tp=1", "mbs=1", "fp8=rowwise", "offload=none"])
+        out = self.train(path, "hf")
+        self.assertEqual(out["float8_linears"], 28)
+        self.assertFalse(out["cpu_offload_policy"])
 
     def test_zero0_replicate_bf16_true(self):
         # ZeRO-0 = replicate() over all 16 ranks, parameters and Adam state in bf16.
