@@ -4,6 +4,7 @@
 #include "planner/py_config.hpp"
 
 #include <cctype>
+#include <climits>
 #include <cmath>
 #include <cstring>
 
@@ -179,11 +180,17 @@ class ExprParser {
   /// An expression; one with boolean, comparison or conditional operators (a and b, x if c else y) is
   /// skipped to the end of its item and kept as text (kOther).
   Value expr() {
+    // Nesting bounded: a file of 100k '(' is an input error, not a stack overflow.
+    if (++depth_ > kMaxDepth) fail(file_, line(), "expressions nested more than 100 deep");
+    struct Leave {
+      int& d;
+      ~Leave() { --d; }
+    } leave{depth_};
     Value v = arith();
     if (done() || at_op(",") || at_op(")") || at_op("]") || at_op("}") || at_op(":")) return v;
     const Tok& t = t_[pos_];
     static const char* const kWords[] = {"and", "or", "not", "in", "is", "if", "else"};
-    static const char* const kOps[] = {"==", "!=", "<", ">", "<=", ">=", "|", "&", "^", "@"};
+    static const char* const kOps[] = {"==", "!=", "<", ">", "<=", ">=", "|", "&", "^", "@", "<<", ">>"};
     bool tail = false;
     for (const char* w : kWords) tail = tail || (t.kind == Tok::Kind::kName && t.text == w);
     for (const char* o : kOps) tail = tail || (t.kind == Tok::Kind::kOp && t.text == o);
@@ -214,9 +221,11 @@ class ExprParser {
 
  public:
  private:
+  static constexpr int kMaxDepth = 100;
   const std::vector<Tok>& t_;
   std::size_t pos_, end_;
   const std::string& file_;
+  int depth_ = 0;
 
   bool done() const { return pos_ >= end_; }
   bool at_op(const char* op) const {
@@ -242,20 +251,32 @@ class ExprParser {
     if (numeric(a) && numeric(b)) {
       const bool ints = a.kind == Value::Kind::kInt && b.kind == Value::Kind::kInt;
       if (ints && op != "/" && !(op == "**" && b.i < 0) && !((op == "//" || op == "%") && b.i == 0)) {
-        r.kind = Value::Kind::kInt;
-        long long x = 1;
-        if (op == "**")
-          for (long long k = 0; k < b.i && k < 64; ++k) x *= a.i;
-        r.i = op == "+"    ? a.i + b.i
-              : op == "-"  ? a.i - b.i
-              : op == "*"  ? a.i * b.i
-              : op == "//" ? a.i / b.i
-              : op == "%"  ? a.i % b.i
-                           : x;
-        r.text = std::to_string(r.i);
-        return r;
-      }
-      if (op != "%" && op != "//" && !(op == "/" && as_double(b) == 0)) {
+        // Folded with overflow checks: an integer that does not fit 64 bits stays text (kOther).
+        long long x = 0;
+        bool overflow = false;
+        if (op == "+") {
+          overflow = __builtin_add_overflow(a.i, b.i, &x);
+        } else if (op == "-") {
+          overflow = __builtin_sub_overflow(a.i, b.i, &x);
+        } else if (op == "*") {
+          overflow = __builtin_mul_overflow(a.i, b.i, &x);
+        } else if (op == "**") {
+          x = 1;
+          for (long long k = 0; k < b.i && !overflow; ++k) overflow = __builtin_mul_overflow(x, a.i, &x);
+        } else if (a.i == LLONG_MIN && b.i == -1) {
+          overflow = true;
+        } else {
+          // Python's floor division and modulo (the result takes the divisor's sign).
+          const bool adjust = a.i % b.i != 0 && ((a.i < 0) != (b.i < 0));
+          x = op == "//" ? a.i / b.i - (adjust ? 1 : 0) : a.i % b.i + (adjust ? b.i : 0);
+        }
+        if (!overflow) {
+          r.kind = Value::Kind::kInt;
+          r.i = x;
+          r.text = std::to_string(r.i);
+          return r;
+        }
+      } else if (!ints && op != "%" && op != "//" && !(op == "/" && as_double(b) == 0)) {
         r.kind = Value::Kind::kFloat;
         const double x = as_double(a), y = as_double(b);
         r.f = op == "+" ? x + y : op == "-" ? x - y : op == "*" ? x * y : op == "/" ? x / y : std::pow(x, y);
@@ -280,8 +301,10 @@ class ExprParser {
   Value unary() {
     if (at_op("-") || at_op("+")) {
       const std::string op = t_[pos_++].text;
+      if (++depth_ > kMaxDepth) fail(file_, line(), "expressions nested more than 100 deep");
       Value v = unary();
-      if (op == "-" && v.kind == Value::Kind::kInt)
+      --depth_;
+      if (op == "-" && v.kind == Value::Kind::kInt && v.i != LLONG_MIN)
         v.i = -v.i, v.text = std::to_string(v.i);
       else if (op == "-" && v.kind == Value::Kind::kFloat)
         v.f = -v.f, v.text = std::to_string(v.f);
@@ -292,7 +315,9 @@ class ExprParser {
     Value v = postfix();
     if (at_op("**")) {
       ++pos_;
+      if (++depth_ > kMaxDepth) fail(file_, line(), "expressions nested more than 100 deep");
       v = fold(v, "**", unary());
+      --depth_;
     }
     return v;
   }

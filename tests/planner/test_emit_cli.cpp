@@ -601,6 +601,29 @@ TEST_CASE("CLI --from: hand-written torchtitan 0.3.0 config forms and bad files"
                        dir / "o.txt", dir / "e.txt") == 2);
   CHECK(ptest::read_text(dir / "e.txt").find("if.py: line 3: 'if' in c() is outside the subset") !=
         std::string::npos);
+  // Hostile inputs are one input error each, never a crash: deep nesting, integers past 64 bits (kept as
+  // text, so the field says what it found), an unterminated string.
+  ptest::write_text(dir / "deep.py", "def c():\n    x = " + std::string(100000, '(') + "\n");
+  ptest::write_text(dir / "neg.py", "def c():\n    x = " + std::string(100000, '-') + "1\n");
+  ptest::write_text(dir / "big.py",
+                    "def c():\n    return Trainer.Config(training=TrainingConfig(seq_len=2**70))\n");
+  ptest::write_text(dir / "str.py", "def c():\n    x = \"abc\n");
+  for (const char* f : {"deep.py", "neg.py", "big.py", "str.py"}) {
+    INFO(f);
+    CHECK(ptest::run_cli("simulate --model llama3-8b --gpus 16 --from " + quote((dir / f).string()),
+                         dir / "o.txt", dir / "e.txt") == 2);
+    CHECK(ptest::read_text(dir / "e.txt").find(std::string(f) + ": ") != std::string::npos);
+  }
+  CHECK(ptest::read_text(dir / "e.txt").find("line 2: unterminated string") != std::string::npos);
+  // Python's integer arithmetic as far as configs use it: 8 * 1024 - 7 // 2 = 8192 - 4 (floor division),
+  // -7 % 4 = 1 (the divisor's sign).
+  ptest::write_text(
+      dir / "arith.py",
+      "def c():\n    return Trainer.Config(training=TrainingConfig(seq_len=8 * 1024 - (-7) // 2 "
+      "- 4, local_batch_size=-7 % 4))\n");
+  const Json a = simulate_from(dir, (dir / "arith.py").string());
+  CHECK(a["seq"] == 8192);
+  CHECK(a["mbs"] == 1);
   ptest::write_text(dir / "open.py", "def c():\n    return Trainer.Config(\n");
   CHECK(ptest::run_cli("simulate --model llama3-8b --gpus 16 --from " + quote((dir / "open.py").string()),
                        dir / "o.txt", dir / "e.txt") == 2);
