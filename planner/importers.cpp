@@ -3,6 +3,7 @@
 #include "planner/importers.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -655,7 +656,14 @@ ImportedConfig import_torchtitan_py(const std::string& path_spec) {
       throw InputError(path, "optimizer.implementation",
                        "expected fused, foreach, for-loop or fused_opt_states_bf16, got \"" + *v + "\"");
   }
-  if (!r.model_flavor.empty()) c.model = r.model_module + " " + r.model_flavor;
+  // "llama3 8B" from `from torchtitan.models.llama3 import model_registry` and model_registry("8B").
+  if (!r.model_flavor.empty()) {
+    std::string mod = r.model_module;
+    if (mod.rfind("torchtitan.models.", 0) == 0) mod = mod.substr(18);
+    // `from . import model_registry` in a model package's config_registry.py: the package is the folder.
+    if (mod.empty() || mod[0] == '.') mod = std::filesystem::path(path).parent_path().filename().string();
+    c.model = mod.substr(0, mod.find('.')) + " " + r.model_flavor;
+  }
   return c;
 }
 

@@ -15,7 +15,7 @@ struct ImportedConfig {
   std::int64_t global_batch = 0;             ///< sequences per optimizer step the file states (0: none)
   std::string global_batch_key;              ///< the key it came from, for the consistency error
   std::vector<std::string> unmodelled;       ///< keys that change memory or time but are not modelled
-  std::string model;  ///< the model the file names ("torchtitan.models.llama3.model_registry 8B"), if any
+  std::string model;                         ///< the torchtitan flavor the file builds ("llama3 8B"), if any
 };
 
 /// Reads `path` by its extension (.json, .py or .py:FUNCTION, .toml, .yaml/.yml); InputError naming the file,

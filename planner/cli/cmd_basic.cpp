@@ -233,6 +233,7 @@ int run_simulation(const SimArgs& a, bool with_time) {
   Loaded l = load_inputs(a.in);
   Plan p = resolve_plan(plan_from_flags(a.flags), *l.model, *l.cluster, global_batch_from_flags(a.flags));
   check_from_consistency(a.flags, p);
+  check_from_model(a.flags, *l.model);
   Simulator sim(*l.model, *l.cluster, *l.costs);
   const bool detail = !a.trace.empty() || !a.html.empty();
   const Result& r = sim.run(p, detail);

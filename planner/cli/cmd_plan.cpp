@@ -88,6 +88,7 @@ Command add_plan_command(CLI::App& app) {
           PlanFlags pf;
           pf.from = a->from;
           const ImportedConfig* c = imported_config(pf);
+          check_from_model(pf, *l.model);
           const auto& searched = SearchSpace::searched_keys();
           auto fixed = [&](const std::string& key) {
             for (const auto& f : a->fixes)

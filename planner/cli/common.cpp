@@ -5,6 +5,7 @@
 
 #include "calibration/profile.hpp"
 #include "core/atomic_file.hpp"
+#include "planner/emit.hpp"
 #include "simulator/knobs.hpp"
 
 namespace shardplan::cli {
@@ -75,6 +76,18 @@ void check_from_consistency(const PlanFlags& f, const Plan& p) {
                      std::to_string(c->global_batch) + " is not micro batch " + std::to_string(p.mbs) +
                          " x gradient_accumulation_steps " + c->knobs.at("grad_accum") + " x " +
                          std::to_string(p.dp) + " data-parallel ranks (--gpus / tp)");
+}
+
+void check_from_model(const PlanFlags& f, const ModelGraph& model) {
+  const ImportedConfig* c = imported_config(f);
+  if (!c || c->model.empty()) return;
+  const auto flavor = torchtitan_flavor(model.spec());
+  if (flavor && flavor->module + " " + flavor->flavor == c->model) return;
+  std::cerr << "shardplan: --from " << f.from << ": the file's model is torchtitan " << c->model
+            << "; simulating --model " << model.spec().name
+            << (flavor ? " (torchtitan " + flavor->module + " " + flavor->flavor + ")"
+                       : " (no torchtitan flavor)")
+            << "\n";
 }
 
 Plan plan_from_flags(const PlanFlags& f) {

@@ -41,6 +41,9 @@ std::int64_t global_batch_from_flags(const PlanFlags& f);
 /// plan (DeepSpeed asserts train_batch_size = micro batch x accumulation x data-parallel ranks); InputError
 /// otherwise.
 void check_from_consistency(const PlanFlags& f, const Plan& resolved);
+/// A --from torchtitan config names its model (model_registry flavor): one line on stderr when --model is not
+/// that flavor's architecture (the flags' model is the one simulated).
+void check_from_model(const PlanFlags& f, const ModelGraph& model);
 /// The --from file (nullptr without --from); reads it on first use and prints its unmodelled keys on stderr.
 const ImportedConfig* imported_config(const PlanFlags& f);
 

@@ -151,6 +151,31 @@ class TorchtitanConfigTest(unittest.TestCase):
             self.assertIn("# NOTE: " + needle, text)
         self.assertEqual(self.load(path).training.mixed_precision_reduce, "float32")
 
+    def test_from_reads_torchtitans_own_config_registries(self):
+        # --from on the installed torchtitan's own config_registry.py files, every config function of llama3,
+        # qwen3 and deepseek_v3: each reads (exit 0) or is one input error naming the file (exit 2: pipeline or
+        # expert parallelism, an `if` in the function), never anything else.
+        import torchtitan
+        root = os.path.join(os.path.dirname(torchtitan.__file__), "models")
+        codes = {}
+        for fam in ("llama3", "qwen3", "deepseek_v3"):
+            path = os.path.join(root, fam, "config_registry.py")
+            with open(path) as f:
+                names = [l[4:l.index("(")] for l in f if l.startswith("def ")]
+            self.assertGreater(len(names), 2, path)
+            for name in names:
+                r = subprocess.run([common.BIN, "simulate", "--model", "llama3-8b", "--gpus", "16", "--from",
+                                    f"{path}:{name}"], capture_output=True, text=True)
+                self.assertIn(r.returncode, (0, 2), f"{name}: {r.stderr}")
+                if r.returncode == 2:
+                    self.assertIn(f"{path}: ", r.stderr)
+                codes[f"{fam}:{name}"] = r.returncode
+        self.assertEqual(codes["llama3:llama3_8b"], 0)
+        # llama3_8b(): local_batch_size 1, seq_len 8192, SelectiveAC, no compile (torchtitan's file).
+        plan = shardplan_json(["simulate", "--model", "llama3-8b", "--gpus", "16", "--from",
+                               os.path.join(root, "llama3", "config_registry.py") + ":llama3_8b"])["plan"]
+        self.assertEqual((plan["mbs"], plan["seq"], plan["ac"], plan["compile"]), (1, 8192, "selective", False))
+
     def test_unknown_flavor_is_refused(self):
         # gpt2-xl has no torchtitan 0.3.0 flavor: an input error, exit 2, nothing written.
         r, out = common.run_plan("torchtitan", ["runtime=fsdp2"], model="gpt2-xl", gpus=8, global_batch=8)

@@ -580,8 +580,18 @@ TEST_CASE("CLI --from: hand-written torchtitan 0.3.0 config forms and bad files"
   CHECK(p["compile"] == true);
   CHECK(p["zero"] == 3);
   CHECK(p["shard_group"] == 8);
+  // The file's flavor (llama3 8B) is --model's architecture: no model line on stderr.
+  CHECK(ptest::read_text(dir / "sim_err.txt").find("the file's model") == std::string::npos);
   // base() alone: Trainer.Config's default activation checkpointing is SelectiveAC (torchtitan trainer.py).
   CHECK(simulate_from(dir, (dir / "reg.py").string() + ":base")["ac"] == "selective");
+  // Simulated as qwen3-8b, the llama3 8B file says so on stderr (the flags' model is simulated; exit 0 or 1,
+  // fits or not).
+  REQUIRE(ptest::run_cli("simulate --model qwen3-8b --cluster dgx-h100 --gpus 16 --from " +
+                             quote((dir / "reg.py").string() + ":base"),
+                         dir / "o.txt", dir / "e.txt") <= 1);
+  CHECK(ptest::read_text(dir / "e.txt")
+            .find("the file's model is torchtitan llama3 8B; simulating --model "
+                  "qwen3-8b (torchtitan qwen3 8B)") != std::string::npos);
   // Several functions and none named: one clear error listing them.
   CHECK(ptest::run_cli("simulate --model llama3-8b --gpus 16 --from " + quote((dir / "reg.py").string()),
                        dir / "o.txt", dir / "e.txt") == 2);
