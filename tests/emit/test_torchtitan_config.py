@@ -93,7 +93,24 @@ class TorchtitanConfigTest(unittest.TestCase):
         self.assertEqual(type(model.lm_head).__qualname__, "Linear.Config")
         self.assertEqual(plan["fp8"], "rowwise")
 
-    def test_zero2_tp2_full_ac_offload_free_and_param_count(self):
+    def test_fp8_tensorwise_outside_typed_choices_loads(self):
+        # recipe_name is typed rowwise | rowwise_with_gw_hp in torchtitan 0.3.0; "tensorwise" (what the simulator
+        # models for --fp8 tensorwise) is written with a note, and torchtitan's converter builds torchao's
+        # tensorwise config from it.
+        path, err = common.emit("torchtitan", ["runtime=fsdp2", "tp=1", "fp8=tensorwise", "fp8_all_gather=false",
+                                               "prefetch=1", "wrap=1"])
+        self.assertIn("emit torchtitan: --fp8 tensorwise: Float8LinearConverter.Config.recipe_name", err)
+        saved = self.float8.has_cuda_capability
+        self.float8.has_cuda_capability = lambda major, minor: True
+        try:
+            cfg = self.load(path)
+        finally:
+            self.float8.has_cuda_capability = saved
+        w1 = cfg.model_spec.model.layers[0].feed_forward.w1
+        self.assertEqual(w1._torchao_config.cast_config_weight.scaling_granularity.value, "tensorwise")
+        self.assertEqual(self.plan_of(path)["fp8"], "tensorwise")
+
+    def test_zero2_tp2_full_ac_and_param_count(self):
         # ZeRO-2 (reshard never) with TP 2, full AC, foreach Adam: 8 data-parallel ranks of 2 GPUs each.
         path, _ = common.emit("torchtitan", ["runtime=fsdp2", "zero=2", "tp=2", "ac=full", "fp8=none",
                                                "fused_optimizer=false", "reduce_dtype=fp32", "prefetch=1",
