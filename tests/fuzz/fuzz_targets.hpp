@@ -2,10 +2,14 @@
 // (tests/robustness). Contract of every target: for any bytes it returns or throws InputError/OverflowError;
 // anything else (another exception, a crash, a sanitizer report, a hang) is a bug.
 #pragma once
+#include <unistd.h>
+
 #include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -16,6 +20,8 @@
 #include "core/checked.hpp"
 #include "core/error.hpp"
 #include "core/json_reader.hpp"
+#include "planner/importers.hpp"
+#include "simulator/knobs.hpp"
 #include "simulator/model_graph.hpp"
 #include "simulator/model_spec.hpp"
 #include "simulator/plan.hpp"
@@ -180,6 +186,34 @@ inline void nccl_tests_log(std::string_view text) {
   use_profile(p);
 }
 
+/// A user's own training config for `--from` (DeepSpeed JSON, torchtitan 0.3.0 Python or 2024-2025 TOML,
+/// accelerate YAML): the first byte picks the format, the rest is the file, written to a private temporary
+/// folder because the importers read files (the Python reader also follows `from . import` into the folder).
+/// Every knob it yields must be accepted or refused by the knob table with an InputError, as the CLI does.
+inline void user_config(std::string_view text) {
+  if (text.empty()) return;
+  static const char* const kExt[] = {".json", ".py", ".toml", ".yaml"};
+  static const std::filesystem::path dir = [] {
+    auto d = std::filesystem::temp_directory_path() /
+             ("shardplan-fuzz-user-config-" + std::to_string(static_cast<long long>(::getpid())));
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  const std::string path =
+      (dir / (std::string("config") + kExt[static_cast<unsigned char>(text[0]) % 4])).string();
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f.write(text.data() + 1, static_cast<std::streamsize>(text.size() - 1));
+  }
+  const ImportedConfig c = import_config(path);
+  Plan p;
+  for (const auto& [key, value] : c.knobs) {
+    const Knob* k = find_knob(key);
+    if (!k) throw RoundTripError("importer produced a key the knob table does not have: " + key);
+    set_knob(*k, p, value, "--from " + key);
+  }
+}
+
 struct Target {
   const char* name;
   void (*fn)(std::string_view);
@@ -187,10 +221,10 @@ struct Target {
 /// Every target by name; the names are the fuzzer binaries (fuzz_<name>) and the folders of regressions/.
 inline const std::vector<Target>& targets() {
   static const std::vector<Target> t = {
-      {"model_spec", model_spec},        {"hf_config", hf_config},
-      {"graph_json", graph_json},        {"cluster", cluster},
-      {"run_records", run_records},      {"calibration_profile", calibration_profile},
-      {"nccl_tests_log", nccl_tests_log}};
+      {"model_spec", model_spec},         {"hf_config", hf_config},
+      {"graph_json", graph_json},         {"cluster", cluster},
+      {"run_records", run_records},       {"calibration_profile", calibration_profile},
+      {"nccl_tests_log", nccl_tests_log}, {"user_config", user_config}};
   return t;
 }
 

@@ -17,7 +17,7 @@ jobs=${JOBS:-2}
 min_execs=${MIN_EXECS:-$(( secs * 200 ))}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=$root/build-fuzz
-targets=${FUZZ_TARGETS:-"model_spec hf_config graph_json cluster run_records calibration_profile nccl_tests_log"}
+targets=${FUZZ_TARGETS:-"model_spec hf_config graph_json cluster run_records calibration_profile nccl_tests_log user_config"}
 
 start=$(date +%s)
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
