@@ -324,6 +324,8 @@ std::vector<Plan> enumerate_pipeline_candidates(const ModelGraph& model, const C
                                                 SearchStats& stats) {
   std::vector<Plan> out;
   if (std::find(sp.runtimes.begin(), sp.runtimes.end(), Runtime::kFsdp2) == sp.runtimes.end()) return out;
+  // FSDP stages under PP are SHARD_GRAD_OP (zero 2): only when the search allows a sharded stage.
+  if (std::none_of(sp.zero.begin(), sp.zero.end(), [](int z) { return z >= 2; })) return out;
   std::vector<std::pair<PpSchedule, int>> schedules = {{PpSchedule::k1F1B, 1},
                                                        {PpSchedule::kInterleaved1F1B, 2}};
   if (sp.base.pp_schedule != PpSchedule::k1F1B)  // --fix pp_schedule=S
@@ -335,42 +337,43 @@ std::vector<Plan> enumerate_pipeline_candidates(const ModelGraph& model, const C
       for (const auto& [sched, V] : schedules) {
         if (2 * pp * std::max(V, 1) > model.blocks() + 2) continue;  // stages of fewer than two blocks
         for (int mbs : sp.mbs)
-          for (AcMode ac : sp.ac) {
-            ++stats.considered;
-            Plan p = sp.base;
-            p.runtime = Runtime::kFsdp2;
-            p.zero = 3;
-            p.tp = tp;
-            p.pp = pp;
-            p.pp_schedule = sched;
-            p.virtual_stages = V;
-            p.shard_group = 0;
-            p.mbs = mbs;
-            p.ac = ac;
-            p.wrap = 1;
-            p.prefetch = 1;
-            p.reduce_dtype = sp.reduce.front();
-            p.offload = Offload::kNone;
-            p.compile = sp.compile.front();
-            p.async_tp = tp > 1 && sp.async_tp.front();
-            p.fp8 = sp.fp8.front();
-            if (sp.seq > 0) p.seq = sp.seq;
-            try {
-              Plan r = resolve_plan(p, model, cluster, sp.global_batch);
-              if (r.grad_accum < pp) {
-                reject(stats.rejections, "--pp fewer micro-batches than pipeline ranks", plan_to_flags(r));
-                continue;
+          for (AcMode ac : sp.ac)
+            for (Offload off : sp.offload) {
+              ++stats.considered;
+              Plan p = sp.base;
+              p.runtime = Runtime::kFsdp2;
+              p.zero = 3;
+              p.tp = tp;
+              p.pp = pp;
+              p.pp_schedule = sched;
+              p.virtual_stages = V;
+              p.shard_group = 0;
+              p.mbs = mbs;
+              p.ac = ac;
+              p.wrap = 1;
+              p.prefetch = 1;
+              p.reduce_dtype = sp.reduce.front();
+              p.offload = off;
+              p.compile = sp.compile.front();
+              p.async_tp = tp > 1 && sp.async_tp.front();
+              p.fp8 = sp.fp8.front();
+              if (sp.seq > 0) p.seq = sp.seq;
+              try {
+                Plan r = resolve_plan(p, model, cluster, sp.global_batch);
+                if (r.grad_accum < pp) {
+                  reject(stats.rejections, "--pp fewer micro-batches than pipeline ranks", plan_to_flags(r));
+                  continue;
+                }
+                if (sp.grad_accum && r.grad_accum != *sp.grad_accum) {
+                  reject(stats.rejections, "--grad-accum differs from --fix grad_accum", plan_to_flags(r));
+                  continue;
+                }
+                out.push_back(r);
+              } catch (const InputError& e) {
+                reject(stats.rejections, e.where() + " invalid pipeline plan",
+                       plan_to_flags(p) + "  (" + e.what() + ")");
               }
-              if (sp.grad_accum && r.grad_accum != *sp.grad_accum) {
-                reject(stats.rejections, "--grad-accum differs from --fix grad_accum", plan_to_flags(r));
-                continue;
-              }
-              out.push_back(r);
-            } catch (const InputError& e) {
-              reject(stats.rejections, e.where() + " invalid pipeline plan",
-                     plan_to_flags(p) + "  (" + e.what() + ")");
             }
-          }
       }
     }
   return out;
@@ -380,6 +383,7 @@ std::string binding_constraint(const Result& r) {
   const double used = static_cast<double>(r.peak_reserved_bytes + r.overhead.total());
   if (!r.fits || used > 0.9 * static_cast<double>(r.capacity_bytes)) return "memory";
   if (r.exposed_comm_s > 0.15 * r.step_s) return "exposed communication";
+  if (r.pipeline && r.pipeline->bubble_fraction > 0.15) return "pipeline bubble";
   if (r.step_s > 0 && r.compute_s < 0.75 * r.step_s) return "CPU / launch overhead";
   return "compute";
 }
