@@ -400,6 +400,12 @@ std::pair<std::string, std::string> parse_emit_spec(const std::string& spec) {
 
 std::string emit(const std::string& kind, const Plan& p, const ModelGraph& model, int gpus, int gpus_per_node,
                  const std::vector<std::string>& extra_notes) {
+  // Pipeline parallelism: none of the emitters writes a pipeline section yet (torchtitan's
+  // [parallelism] pipeline_parallel_*, DeepSpeed's PipelineModule): refused rather than emitted without it.
+  if (p.pp > 1)
+    throw InputError::flag(
+        "--emit", "the recommended plan is pipeline-parallel (pp " + std::to_string(p.pp) + "), which the " +
+                      kind + " emitter does not write yet; pin --fix pp=1 to emit a plan without PP");
   if (kind == "fsdp2") return emit_fsdp2(p, model, gpus_per_node, extra_notes);
   if (kind == "deepspeed") {
     if (p.runtime != Runtime::kDeepSpeed && p.replicas > 1)

@@ -80,6 +80,8 @@ const std::vector<std::pair<std::string, Assign>>& dimensions() {
        }},
       {"fp8", [](SearchSpace& s,
                  const std::vector<Plan>& v) { s.fp8 = each<Fp8>(v, [](const Plan& p) { return p.fp8; }); }},
+      {"pp", [](SearchSpace& s,
+                const std::vector<Plan>& v) { s.pp = each<int>(v, [](const Plan& p) { return p.pp; }); }},
   };
   return d;
 }
@@ -129,7 +131,7 @@ void SearchSpace::fix(const std::string& kv) {
     assign(*this, values);
     return;
   }
-  if (v.find(',') != std::string::npos)
+  if (v.find(',') != std::string::npos && k->kind != KnobKind::kText)  // --fix pp_layers=3,4,4,3 is one value
     throw InputError::flag(where, "is not searched: give one value, got \"" + v + "\"");
   set_knob(*k, base, value(v), where);
   if (std::string(k->key) == "grad_accum") grad_accum = base.grad_accum;
@@ -151,7 +153,7 @@ TieKeys tie_keys(const Result& r) {
   // simpler plan.)
   k.memory_risk = memory_risk_level(r) == 2 ? 1 : 0;
   const bool hsdp = p.zero > 0 && p.shard_group > 0 && p.shard_group < p.dp;
-  k.parallel_dims = (p.tp > 1 ? 1 : 0) + (hsdp ? 1 : 0);
+  k.parallel_dims = (p.tp > 1 ? 1 : 0) + (hsdp ? 1 : 0) + (p.pp > 1 ? 1 : 0);
   // The runtime its maintainers recommend to PyTorch users: FSDP2 (torch.distributed.fsdp.fully_shard; the
   // FSDP1 docs point new code to it, torchtitan uses only it), then FSDP1, then DeepSpeed.
   k.runtime_rank = p.runtime == Runtime::kFsdp2 ? 0 : p.runtime == Runtime::kFsdp1 ? 1 : 2;
@@ -172,7 +174,8 @@ const std::array<const char*, 4>& tie_rule_names() {
 
 std::string plan_family(const Plan& p) {
   const bool hsdp = p.zero > 0 && p.shard_group > 0 && p.shard_group < p.dp;
-  return fmt::format("{} tp{} ac={} {}", to_string(p.runtime), p.tp, to_string(p.ac),
+  const std::string pipe = p.pp > 1 ? fmt::format(" pp{} {}", p.pp, to_string(p.pp_schedule)) : std::string();
+  return fmt::format("{} tp{}{} ac={} {}", to_string(p.runtime), p.tp, pipe, to_string(p.ac),
                      hsdp          ? "hsdp"
                      : p.zero == 0 ? "ddp"
                                    : "fsdp");
@@ -217,6 +220,8 @@ std::vector<Plan> enumerate_candidates(const ModelGraph& model, const Cluster& c
                                        SearchStats& stats) {
   std::vector<Plan> out;
   const int node = cluster.spec().node.nvlink_domain_gpus;
+  // --fix pp without 1: every candidate is pipelined (enumerate_pipeline_candidates).
+  if (!sp.pp.empty() && std::find(sp.pp.begin(), sp.pp.end(), 1) == sp.pp.end()) return out;
   for (Runtime rt : sp.runtimes)
     for (int tp : sp.tp)
       for (int zero : sp.zero) {
@@ -309,10 +314,76 @@ std::vector<Plan> enumerate_candidates(const ModelGraph& model, const Cluster& c
   return out;
 }
 
+// ---- pipeline parallelism ----
+// PP candidates: FSDP2 stages (torchtitan's layout: TP innermost, FSDP over the data-parallel ranks of a
+// stage, reshard_after_forward=False under PP), 1F1B and interleaved 1F1B with two stages per rank (the
+// schedules torchtitan's Llama 3.1 405B configs use), pp dividing gpus / tp, at most 32 ranks, at least two
+// blocks per stage, and at least pp micro-batches per step.
+std::vector<Plan> enumerate_pipeline_candidates(const ModelGraph& model, const Cluster& cluster,
+                                                const SearchSpace& sp, const std::vector<int>& pps,
+                                                SearchStats& stats) {
+  std::vector<Plan> out;
+  if (std::find(sp.runtimes.begin(), sp.runtimes.end(), Runtime::kFsdp2) == sp.runtimes.end()) return out;
+  // FSDP stages under PP are SHARD_GRAD_OP (zero 2): only when the search allows a sharded stage.
+  if (std::none_of(sp.zero.begin(), sp.zero.end(), [](int z) { return z >= 2; })) return out;
+  std::vector<std::pair<PpSchedule, int>> schedules = {{PpSchedule::k1F1B, 1},
+                                                       {PpSchedule::kInterleaved1F1B, 2}};
+  if (sp.base.pp_schedule != PpSchedule::k1F1B)  // --fix pp_schedule=S
+    schedules = {{sp.base.pp_schedule, sp.base.virtual_stages}};
+  for (int tp : sp.tp)
+    for (int pp : pps) {
+      if (pp <= 1 || pp > 32) continue;
+      if (cluster.gpus() % (tp * pp) != 0) continue;
+      for (const auto& [sched, V] : schedules) {
+        if (2 * pp * std::max(V, 1) > model.blocks() + 2) continue;  // stages of fewer than two blocks
+        for (int mbs : sp.mbs)
+          for (AcMode ac : sp.ac)
+            for (Offload off : sp.offload) {
+              ++stats.considered;
+              Plan p = sp.base;
+              p.runtime = Runtime::kFsdp2;
+              p.zero = 3;
+              p.tp = tp;
+              p.pp = pp;
+              p.pp_schedule = sched;
+              p.virtual_stages = V;
+              p.shard_group = 0;
+              p.mbs = mbs;
+              p.ac = ac;
+              p.wrap = 1;
+              p.prefetch = 1;
+              p.reduce_dtype = sp.reduce.front();
+              p.offload = off;
+              p.compile = sp.compile.front();
+              p.async_tp = tp > 1 && sp.async_tp.front();
+              p.fp8 = sp.fp8.front();
+              if (sp.seq > 0) p.seq = sp.seq;
+              try {
+                Plan r = resolve_plan(p, model, cluster, sp.global_batch);
+                if (r.grad_accum < pp) {
+                  reject(stats.rejections, "--pp fewer micro-batches than pipeline ranks", plan_to_flags(r));
+                  continue;
+                }
+                if (sp.grad_accum && r.grad_accum != *sp.grad_accum) {
+                  reject(stats.rejections, "--grad-accum differs from --fix grad_accum", plan_to_flags(r));
+                  continue;
+                }
+                out.push_back(r);
+              } catch (const InputError& e) {
+                reject(stats.rejections, e.where() + " invalid pipeline plan",
+                       plan_to_flags(p) + "  (" + e.what() + ")");
+              }
+            }
+      }
+    }
+  return out;
+}
+
 std::string binding_constraint(const Result& r) {
   const double used = static_cast<double>(r.peak_reserved_bytes + r.overhead.total());
   if (!r.fits || used > 0.9 * static_cast<double>(r.capacity_bytes)) return "memory";
   if (r.exposed_comm_s > 0.15 * r.step_s) return "exposed communication";
+  if (r.pipeline && r.pipeline->bubble_fraction > 0.15) return "pipeline bubble";
   if (r.step_s > 0 && r.compute_s < 0.75 * r.step_s) return "CPU / launch overhead";
   return "compute";
 }
@@ -457,7 +528,9 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
   // Stage 2: cheap lower bound = persistent params + optimizer + one micro-batch of saved activations.
   auto lower_bound = [&](const Plan& p) {
     auto ps = Simulator::persistent_state(model, p);
-    return ps[0] + ps[2] + Simulator::activation_bytes(model, p) + 512 * kMiB;
+    // Under PP the whole model's state and one micro-batch's activations are spread over pp ranks: the
+    // busiest rank holds at least the average (memory.cpp memory_lower_bound).
+    return (ps[0] + ps[2] + Simulator::activation_bytes(model, p)) / p.pp + 512 * kMiB;
   };
   auto prune = [&](const Plan& p, Bytes b) {
     if (b <= limit) return false;
@@ -542,6 +615,24 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
             }
     }
     std::vector<Result> more = simulate_all(variants, false);
+    results.insert(results.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  }
+  // Stage 3c: pipeline parallelism, when --fix pp lists degrees, or by itself on clusters of
+  // kPipelineSearchGpus or more, or when no plan without PP fits. The threshold bounds the search's cost
+  // (every PP plan simulates each of its stages); it is not a cost-model constant.
+  {
+    constexpr int kPipelineSearchGpus = 512;
+    bool any_fit = false;
+    for (const Result& r : results) any_fit = any_fit || r.peak_reserved_bytes + r.overhead.total() <= limit;
+    std::vector<int> pps = space.pp;
+    if (pps.empty() && (cluster.gpus() >= kPipelineSearchGpus || !any_fit)) pps = {2, 4, 8, 16, 32};
+    std::vector<Plan> pipe;
+    for (const Plan& p : enumerate_pipeline_candidates(model, cluster, space, pps, out.stats))
+      if (!prune(p, lower_bound(p))) pipe.push_back(p);
+    std::vector<Result> more = simulate_all(pipe, false);
+    cands.insert(cands.end(), pipe.begin(), pipe.end());
+    bound.resize(cands.size());
+    for (std::size_t i = bound.size() - pipe.size(); i < cands.size(); ++i) bound[i] = lower_bound(cands[i]);
     results.insert(results.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
   }
   out.stats.evaluated = static_cast<std::int64_t>(results.size());

@@ -37,6 +37,9 @@ struct SearchSpace {
   std::vector<bool> async_tp = {false};
   /// Float8 linears: searched only when --fix fp8=V1,V2 lists values.
   std::vector<Fp8> fp8 = {Fp8::kNone};
+  /// Pipeline-parallel degrees (--fix pp=1,4,16). Empty: PP plans (1f1b and interleaved 1F1B with two stages
+  /// per rank, FSDP2) are searched only on large clusters or when no plan fits without PP.
+  std::vector<int> pp;
   /// The non-searched knobs of every candidate (precision, seq, fp8, compile, async_tp, loss_dtype, ...).
   Plan base;
   /// Set by --fix grad_accum=N: candidates whose global batch needs another accumulation are rejected.

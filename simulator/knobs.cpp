@@ -87,6 +87,51 @@ Knob enum_knob(const char* key, const char* flag, const char* help, E Plan::*fie
   return k;
 }
 
+// ---- pipeline parallelism (simulator/pipeline.hpp) ----
+void add_pipeline_knobs(std::vector<Knob>& t) {
+  t.push_back(int_knob("pp", "--pp", "pipeline-parallel degree (stages' ranks; outermost in the mesh)", "1",
+                       1, 4096, &Plan::pp));
+  t.push_back(
+      enum_knob("pp_schedule", "--pp-schedule",
+                "pipeline schedule (torch.distributed.pipelining; interleaved-1f1b, zbv and dualpipev "
+                "run several stages per rank)",
+                &Plan::pp_schedule));
+  {
+    Knob k = int_knob("virtual_stages", "--virtual-stages", "pipeline stages per rank",
+                      "1 for gpipe and 1f1b, 2 otherwise", 1, 64, &Plan::virtual_stages);
+    // 0 is the unresolved "schedule's default".
+    k.get = [](const Plan& p) {
+      return p.virtual_stages == 0 ? std::string() : std::to_string(p.virtual_stages);
+    };
+    t.push_back(k);
+  }
+  {
+    Knob k = make("pp_layers", "--pp-layers", KnobKind::kText,
+                  "transformer blocks per pipeline stage, comma-separated in stage order (\"3,4,4,3\")",
+                  "torchtitan's split");
+    k.get = [](const Plan& p) {
+      std::string out;
+      for (int n : p.pp_layers) out += (out.empty() ? "" : ",") + std::to_string(n);
+      return out;
+    };
+    k.set = [](Plan& p, const std::string& text) {
+      std::vector<int> v;
+      std::size_t pos = 0;
+      while (pos <= text.size()) {
+        const std::size_t comma = std::min(text.find(',', pos), text.size());
+        std::int64_t n = 0;
+        std::string why = parse_int(text.substr(pos, comma - pos), 0, 1 << 20, n);
+        if (!why.empty()) return "expected comma-separated block counts (\"3,4,4,3\"): " + why;
+        v.push_back(static_cast<int>(n));
+        pos = comma + 1;
+      }
+      p.pp_layers = std::move(v);
+      return std::string();
+    };
+    t.push_back(k);
+  }
+}
+
 std::vector<Knob> build_table() {
   std::vector<Knob> t;
   t.push_back(
@@ -163,6 +208,7 @@ std::vector<Knob> build_table() {
   t.push_back(switch_knob("fp8_all_gather", "--fp8-all-gather",
                           "FSDP2 all-gathers the blocks' linear weights in float8 (needs --fp8 tensorwise)",
                           &Plan::fp8_all_gather));
+  add_pipeline_knobs(t);
   return t;
 }
 

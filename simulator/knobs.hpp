@@ -16,6 +16,7 @@ enum class KnobKind {
   kBool,    ///< true | false given as a value (--reshard-after-forward false); JSON boolean
   kSwitch,  ///< a flag without value (--compile); JSON boolean
   kEnum,    ///< one of `values`; JSON string
+  kText,    ///< free text its setter parses (--pp-layers 3,4,4,3); JSON string
 };
 
 struct Knob {

@@ -122,7 +122,9 @@ RuntimeOverhead runtime_overhead(const Plan& p) {
 
 Bytes memory_lower_bound(const ModelGraph& model, const Plan& p) {
   const auto ps = persistent_state(model, p);
-  return ps[0] + ps[2] + activation_bytes(model, p) + fw::kCudaContextBytes;
+  // Pipeline parallelism: each of the pp ranks holds its stages' state and activations; the busiest holds at
+  // least the average of the whole model's.
+  return (ps[0] + ps[2] + activation_bytes(model, p)) / p.pp + fw::kCudaContextBytes;
 }
 
 Bytes reserved_from_pools(const Timeline& tl, const Plan& p, const ComputeConstants& k) {

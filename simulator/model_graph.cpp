@@ -452,7 +452,8 @@ void ModelGraph::finalize() {
   for (auto it = topo.rbegin(); it != topo.rend(); ++it) order_.push_back(&graph_[*it]);
   parameters_ = embedding_parameters_ = largest_tensor_ = 0;
   active_parameters_ = 0;
-  int max_block = -1;
+  int last_block = -1;
+  blocks_ = 0;
   for (const Layer* l : order_) {
     std::int64_t p = l->parameters();
     parameters_ = add_checked(parameters_, p, "model parameters");
@@ -460,9 +461,21 @@ void ModelGraph::finalize() {
     if (l->kind == LayerKind::kEmbedding || l->kind == LayerKind::kPositionEmbedding)
       embedding_parameters_ += p;
     for (const auto& t : l->tensors) largest_tensor_ = std::max(largest_tensor_, t.numel());
-    max_block = std::max(max_block, l->block);
+    if (l->block >= 0 && l->block != last_block) ++blocks_, last_block = l->block;
   }
-  blocks_ = max_block + 1;
+}
+
+ModelGraph ModelGraph::slice(std::size_t first, std::size_t last) const {
+  ModelGraph m;
+  m.spec_ = spec_;
+  LayerGraph::vertex_descriptor prev = 0;
+  for (std::size_t i = first; i < last && i < order_.size(); ++i) {
+    const auto v = boost::add_vertex(*order_[i], m.graph_);
+    if (i > first) boost::add_edge(prev, v, m.graph_);
+    prev = v;
+  }
+  m.finalize();
+  return m;
 }
 
 double ModelGraph::attention_model_flops_per_token(std::int64_t seq) const {

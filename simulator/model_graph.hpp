@@ -107,6 +107,9 @@ class ModelGraph {
   /// Reads the project's graph JSON ("shardplan.graph/1").
   static ModelGraph from_graph_json(const Json& j, const std::string& file);
   Json to_graph_json() const;
+  /// The layers order()[first, last) as a model of their own (same spec), chained in execution order: one
+  /// pipeline stage's part of the model (simulator/pipeline.cpp).
+  ModelGraph slice(std::size_t first, std::size_t last) const;
 
   const ModelSpec& spec() const { return spec_; }
   const LayerGraph& graph() const { return graph_; }
@@ -119,6 +122,7 @@ class ModelGraph {
   /// Parameters one token passes through (top_k of each MoE layer's routed experts; = parameters() for dense
   /// models): what MFU's 6N counts.
   double active_parameters() const { return active_parameters_; }
+  /// Transformer blocks in the model (distinct block indices; a slice counts its own).
   int blocks() const { return blocks_; }
   /// Attention's term of the model FLOPs per token at sequence length `seq`, the convention of torchtitan's
   /// get_num_flop_per_token (12·L·heads·head_dim·seq, causality not halved): per attention layer

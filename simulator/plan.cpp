@@ -3,6 +3,7 @@
 
 #include "simulator/knobs.hpp"
 #include "simulator/model_graph.hpp"
+#include "simulator/pipeline.hpp"
 #include "topologies/cluster.hpp"
 
 namespace shardplan {
@@ -34,6 +35,22 @@ const char* to_string(Offload o) {
 }
 const char* to_string(Fp8 f) {
   return f == Fp8::kNone ? "none" : f == Fp8::kTensorwise ? "tensorwise" : "rowwise";
+}
+
+const char* to_string(PpSchedule s) {
+  switch (s) {
+    case PpSchedule::kGpipe:
+      return "gpipe";
+    case PpSchedule::k1F1B:
+      return "1f1b";
+    case PpSchedule::kInterleaved1F1B:
+      return "interleaved-1f1b";
+    case PpSchedule::kZbv:
+      return "zbv";
+    case PpSchedule::kDualPipeV:
+      return "dualpipev";
+  }
+  return "?";
 }
 
 std::optional<Runtime> parse_runtime(const std::string& s) {
@@ -113,7 +130,9 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
              " (pad the vocabulary)");
   }
   check_offload(p);  // before the derived checks: an offload mode the runtime lacks is the first thing to say
-  p.dp = gpus / p.tp;
+  check_pipeline_mesh(p, gpus);
+  // cp joins this product (mesh order: pp, dp_replicate, dp_shard, cp, tp; tp innermost)
+  p.dp = gpus / (p.tp * p.pp);
   if (p.shard_group == 0) p.shard_group = p.dp;
   need(p.shard_group >= 1 && p.dp % p.shard_group == 0, "--shard-group",
        "shard group " + std::to_string(p.shard_group) + " does not divide the " + std::to_string(p.dp) +
@@ -132,6 +151,12 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
     need(!p.reshard_after_forward.has_value() || *p.reshard_after_forward == (p.zero == 3),
          "--reshard-after-forward", "deepspeed reshards after forward exactly in ZeRO-3");
   }
+  // torchtitan under PP: fully_shard(reshard_after_forward=False) for every stage by default
+  // (torchtitan 0.3.0 distributed/fsdp.py get_fsdp_reshard_after_forward_policy: "default" -> `not
+  // pp_enabled`), "to avoid per-microbatch all-gathers": SHARD_GRAD_OP semantics, which this plan spells
+  // --zero 2. An explicit --reshard-after-forward true (torchtitan's "always") is kept.
+  if (p.pp > 1 && p.runtime == Runtime::kFsdp2 && p.zero == 3 && !p.reshard_after_forward.has_value())
+    p.reshard_after_forward = false;
   if (p.reshard_after_forward.has_value() && *p.reshard_after_forward && p.zero < 3)
     throw InputError::flag("--reshard-after-forward",
                            "resharding after forward needs --zero 3 (parameters sharded)");
@@ -176,6 +201,7 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
          "float8 all-gather is an FSDP2 feature: needs --runtime fsdp2 with --zero 2 or 3 (parameters "
          "gathered)");
   }
+  resolve_pipeline(p, model);
   need(p.offload != Offload::kParams || p.runtime != Runtime::kFsdp1 || p.grad_accum == 1, "--offload",
        "fsdp1 with offloaded parameters does not accumulate gradients outside no_sync(); use --grad-accum 1 "
        "or "
@@ -190,7 +216,7 @@ Json plan_to_json(const Plan& p) {
     if (v.empty()) continue;
     if (k.kind == KnobKind::kInt)
       j[k.key] = std::stoll(v);
-    else if (k.kind == KnobKind::kEnum)
+    else if (k.kind == KnobKind::kEnum || k.kind == KnobKind::kText)
       j[k.key] = v;
     else
       j[k.key] = v == "true";
@@ -212,7 +238,7 @@ Plan plan_from_json(JsonObj o) {
     std::string text;
     if (k.kind == KnobKind::kInt)
       text = std::to_string(o.integer(k.key, k.lo, k.hi));
-    else if (k.kind == KnobKind::kEnum)
+    else if (k.kind == KnobKind::kEnum || k.kind == KnobKind::kText)
       text = o.str(k.key);
     else
       text = o.boolean(k.key) ? "true" : "false";

@@ -2,11 +2,13 @@
 // memory accounting, lowering and simulation into the report. `resolve_plan` fills defaults and refuses
 // impossible plans with an InputError naming the knob.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/json_reader.hpp"
 
@@ -27,6 +29,9 @@ enum class Offload { kNone, kOptimizer, kParams };
 /// Float8 training of the transformer blocks' linear layers (torchao Float8Linear recipes): GEMMs in fp8 with
 /// dynamic scales per tensor (`tensorwise`, cuBLAS) or per row (`rowwise`, CUTLASS row-scaled kernels).
 enum class Fp8 { kNone, kTensorwise, kRowwise };
+/// Pipeline schedule (torch.distributed.pipelining, torch 2.15 schedules.py): ScheduleGPipe, Schedule1F1B,
+/// ScheduleInterleaved1F1B, ScheduleZBVZeroBubble, ScheduleDualPipeV.
+enum class PpSchedule { kGpipe, k1F1B, kInterleaved1F1B, kZbv, kDualPipeV };
 
 const char* to_string(Runtime r);
 const char* to_string(Precision p);
@@ -34,6 +39,7 @@ const char* to_string(AcMode a);
 const char* to_string(Dtype d);
 const char* to_string(Offload o);
 const char* to_string(Fp8 f);
+const char* to_string(PpSchedule s);
 
 /// Every value of a plan enum, in the order error messages and help texts list them. parse_enum, enum_names
 /// and parse_enum_or_throw below are the one place a knob's spelling is read, for flags, `--fix` and run
@@ -65,6 +71,11 @@ struct EnumValues<Offload> {
 template <>
 struct EnumValues<Fp8> {
   static constexpr std::array v{Fp8::kNone, Fp8::kTensorwise, Fp8::kRowwise};
+};
+template <>
+struct EnumValues<PpSchedule> {
+  static constexpr std::array v{PpSchedule::kGpipe, PpSchedule::k1F1B, PpSchedule::kInterleaved1F1B,
+                                PpSchedule::kZbv, PpSchedule::kDualPipeV};
 };
 
 template <class E>
@@ -126,11 +137,20 @@ struct Plan {
   /// tensorwise).
   bool fp8_all_gather = false;
 
+  // ---- pipeline parallelism (simulator/pipeline.hpp) ----
+  int pp = 1;  ///< pipeline-parallel degree (ranks of one pipeline), the outermost mesh dimension
+  PpSchedule pp_schedule = PpSchedule::k1F1B;
+  /// Stages per pipeline rank; 0 = the schedule's (1 for gpipe and 1f1b, 2 for the others, as torchtitan).
+  int virtual_stages = 0;
+  /// Transformer blocks per stage, in stage order (pp x virtual_stages entries); empty = torchtitan's split.
+  std::vector<int> pp_layers;
+
   // Derived by resolve_plan:
-  int dp = 1;        ///< data-parallel ranks = gpus / tp
+  int dp = 1;        ///< data-parallel ranks = gpus / (tp x pp)
   int replicas = 1;  ///< dp / shard_group
 
   bool reshard() const { return reshard_after_forward.value_or(zero >= 3); }
+  int stages() const { return pp * std::max(virtual_stages, 1); }
   Dtype reduce() const { return reduce_dtype.value_or(Dtype::kFp32); }
   std::int64_t global_batch() const { return static_cast<std::int64_t>(dp) * mbs * grad_accum; }
   bool operator==(const Plan&) const = default;

@@ -38,6 +38,27 @@ struct StepDetail {
   Timeline timeline;
 };
 
+/// One pipeline stage in a pp > 1 step (simulator/pipeline.hpp).
+struct PipelineStage {
+  int stage = 0, rank = 0, blocks = 0;
+  bool embedding = false, head = false;  ///< holds the embedding (first stage) / norm + LM head + loss (last)
+  Bytes peak_bytes = 0;           ///< peak allocated on the stage's pipeline rank (all its stages together)
+  Bytes persistent_bytes = 0;     ///< this stage's parameters + gradients + optimizer state on one rank
+  Bytes activation_bytes = 0;     ///< activations one micro-batch's forward saves on this stage
+  int activations_in_flight = 0;  ///< most micro-batches whose activations the stage holds at once
+  double fwd_s = 0, bwd_s = 0;    ///< one micro-batch's forward / backward on this stage
+};
+/// What pipeline parallelism adds to a Result (absent when pp == 1).
+struct PipelineSummary {
+  PpSchedule schedule = PpSchedule::k1F1B;
+  int pp = 1, stages = 1, virtual_stages = 1, micro_batches = 1;
+  double bubble_fraction = 0;     ///< 1 - busy compute / (pp x the schedule's span), over all ranks
+  double p2p_bytes_per_step = 0;  ///< bytes the busiest pipeline rank sends to its neighbours per step
+  double p2p_s = 0;               ///< time of one send between stages on different ranks
+  int busiest_rank = 0;           ///< the pipeline rank whose memory the Result reports
+  std::vector<PipelineStage> stage_detail;
+};
+
 struct Result {
   Plan plan;
   // Memory (bytes, busiest rank).
@@ -66,6 +87,8 @@ struct Result {
   std::shared_ptr<std::vector<std::pair<double, double>>> exposed_intervals;
   /// With `detail`: the program and timeline the numbers come from (what reports draw; they re-run nothing).
   std::shared_ptr<const StepDetail> detail;
+  /// Pipeline parallelism (pp > 1): the schedule's summary and each stage; null otherwise.
+  std::shared_ptr<const PipelineSummary> pipeline;
   Bytes headroom_bytes() const { return capacity_bytes - peak_reserved_bytes - overhead.total(); }
 };
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "simulator/lowering.hpp"
+#include "simulator/pipeline.hpp"
 #include "simulator/summary.hpp"
 
 namespace shardplan {
@@ -16,6 +17,10 @@ Simulator::Simulator(const ModelGraph& model, const Cluster& cluster, const Cost
 const Result& Simulator::run(const Plan& p, bool detail) {
   res_ = Result{};
   res_.plan = p;
+  if (p.pp > 1) {  // pipeline parallelism: per-stage simulations composed by the schedule (pipeline.hpp)
+    simulate_pipeline_step(*model_, *cluster_, *costs_, p, res_, detail);
+    return res_;
+  }
   if (detail) res_.exposed_intervals = std::make_shared<std::vector<std::pair<double, double>>>();
   const RuntimeTraits rt = runtime_traits(p);
   build_units(*model_, *cluster_, *costs_, p, rt, units_);

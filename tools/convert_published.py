@@ -377,19 +377,36 @@ def _positive_int(x):
     return isinstance(x, int) and not isinstance(x, bool) and x > 0
 
 
+def pipeline_expressible(rec):
+    """PP runs the tool models: DeepSpeed's PipelineEngine (ZeRO 0/1; Megatron-DeepSpeed) and FSDP2 stages
+    under torch.distributed.pipelining (torchtitan)."""
+    rt = runtime_of(rec)
+    z = zero_of(rec)
+    return (rt == "deepspeed" and z is not None and z <= 1) or rt == "fsdp2"
+
+
 def skip_reason(rec):
     """Return (primary reason, [other reasons]) or (None, [])."""
     p = rec["parallel"]
     reasons = []
     if fp8_recipe(rec) == "mx":
         reasons.append(FP8_REASON)
-    if (p.get("pp") or 1) > 1:
-        reasons.append("pipeline parallelism (pp=%d) not modelled" % p["pp"])
+    fw_text = str(p.get("framework") or "")
+    nemo = "NeMo" in fw_text or "Megatron-core" in fw_text  # its own reason below says why
+    if (p.get("pp") or 1) > 1 and not pipeline_expressible(rec) and not nemo:
+        reasons.append("pipeline parallelism (pp=%d) with this runtime not modelled (PP is modelled for "
+                       "torch.distributed.pipelining over FSDP2 and DeepSpeed's PipelineEngine with ZeRO 0/1)"
+                       % p["pp"])
     if (p.get("cp") or 1) > 1:
         reasons.append("context parallelism (cp=%d) not modelled" % p["cp"])
     fw = str(p.get("framework") or "")
     if "NeMo" in fw or "Megatron-core" in fw:
-        reasons.append("NeMo/Megatron-core distributed optimizer with TP/PP is not a runtime the tool expresses")
+        # The pipeline itself would be expressible (Megatron's interleaved 1F1B = --pp-schedule interleaved-1f1b
+        # --virtual-stages V); the runtime is not: Megatron-core's distributed optimizer keeps fp32 main-grad
+        # buffers, reduce-scatters them in buckets and all-gathers the parameters overlapped with the next
+        # forward, neither DeepSpeed ZeRO-1 nor FSDP.
+        reasons.append("NeMo/Megatron-core distributed optimizer is not a runtime the tool expresses (its "
+                       "pipeline schedule would be: interleaved-1f1b)")
     if not rec["cluster"].get("num_gpus"):
         reasons.append("GPU count not published")
     if not p.get("seq_len"):
@@ -563,7 +580,24 @@ def convert(rec):
             "mbs": par["micro_batch_size_per_gpu"], "grad_accum": par.get("grad_accumulation_steps") or 1}
     if par.get("grad_accumulation_steps") is None:
         notes.append("grad accumulation not published; 1 assumed")
-    dp = gpus // tp
+    pp = par.get("pp") or 1
+    dp = gpus // (tp * pp)
+    if pp > 1:
+        plan["pp"] = pp
+        plan["pp_schedule"] = "1f1b"
+        layers = rec["model"].get("num_layers")
+        if runtime == "deepspeed":
+            notes.append("DeepSpeed PipelineEngine (TrainSchedule, 1F1B) over %d stages; grad_accum = its "
+                         "gradient_accumulation_steps = pipeline micro-batches per step" % pp)
+            if _positive_int(layers) and layers % pp == 0:
+                # Megatron-DeepSpeed partition_method 'type:transformer': transformer layers balanced over the
+                # stages, the embedding on the first and the head on the last on top.
+                plan["pp_layers"] = ",".join([str(layers // pp)] * pp)
+                notes.append("stages hold %d transformer layers each (partition_method type:transformer)"
+                             % (layers // pp))
+            if rec["model"].get("tied_embeddings") or "bloom" in rec["id"]:
+                notes.append("tied word embeddings: DeepSpeed keeps a copy on the last stage too (TiedLayerSpec), "
+                             "not modelled (the last stage's memory is understated by one embedding)")
     if zero and zero > 0:
         sg = par.get("shard_group_size") or dp
         if "HYBRID_SHARD" in sharding.upper() and _positive_int(rec["cluster"].get("gpus_per_node")):

@@ -15,6 +15,52 @@ std::string format_bytes(double b) {
   return fmt::format("{:.0f} B", b);
 }
 
+namespace {
+
+// ---- pipeline parallelism: `pipeline` and `memory.stages` (docs/json.md) ----
+void add_pipeline_json(const PipelineSummary& ps, Json& out) {
+  Json stages = Json::array();
+  for (const PipelineStage& d : ps.stage_detail)
+    stages.push_back({{"stage", d.stage},
+                      {"rank", d.rank},
+                      {"blocks", d.blocks},
+                      {"embedding", d.embedding},
+                      {"head", d.head},
+                      {"peak_bytes", d.peak_bytes},
+                      {"persistent_bytes", d.persistent_bytes},
+                      {"activation_bytes", d.activation_bytes},
+                      {"activations_in_flight", d.activations_in_flight},
+                      {"fwd_s", d.fwd_s},
+                      {"bwd_s", d.bwd_s}});
+  out["memory"]["stages"] = std::move(stages);
+  out["pipeline"] = {{"schedule", to_string(ps.schedule)},
+                     {"pp", ps.pp},
+                     {"stages", ps.stages},
+                     {"virtual_stages", ps.virtual_stages},
+                     {"micro_batches", ps.micro_batches},
+                     {"bubble_fraction", ps.bubble_fraction},
+                     {"p2p_bytes_per_step", static_cast<std::int64_t>(ps.p2p_bytes_per_step)},
+                     {"p2p_s", ps.p2p_s},
+                     {"busiest_rank", ps.busiest_rank}};
+}
+
+std::string pipeline_report_text(const PipelineSummary& ps) {
+  std::string s = fmt::format(
+      "\npipeline: {} x {} stages ({} per rank), {} micro-batches, bubble {:.1f} %, p2p {} sent "
+      "per step on the busiest rank ({:.2e} s per send)\n",
+      to_string(ps.schedule), ps.stages, ps.virtual_stages, ps.micro_batches, 100 * ps.bubble_fraction,
+      format_bytes(ps.p2p_bytes_per_step), ps.p2p_s);
+  for (const PipelineStage& d : ps.stage_detail)
+    s += fmt::format(
+        "  stage {:>3} rank {:>3} {:>4} blocks{}{}  peak {:>10}  {:>3} micro-batches in flight  fwd {:.4f} s "
+        "bwd {:.4f} s\n",
+        d.stage, d.rank, d.blocks, d.embedding ? " +embedding" : "", d.head ? " +head" : "",
+        format_bytes(static_cast<double>(d.peak_bytes)), d.activations_in_flight, d.fwd_s, d.bwd_s);
+  return s;
+}
+
+}  // namespace
+
 Json report_json(const Result& r, const ReportInputs& in) {
   const auto& spec = in.model->spec();
   Json breakdown = Json::object();
@@ -31,7 +77,7 @@ Json report_json(const Result& r, const ReportInputs& in) {
         {"count", c.count}};
   }
   const auto& cl = in.cluster->spec();
-  return {
+  Json out = {
       {"schema", "shardplan.report/1"},
       {"inputs",
        {{"model",
@@ -74,9 +120,12 @@ Json report_json(const Result& r, const ReportInputs& in) {
         {"mfu", r.mfu},
         {"model_flops_per_token", r.model_flops_per_token}}},
       {"comm", comm}};
+  if (r.pipeline) add_pipeline_json(*r.pipeline, out);
+  return out;
 }
 
 std::string report_text(const Result& r, const ReportInputs& in, bool with_time) {
+  const std::string pipeline_text = r.pipeline ? pipeline_report_text(*r.pipeline) : std::string();
   const auto& p = r.plan;
   std::string s;
   s += fmt::format("{} ({:L} parameters) on {} x {} ({})\n", in.model->spec().name, in.model->parameters(),
@@ -129,6 +178,7 @@ std::string report_text(const Result& r, const ReportInputs& in, bool with_time)
                        c.exposed_s);
     }
   }
+  s += pipeline_text;
   return s;
 }
 

@@ -416,3 +416,45 @@ TEST_CASE("search_plans: --top 1 says how many plans fit instead of 'the only pl
   CHECK(o.tie_rule == tie_rule_names()[1]);
   CHECK(o.explanation.find("chosen by the rule \"fewer parallel dimensions") != std::string::npos);
 }
+
+TEST_CASE("search_plans: --fix pp searches pipelined FSDP2 plans only, each with at least pp micro-batches",
+          "[search][real][pipeline]") {
+  // llama3-8b on 16 H100s, global batch 64: pp 2 and 4 (both divide 16 / tp for tp 1, 2, 4); 1F1B and
+  // interleaved 1F1B (two stages per rank).
+  Setup s("llama3-8b", "dgx-h100", 16);
+  SearchSpace sp;
+  sp.global_batch = 64;
+  sp.seq = 2048;
+  sp.fix("pp=2,4");
+  SearchOptions opts;
+  opts.threads = 2;
+  opts.top = 3;
+  const SearchOutcome o = search_plans(s.model, *s.cluster, *s.costs, sp, opts);
+  REQUIRE(!o.plans.empty());
+  for (const Result& r : o.plans) {
+    CHECK((r.plan.pp == 2 || r.plan.pp == 4));
+    CHECK(r.plan.grad_accum >= r.plan.pp);
+    CHECK(r.plan.runtime == Runtime::kFsdp2);
+    // torchtitan under PP: reshard_after_forward=False (SHARD_GRAD_OP).
+    CHECK(r.plan.zero == 2);
+    REQUIRE(r.pipeline);
+    // dp x mbs x micro-batches is the global batch.
+    CHECK(r.plan.global_batch() == 64);
+  }
+  // The family names the pipeline.
+  CHECK(plan_family(o.plans[0].plan).find(" pp") != std::string::npos);
+}
+
+TEST_CASE("search_plans: PP is not searched on a small cluster where plans fit without it",
+          "[search][real][pipeline]") {
+  Setup s("llama3-8b", "dgx-h100", 8);
+  SearchSpace sp;
+  sp.global_batch = 8;
+  sp.tp = {1};
+  sp.ac = {AcMode::kFull};
+  SearchOptions opts;
+  opts.threads = 2;
+  const SearchOutcome o = search_plans(s.model, *s.cluster, *s.costs, sp, opts);
+  REQUIRE(!o.plans.empty());
+  for (const Result& r : o.plans) CHECK(r.plan.pp == 1);
+}

@@ -20,7 +20,7 @@ COMMITTED = os.path.join(ROOT, "tests", "data", "runs", "published_dev.json")
 REQUIRED = ("schema", "id", "model", "cluster", "gpus", "plan", "measured")
 PLAN_KEYS = {"runtime", "zero", "shard_group", "tp", "seq", "mbs", "grad_accum", "ac", "wrap", "prefetch",
              "reshard_after_forward", "precision", "reduce_dtype", "offload", "compile", "hold_logits",
-             "loss_dtype", "fp8", "fp8_all_gather", "async_tp"}
+             "loss_dtype", "fp8", "fp8_all_gather", "async_tp", "pp", "pp_schedule", "virtual_stages", "pp_layers"}
 MEASURED_KEYS = {"peak_allocated_bytes", "peak_active_bytes", "peak_reserved_bytes", "peak_device_bytes",
                  "step_s", "tokens_per_s_per_gpu", "mfu"}
 
@@ -61,7 +61,7 @@ class ConvertTest(unittest.TestCase):
         # Exactly the records whose hardware or attention the defaults cannot express, each with a reason.
         self.assertTrue(scoped)
         for i in scoped:
-            self.assertTrue(any(k in i for k in ("mi300x", "b200", "cai-lightning", "bloom-prequel", "belle-")), i)
+            self.assertTrue(any(k in i for k in ("mi300x", "b200", "cai-lightning", "bloom-prequel", "bloom-176b", "belle-")), i)
             term = "memory" if i.startswith("belle-") else "throughput"
             self.assertEqual(set(by_id[i]["out_of_scope"]), {term})
             self.assertGreater(len(by_id[i]["out_of_scope"][term]), 20)
@@ -104,7 +104,7 @@ class ConvertTest(unittest.TestCase):
         conv = collections.Counter(r["source"].split(";")[0] for r in self.doc["records"])
         self.assertEqual(dict(conv), {
             "mosaicml/llm-foundry": 108, "pytorch/torchtitan": 21, "LianjiaTech/BELLE": 9, "pytorch/ao": 10,
-            "hpcaitech/ColossalAI-Pytorch-lightning": 2, "bigscience-workshop/bigscience": 2})
+            "hpcaitech/ColossalAI-Pytorch-lightning": 2, "bigscience-workshop/bigscience": 13})
         self.assertEqual(len(self.doc["records"]) + len(self.doc["skipped"]), 196)
         reasons = collections.Counter(s["reason"] for s in self.doc["skipped"])
         self.assertEqual(reasons[cp.FP8_REASON], 2)  # ao mxfp8 on B200 (float8 rows convert; NeMo/OLMo skip for others)
@@ -150,7 +150,12 @@ class ConvertTest(unittest.TestCase):
     def test_fp8_recipes(self):
         skipped = {s["id"]: s["reason"] for s in self.doc["skipped"]}
         self.assertEqual(skipped["torchao-e2e-b200-llama3-8b-g8-mxfp8_cublas"], cp.FP8_REASON)
-        self.assertIn("pipeline", skipped["bloom-176b-production-g384-dp8-tp4-pp12-mbs2"])
+        # Pipeline parallelism: Megatron-DeepSpeed (PipelineEngine, ZeRO-1) converts; NeMo stays skipped for its
+        # distributed optimizer.
+        bloom = self.by_id["bloom-176b-production-g384-dp8-tp4-pp12-mbs2"]
+        self.assertEqual((bloom["plan"]["runtime"], bloom["plan"]["zero"], bloom["plan"]["pp"]), ("deepspeed", 1, 12))
+        self.assertEqual(bloom["plan"]["grad_accum"], 128)  # pipeline micro-batches per step
+        self.assertIn("distributed optimizer", skipped["nemo2407-pretrain-llama2-70b-g64-tp4-pp4-cp1-gbs128"])
         te = self.by_id["mosaic-h100-fp8-mpt3b-s512-g8-mbs40-ga6-amp_fp8-ac0"]
         self.assertEqual(te["plan"]["fp8"], "tensorwise")
         self.assertNotIn("fp8_all_gather", te["plan"])

@@ -60,15 +60,17 @@ TEST_CASE("report_json output validates against report.schema.json, every key do
   const SchemaValidator loose(schema("report.schema.json"), false);
   Bench b("llama3-8b", "dgx-h100", 16);
   Simulator sim(b.model, *b.cluster, *b.costs);
-  // Plain FSDP, HSDP with replicas, tensor parallel (TP collectives), DeepSpeed ZeRO-3, and one that does not
-  // fit.
-  std::vector<Plan> plans(5, example_plan());
+  // Plain FSDP, HSDP with replicas, tensor parallel (TP collectives), DeepSpeed ZeRO-3, one that does not
+  // fit, and a pipelined one (the `pipeline` object and `memory.stages`).
+  std::vector<Plan> plans(6, example_plan());
   plans[1].shard_group = 8;
   plans[2].tp = 2;
   plans[3].runtime = Runtime::kDeepSpeed;
   plans[4].ac = AcMode::kNone, plans[4].mbs = 8, plans[4].zero = 0;
+  plans[5].pp = 2, plans[5].grad_accum = 4;
   for (const Plan& p : plans) {
     const Json j = report_json(sim.run(b.resolve(p)), b.inputs());
+    CHECK(j.contains("pipeline") == (p.pp > 1));
     const auto errors = strict.validate(j);
     INFO(joined(errors));
     CHECK(errors.empty());
