@@ -328,6 +328,10 @@ std::size_t task_kind(const Task& t) {
         return 4;
       case CommKind::kOffloadCopy:
         return 5;
+      case CommKind::kCpRing:
+        return 2;
+      case CommKind::kAllToAll:
+        return 4;
     }
     return 7;
   }

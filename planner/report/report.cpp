@@ -15,6 +15,23 @@ std::string format_bytes(double b) {
   return fmt::format("{:.0f} B", b);
 }
 
+// Context and expert parallelism of the plan: the mesh groups they imply and what they send per step (present
+// only when cp > 1 or ep > 1; docs/model.md "Context parallelism", "Expert parallelism").
+static Json parallelism_json(const Result& r) {
+  const Plan& p = r.plan;
+  const auto& cp = r.comm[static_cast<int>(CommKind::kCpRing)];
+  const auto& a2a = r.comm[static_cast<int>(CommKind::kAllToAll)];
+  return {{"cp", p.cp},
+          {"ep", p.ep},
+          {"moe_imbalance", p.moe_imbalance},
+          {"fsdp_ranks", p.fsdp_ranks()},
+          {"efsdp_ranks", p.efsdp_ranks()},
+          {"cp_bytes_per_step", static_cast<std::int64_t>(cp.bytes_per_rank)},
+          {"cp_exposed_s", cp.exposed_s},
+          {"a2a_bytes_per_step", static_cast<std::int64_t>(a2a.bytes_per_rank)},
+          {"a2a_exposed_s", a2a.exposed_s}};
+}
+
 Json report_json(const Result& r, const ReportInputs& in) {
   const auto& spec = in.model->spec();
   Json breakdown = Json::object();
@@ -31,7 +48,7 @@ Json report_json(const Result& r, const ReportInputs& in) {
         {"count", c.count}};
   }
   const auto& cl = in.cluster->spec();
-  return {
+  Json j = {
       {"schema", "shardplan.report/1"},
       {"inputs",
        {{"model",
@@ -74,6 +91,8 @@ Json report_json(const Result& r, const ReportInputs& in) {
         {"mfu", r.mfu},
         {"model_flops_per_token", r.model_flops_per_token}}},
       {"comm", comm}};
+  if (r.plan.cp > 1 || r.plan.ep > 1) j["parallelism"] = parallelism_json(r);
+  return j;
 }
 
 std::string report_text(const Result& r, const ReportInputs& in, bool with_time) {

@@ -51,6 +51,9 @@ Plan all_changed() {
   x.loss_dtype = Dtype::kBf16;
   x.fp8 = Fp8::kRowwise;
   x.fp8_all_gather = true;
+  x.cp = 2;
+  x.ep = 4;
+  x.moe_imbalance = 1.25;
   return x;
 }
 
@@ -76,7 +79,8 @@ TEST_CASE("knobs: a plan with every knob changed survives plan_to_flags and the 
         "--wrap 2 "
         "--prefetch 2 --reshard-after-forward false --precision bf16 --reduce-dtype bf16 --offload params "
         "--async-tp "
-        "--foreach-optimizer --compile --hold-logits --loss-dtype bf16 --fp8 rowwise --fp8-all-gather");
+        "--foreach-optimizer --compile --hold-logits --loss-dtype bf16 --fp8 rowwise --fp8-all-gather "
+        "--cp 2 --ep 4 --moe-imbalance 1.25");
   CHECK(parse_flags(flags) == x);
   CHECK(from_json(x) == x);
   // Derived keys are written next to the knobs and accepted back.
