@@ -37,6 +37,12 @@ struct SearchSpace {
   std::vector<bool> async_tp = {false};
   /// Float8 linears: searched only when --fix fp8=V1,V2 lists values.
   std::vector<Fp8> fp8 = {Fp8::kNone};
+  /// Context parallelism; empty: {1}, plus 2, 4, 8, 16 (while tp x cp fits the GPUs) when the sequence is
+  /// 16k tokens or longer or one sequence's activations (full AC) do not fit one GPU.
+  std::vector<int> cp;
+  /// Expert parallelism; empty: {1} for dense models; for MoE models the powers of two dividing the expert
+  /// count and dp_shard x cp.
+  std::vector<int> ep;
   /// The non-searched knobs of every candidate (precision, seq, fp8, compile, async_tp, loss_dtype, ...).
   Plan base;
   /// Set by --fix grad_accum=N: candidates whose global batch needs another accumulation are rejected.
