@@ -385,8 +385,6 @@ def skip_reason(rec):
         reasons.append(FP8_REASON)
     if (p.get("pp") or 1) > 1:
         reasons.append("pipeline parallelism (pp=%d) not modelled" % p["pp"])
-    if (p.get("cp") or 1) > 1:
-        reasons.append("context parallelism (cp=%d) not modelled" % p["cp"])
     fw = str(p.get("framework") or "")
     if "NeMo" in fw or "Megatron-core" in fw:
         reasons.append("NeMo/Megatron-core distributed optimizer with TP/PP is not a runtime the tool expresses")
@@ -563,7 +561,12 @@ def convert(rec):
             "mbs": par["micro_batch_size_per_gpu"], "grad_accum": par.get("grad_accumulation_steps") or 1}
     if par.get("grad_accumulation_steps") is None:
         notes.append("grad accumulation not published; 1 assumed")
-    dp = gpus // tp
+    cp = par.get("cp") or 1
+    if cp > 1:
+        # Context parallelism (ring attention, docs/model.md "Context parallelism"): dp = gpus / (tp x cp);
+        # the published shard_group_size counts data-parallel ranks (FSDP then shards over them x cp).
+        plan["cp"] = cp
+    dp = gpus // (tp * cp)
     if zero and zero > 0:
         sg = par.get("shard_group_size") or dp
         if "HYBRID_SHARD" in sharding.upper() and _positive_int(rec["cluster"].get("gpus_per_node")):
