@@ -281,6 +281,8 @@ std::string emit_torchtitan_toml(const Plan& p, const ModelGraph& model, int gpu
   s += fmt::format("data_parallel_replicate_degree = {}\n", p.zero == 0 ? p.dp : p.replicas);
   s += fmt::format("data_parallel_shard_degree = {}\n", p.zero == 0 ? 1 : p.shard_group);
   s += fmt::format("tensor_parallel_degree = {}\n", p.tp);
+  if (p.cp > 1) s += fmt::format("context_parallel_degree = {}\n", p.cp);
+  if (p.ep > 1) s += fmt::format("expert_parallel_degree = {}\n", p.ep);
   s += fmt::format("fsdp_reshard_after_forward = \"{}\"\n", p.reshard() ? "always" : "never");
   s += fmt::format("enable_async_tensor_parallel = {}\n", p.async_tp ? "true" : "false");
   // torch.compile of the model and the loss ([compile], torchtitan from late 2024; the importer also reads
@@ -406,6 +408,11 @@ std::string emit(const std::string& kind, const Plan& p, const ModelGraph& model
     throw InputError::flag(
         "--emit", "the recommended plan is pipeline-parallel (pp " + std::to_string(p.pp) + "), which the " +
                       kind + " emitter does not write yet; pin --fix pp=1 to emit a plan without PP");
+  // The FSDP2 script and the DeepSpeed config have no context or expert parallelism; torchtitan has both.
+  if (kind != "torchtitan" && (p.cp > 1 || p.ep > 1))
+    throw InputError::flag("--emit", kind + " cannot express context or expert parallelism (cp " +
+                                         std::to_string(p.cp) + ", ep " + std::to_string(p.ep) +
+                                         "); use --emit torchtitan:FILE");
   if (kind == "fsdp2") return emit_fsdp2(p, model, gpus_per_node, extra_notes);
   if (kind == "deepspeed") {
     if (p.runtime != Runtime::kDeepSpeed && p.replicas > 1)

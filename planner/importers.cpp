@@ -212,10 +212,14 @@ ImportedConfig import_torchtitan(const std::string& path) {
   ImportedConfig c;
   c.format = "torchtitan";
   c.knobs["runtime"] = "fsdp2";
-  for (const char* k : {"parallelism.pipeline_parallel_degree", "parallelism.context_parallel_degree",
-                        "parallelism.expert_parallel_degree"})
+  for (const char* k : {"parallelism.pipeline_parallel_degree"})
     if (auto* v = get(k); v && std::stoll(int_text(path, k, *v)) > 1)
-      throw InputError(path, k, "pipeline, context and expert parallelism are not modelled");
+      throw InputError(path, k, "pipeline parallelism is not modelled");
+  // Context and expert parallelism: the plan's cp and ep (torchtitan ParallelismConfig).
+  if (auto* v = get("parallelism.context_parallel_degree"))
+    c.knobs["cp"] = int_text(path, "parallelism.context_parallel_degree", *v);
+  if (auto* v = get("parallelism.expert_parallel_degree"))
+    c.knobs["ep"] = int_text(path, "parallelism.expert_parallel_degree", *v);
   const long long shard = get("parallelism.data_parallel_shard_degree")
                               ? std::stoll(int_text(path, "parallelism.data_parallel_shard_degree",
                                                     *get("parallelism.data_parallel_shard_degree")))

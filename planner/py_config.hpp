@@ -8,6 +8,8 @@
 
 namespace shardplan::py {
 
+struct Kwarg;
+
 /// A parsed expression: a literal, a (dotted) name, a call, a list/tuple/dict, or anything else (kept as
 /// text, so that a field needing a literal can say what it found).
 struct Value {
@@ -17,11 +19,18 @@ struct Value {
   long long i = 0;
   double f = 0;
   bool b = false;
-  std::vector<Value> items;                           ///< list items, or a call's positional arguments
-  std::vector<std::pair<std::string, Value>> kwargs;  ///< a call's keyword arguments
+  std::vector<Value> items;   ///< list items, or a call's positional arguments
+  std::vector<Kwarg> kwargs;  ///< a call's keyword arguments
   int line = 0;
   /// The value as source-like text, for messages ("8", "\"bfloat16\"", "bs", "f(...)").
   std::string repr() const;
+};
+
+/// One keyword argument of a call (`name=value`). A struct rather than std::pair: a pair of an incomplete
+/// Value inside Value's own definition does not compile with clang's libstdc++ checks (the fuzz build).
+struct Kwarg {
+  std::string name;
+  Value value;
 };
 
 /// One statement of a function body (or of the module), as far as configs need them.

@@ -82,6 +82,10 @@ const std::vector<std::pair<std::string, Assign>>& dimensions() {
                  const std::vector<Plan>& v) { s.fp8 = each<Fp8>(v, [](const Plan& p) { return p.fp8; }); }},
       {"pp", [](SearchSpace& s,
                 const std::vector<Plan>& v) { s.pp = each<int>(v, [](const Plan& p) { return p.pp; }); }},
+      {"cp", [](SearchSpace& s,
+                const std::vector<Plan>& v) { s.cp = each<int>(v, [](const Plan& p) { return p.cp; }); }},
+      {"ep", [](SearchSpace& s,
+                const std::vector<Plan>& v) { s.ep = each<int>(v, [](const Plan& p) { return p.ep; }); }},
   };
   return d;
 }
@@ -153,7 +157,8 @@ TieKeys tie_keys(const Result& r) {
   // simpler plan.)
   k.memory_risk = memory_risk_level(r) == 2 ? 1 : 0;
   const bool hsdp = p.zero > 0 && p.shard_group > 0 && p.shard_group < p.dp;
-  k.parallel_dims = (p.tp > 1 ? 1 : 0) + (hsdp ? 1 : 0) + (p.pp > 1 ? 1 : 0);
+  k.parallel_dims =
+      (p.tp > 1 ? 1 : 0) + (hsdp ? 1 : 0) + (p.pp > 1 ? 1 : 0) + (p.cp > 1 ? 1 : 0) + (p.ep > 1 ? 1 : 0);
   // The runtime its maintainers recommend to PyTorch users: FSDP2 (torch.distributed.fsdp.fully_shard; the
   // FSDP1 docs point new code to it, torchtitan uses only it), then FSDP1, then DeepSpeed.
   k.runtime_rank = p.runtime == Runtime::kFsdp2 ? 0 : p.runtime == Runtime::kFsdp1 ? 1 : 2;
@@ -175,7 +180,10 @@ const std::array<const char*, 4>& tie_rule_names() {
 std::string plan_family(const Plan& p) {
   const bool hsdp = p.zero > 0 && p.shard_group > 0 && p.shard_group < p.dp;
   const std::string pipe = p.pp > 1 ? fmt::format(" pp{} {}", p.pp, to_string(p.pp_schedule)) : std::string();
-  return fmt::format("{} tp{}{} ac={} {}", to_string(p.runtime), p.tp, pipe, to_string(p.ac),
+  // Context and expert parallelism name their own families (absent at degree 1: the names stay as before).
+  const std::string cp_ep =
+      (p.cp > 1 ? fmt::format(" cp{}", p.cp) : std::string()) + (p.ep > 1 ? fmt::format(" ep{}", p.ep) : "");
+  return fmt::format("{} tp{}{}{} ac={} {}", to_string(p.runtime), p.tp, pipe, cp_ep, to_string(p.ac),
                      hsdp          ? "hsdp"
                      : p.zero == 0 ? "ddp"
                                    : "fsdp");
@@ -212,6 +220,45 @@ std::pair<std::size_t, std::string> choose_plan(const std::vector<const Result*>
   return {best, ""};  // unreachable: equal keys keep the faster plan
 }
 
+// Context-parallel degrees searched at one TP degree (SearchSpace::cp): 1, and 2..16 when the sequence is
+// long (16k+) or one sequence's activations do not fit one GPU even under full AC.
+static std::vector<int> cp_degrees(const ModelGraph& model, const Cluster& cluster, const SearchSpace& sp,
+                                   int tp) {
+  if (!sp.cp.empty()) return sp.cp;
+  std::vector<int> out = {1};
+  const std::int64_t seq = sp.seq > 0 ? sp.seq : sp.base.seq > 0 ? sp.base.seq : model.spec().seq;
+  bool long_context = seq >= 16384;
+  if (!long_context) {
+    Plan probe = sp.base;
+    probe.tp = tp;
+    probe.mbs = 1;
+    probe.ac = AcMode::kFull;
+    probe.seq = seq;
+    probe.cp = probe.ep = 1;
+    try {
+      const Plan r = resolve_plan(probe, model, cluster);
+      long_context = Simulator::activation_bytes(model, r) > cluster.spec().gpu.memory_bytes;
+    } catch (const InputError&) {  // this TP degree is rejected with its reason by the enumeration
+    }
+  }
+  if (long_context)
+    for (int cp = 2; cp <= 16 && cp * tp <= cluster.gpus(); cp *= 2) out.push_back(cp);
+  return out;
+}
+
+// Expert-parallel degrees searched for a dp_shard x cp group (SearchSpace::ep): 1 for dense models; for MoE
+// models the powers of two dividing the expert count and dp_shard x cp (torchtitan carves EP out of them).
+static std::vector<int> ep_degrees(const ModelGraph& model, const SearchSpace& sp, int fsdp_ranks) {
+  if (!sp.ep.empty()) return sp.ep;
+  int experts = 0;
+  for (const Layer* l : model.order())
+    if (l->moe_experts > 0) experts = experts == 0 ? l->moe_experts : std::min(experts, l->moe_experts);
+  std::vector<int> out = {1};
+  for (int ep = 2; experts > 0 && ep <= experts && fsdp_ranks > 0 && ep <= fsdp_ranks; ep *= 2)
+    if (experts % ep == 0 && fsdp_ranks % ep == 0) out.push_back(ep);
+  return out;
+}
+
 static void reject(Rejections& r, const std::string& reason, const std::string& example) {
   if (r.count[reason]++ == 0) r.example[reason] = example;
 }
@@ -224,93 +271,99 @@ std::vector<Plan> enumerate_candidates(const ModelGraph& model, const Cluster& c
   if (!sp.pp.empty() && std::find(sp.pp.begin(), sp.pp.end(), 1) == sp.pp.end()) return out;
   for (Runtime rt : sp.runtimes)
     for (int tp : sp.tp)
-      for (int zero : sp.zero) {
-        // Shard groups: divisors of dp that respect node boundaries (within a node: powers of two dividing
-        // the node's data-parallel ranks; across: whole nodes).
-        const int dp = cluster.gpus() / std::max(1, tp);
-        std::vector<int> groups = sp.shard_groups;
-        if (groups.empty()) {
-          if (zero == 0)
-            groups = {0};
-          else
-            for (int g = 1; g <= dp; ++g)
-              if (dp % g == 0 && ((g * tp) % node == 0 || node % (g * tp) == 0) &&
-                  (g == dp || (g & (g - 1)) == 0 || g * tp >= node))
-                groups.push_back(g);
-        }
-        // reshard_after_forward is ZeRO-3's defining knob (false = SHARD_GRAD_OP, searched as zero 2).
-        const bool raf = zero == 3;
-        if (std::find(sp.reshard_after_forward.begin(), sp.reshard_after_forward.end(), raf) ==
-            sp.reshard_after_forward.end())
-          continue;
-        for (int g : groups)
-          for (int mbs : sp.mbs)
-            for (AcMode ac : sp.ac)
-              for (int wrap : sp.wrap)
-                for (int pf : sp.prefetch)
-                  for (Dtype rd : sp.reduce)
-                    for (Offload off : sp.offload)
-                      for (bool compile : sp.compile)
-                        for (bool async_tp : sp.async_tp)
-                          for (Fp8 fp8 : sp.fp8) {
-                            if (async_tp && tp == 1)
-                              continue;  // async TP overlaps TP collectives: none without TP
-                            ++stats.considered;
-                            Plan p = sp.base;
-                            p.runtime = rt;
-                            p.zero = zero;
-                            p.tp = tp;
-                            p.shard_group = g;
-                            p.mbs = mbs;
-                            p.ac = ac;
-                            p.wrap = wrap;
-                            p.prefetch = pf;
-                            p.reduce_dtype = rd;
-                            p.offload = off;
-                            p.compile = compile;
-                            p.async_tp = async_tp;
-                            p.fp8 = fp8;
-                            if (sp.seq > 0) p.seq = sp.seq;
-                            if (zero == 3) p.reshard_after_forward = true;
-                            if (rt != Runtime::kFsdp2 &&
-                                pf > 1) {  // explicit prefetch depth is an FSDP2 knob: not a candidate
-                              --stats.considered;
-                              continue;
-                            }
-                            if (p.precision == Precision::kFp32 && rd == Dtype::kBf16) {
-                              reject(stats.rejections, "fp32 precision reduces in fp32", plan_to_flags(p));
-                              continue;
-                            }
-                            try {
-                              Plan r = resolve_plan(p, model, cluster, sp.global_batch);
-                              if (sp.grad_accum && r.grad_accum != *sp.grad_accum) {
-                                reject(stats.rejections, "--grad-accum differs from --fix grad_accum",
-                                       plan_to_flags(r) +
-                                           fmt::format("  (global batch {} needs {} micro-batches)",
-                                                       sp.global_batch, r.grad_accum));
-                                continue;
+      for (int cp : cp_degrees(model, cluster, sp, tp))
+        for (int zero : sp.zero) {
+          // Shard groups: divisors of dp that respect node boundaries (within a node: powers of two dividing
+          // the node's data-parallel ranks; across: whole nodes).
+          // pp joins this product (mesh order: pp, dp_replicate, dp_shard, cp, tp; tp innermost)
+          const int dp = cluster.gpus() / std::max(1, tp * cp);
+          std::vector<int> groups = sp.shard_groups;
+          if (groups.empty()) {
+            if (zero == 0)
+              groups = {0};
+            else
+              for (int g = 1; g <= dp; ++g)
+                if (dp % g == 0 && ((g * tp * cp) % node == 0 || node % (g * tp * cp) == 0) &&
+                    (g == dp || (g & (g - 1)) == 0 || g * tp * cp >= node))
+                  groups.push_back(g);
+          }
+          // reshard_after_forward is ZeRO-3's defining knob (false = SHARD_GRAD_OP, searched as zero 2).
+          const bool raf = zero == 3;
+          if (std::find(sp.reshard_after_forward.begin(), sp.reshard_after_forward.end(), raf) ==
+              sp.reshard_after_forward.end())
+            continue;
+          for (int g : groups)
+            for (int ep : ep_degrees(model, sp, (g == 0 ? dp : g) * cp))
+              for (int mbs : sp.mbs)
+                for (AcMode ac : sp.ac)
+                  for (int wrap : sp.wrap)
+                    for (int pf : sp.prefetch)
+                      for (Dtype rd : sp.reduce)
+                        for (Offload off : sp.offload)
+                          for (bool compile : sp.compile)
+                            for (bool async_tp : sp.async_tp)
+                              for (Fp8 fp8 : sp.fp8) {
+                                if (async_tp && tp == 1)
+                                  continue;  // async TP overlaps TP collectives: none without TP
+                                ++stats.considered;
+                                Plan p = sp.base;
+                                p.runtime = rt;
+                                p.zero = zero;
+                                p.tp = tp;
+                                p.shard_group = g;
+                                p.mbs = mbs;
+                                p.ac = ac;
+                                p.wrap = wrap;
+                                p.prefetch = pf;
+                                p.reduce_dtype = rd;
+                                p.offload = off;
+                                p.compile = compile;
+                                p.async_tp = async_tp;
+                                p.fp8 = fp8;
+                                p.cp = cp;
+                                p.ep = ep;
+                                if (sp.seq > 0) p.seq = sp.seq;
+                                if (zero == 3) p.reshard_after_forward = true;
+                                if (rt != Runtime::kFsdp2 &&
+                                    pf > 1) {  // explicit prefetch depth is an FSDP2 knob: not a candidate
+                                  --stats.considered;
+                                  continue;
+                                }
+                                if (p.precision == Precision::kFp32 && rd == Dtype::kBf16) {
+                                  reject(stats.rejections, "fp32 precision reduces in fp32",
+                                         plan_to_flags(p));
+                                  continue;
+                                }
+                                try {
+                                  Plan r = resolve_plan(p, model, cluster, sp.global_batch);
+                                  if (sp.grad_accum && r.grad_accum != *sp.grad_accum) {
+                                    reject(stats.rejections, "--grad-accum differs from --fix grad_accum",
+                                           plan_to_flags(r) +
+                                               fmt::format("  (global batch {} needs {} micro-batches)",
+                                                           sp.global_batch, r.grad_accum));
+                                    continue;
+                                  }
+                                  out.push_back(r);
+                                } catch (const InputError& e) {
+                                  // Group reasons by flag and the start of the message (numbers stripped).
+                                  std::string key = e.where();
+                                  std::string msg = std::string(e.what());
+                                  if (msg.find("global batch") != std::string::npos)
+                                    key += " not a multiple of dp x mbs";
+                                  else if (msg.find("does not divide") != std::string::npos)
+                                    key += " does not divide";
+                                  else if (msg.find("no ZeRO-1") != std::string::npos)
+                                    key += " has no ZeRO-1 mode";
+                                  else if (msg.find("exceeds") != std::string::npos)
+                                    key += " exceeds the limit";
+                                  else if (msg.find("hybrid") != std::string::npos)
+                                    key += " HSDP not modelled for deepspeed";
+                                  else if (e.where() == "--offload")
+                                    key += " not available for this runtime and stage";
+                                  reject(stats.rejections, key, plan_to_flags(p) + "  (" + msg + ")");
+                                }
                               }
-                              out.push_back(r);
-                            } catch (const InputError& e) {
-                              // Group reasons by flag and the start of the message (numbers stripped).
-                              std::string key = e.where();
-                              std::string msg = std::string(e.what());
-                              if (msg.find("global batch") != std::string::npos)
-                                key += " not a multiple of dp x mbs";
-                              else if (msg.find("does not divide") != std::string::npos)
-                                key += " does not divide";
-                              else if (msg.find("no ZeRO-1") != std::string::npos)
-                                key += " has no ZeRO-1 mode";
-                              else if (msg.find("exceeds") != std::string::npos)
-                                key += " exceeds the limit";
-                              else if (msg.find("hybrid") != std::string::npos)
-                                key += " HSDP not modelled for deepspeed";
-                              else if (e.where() == "--offload")
-                                key += " not available for this runtime and stage";
-                              reject(stats.rejections, key, plan_to_flags(p) + "  (" + msg + ")");
-                            }
-                          }
-      }
+        }
   return out;
 }
 

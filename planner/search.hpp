@@ -40,6 +40,12 @@ struct SearchSpace {
   /// Pipeline-parallel degrees (--fix pp=1,4,16). Empty: PP plans (1f1b and interleaved 1F1B with two stages
   /// per rank, FSDP2) are searched only on large clusters or when no plan fits without PP.
   std::vector<int> pp;
+  /// Context parallelism; empty: {1}, plus 2, 4, 8, 16 (while tp x cp fits the GPUs) when the sequence is
+  /// 16k tokens or longer or one sequence's activations (full AC) do not fit one GPU.
+  std::vector<int> cp;
+  /// Expert parallelism; empty: {1} for dense models; for MoE models the powers of two dividing the expert
+  /// count and dp_shard x cp.
+  std::vector<int> ep;
   /// The non-searched knobs of every candidate (precision, seq, fp8, compile, async_tp, loss_dtype, ...).
   Plan base;
   /// Set by --fix grad_accum=N: candidates whose global batch needs another accumulation are rejected.

@@ -5,12 +5,20 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 
 #include "core/error.hpp"
 
 namespace shardplan {
 
 namespace {
+
+/// Shortest text that reads back as `v` ("1", "1.25").
+std::string format_double(double v) {
+  char buf[32];
+  auto [ptr, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, ptr) : std::to_string(v);
+}
 
 std::string parse_int(const std::string& text, std::int64_t lo, std::int64_t hi, std::int64_t& out) {
   std::int64_t v = 0;
@@ -19,6 +27,18 @@ std::string parse_int(const std::string& text, std::int64_t lo, std::int64_t hi,
   if (text.empty() || ec != std::errc() || ptr != end) return "expected an integer, got \"" + text + "\"";
   if (v < lo || v > hi)
     return "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + text;
+  out = v;
+  return "";
+}
+
+std::string parse_double(const std::string& text, double lo, double hi, double& out) {
+  double v = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(v))
+    return "expected a number, got \"" + text + "\"";
+  if (v < lo || v > hi)
+    return "must be in [" + format_double(lo) + ", " + format_double(hi) + "], got " + text;
   out = v;
   return "";
 }
@@ -132,6 +152,25 @@ void add_pipeline_knobs(std::vector<Knob>& t) {
   }
 }
 
+// Context and expert parallelism (docs/model.md "Context parallelism", "Expert parallelism").
+void add_cp_ep_knobs(std::vector<Knob>& t) {
+  t.push_back(int_knob("cp", "--cp",
+                       "context-parallel degree: each sequence split over cp ranks (ring attention, "
+                       "load-balanced sharding)",
+                       "1", 1, 1 << 16, &Plan::cp));
+  t.push_back(int_knob("ep", "--ep",
+                       "expert-parallel degree: routed experts split over ep of the dp_shard x cp ranks (MoE "
+                       "models)",
+                       "1", 1, 1 << 16, &Plan::ep));
+  Knob k = make("moe_imbalance", "--moe-imbalance", KnobKind::kDouble,
+                "routed tokens of the busiest expert-parallel rank over the mean (1 = balanced router)", "1");
+  k.dlo = 1.0;
+  k.dhi = 64.0;
+  k.get = [](const Plan& p) { return format_double(p.moe_imbalance); };
+  k.set = [](Plan& p, const std::string& text) { return parse_double(text, 1.0, 64.0, p.moe_imbalance); };
+  t.push_back(k);
+}
+
 std::vector<Knob> build_table() {
   std::vector<Knob> t;
   t.push_back(
@@ -209,6 +248,7 @@ std::vector<Knob> build_table() {
                           "FSDP2 all-gathers the blocks' linear weights in float8 (needs --fp8 tensorwise)",
                           &Plan::fp8_all_gather));
   add_pipeline_knobs(t);
+  add_cp_ep_knobs(t);
   return t;
 }
 

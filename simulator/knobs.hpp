@@ -17,6 +17,7 @@ enum class KnobKind {
   kSwitch,  ///< a flag without value (--compile); JSON boolean
   kEnum,    ///< one of `values`; JSON string
   kText,    ///< free text its setter parses (--pp-layers 3,4,4,3); JSON string
+  kDouble,  ///< real number in [dlo, dhi]; JSON number
 };
 
 struct Knob {
@@ -27,6 +28,7 @@ struct Knob {
   const char* default_text = "";    ///< shown in --help ("the model's", "fsdp2")
   std::vector<std::string> values;  ///< enum spellings (EnumValues order); {"true", "false"} for booleans
   std::int64_t lo = 0, hi = 0;      ///< integer range, for flags, `--fix` and run records alike
+  double dlo = 0, dhi = 0;          ///< kDouble: the range
   /// kSwitch only: the value the flag sets ("true"; "false" for --foreach-optimizer, which clears
   /// fused_optimizer).
   const char* switch_sets = "true";

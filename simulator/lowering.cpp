@@ -84,8 +84,10 @@ void Lowering::forward(int mb) {
     // Per forward: the all-gathers before attention and MLP, the reduce-scatters after them.
     const int n_ag = un.tp_ag_bytes > 0 ? (un.blocks > 0 ? 2 * un.blocks : 1) : 0;
     const int n_rs = un.tp_rs_bytes > 0 ? (un.blocks > 0 ? 2 * un.blocks : 1) : 0;
-    const std::int32_t tp = tp_collectives(u, mb, false, un.tp_fwd_ag_s, un.tp_fwd_s - un.tp_fwd_ag_s, n_ag,
-                                           n_rs, un.tp_ag_bytes, un.tp_rs_bytes);
+    const std::int32_t tp =
+        cp_ep_collectives(u, mb, false,
+                          tp_collectives(u, mb, false, un.tp_fwd_ag_s, un.tp_fwd_s - un.tp_fwd_ag_s, n_ag,
+                                         n_rs, un.tp_ag_bytes, un.tp_rs_bytes));
     Task t;
     t.type = TaskType::kCompute;
     t.lane = kLaneCompute;
@@ -139,12 +141,13 @@ void Lowering::backward(int mb, bool last_mb) {
     const bool recompute_tp = p_.ac == AcMode::kFull && un.blocks > 0;
     const int n_fwd_ag = un.tp_ag_bytes > 0 ? (un.blocks > 0 ? 2 * un.blocks : 1) : 0;
     const int n_fwd_rs = un.tp_rs_bytes > 0 ? (un.blocks > 0 ? 2 * un.blocks : 1) : 0;
-    const std::int32_t tp =
+    const std::int32_t tp = cp_ep_collectives(
+        u, mb, true,
         tp_collectives(u, mb, true, un.tp_bwd_ag_s + (recompute_tp ? un.tp_fwd_ag_s : 0.0),
                        (un.tp_bwd_s - un.tp_bwd_ag_s) + (recompute_tp ? un.tp_fwd_s - un.tp_fwd_ag_s : 0.0),
                        n_fwd_rs + (recompute_tp ? n_fwd_ag : 0), n_fwd_ag + (recompute_tp ? n_fwd_rs : 0),
                        un.tp_rs_bytes + (recompute_tp ? un.tp_ag_bytes : 0.0),
-                       un.tp_ag_mirror_bytes + (recompute_tp ? un.tp_rs_bytes : 0.0));
+                       un.tp_ag_mirror_bytes + (recompute_tp ? un.tp_rs_bytes : 0.0)));
     Task t;
     t.type = TaskType::kCompute;
     t.lane = kLaneCompute;
@@ -188,12 +191,12 @@ void Lowering::backward(int mb, bool last_mb) {
       const double bytes = static_cast<double>(un.elems) * (rt_.allreduce_in_compute_dtype ? bc_ : br_);
       last_shard_comm_ = add_collective(
           CollectiveKind::kAllReduce, CommKind::kAllReduce, kLaneShard, bytes, dp_g_, id,
-          busbw_factor(CollectiveKind::kAllReduce, p_.dp) * bytes,
+          busbw_factor(CollectiveKind::kAllReduce, p_.dp_cp()) * bytes,
           [&] { return "all_reduce " + un.name + mb_suffix(mb); }, u, mb);
       // DeepSpeed ZeRO-1 offload: this rank's partition of the reduced bucket goes to the host.
       if (offload_.grads)
-        pcie_copy(static_cast<double>(un.elems) / p_.dp * host_grad_bytes_, last_shard_comm_, u, mb, true,
-                  "d2h grads");
+        pcie_copy(static_cast<double>(un.elems) / p_.dp_cp() * host_grad_bytes_, last_shard_comm_, u, mb,
+                  true, "d2h grads");
     }
   }
   if (held_rs_input_ > 0) {
@@ -241,7 +244,7 @@ void Lowering::optimizer_step() {
     const double bytes = static_cast<double>(in_.model.parameters()) / p_.tp * 2;
     add_collective(
         CollectiveKind::kAllGather, CommKind::kAllGather, kLaneShard, bytes, dp_g_, oid,
-        busbw_factor(CollectiveKind::kAllGather, p_.dp) * bytes,
+        busbw_factor(CollectiveKind::kAllGather, p_.dp_cp()) * bytes,
         [] { return std::string("param all_gather after step"); }, -1, -1);
   }
   if (grads_allocated_ > 0) {

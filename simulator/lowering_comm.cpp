@@ -40,11 +40,13 @@ void Lowering::issue_ag(int u, int mb, bool backward, std::int32_t after) {
   Task t;
   t.type = TaskType::kCollective;
   t.lane = kLaneShard;
-  const double bytes = ag_bytes(u);
+  const double bytes = ag_bytes(u), expert_bytes = ag_expert_bytes(u);
   t.backward = backward;
   // Mixed precision: the fp32 shard is cast to the compute dtype before the gather (read 4, write bc).
-  t.duration_s = coll_(CollectiveKind::kAllGather, bytes, shard_g_) +
+  t.duration_s = coll_(CollectiveKind::kAllGather, bytes - expert_bytes, shard_g_) +
                  (mixed_cast_ ? in_.costs.memory_s(static_cast<double>(un.shard_elems) * (4 + bc_)) : 0);
+  // Expert parallelism: this rank's experts are gathered over the efsdp group (their own FSDP module).
+  if (expert_bytes > 0) t.duration_s += coll_(CollectiveKind::kAllGather, expert_bytes, efsdp_g_);
   t.cpu_s = K_.collective_launch_s;
   t.deps[0] = after;
   // The gather limiters: the CPU blocks on the entry two back in the limiter's queue (§3.3, §3.4).
@@ -67,7 +69,8 @@ void Lowering::issue_ag(int u, int mb, bool backward, std::int32_t after) {
   // DeepSpeed's queue holds the fetches themselves; FSDP1's the computes (pushed by forward/backward).
   if (rt_.gather_limiter == GatherLimiter::kFetchTwoBack) limiter_queue_.push_back(id);
   out_.comm[static_cast<int>(CommKind::kAllGather)].bytes_per_rank +=
-      busbw_factor(CollectiveKind::kAllGather, p_.shard_group) * bytes;
+      busbw_factor(CollectiveKind::kAllGather, p_.fsdp_ranks()) * (bytes - expert_bytes) +
+      busbw_factor(CollectiveKind::kAllGather, p_.efsdp_ranks()) * expert_bytes;
 }
 
 void Lowering::release_held_ag_output(int u) {
@@ -158,9 +161,17 @@ std::int32_t Lowering::tp_collectives(int u, int mb, bool backward, double ag_s,
 
 void Lowering::reduce_scatter(int u, int mb, Bytes ugrad, double grad_bytes_per_elem) {
   const SimUnit& un = unit(u);
-  const double rs_elems = static_cast<double>(
-      un.owns_merged_root ? un.gathered_elems : std::max(un.gathered_elems, un.shard_elems * p_.shard_group));
-  const double rs_bytes = rs_elems * br_;
+  // Dense parameters reduce over the fsdp ranks (dp_shard x cp), this EP rank's experts over the efsdp ranks.
+  const int F = p_.fsdp_ranks(), Fe = p_.efsdp_ranks();
+  const std::int64_t expert_rs = std::max(un.expert_gathered_elems, un.expert_shard_elems * Fe);
+  const std::int64_t dense_gathered = un.gathered_elems - un.expert_gathered_elems;
+  const double dense_rs = static_cast<double>(
+      un.owns_merged_root ? un.gathered_elems
+                          : std::max(dense_gathered, (un.shard_elems - un.expert_shard_elems) * F));
+  const double rs_elems = dense_rs + static_cast<double>(expert_rs);
+  const double rs_bytes = rs_elems * br_, expert_rs_bytes = static_cast<double>(expert_rs) * br_;
+  // Elements of the reduced gradient shard this rank keeps.
+  const double shard_out_elems = dense_rs / F + static_cast<double>(expert_rs) / Fe;
   // RS input copy (FSDP2: default stream; waits the previous RS before dropping its input).
   Task c;
   c.type = TaskType::kCopy;
@@ -181,11 +192,16 @@ void Lowering::reduce_scatter(int u, int mb, Bytes ugrad, double grad_bytes_per_
   if (un.owns_merged_root)  // the root's head part gradients, reduced together
     effect(MemCategory::kGrads, kPoolDefault, -B(static_cast<double>(units_.back().elems) * bc_));
   const std::int32_t rid = add_collective(
-      CollectiveKind::kReduceScatter, CommKind::kReduceScatter, kLaneShard, rs_bytes, shard_g_, cid,
-      busbw_factor(CollectiveKind::kReduceScatter, p_.shard_group) * rs_bytes,
+      CollectiveKind::kReduceScatter, CommKind::kReduceScatter, kLaneShard, rs_bytes - expert_rs_bytes,
+      shard_g_, cid,
+      busbw_factor(CollectiveKind::kReduceScatter, F) * (rs_bytes - expert_rs_bytes) +
+          busbw_factor(CollectiveKind::kReduceScatter, Fe) * expert_rs_bytes,
       [&] { return "reduce_scatter " + un.name + mb_suffix(mb); }, u, mb);
-  const Bytes out_r = B(rs_elems / p_.shard_group * br_);
-  const Bytes grad_shard = B(rs_elems / p_.shard_group * grad_bytes_per_elem);
+  if (expert_rs_bytes > 0)  // the experts' own reduce-scatter over the efsdp ranks, on the same stream
+    out_.program.tasks[static_cast<std::size_t>(rid)].duration_s +=
+        coll_(CollectiveKind::kReduceScatter, expert_rs_bytes, efsdp_g_);
+  const Bytes out_r = B(shard_out_elems * br_);
+  const Bytes grad_shard = B(shard_out_elems * grad_bytes_per_elem);
   effect(MemCategory::kCommBuffers, kPoolReduceScatter, out_r);
   if (rt_.rs_input_held)
     held_rs_input_ = B(rs_bytes);  // kept until the next unit's post-backward
@@ -201,7 +217,7 @@ void Lowering::reduce_scatter(int u, int mb, Bytes ugrad, double grad_bytes_per_
   last_shard_comm_ = rid;
   std::int32_t reduced = rid;
   if (p_.replicas > 1) {
-    const double bytes = rs_elems / p_.shard_group * br_;
+    const double bytes = shard_out_elems * br_;
     last_rep_comm_ = reduced = add_collective(
         CollectiveKind::kAllReduce, CommKind::kAllReduce, kLaneReplica, bytes, rep_g_, rid,
         busbw_factor(CollectiveKind::kAllReduce, p_.replicas) * bytes,
@@ -209,8 +225,7 @@ void Lowering::reduce_scatter(int u, int mb, Bytes ugrad, double grad_bytes_per_
   }
   // Offloaded gradients: the reduced shard goes device -> host (FSDP post-backward D2H, DeepSpeed
   // async copy into the fp32 CPU partition).
-  if (offload_.grads)
-    pcie_copy(rs_elems / p_.shard_group * host_grad_bytes_, reduced, u, mb, true, "d2h grads");
+  if (offload_.grads) pcie_copy(shard_out_elems * host_grad_bytes_, reduced, u, mb, true, "d2h grads");
 }
 
 }  // namespace shardplan::detail

@@ -31,9 +31,12 @@ class Lowering {
         bc_(p_.precision == Precision::kFp32 ? 4.0 : 2.0),
         br_(p_.reduce() == Dtype::kFp32 ? 4.0 : 2.0),
         mixed_cast_(p_.precision == Precision::kBf16Mixed || p_.precision == Precision::kFp32),
-        shard_g_(in.cluster.group(p_.shard_group, p_.tp)),
-        rep_g_(in.cluster.group(p_.replicas, p_.tp * p_.shard_group)),
-        dp_g_(in.cluster.group(p_.dp, p_.tp)),
+        // Mesh [dp_replicate, dp_shard, cp, tp], tp innermost: FSDP shards over dp_shard x cp (stride tp),
+        // replicas are tp x dp_shard x cp apart; the expert FSDP group (efsdp) is the ranks ep x tp apart.
+        shard_g_(in.cluster.group(p_.fsdp_ranks(), p_.tp)),
+        rep_g_(in.cluster.group(p_.replicas, p_.tp * p_.fsdp_ranks())),
+        dp_g_(in.cluster.group(p_.dp_cp(), p_.tp)),
+        efsdp_g_(in.cluster.group(p_.efsdp_ranks(), p_.tp * p_.ep)),
         ag_task_(static_cast<std::size_t>(U_), -1),
         copyout_task_(static_cast<std::size_t>(U_), -1),
         fwd_task_(static_cast<std::size_t>(U_), -1),
@@ -57,6 +60,9 @@ class Lowering {
   }
   void effect(MemCategory c, std::uint8_t pool, Bytes delta) { out_.program.add_effect({c, pool, delta}); }
   const SimUnit& unit(int u) const { return units_[static_cast<std::size_t>(u)]; }
+  /// The gathered parameters of unit `u` in bytes: the dense part (fsdp ranks) and the routed experts of this
+  /// EP rank (efsdp ranks, expert parallelism).
+  double ag_expert_bytes(int u) const { return static_cast<double>(unit(u).expert_gathered_elems) * bc_; }
   double ag_bytes(int u) const {
     const SimUnit& un = unit(u);
     return static_cast<double>(un.gathered_elems - un.fp8_gathered_elems) * bc_ +
@@ -99,7 +105,7 @@ class Lowering {
   // ---- logits and loss (docs/mechanics.md §2.3) ----
   double logits_elems() const {
     return static_cast<double>(p_.mbs) * static_cast<double>(p_.seq) *
-           static_cast<double>(in_.model.spec().vocab) / p_.tp;
+           static_cast<double>(in_.model.spec().vocab) / p_.tp / p_.cp;  // CP: this rank's seq / cp
   }
   void loss_forward_effects();
   void loss_backward_effects();
@@ -112,6 +118,12 @@ class Lowering {
   /// collectives they are; `ag_bytes` / `rs_bytes` their buffer bytes.
   std::int32_t tp_collectives(int u, int mb, bool backward, double ag_s, double rs_s, int n_ag, int n_rs,
                               double ag_bytes, double rs_bytes);
+
+  // ---- context and expert parallelism (lowering_cp_ep.cpp) ----
+  /// Adds the unit's ring-attention exchange and MoE all-to-alls of one pass after `gate` (the TP gate, or
+  /// -1) and returns what the unit's compute must wait for: the exposed CP share and the all-to-alls block
+  /// the compute stream; the hidden CP share runs beside it. Returns `gate` unchanged without CP or EP.
+  std::int32_t cp_ep_collectives(int u, int mb, bool backward, std::int32_t gate);
 
   // ---- forward ----
   void forward(int mb);
@@ -133,7 +145,7 @@ class Lowering {
   const int U_;
   const double bc_, br_;
   const bool mixed_cast_;
-  const GroupView shard_g_, rep_g_, dp_g_;
+  const GroupView shard_g_, rep_g_, dp_g_, efsdp_g_;
   CollectiveMemo coll_{in_.costs};  ///< the same few collectives recur for every unit and micro-batch
   std::vector<std::int32_t> ag_task_, copyout_task_, fwd_task_;
   std::vector<char> gathered_, ag_out_held_;

@@ -12,21 +12,39 @@ namespace shardplan {
 
 StateElems state_elems(const ModelGraph& model, const Plan& p) {
   const RuntimeTraits rt = runtime_traits(p);
-  const int F = p.shard_group, t = p.tp;
-  std::int64_t local = 0, shard = 0;
+  // Dense parameters shard over dp_shard x cp, one EP rank's experts (experts / ep of each MoE layer) over
+  // dp_shard x cp / ep (units.cpp, torchtitan's fsdp and efsdp meshes).
+  const int F = p.fsdp_ranks(), Fe = p.efsdp_ranks(), t = p.tp;
+  const bool ep = p.ep > 1;
+  std::int64_t local = 0, shard = 0, expert_local = 0, expert_shard = 0;
   for (const Layer* l : model.order()) {
     for (const auto& ten : l->tensors) {
-      local =
-          add_checked(local, mul_checked(tp_local_rows(ten, t), tp_local_cols(ten, t), "tensor elements"));
+      const std::int64_t n = mul_checked(tp_local_rows(ten, t), tp_local_cols(ten, t), "tensor elements");
+      if (ep && ten.expert) {
+        expert_local = add_checked(expert_local, n);
+        if (rt.padding != Padding::kFlatUnit)
+          expert_shard = add_checked(expert_shard, tensor_shard_elems(ten, t, Fe, rt.padding));
+        continue;
+      }
+      local = add_checked(local, n);
       if (rt.padding != Padding::kFlatUnit)
         shard = add_checked(shard, tensor_shard_elems(ten, t, F, rt.padding));
     }
   }
   if (rt.padding == Padding::kFlatUnit)
     shard = ceil_div(local, F);  // one padded flat parameter, approximately
+  if (ep) {
+    expert_local /= p.ep;
+    expert_shard = rt.padding == Padding::kFlatUnit ? ceil_div(expert_local, Fe) : expert_shard / p.ep;
+  }
   const bool ds = p.runtime == Runtime::kDeepSpeed;
   // DeepSpeed ZeRO-1/2 partition one flat group padded to 2 x F (nccl_start_alignment_factor, §1.8).
-  const std::int64_t part = ds && p.zero < 3 ? ceil_div(local, 2 * F) * 2 : shard;
+  std::int64_t part = ds && p.zero < 3 ? ceil_div(local, 2 * F) * 2 : shard;
+  if (ep) {
+    part += ds && p.zero < 3 ? ceil_div(expert_local, 2 * Fe) * 2 : expert_shard;
+    shard += expert_shard;
+    local += expert_local;
+  }
   StateElems e{local, local, local};
   if (p.zero >= 1) e.optimizer = part;
   if (p.zero >= 2) e.grads = part;
@@ -72,7 +90,7 @@ Bytes host_state_bytes_per_rank(const ModelGraph& model, const Plan& p) {
 }
 
 Bytes activation_bytes(const ModelGraph& model, const Plan& p) {
-  const double T = static_cast<double>(p.mbs) * static_cast<double>(p.seq);
+  const double T = static_cast<double>(p.mbs) * static_cast<double>(p.seq) / p.cp;  // this rank's tokens
   const double bc = p.precision == Precision::kFp32 ? 4.0 : 2.0;
   double total = 0;
   for (const Layer* l : model.order()) {
@@ -107,7 +125,7 @@ std::array<Bytes, kMemCategories> initial_allocation(const ModelGraph& model, co
     const double lb = p.loss_dtype == Dtype::kFp32 ? 4.0 : (p.precision == Precision::kFp32 ? 4.0 : 2.0);
     initial[static_cast<int>(MemCategory::kActivations)] =
         static_cast<Bytes>(std::llround(lb * static_cast<double>(p.mbs) * static_cast<double>(p.seq) *
-                                        static_cast<double>(model.spec().vocab) / p.tp));
+                                        static_cast<double>(model.spec().vocab) / p.tp / p.cp));
   }
   return initial;
 }
@@ -115,7 +133,9 @@ std::array<Bytes, kMemCategories> initial_allocation(const ModelGraph& model, co
 RuntimeOverhead runtime_overhead(const Plan& p) {
   RuntimeOverhead o;
   o.cuda_context_bytes = fw::kCudaContextBytes;
-  const int comms = (p.shard_group > 1 || p.dp > 1 ? 1 : 0) + (p.replicas > 1 ? 1 : 0) + (p.tp > 1 ? 1 : 0);
+  // Communicators: shard (or DP), replicate, TP; CP's ring and, with EP, the EP and efsdp groups.
+  const int comms = (p.fsdp_ranks() > 1 || p.dp > 1 ? 1 : 0) + (p.replicas > 1 ? 1 : 0) + (p.tp > 1 ? 1 : 0) +
+                    (p.cp > 1 ? 1 : 0) + (p.ep > 1 ? 2 : 0);
   o.nccl_bytes = comms * fw::kNcclCommunicatorBytes;
   return o;
 }

@@ -264,8 +264,8 @@ Layer make_mlp(const ModelSpec& s, int block) {
       l.gemms.push_back({fs, h, 2, TpSplit::kColumn});  // shared gate and up
       l.gemms.push_back({h, fs, 1, TpSplit::kRow});
     }
-    l.gemms.push_back({f, h, 2 * active, TpSplit::kColumn});  // gate and up
-    l.gemms.push_back({h, f, active, TpSplit::kRow});
+    l.gemms.push_back({f, h, 2 * active, TpSplit::kColumn, moe});  // gate and up
+    l.gemms.push_back({h, f, active, TpSplit::kRow, moe});
     // Saved: input 2h; gate and up outputs 4f; SiLU(gate) 2f; product 2f (down-proj input).
     l.act_replicated_bytes_per_token = 2.0 * h;
     l.act_split_bytes_per_token = 8.0 * fa;
@@ -279,8 +279,8 @@ Layer make_mlp(const ModelSpec& s, int block) {
       l.gemms.push_back({fs, h, 1, TpSplit::kColumn});
       l.gemms.push_back({h, fs, 1, TpSplit::kRow});
     }
-    l.gemms.push_back({f, h, active, TpSplit::kColumn});
-    l.gemms.push_back({h, f, active, TpSplit::kRow});
+    l.gemms.push_back({f, h, active, TpSplit::kColumn, moe});
+    l.gemms.push_back({h, f, active, TpSplit::kRow, moe});
     // Saved: input 2h; GELU input 2f; GELU output 2f (fc2 input).
     l.act_replicated_bytes_per_token = 2.0 * h;
     l.act_split_bytes_per_token = 4.0 * fa;
@@ -522,8 +522,11 @@ Json ModelGraph::to_graph_json() const {
       if (t.expert) jt["expert"] = true;
       tensors.push_back(jt);
     }
-    for (const auto& g : l.gemms)
-      gemms.push_back({{"n", g.n}, {"k", g.k}, {"count", g.count}, {"tp", tp_name(g.tp)}});
+    for (const auto& g : l.gemms) {
+      Json jg = {{"n", g.n}, {"k", g.k}, {"count", g.count}, {"tp", tp_name(g.tp)}};
+      if (g.expert) jg["expert"] = true;
+      gemms.push_back(jg);
+    }
     Json jl = {{"name", l.name},
                {"kind", to_string(l.kind)},
                {"block", l.block},
@@ -595,6 +598,7 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
         gm.k = go.integer("k", 1, kMaxDim * 64);
         gm.count = go.number("count", 1.0, 0.0, 1e6);
         gm.tp = parse_tp(go.str("tp", "replicated"), file, go.pointer("tp"));
+        gm.expert = go.boolean("expert", false);
         go.finish();
         l.gemms.push_back(gm);
       }

@@ -46,6 +46,8 @@ struct Gemm {
   std::int64_t n = 0, k = 0;
   double count = 1;
   TpSplit tp = TpSplit::kReplicated;
+  /// A routed expert's GEMM (expert parallelism moves its tokens; load imbalance scales the busiest rank's).
+  bool expert = false;
 };
 
 struct Layer {

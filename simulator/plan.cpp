@@ -107,6 +107,40 @@ static void check_offload(const Plan& p) {
        "params");
 }
 
+// Context parallelism: torch's load-balanced sharding (torch/distributed/tensor/experimental/_attention.py,
+// _context_parallel_shard with the head-tail balancer) cuts each sequence into 2 x cp chunks and gives rank r
+// chunks r and 2cp-1-r, so the sequence must divide by 2 x cp.
+static void check_context_parallel(const Plan& p) {
+  if (p.cp == 1) return;
+  need(p.seq % (2 * static_cast<std::int64_t>(p.cp)) == 0, "--cp",
+       "sequence " + std::to_string(p.seq) + " is not divisible by 2 x cp = " + std::to_string(2 * p.cp) +
+           " (load-balanced sharding gives each rank two chunks)");
+}
+
+// Expert parallelism as torchtitan builds it (torchtitan/distributed/parallel_dims.py at 08da451f2,
+// 2026-04, expert TP = TP: efsdp = dp_shard x cp x tp / (etp x ep) = dp_shard x cp / ep): the EP ranks are
+// carved out of the dp_shard x cp ranks, so ep divides dp_shard x cp; each EP rank holds experts / ep of
+// every MoE layer, so ep divides the expert count.
+static void check_expert_parallel(const Plan& p, const ModelGraph& model) {
+  need(p.moe_imbalance >= 1.0, "--moe-imbalance", "must be >= 1 (the busiest rank over the mean)");
+  if (p.ep == 1) return;
+  int experts = 0;
+  for (const Layer* l : model.order()) {
+    if (l->moe_experts == 0) continue;
+    need(l->moe_experts >= p.ep, "--ep",
+         "ep " + std::to_string(p.ep) + " exceeds the " + std::to_string(l->moe_experts) + " experts of " +
+             l->name);
+    need(l->moe_experts % p.ep == 0, "--ep",
+         "ep " + std::to_string(p.ep) + " does not divide the " + std::to_string(l->moe_experts) +
+             " experts of " + l->name);
+    experts = l->moe_experts;
+  }
+  need(experts > 0, "--ep", "the model has no mixture-of-experts layers (expert parallelism needs experts)");
+  need(p.fsdp_ranks() % p.ep == 0, "--ep",
+       "ep " + std::to_string(p.ep) + " does not divide dp_shard x cp = " + std::to_string(p.shard_group) +
+           " x " + std::to_string(p.cp) + " (torchtitan carves the EP ranks out of them)");
+}
+
 Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::int64_t global_batch) {
   const auto& s = model.spec();
   const int gpus = cluster.gpus();
@@ -131,8 +165,12 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   }
   check_offload(p);  // before the derived checks: an offload mode the runtime lacks is the first thing to say
   check_pipeline_mesh(p, gpus);
-  // cp joins this product (mesh order: pp, dp_replicate, dp_shard, cp, tp; tp innermost)
-  p.dp = gpus / (p.tp * p.pp);
+  need(p.cp >= 1 && (gpus / (p.tp * p.pp)) % p.cp == 0, "--cp",
+       "cp " + std::to_string(p.cp) + " does not divide the " + std::to_string(gpus / (p.tp * p.pp)) +
+           " ranks left by tp x pp (gpus / (tp x pp) = " + std::to_string(gpus) + " / (" +
+           std::to_string(p.tp) + " x " + std::to_string(p.pp) + "))");
+  // Mesh order: pp, dp_replicate, dp_shard, cp, tp (tp innermost; torchtitan ParallelDims).
+  p.dp = gpus / (p.tp * p.cp * p.pp);
   if (p.shard_group == 0) p.shard_group = p.dp;
   need(p.shard_group >= 1 && p.dp % p.shard_group == 0, "--shard-group",
        "shard group " + std::to_string(p.shard_group) + " does not divide the " + std::to_string(p.dp) +
@@ -181,6 +219,8 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
        "wrap " + std::to_string(p.wrap) + " exceeds the model's " + std::to_string(model.blocks()) +
            " blocks");
   need(p.prefetch >= 0 && p.prefetch <= 16, "--prefetch", "must be in [0, 16]");
+  check_context_parallel(p);
+  check_expert_parallel(p, model);
   if (global_batch > 0) {
     const std::int64_t per_step = static_cast<std::int64_t>(p.dp) * p.mbs;
     need(global_batch % per_step == 0, "--global-batch",
@@ -216,6 +256,8 @@ Json plan_to_json(const Plan& p) {
     if (v.empty()) continue;
     if (k.kind == KnobKind::kInt)
       j[k.key] = std::stoll(v);
+    else if (k.kind == KnobKind::kDouble)
+      j[k.key] = std::stod(v);
     else if (k.kind == KnobKind::kEnum || k.kind == KnobKind::kText)
       j[k.key] = v;
     else
@@ -238,6 +280,8 @@ Plan plan_from_json(JsonObj o) {
     std::string text;
     if (k.kind == KnobKind::kInt)
       text = std::to_string(o.integer(k.key, k.lo, k.hi));
+    else if (k.kind == KnobKind::kDouble)
+      text = std::to_string(o.number(k.key, 1.0, k.dlo, k.dhi));
     else if (k.kind == KnobKind::kEnum || k.kind == KnobKind::kText)
       text = o.str(k.key);
     else

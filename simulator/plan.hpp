@@ -145,9 +145,28 @@ struct Plan {
   /// Transformer blocks per stage, in stage order (pp x virtual_stages entries); empty = torchtitan's split.
   std::vector<int> pp_layers;
 
-  // Derived by resolve_plan:
-  int dp = 1;        ///< data-parallel ranks = gpus / (tp x pp)
+  // ---- context and expert parallelism (simulator/context_parallel.cpp, simulator/expert_parallel.cpp) ----
+  /// Context-parallel degree: each sequence split over `cp` ranks (ring attention, load-balanced sharding).
+  int cp = 1;
+  /// Expert-parallel degree: each MoE layer's routed experts split over `ep` ranks carved out of the
+  /// dp_shard x cp ranks (torchtitan's sparse mesh); takes no extra GPUs.
+  int ep = 1;
+  /// Routed tokens of the busiest EP rank over the mean (1 = perfectly balanced router; a capacity factor
+  /// bounds it from above): scales the busiest rank's expert compute and all-to-all bytes.
+  double moe_imbalance = 1.0;
+
+  // Derived by resolve_plan (mesh order pp, dp_replicate, dp_shard, cp, tp; tp innermost):
+  int dp = 1;        ///< data-parallel ranks (batch) = gpus / (tp x cp x pp)
   int replicas = 1;  ///< dp / shard_group
+
+  /// Ranks that FSDP-shard the dense parameters: dp_shard x cp (torchtitan's `fsdp` mesh: CP ranks hold the
+  /// same parameters, so FSDP shards over them too).
+  int fsdp_ranks() const { return shard_group * cp; }
+  /// Ranks that FSDP-shard one EP rank's experts: dp_shard x cp / ep (torchtitan's `efsdp` mesh).
+  int efsdp_ranks() const { return shard_group * cp / ep; }
+  /// Data-parallel gradient-reduction ranks of the dense parameters (every rank with another data shard):
+  /// dp x cp.
+  int dp_cp() const { return dp * cp; }
 
   bool reshard() const { return reshard_after_forward.value_or(zero >= 3); }
   int stages() const { return pp * std::max(virtual_stages, 1); }

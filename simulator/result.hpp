@@ -21,8 +21,10 @@ enum class CommKind : std::uint8_t {
   kTpAllGather,
   kTpReduceScatter,
   kOffloadCopy,  ///< host<->device copies of CPU offload (PCIe)
+  kCpRing,       ///< context parallelism: ring attention's K/V all-gathers and dK/dV shifts
+  kAllToAll,     ///< expert parallelism: MoE token dispatch and combine
 };
-inline constexpr int kCommKinds = 6;
+inline constexpr int kCommKinds = 8;
 const char* to_string(CommKind k);
 
 struct CommStats {

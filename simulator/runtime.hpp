@@ -21,8 +21,12 @@ enum Lane : std::uint8_t {
   kLaneTp = 3,       ///< tensor-parallel communicator (sequence-parallel all-gather / reduce-scatter)
   kLanePcie = 4,     ///< host<->device copies of CPU offload
   kLaneHost = 5,     ///< the host CPUs (CPU Adam of an offloaded optimizer)
+  kLaneCp = 6,       ///< context-parallel communicator (ring attention's K/V and dK/dV exchange)
+  kLaneEp = 7,       ///< expert-parallel communicator (MoE token dispatch / combine all-to-alls)
 };
-inline constexpr int kLanes = 6;
+inline constexpr int kLanes = 8;
+/// Lanes a plan without context or expert parallelism uses (its traces list only these).
+inline constexpr int kLanesWithoutCpEp = 6;
 
 /// How a runtime pads the sharded parameters (§1.8).
 enum class Padding : std::uint8_t {

@@ -23,6 +23,9 @@ const Result& Simulator::run(const Plan& p, bool detail) {
   }
   if (detail) res_.exposed_intervals = std::make_shared<std::vector<std::pair<double, double>>>();
   const RuntimeTraits rt = runtime_traits(p);
+  // The CP and EP lanes appear in traces only when the plan uses them.
+  prog_.lane_names.resize(p.cp > 1 || p.ep > 1 ? kLanes : kLanesWithoutCpEp);
+  if (p.cp > 1 || p.ep > 1) prog_.lane_names[kLaneCp] = "nccl:cp", prog_.lane_names[kLaneEp] = "nccl:ep";
   build_units(*model_, *cluster_, *costs_, p, rt, units_);
   LoweringOutput lo{prog_, res_.comm};
   lower({*model_, *cluster_, *costs_, p, rt, units_, detail}, lo);
@@ -34,7 +37,7 @@ const Result& Simulator::run(const Plan& p, bool detail) {
   const auto initial = initial_allocation(*model_, p, rt, ps);
   tl_.clear();
   tl_.record_samples = detail;
-  run_engine(prog_, kLanes, kPools, initial, tl_);
+  run_engine(prog_, lanes(), kPools, initial, tl_);
   verify_timeline(prog_, tl_, initial, {});
 
   // Memory.

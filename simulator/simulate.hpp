@@ -28,7 +28,8 @@ class Simulator {
   const Result& run(const Plan& plan, bool detail = false);
   const Program& program() const { return prog_; }
   const Timeline& timeline() const { return tl_; }
-  int lanes() const { return kLanes; }
+  /// Lanes of the last run's program: kLanesWithoutCpEp, or kLanes with context or expert parallelism.
+  int lanes() const { return static_cast<int>(prog_.lane_names.size()); }
   const std::vector<SimUnit>& units() const { return units_; }
   const ModelGraph& model() const { return *model_; }
   const Cluster& cluster() const { return *cluster_; }

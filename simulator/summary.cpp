@@ -6,8 +6,8 @@
 namespace shardplan {
 
 const char* to_string(CommKind k) {
-  static const char* n[] = {"all_gather",    "reduce_scatter",    "all_reduce",
-                            "tp_all_gather", "tp_reduce_scatter", "offload_copy"};
+  static const char* n[] = {"all_gather",        "reduce_scatter", "all_reduce", "tp_all_gather",
+                            "tp_reduce_scatter", "offload_copy",   "cp_ring",    "ep_all_to_all"};
   return n[static_cast<int>(k)];
 }
 
@@ -82,7 +82,9 @@ void summarise_time(const SummaryInputs& in, Result& r) {
   if (r.exposed_intervals) std::sort(r.exposed_intervals->begin(), r.exposed_intervals->end());
   r.exposed_comm_s = exposed;
   const auto& gpu = in.cluster.spec().gpu;
-  const double tokens_per_gpu = static_cast<double>(p.mbs) * static_cast<double>(p.seq) * p.grad_accum / p.tp;
+  // A sequence is shared by the tp x cp ranks of its TP and CP groups.
+  const double tokens_per_gpu =
+      static_cast<double>(p.mbs) * static_cast<double>(p.seq) * p.grad_accum / p.tp / p.cp;
   r.tokens_per_s_per_gpu = r.step_s > 0 ? tokens_per_gpu / r.step_s : 0;
   r.model_flops_per_token = model_flops_per_token(in.model, p.seq);
   const double peak = p.precision == Precision::kFp32 ? gpu.peak_tf32_flops : gpu.peak_bf16_flops;

@@ -48,10 +48,14 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
                  const RuntimeTraits& rt, std::vector<SimUnit>& units) {
   units.clear();
   const auto& s = model.spec();
-  const int t = p.tp, F = p.shard_group;
+  // FSDP shards the dense parameters over dp_shard x cp and one EP rank's experts over dp_shard x cp / ep
+  // (torchtitan's fsdp and efsdp meshes); with cp = ep = 1 both are the shard group.
+  const int t = p.tp, F = p.fsdp_ranks(), Fe = p.efsdp_ranks();
+  const bool ep = p.ep > 1;
   const bool fp32 = p.precision == Precision::kFp32;
   const double bc = compute_bytes(p);
-  const double T = static_cast<double>(p.mbs) * static_cast<double>(p.seq);
+  // Tokens of one micro-batch on this rank: context parallelism gives each rank seq / cp of every sequence.
+  const double T = static_cast<double>(p.mbs) * static_cast<double>(p.seq) / p.cp;
   const double rep_div = replicated_divisor(p);
   const auto& K = costs.constants();
   const double fp8_ratio = p.fp8 == Fp8::kRowwise ? K.fp8_rowwise_ratio : K.fp8_tensorwise_ratio;
@@ -91,7 +95,7 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
 
   for (std::size_t ui = 0; ui < units.size(); ++ui) {
     SimUnit& u = units[ui];
-    std::int64_t flat = 0, fp8_shard = 0;
+    std::int64_t flat = 0, fp8_shard = 0, expert_flat = 0;
     double gemm = 0, attn = 0, elem = 0, act_none = 0, act_sel = 0, act_full = 0;
     double cast_fwd_bytes = 0, cast_bwd_bytes = 0;  // float8 scaling and casting of the linears' operands
     for (const Layer* l : u.layers) {
@@ -101,6 +105,14 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
                              (l->kind == LayerKind::kAttention || l->kind == LayerKind::kMlp);
       for (const auto& ten : l->tensors) {
         const std::int64_t n = tp_local_rows(ten, t) * tp_local_cols(ten, t);
+        if (ep && ten.expert) {  // summed over all experts here, this rank's experts / ep after the loop
+          u.expert_elems += n;
+          if (rt.padding == Padding::kFlatUnit)
+            expert_flat += n;
+          else
+            u.expert_shard_elems += tensor_shard_elems(ten, t, Fe, rt.padding);
+          continue;
+        }
         u.elems += n;
         if (rt.padding == Padding::kFlatUnit)
           flat += n;
@@ -114,6 +126,9 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
       for (const auto& g : l->gemms) {
         const double n = g.tp == TpSplit::kColumn ? static_cast<double>(g.n) / t : static_cast<double>(g.n);
         const double k = g.tp == TpSplit::kRow ? static_cast<double>(g.k) / t : static_cast<double>(g.k);
+        // The busiest EP rank's routed experts see `moe_imbalance` times the mean tokens
+        // (expert_parallel.cpp).
+        const double imbalance = ep && g.expert ? p.moe_imbalance : 1.0;
         if (fp8_layer) {
           gemm += g.count * costs.gemm_fp8_s(T, n, k, fp8_ratio);
           // Bytes per element moved by the casts (docs/model.md "Float8"): tensorwise = amax pass (read 2) +
@@ -133,6 +148,8 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
             cast_fwd_bytes += 3 * X + 3 * W;
             cast_bwd_bytes += 5 * X + 5 * W + 8 * Y;
           }
+        } else if (imbalance != 1.0) {
+          gemm += g.count * costs.gemm_s(T * imbalance, n, k, fp32);
         } else {
           gemm += g.count * costs.gemm_s(T, n, k, fp32);
         }
@@ -161,10 +178,24 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
     // Full AC keeps each block's input (layers outside blocks keep what they save without recomputation).
     act_full += static_cast<double>(u.blocks) * block_input_bytes(s, p, T);
     if (rt.padding == Padding::kFlatUnit) u.shard_elems = ceil_div(flat, F);
+    if (ep) {
+      // Every expert of a layer has the same tensors and ep divides the expert count (resolve_plan): this
+      // rank's experts are exactly 1 / ep of them.
+      u.expert_elems /= p.ep;
+      u.expert_shard_elems =
+          rt.padding == Padding::kFlatUnit ? ceil_div(expert_flat / p.ep, Fe) : u.expert_shard_elems / p.ep;
+      u.elems += u.expert_elems;
+    }
     double workspace = u.blocks > 0 ? T * bc * (2.0 * static_cast<double>(s.hidden) + 2.0 * f_local)
                                     : T * bc * 2.0 * static_cast<double>(s.hidden);
     // Float8: the fp8 copies of one linear's input and output gradient live beside the 16-bit ones.
     if (u.blocks > 0 && p.fp8 != Fp8::kNone) workspace += T * (static_cast<double>(s.hidden) + f_local);
+    if (p.cp > 1) {  // the ring's buffers of one attention layer's backward (context_parallel.cpp)
+      double ring = 0;
+      for (const Layer* l : u.layers)
+        if (l->attn_heads > 0) ring = std::max(ring, context_parallel_workspace_bytes(s, *l, p, T));
+      workspace += ring;
+    }
     u.workspace_bytes = static_cast<Bytes>(workspace);
     switch (p.ac) {
       case AcMode::kNone:
@@ -203,6 +234,8 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
       u.tp_bwd_ag_s = rs * coll(CollectiveKind::kAllGather, buf, tpg);
       u.tp_bwd_s = ag * coll(CollectiveKind::kReduceScatter, buf, tpg) + u.tp_bwd_ag_s;
     }
+    if (p.cp > 1) add_context_parallel_costs(u, cluster, costs, p, T);
+    if (ep) add_expert_parallel_costs(u, s, cluster, costs, p, T);
     const double cast_fwd = costs.memory_s(cast_fwd_bytes), cast_bwd = costs.memory_s(cast_bwd_bytes);
     u.fwd_s = gemm + attn + elem + cast_fwd;
     u.bwd_s = 2 * gemm + K.attention_bwd_ratio * attn + 2 * elem + cast_bwd;
@@ -211,7 +244,9 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
     else if (p.ac == AcMode::kSelective && u.blocks > 0)
       u.recompute_s = 0.5 * (gemm + cast_fwd) + elem;  // half the matmuls
     // Which units gather, and whether they reshard after forward.
-    u.gathered_elems = rt.gathers_params ? u.shard_elems * F : 0;
+    u.expert_gathered_elems = rt.gathers_params ? u.expert_shard_elems * Fe : 0;
+    u.gathered_elems = rt.gathers_params ? u.shard_elems * F + u.expert_gathered_elems : 0;
+    u.shard_elems += u.expert_shard_elems;
     u.fp8_gathered_elems = rt.gathers_params ? fp8_shard * F : 0;
     u.reshard = p.reshard();
     if (rt.head_not_resharded && ui + 1 == units.size() && rt.gathers_params)

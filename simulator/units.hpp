@@ -34,7 +34,39 @@ struct SimUnit {
   double tp_fwd_ag_s = 0, tp_bwd_ag_s = 0;  ///< the all-gather share of tp_fwd_s / tp_bwd_s
   Bytes act_bytes = 0, recompute_bytes = 0, workspace_bytes = 0;
   double flops_fwd = 0;
+
+  // ---- context parallelism (context_parallel.cpp): the ring attention of one pass ----
+  /// Time of the CP collectives of one forward / backward (seconds), the part of it the attention compute
+  /// does not hide, the bytes each rank sends, and how many collectives they are.
+  double cp_fwd_s = 0, cp_bwd_s = 0, cp_fwd_exposed_s = 0, cp_bwd_exposed_s = 0;
+  double cp_fwd_bytes = 0, cp_bwd_bytes = 0;
+  int cp_fwd_count = 0, cp_bwd_count = 0;
+
+  // ---- expert parallelism (expert_parallel.cpp) ----
+  /// Of elems / shard_elems / gathered_elems: the routed experts this EP rank holds (experts / ep of each MoE
+  /// layer), FSDP-sharded over the efsdp ranks instead of the dense fsdp ranks. 0 when ep = 1 (the experts
+  /// are then sharded like the dense parameters).
+  std::int64_t expert_elems = 0, expert_shard_elems = 0, expert_gathered_elems = 0;
+  /// Token dispatch + combine all-to-alls of one pass (two per MoE layer): time (blocking: the experts need
+  /// the dispatched tokens), bytes each rank sends, and count.
+  double a2a_s = 0, a2a_bytes = 0;
+  int a2a_count = 0;
 };
+
+/// Adds the context-parallel ring-attention costs of unit `u` (context_parallel.cpp); `tokens` is the
+/// rank's local tokens per micro-batch.
+void add_context_parallel_costs(SimUnit& u, const Cluster& cluster, const CostModel& costs, const Plan& p,
+                                double tokens);
+/// The CP group's ring-attention transient of one attention layer's backward on one rank (bytes): the
+/// all-gathered K/V and the fp32 gradient accumulators (context_parallel.cpp).
+double context_parallel_workspace_bytes(const ModelSpec& s, const Layer& l, const Plan& p, double tokens);
+/// Adds the expert-parallel all-to-alls of unit `u` (expert_parallel.cpp).
+void add_expert_parallel_costs(SimUnit& u, const ModelSpec& s, const Cluster& cluster, const CostModel& costs,
+                               const Plan& p, double tokens);
+/// Bytes of the whole buffer of one token dispatch (or combine) all-to-all of MoE layer `l` on one rank:
+/// tokens x hidden x top_k x dtype bytes x imbalance (nccl-tests' all-to-all size; each rank sends
+/// (ep - 1) / ep of it).
+double moe_all_to_all_buffer_bytes(const ModelSpec& s, const Layer& l, const Plan& p, double tokens);
 
 /// The TP-local shape of a tensor: column-parallel tensors split dim 0, row-parallel ones dim 1.
 std::int64_t tp_local_rows(const Tensor& t, int tp);

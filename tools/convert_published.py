@@ -397,8 +397,6 @@ def skip_reason(rec):
         reasons.append("pipeline parallelism (pp=%d) with this runtime not modelled (PP is modelled for "
                        "torch.distributed.pipelining over FSDP2 and DeepSpeed's PipelineEngine with ZeRO 0/1)"
                        % p["pp"])
-    if (p.get("cp") or 1) > 1:
-        reasons.append("context parallelism (cp=%d) not modelled" % p["cp"])
     fw = str(p.get("framework") or "")
     if "NeMo" in fw or "Megatron-core" in fw:
         # The pipeline itself would be expressible (Megatron's interleaved 1F1B = --pp-schedule interleaved-1f1b
@@ -580,8 +578,13 @@ def convert(rec):
             "mbs": par["micro_batch_size_per_gpu"], "grad_accum": par.get("grad_accumulation_steps") or 1}
     if par.get("grad_accumulation_steps") is None:
         notes.append("grad accumulation not published; 1 assumed")
+    cp = par.get("cp") or 1
+    if cp > 1:
+        # Context parallelism (ring attention, docs/model.md "Context parallelism"): dp = gpus / (tp x cp x pp);
+        # the published shard_group_size counts data-parallel ranks (FSDP then shards over them x cp).
+        plan["cp"] = cp
     pp = par.get("pp") or 1
-    dp = gpus // (tp * pp)
+    dp = gpus // (tp * cp * pp)
     if pp > 1:
         plan["pp"] = pp
         plan["pp_schedule"] = "1f1b"

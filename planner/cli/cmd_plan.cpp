@@ -35,6 +35,8 @@ std::string plan_row(const Result& r, const Alternative& alt, int rank) {
   if (r.plan.compile) extra += "compile ";
   if (r.plan.async_tp) extra += "async-tp ";
   if (r.plan.fp8 != Fp8::kNone) extra += std::string("fp8=") + to_string(r.plan.fp8) + " ";
+  if (r.plan.cp > 1) extra += "cp" + std::to_string(r.plan.cp) + " ";
+  if (r.plan.ep > 1) extra += "ep" + std::to_string(r.plan.ep) + " ";
   const std::string vs = rank == 1
                              ? std::string("      rec")
                              : fmt::format("{:>+8.1f}%{}", 100 * alt.delta_rel, alt.within_error ? "~" : " ");

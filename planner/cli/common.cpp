@@ -37,7 +37,9 @@ void add_plan_options(CLI::App* app, PlanFlags& f) {
     help += std::string(" (default: ") + k.default_text + ")";
     app->add_option_function<std::string>(
            k.flag, [&f, key](const std::string& v) { f.given[key] = v; }, help)
-        ->type_name(k.kind == KnobKind::kInt ? "INT" : "TEXT");
+        ->type_name(k.kind == KnobKind::kInt      ? "INT"
+                    : k.kind == KnobKind::kDouble ? "NUMBER"
+                                                  : "TEXT");
   }
   app->add_option("--global-batch", f.global_batch, "sequences per optimizer step (sets --grad-accum)");
   app->add_option(

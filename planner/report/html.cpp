@@ -328,6 +328,10 @@ std::size_t task_kind(const Task& t) {
         return 4;
       case CommKind::kOffloadCopy:
         return 5;
+      case CommKind::kCpRing:
+        return 2;
+      case CommKind::kAllToAll:
+        return 4;
     }
     return 7;
   }
@@ -763,7 +767,9 @@ std::string html_plan_report(const SearchOutcome& o, const ModelGraph& model, co
           i + 1,
           escape(plan_short(r.plan) + (r.plan.compile ? " compile" : "") +
                  (r.plan.async_tp ? " async-tp" : "") +
-                 (r.plan.fp8 != Fp8::kNone ? std::string(" fp8=") + to_string(r.plan.fp8) : "")),
+                 (r.plan.fp8 != Fp8::kNone ? std::string(" fp8=") + to_string(r.plan.fp8) : "") +
+                 (r.plan.cp > 1 ? " cp" + std::to_string(r.plan.cp) : "") +
+                 (r.plan.ep > 1 ? " ep" + std::to_string(r.plan.ep) : "")),
           r.tokens_per_s_per_gpu, r.step_s, escape(vs), 100 * r.mfu,
           gib(static_cast<double>(r.peak_reserved_bytes + r.overhead.total())),
           escape(binding_constraint(r)));

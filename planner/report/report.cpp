@@ -61,6 +61,23 @@ std::string pipeline_report_text(const PipelineSummary& ps) {
 
 }  // namespace
 
+// Context and expert parallelism of the plan: the mesh groups they imply and what they send per step (present
+// only when cp > 1 or ep > 1; docs/model.md "Context parallelism", "Expert parallelism").
+static Json parallelism_json(const Result& r) {
+  const Plan& p = r.plan;
+  const auto& cp = r.comm[static_cast<int>(CommKind::kCpRing)];
+  const auto& a2a = r.comm[static_cast<int>(CommKind::kAllToAll)];
+  return {{"cp", p.cp},
+          {"ep", p.ep},
+          {"moe_imbalance", p.moe_imbalance},
+          {"fsdp_ranks", p.fsdp_ranks()},
+          {"efsdp_ranks", p.efsdp_ranks()},
+          {"cp_bytes_per_step", static_cast<std::int64_t>(cp.bytes_per_rank)},
+          {"cp_exposed_s", cp.exposed_s},
+          {"a2a_bytes_per_step", static_cast<std::int64_t>(a2a.bytes_per_rank)},
+          {"a2a_exposed_s", a2a.exposed_s}};
+}
+
 Json report_json(const Result& r, const ReportInputs& in) {
   const auto& spec = in.model->spec();
   Json breakdown = Json::object();
@@ -121,6 +138,7 @@ Json report_json(const Result& r, const ReportInputs& in) {
         {"model_flops_per_token", r.model_flops_per_token}}},
       {"comm", comm}};
   if (r.pipeline) add_pipeline_json(*r.pipeline, out);
+  if (r.plan.cp > 1 || r.plan.ep > 1) out["parallelism"] = parallelism_json(r);
   return out;
 }
 

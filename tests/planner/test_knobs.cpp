@@ -55,6 +55,9 @@ Plan all_changed() {
   x.pp_schedule = PpSchedule::kInterleaved1F1B;
   x.virtual_stages = 3;
   x.pp_layers = {1, 2, 3};
+  x.cp = 2;
+  x.ep = 4;
+  x.moe_imbalance = 1.25;
   return x;
 }
 
@@ -81,7 +84,8 @@ TEST_CASE("knobs: a plan with every knob changed survives plan_to_flags and the 
         "--prefetch 2 --reshard-after-forward false --precision bf16 --reduce-dtype bf16 --offload params "
         "--async-tp "
         "--foreach-optimizer --compile --hold-logits --loss-dtype bf16 --fp8 rowwise --fp8-all-gather "
-        "--pp 2 --pp-schedule interleaved-1f1b --virtual-stages 3 --pp-layers 1,2,3");
+        "--pp 2 --pp-schedule interleaved-1f1b --virtual-stages 3 --pp-layers 1,2,3 --cp 2 --ep 4 "
+        "--moe-imbalance 1.25");
   CHECK(parse_flags(flags) == x);
   CHECK(from_json(x) == x);
   // Derived keys are written next to the knobs and accepted back.

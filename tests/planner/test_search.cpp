@@ -458,3 +458,53 @@ TEST_CASE("search_plans: PP is not searched on a small cluster where plans fit w
   REQUIRE(!o.plans.empty());
   for (const Result& r : o.plans) CHECK(r.plan.pp == 1);
 }
+
+TEST_CASE("enumerate_candidates: context parallelism for long sequences, expert parallelism for MoE models",
+          "[search][enumerate][cp][ep]") {
+  auto degrees = [](const std::vector<Plan>& c, int Plan::*field) {
+    std::set<int> d;
+    for (const Plan& p : c) d.insert(p.*field);
+    return d;
+  };
+  // Dense model, 4k tokens (activations fit one GPU): cp and ep stay 1, the space is unchanged.
+  {
+    Setup s("llama3-8b", "dgx-h100", 8);
+    SearchSpace sp;
+    sp.fix("zero=3");
+    sp.fix("tp=1");
+    sp.global_batch = 8;
+    sp.seq = 4096;
+    SearchStats st;
+    const auto c = enumerate_candidates(s.model, *s.cluster, sp, st);
+    CHECK(degrees(c, &Plan::cp) == std::set<int>{1});
+    CHECK(degrees(c, &Plan::ep) == std::set<int>{1});
+  }
+  // 32k tokens: cp in {1, 2, 4, 8} at tp 1 on 8 GPUs (tp x cp <= 8); dp = 8 / cp.
+  {
+    Setup s("llama3-8b", "dgx-h100", 8);
+    SearchSpace sp;
+    sp.fix("zero=3");
+    sp.fix("tp=1");
+    sp.global_batch = 8;
+    sp.seq = 32768;
+    SearchStats st;
+    const auto c = enumerate_candidates(s.model, *s.cluster, sp, st);
+    CHECK(degrees(c, &Plan::cp) == std::set<int>{1, 2, 4, 8});
+    for (const Plan& p : c) CHECK(p.dp * p.cp == 8);
+  }
+  // Qwen3-30B-A3B (128 experts) on 16 GPUs, full sharding (dp_shard 16): ep in the powers of two dividing 128
+  // and 16 = {1, 2, 4, 8, 16}; each candidate's ep divides its dp_shard x cp.
+  {
+    Setup s("qwen3-30b-a3b", "dgx-h100", 16);
+    SearchSpace sp;
+    sp.fix("zero=3");
+    sp.fix("tp=1");
+    sp.fix("shard_group=16");
+    sp.global_batch = 16;
+    sp.seq = 4096;
+    SearchStats st;
+    const auto c = enumerate_candidates(s.model, *s.cluster, sp, st);
+    CHECK(degrees(c, &Plan::ep) == std::set<int>{1, 2, 4, 8, 16});
+    for (const Plan& p : c) CHECK(p.fsdp_ranks() % p.ep == 0);
+  }
+}
