@@ -103,6 +103,10 @@ CollectiveAlgorithms CollectiveAlgorithms::parse(const std::string& list) {
   return a;
 }
 
+double nccl_tests_iteration_s(double collective_s, int gpus_per_thread, double launch_s_per_gpu) {
+  return std::max(collective_s, std::max(1, gpus_per_thread) * launch_s_per_gpu);
+}
+
 GroupView with_ranks(const GroupView& g, int ranks) {
   GroupView r = g;
   r.ranks = std::max(1, ranks);

@@ -41,6 +41,15 @@ struct CollectiveConstants {
 CollectiveCost collective_cost(CollectiveKind kind, double buffer_bytes, const GroupView& g,
                                const CollectiveConstants& c = {}, bool explain = true);
 
+/// nccl-tests' time per iteration when one thread drives `gpus_per_thread` GPUs (its -g / "nGpus" header).
+/// Every iteration the thread issues the group's collective on each of its GPUs in turn (ncclGroupStart; one
+/// ncclAllGather/... per GPU; ncclGroupEnd launches one kernel per GPU: src/group.cc, src/enqueue.cc
+/// ncclLaunchKernel, NCCL 2.26-2.30), and nccl-tests synchronises only after all its timed iterations
+/// (NVIDIA/nccl-tests src/common.cu BenchTime: `iters` x startColl, then one completeColl), so the host runs
+/// ahead and the period is the longer of the GPU's collective time and the host's issue time gpus_per_thread
+/// x `launch_s_per_gpu`.
+double nccl_tests_iteration_s(double collective_s, int gpus_per_thread, double launch_s_per_gpu);
+
 /// The group `g` with another rank count and the same per-domain shape (ranks per NVLink domain kept when it
 /// divides, otherwise packed): used to scale a measured curve to another rank count with the model's shape.
 GroupView with_ranks(const GroupView& g, int ranks);

@@ -216,3 +216,15 @@ TEST_CASE("with unbounded bandwidth only NCCL's fixed latencies remain", "[simul
   CHECK(collective_cost(CollectiveKind::kAllGather, kGiBd, g).time_s == Approx(25e-6).epsilon(1e-3));
   CHECK(collective_cost(CollectiveKind::kAllGather, 64 * kGiBd, g).time_s <= 25.3e-6);
 }
+
+TEST_CASE("nccl-tests period with several GPUs per launching thread", "[simulator][collective]") {
+  // nccl-tests' BenchTime issues `iters` groups without synchronising, one launch per GPU of the thread, so
+  // the period is max(GPU time, GPUs per thread x launch cost). With 5 us per launch and -g 8: 40 us.
+  CHECK(nccl_tests_iteration_s(10e-6, 8, 5e-6) == Approx(40e-6).epsilon(1e-12));    // host-bound
+  CHECK(nccl_tests_iteration_s(100e-6, 8, 5e-6) == Approx(100e-6).epsilon(1e-12));  // GPU-bound
+  // One GPU per process (-g 1): the floor is a single launch, under any collective of >= 1 MiB.
+  CHECK(nccl_tests_iteration_s(10e-6, 1, 5e-6) == Approx(10e-6).epsilon(1e-12));
+  CHECK(nccl_tests_iteration_s(2e-6, 1, 5e-6) == Approx(5e-6).epsilon(1e-12));
+  // A header that says nGpus 0 counts as one GPU.
+  CHECK(nccl_tests_iteration_s(2e-6, 0, 5e-6) == Approx(5e-6).epsilon(1e-12));
+}
