@@ -334,8 +334,9 @@ NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string
       run->file = name;
       run->line = line_no;
       run->iterations = header_int(m[3], name, line_no, "iters", INT64_MAX);
-      threads_x_gpus = static_cast<int>(header_int(m[1], name, line_no, "nThread", 1 << 12) *
-                                        header_int(m[2], name, line_no, "nGpus", 1 << 12));
+      run->gpus_per_thread = static_cast<int>(header_int(m[2], name, line_no, "nGpus", 1 << 12));
+      threads_x_gpus =
+          static_cast<int>(header_int(m[1], name, line_no, "nThread", 1 << 12) * run->gpus_per_thread);
       rank_lines = 0, max_rank = -1;
       hosts.clear();
       continue;

@@ -38,6 +38,7 @@ struct NcclTestsRun {
   int ranks = 0;
   int nodes = 0;
   std::int64_t iterations = 0;             ///< timed iterations per size (header "iters:"), 0 = unknown
+  int gpus_per_thread = 1;                 ///< header "nGpus" (-g): GPUs one launching thread drives
   std::vector<std::string> gpu_names;      ///< one per rank line seen
   std::vector<std::string> hostnames;      ///< distinct, in order of appearance
   std::string nccl_version;                ///< "2.28.9" when the log says

@@ -77,6 +77,33 @@ int log2i(double x) {
 }
 }  // namespace
 
+double tree_chunk_bytes(int protocol, double buffer_bytes, int channels, int nodes, int ranks_per_node) {
+  // Per-protocol buffers (src/init.cc): Simple DEFAULT_BUFFSIZE 4 MiB; LL DEFAULT_LL_BUFFSIZE = 8
+  // lines/thread x 512 threads x NCCL_STEPS x 16 B = 512 KiB; LL128 DEFAULT_LL128_BUFFSIZE = 120 elems/thread
+  // x 640 threads x NCCL_STEPS x 8 B. A step is buffSize / NCCL_STEPS (8); a tree chunk is one step
+  // (chunkSteps = 1 for all but ring Simple), LL carries half its bytes as data and LL128 15 of every 16
+  // words (calcCollChunking).
+  constexpr double kSteps = 8;
+  if (protocol == kSimple) return 4194304.0 / kSteps;
+  if (protocol == kLL) return 8.0 * 512 * kSteps * 16 / kSteps / 2;
+  double chunk = std::floor(120.0 * 640 * kSteps * 8 / kSteps / 16) * 15;
+  // Tree LL128 halves the chunk while the channels' share is short of the pipeline it must fill.
+  const double ppn = std::max(1, ranks_per_node);
+  const double nsteps = 1 + log2i(nodes) + 0.1 * ppn;
+  const double per = buffer_bytes / std::max(1, channels);
+  while (std::floor(per / chunk) < nsteps * 64 / ppn && chunk > 131072) chunk = std::floor(chunk / 2);
+  while (std::floor(per / chunk) < nsteps * 16 / ppn && chunk > 32768) chunk = std::floor(chunk / 2);
+  return chunk;
+}
+
+double tree_fill_s(double chunk_bytes, double buffer_bytes, int channels, int nodes, int ranks_per_node,
+                   double channel_Bps) {
+  if (channel_Bps <= 0) return 0;
+  const int depth = std::max(0, ranks_per_node - 1) + log2i(nodes);
+  const double chunk = std::min(chunk_bytes, buffer_bytes / std::max(1, channels));
+  return 2.0 * depth * chunk / channel_Bps;
+}
+
 CollectiveAlgorithms CollectiveAlgorithms::parse(const std::string& list) {
   std::string s = list;
   const bool negate = !s.empty() && s[0] == '^';
@@ -101,6 +128,10 @@ CollectiveAlgorithms CollectiveAlgorithms::parse(const std::string& list) {
     *f = !negate;
   }
   return a;
+}
+
+double nccl_tests_iteration_s(double collective_s, int gpus_per_thread, double launch_s_per_gpu) {
+  return std::max(collective_s, std::max(1, gpus_per_thread) * launch_s_per_gpu);
 }
 
 GroupView with_ranks(const GroupView& g, int ranks) {
@@ -245,7 +276,11 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
       double busbw = std::min(0.92 * std::min(B_intra, B_net), nc * k.tree_per_ch[idx2] * 1e9);
       if (p == kLL) busbw = std::min(busbw / 3.8, ll_max);
       if (p == kLL128) busbw = std::min(busbw * 120.0 / 128.0, nc * k.tree_ll128_per_ch[idx2] * 1e9);
-      const double lat = kTreeBase[p] + 2.0 * ((ppn - 1) * hw_intra_tree + log2i(N) * inter_lat(kTreeNet[p]));
+      // NCCL's latency counts each hop's fixed cost; the chain also forwards whole chunks, so the last one
+      // leaves the root only after the first has gone up and down the tree's depth (tree_fill_s).
+      const double fill_s = tree_fill_s(tree_chunk_bytes(p, S, nc, N, ppn), S, nc, N, ppn, busbw / nc);
+      const double lat =
+          kTreeBase[p] + 2.0 * ((ppn - 1) * hw_intra_tree + log2i(N) * inter_lat(kTreeNet[p])) + fill_s / kUs;
       // NCCL indexes the table by floor(log2(S / 64)); interpolating between its points (linear in log2 S)
       // keeps the time monotone in S (the factor never grows faster than 1.25x per octave).
       const double x = S >= 64 ? std::log2(S / 64) : 0.0;

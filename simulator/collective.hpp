@@ -41,6 +41,27 @@ struct CollectiveConstants {
 CollectiveCost collective_cost(CollectiveKind kind, double buffer_bytes, const GroupView& g,
                                const CollectiveConstants& c = {}, bool explain = true);
 
+/// Bytes of one tree chunk per channel for protocol 0/1/2 (LL/LL128/Simple), as NCCL's calcCollChunking
+/// (src/enqueue.cc, NCCL 2.26-2.30) sizes it for an all-reduce of `buffer_bytes` over `channels`.
+double tree_chunk_bytes(int protocol, double buffer_bytes, int channels, int nodes, int ranks_per_node);
+
+/// Pipeline fill of NCCL's tree all-reduce: a chain through the node's ranks under a double binary tree
+/// across nodes, depth (ranks_per_node - 1) + log2(nodes), forwards store-and-forward chunks one step at a
+/// time (prims waits for a whole step before passing it on, src/device/prims_simple.h), up then down, so the
+/// last chunk finishes 2 x depth chunk times after a pipeline without depth would: 2 x depth x chunk /
+/// channel_Bps, with the chunk no larger than the channel's share of the buffer.
+double tree_fill_s(double chunk_bytes, double buffer_bytes, int channels, int nodes, int ranks_per_node,
+                   double channel_Bps);
+
+/// nccl-tests' time per iteration when one thread drives `gpus_per_thread` GPUs (its -g / "nGpus" header).
+/// Every iteration the thread issues the group's collective on each of its GPUs in turn (ncclGroupStart; one
+/// ncclAllGather/... per GPU; ncclGroupEnd launches one kernel per GPU: src/group.cc, src/enqueue.cc
+/// ncclLaunchKernel, NCCL 2.26-2.30), and nccl-tests synchronises only after all its timed iterations
+/// (NVIDIA/nccl-tests src/common.cu BenchTime: `iters` x startColl, then one completeColl), so the host runs
+/// ahead and the period is the longer of the GPU's collective time and the host's issue time gpus_per_thread
+/// x `launch_s_per_gpu`.
+double nccl_tests_iteration_s(double collective_s, int gpus_per_thread, double launch_s_per_gpu);
+
 /// The group `g` with another rank count and the same per-domain shape (ranks per NVLink domain kept when it
 /// divides, otherwise packed): used to scale a measured curve to another rank count with the model's shape.
 GroupView with_ranks(const GroupView& g, int ranks);

@@ -38,6 +38,16 @@ TEST_CASE("H100 2-node all_reduce log: ranks and nodes from the Rank lines", "[i
   CHECK(run.rows.back().dtype == "float");
   CHECK(run.gpu_names.size() == 16);
   CHECK(run.gpu_names[0] == "NVIDIA H100 80GB HBM3");
+  CHECK(run.gpus_per_thread == 1);  // "# nThread 1 nGpus 1": one process per GPU
+}
+
+TEST_CASE("GPUs per launching thread from the nGpus header (-g)", "[import][real]") {
+  // together's H100 logs run `-g 8` from one thread: "# nThread 1 nGpus 8 ..." and 8 ranks without Rank lines
+  // of other processes.
+  const auto r = parse_nccl_tests_file(test::nccl_log("dev/all_gather_8ranks_h100_together.log"));
+  REQUIRE(r.runs.size() == 1);
+  CHECK(r.runs[0].gpus_per_thread == 8);
+  CHECK(r.runs[0].ranks == 8);
 }
 
 TEST_CASE("RTX 2080 Ti log: two tables in one file, collective from each command line", "[import][real]") {

@@ -127,8 +127,9 @@ TEST_CASE("tree, CollNet chain and PAT follow NCCL's formulas", "[simulator][col
   CHECK(std::string(t.algorithm) == "tree");
   CHECK(t.busbw_Bps == Approx(432e9));
   // 20 racks > 8 per leaf: the path crosses the spine, 6 links of 1 µs (PCIe, NIC-leaf, leaf-spine, back).
-  // latency (Simple) = 8.4 + 2 · ((72 − 1) · 4.0 + log2i(20) = 4 · (14 + 2 · 6 µs)) = 8.4 + 2 · (284 + 104)
-  CHECK(t.latency_s == Approx((8.4 + 2 * (71 * 4.0 + 4 * 26.0)) * 1e-6));
+  // latency (Simple) = 8.4 + 2 · ((72 − 1) · 4.0 + log2i(20) = 4 · (14 + 2 · 6 µs)) = 8.4 + 2 · (284 + 104),
+  // plus the pipeline fill: 2 × depth (71 + 4) × one 512 KiB chunk at 432e9 / 18 channels = 24e9 a channel.
+  CHECK(t.latency_s == Approx((8.4 + 2 * (71 * 4.0 + 4 * 26.0)) * 1e-6 + 2.0 * 75 * 524288 / 24e9));
   CHECK(t.time_s ==
         Approx(t.latency_s + S / (0.5 * 432e9)).epsilon(1e-9));  // correction factor 1 above 256 MiB
   // CollNet chain (IB SHARP) on 12 H100 nodes: the chain carries S up and S down each NVLink direction
@@ -215,4 +216,40 @@ TEST_CASE("with unbounded bandwidth only NCCL's fixed latencies remain", "[simul
   CHECK(collective_cost(CollectiveKind::kAllGather, 1024, g).time_s == Approx(10.8e-6).epsilon(1e-3));
   CHECK(collective_cost(CollectiveKind::kAllGather, kGiBd, g).time_s == Approx(25e-6).epsilon(1e-3));
   CHECK(collective_cost(CollectiveKind::kAllGather, 64 * kGiBd, g).time_s <= 25.3e-6);
+}
+
+TEST_CASE("nccl-tests period with several GPUs per launching thread", "[simulator][collective]") {
+  // nccl-tests' BenchTime issues `iters` groups without synchronising, one launch per GPU of the thread, so
+  // the period is max(GPU time, GPUs per thread x launch cost). With 5 us per launch and -g 8: 40 us.
+  CHECK(nccl_tests_iteration_s(10e-6, 8, 5e-6) == Approx(40e-6).epsilon(1e-12));    // host-bound
+  CHECK(nccl_tests_iteration_s(100e-6, 8, 5e-6) == Approx(100e-6).epsilon(1e-12));  // GPU-bound
+  // One GPU per process (-g 1): the floor is a single launch, under any collective of >= 1 MiB.
+  CHECK(nccl_tests_iteration_s(10e-6, 1, 5e-6) == Approx(10e-6).epsilon(1e-12));
+  CHECK(nccl_tests_iteration_s(2e-6, 1, 5e-6) == Approx(5e-6).epsilon(1e-12));
+  // A header that says nGpus 0 counts as one GPU.
+  CHECK(nccl_tests_iteration_s(2e-6, 0, 5e-6) == Approx(5e-6).epsilon(1e-12));
+}
+
+TEST_CASE("tree all-reduce pipeline fill: chunk sizes and depth as NCCL's calcCollChunking",
+          "[simulator][collective]") {
+  // Simple: a tree chunk is one step of the 4 MiB buffer, 4 MiB / NCCL_STEPS (8) = 512 KiB, whatever the
+  // size.
+  CHECK(tree_chunk_bytes(2, 16 * kGiBd, 16, 10, 8) == 524288.0);
+  CHECK(tree_chunk_bytes(2, 64.0 * 1024 * 1024, 16, 10, 8) == 524288.0);
+  // LL: 8 lines x 512 threads x 8 steps x 16 B = 512 KiB buffer, 64 KiB a step, half of it data: 32 KiB.
+  CHECK(tree_chunk_bytes(0, 16 * kGiBd, 16, 10, 8) == 32768.0);
+  // LL128: 120 x 640 x 8 x 8 B = 4,915,200 B buffer, 614,400 a step, 15 of 16 words data: 576,000 B. With
+  // 1 GiB per channel nothing halves it.
+  CHECK(tree_chunk_bytes(1, 16 * kGiBd, 16, 10, 8) == 576000.0);
+  // 32 MiB over 16 channels, 10 nodes x 8: nsteps = 1 + log2i(10) + 0.8 = 4.8; 2 MiB per channel holds
+  // 3 chunks of 576,000 < 4.8 x 64 / 8 = 38.4, so it halves while above 128 KiB: 288,000 (7), 144,000 (14),
+  // 72,000; then 29 chunks >= 4.8 x 16 / 8 = 9.6 keeps 72,000.
+  CHECK(tree_chunk_bytes(1, 32.0 * 1024 * 1024, 16, 10, 8) == 72000.0);
+  // Fill: 2 x depth x chunk / per-channel rate. GB200 NVL72 x 20 racks: depth = 71 + log2i(20) = 75, 512 KiB
+  // chunks at 24 GB/s a channel (perChMaxTreeBw, Blackwell N4+): 150 x 21.845 us = 3.277 ms.
+  CHECK(tree_fill_s(524288, 16 * kGiBd, 18, 20, 72, 24e9) == Approx(150 * 524288 / 24e9).epsilon(1e-12));
+  // A channel's share below one chunk fills with its share: 1 MiB over 16 channels = 64 KiB.
+  CHECK(tree_fill_s(524288, 1048576, 16, 2, 8, 40e9) == Approx(2.0 * 8 * 65536 / 40e9).epsilon(1e-12));
+  // One rank per node on 2 nodes: depth 0 + 1.
+  CHECK(tree_fill_s(524288, 16 * kGiBd, 8, 2, 1, 40e9) == Approx(2.0 * 524288 / 40e9).epsilon(1e-12));
 }
