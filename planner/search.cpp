@@ -609,7 +609,7 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
     const int n =
         std::max(1, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(1, plans.size()))));
     auto worker = [&]() {
-      Simulator sim(model, cluster, costs);
+      Simulator sim(model, cluster, costs, opts.simulator);
       for (std::size_t k; (k = next.fetch_add(1)) < plans.size();) {
         res[k] = sim.run(plans[k]);
         done.fetch_add(1);
@@ -619,7 +619,7 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
     for (int i = 1; i < n; ++i) pool.emplace_back(worker);
     if (progress && opts.progress) {
       // The calling thread works too; progress is reported between its plans.
-      Simulator sim(model, cluster, costs);
+      Simulator sim(model, cluster, costs, opts.simulator);
       for (std::size_t k; (k = next.fetch_add(1)) < plans.size();) {
         res[k] = sim.run(plans[k]);
         done.fetch_add(1);
@@ -729,7 +729,7 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
     {
       // The recommendation is run once more with detail: reports draw its program and timeline, and re-run
       // nothing (same plan, same numbers).
-      Simulator sim(model, cluster, costs);
+      Simulator sim(model, cluster, costs, opts.simulator);
       out.plans.push_back(sim.run(rec.plan, true));
     }
     out.alternatives.push_back({plan_family(rec.plan), 0, true});
@@ -782,7 +782,7 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
       out.closest = results[*closest];
       out.closest_over_bytes = closest_over;
     } else if (!cands.empty()) {
-      Simulator sim(model, cluster, costs);
+      Simulator sim(model, cluster, costs, opts.simulator);
       out.closest = sim.run(cands[best_bound]);
       out.closest_over_bytes = out.closest->peak_reserved_bytes + out.closest->overhead.total() - limit;
     }

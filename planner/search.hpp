@@ -85,6 +85,7 @@ struct SearchOptions {
   double headroom = 0.05;                          ///< fraction of GPU memory kept free
   double tie_tolerance = kThroughputTieTolerance;  ///< relative tokens/s difference below which plans tie
   std::function<void(double fraction)> progress;   ///< called from one thread, may be empty
+  SimulatorOptions simulator;  ///< how each plan is simulated (steady-state extension on by default)
 };
 
 /// One listed plan besides the recommendation: the best plan of its family (runtime x TP x AC x HSDP or not).

@@ -10,6 +10,7 @@
 #include <regex>
 #include <sstream>
 
+#include "simulator/knobs.hpp"
 #include "simulator/presets.hpp"
 
 namespace shardplan {
@@ -143,6 +144,11 @@ void validate_record(const Json& rec, const std::string& file, const std::string
     CostModel costs(cluster, k, hooks ? *hooks : CalibrationHooks{});
     Simulator sim(model, cluster, costs);
     const Result& r = sim.run(p);
+    ValidationRecord vr;
+    vr.id = id;
+    vr.group = fmt::format("{} | {} | {} | {}", source, mj.dump(), cj.dump(), gpus);
+    for (const Knob& k : plan_knobs()) vr.knobs.push_back(k.get(p));
+    out.records.push_back(std::move(vr));
     for (const auto& [term, value] : meas.terms) {
       const bool memory_term = term.find("bytes") != std::string::npos;
       out.rows.push_back(
@@ -199,6 +205,46 @@ std::vector<ValidationReport::Summary> ValidationReport::summary_by_source(const
     if (!s.empty()) {
       s[0].term = src;
       out.push_back(s[0]);
+    }
+  }
+  return out;
+}
+
+bool KnobPair::direction_right() const {
+  if (std::abs(predicted_change) < kFlatChange && std::abs(measured_change) < kFlatChange) return true;
+  return (predicted_change > 0) == (measured_change > 0) && predicted_change != 0 && measured_change != 0;
+}
+
+std::vector<KnobPair> ValidationReport::knob_pairs() const {
+  std::vector<KnobPair> out;
+  const auto& knobs = plan_knobs();
+  auto find_row = [&](const std::string& id, const std::string& term) -> const ValidationRow* {
+    for (const auto& r : rows)
+      if (r.id == id && r.term == term && r.out_of_scope.empty()) return &r;
+    return nullptr;
+  };
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    for (std::size_t j = i + 1; j < records.size(); ++j) {
+      const ValidationRecord& a = records[i];
+      const ValidationRecord& b = records[j];
+      if (a.group != b.group || a.knobs.size() != b.knobs.size()) continue;
+      int differ = -1, n_differ = 0;
+      for (std::size_t k = 0; k < a.knobs.size(); ++k)
+        if (a.knobs[k] != b.knobs[k]) differ = static_cast<int>(k), ++n_differ;
+      if (n_differ != 1) continue;
+      const auto d = static_cast<std::size_t>(differ);
+      auto add = [&](const std::string& term) {
+        const ValidationRow* ra = find_row(a.id, term);
+        const ValidationRow* rb = find_row(b.id, term);
+        if (!ra || !rb || ra->predicted <= 0 || ra->measured <= 0) return false;
+        out.push_back({knobs[d].key, a.knobs[d], b.knobs[d], a.id, b.id, term,
+                       rb->predicted / ra->predicted - 1, rb->measured / ra->measured - 1});
+        return true;
+      };
+      if (!add("tokens_per_s_per_gpu")) add("step_s");
+      for (const char* term :
+           {"peak_allocated_bytes", "peak_active_bytes", "peak_reserved_bytes", "peak_device_bytes"})
+        add(term);
     }
   }
   return out;

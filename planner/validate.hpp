@@ -24,9 +24,31 @@ struct ValidationSkip {
   std::string id, reason;
 };
 
+/// One simulated record: the group its plan is compared within (source, model, cluster, GPU count) and its
+/// resolved plan's knobs (value text in plan_knobs() order).
+struct ValidationRecord {
+  std::string id, group;
+  std::vector<std::string> knobs;
+};
+
+/// Two records of one group whose resolved plans differ in exactly one knob, compared on one term both
+/// measured (in scope in both): did the model predict the direction and size of the measured change?
+struct KnobPair {
+  std::string knob, from, to;  ///< the knob and its value in record a, in record b
+  std::string id_a, id_b, term;
+  double predicted_change = 0, measured_change = 0;  ///< b / a - 1
+  /// The signs agree, or both changes are under kFlatChange (flat within the records' rounding).
+  bool direction_right() const;
+  static constexpr double kFlatChange = 0.01;
+};
+
 struct ValidationReport {
   std::vector<ValidationRow> rows;
   std::vector<ValidationSkip> skipped;
+  std::vector<ValidationRecord> records;
+  /// Every pair of records of one group (in file order) that differ in exactly one knob, for throughput
+  /// (tokens/s per GPU, or step time where a record has no tokens/s) and each memory term both measured.
+  std::vector<KnobPair> knob_pairs() const;
   /// Per term: median |error|, mean |error| (MAPE), worst |error| and count.
   struct Summary {
     std::string term;

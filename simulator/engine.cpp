@@ -165,6 +165,27 @@ void run_engine(const Program& prog, int n_lanes, int n_pools,
       out.samples.push_back({out.timing[static_cast<std::size_t>(i)].issue_s, i, hi});
       if (hi != tot) out.samples.push_back({out.timing[static_cast<std::size_t>(i)].issue_s, i, tot});
     }
+    // GPU time: the tasks with effects in order of kernel start (ties in issue order), the same walk.
+    std::vector<std::int32_t> order;
+    for (std::int32_t i = 0; i < n; ++i)
+      if (prog.tasks[static_cast<std::size_t>(i)].n_effects > 0) order.push_back(i);
+    std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+      return out.timing[static_cast<std::size_t>(a)].start_s <
+             out.timing[static_cast<std::size_t>(b)].start_s;
+    });
+    tot = out.base_bytes;
+    out.gpu_samples.push_back({0.0, -1, tot});
+    for (std::int32_t i : order) {
+      const Task& t = prog.tasks[static_cast<std::size_t>(i)];
+      Bytes hi = tot;
+      for (std::uint32_t e = t.first_effect; e < t.first_effect + t.n_effects; ++e) {
+        tot += prog.effects[e].delta_bytes;
+        hi = std::max(hi, tot);
+      }
+      const double at = out.timing[static_cast<std::size_t>(i)].start_s;
+      out.gpu_samples.push_back({at, i, hi});
+      if (hi != tot) out.gpu_samples.push_back({at, i, tot});
+    }
   }
 }
 

@@ -107,11 +107,16 @@ struct Timeline {
   Bytes peak_before_optimizer_bytes = 0, peak_from_optimizer_bytes = 0;
   bool record_samples = false;
   std::vector<MemSample> samples;
+  /// The same effects on the GPU's time axis: each task's effects applied when its kernel starts on its lane
+  /// (when the tensors it allocates start to be written and the ones it frees are last used), in order of
+  /// start time; what the timeline chart draws under the lanes. Only with record_samples.
+  std::vector<MemSample> gpu_samples;
   void clear() {
     timing.clear();
     lane_busy_s.clear();
     pool_peak_bytes.clear();
     samples.clear();
+    gpu_samples.clear();
     at_peak = {};
     current = {};
     end_s = 0;

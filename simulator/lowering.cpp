@@ -13,9 +13,26 @@ void Lowering::run() {
   prog.clear();
   prog.labels.clear();
   prog.labels.push_back("task");
-  for (int mb = 0; mb < p_.grad_accum; ++mb) {
+  // The micro-batches lowered: all of them, or (steady_prefix) the first few and the last, which keeps its
+  // index so that labels and the peak's phase name it as in the full program.
+  const int m = p_.grad_accum;
+  const int prefix = in_.steady_prefix > 0 && in_.steady_prefix + 1 < m ? in_.steady_prefix : m - 1;
+  MicroBatchBlocks* blocks = out_.blocks;
+  if (blocks) blocks->clear();
+  for (int i = 0; i <= prefix; ++i) {
+    const int mb = i < prefix ? i : m - 1;
+    std::array<double, kCommKinds> before{};
+    if (blocks) {
+      blocks->first_task.push_back(static_cast<std::int32_t>(prog.tasks.size()));
+      for (int k = 0; k < kCommKinds; ++k) before[static_cast<std::size_t>(k)] = out_.comm[k].bytes_per_rank;
+    }
     forward(mb);
-    backward(mb, mb + 1 == p_.grad_accum);
+    backward(mb, mb + 1 == m);
+    if (blocks) {
+      auto& sent = blocks->sent_bytes.emplace_back();
+      for (int k = 0; k < kCommKinds; ++k)
+        sent[static_cast<std::size_t>(k)] = out_.comm[k].bytes_per_rank - before[static_cast<std::size_t>(k)];
+    }
   }
   optimizer_step();
 }

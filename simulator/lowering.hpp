@@ -19,12 +19,26 @@ struct LoweringInputs {
   const RuntimeTraits& traits;
   const std::vector<SimUnit>& units;
   bool labels = false;  ///< build task labels (traces, reports); skipped in the planner's hot loop
+  /// > 0: lower only micro-batches 0 .. steady_prefix-1 and the last one (steady_state.hpp extends the rest);
+  /// 0, or when that would not skip any: every micro-batch.
+  int steady_prefix = 0;
+};
+
+/// Where each lowered micro-batch starts in the Program, and what it sent (steady_state.hpp).
+struct MicroBatchBlocks {
+  std::vector<std::int32_t> first_task;  ///< first task of each lowered micro-batch (the last one: the tail)
+  std::vector<std::array<double, kCommKinds>> sent_bytes;  ///< bytes per rank each lowered micro-batch sent
+  void clear() {
+    first_task.clear();
+    sent_bytes.clear();
+  }
 };
 
 struct LoweringOutput {
   Program& program;
   std::array<CommStats, kCommKinds>& comm;  ///< bytes per rank (and TP times) accumulated while lowering
   double optimizer_s = 0;
+  MicroBatchBlocks* blocks = nullptr;  ///< filled when given
 };
 
 void lower(const LoweringInputs& in, LoweringOutput& out);

@@ -2,15 +2,18 @@
 #include "simulator/simulate.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "simulator/lowering.hpp"
 #include "simulator/pipeline.hpp"
+#include "simulator/steady_state.hpp"
 #include "simulator/summary.hpp"
 
 namespace shardplan {
 
-Simulator::Simulator(const ModelGraph& model, const Cluster& cluster, const CostModel& costs)
-    : model_(&model), cluster_(&cluster), costs_(&costs) {
+Simulator::Simulator(const ModelGraph& model, const Cluster& cluster, const CostModel& costs,
+                     SimulatorOptions options)
+    : model_(&model), cluster_(&cluster), costs_(&costs), options_(options) {
   prog_.lane_names = {"compute", "nccl:shard", "nccl:replicate", "nccl:tp", "pcie", "host cpu"};
 }
 
@@ -27,18 +30,41 @@ const Result& Simulator::run(const Plan& p, bool detail) {
   prog_.lane_names.resize(p.cp > 1 || p.ep > 1 ? kLanes : kLanesWithoutCpEp);
   if (p.cp > 1 || p.ep > 1) prog_.lane_names[kLaneCp] = "nccl:cp", prog_.lane_names[kLaneEp] = "nccl:ep";
   build_units(*model_, *cluster_, *costs_, p, rt, units_);
-  LoweringOutput lo{prog_, res_.comm};
-  lower({*model_, *cluster_, *costs_, p, rt, units_, detail}, lo);
-  res_.optimizer_s = lo.optimizer_s;
-
   const auto ps = persistent_state(*model_, p);
+  const auto initial = initial_allocation(*model_, p, rt, ps);
+  ++stats_.runs;
+
+  // Lower and run the step: first (steady-state extension) its first micro-batches and its last; if their
+  // steady part does not repeat exactly, every micro-batch.
+  std::optional<SteadyExtension> ext;
+  auto lower_and_run = [&](int steady_prefix) {
+    res_.comm = {};
+    LoweringOutput lo{prog_, res_.comm};
+    lo.blocks = &blocks_;
+    LoweringInputs li{*model_, *cluster_, *costs_, p, rt, units_, detail};
+    li.steady_prefix = steady_prefix;
+    lower(li, lo);
+    res_.optimizer_s = lo.optimizer_s;
+    tl_.clear();
+    tl_.record_samples = detail;
+    run_engine(prog_, lanes(), kPools, initial, tl_);
+    verify_timeline(prog_, tl_, initial, {});
+  };
+  if (options_.steady_state && !detail && p.grad_accum > kSteadyPrefix + 1) {
+    lower_and_run(kSteadyPrefix);
+    ext = find_steady_state(prog_, tl_, blocks_, p.grad_accum, &stats_.last_fallback);
+    if (ext) {
+      ++stats_.extended;
+    } else {
+      ++stats_.fallbacks;
+      lower_and_run(0);
+    }
+  } else {
+    lower_and_run(0);
+  }
+
   res_.persistent_split = ps;
   res_.persistent_bytes = ps[0] + ps[1] + ps[2];
-  const auto initial = initial_allocation(*model_, p, rt, ps);
-  tl_.clear();
-  tl_.record_samples = detail;
-  run_engine(prog_, lanes(), kPools, initial, tl_);
-  verify_timeline(prog_, tl_, initial, {});
 
   // Memory.
   Result& r = res_;
@@ -57,7 +83,9 @@ const Result& Simulator::run(const Plan& p, bool detail) {
   r.host_capacity_bytes = node.host_memory_bytes;
   r.fits = r.peak_reserved_bytes + r.overhead.total() <= r.capacity_bytes &&
            (r.host_capacity_bytes == 0 || r.host_bytes_per_node <= r.host_capacity_bytes);
-  summarise_time({*model_, *cluster_, *costs_, p, units_, prog_, tl_}, r);
+  const SummaryInputs si{*model_, *cluster_, *costs_, p, units_, prog_, tl_};
+  summarise_time(si, r);
+  if (ext) extend_result(si, blocks_, *ext, r);
   if (detail) r.detail = std::make_shared<const StepDetail>(StepDetail{prog_, tl_});
   return res_;
 }

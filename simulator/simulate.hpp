@@ -11,6 +11,7 @@
 
 #include "simulator/cost_model.hpp"
 #include "simulator/engine.hpp"
+#include "simulator/lowering.hpp"
 #include "simulator/memory.hpp"
 #include "simulator/model_graph.hpp"
 #include "simulator/plan.hpp"
@@ -20,12 +21,31 @@
 
 namespace shardplan {
 
+/// How a Simulator runs a step.
+struct SimulatorOptions {
+  /// Simulate the first micro-batches and the last and extend the steady middle ones exactly
+  /// (steady_state.hpp) instead of simulating each; off simulates every micro-batch. Detail runs always
+  /// simulate every micro-batch (their program and timeline are drawn task by task).
+  bool steady_state = true;
+};
+
+/// What a Simulator did, counted over its runs.
+struct SimulatorStats {
+  std::int64_t runs = 0, extended = 0;  ///< runs, and those whose middle micro-batches were extended
+  std::int64_t fallbacks = 0;           ///< truncated runs whose check failed (then simulated in full)
+  const char* last_fallback = nullptr;  ///< the check that failed last (steady_state.cpp)
+};
+
 class Simulator {
  public:
-  Simulator(const ModelGraph& model, const Cluster& cluster, const CostModel& costs);
+  Simulator(const ModelGraph& model, const Cluster& cluster, const CostModel& costs,
+            SimulatorOptions options = {});
   /// Runs one plan (already resolved with resolve_plan). `detail` keeps task labels and memory samples for
   /// traces and plots.
   const Result& run(const Plan& plan, bool detail = false);
+  /// The program and timeline last simulated: with a steady-state extension, the truncated step (first
+  /// micro-batches and the last); a detail run's are the whole step's.
+
   const Program& program() const { return prog_; }
   const Timeline& timeline() const { return tl_; }
   /// Lanes of the last run's program: kLanesWithoutCpEp, or kLanes with context or expert parallelism.
@@ -33,6 +53,7 @@ class Simulator {
   const std::vector<SimUnit>& units() const { return units_; }
   const ModelGraph& model() const { return *model_; }
   const Cluster& cluster() const { return *cluster_; }
+  const SimulatorStats& stats() const { return stats_; }
 
   /// Persistent state alone (params + grads + optimizer on one rank): see memory.hpp.
   static std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& plan) {
@@ -47,6 +68,9 @@ class Simulator {
   const ModelGraph* model_;
   const Cluster* cluster_;
   const CostModel* costs_;
+  SimulatorOptions options_;
+  SimulatorStats stats_;
+  MicroBatchBlocks blocks_;
   Program prog_;
   Timeline tl_;
   Result res_;

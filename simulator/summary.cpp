@@ -26,12 +26,8 @@ double model_flops_per_token(const ModelGraph& model, std::int64_t seq) {
          model.attention_model_flops_per_token(seq);
 }
 
-void summarise_time(const SummaryInputs& in, Result& r) {
-  const Plan& p = in.plan;
-  const Timeline& tl = in.timeline;
-  const Program& prog = in.program;
-  r.step_s = tl.end_s;
-  r.compute_s = tl.lane_busy_s[kLaneCompute];
+ExposedComm exposed_comm(const Program& prog, const Timeline& tl, std::int32_t lo, std::int32_t hi,
+                         std::vector<std::pair<double, double>>* intervals) {
   // Exposed communication: time in which the compute stream idles because it waits, directly or through a
   // chain of waits, on a transfer. Each idle gap before a compute-stream task (and the tail after the last
   // one) is walked back along what set each start (TaskTiming::blocked_by: a dependency or the lane's
@@ -40,47 +36,76 @@ void summarise_time(const SummaryInputs& in, Result& r) {
   // CPU (launch overhead, the FSDP1 limiter waiting on compute) are not communication. Transfers are the
   // tasks with a communication kind (collectives, offload copies); the host CPU running an offloaded
   // optimizer is not one.
-  auto kind_of = [&](const Task& t) { return static_cast<std::size_t>(t.comm_kind); };
-  auto is_transfer = [](const Task& t) { return t.comm_kind != 0xff; };
-  for (const Task& t : prog.tasks) {
-    if (!is_transfer(t)) continue;
-    r.comm[kind_of(t)].time_s += t.duration_s;
-    r.comm[kind_of(t)].count += t.collectives;
-  }
-  double exposed = 0;
+  ExposedComm out;
+  const auto n = static_cast<std::int32_t>(prog.tasks.size());
   auto charge = [&](std::int32_t x, double a, double b) {
     // [a, b) is idle compute time that ends when task x (or what x waited for) lets the compute stream go on.
     while (b > a && x >= 0) {
+      out.earliest_task = std::min(out.earliest_task, x);
       const Task& t = prog.tasks[static_cast<std::size_t>(x)];
       const TaskTiming& tm = tl.timing[static_cast<std::size_t>(x)];
-      if (!is_transfer(t)) return;  // waits on compute or the host CPU: not communication
+      if (t.comm_kind == 0xff) return;  // waits on compute or the host CPU: not communication
       const double s = std::max(a, std::min(tm.start_s, b));
       if (b > s) {
-        r.comm[kind_of(t)].exposed_s += b - s;
-        exposed += b - s;
-        if (r.exposed_intervals) r.exposed_intervals->push_back({s, b});
+        out.by_kind[static_cast<std::size_t>(t.comm_kind)] += b - s;
+        out.total_s += b - s;
+        if (intervals) intervals->push_back({s, b});
       }
       b = s;
       x = tm.blocked_by >= 0 ? tm.blocked_by : tm.cpu_waited_for;
     }
   };
+  // The compute stream runs FIFO, so the end of the last compute task before `lo` that took time is when the
+  // stream became free before the first gap in range.
   double prev_end = 0;
-  std::int32_t last_end_task = -1;
-  for (std::size_t i = 0; i < prog.tasks.size(); ++i) {
-    const TaskTiming& tm = tl.timing[i];
-    if (last_end_task < 0 || tm.end_s > tl.timing[static_cast<std::size_t>(last_end_task)].end_s)
-      last_end_task = static_cast<std::int32_t>(i);
-    if (prog.tasks[i].lane != kLaneCompute || !(tm.end_s > tm.start_s)) continue;
+  for (std::int32_t i = lo - 1; i >= 0; --i) {
+    const TaskTiming& tm = tl.timing[static_cast<std::size_t>(i)];
+    if (prog.tasks[static_cast<std::size_t>(i)].lane == kLaneCompute && tm.end_s > tm.start_s) {
+      prev_end = tm.end_s;
+      break;
+    }
+  }
+  for (std::int32_t i = lo; i < hi; ++i) {
+    const TaskTiming& tm = tl.timing[static_cast<std::size_t>(i)];
+    if (prog.tasks[static_cast<std::size_t>(i)].lane != kLaneCompute || !(tm.end_s > tm.start_s)) continue;
     if (tm.start_s > prev_end) {
       const std::int32_t cause = tm.blocked_by >= 0 ? tm.blocked_by : tm.cpu_waited_for;
       charge(cause, prev_end, tm.start_s);
     }
     prev_end = std::max(prev_end, tm.end_s);
   }
-  if (last_end_task >= 0 && tl.end_s > prev_end)
-    charge(last_end_task, prev_end, tl.end_s);  // the step's tail
+  if (hi == n) {  // the step's tail: after the last compute, until the task that ends last
+    std::int32_t last_end_task = -1;
+    for (std::int32_t i = 0; i < n; ++i)
+      if (last_end_task < 0 || tl.timing[static_cast<std::size_t>(i)].end_s >
+                                   tl.timing[static_cast<std::size_t>(last_end_task)].end_s)
+        last_end_task = i;
+    if (last_end_task >= 0 && tl.end_s > prev_end) charge(last_end_task, prev_end, tl.end_s);
+  }
+  return out;
+}
+
+void summarise_time(const SummaryInputs& in, Result& r) {
+  const Timeline& tl = in.timeline;
+  const Program& prog = in.program;
+  r.step_s = tl.end_s;
+  r.compute_s = tl.lane_busy_s[kLaneCompute];
+  for (const Task& t : prog.tasks) {
+    if (t.comm_kind == 0xff) continue;
+    r.comm[static_cast<std::size_t>(t.comm_kind)].time_s += t.duration_s;
+    r.comm[static_cast<std::size_t>(t.comm_kind)].count += t.collectives;
+  }
+  const ExposedComm e =
+      exposed_comm(prog, tl, 0, static_cast<std::int32_t>(prog.tasks.size()), r.exposed_intervals.get());
+  for (int k = 0; k < kCommKinds; ++k)
+    r.comm[static_cast<std::size_t>(k)].exposed_s += e.by_kind[static_cast<std::size_t>(k)];
   if (r.exposed_intervals) std::sort(r.exposed_intervals->begin(), r.exposed_intervals->end());
-  r.exposed_comm_s = exposed;
+  r.exposed_comm_s = e.total_s;
+  set_throughput(in, r);
+}
+
+void set_throughput(const SummaryInputs& in, Result& r) {
+  const Plan& p = in.plan;
   const auto& gpu = in.cluster.spec().gpu;
   // A sequence is shared by the tp x cp ranks of its TP and CP groups.
   const double tokens_per_gpu =

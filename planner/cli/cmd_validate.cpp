@@ -70,6 +70,34 @@ std::string markdown(const ValidationReport& v, const std::vector<std::string>& 
       s += fmt::format("| {} | {} | {:.1f} % | {:.1f} % | {:.1f} % |\n", t.term, t.n, 100 * t.median_abs,
                        100 * t.mape, 100 * t.worst_abs);
   }
+  const auto pairs = v.knob_pairs();
+  if (!pairs.empty()) {
+    int right = 0, n_time = 0, right_time = 0;
+    std::vector<std::string> groups;
+    for (const auto& q : pairs) {
+      right += q.direction_right();
+      const bool time = q.term.find("bytes") == std::string::npos;
+      n_time += time;
+      right_time += time && q.direction_right();
+      const std::string key = q.id_a + "|" + q.id_b;
+      if (std::find(groups.begin(), groups.end(), key) == groups.end()) groups.push_back(key);
+    }
+    s += fmt::format(
+        "\n## Paired runs: one knob changed\n\nPairs of records with the same source, model, cluster and GPU "
+        "count whose resolved plans differ in exactly one knob: the change from the first record to the "
+        "second, "
+        "predicted and measured (throughput: tokens/s per GPU, or step time where a record has no tokens/s; "
+        "memory: each term both measured). The direction is right when the signs agree or both changes are "
+        "under {:.0f} %. {} pairs, {} comparisons: direction right in {} ({} of {} throughput, {} of {} "
+        "memory).\n\n| knob | change | records | term | predicted | measured | direction |\n"
+        "|---|---|---|---|--:|--:|---|\n",
+        100 * KnobPair::kFlatChange, groups.size(), pairs.size(), right, right_time, n_time,
+        right - right_time, static_cast<int>(pairs.size()) - n_time);
+    for (const auto& q : pairs)
+      s += fmt::format("| {} | {} → {} | {} → {} | {} | {:+.1f} % | {:+.1f} % | {} |\n", q.knob, q.from, q.to,
+                       q.id_a, q.id_b, q.term, 100 * q.predicted_change, 100 * q.measured_change,
+                       q.direction_right() ? "right" : "wrong");
+  }
   s += "\n## Per record\n\n| record | term | predicted | measured | error |\n|---|---|--:|--:|--:|\n";
   for (const auto& r : v.rows)
     s += fmt::format("| {}{} | {} | {} | {} | {:+.1f} % |\n", r.id,

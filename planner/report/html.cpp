@@ -55,6 +55,7 @@ svg .usable .ref { stroke: #c62828; stroke-width: 1.2; stroke-dasharray: 6 4; } 
 svg .reserved .ref { stroke: #333; stroke-width: 1.2; stroke-dasharray: 2 3; } svg .reserved .ref-label { fill: #333; font-size: 12px; }
 svg .peak-marker { stroke: #fff; stroke-width: 1.5; } svg .peak-label { font-size: 12.5px; font-weight: 600; }
 svg .ref-label, svg .peak-label { paint-order: stroke; stroke: rgba(255,255,255,.85); stroke-width: 3px; stroke-linejoin: round; }
+svg .mem-gpu { fill: none; stroke: #2a4d7a; stroke-width: 1.5; } svg .mem-peak { stroke: #c62828; stroke-width: 1.2; stroke-dasharray: 4 3; }
 svg .exposed-band { fill: rgba(198,40,40,.13); } svg .gantt-exposed rect:not(.row-bg) { fill: #c62828; }
 svg .identity { stroke: #333; stroke-width: 1.2; fill: none; } svg .band { fill: rgba(46,125,50,.12); stroke: none; }
 svg .point { stroke: rgba(0,0,0,.55); stroke-width: .6; fill-opacity: .85; }
@@ -340,6 +341,56 @@ std::size_t task_kind(const Task& t) {
   return 7;
 }
 
+/// The allocated-memory curve on the GPU's time axis in a band [y0, y0 + h) under the Gantt lanes: a step
+/// line through Timeline::gpu_samples (per pixel column its highest and its last value), 0 at the bottom, and
+/// the reported peak marked at its task's kernel start, labelled with the phase.
+void memory_band(svg::Canvas& c, const svg::Frame& f, const Result& r, const TimeUnit& tu, double y0,
+                 double h) {
+  const std::vector<MemSample>& mem = r.detail->timeline.gpu_samples;
+  double top_bytes = static_cast<double>(r.peak_bytes);
+  for (const MemSample& m : mem) top_bytes = std::max(top_bytes, static_cast<double>(m.allocated_bytes));
+  top_bytes = std::max(top_bytes * 1.08, 1.0);
+  auto y_of = [&](double b) { return y0 + h - h * b / top_bytes; };
+  c.open_group("gantt-memory", "data-lane=\"allocated memory\"");
+  c.rect(f.area.x, y0, f.area.w, h, {}, "row-bg");
+  c.text(f.area.x - 8, y0 + h / 2 - 6, "allocated", "row-label", "end");
+  c.text(f.area.x - 8, y0 + h / 2 + 9, fmt::format("0–{}", gib(top_bytes, 0)), "tick-label", "end");
+  std::string d;
+  double cur_px = -1, hi = 0, last = 0;
+  auto flush = [&]() {
+    if (cur_px < 0) return;
+    d += fmt::format(" H{:.1f} V{:.1f} V{:.1f}", cur_px, y_of(hi), y_of(last));
+  };
+  for (const MemSample& m : mem) {
+    const double px = std::round(f.x(m.time_s * tu.factor) * 2) / 2;
+    const double b = static_cast<double>(m.allocated_bytes);
+    if (cur_px < 0) {
+      d = fmt::format("M{:.1f} {:.1f}", f.area.x, y_of(b));
+      cur_px = px, hi = last = b;
+    } else if (px != cur_px) {
+      flush();
+      cur_px = px, hi = last = b;
+    } else {
+      hi = std::max(hi, b), last = b;
+    }
+  }
+  flush();
+  if (!d.empty()) {
+    d += fmt::format(" H{:.1f}", f.area.right());
+    c.path(d, {}, "mem-gpu", "memory allocated by the framework, on the GPU's time axis");
+  }
+  const Timeline& tl = r.detail->timeline;
+  if (tl.peak_task >= 0 && static_cast<std::size_t>(tl.peak_task) < tl.timing.size()) {
+    const double px = f.x(tl.timing[static_cast<std::size_t>(tl.peak_task)].start_s * tu.factor);
+    c.line(px, y0, px, y0 + h, "mem-peak");
+    const bool left = px > f.area.x + f.area.w * 0.62;
+    c.text(px + (left ? -6 : 6), y0 + 13,
+           fmt::format("peak {} — {}", gib(static_cast<double>(r.peak_bytes)), r.peak_phase), "peak-label",
+           left ? "end" : "start");
+  }
+  c.close_group();
+}
+
 std::string gantt_chart(const Result& r) {
   const Program& prog = r.detail->program;
   const Timeline& tl = r.detail->timeline;
@@ -353,7 +404,10 @@ std::string gantt_chart(const Result& r) {
       lane_used[prog.tasks[i].lane] = 1;
   const int used_lanes = static_cast<int>(std::count(lane_used.begin(), lane_used.end(), 1));
   const double row_h = 30, gap = 10, top = 44;
-  const double rows_h = (used_lanes + 1) * (row_h + gap);
+  // Below the lanes, on the same time axis: memory allocated as the GPU runs (Timeline::gpu_samples).
+  const std::vector<MemSample>& mem = tl.gpu_samples;
+  const double mem_h = mem.empty() ? 0 : 110;
+  const double rows_h = (used_lanes + 1) * (row_h + gap) + (mem_h > 0 ? mem_h + gap : 0);
   const double H = top + rows_h + 52;
   svg::Frame f;
   f.area = {kLeft, top, kChartW - kLeft - kRight, rows_h - gap};
@@ -425,6 +479,7 @@ std::string gantt_chart(const Result& r) {
                      rows[static_cast<std::size_t>(l)], "gantt-row", min_px);
     }
     svg::gantt_row(c, f, top + row * (row_h + gap), row_h, "exposed comm", ex, "gantt-exposed", min_px);
+    if (mem_h > 0) memory_band(c, f, r, tu, top + (row + 1) * (row_h + gap), mem_h);
     c.text(
         f.area.right(), H - 8,
         fmt::format("exposed communication drawn: {} {} (report: {} {})", num(exposed_total * tu.factor, 2),
@@ -554,7 +609,9 @@ std::string step_sections(const Result& r, const ReportInputs& in, const std::st
        "<figcaption>Kernels per lane (CUDA stream / NCCL communicator). Red bands: a collective runs while "
        "the compute "
        "lane is idle (exposed communication). Tasks narrower than a pixel are merged; hover for "
-       "details.</figcaption>"
+       "details. Under the lanes: memory allocated by the framework as the GPU runs, each task's "
+       "allocations and frees placed at its kernel's start (the chart above places them when the CPU "
+       "issues the kernel), with the reported peak marked at its task.</figcaption>"
        "</figure></section>\n";
   b += "<section class=\"cols\"><div><h2>Memory breakdown at the peak</h2>" + breakdown_table(r) + "</div>";
   b += "<div><h2>Communication</h2>" + comm_table(r) +

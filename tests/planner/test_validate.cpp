@@ -275,3 +275,47 @@ TEST_CASE("the default planner headroom is the rule applied to the committed rec
   CHECK(default_headroom(v) == Approx(std::ceil(100 * worst - 1e-9) / 100));
   CHECK(default_headroom(v) == kDefaultHeadroom);
 }
+
+TEST_CASE("knob pairs: records of one group that differ in one knob, predicted vs measured change",
+          "[validate]") {
+  // torchtitan PR 165's FSDP2 runs of Llama-3-8B on 8 H100s: full AC eager (2) and selective AC eager (3)
+  // differ only in `ac`; full AC compiled (4) differs from (2) only in `compile` and from (3) in both (no
+  // pair). A fourth record, (2) with the source changed, is in another group (no pair with anything).
+  Json a = dev_record("torchtitan-pr165-fsdp2-full-bs8-eager-2");
+  Json b = dev_record("torchtitan-pr165-fsdp2-selective-bs8-eager-3");
+  Json c = dev_record("torchtitan-pr165-fsdp2-full-bs8-compile-4");
+  Json d = a;
+  d["id"] = "other-source";
+  d["source"] = "elsewhere";
+  auto dir = ptest::temp_dir("validate_pairs");
+  const fs::path f = dir / "runs.json";
+  ptest::write_text(f, Json{{"schema", "shardplan.runs/1"}, {"records", Json::array({a, b, c, d})}}.dump(1));
+  ValidationReport v = validate_files({f.string()});
+  REQUIRE(v.records.size() == 4);
+  const auto pairs = v.knob_pairs();
+  std::set<std::string> knobs;
+  for (const auto& q : pairs) {
+    knobs.insert(q.knob + " " + q.from + "->" + q.to);
+    CHECK(q.id_a != "other-source");
+    CHECK(q.id_b != "other-source");
+    // The change is the ratio of the two rows' values, predicted and measured.
+    const ValidationRow *ra = nullptr, *rb = nullptr;
+    for (const auto& r : v.rows) {
+      if (r.id == q.id_a && r.term == q.term) ra = &r;
+      if (r.id == q.id_b && r.term == q.term) rb = &r;
+    }
+    REQUIRE(ra);
+    REQUIRE(rb);
+    CHECK(q.predicted_change == Approx(rb->predicted / ra->predicted - 1));
+    CHECK(q.measured_change == Approx(rb->measured / ra->measured - 1));
+  }
+  CHECK(knobs == std::set<std::string>{"ac full->selective", "compile false->true"});
+  // Selective AC keeps more activations: memory up and throughput up, measured and predicted (the
+  // paired table in docs/accuracy.md: +8.1 % tokens/s, +91.5 % reserved measured).
+  for (const auto& q : pairs)
+    if (q.knob == "ac") CHECK(q.direction_right());
+  KnobPair flat{"x", "a", "b", "1", "2", "step_s", 0.004, -0.006};
+  CHECK(flat.direction_right());  // both under 1 %: flat
+  KnobPair wrong{"x", "a", "b", "1", "2", "step_s", -0.02, 0.006};
+  CHECK(!wrong.direction_right());
+}

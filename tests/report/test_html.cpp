@@ -83,6 +83,11 @@ TEST_CASE("simulate report: memory stacked by category, capacity, peak, Gantt la
     CHECK((gantt.find("data-lane=\"" + sim.program().lane_names[l] + "\"") != std::string::npos) ==
           static_cast<bool>(used[l]));
   CHECK(count_of(gantt, "<g class=\"gantt-exposed\"") == 1);
+  // The memory band under the lanes: one step line on the GPU's time axis and the peak marked with its phase.
+  CHECK(count_of(gantt, "<g class=\"gantt-memory\"") == 1);
+  CHECK(count_of(gantt, "class=\"mem-gpu\"") == 1);
+  CHECK(count_of(gantt, "class=\"mem-peak\"") == 1);
+  CHECK(gantt.find(r.peak_phase) != std::string::npos);
   CHECK(count_of(gantt, "<g class=\"axis x\"") == 1);
 
   for (int c = 0; c < kMemCategories; ++c)

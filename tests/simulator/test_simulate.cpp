@@ -242,3 +242,25 @@ TEST_CASE("merged-block control model has the expected FSDP unit count", "[simul
   CHECK(r.comm[static_cast<int>(CommKind::kReduceScatter)].count == 34);
   CHECK(r.comm[static_cast<int>(CommKind::kAllGather)].count == 67);
 }
+
+TEST_CASE("memory on the GPU's time axis: the same effects at each kernel's start", "[simulate][memory]") {
+  // Timeline::gpu_samples walks the same effects as the issue-order samples, ordered by kernel start: times
+  // never decrease, each sample sits at its task's start, and both walks end at the same allocated bytes
+  // (the sum of all effects does not depend on their order).
+  Setup s(ModelGraph::from_spec(shardplan::test::small_llama(4)), load_cluster_spec("dgx-h100"), 8);
+  Plan p;
+  p.seq = 4096;
+  p.grad_accum = 2;
+  Simulator sim(s.model, *s.cluster, *s.costs);
+  sim.run(s.resolve(p), true);
+  const Timeline& tl = sim.timeline();
+  REQUIRE(tl.gpu_samples.size() > 2);
+  CHECK(tl.gpu_samples.size() == tl.samples.size());
+  CHECK(tl.gpu_samples.back().allocated_bytes == tl.samples.back().allocated_bytes);
+  CHECK(tl.gpu_samples.front().allocated_bytes == tl.base_bytes);
+  for (std::size_t i = 1; i < tl.gpu_samples.size(); ++i) {
+    const MemSample& m = tl.gpu_samples[i];
+    CHECK(m.time_s >= tl.gpu_samples[i - 1].time_s);
+    CHECK(m.time_s == tl.timing[static_cast<std::size_t>(m.task)].start_s);
+  }
+}

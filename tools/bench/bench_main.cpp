@@ -1,9 +1,11 @@
 // Benchmarks (not tests): in-process simulation speed and plan-search throughput. Results go in
-// docs/performance.md. Usage: shardplan-bench [iterations]
+// docs/performance.md. Usage: shardplan-bench [iterations] [accum]
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <vector>
 
 #include "planner/search.hpp"
@@ -19,7 +21,9 @@ static double seconds_since(Clock::time_point t0) {
 
 int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::max(1, std::atoi(argv[1])) : 50;
-  {
+  // A second argument "accum" runs only the search-against-accumulation benchmark.
+  const bool only_accum = argc > 2 && std::string(argv[2]) == "accum";
+  if (!only_accum) {
     // Llama-3.1-405B, 16 micro-batches, 16,384 GPUs, FSDP2 ZeRO-3 x TP 8.
     ModelGraph m = load_model("llama3.1-405b");
     Cluster c(load_cluster_spec("dgx-h100"), 16384);
@@ -43,6 +47,7 @@ int main(int argc, char** argv) {
         c.gpus(), p.tp, p.grad_accum, 1e3 * per_run, tasks, tasks / per_run / 1e6, step / iters);
   }
   for (const char* model : {"llama3-70b", "llama3.1-405b"}) {
+    if (only_accum) break;
     const bool big = std::string(model) == "llama3.1-405b";
     ModelGraph m = load_model(model);
     Cluster c(load_cluster_spec("dgx-h100"), big ? 16384 : 2048);
@@ -66,6 +71,53 @@ int main(int argc, char** argv) {
     }
   }
   {
+    // Search time against accumulation (issue 18 "fast at every batch size"): the CLI's default `plan` search
+    // (three runtimes, compile and async TP searched, TP within the node) of Llama-3-8B on 8 H100s and
+    // Llama-3-70B on 64 H100s at global batches giving 1, 8, 64 (and more) micro-batches per step at
+    // micro-batch 1, with the steady-state extension (simulator/steady_state.hpp) and with every micro-batch
+    // simulated; 1 thread.
+    struct Case {
+      const char* model;
+      int gpus;
+      std::vector<std::int64_t> batches;
+    };
+    for (const Case& k :
+         {Case{"llama3-8b", 8, {8, 64, 512, 1024}}, Case{"llama3-70b", 64, {64, 512, 2048, 4096}}}) {
+      ModelGraph m = load_model(k.model);
+      Cluster c(load_cluster_spec("dgx-h100"), k.gpus);
+      CostModel cm(c);
+      for (std::int64_t gb : k.batches) {
+        for (bool steady : {true, false}) {
+          SearchSpace sp;
+          sp.runtimes = {Runtime::kFsdp2, Runtime::kFsdp1, Runtime::kDeepSpeed};
+          sp.compile = {false, true};
+          sp.async_tp = {false, true};
+          sp.global_batch = gb;
+          sp.seq = 8192;
+          SearchOptions o;
+          o.threads = 1;
+          o.simulator.steady_state = steady;
+          auto t0 = Clock::now();
+          const std::clock_t c0 = std::clock();
+          SearchOutcome out = search_plans(m, c, cm, sp, o);
+          const double s = seconds_since(t0);
+          // Process CPU time: on a shared, loaded machine the wall time measures the other jobs too.
+          const double cpu_s = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
+          const Plan& rec = out.plans.at(0).plan;
+          fmt::print(
+              "plan {} on {} GPUs, global batch {} (accumulation {} at mbs 1), seq 8192, 1 thread, {}: "
+              "{:.3f} s "
+              "CPU ({:.3f} s wall), {} simulated ({:.0f}/s CPU); recommends {} tp {} mbs {} ga {} ({:.1f} "
+              "tokens/s/GPU)\n",
+              k.model, k.gpus, gb, gb / k.gpus, steady ? "steady-state extension" : "every micro-batch",
+              cpu_s, s, out.stats.evaluated, static_cast<double>(out.stats.evaluated) / cpu_s,
+              to_string(rec.runtime), rec.tp, rec.mbs, rec.grad_accum, out.plans.at(0).tokens_per_s_per_gpu);
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  if (!only_accum) {
     // Caching-allocator replay: a synthetic FSDP-like trace (80 layers x 8 micro-batches: per layer an
     // all-gather output on stream 1, six activations of varied sizes on stream 0 kept until backward, a
     // reduce-scatter buffer on stream 2), replayed warm with reset() between runs.
