@@ -19,6 +19,12 @@ struct LoweringInputs {
   const RuntimeTraits& traits;
   const std::vector<SimUnit>& units;
   bool labels = false;  ///< build task labels (traces, reports); skipped in the planner's hot loop
+  /// Bytes allocated before the step per category (initial_allocation): Program::initial is made of tensors
+  /// that add up to these. Null: no initial tensors.
+  const std::array<Bytes, kMemCategories>* initial = nullptr;
+  /// Split every effect into its tensors (for the allocator replay); false: one effect per buffer, the
+  /// planner's cheap pass (same totals, fewer effects).
+  bool tensors = true;
 };
 
 struct LoweringOutput {

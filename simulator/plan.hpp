@@ -27,6 +27,9 @@ enum class Offload { kNone, kOptimizer, kParams };
 /// Float8 training of the transformer blocks' linear layers (torchao Float8Linear recipes): GEMMs in fp8 with
 /// dynamic scales per tensor (`tensorwise`, cuBLAS) or per row (`rowwise`, CUTLASS row-scaled kernels).
 enum class Fp8 { kNone, kTensorwise, kRowwise };
+/// PyTorch's CUDA caching allocator mode (PYTORCH_CUDA_ALLOC_CONF): `default` = cudaMalloc'd segments,
+/// `expandable` = expandable_segments:True (one growing virtual range per stream and pool).
+enum class AllocatorMode { kDefault, kExpandable };
 
 const char* to_string(Runtime r);
 const char* to_string(Precision p);
@@ -34,6 +37,7 @@ const char* to_string(AcMode a);
 const char* to_string(Dtype d);
 const char* to_string(Offload o);
 const char* to_string(Fp8 f);
+const char* to_string(AllocatorMode a);
 
 /// Every value of a plan enum, in the order error messages and help texts list them. parse_enum, enum_names
 /// and parse_enum_or_throw below are the one place a knob's spelling is read, for flags, `--fix` and run
@@ -65,6 +69,10 @@ struct EnumValues<Offload> {
 template <>
 struct EnumValues<Fp8> {
   static constexpr std::array v{Fp8::kNone, Fp8::kTensorwise, Fp8::kRowwise};
+};
+template <>
+struct EnumValues<AllocatorMode> {
+  static constexpr std::array v{AllocatorMode::kDefault, AllocatorMode::kExpandable};
 };
 
 template <class E>
@@ -125,6 +133,8 @@ struct Plan {
   /// FSDP2 all-gathers the blocks' linear weights in float8 (torchao enable_fsdp_float8_all_gather;
   /// tensorwise).
   bool fp8_all_gather = false;
+  /// The caching allocator's mode (reserved memory comes from replaying the step through it).
+  AllocatorMode allocator = AllocatorMode::kDefault;
 
   // Derived by resolve_plan:
   int dp = 1;        ///< data-parallel ranks = gpus / tp

@@ -14,6 +14,7 @@
 #include "simulator/memory.hpp"
 #include "simulator/model_graph.hpp"
 #include "simulator/plan.hpp"
+#include "simulator/replay.hpp"
 #include "simulator/result.hpp"
 #include "simulator/runtime.hpp"
 #include "simulator/units.hpp"
@@ -26,6 +27,10 @@ class Simulator {
   /// Runs one plan (already resolved with resolve_plan). `detail` keeps task labels and memory samples for
   /// traces and plots.
   const Result& run(const Plan& plan, bool detail = false);
+  /// Whether run() replays the step through the caching allocator (default: yes). Off, peak_reserved_bytes is
+  /// the per-stream lower bound (reserved_lower_bound) and Result::allocator.replayed is false: the planner's
+  /// cheap pass, followed by a replay of the plans it may recommend.
+  void set_allocator_replay(bool on) { replay_on_ = on; }
   const Program& program() const { return prog_; }
   const Timeline& timeline() const { return tl_; }
   int lanes() const { return kLanes; }
@@ -50,6 +55,8 @@ class Simulator {
   Timeline tl_;
   Result res_;
   std::vector<SimUnit> units_;
+  AllocatorReplay replay_;
+  bool replay_on_ = true;
 };
 
 /// Convenience: resolve nothing, run once, return a copy.

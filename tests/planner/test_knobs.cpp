@@ -51,6 +51,7 @@ Plan all_changed() {
   x.loss_dtype = Dtype::kBf16;
   x.fp8 = Fp8::kRowwise;
   x.fp8_all_gather = true;
+  x.allocator = AllocatorMode::kExpandable;
   return x;
 }
 
@@ -76,7 +77,8 @@ TEST_CASE("knobs: a plan with every knob changed survives plan_to_flags and the 
         "--wrap 2 "
         "--prefetch 2 --reshard-after-forward false --precision bf16 --reduce-dtype bf16 --offload params "
         "--async-tp "
-        "--foreach-optimizer --compile --hold-logits --loss-dtype bf16 --fp8 rowwise --fp8-all-gather");
+        "--foreach-optimizer --compile --hold-logits --loss-dtype bf16 --fp8 rowwise --fp8-all-gather "
+        "--allocator expandable");
   CHECK(parse_flags(flags) == x);
   CHECK(from_json(x) == x);
   // Derived keys are written next to the knobs and accepted back.
