@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <stdexcept>
 #include <mutex>
 #include <thread>
 
@@ -610,6 +611,7 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
         std::max(1, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(1, plans.size()))));
     auto worker = [&]() {
       Simulator sim(model, cluster, costs, opts.simulator);
+      sim.set_allocator_replay(false);
       for (std::size_t k; (k = next.fetch_add(1)) < plans.size();) {
         res[k] = sim.run(plans[k]);
         done.fetch_add(1);
@@ -620,6 +622,7 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
     if (progress && opts.progress) {
       // The calling thread works too; progress is reported between its plans.
       Simulator sim(model, cluster, costs, opts.simulator);
+      sim.set_allocator_replay(false);
       for (std::size_t k; (k = next.fetch_add(1)) < plans.size();) {
         res[k] = sim.run(plans[k]);
         done.fetch_add(1);
@@ -689,6 +692,89 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
     results.insert(results.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
   }
   out.stats.evaluated = static_cast<std::int64_t>(results.size());
+
+  // Stage 3c: the caching-allocator replay (docs/model.md "Reserved memory"). Stage 3 ran without it: each
+  // plan's reserved memory is the per-stream lower bound, so a plan over the limit there is over it after the
+  // replay too. Replayed are the plans the output can name: over all plans and within each family, the
+  // fastest plan that still fits after its replay, and the plan the tie rule chooses (choose_plan; its rule 1
+  // compares the other plans' headroom from their lower bound). A replayed plan that no longer fits drops
+  // out and the choice is made again, until a pass replays nothing.
+  {
+    Simulator sim(model, cluster, costs);
+    auto under = [&](const Result& r) { return r.peak_reserved_bytes + r.overhead.total() <= limit; };
+    bool changed = false;
+    auto replay = [&](std::size_t k) {
+      if (results[k].allocator.replayed) return;
+      results[k] = sim.run(results[k].plan);
+      // Every path of Simulator::run must report its replay (the loops below end only on replayed plans).
+      if (!results[k].allocator.replayed)
+        throw std::logic_error("search: a replayed run did not report its allocator replay");
+      ++out.stats.replayed;
+      changed = true;
+    };
+    auto settle = [&](const std::vector<std::size_t>& idx) {
+      // The fastest that fits after its replay.
+      std::vector<std::size_t> order = idx;
+      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        return results[a].tokens_per_s_per_gpu > results[b].tokens_per_s_per_gpu;
+      });
+      for (std::size_t k : order) {
+        if (!under(results[k])) continue;
+        replay(k);
+        if (under(results[k])) break;
+      }
+      // The tie rule's choice, replayed.
+      for (;;) {
+        std::vector<const Result*> fit;
+        std::vector<std::size_t> at;
+        for (std::size_t k : order)
+          if (under(results[k])) fit.push_back(&results[k]), at.push_back(k);
+        if (fit.empty()) return;
+        const std::size_t k = at[choose_plan(fit, opts.tie_tolerance).first];
+        if (results[k].allocator.replayed) return;
+        replay(k);
+      }
+    };
+    std::vector<std::size_t> every(results.size());
+    std::map<std::string, std::vector<std::size_t>> by_family;
+    for (std::size_t k = 0; k < results.size(); ++k) {
+      every[k] = k;
+      by_family[plan_family(results[k].plan)].push_back(k);
+    }
+    // Families are settled best first (by their fastest plan under the limit) until `top` - 1 settled
+    // families are faster than any unsettled one: those are the listed ones (replays only lower a family).
+    auto best_tps = [&](const std::vector<std::size_t>& idx) {
+      double best = -1;
+      for (std::size_t k : idx)
+        if (under(results[k])) best = std::max(best, results[k].tokens_per_s_per_gpu);
+      return best;
+    };
+    auto chosen_tps = [&](const std::vector<std::size_t>& idx) {
+      std::vector<const Result*> fit;
+      for (std::size_t k : idx)
+        if (under(results[k])) fit.push_back(&results[k]);
+      return fit.empty() ? -1.0 : fit[choose_plan(fit, opts.tie_tolerance).first]->tokens_per_s_per_gpu;
+    };
+    do {
+      changed = false;
+      settle(every);
+      std::vector<std::pair<double, const std::vector<std::size_t>*>> fams;
+      for (auto& [name, idx] : by_family) fams.push_back({best_tps(idx), &idx});
+      std::stable_sort(fams.begin(), fams.end(),
+                       [](const auto& a, const auto& b) { return a.first > b.first; });
+      std::vector<double> settled;
+      for (const auto& [tps, idx] : fams) {
+        if (tps < 0) break;
+        if (static_cast<int>(settled.size()) >= std::max(1, opts.top)) {
+          std::vector<double> top = settled;
+          std::sort(top.begin(), top.end(), std::greater<>());
+          if (tps < top[static_cast<std::size_t>(std::max(1, opts.top)) - 1]) break;
+        }
+        settle(*idx);
+        settled.push_back(chosen_tps(*idx));
+      }
+    } while (changed);
+  }
 
   // Stage 4: rank those under the limit.
   std::vector<std::size_t> fitting;
@@ -762,6 +848,7 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
       return network_bytes_per_gpu(*a) < network_bytes_per_gpu(*b);
     });
     for (const Result* r : order) {
+      if (!r->allocator.replayed) continue;  // reserved memory only bounded: not a point of the front
       bool dominated = false;
       for (const Result& f : out.pareto)
         if (f.tokens_per_s_per_gpu >= r->tokens_per_s_per_gpu && f.headroom_bytes() >= r->headroom_bytes() &&
@@ -779,8 +866,12 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
     for (std::size_t i = 1; i < cands.size(); ++i)
       if (bound[i] < bound[best_bound]) best_bound = i;
     if (closest) {
+      if (!results[*closest].allocator.replayed) {
+        Simulator sim(model, cluster, costs);
+        results[*closest] = sim.run(results[*closest].plan);
+      }
       out.closest = results[*closest];
-      out.closest_over_bytes = closest_over;
+      out.closest_over_bytes = out.closest->peak_reserved_bytes + out.closest->overhead.total() - limit;
     } else if (!cands.empty()) {
       Simulator sim(model, cluster, costs, opts.simulator);
       out.closest = sim.run(cands[best_bound]);

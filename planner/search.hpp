@@ -75,6 +75,9 @@ struct SearchStats {
   std::int64_t considered = 0;  ///< candidates generated
   std::int64_t evaluated = 0;   ///< fully simulated
   std::int64_t fitting = 0;     ///< simulated and under the memory limit
+  /// Plans replayed through the caching allocator (the ones the recommendation and the listed plans can come
+  /// from; the rest keep the per-stream lower bound of reserved memory).
+  std::int64_t replayed = 0;
   double seconds = 0;
   Rejections rejections;
 };

@@ -33,10 +33,6 @@ struct ComputeConstants {
   double kernel_launch_s = 5e-6;   ///< CPU cost per kernel launch (docs/mechanics.md §5: ~5-10 us)
   double unit_hook_cpu_s = 60e-6;  ///< CPU cost of one FSDP unit's pre/post hooks (PyTorch profiler traces)
   double collective_launch_s = 15e-6;  ///< CPU cost of issuing one NCCL collective through c10d
-  /// Caching-allocator fragmentation of the default stream's pool: reserved = rounded peak x (1 + f). Fitted
-  /// by tools/fit/fit_memory.cpp over every measured peak_reserved row (docs/model.md "Reserved").
-  double fragmentation_eager = 0.23;  // 4 eager rows (torchtitan PR 165), leave-one-out median |error| 1.2 %
-  double fragmentation_compiled = 0.06;  // 7 compiled rows (torchtitan PR 165, torchao), leave-one-out 6.8 %
   /// Float8 GEMMs: efficiency against the fp8 peak = the bf16 shape curve times this ratio per recipe. Fitted
   /// by tools/fit/fit_compute.cpp on pairs of H100 records that differ only in the recipe (docs/model.md
   /// "Float8").

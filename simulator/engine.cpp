@@ -41,6 +41,10 @@ void run_engine(const Program& prog, int n_lanes, int n_pools,
   out.at_peak = cur;
   out.peak_task = -1;
   std::vector<Bytes> pool_cur(static_cast<std::size_t>(n_pools), 0);
+  // Per tensor group: its allocator-rounded bytes and pool, so that a free (which names the group) takes back
+  // exactly what its allocations added to the pool.
+  std::vector<Bytes> group_rounded(static_cast<std::size_t>(std::max(prog.tensors, 0)), 0);
+  std::vector<std::uint8_t> group_pool(static_cast<std::size_t>(std::max(prog.tensors, 0)), 0);
   pool_cur[0] = allocator_round(total);
   out.pool_peak_bytes[0] = pool_cur[0];
   out.peak_before_optimizer_bytes = total;
@@ -58,9 +62,23 @@ void run_engine(const Program& prog, int n_lanes, int n_pools,
       total += fx.delta_bytes;
       auto& phase_peak = optimizer_seen ? out.peak_from_optimizer_bytes : out.peak_before_optimizer_bytes;
       phase_peak = std::max(phase_peak, total);
-      auto& pc = pool_cur[fx.pool];
-      pc += allocator_round(fx.delta_bytes);
-      out.pool_peak_bytes[fx.pool] = std::max(out.pool_peak_bytes[fx.pool], pc);
+      if (fx.tensor >= 0 && static_cast<std::size_t>(fx.tensor) < group_rounded.size()) {
+        const auto g = static_cast<std::size_t>(fx.tensor);
+        if (fx.delta_bytes > 0) {
+          const Bytes r = fx.count * allocator_round(fx.delta_bytes / std::max<int>(fx.count, 1));
+          group_rounded[g] += r;
+          group_pool[g] = fx.pool;
+          pool_cur[fx.pool] += r;
+          out.pool_peak_bytes[fx.pool] = std::max(out.pool_peak_bytes[fx.pool], pool_cur[fx.pool]);
+        } else {
+          pool_cur[group_pool[g]] -= group_rounded[g];
+          group_rounded[g] = 0;
+        }
+      } else {
+        auto& pc = pool_cur[fx.pool];
+        pc += allocator_round(fx.delta_bytes);
+        out.pool_peak_bytes[fx.pool] = std::max(out.pool_peak_bytes[fx.pool], pc);
+      }
       if (total > out.peak_bytes) {
         out.peak_bytes = total;
         out.at_peak = cur;

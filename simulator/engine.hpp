@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/units.hpp"
@@ -27,10 +28,17 @@ enum class MemCategory : std::uint8_t {
 inline constexpr int kMemCategories = 7;
 const char* to_string(MemCategory c);
 
+/// One allocation or free, with tensor identity. An allocation (delta > 0) creates `count` tensors of
+/// delta / count bytes each (e.g. one per parameter of equal size), in tensor group `tensor`; several
+/// allocations may add to one group (tensors of different sizes freed together). A free (delta < 0) names the
+/// group and frees every tensor in it; its delta is minus the group's total. The aggregate walk reads only
+/// the deltas; the caching-allocator replay (simulator/replay.cpp) reads the tensors.
 struct MemEffect {
   MemCategory category;
-  std::uint8_t pool;  ///< caching-allocator pool (one per CUDA stream that allocates)
-  Bytes delta_bytes;  ///< > 0 allocate, < 0 free
+  std::uint8_t pool;         ///< the CUDA stream whose caching-allocator pool serves the allocation (Pool)
+  std::uint16_t count = 1;   ///< allocation: tensors of delta_bytes / count bytes each
+  std::int32_t tensor = -1;  ///< tensor group id (Program::new_tensor); every effect of a lowering has one
+  Bytes delta_bytes = 0;     ///< > 0 allocate, < 0 free
 };
 
 struct Task {
@@ -55,10 +63,25 @@ struct Program {
   std::vector<MemEffect> effects;
   std::vector<std::string> lane_names;
   std::vector<std::string> labels;
+  std::int32_t tensors = 0;  ///< tensor group ids handed out (0 .. tensors-1)
+  /// Tensors allocated before the step (persistent state per parameter, buffers that live across steps), in
+  /// the order the framework creates them; their per-category sums are the engine's `initial`. Optimizer
+  /// state entries are created lazily by the first optimizer step (the allocator replay models that).
+  std::vector<MemEffect> initial;
+  /// The optimizer state of `initial` is created by the first optimizer step (torch.optim), not before the
+  /// step (DeepSpeed allocates its partitions at initialisation).
+  bool optimizer_state_lazy = true;
+  /// {group allocated before the step, group that takes its place at the end of the step}: tensors that pass
+  /// from one step to the next (the training loop's held logits).
+  std::vector<std::pair<std::int32_t, std::int32_t>> carried;
   void clear() {
     tasks.clear();
     effects.clear();
+    initial.clear();
+    carried.clear();
+    tensors = 0;
   }
+  std::int32_t new_tensor() { return tensors++; }
   std::int32_t add(Task t, std::initializer_list<MemEffect> fx = {}) {
     t.first_effect = static_cast<std::uint32_t>(effects.size());
     t.n_effects = static_cast<std::uint32_t>(fx.size());

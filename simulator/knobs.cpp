@@ -247,6 +247,11 @@ std::vector<Knob> build_table() {
   t.push_back(switch_knob("fp8_all_gather", "--fp8-all-gather",
                           "FSDP2 all-gathers the blocks' linear weights in float8 (needs --fp8 tensorwise)",
                           &Plan::fp8_all_gather));
+  t.push_back(enum_knob("allocator", "--allocator",
+                        "CUDA caching allocator: default segments, or expandable = "
+                        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (reserved memory is replayed "
+                        "through it)",
+                        &Plan::allocator));
   add_pipeline_knobs(t);
   add_cp_ep_knobs(t);
   return t;

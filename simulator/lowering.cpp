@@ -13,6 +13,13 @@ void Lowering::run() {
   prog.clear();
   prog.labels.clear();
   prog.labels.push_back("task");
+  ut_.assign(static_cast<std::size_t>(U_), UnitTensors{});
+  if (in_.tensors) {  // without: every span is empty and each allocation is one tensor
+    build_tensor_lists();
+    initial_tensors();
+  }
+  prog.optimizer_state_lazy = p_.runtime != Runtime::kDeepSpeed;
+  const std::int32_t held_before = held_logits_id_;
   // The micro-batches lowered: all of them, or (steady_prefix) the first few and the last, which keeps its
   // index so that labels and the peak's phase name it as in the full program.
   const int m = p_.grad_accum;
@@ -35,6 +42,8 @@ void Lowering::run() {
     }
   }
   optimizer_step();
+  if (held_before >= 0 && held_logits_id_ != held_before)
+    prog.carried.push_back({held_before, held_logits_id_});
 }
 
 void Lowering::loss_forward_effects() {
@@ -44,18 +53,20 @@ void Lowering::loss_forward_effects() {
   const bool f32_loss = p_.loss_dtype == Dtype::kFp32;
   const double lb = f32_loss ? 4.0 : bc_;  // bytes per element of the loss input and its log-softmax
   const Bytes logits = B(TV * bc_), loss_in = B(lb * TV);
-  if (f32_loss) effect(MemCategory::kActivations, kPoolDefault, logits);
-  effect(MemCategory::kActivations, kPoolDefault, loss_in);
+  constexpr auto A = MemCategory::kActivations;
+  const std::int32_t lg = f32_loss ? alloc_one(A, kPoolDefault, logits) : -1;
+  const std::int32_t li = alloc_one(A, kPoolDefault, loss_in);
   if (p_.hold_logits) {
     // The loop's `pred = model(...)` drops the previous micro-step's logits only now; this one's stays
     // referenced through backward (the step starts with one held: initial_allocation).
-    if (f32_loss) effect(MemCategory::kActivations, kPoolDefault, -logits);
-    effect(MemCategory::kActivations, kPoolDefault, -loss_in);
-    effect(MemCategory::kActivations, kPoolDefault, loss_in);
+    free_group(A, kPoolDefault, lg, logits);
+    free_group(A, kPoolDefault, held_logits_id_, loss_in);
+    held_logits_id_ = li;
+    loss_saved_id_ = alloc_one(A, kPoolDefault, loss_in);
   } else {
-    effect(MemCategory::kActivations, kPoolDefault, loss_in);
-    if (f32_loss) effect(MemCategory::kActivations, kPoolDefault, -logits);
-    effect(MemCategory::kActivations, kPoolDefault, -loss_in);
+    loss_saved_id_ = alloc_one(A, kPoolDefault, loss_in);  // the saved log-softmax output
+    free_group(A, kPoolDefault, lg, logits);
+    free_group(A, kPoolDefault, li, loss_in);
   }
 }
 
@@ -66,13 +77,15 @@ void Lowering::loss_backward_effects() {
   const double TV = logits_elems();
   const bool f32_loss = p_.loss_dtype == Dtype::kFp32;
   const Bytes g = B((f32_loss ? 4.0 : bc_) * TV), cast = B(TV * bc_);
-  effect(MemCategory::kActivations, kPoolDefault, g);   // grad of log-softmax out
-  effect(MemCategory::kActivations, kPoolDefault, g);   // grad of the loss input
-  effect(MemCategory::kActivations, kPoolDefault, -g);  // grad of log-softmax out
-  effect(MemCategory::kActivations, kPoolDefault, -g);  // saved log-softmax out
-  if (f32_loss) effect(MemCategory::kActivations, kPoolDefault, cast);
-  effect(MemCategory::kActivations, kPoolDefault, -g);
-  if (f32_loss) effect(MemCategory::kActivations, kPoolDefault, -cast);
+  constexpr auto A = MemCategory::kActivations;
+  const std::int32_t g_out = alloc_one(A, kPoolDefault, g);  // grad of log-softmax out
+  const std::int32_t g_in = alloc_one(A, kPoolDefault, g);   // grad of the loss input
+  free_group(A, kPoolDefault, g_out, g);
+  free_group(A, kPoolDefault, loss_saved_id_, g);  // saved log-softmax out
+  loss_saved_id_ = -1;
+  const std::int32_t c = f32_loss ? alloc_one(A, kPoolDefault, cast) : -1;
+  free_group(A, kPoolDefault, g_in, g);
+  free_group(A, kPoolDefault, c, cast);
 }
 
 // ---- forward ----
@@ -118,9 +131,12 @@ void Lowering::forward(int mb) {
     const std::int32_t id = out_.program.add(t);
     last_compute_ = id;
     // DDP with fp32 parameters under autocast: bf16 weight copies live until the unit's backward.
+    const UnitTensors& ut = ut_[static_cast<std::size_t>(u)];
     if (rt_.autocast_weight_copies && un.elems > 0)
-      effect(MemCategory::kGathered, kPoolDefault, B(static_cast<double>(un.elems) * 2));
-    effect(MemCategory::kActivations, kPoolDefault, un.act_bytes);
+      autocast_id_[static_cast<std::size_t>(u)] = alloc_tensors(
+          MemCategory::kGathered, kPoolDefault, B(static_cast<double>(un.elems) * 2), ut.params_local);
+    act_id_[static_cast<std::size_t>(u)] =
+        alloc_tensors(MemCategory::kActivations, kPoolDefault, un.act_bytes, ut.saved);
     if (un.has_loss) loss_forward_effects();
     fwd_task_[static_cast<std::size_t>(u)] = id;
     if (rt_.gather_limiter == GatherLimiter::kComputeTwoBack && rt_.gathers_params)
@@ -137,7 +153,8 @@ void Lowering::backward(int mb, bool last_mb) {
   const Bytes ipg_bucket =
       B(std::min(fw::kDeepSpeedReduceBucketElems, static_cast<double>(in_.model.parameters()) / p_.tp) * 2);
   // IPG bucket allocated at the start of every backward (contiguous_gradients; DeepSpeed ZeRO-1/2).
-  if (rt_.ipg_bucket_per_backward) effect(MemCategory::kCommBuffers, kPoolDefault, ipg_bucket);
+  const std::int32_t ipg_id =
+      rt_.ipg_bucket_per_backward ? alloc_one(MemCategory::kCommBuffers, kPoolDefault, ipg_bucket) : -1;
   const double grad_bytes_per_elem = bytes_per_param(p_.runtime, p_.precision).grads;
   for (int u = U_ - 1; u >= 0; --u) {
     const SimUnit& un = unit(u);
@@ -179,21 +196,27 @@ void Lowering::backward(int mb, bool last_mb) {
     const std::int32_t id = out_.program.add(t);
     last_compute_ = id;
     const Bytes ugrad = B(static_cast<double>(un.elems) * bc_);  // autograd's unsharded gradients
-    effect(MemCategory::kActivations, kPoolDefault, un.recompute_bytes);
-    effect(MemCategory::kOther, kPoolDefault, un.workspace_bytes);
+    const auto su = static_cast<std::size_t>(u);
+    const UnitTensors& ut = ut_[su];
+    recompute_id_ = alloc_tensors(MemCategory::kActivations, kPoolDefault, un.recompute_bytes, ut.recompute);
+    workspace_id_ = alloc_tensors(MemCategory::kOther, kPoolDefault, un.workspace_bytes, ut.workspace);
     if (un.has_loss) loss_backward_effects();
     if (!rt_.grads_persistent) {
       if (!rt_.grad_kept_until_boundary) {
-        effect(MemCategory::kGrads, kPoolDefault, ugrad);
+        ugrad_id_[su] = alloc_tensors(MemCategory::kGrads, kPoolDefault, ugrad, ut.params_local);
       } else if (mb == 0) {  // DeepSpeed ZeRO-1: full .grad created once, kept until the boundary
-        effect(MemCategory::kGrads, kPoolDefault, ugrad);
+        ugrad_id_[su] = alloc_tensors(MemCategory::kGrads, kPoolDefault, ugrad, ut.params_local);
+        grad_groups_.push_back({ugrad_id_[su], ugrad});
         grads_allocated_ += ugrad;
       }
     }
-    effect(MemCategory::kActivations, kPoolDefault, -(un.act_bytes + un.recompute_bytes));
-    effect(MemCategory::kOther, kPoolDefault, -un.workspace_bytes);
+    free_group(MemCategory::kActivations, kPoolDefault, act_id_[su], un.act_bytes);
+    free_group(MemCategory::kActivations, kPoolDefault, recompute_id_, un.recompute_bytes);
+    free_group(MemCategory::kOther, kPoolDefault, workspace_id_, un.workspace_bytes);
+    act_id_[su] = recompute_id_ = workspace_id_ = -1;
     if (rt_.autocast_weight_copies && un.elems > 0)
-      effect(MemCategory::kGathered, kPoolDefault, -B(static_cast<double>(un.elems) * 2));
+      free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[su],
+                 B(static_cast<double>(un.elems) * 2));
     if (rt_.gather_limiter == GatherLimiter::kComputeTwoBack && rt_.gathers_params)
       limiter_queue_.push_back(id);
 
@@ -217,10 +240,11 @@ void Lowering::backward(int mb, bool last_mb) {
     }
   }
   if (held_rs_input_ > 0) {
-    effect(MemCategory::kCommBuffers, kPoolDefault, -held_rs_input_);
+    free_group(MemCategory::kCommBuffers, held_rs_pool_, held_rs_id_, held_rs_input_);
     held_rs_input_ = 0;
+    held_rs_id_ = -1;
   }
-  if (rt_.ipg_bucket_per_backward) effect(MemCategory::kCommBuffers, kPoolDefault, -ipg_bucket);
+  free_group(MemCategory::kCommBuffers, kPoolDefault, ipg_id, ipg_bucket);
 }
 
 // ---- optimizer step ----
@@ -252,9 +276,11 @@ void Lowering::optimizer_step() {
   if (offload_.optimizer && !offload_.params && p_.runtime == Runtime::kDeepSpeed)
     oid = pcie_copy(local_params * bc_, oid, -1, -1, false, "h2d updated params");
   if (!p_.fused_optimizer) {  // foreach AdamW: a parameter-sized sqrt temporary in the state dtype
+    // torch/optim/adamw.py _multi_tensor_adamw: torch._foreach_sqrt(exp_avg_sqs) returns one tensor per
+    // parameter of the group (the optimizer's parameters: this rank's shards).
     const Bytes tmp = B(local_params * 4);
-    effect(MemCategory::kOptimizer, kPoolDefault, tmp);
-    effect(MemCategory::kOptimizer, kPoolDefault, -tmp);
+    const std::int32_t g = alloc_tensors(MemCategory::kOptimizer, kPoolDefault, tmp, optimizer_params_);
+    free_group(MemCategory::kOptimizer, kPoolDefault, g, tmp);
   }
   if (rt_.param_all_gather_after_step) {
     // DeepSpeed ZeRO-1/2: all-gather the updated 16-bit parameters after the step.
@@ -270,7 +296,8 @@ void Lowering::optimizer_step() {
     z.lane = kLaneCompute;
     z.label = label([] { return std::string("zero_grad"); });
     out_.program.add(z);
-    effect(MemCategory::kGrads, kPoolDefault, -grads_allocated_);
+    for (const auto& [g, bytes] : grad_groups_) free_group(MemCategory::kGrads, kPoolDefault, g, bytes);
+    grad_groups_.clear();
   }
 }
 

@@ -22,6 +22,12 @@ struct LoweringInputs {
   /// > 0: lower only micro-batches 0 .. steady_prefix-1 and the last one (steady_state.hpp extends the rest);
   /// 0, or when that would not skip any: every micro-batch.
   int steady_prefix = 0;
+  /// Bytes allocated before the step per category (initial_allocation): Program::initial is made of tensors
+  /// that add up to these. Null: no initial tensors.
+  const std::array<Bytes, kMemCategories>* initial = nullptr;
+  /// Split every effect into its tensors (for the allocator replay); false: one effect per buffer, the
+  /// planner's cheap pass (same totals, fewer effects).
+  bool tensors = true;
 };
 
 /// Where each lowered micro-batch starts in the Program, and what it sent (steady_state.hpp).

@@ -58,10 +58,19 @@ void Lowering::issue_ag(int u, int mb, bool backward, std::int32_t after) {
   t.unit = u;
   t.micro_batch = mb;
   const std::int32_t id = out_.program.add(t);
+  // FSDP2 foreach_all_gather (_fsdp_collectives.py): under the all-gather copy-in stream, the per-parameter
+  // casts of the shards (_get_param_all_gather_inputs), then all_gather_copy_in allocates the flat output
+  // (one buffer per unit, world x the unit's padded shard) and copies the casts into its local slice; the
+  // casts are dropped before the collective. FSDP1 _unshard allocates the padded flat parameter on its
+  // unshard stream.
   const Bytes cast_buffer = B(static_cast<double>(un.shard_elems) * bc_);
-  if (rt_.cast_buffer_on_ag_stream) effect(MemCategory::kCommBuffers, kPoolAllGather, cast_buffer);
-  effect(MemCategory::kGathered, kPoolAllGather, B(bytes));
-  if (rt_.cast_buffer_on_ag_stream) effect(MemCategory::kCommBuffers, kPoolAllGather, -cast_buffer);
+  const auto su = static_cast<std::size_t>(u);
+  const std::int32_t cast_id =
+      rt_.cast_buffer_on_ag_stream
+          ? alloc_tensors(MemCategory::kCommBuffers, kPoolAllGather, cast_buffer, ut_[su].params_shard)
+          : -1;
+  ag_id_[su] = alloc_one(MemCategory::kGathered, kPoolAllGather, B(bytes));
+  free_group(MemCategory::kCommBuffers, kPoolAllGather, cast_id, cast_buffer);
   ag_task_[static_cast<std::size_t>(u)] = id;
   gathered_[static_cast<std::size_t>(u)] = 1;
   ag_out_held_[static_cast<std::size_t>(u)] = 1;
@@ -75,7 +84,8 @@ void Lowering::issue_ag(int u, int mb, bool backward, std::int32_t after) {
 
 void Lowering::release_held_ag_output(int u) {
   if (u < 0 || !ag_out_held_[static_cast<std::size_t>(u)]) return;
-  effect(MemCategory::kGathered, kPoolAllGather, -B(ag_bytes(u)));
+  free_group(MemCategory::kGathered, kPoolAllGather, ag_id_[static_cast<std::size_t>(u)], B(ag_bytes(u)));
+  ag_id_[static_cast<std::size_t>(u)] = -1;
   ag_out_held_[static_cast<std::size_t>(u)] = 0;
 }
 
@@ -97,12 +107,16 @@ std::int32_t Lowering::copy_out(int u, int mb, bool backward) {
   const std::int32_t id = out_.program.add(t);
   const bool hold = rt_.hold_forward_ag_output && !backward;
   if (hold) release_held_ag_output(prev_fwd_ag_out_);  // the previous unit's output, kept until now
-  effect(MemCategory::kGathered, kPoolDefault, B(bytes));
+  // FSDP2 foreach_all_gather_copy_out: split_with_sizes_copy into each parameter's own unsharded tensor
+  // (FSDPParam.init_all_gather_outputs: padded to world x the parameter's shard), on the default stream.
+  const auto su = static_cast<std::size_t>(u);
+  unsharded_id_[su] = alloc_tensors(MemCategory::kGathered, kPoolDefault, B(bytes), ut_[su].params_shard);
   if (hold) {
     prev_fwd_ag_out_ = u;
   } else {  // backward (and DeepSpeed): the flat output is dropped right after copy-out
-    effect(MemCategory::kGathered, kPoolAllGather, -B(bytes));
-    ag_out_held_[static_cast<std::size_t>(u)] = 0;
+    free_group(MemCategory::kGathered, kPoolAllGather, ag_id_[su], B(bytes));
+    ag_id_[su] = -1;
+    ag_out_held_[su] = 0;
   }
   copyout_task_[static_cast<std::size_t>(u)] = id;
   return id;
@@ -110,7 +124,11 @@ std::int32_t Lowering::copy_out(int u, int mb, bool backward) {
 
 void Lowering::free_unsharded(int u) {
   if (!gathered_[static_cast<std::size_t>(u)] || unit(u).gathered_elems == 0) return;
-  effect(MemCategory::kGathered, rt_.unsharded_pool, -B(ag_bytes(u)));
+  // FSDP2 / DeepSpeed free the copied-out parameters; FSDP1's parameters are views of the flat all-gather
+  // output, which is freed itself (_free_storage of _full_param_padded).
+  auto& id = rt_.copy_out ? unsharded_id_[static_cast<std::size_t>(u)] : ag_id_[static_cast<std::size_t>(u)];
+  free_group(MemCategory::kGathered, rt_.unsharded_pool, id, B(ag_bytes(u)));
+  id = -1;
   gathered_[static_cast<std::size_t>(u)] = 0;
 }
 
@@ -185,12 +203,20 @@ void Lowering::reduce_scatter(int u, int mb, Bytes ugrad, double grad_bytes_per_
   c.unit = u;
   c.micro_batch = mb;
   const std::int32_t cid = out_.program.add(c);
-  if (held_rs_input_ > 0)
-    effect(MemCategory::kCommBuffers, kPoolDefault, -held_rs_input_), held_rs_input_ = 0;
-  effect(MemCategory::kCommBuffers, rt_.rs_input_pool, B(rs_bytes));
-  if (!rt_.grads_persistent) effect(MemCategory::kGrads, kPoolDefault, -ugrad);
+  if (held_rs_input_ > 0) {
+    free_group(MemCategory::kCommBuffers, held_rs_pool_, held_rs_id_, held_rs_input_);
+    held_rs_input_ = 0;
+    held_rs_id_ = -1;
+  }
+  // FSDP2 foreach_reduce: the flat reduce-scatter input is allocated on the current (default) stream and the
+  // unsharded gradients copied into it (foreach_reduce_scatter_copy_in); FSDP1 _reduce_grad works on its
+  // post-backward stream.
+  const std::int32_t rs_in = alloc_one(MemCategory::kCommBuffers, rt_.rs_input_pool, B(rs_bytes));
+  const auto su = static_cast<std::size_t>(u);
+  if (!rt_.grads_persistent) free_group(MemCategory::kGrads, kPoolDefault, ugrad_id_[su], ugrad);
   if (un.owns_merged_root)  // the root's head part gradients, reduced together
-    effect(MemCategory::kGrads, kPoolDefault, -B(static_cast<double>(units_.back().elems) * bc_));
+    free_group(MemCategory::kGrads, kPoolDefault, ugrad_id_.back(),
+               B(static_cast<double>(units_.back().elems) * bc_));
   const std::int32_t rid = add_collective(
       CollectiveKind::kReduceScatter, CommKind::kReduceScatter, kLaneShard, rs_bytes - expert_rs_bytes,
       shard_g_, cid,
@@ -202,16 +228,23 @@ void Lowering::reduce_scatter(int u, int mb, Bytes ugrad, double grad_bytes_per_
         coll_(CollectiveKind::kReduceScatter, expert_rs_bytes, efsdp_g_);
   const Bytes out_r = B(shard_out_elems * br_);
   const Bytes grad_shard = B(shard_out_elems * grad_bytes_per_elem);
-  effect(MemCategory::kCommBuffers, kPoolReduceScatter, out_r);
-  if (rt_.rs_input_held)
-    held_rs_input_ = B(rs_bytes);  // kept until the next unit's post-backward
-  else
-    effect(MemCategory::kCommBuffers, rt_.rs_input_pool, -B(rs_bytes));
+  // The reduce-scatter output and the sharded gradients are allocated under the reduce-scatter stream
+  // (foreach_reduce: `with device_handle.stream(reduce_scatter_stream)`), so they come from its pool.
+  const std::int32_t out_id = alloc_one(MemCategory::kCommBuffers, kPoolReduceScatter, out_r);
+  if (rt_.rs_input_held) {  // kept until the next unit's post-backward
+    held_rs_input_ = B(rs_bytes);
+    held_rs_id_ = rs_in;
+    held_rs_pool_ = rt_.rs_input_pool;
+  } else {
+    free_group(MemCategory::kCommBuffers, rt_.rs_input_pool, rs_in, B(rs_bytes));
+  }
   if (!rt_.grads_persistent && mb == 0) {
-    effect(MemCategory::kGrads, kPoolReduceScatter, grad_shard);
+    const std::int32_t g =
+        alloc_tensors(MemCategory::kGrads, kPoolReduceScatter, grad_shard, ut_[su].params_shard);
+    grad_groups_.push_back({g, grad_shard});
     grads_allocated_ += grad_shard;
   }
-  effect(MemCategory::kCommBuffers, kPoolReduceScatter, -out_r);
+  free_group(MemCategory::kCommBuffers, kPoolReduceScatter, out_id, out_r);
   prev_prev_rs_ = prev_rs_;
   prev_rs_ = rid;
   last_shard_comm_ = rid;

@@ -42,6 +42,11 @@ class Lowering {
         fwd_task_(static_cast<std::size_t>(U_), -1),
         gathered_(static_cast<std::size_t>(U_), 0),
         ag_out_held_(static_cast<std::size_t>(U_), 0),
+        ag_id_(static_cast<std::size_t>(U_), -1),
+        unsharded_id_(static_cast<std::size_t>(U_), -1),
+        act_id_(static_cast<std::size_t>(U_), -1),
+        ugrad_id_(static_cast<std::size_t>(U_), -1),
+        autocast_id_(static_cast<std::size_t>(U_), -1),
         offload_(offload_split(p_)),
         pcie_Bps_(in.cluster.spec().node.pcie_Bps * K_.pcie_efficiency),
         // FSDP offloads the sharded fp32 (bf16-mixed) parameters; ZeRO-Infinity the 16-bit partitions.
@@ -52,13 +57,41 @@ class Lowering {
   void run();
 
  private:
+  /// A run of `count` tensors of one relative size (weight: elements or bytes) in a unit's tensor list.
+  struct Run {
+    double weight;
+    std::uint16_t count;
+  };
+  /// A slice of runs_: one tensor list of a unit (its parameters, its saved activations, ...).
+  struct Span {
+    std::uint32_t first = 0, n = 0;
+  };
+  /// The unit's tensor lists (docs/model.md "Reserved memory": what each allocation is made of).
+  struct UnitTensors {
+    Span params_local;  ///< per parameter, TP-local elements (unsharded gradients, autocast copies)
+    Span params_shard;  ///< per parameter (FSDP2, DeepSpeed ZeRO-3) or one flat parameter: shard elements
+    Span saved;         ///< activations saved by one forward, per tensor as autograd saves them
+    Span recompute;     ///< one block's saved tensors, rematerialised during its backward (full AC)
+    Span workspace;     ///< the backward's transient input / output gradients
+  };
+  void build_tensor_lists();
+  void add_run(Span& s, double weight, int count = 1);
+  /// Allocates `total` bytes as the tensors of `s` (sizes in proportion to the weights; the last tensor takes
+  /// the rounding remainder) in group `group` (a new one when -1); returns the group. Nothing when total <=
+  /// 0.
+  std::int32_t alloc_tensors(MemCategory c, std::uint8_t pool, Bytes total, Span s, std::int32_t group = -1);
+  /// One tensor of `bytes`.
+  std::int32_t alloc_one(MemCategory c, std::uint8_t pool, Bytes bytes, std::int32_t group = -1);
+  /// Frees group `group` (total `bytes`, the sum of its allocations).
+  void free_group(MemCategory c, std::uint8_t pool, std::int32_t group, Bytes bytes);
+  /// The tensors allocated before the step (Program::initial): persistent state per parameter, buffers.
+  void initial_tensors();
   template <class F>
   std::uint32_t label(F&& make) {
     if (!in_.labels) return 0;
     out_.program.labels.push_back(make());
     return static_cast<std::uint32_t>(out_.program.labels.size() - 1);
   }
-  void effect(MemCategory c, std::uint8_t pool, Bytes delta) { out_.program.add_effect({c, pool, delta}); }
   const SimUnit& unit(int u) const { return units_[static_cast<std::size_t>(u)]; }
   /// The gathered parameters of unit `u` in bytes: the dense part (fsdp ranks) and the routed experts of this
   /// EP rank (efsdp ranks, expert parallelism).
@@ -149,9 +182,20 @@ class Lowering {
   CollectiveMemo coll_{in_.costs};  ///< the same few collectives recur for every unit and micro-batch
   std::vector<std::int32_t> ag_task_, copyout_task_, fwd_task_;
   std::vector<char> gathered_, ag_out_held_;
+  /// Tensor groups: per unit the all-gather output, the unsharded (copied-out) parameters, the saved
+  /// activations, the unsharded gradients and the autocast weight copies.
+  std::vector<std::int32_t> ag_id_, unsharded_id_, act_id_, ugrad_id_, autocast_id_;
+  std::int32_t recompute_id_ = -1, workspace_id_ = -1, held_rs_id_ = -1, held_logits_id_ = -1,
+               loss_saved_id_ = -1;
+  std::vector<std::pair<std::int32_t, Bytes>> grad_groups_;  ///< freed by zero_grad
+  std::vector<Run> runs_;
+  std::vector<UnitTensors> ut_;
+  Span all_local_, all_shard_;  ///< every parameter of the model: TP-local / as sharded (flat: per unit)
+  Span optimizer_params_;       ///< the tensors the optimizer steps: one per parameter, or flat partitions
   std::vector<std::int32_t> limiter_queue_;  ///< what the gather limiter waits on, in issue order
   std::int32_t last_shard_comm_ = -1, last_rep_comm_ = -1, prev_rs_ = -1, prev_prev_rs_ = -1;
   Bytes held_rs_input_ = 0;
+  std::uint8_t held_rs_pool_ = kPoolDefault;
   int prev_fwd_ag_out_ = -1;  ///< FSDP2 forward: AG output kept until the next unit's copy-out
   Bytes grads_allocated_ = 0;
   std::int32_t last_compute_ = -1;  ///< the last compute task (what the next TP all-gather needs)

@@ -147,14 +147,11 @@ Bytes memory_lower_bound(const ModelGraph& model, const Plan& p) {
   return (ps[0] + ps[2] + activation_bytes(model, p)) / p.pp + fw::kCudaContextBytes;
 }
 
-Bytes reserved_from_pools(const Timeline& tl, const Plan& p, const ComputeConstants& k) {
+Bytes reserved_lower_bound(const Timeline& tl) {
+  // A stream's segments never shrink without an OOM retry or empty_cache(), and a block serves only its own
+  // stream: the allocator holds at least each stream's peak of rounded allocations, all at once.
   Bytes reserved = 0;
-  const double frag = p.compile ? k.fragmentation_compiled : k.fragmentation_eager;
-  for (std::size_t i = 0; i < tl.pool_peak_bytes.size(); ++i) {
-    const Bytes b = tl.pool_peak_bytes[i];
-    reserved +=
-        i == kPoolDefault ? allocator_round(static_cast<Bytes>(static_cast<double>(b) * (1.0 + frag))) : b;
-  }
+  for (const Bytes b : tl.pool_peak_bytes) reserved += b;
   return std::max(reserved, tl.peak_bytes);
 }
 

@@ -1,7 +1,7 @@
 // Memory accounting outside the step's task program: the persistent state of one rank (parameters, gradients,
 // optimizer state, as each runtime pads and shards them), what is allocated before the step starts, the
-// planner's cheap lower bound, reserved memory from the walk's per-pool peaks, and memory outside PyTorch's
-// allocator (CUDA context, NCCL).
+// planner's cheap lower bounds (of the peak, and of reserved memory from the walk's per-stream peaks), and
+// memory outside PyTorch's allocator (CUDA context, NCCL).
 #pragma once
 #include <array>
 
@@ -53,9 +53,9 @@ RuntimeOverhead runtime_overhead(const Plan& p);
 /// the runtime overhead. Never above the simulated peak reserved + overhead (tested).
 Bytes memory_lower_bound(const ModelGraph& model, const Plan& p);
 
-/// Reserved memory from the walk's per-pool peaks: each stream's pool keeps its own peak (blocks are not
-/// shared across streams); the default stream's pool also holds fragments of split blocks (ComputeConstants
-/// fragmentation_*).
-Bytes reserved_from_pools(const Timeline& tl, const Plan& p, const ComputeConstants& k);
+/// A lower bound of reserved memory from the walk's per-stream peaks of allocator-rounded bytes (blocks are
+/// not shared across streams, and segments are kept): the planner's cheap pass. Reserved memory itself comes
+/// from the caching-allocator replay (simulator/replay.hpp).
+Bytes reserved_lower_bound(const Timeline& tl);
 
 }  // namespace shardplan

@@ -452,7 +452,7 @@ struct StageSim {
 }  // namespace
 
 void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, const CostModel& costs,
-                            const Plan& p, Result& r, bool detail) {
+                            const Plan& p, Result& r, bool detail, bool allocator_replay) {
   const int S = p.stages(), m = p.grad_accum;
   const std::vector<int> per_stage = stage_blocks(p, model.blocks());
   // Which stage each layer of the execution order belongs to: blocks by the split, layers before the first
@@ -495,6 +495,7 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     x.embedding = s == 0;
     x.head = s == S - 1;
     Simulator sim(x.graph, cluster, costs);
+    sim.set_allocator_replay(allocator_replay);
     x.res = sim.run(sp, detail);
     const Program& prog = sim.program();
     const Timeline& tl = sim.timeline();
@@ -661,6 +662,25 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
                  str(run.stage_max_in_flight[sidx(rank_stages(p, busiest)[0])]) + " micro-batches in flight";
   r.overhead = runtime_overhead(p);
   r.capacity_bytes = cluster.spec().gpu.memory_bytes;
+  // Reserved memory under PP: each stage's one-micro-batch simulation was replayed through the caching
+  // allocator (when allocator_replay); the rank's reserved is its composed peak plus the largest cache its
+  // stages' replays held above their own allocated peak. The replay figures below are that composition, not a
+  // replay of the whole pipelined step (docs/model.md "Pipeline parallelism", "Memory").
+  r.allocator.mode = p.allocator;
+  r.allocator.replayed = allocator_replay;
+  if (allocator_replay) {
+    r.allocator.peak_allocated_bytes = r.peak_bytes;
+    r.allocator.peak_reserved_bytes = r.peak_reserved_bytes;
+    r.allocator.fragmentation_bytes = r.peak_reserved_bytes - r.peak_bytes;
+    r.allocator.reserved_peak_phase = r.peak_phase;
+    for (int s : rank_stages(p, busiest)) {
+      const AllocatorSummary& a = st[sidx(s)].res.allocator;
+      r.allocator.segments += a.segments;
+      r.allocator.device_allocs += a.device_allocs;
+      r.allocator.alloc_retries += a.alloc_retries;
+      r.allocator.oom = r.allocator.oom || a.oom;
+    }
+  }
   r.host_bytes_per_node = static_cast<Bytes>(host);
   r.host_capacity_bytes = cluster.spec().node.host_memory_bytes;
   r.fits = r.peak_reserved_bytes + r.overhead.total() <= r.capacity_bytes &&

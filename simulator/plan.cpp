@@ -36,6 +36,9 @@ const char* to_string(Offload o) {
 const char* to_string(Fp8 f) {
   return f == Fp8::kNone ? "none" : f == Fp8::kTensorwise ? "tensorwise" : "rowwise";
 }
+const char* to_string(AllocatorMode a) {
+  return a == AllocatorMode::kDefault ? "default" : "expandable";
+}
 
 const char* to_string(PpSchedule s) {
   switch (s) {

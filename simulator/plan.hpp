@@ -32,6 +32,9 @@ enum class Fp8 { kNone, kTensorwise, kRowwise };
 /// Pipeline schedule (torch.distributed.pipelining, torch 2.15 schedules.py): ScheduleGPipe, Schedule1F1B,
 /// ScheduleInterleaved1F1B, ScheduleZBVZeroBubble, ScheduleDualPipeV.
 enum class PpSchedule { kGpipe, k1F1B, kInterleaved1F1B, kZbv, kDualPipeV };
+/// PyTorch's CUDA caching allocator mode (PYTORCH_CUDA_ALLOC_CONF): `default` = cudaMalloc'd segments,
+/// `expandable` = expandable_segments:True (one growing virtual range per stream and pool).
+enum class AllocatorMode { kDefault, kExpandable };
 
 const char* to_string(Runtime r);
 const char* to_string(Precision p);
@@ -40,6 +43,7 @@ const char* to_string(Dtype d);
 const char* to_string(Offload o);
 const char* to_string(Fp8 f);
 const char* to_string(PpSchedule s);
+const char* to_string(AllocatorMode a);
 
 /// Every value of a plan enum, in the order error messages and help texts list them. parse_enum, enum_names
 /// and parse_enum_or_throw below are the one place a knob's spelling is read, for flags, `--fix` and run
@@ -76,6 +80,10 @@ template <>
 struct EnumValues<PpSchedule> {
   static constexpr std::array v{PpSchedule::kGpipe, PpSchedule::k1F1B, PpSchedule::kInterleaved1F1B,
                                 PpSchedule::kZbv, PpSchedule::kDualPipeV};
+};
+template <>
+struct EnumValues<AllocatorMode> {
+  static constexpr std::array v{AllocatorMode::kDefault, AllocatorMode::kExpandable};
 };
 
 template <class E>
@@ -136,6 +144,8 @@ struct Plan {
   /// FSDP2 all-gathers the blocks' linear weights in float8 (torchao enable_fsdp_float8_all_gather;
   /// tensorwise).
   bool fp8_all_gather = false;
+  /// The caching allocator's mode (reserved memory comes from replaying the step through it).
+  AllocatorMode allocator = AllocatorMode::kDefault;
 
   // ---- pipeline parallelism (simulator/pipeline.hpp) ----
   int pp = 1;  ///< pipeline-parallel degree (ranks of one pipeline), the outermost mesh dimension

@@ -60,6 +60,23 @@ struct PipelineSummary {
   int busiest_rank = 0;           ///< the pipeline rank whose memory the Result reports
   std::vector<PipelineStage> stage_detail;
 };
+/// What the caching-allocator replay of the step says (simulator/replay.hpp), as torch.cuda.memory_stats()
+/// would after the run's first two steps.
+struct AllocatorSummary {
+  /// False in the planner's cheap pass: peak_reserved_bytes is then reserved_lower_bound (no replay).
+  bool replayed = false;
+  AllocatorMode mode = AllocatorMode::kDefault;
+  Bytes peak_allocated_bytes = 0;  ///< allocated_bytes.all.peak (512-byte rounded blocks)
+  Bytes peak_reserved_bytes = 0;   ///< reserved_bytes.all.peak
+  /// Reserved but not allocated at the peaks: peak_reserved - peak_allocated (cached free blocks, the unused
+  /// tails of split and of rounded segments).
+  Bytes fragmentation_bytes = 0;
+  std::string reserved_peak_phase;  ///< which allocation set the reserved peak
+  std::int64_t segments = 0;        ///< segment.all.peak: cudaMalloc'd segments (expandable: not counted)
+  std::int64_t device_allocs = 0;   ///< cudaMalloc calls (and expandable page maps)
+  std::int64_t alloc_retries = 0;   ///< mallocs retried after freeing the cache at the capacity
+  bool oom = false;  ///< an allocation failed at the device's capacity; the peaks are the uncapped demand
+};
 
 struct Result {
   Plan plan;
@@ -67,7 +84,8 @@ struct Result {
   Bytes persistent_bytes = 0;
   std::array<Bytes, 3> persistent_split{};  ///< params, grads, optimizer (on the GPU)
   Bytes peak_bytes = 0;                     ///< predicted max_memory_allocated
-  Bytes peak_reserved_bytes = 0;            ///< predicted max_memory_reserved
+  Bytes peak_reserved_bytes = 0;            ///< predicted max_memory_reserved (allocator.peak_reserved_bytes)
+  AllocatorSummary allocator;
   /// Peak allocated in the run's first step, where the optimizer state is created by the first optimizer
   /// step: before it the state does not exist, from it on it does. Never above `peak_bytes` (the steady
   /// state).

@@ -15,6 +15,7 @@
 #include "simulator/memory.hpp"
 #include "simulator/model_graph.hpp"
 #include "simulator/plan.hpp"
+#include "simulator/replay.hpp"
 #include "simulator/result.hpp"
 #include "simulator/runtime.hpp"
 #include "simulator/units.hpp"
@@ -43,9 +44,12 @@ class Simulator {
   /// Runs one plan (already resolved with resolve_plan). `detail` keeps task labels and memory samples for
   /// traces and plots.
   const Result& run(const Plan& plan, bool detail = false);
+  /// Whether run() replays the step through the caching allocator (default: yes). Off, peak_reserved_bytes is
+  /// the per-stream lower bound (reserved_lower_bound) and Result::allocator.replayed is false: the planner's
+  /// cheap pass, followed by a replay of the plans it may recommend.
+  void set_allocator_replay(bool on) { replay_on_ = on; }
   /// The program and timeline last simulated: with a steady-state extension, the truncated step (first
   /// micro-batches and the last); a detail run's are the whole step's.
-
   const Program& program() const { return prog_; }
   const Timeline& timeline() const { return tl_; }
   /// Lanes of the last run's program: kLanesWithoutCpEp, or kLanes with context or expert parallelism.
@@ -75,6 +79,8 @@ class Simulator {
   Timeline tl_;
   Result res_;
   std::vector<SimUnit> units_;
+  AllocatorReplay replay_;
+  bool replay_on_ = true;
 };
 
 /// Convenience: resolve nothing, run once, return a copy.

@@ -12,9 +12,13 @@ const char* to_string(CommKind k) {
 }
 
 std::string peak_phase(const Program& prog, const Timeline& tl, const std::vector<SimUnit>& units) {
-  if (tl.peak_task < 0) return "before the step";
+  return task_phase(prog, tl.peak_task, units);
+}
+
+std::string task_phase(const Program& prog, std::int32_t task, const std::vector<SimUnit>& units) {
+  if (task < 0) return "before the step";
   static const char* kTypes[] = {"compute", "copy", "collective", "optimizer step", "marker"};
-  const Task& t = prog.tasks[static_cast<std::size_t>(tl.peak_task)];
+  const Task& t = prog.tasks[static_cast<std::size_t>(task)];
   const char* type = kTypes[static_cast<int>(t.type)];
   if (t.unit < 0) return type;
   return std::string(t.backward ? "backward " : "forward ") + units[static_cast<std::size_t>(t.unit)].name +

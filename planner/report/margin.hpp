@@ -19,14 +19,18 @@ struct MemoryErrorStats {
 };
 
 /// Reserved-memory prediction error on the development set (tests/data/runs/published_dev.json).
-inline constexpr MemoryErrorStats kReservedMemoryError{"peak_reserved_bytes", 19, 0.048, 0.391};
+/// Recomputed by "the OOM-risk margin's error statistics match validate on the committed records" after the
+/// caching-allocator replay replaced the fitted fragmentation factor: median 8.2 %, worst 42.8 % (19 runs).
+inline constexpr MemoryErrorStats kReservedMemoryError{"peak_reserved_bytes", 19, 0.082, 0.428};
 
 /// Default planner headroom (fraction of GPU memory `plan` keeps free). Rule: the largest under-prediction of
 /// peak reserved memory over the in-scope records of tests/data/runs/published_dev.json, (measured -
 /// predicted) / measured, rounded up to the next whole percent; a plan the planner accepts then stays under
 /// the device's memory for every measured run the prediction has missed. default_headroom() computes the
 /// rule; a test recomputes it with the real simulator and fails when this constant is stale.
-inline constexpr double kDefaultHeadroom = 0.06;
+/// Today: largest under-prediction 11.57 % (torchtitan PR 165 FSDP1 selective eager: eager temporaries are
+/// not in the replay, docs/model.md "Reserved memory") -> 12 %.
+inline constexpr double kDefaultHeadroom = 0.12;
 inline constexpr const char* kDefaultHeadroomRule =
     "the largest under-prediction of reserved memory on the committed runs, rounded up to a whole percent";
 /// The rule above applied to a validation report's peak_reserved_bytes rows (in scope only).

@@ -127,7 +127,18 @@ Json report_json(const Result& r, const ReportInputs& in) {
         {"peak_phase", r.peak_phase},
         {"margin", margin_json(r)},
         {"peak_time_s", r.peak_time_s},
-        {"breakdown", breakdown}}},
+        {"breakdown", breakdown},
+        {"allocator",
+         {{"mode", to_string(r.allocator.mode)},
+          {"replayed", r.allocator.replayed},
+          {"peak_allocated_bytes", r.allocator.peak_allocated_bytes},
+          {"peak_reserved_bytes", r.allocator.peak_reserved_bytes},
+          {"fragmentation_bytes", r.allocator.fragmentation_bytes},
+          {"reserved_peak_phase", r.allocator.reserved_peak_phase},
+          {"segments", r.allocator.segments},
+          {"device_allocs", r.allocator.device_allocs},
+          {"alloc_retries", r.allocator.alloc_retries},
+          {"oom", r.allocator.oom}}}}},
       {"time",
        {{"step_s", r.step_s},
         {"compute_s", r.compute_s},
@@ -162,6 +173,18 @@ std::string report_text(const Result& r, const ReportInputs& in, bool with_time)
                    format_bytes(static_cast<double>(r.peak_bytes)));
   s += fmt::format("  {:<18} {:>12}   (max_memory_reserved)\n", "peak reserved",
                    format_bytes(static_cast<double>(r.peak_reserved_bytes)));
+  if (r.allocator.replayed)
+    s += fmt::format(
+        "  caching allocator ({}): allocated {}, reserved {}, fragmentation {}; {} segments; reserved peak "
+        "at {}{}\n",
+        to_string(r.allocator.mode), format_bytes(static_cast<double>(r.allocator.peak_allocated_bytes)),
+        format_bytes(static_cast<double>(r.allocator.peak_reserved_bytes)),
+        format_bytes(static_cast<double>(r.allocator.fragmentation_bytes)), r.allocator.segments,
+        r.allocator.reserved_peak_phase,
+        r.allocator.oom ? " (out of memory at the capacity: the uncapped demand)"
+        : r.allocator.alloc_retries
+            ? fmt::format(" ({} retries after freeing the cache at the capacity)", r.allocator.alloc_retries)
+            : std::string());
   s += fmt::format("  {:<18} {:>12}   (allocated in the first step: optimizer state created at its step)\n",
                    "first step", format_bytes(static_cast<double>(r.first_step_peak_bytes)));
   s += fmt::format("  {:<18} {:>12}   (CUDA context + NCCL)\n", "runtime overhead",

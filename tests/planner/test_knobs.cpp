@@ -58,6 +58,7 @@ Plan all_changed() {
   x.cp = 2;
   x.ep = 4;
   x.moe_imbalance = 1.25;
+  x.allocator = AllocatorMode::kExpandable;
   return x;
 }
 
@@ -84,8 +85,8 @@ TEST_CASE("knobs: a plan with every knob changed survives plan_to_flags and the 
         "--prefetch 2 --reshard-after-forward false --precision bf16 --reduce-dtype bf16 --offload params "
         "--async-tp "
         "--foreach-optimizer --compile --hold-logits --loss-dtype bf16 --fp8 rowwise --fp8-all-gather "
-        "--pp 2 --pp-schedule interleaved-1f1b --virtual-stages 3 --pp-layers 1,2,3 --cp 2 --ep 4 "
-        "--moe-imbalance 1.25");
+        "--allocator expandable --pp 2 --pp-schedule interleaved-1f1b --virtual-stages 3 --pp-layers 1,2,3 "
+        "--cp 2 --ep 4 --moe-imbalance 1.25");
   CHECK(parse_flags(flags) == x);
   CHECK(from_json(x) == x);
   // Derived keys are written next to the knobs and accepted back.

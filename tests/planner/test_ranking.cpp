@@ -187,7 +187,9 @@ TEST_CASE("acceptance: Llama-3-70B on 64 H100s, global batch 256 x 8192", "[rank
   CHECK(rec.plan.runtime == Runtime::kFsdp2);
   for (const Result& r : o.plans)
     CHECK(r.tokens_per_s_per_gpu < rec.tokens_per_s_per_gpu * (1 + kThroughputTieTolerance));
-  CHECK(rec.plan.tp == 4);
+  // TP 2 since reserved memory comes from the allocator replay (compiled plans no longer carry the fitted 6 %
+  // fragmentation): TP 2 with selective AC fits under the 12 % default headroom (TP 4 did before).
+  CHECK(rec.plan.tp == 2);
   CHECK(rec.plan.ac == AcMode::kSelective);
   CHECK(rec.plan.compile);
   CHECK(rec.plan.reduce() ==

@@ -408,13 +408,14 @@ TEST_CASE("search_plans: --top 1 says how many plans fit instead of 'the only pl
   CHECK(o.explanation.find("recommended:") == 0);  // compared with the next plan even though it is not listed
   CHECK(o.explanation.find(fmt::format("\n{} plans fit; only the recommendation is listed",
                                        o.stats.fitting)) != std::string::npos);
-  // tp 2 is faster here but by less than the 6 % tie tolerance: tp 1 wins by the parallel-dimensions rule.
+  // A faster plan exists within the 6 % tie tolerance (with reserved memory from the allocator replay it is a
+  // TP 1 plan with a non-default knob): the recommendation is a tie-break, named in the explanation.
   CHECK(o.plans[0].plan.tp == 1);
   REQUIRE(o.fastest.has_value());
-  CHECK(o.fastest->plan.tp == 2);
+  CHECK(o.fastest->tokens_per_s_per_gpu > o.plans[0].tokens_per_s_per_gpu);
   CHECK(o.fastest->tokens_per_s_per_gpu < o.plans[0].tokens_per_s_per_gpu * (1 + kThroughputTieTolerance));
-  CHECK(o.tie_rule == tie_rule_names()[1]);
-  CHECK(o.explanation.find("chosen by the rule \"fewer parallel dimensions") != std::string::npos);
+  REQUIRE_FALSE(o.tie_rule.empty());
+  CHECK(o.explanation.find("chosen by the rule \"" + o.tie_rule + "\"") != std::string::npos);
 }
 
 TEST_CASE("search_plans: --fix pp searches pipelined FSDP2 plans only, each with at least pp micro-batches",

@@ -99,6 +99,10 @@ TEST_CASE("steady-state extension equals the full simulation of every micro-batc
   };
   Simulator full(s.model, *s.cluster, *s.costs, SimulatorOptions{false});
   Simulator steady(s.model, *s.cluster, *s.costs);
+  // The planner's cheap pass: no allocator replay (a replayed run needs every micro-batch's allocations and
+  // is always simulated in full); reserved memory is then the per-stream bound, which the extension keeps.
+  full.set_allocator_replay(false);
+  steady.set_allocator_replay(false);
   int runs = 0, long_runs = 0;
   for (const SweepCase& c : cases) {
     for (int ga : {1, 2, 4, 5, 6, 7, 8, 13, 64}) {
@@ -150,6 +154,8 @@ TEST_CASE("steady-state extension simulates a fixed number of micro-batches", "[
   const Plan r = s.resolve(p);
   Simulator full(s.model, *s.cluster, *s.costs, SimulatorOptions{false});
   Simulator steady(s.model, *s.cluster, *s.costs);
+  full.set_allocator_replay(false);
+  steady.set_allocator_replay(false);
   full.run(r);
   steady.run(r);
   const auto n_full = full.program().tasks.size(), n_steady = steady.program().tasks.size();
@@ -161,4 +167,9 @@ TEST_CASE("steady-state extension simulates a fixed number of micro-batches", "[
   // A detail run draws every task: it simulates in full.
   steady.run(r, true);
   CHECK(steady.program().tasks.size() == n_full);
+  // So does a run that replays its allocations through the caching allocator (simulate, memory, validate).
+  steady.set_allocator_replay(true);
+  steady.run(r);
+  CHECK(steady.program().tasks.size() == n_full);
+  CHECK(steady.run(r).allocator.replayed);
 }

@@ -34,17 +34,20 @@ int main(int argc, char** argv) {
     p.ac = AcMode::kFull;
     p = resolve_plan(p, m, c, 16 * 2048);
     Simulator sim(m, c, cm);
-    sim.run(p);  // warm: buffers sized
-    auto t0 = Clock::now();
-    double step = 0;
-    for (int i = 0; i < iters; ++i) step += sim.run(p).step_s;
-    const double per_run = seconds_since(t0) / iters;
-    const double tasks = static_cast<double>(sim.program().tasks.size());
-    fmt::print(
-        "simulate llama3.1-405b, {} GPUs, tp {}, {} micro-batches: {:.3f} ms per simulation, {} tasks, "
-        "{:.2f} M tasks/s "
-        "(step {:.2f} s)\n",
-        c.gpus(), p.tp, p.grad_accum, 1e3 * per_run, tasks, tasks / per_run / 1e6, step / iters);
+    for (bool replay : {false, true}) {
+      sim.set_allocator_replay(replay);
+      sim.run(p);  // warm: buffers sized
+      auto t0 = Clock::now();
+      double step = 0;
+      for (int i = 0; i < iters; ++i) step += sim.run(p).step_s;
+      const double per_run = seconds_since(t0) / iters;
+      const double tasks = static_cast<double>(sim.program().tasks.size());
+      fmt::print(
+          "simulate llama3.1-405b, {} GPUs, tp {}, {} micro-batches, allocator replay {}: {:.3f} ms per "
+          "simulation, {} tasks, {} memory effects, {:.2f} M tasks/s (step {:.2f} s)\n",
+          c.gpus(), p.tp, p.grad_accum, replay ? "on" : "off", 1e3 * per_run, tasks,
+          sim.program().effects.size(), tasks / per_run / 1e6, step / iters);
+    }
   }
   for (const char* model : {"llama3-70b", "llama3.1-405b"}) {
     if (only_accum) break;
@@ -65,9 +68,10 @@ int main(int argc, char** argv) {
       fmt::print(
           "plan {} on {} GPUs, global batch 2048, seq 8192, {} thread(s): {:.3f} s, {} considered "
           "({:.0f}/s), {} simulated "
-          "({:.0f}/s), {} fit\n",
+          "({:.0f}/s), {} fit, {} replayed through the caching allocator\n",
           model, c.gpus(), threads, s, out.stats.considered, static_cast<double>(out.stats.considered) / s,
-          out.stats.evaluated, static_cast<double>(out.stats.evaluated) / s, out.stats.fitting);
+          out.stats.evaluated, static_cast<double>(out.stats.evaluated) / s, out.stats.fitting,
+          out.stats.replayed);
     }
   }
   {

@@ -1,0 +1,202 @@
+// Lowering, tensor identity: what each memory effect is made of, tensor by tensor, for the caching-allocator
+// replay (simulator/replay.cpp; docs/model.md "Reserved memory"). The sizes come from units.cpp and the
+// runtime's traits; here they are only split into the tensors the frameworks allocate (per parameter, per
+// saved activation of a size class, flat buffers), so the aggregate walk is unchanged.
+#include "simulator/lowering_state.hpp"
+
+namespace shardplan::detail {
+
+void Lowering::add_run(Span& s, double weight, int count) {
+  if (weight <= 0 || count <= 0) return;
+  if (s.n == 0) s.first = static_cast<std::uint32_t>(runs_.size());
+  // Consecutive tensors of one size are one run (fewer effects); a run's count fits 16 bits.
+  if (s.n > 0 && runs_.back().weight == weight && runs_.back().count + count <= 65535) {
+    runs_.back().count = static_cast<std::uint16_t>(runs_.back().count + count);
+    return;
+  }
+  while (count > 65535) {
+    runs_.push_back({weight, 65535});
+    ++s.n;
+    count -= 65535;
+  }
+  runs_.push_back({weight, static_cast<std::uint16_t>(count)});
+  ++s.n;
+}
+
+void Lowering::build_tensor_lists() {
+  runs_.clear();
+  ut_.assign(static_cast<std::size_t>(U_), UnitTensors{});
+  const auto& s = in_.model.spec();
+  const double T = static_cast<double>(p_.mbs) * static_cast<double>(p_.seq);
+  const double rep_div = p_.tp > 1 ? p_.tp : 1;
+  // The two size classes of a block's saved tensors (docs/mechanics.md §2.2): tokens x hidden (norm inputs,
+  // q / attention output, residual-stream tensors; divided by TP under sequence parallelism) and tokens x
+  // the TP-local FFN width (gate / up projections, the activation, its product).
+  const double hidden_b = T * static_cast<double>(s.hidden) * bc_ / rep_div;
+  const double ffn_b = T * static_cast<double>(s.ffn_hidden) / p_.tp * bc_;
+  // A layer's saved bytes as tensors of its size class: whole tensors of the class, and what is left (a
+  // narrower tensor: k / v under GQA, fp32 statistics) as one more.
+  auto saved_as_tensors = [&](Span& span, const Layer& l, double bytes) {
+    if (bytes <= 0) return;
+    const double cls = l.kind == LayerKind::kMlp || l.kind == LayerKind::kMoe ? ffn_b : hidden_b;
+    const double n = cls > 0 ? std::floor(bytes / cls) : 0;
+    if (n < 1) {
+      add_run(span, bytes);
+      return;
+    }
+    add_run(span, cls, static_cast<int>(std::min(n, 1e6)));
+    const double rest = bytes - n * cls;
+    if (rest >= 1) add_run(span, rest);
+  };
+  for (int u = 0; u < U_; ++u) {
+    const SimUnit& un = unit(u);
+    UnitTensors& t = ut_[static_cast<std::size_t>(u)];
+    for (const Layer* l : un.layers)
+      for (const auto& ten : l->tensors)
+        add_run(t.params_local, static_cast<double>(tp_local_rows(ten, p_.tp) * tp_local_cols(ten, p_.tp)));
+    if (rt_.padding == Padding::kFlatUnit) {
+      add_run(t.params_shard, static_cast<double>(un.shard_elems));
+    } else {
+      for (const Layer* l : un.layers)
+        for (const auto& ten : l->tensors)
+          add_run(t.params_shard,
+                  static_cast<double>(tensor_shard_elems(ten, p_.tp, p_.shard_group, rt_.padding)));
+    }
+    const bool full = p_.ac == AcMode::kFull && un.blocks > 0;
+    const bool sel = p_.ac == AcMode::kSelective && un.blocks > 0;
+    if (full) {
+      add_run(t.saved, block_input_bytes(s, p_, T), un.blocks);  // each block's input
+      const int first_block = un.layers.front()->block;
+      for (const Layer* l : un.layers)
+        if (l->block == first_block) saved_as_tensors(t.recompute, *l, layer_saved_bytes(*l, p_, T, false));
+    } else {
+      for (const Layer* l : un.layers)
+        saved_as_tensors(t.saved, *l, layer_saved_bytes(*l, p_, T, sel && l->block >= 0));
+    }
+    // The backward's input and output gradients: two hidden-sized, and in blocks two FFN-sized (units.cpp
+    // workspace_bytes); float8 adds the fp8 copies of one input and one output gradient.
+    const double h_b = T * bc_ * static_cast<double>(s.hidden);
+    add_run(t.workspace, h_b, 2);
+    if (un.blocks > 0) {
+      add_run(t.workspace, T * bc_ * static_cast<double>(s.ffn_hidden) / p_.tp, 2);
+      if (p_.fp8 != Fp8::kNone)
+        add_run(t.workspace, T * (static_cast<double>(s.hidden) + static_cast<double>(s.ffn_hidden) / p_.tp));
+    }
+  }
+  for (int u = 0; u < U_; ++u) {
+    const Span src = ut_[static_cast<std::size_t>(u)].params_local;
+    for (std::uint32_t i = 0; i < src.n; ++i) {
+      const Run r = runs_[src.first + i];
+      add_run(all_local_, r.weight, r.count);
+    }
+  }
+  for (int u = 0; u < U_; ++u) {
+    const Span src = ut_[static_cast<std::size_t>(u)].params_shard;
+    for (std::uint32_t i = 0; i < src.n; ++i) {
+      const Run r = runs_[src.first + i];
+      add_run(all_shard_, r.weight, r.count);
+    }
+  }
+  // The optimizer's tensors: torch.optim keeps state per parameter (FSDP: this rank's shard of each; DDP:
+  // each whole parameter); DeepSpeed steps flat fp32 partitions (one per parameter group).
+  if (p_.runtime == Runtime::kDeepSpeed)
+    add_run(optimizer_params_, 1.0);
+  else
+    optimizer_params_ = p_.zero >= 1 ? all_shard_ : all_local_;
+}
+
+std::int32_t Lowering::alloc_one(MemCategory c, std::uint8_t pool, Bytes bytes, std::int32_t group) {
+  if (bytes <= 0) return group;
+  if (group < 0) group = out_.program.new_tensor();
+  out_.program.add_effect({c, pool, 1, group, bytes});
+  return group;
+}
+
+std::int32_t Lowering::alloc_tensors(MemCategory c, std::uint8_t pool, Bytes total, Span s,
+                                     std::int32_t group) {
+  if (total <= 0) return group;
+  if (group < 0) group = out_.program.new_tensor();
+  double w = 0;
+  for (std::uint32_t i = 0; i < s.n; ++i) w += runs_[s.first + i].weight * runs_[s.first + i].count;
+  if (s.n == 0 || w <= 0) return alloc_one(c, pool, total, group);
+  Bytes used = 0;
+  for (std::uint32_t i = 0; i < s.n; ++i) {
+    const Run r = runs_[s.first + i];
+    const Bytes each = static_cast<Bytes>(std::floor(static_cast<double>(total) * (r.weight / w)));
+    const bool last = i + 1 == s.n;
+    const int n = last ? r.count - 1 : r.count;
+    if (each > 0 && n > 0) {
+      out_.program.add_effect({c, pool, static_cast<std::uint16_t>(n), group, each * n});
+      used += each * n;
+    }
+    if (last && total - used > 0) out_.program.add_effect({c, pool, 1, group, total - used});
+  }
+  return group;
+}
+
+void Lowering::free_group(MemCategory c, std::uint8_t pool, std::int32_t group, Bytes bytes) {
+  if (group < 0 || bytes <= 0) return;
+  out_.program.add_effect({c, pool, 1, group, -bytes});
+}
+
+void Lowering::initial_tensors() {
+  if (!in_.initial) return;
+  auto& prog = out_.program;
+  const auto& init = *in_.initial;
+  auto total = [&](MemCategory c) { return init[static_cast<std::size_t>(c)]; };
+  // Appends tensors to Program::initial (not to a task) by emitting them on a scratch task's effect list.
+  auto emit = [&](MemCategory c, Bytes bytes, Span s) {
+    if (bytes <= 0) return std::int32_t{-1};
+    const std::size_t before = prog.effects.size();
+    prog.tasks.emplace_back();  // scratch: add_effect appends to the last task
+    const std::int32_t g = alloc_tensors(c, kPoolDefault, bytes, s);
+    prog.tasks.pop_back();
+    prog.initial.insert(prog.initial.end(), prog.effects.begin() + static_cast<std::ptrdiff_t>(before),
+                        prog.effects.end());
+    prog.effects.resize(before);
+    return g;
+  };
+  const Span none{};
+  // Parameters: FSDP2 one sharded tensor per parameter, FSDP1 one flat parameter per unit, DeepSpeed ZeRO-3 a
+  // partition per parameter; unsharded runtimes (DDP, DeepSpeed ZeRO-1/2) every parameter whole.
+  const bool params_sharded = rt_.gathers_params || (p_.runtime == Runtime::kDeepSpeed && p_.zero >= 3);
+  emit(MemCategory::kParams, total(MemCategory::kParams), params_sharded ? all_shard_ : all_local_);
+  // Gradients that live across steps: DDP's .grad per parameter; DeepSpeed ZeRO-2/3 flat partitions.
+  emit(MemCategory::kGrads, total(MemCategory::kGrads),
+       p_.runtime == Runtime::kDeepSpeed ? none : (p_.zero >= 1 ? all_shard_ : all_local_));
+  // Communication buffers: DeepSpeed ZeRO-3's IPG bucket is one tensor; DDP's Reducer buckets are
+  // DistributedDataParallel(bucket_cap_mb=25) each, the first capped at dist._DEFAULT_FIRST_BUCKET_BYTES
+  // (1 MiB; torch/nn/parallel/distributed.py).
+  {
+    const Bytes comm = total(MemCategory::kCommBuffers);
+    if (rt_.ddp_reducer_buckets && comm > 0) {
+      Span buckets{};
+      const Bytes first = std::min<Bytes>(comm, kMiB), cap = 25 * kMiB;
+      add_run(buckets, static_cast<double>(first));
+      const Bytes rest = comm - first;
+      if (rest / cap > 0) add_run(buckets, static_cast<double>(cap), static_cast<int>(rest / cap));
+      if (rest % cap > 0) add_run(buckets, static_cast<double>(rest % cap));
+      emit(MemCategory::kCommBuffers, comm, buckets);
+    } else {
+      emit(MemCategory::kCommBuffers, comm, none);
+    }
+  }
+  held_logits_id_ = emit(MemCategory::kActivations, total(MemCategory::kActivations), none);
+  emit(MemCategory::kGathered, total(MemCategory::kGathered), none);
+  emit(MemCategory::kOther, total(MemCategory::kOther), none);
+  // Optimizer state last: AdamW creates exp_avg and exp_avg_sq per parameter at its first step (the replay
+  // allocates these entries then); DeepSpeed allocates its flat fp32 partitions at initialisation.
+  // torch/optim/adamw.py _init_group: per parameter in order, exp_avg then exp_avg_sq (zeros_like).
+  Span state{};
+  if (p_.runtime == Runtime::kDeepSpeed) {
+    state = optimizer_params_;
+  } else {
+    for (std::uint32_t i = 0; i < optimizer_params_.n; ++i) {
+      const Run r = runs_[optimizer_params_.first + i];
+      add_run(state, r.weight, 2 * r.count);
+    }
+  }
+  emit(MemCategory::kOptimizer, total(MemCategory::kOptimizer), state);
+}
+
+}  // namespace shardplan::detail
