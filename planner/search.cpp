@@ -9,8 +9,8 @@
 #include <chrono>
 #include <cmath>
 #include <map>
-#include <stdexcept>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include "planner/report/margin.hpp"
