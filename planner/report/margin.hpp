@@ -19,7 +19,7 @@ struct MemoryErrorStats {
 };
 
 /// Reserved-memory prediction error on the development set (tests/data/runs/published_dev.json).
-inline constexpr MemoryErrorStats kReservedMemoryError{"peak_reserved_bytes", 19, 0.048, 0.391};
+inline constexpr MemoryErrorStats kReservedMemoryError{"peak_reserved_bytes", 19, 0.054, 0.423};
 
 /// Default planner headroom (fraction of GPU memory `plan` keeps free). Rule: the largest under-prediction of
 /// peak reserved memory over the in-scope records of tests/data/runs/published_dev.json, (measured -
@@ -41,7 +41,7 @@ struct ThroughputErrorStats {
   double median_abs;  ///< median |relative error|
   double mape;        ///< mean |relative error|
 };
-inline constexpr ThroughputErrorStats kThroughputError{"tokens_per_s_per_gpu", 132, 0.060, 0.074};
+inline constexpr ThroughputErrorStats kThroughputError{"tokens_per_s_per_gpu", 132, 0.060, 0.073};
 /// The planner's tie tolerance. Rule: two plans whose predicted tokens/s per GPU differ by less than the
 /// median |error| of the tokens/s prediction over the in-scope validation records, |a - b| / max(a, b) <
 /// this, are a tie (the model cannot tell them apart). A test recomputes it with the real simulator and fails
