@@ -137,7 +137,13 @@ void Lowering::forward(int mb) {
           MemCategory::kGathered, kPoolDefault, B(static_cast<double>(un.elems) * 2), ut.params_local);
     act_id_[static_cast<std::size_t>(u)] =
         alloc_tensors(MemCategory::kActivations, kPoolDefault, un.act_bytes, ut.saved);
-    if (un.has_loss) loss_forward_effects();
+    if (un.has_loss) {
+      // The root's post-forward runs when the model's forward returns, before the training loop's loss: it
+      // drops the last held all-gather output (torch 2.15 _fsdp_state.py _post_forward of the iteration's
+      // forward root: release_all_gather_state_for_comm_reuse).
+      if (rt_.hold_forward_ag_output) release_held_ag_output(prev_fwd_ag_out_);
+      loss_forward_effects();
+    }
     fwd_task_[static_cast<std::size_t>(u)] = id;
     if (rt_.gather_limiter == GatherLimiter::kComputeTwoBack && rt_.gathers_params)
       limiter_queue_.push_back(id);
@@ -159,6 +165,15 @@ void Lowering::backward(int mb, bool last_mb) {
   for (int u = U_ - 1; u >= 0; --u) {
     const SimUnit& un = unit(u);
     std::int32_t ready = -1;
+    // The grouped head's first pre-backward prefetches nothing (its post-forward order lists the group once
+    // per module, so the target is the group itself); the next units are prefetched when it is re-gathered.
+    const bool regather =
+        rt_.head_group_regathered && rt_.gathers_params && un.has_loss && un.gathered_elems > 0;
+    auto prefetch = [&](std::int32_t after) {
+      for (int j = u - 1; j >= std::max(0, u - p_.prefetch); --j)
+        if (!gathered_[static_cast<std::size_t>(j)] && unit(j).gathered_elems > 0)
+          issue_ag(j, mb, true, after);
+    };
     if (rt_.gathers_params) {
       if (!gathered_[static_cast<std::size_t>(u)] && un.gathered_elems > 0) issue_ag(u, mb, true, -1);
       if (un.gathered_elems > 0 && (ag_out_held_[static_cast<std::size_t>(u)] || !rt_.copy_out))
@@ -166,9 +181,7 @@ void Lowering::backward(int mb, bool last_mb) {
       else
         ready = copyout_task_[static_cast<std::size_t>(u)];
       if (un.gather_owner >= 0) ready = -1;
-      for (int j = u - 1; j >= std::max(0, u - p_.prefetch); --j)
-        if (!gathered_[static_cast<std::size_t>(j)] && unit(j).gathered_elems > 0)
-          issue_ag(j, mb, true, ready);
+      if (!regather) prefetch(ready);
     }
     // Backward mirrors forward (each all-gather's gradient is reduce-scattered and vice versa, in 16 bits);
     // full AC re-runs the forward's collectives when it recomputes a block.
@@ -226,6 +239,19 @@ void Lowering::backward(int mb, bool last_mb) {
     if (rt_.reduce_scatter) {
       if (un.gather_owner >= 0) continue;  // FSDP1 root head part: reduced with the root at the end
       reduce_scatter(u, mb, ugrad, grad_bytes_per_elem);
+      if (regather) {
+        // The norm's backward needs the group again: all-gather and copy-out, prefetch the next unit, then
+        // the second post-backward reshards and releases the first reduce-scatter's input (the norm's own
+        // gradient, reduced next, is a few KiB).
+        issue_ag(u, mb, true, -1);
+        prefetch(copy_out(u, mb, true));
+        free_unsharded(u);
+        if (held_rs_input_ > 0) {
+          free_group(MemCategory::kCommBuffers, held_rs_pool_, held_rs_id_, held_rs_input_);
+          held_rs_input_ = 0;
+          held_rs_id_ = -1;
+        }
+      }
     } else if (sync) {
       // All-reduce of the unit's gradients (DDP buckets; DeepSpeed ZeRO-1/2 bucket all-reduce).
       const double bytes = static_cast<double>(un.elems) * (rt_.allreduce_in_compute_dtype ? bc_ : br_);

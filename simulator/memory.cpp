@@ -66,13 +66,64 @@ OffloadSplit offload_split(const Plan& p) {
   return o;
 }
 
+Bytes allocation_bytes(Bytes request_bytes) {
+  // c10/cuda/CUDACachingAllocator.cpp (torch 2.15) round_size: requests below kMinBlockSize (512 B) take 512,
+  // others round up to a multiple of 512 (without roundup_power2_divisions, the default).
+  return request_bytes <= 0 ? 0
+                            : (request_bytes + kAllocationQuantumBytes - 1) / kAllocationQuantumBytes *
+                                  kAllocationQuantumBytes;
+}
+
+std::int64_t optimizer_step_tensors(const ModelGraph& model, const Plan& p) {
+  // torch/optim/adam.py (torch 2.15; AdamW subclasses Adam) _init_group: state["step"] is a 0-dim tensor on
+  // the parameter's device when `fused` or `capturable`, a CPU tensor otherwise ("Deliberately host `step` on
+  // CPU if both capturable and fused are off"). One per parameter tensor; DeepSpeed's optimizers run on its
+  // flat partitions and keep the step count in the parameter group.
+  if (p.runtime == Runtime::kDeepSpeed || !p.fused_optimizer) return 0;
+  std::int64_t n = 0, experts = 0;
+  for (const Layer* l : model.order())
+    for (const auto& ten : l->tensors) ++(p.ep > 1 && ten.expert ? experts : n);
+  return n + experts / p.ep;  // a rank holds 1/ep of the routed experts' tensors
+}
+
 std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p) {
   const StateElems e = state_elems(model, p);
   const OffloadSplit o = offload_split(p);
   const BytesPerParam b = bytes_per_param(p.runtime, p.precision);
-  return {o.params ? 0 : mul_checked(e.params, b.params, "parameter bytes"),
-          o.grads ? 0 : mul_checked(e.grads, b.grads, "gradient bytes"),
-          o.optimizer ? 0 : mul_checked(e.optimizer, b.optimizer, "optimizer bytes")};
+  std::array<Bytes, 3> out{mul_checked(e.params, b.params, "parameter bytes"),
+                           mul_checked(e.grads, b.grads, "gradient bytes"),
+                           mul_checked(e.optimizer, b.optimizer, "optimizer bytes")};
+  if (runtime_traits(p).padding == Padding::kPerTensorDim0) {
+    // FSDP2 keeps each parameter's (padded) shard as its own tensor (_fsdp_param.py _init_sharded_param:
+    // new_zeros(padded_sharded_size)) and AdamW creates exp_avg and exp_avg_sq per parameter (zeros_like):
+    // each is one allocation, rounded as the caching allocator rounds it. Gradients are views of one
+    // reduce-scatter output per unit (sized in the lowering).
+    // Dense tensors shard over dp_shard x cp; with expert parallelism a rank holds 1/ep of the routed
+    // experts' tensors, each sharded over dp_shard x cp / ep (state_elems above).
+    Bytes params = 0, optimizer = 0, expert_params = 0, expert_optimizer = 0;
+    for (const Layer* l : model.order()) {
+      for (const auto& ten : l->tensors) {
+        const bool expert = p.ep > 1 && ten.expert;
+        const std::int64_t local = mul_checked(tp_local_rows(ten, p.tp), tp_local_cols(ten, p.tp), "tensor");
+        const std::int64_t shard =
+            tensor_shard_elems(ten, p.tp, expert ? p.efsdp_ranks() : p.fsdp_ranks(), Padding::kPerTensorDim0);
+        const Bytes pb =
+            allocation_bytes(mul_checked(p.zero >= 2 ? shard : local, b.params, "parameter bytes"));
+        const Bytes ob = 2 * allocation_bytes(mul_checked(p.zero >= 1 ? shard : local, b.optimizer / 2,
+                                                          "optimizer bytes"));
+        (expert ? expert_params : params) += pb;
+        (expert ? expert_optimizer : optimizer) += ob;
+      }
+    }
+    out[0] = params + expert_params / p.ep;
+    out[2] = optimizer + expert_optimizer / p.ep;
+  }
+  // AdamW's `step` scalars: 4 bytes each (fp32), one allocation each.
+  out[2] = add_checked(out[2], optimizer_step_tensors(model, p) * allocation_bytes(4), "optimizer bytes");
+  if (o.params) out[0] = 0;
+  if (o.grads) out[1] = 0;
+  if (o.optimizer) out[2] = 0;
+  return out;
 }
 
 Bytes host_state_bytes_per_rank(const ModelGraph& model, const Plan& p) {

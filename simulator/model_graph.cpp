@@ -293,6 +293,33 @@ Layer make_mlp(const ModelSpec& s, int block) {
   return l;
 }
 
+/// torchtitan's op-level selective checkpointing (torchtitan 0.3.0 distributed/activation_checkpoint.py
+/// SelectiveAC: `meta[key] % 2 == 0` -> PREFER_RECOMPUTE) counts the matmuls of one checkpointed block in
+/// execution order from 1 and saves the odd ones: for a Llama block wq, wv, w1 (gate) and w2 (down) are
+/// saved, wk, wo and w3 (up) recomputed. Sets the matmul outputs of a dense attention + MLP pair exactly (2
+/// bytes per output element; column-parallel outputs split by TP, row-parallel ones replicated), keeping the
+/// attention's saved output and log-sum-exp.
+void selective_mm_parity(const ModelSpec& s, Layer& attn, Layer& mlp) {
+  double split = 0, rep = 0;
+  long long calls = 0;
+  auto walk = [&](const Layer& l) {
+    split = rep = 0;
+    for (const auto& g : l.gemms) {
+      for (int c = 0; c < static_cast<int>(g.count); ++c) {
+        if (++calls % 2 == 0) continue;  // recomputed
+        (g.tp == TpSplit::kRow ? rep : split) += 2.0 * static_cast<double>(g.n);
+      }
+    }
+  };
+  const double q = static_cast<double>(s.heads * s.head_dim);
+  walk(attn);
+  attn.act_selective_split_bytes_per_token = 2.0 * q + 4.0 * static_cast<double>(s.heads) + split;
+  attn.act_selective_replicated_bytes_per_token = rep;
+  walk(mlp);
+  mlp.act_selective_split_bytes_per_token = split;
+  mlp.act_selective_replicated_bytes_per_token = rep;
+}
+
 }  // namespace
 
 ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
@@ -338,10 +365,14 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
     if (s.norm_placement == NormPlacement::kPre) {
       Layer first_norm = make_norm(s, p + "attention_norm", b);
       if (first_is_ckpt) first_norm.act_selective_replicated_bytes_per_token = ckpt_in;
+      Layer attn = make_attention(s, b), mlp = make_mlp(s, b);
+      // Dense Llama-style blocks (separate or fused q/k/v, no latent attention, no experts): the exact
+      // matmul parity of the selective policy.
+      if (!s.mla.enabled() && mlp.kind == LayerKind::kMlp && first_is_ckpt) selective_mm_parity(s, attn, mlp);
       auto n1 = add(std::move(first_norm));
-      auto at = add(make_attention(s, b));
+      auto at = add(std::move(attn));
       auto n2 = add(make_norm(s, p + "ffn_norm", b));
-      auto ml = add(make_mlp(s, b));
+      auto ml = add(std::move(mlp));
       boost::add_edge(block_in, n1, g);
       boost::add_edge(n1, at, g);
       boost::add_edge(block_in, n2, g);  // residual

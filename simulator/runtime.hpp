@@ -56,6 +56,10 @@ struct RuntimeTraits {
   Pool unsharded_pool = kPoolDefault;  ///< where the unsharded parameters live (FSDP1: the AG output itself)
   bool root_gathered_through_step = false;  ///< FSDP1: root flat parameter (embedding + head) kept (§1.9)
   bool head_not_resharded = false;          ///< FSDP2 (torchtitan): [norm, output] not resharded (§1.9)
+  /// FSDP2 with the head as one fully_shard([norm, output]) group: its post-backward fires after the output
+  /// projection's backward and the norm's output gradient re-runs its pre-backward, which gathers the unit a
+  /// second time (docs/model.md "FSDP2's grouped head in backward").
+  bool head_group_regathered = false;
   GatherLimiter gather_limiter = GatherLimiter::kNone;
   // --- gradients ---
   bool grads_persistent = false;  ///< .grad / partitions live across steps (DDP buckets, DeepSpeed ZeRO-2/3)

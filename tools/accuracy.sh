@@ -1,5 +1,11 @@
 #!/usr/bin/env bash
-# Regenerates docs/accuracy.md from the committed run records (uncalibrated predictions).
+# Regenerates docs/accuracy.md from the committed run records (uncalibrated predictions): the published runs, then
+# the reference lane's records (tools/reference/data/records.json) as their own section.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./build/planner/shardplan validate tests/data/runs/published_dev.json --markdown docs/accuracy.md --quiet
+section=$(mktemp)
+trap 'rm -f "$section"' EXIT
+./build/planner/shardplan validate tools/reference/data/records.json --markdown "$section" \
+  --markdown-section "Reference lane: the real PyTorch step, fake process group (tools/reference/)" --quiet
+cat "$section" >> docs/accuracy.md

@@ -40,7 +40,7 @@ std::pair<std::size_t, std::string> choose(const std::vector<Result>& v) {
 TEST_CASE("the throughput tie tolerance is the median tokens/s error on the committed records",
           "[ranking][validate]") {
   // Rule (planner/report/margin.hpp, docs/model.md): the median |relative error| of tokens/s per GPU over the
-  // in-scope records of tests/data/runs/published_dev.json (docs/accuracy.md: 6.0 %, MAPE 7.4 %, 132
+  // in-scope records of tests/data/runs/published_dev.json (docs/accuracy.md: 6.0 %, MAPE 7.3 %, 132
   // records). Recomputed with the real simulator: a model or data change that moves it makes kThroughputError
   // stale.
   ValidationReport v = validate_files({std::string(SHARDPLAN_TEST_DATA) + "/runs/published_dev.json"});
@@ -187,9 +187,11 @@ TEST_CASE("acceptance: Llama-3-70B on 64 H100s, global batch 256 x 8192", "[rank
   CHECK(rec.plan.runtime == Runtime::kFsdp2);
   for (const Result& r : o.plans)
     CHECK(r.tokens_per_s_per_gpu < rec.tokens_per_s_per_gpu * (1 + kThroughputTieTolerance));
-  // TP 2 since reserved memory comes from the allocator replay (compiled plans no longer carry the fitted 6 %
-  // fragmentation): TP 2 with selective AC fits under the 12 % default headroom (TP 4 did before).
-  CHECK(rec.plan.tp == 2);
+  // TP inside the node: 2 or 4. Which of the two is chosen within the error band moves with the
+  // reserved-memory model and the default headroom derived from it (TP 4 under the fitted fragmentation, TP 2
+  // with the first allocator replay at 12 % headroom, TP 4 again with the reference lane's fixes at 9 %);
+  // both are within the tie tolerance of each other and of the fastest, which the loop above checks.
+  CHECK((rec.plan.tp == 2 || rec.plan.tp == 4));
   CHECK(rec.plan.ac == AcMode::kSelective);
   CHECK(rec.plan.compile);
   CHECK(rec.plan.reduce() ==

@@ -41,16 +41,19 @@ TEST_CASE("Llama-3-70B ZeRO-3 over 16 ranks: 12 Psi/16 (bf16) and 16 Psi/16 (bf1
     Plan p;
     p.precision = Precision::kBf16;
     auto ps = Simulator::persistent_state(s.model, s.resolve(p));
-    // 12 · 70,553,706,496 / 16 = 52,915,279,872
-    CHECK(static_cast<double>(total(ps)) >= 12 * psi / 16);
-    CHECK(static_cast<double>(total(ps)) <= 12 * psi / 16 + 12.0 * static_cast<double>(pad_elems));
-    CHECK(total(ps) == 52'915'279'872);
+    // 12 · 70,553,706,496 / 16 = 52,915,279,872, plus fused AdamW's `step` scalar per parameter tensor (723
+    // tensors: 9 per block · 80 + embedding, final norm, output) at 512 B each = 370,176.
+    const double steps = 723.0 * 512;
+    CHECK(tensor_count(s.model) == 723);
+    CHECK(static_cast<double>(total(ps)) >= 12 * psi / 16 + steps);
+    CHECK(static_cast<double>(total(ps)) <= 12 * psi / 16 + 12.0 * static_cast<double>(pad_elems) + steps);
+    CHECK(total(ps) == 52'915'279'872 + 370'176);
   }
   SECTION("fsdp2, bf16-mixed: fp32 params 4 + fp32 grads 4 + Adam 8 = 16 bytes/param") {
     Plan p;
     auto ps = Simulator::persistent_state(s.model, s.resolve(p));
-    // 16 · 70,553,706,496 / 16 = 70,553,706,496
-    CHECK(total(ps) == 70'553'706'496);
+    // 16 · 70,553,706,496 / 16 = 70,553,706,496, plus 723 `step` tensors · 512 B
+    CHECK(total(ps) == 70'553'706'496 + 723 * 512);
     CHECK(ps[0] == 4 * 4'409'606'656);  // Psi/16 = 4,409,606,656 params per rank, fp32
   }
   SECTION("deepspeed: per-tensor flat partition, < 1 element of padding per tensor per rank") {
@@ -119,7 +122,8 @@ TEST_CASE("HSDP shards over the shard group, not the world", "[simulator][memory
   auto b = Simulator::persistent_state(fsdp8.model, fsdp8.resolve(q));
   auto c = Simulator::persistent_state(fsdp64.model, fsdp64.resolve(q));
   CHECK(a == b);
-  CHECK(total(a) == 16 * 8'030'261'248 / 8);  // every llama3-8b dim 0 divides by 8
+  // Every llama3-8b dim 0 divides by 8; plus 291 AdamW `step` tensors (9 per block · 32 + 3) of 512 B.
+  CHECK(total(a) == 16 * 8'030'261'248 / 8 + 291 * 512);
   CHECK(total(c) < total(a));
   CHECK(hsdp.resolve(p).replicas == 8);
   for (Runtime rt : {Runtime::kFsdp1, Runtime::kFsdp2}) {
@@ -153,7 +157,37 @@ TEST_CASE("TP-8 x FSDP-32 Llama-3-70B weights are a 256-way split plus the repli
   // bf16-mixed FSDP2 keeps fp32 parameters: 4 bytes each.
   CHECK(ps[0] == 4 * elems);
   CHECK(ps[1] == 4 * elems);
-  CHECK(ps[2] == 8 * elems);
+  CHECK(ps[2] == 8 * elems + 723 * 512);  // + fused AdamW's 723 `step` tensors, 512 B each
+}
+
+TEST_CASE(
+    "FSDP2 persistent state: every shard and Adam moment is one allocation rounded to 512 B, plus one "
+    "`step` tensor per parameter with fused AdamW",
+    "[simulator][memory]") {
+  // Llama-3-8B over 2048 ranks, bf16-mixed (fp32 shards). Each parameter's shard is ceil(rows / 2048) rows
+  // (_fsdp_param.py: padded dim-0 chunks, one new_zeros per parameter), rounded up to 512 B by the caching
+  // allocator (kMinBlockSize):
+  //   embedding, output: ceil(128256 / 2048) = 63 rows · 4096 · 4 B = 1,032,192 each
+  //   per block: wq, wo 2 rows · 4096 · 4 = 32,768 each; wk, wv 1 row · 4096 · 4 = 16,384 each;
+  //              w1, w3 7 rows · 4096 · 4 = 114,688 each; w2 2 rows · 14336 · 4 = 114,688;
+  //              2 RMSNorm weights of 2 elements = 8 B -> 512 each;  block = 443,392
+  //   final norm 512;  params = 2 · 1,032,192 + 32 · 443,392 + 512 = 16,253,440
+  // exp_avg and exp_avg_sq are zeros_like each fp32 shard (the same rounded sizes) and fused AdamW keeps a
+  // 0-dim fp32 `step` per parameter on the device (torch/optim/adam.py _init_group): 291 · 512 = 148,992.
+  Setup s("llama3-8b", "dgx-h100", 2048);
+  Plan p;
+  const auto ps = Simulator::persistent_state(s.model, s.resolve(p));
+  CHECK(ps[0] == 16'253'440);
+  CHECK(ps[2] == 2 * 16'253'440 + 148'992);
+  // Without the rounding the 65 norm shards would count 8 B instead of 512: 65 · 504 = 32,760 B less.
+  std::int64_t unrounded = 0;
+  for (const Layer* l : s.model.order())
+    for (const auto& t : l->tensors) unrounded += (t.dim0 + 2047) / 2048 * t.dim1 * 4;
+  CHECK(unrounded == 16'253'440 - 65 * 504);
+  // foreach AdamW keeps `step` on the CPU ("Deliberately host `step` on CPU if both capturable and fused are
+  // off"); DeepSpeed's optimizers keep it in the parameter group.
+  p.fused_optimizer = false;
+  CHECK(Simulator::persistent_state(s.model, s.resolve(p))[2] == 2 * 16'253'440);
 }
 
 TEST_CASE(
@@ -235,7 +269,7 @@ TEST_CASE("activation checkpointing: full << selective <= none, with derived siz
   // the saved fp32 log-softmax (4V), the nll gradient (4V) and the fp32 logits gradient (4V) are alive: 12V =
   // 384,000 per token (§2.3; the forward's 10V is lower). Peak per token:
   //   none      32·153,736 + 16,388 + 384,000 = 5,319,940
-  //   selective 32· 59,008 + 16,388 + 384,000 = 2,288,644
+  //   selective 32· 63,104 + 16,388 + 384,000 = 2,419,716
   //   full      32·  8,192 + 16,388 + 384,000 =   662,532
   Setup s("llama2-7b", "dgx-h100", 8);
   const double T = 4096;
@@ -251,7 +285,7 @@ TEST_CASE("activation checkpointing: full << selective <= none, with derived siz
   CHECK(sel <= none);
   CHECK(full * 4 < none);  // "<<": derived ratio 0.125
   CHECK(static_cast<double>(none) == Approx(5'319'940 * T).epsilon(0.01));
-  CHECK(static_cast<double>(sel) == Approx(2'288'644 * T).epsilon(0.01));
+  CHECK(static_cast<double>(sel) == Approx(2'419'716 * T).epsilon(0.01));
   CHECK(static_cast<double>(full) == Approx(662'532 * T).epsilon(0.01));
 }
 
@@ -375,4 +409,51 @@ TEST_CASE(
   const Result off = s.run(plan);
   CHECK(off.persistent_split[2] == 0);
   CHECK(off.first_step_peak_bytes == off.peak_bytes);
+}
+
+TEST_CASE("a Llama block's saved bytes per token: fused RMSNorm, and the selective policy's matmul parity",
+          "[simulator][memory][activations]") {
+  // Llama-3-8B: h = 4096, q = 32·128 = 4096, kv = 8·128 = 1024, f = 14336, 32 heads (torch 2.15 on CUDA,
+  // reference lane traces, docs/model.md "Checked against the real code").
+  Setup s("llama3-8b", "dgx-h100", 8);
+  double none = 0, sel = 0;
+  Plan p = s.resolve(Plan{});
+  for (const Layer* l : s.model.order()) {
+    if (l->block != 0) continue;
+    none += layer_saved_bytes(*l, p, 1.0, false);
+    sel += layer_saved_bytes(*l, p, 1.0, true);
+  }
+  // No AC: 2 norms · (bf16 input 2h + fp32 rstd 4: _fused_rms_norm saves input and rstd) + attention
+  // (norm output 2h, q 2q, k and v 2·2kv, SDPA output 2q, fp32 log-sum-exp 4·32) + SwiGLU (norm output 2h,
+  // w1 and w3 outputs 4f, SiLU and product 4f) = 2·8196 + (8192 + 8192 + 4096 + 8192 + 128) + (8192 + 114688)
+  // = 16392 + 28800 + 122880 = 168,072 bytes per token (41h + 136).
+  CHECK(none == 168'072.0);
+  // Selective (torchtitan SelectiveAC, matmuls counted 1..7 per block: wq, wk, wv, wo, w1, w3, w2, odd ones
+  // saved): the checkpointed block input 2h, wq's output 2q, wv's output 2kv, the SDPA output 2q and
+  // log-sum-exp 4·32, w1's output 2f and w2's output 2h = 8192 + 8192 + 2048 + 8192 + 128 + 28672 + 8192 =
+  // 63,616 (15.5h
+  // + 128); the lane measures the same per block.
+  CHECK(sel == 63'616.0);
+}
+
+TEST_CASE("FSDP2: the grouped [norm, output] head is all-gathered a second time in backward",
+          "[simulator][memory]") {
+  // torchtitan's fully_shard([norm, output]) runs its post-backward after the output projection's backward
+  // and its pre-backward again on the norm's output gradient (reference lane trace, torch 2.15): two backward
+  // all-gathers of the head (the first is skipped: the head is not resharded after forward).
+  Setup s("llama3-8b", "dgx-h100", 8);
+  auto head_bwd_gathers = [&](Runtime rt) {
+    Plan p;
+    p.runtime = rt;
+    Simulator sim(s.model, *s.cluster, *s.costs);
+    sim.run(s.resolve(p));
+    int last_unit = 0, n = 0;
+    for (const Task& t : sim.program().tasks) last_unit = std::max<int>(last_unit, t.unit);
+    for (const Task& t : sim.program().tasks)
+      if (t.type == TaskType::kCollective && t.backward && t.unit == last_unit &&
+          t.comm_kind == static_cast<std::uint8_t>(CommKind::kAllGather))
+        ++n;
+    return n;
+  };
+  CHECK(head_bwd_gathers(Runtime::kFsdp2) == 1);  // the head is kept from forward: only the re-gather
 }

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CATS = ("params", "grads", "optimizer", "activations", "gathered_params", "comm_buffers", "other")
 FLAGS = {"runtime": "--runtime", "zero": "--zero", "seq": "--seq", "mbs": "--mbs", "grad_accum": "--grad-accum",
-         "ac": "--ac", "wrap": "--wrap", "prefetch": "--prefetch", "precision": "--precision",
+         "ac": "--ac", "wrap": "--wrap", "shard_group": "--shard-group", "prefetch": "--prefetch", "precision": "--precision",
          "reduce_dtype": "--reduce-dtype", "loss_dtype": "--loss-dtype"}
 
 

@@ -1,35 +1,23 @@
 #!/usr/bin/env bash
-# Regenerates the committed reference-lane records (tools/reference/data/records.json): runs tools/reference/run.py
-# on each configuration below and gathers the records into one shardplan.runs/1 file; traces go to
-# tools/reference/data/traces/ (not committed). Usage: bash tools/reference/generate.sh [JOBS]   (~15 min, 2 cores)
+# Regenerates the committed reference-lane records (tools/reference/data/records.json): runs every configuration of
+# tools/reference/configs.txt with tools/reference/run.py --batch (torch imported once per batch, one forked child
+# per configuration), JOBS batches in parallel at nice 10, and gathers the records into one shardplan.runs/1 file.
+# Per-record files and traces go to the ignored records/ and traces/ next to it; a record already written is kept
+# (an interrupted run resumes; delete records/ to start over).
+# Usage: bash tools/reference/generate.sh [JOBS]   (105 configurations: ~15 min of CPU)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 jobs=${1:-2}
 python=$(bash tools/pyenv.sh)
 out=tools/reference/data
-mkdir -p "$out/records" "$out/traces"
-configs=(
-  "llama3-8b  8   --ac none      --mbs 1 --seq 8192"
-  "llama3-8b  8   --ac selective --mbs 1 --seq 8192"
-  "llama3-8b  8   --ac full      --mbs 2 --seq 8192"
-  "llama3-8b  8   --ac none      --mbs 1 --seq 2048 --grad-accum 2"
-  "llama3-8b  8   --ac full      --mbs 1 --seq 4096 --zero 2"
-  "llama3-8b  64  --ac none      --mbs 1 --seq 4096"
-  "llama3-8b  64  --ac full      --mbs 4 --seq 2048"
-  "llama3-8b  512 --ac selective --mbs 2 --seq 4096"
-  "llama3-70b 64  --ac none      --mbs 1 --seq 2048"
-  "llama3-70b 64  --ac full      --mbs 1 --seq 8192"
-  "llama3-70b 512 --ac selective --mbs 1 --seq 4096"
-  "llama3-70b 512 --ac full      --mbs 4 --seq 4096"
-)
-run_one() {
-  local model=$1 gpus=$2; shift 2
-  local name="$model-g$gpus$(echo "$*" | tr -d ' -' | sed 's/ac/-ac/;s/mbs/-mbs/;s/seq/-s/;s/gradaccum/-ga/;s/zero/-z/')"
-  "$python" tools/reference/run.py --model "$model" --gpus "$gpus" "$@" --id "ref-$name" \
-    -o "$out/records/$name.json" --trace "$out/traces/$name.json"
-}
-export -f run_one; export python out
-printf '%s\n' "${configs[@]}" | xargs -P "$jobs" -I{} bash -c 'run_one {}'
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+grep -v '^#' tools/reference/configs.txt | grep . | awk -v n="$jobs" -v d="$tmp" '{ print > (d "/shard" (NR % n) ".txt") }'
+status=0
+for shard in "$tmp"/shard*.txt; do
+  nice -n 10 "$python" tools/reference/run.py --batch "$shard" --out-dir "$out" 2>&1 | grep -v 'triton not found' &
+done
+wait || status=$?
 "$python" - "$out" <<'PY'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
@@ -39,3 +27,4 @@ doc = {"schema": "shardplan.runs/1", "records": records,
 (out / "records.json").write_text(json.dumps(doc, indent=1) + "\n")
 print(f"{len(records)} records -> {out / 'records.json'}", file=sys.stderr)
 PY
+exit $status

@@ -4,6 +4,7 @@
 category and phase; writes a shardplan.run/1 record (measured.peak_allocated_bytes) and optionally the trace.
 
 Usage: run.py --model M --gpus N [PLAN-FLAGS as `shardplan simulate`] -o RECORD.json [--trace TRACE.json]
+       run.py --batch CONFIGS.txt --out-dir DIR   (every line "MODEL GPUS FLAGS", one process)
 Unsupported plans exit 2 with one line on stderr. See docs/reference-lane.md.
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -64,6 +66,10 @@ def normalize_spec(spec: dict) -> dict:
         unsupported.append(f"positions {s['positions']}")
     if s.get("moe"):
         unsupported.append("moe")
+    if s.get("qk_norm") not in (None, "none"):
+        unsupported.append("qk_norm")
+    if s.get("sliding_window") or s.get("window"):
+        unsupported.append("sliding window")
     if s.get("embedding_norm"):
         unsupported.append("embedding_norm")
     if s["heads"] % s["kv_heads"]:
@@ -115,8 +121,15 @@ def parse_args(argv):
     p.add_argument("--loss-dtype", default="fp32")
     p.add_argument("--fp8", default="none")
     p.add_argument("--fp8-all-gather", action="store_true")
-    p.add_argument("--steps", type=int, default=2,
-                   help="optimizer steps (default 2: from the second on, the optimizer states are live all step)")
+    p.add_argument("--steps", type=int, default=1,
+                   help="training steps measured (default 1), after an optimizer warm-up that creates the AdamW "
+                        "states as a first step would (see --warmup)")
+    p.add_argument("--warmup", default="init", choices=("init", "step"),
+                   help="init (default): zero gradients + one optimizer step, no forward/backward; step: one full "
+                        "training step (slow; same state after it)")
+    p.add_argument("--layers", type=int, default=0,
+                   help="override the model's number of blocks (a shallower model of the same widths; the record "
+                        "carries the modified spec inline)")
     p.add_argument("--no-clip", action="store_true", help="skip clip_grad_norm_ (torchtitan clips by default)")
     p.add_argument("--id", default=None, help="record id (default: derived from the plan)")
     p.add_argument("-o", "--output", required=True)
@@ -159,8 +172,9 @@ def resolve_plan(a, spec) -> dict:
     dp = a.gpus
     if a.tp != 1:
         bad("--tp", "tensor parallelism is not covered by the reference lane yet")
-    if a.shard_group not in (0, dp):
-        bad("--shard-group", "HSDP is not covered by the reference lane yet")
+    shard = a.shard_group or dp
+    if shard < 1 or dp % shard:
+        bad("--shard-group", f"{a.shard_group} does not divide --gpus {dp}")
     if a.offload != "none":
         bad("--offload", "CPU offload is not covered by the reference lane yet")
     if a.fp8 != "none" or a.fp8_all_gather:
@@ -169,8 +183,8 @@ def resolve_plan(a, spec) -> dict:
         bad("--compile", "torch.compile is not covered by the reference lane")
     if a.async_tp:
         bad("--async-tp", "needs tensor parallelism")
-    if a.wrap != 1:
-        bad("--wrap", "only one block per FSDP unit (torchtitan's wrapping) is covered")
+    if a.wrap < 1:
+        bad("--wrap", "must be >= 1")
     if a.prefetch != 1:
         bad("--prefetch", "only FSDP2's implicit prefetch of one unit is covered")
     if a.reshard_after_forward is None:
@@ -195,7 +209,8 @@ def resolve_plan(a, spec) -> dict:
         ga = a.global_batch // (a.mbs * dp)
     else:
         ga = a.grad_accum or 1
-    return {"runtime": "fsdp2", "zero": a.zero, "seq": seq, "mbs": a.mbs, "grad_accum": ga, "ac": a.ac,
+    return {"runtime": "fsdp2", "zero": a.zero, "seq": seq, "shard_group": shard, "wrap": a.wrap,
+            "mbs": a.mbs, "grad_accum": ga, "ac": a.ac,
             "reshard_after_forward": raf, "precision": a.precision, "reduce_dtype": reduce,
             "fused_optimizer": not a.foreach_optimizer, "hold_logits": a.hold_logits, "loss_dtype": a.loss_dtype}
 
@@ -223,6 +238,32 @@ def build_model_classes(torch):
         xq_out = torch.view_as_real(xq_ * fc).flatten(3)
         xk_out = torch.view_as_real(xk_ * fc).flatten(3)
         return xq_out.type_as(xq), xk_out.type_as(xk)
+
+    class FusedRMSNormFn(torch.autograd.Function):
+        """What `nn.RMSNorm` runs on a GPU. torch 2.15 aten/src/ATen/native/layer_norm.cpp rms_norm_symint calls
+        `at::_fused_rms_norm` whenever the weight's dtype equals the input's (CUDA: one kernel writing the output
+        and the fp32 rstd; derivatives.yaml saves input, weight and rstd: FusedRmsNormBackward0). On the CPU the
+        same op is CompositeImplicitAutograd and decomposes into _to_copy/pow/mean/rsqrt/mul, which would save
+        two fp32 copies of the input per norm. Fake tensors carry no values: allocate what the CUDA kernels
+        allocate (forward: output and rstd; backward: the two gradients)."""
+
+        @staticmethod
+        def forward(ctx, x, weight, eps):
+            out = torch.empty_like(x)
+            rstd = torch.empty(x.shape[:-1] + (1,), dtype=torch.float32, device=x.device)
+            ctx.save_for_backward(x, weight, rstd)
+            return out
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            x, weight, rstd = ctx.saved_tensors
+            return torch.empty_like(x), torch.empty_like(weight), None
+
+    class RMSNorm(nn.RMSNorm):
+        def forward(self, x):
+            if self.weight is not None and self.weight.dtype == x.dtype:
+                return FusedRMSNormFn.apply(x, self.weight, self.eps)
+            return super().forward(x)  # mismatched dtypes: rms_norm_composite on the GPU too
 
     class Attention(nn.Module):
         def __init__(self, s):
@@ -257,9 +298,9 @@ def build_model_classes(torch):
     class TransformerBlock(nn.Module):
         def __init__(self, s):
             super().__init__()
-            self.attention_norm = nn.RMSNorm(s["hidden"], eps=1e-5)
+            self.attention_norm = RMSNorm(s["hidden"], eps=1e-5)
             self.attention = Attention(s)
-            self.ffn_norm = nn.RMSNorm(s["hidden"], eps=1e-5)
+            self.ffn_norm = RMSNorm(s["hidden"], eps=1e-5)
             self.feed_forward = FeedForward(s)
 
         def forward(self, x, freqs_cis):
@@ -273,7 +314,7 @@ def build_model_classes(torch):
             # torchtitan registers freqs_cis as a non-persistent buffer of max_seq_len rows.
             self.register_buffer("freqs_cis", precompute_freqs_cis(s["head_dim"], seq), persistent=False)
             self.layers = nn.ModuleDict({str(i): TransformerBlock(s) for i in range(s["layers"])})
-            self.norm = nn.RMSNorm(s["hidden"], eps=1e-5)
+            self.norm = RMSNorm(s["hidden"], eps=1e-5)
             self.output = nn.Linear(s["hidden"], s["vocab"], bias=False)
             if s.get("tied_embeddings"):
                 self.output.weight = self.tok_embeddings.weight
@@ -468,6 +509,10 @@ def train_step(torch, model, optim, spec, plan, state, clip, tracker):
         tokens = torch.randint(0, spec["vocab"], (plan["mbs"], plan["seq"]))
         labels = torch.randint(0, spec["vocab"], (plan["mbs"], plan["seq"]))
         pred = model(tokens)
+        if plan["hold_logits"]:
+            # shardplan's --hold-logits is torchtitan until mid-2024, whose model returned output(h).float(): the
+            # loop's `pred` keeps fp32 logits referenced through backward.
+            pred = pred.float()
         # torchtitan components/loss.py cross_entropy_loss: upcast the logits to fp32.
         logits = pred.flatten(0, 1)
         if plan["loss_dtype"] == "fp32":
@@ -489,6 +534,13 @@ def train_step(torch, model, optim, spec, plan, state, clip, tracker):
 
 def run(a) -> int:
     spec_raw, record_model = load_spec(a.model)
+    if a.layers:
+        if a.layers < 1:
+            raise PlanError("--layers: must be >= 1")
+        spec_raw = dict(spec_raw)
+        spec_raw["name"] = f"{spec_raw.get('name', 'custom')}-d{a.layers}"
+        spec_raw["layers"] = a.layers
+        record_model = spec_raw
     spec = normalize_spec(spec_raw)
     plan = resolve_plan(a, spec)
     N = a.gpus
@@ -503,7 +555,11 @@ def run(a) -> int:
 
     t0 = time.time()
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=N)
-    mesh = init_device_mesh("cpu", (N,))
+    # HSDP (--shard-group S < N): a 2-D mesh (replicate N/S, shard S); fully_shard on it replicates across the
+    # first dimension and shards across the second (torch/distributed/fsdp/_fully_shard/_fully_shard.py).
+    S = plan["shard_group"]
+    mesh = (init_device_mesh("cpu", (N,)) if S == N
+            else init_device_mesh("cpu", (N // S, S), mesh_dim_names=("replicate", "shard")))
     Transformer = build_model_classes(torch)
     state = {"phase": "init", "step": 0, "micro": 0, "propagating": False}
     fake = FakeTensorMode(allow_non_fake_inputs=False)
@@ -531,11 +587,25 @@ def run(a) -> int:
                                       reduce_dtype=torch.float32 if plan["reduce_dtype"] == "fp32" else torch.bfloat16)
         else:
             mp = MixedPrecisionPolicy()
+        # torchtitan 0.3.0 distributed/fsdp.py apply_fsdp_to_decoder (reshard_after_forward_policy "default"):
+        # tok_embeddings its own unit (resharded after forward), [norm, output] one unit that is not resharded
+        # after forward ("FSDP would prefetch them immediately"; with tied weights [tok_embeddings, norm, output]
+        # together, not resharded), every block resharded after forward, then the root (which then owns only
+        # buffers).
         raf = plan["reshard_after_forward"]
-        n_layers = len(model.layers)
-        for i, block in enumerate(model.layers.values()):
-            fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=raf and i < n_layers - 1)
-        fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=raf)
+        kw = {"mesh": mesh, "mp_policy": mp}
+        if spec.get("tied_embeddings"):
+            fully_shard([model.tok_embeddings, model.norm, model.output], reshard_after_forward=False, **kw)
+        else:
+            fully_shard(model.tok_embeddings, reshard_after_forward=raf, **kw)
+            fully_shard([model.norm, model.output], reshard_after_forward=False, **kw)
+        blocks = list(model.layers.values())
+        # --wrap W: W consecutive blocks form one FSDP unit (fully_shard on a list of modules: one parameter
+        # group, one all-gather).
+        for i in range(0, len(blocks), plan["wrap"]):
+            group = blocks[i:i + plan["wrap"]]
+            fully_shard(group if len(group) > 1 else group[0], reshard_after_forward=raf, **kw)
+        fully_shard(model, reshard_after_forward=raf, **kw)
         optim = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1,
                                   fused=plan["fused_optimizer"], foreach=None if plan["fused_optimizer"] else True)
         tracker = make_tracker(torch, model, optim, state)
@@ -544,7 +614,18 @@ def run(a) -> int:
         gc.collect()
         gc.disable()
         with tracker:
-            for step in range(a.steps):
+            if a.warmup == "init":
+                # The optimizer states exist from the first step on: create them as that step would (zero
+                # gradients in the sharded parameters' dtype, one optimizer step), without its forward/backward.
+                state["phase"] = "optimizer"
+                for p in model.parameters():
+                    p.grad = torch.zeros_like(p)
+                optim.step()
+                optim.zero_grad()
+            else:
+                state["step"] = 0
+                train_step(torch, model, optim, spec, plan, state, clip=not a.no_clip, tracker=tracker)
+            for step in range(1, a.steps + 1):
                 state["step"] = step
                 train_step(torch, model, optim, spec, plan, state, clip=not a.no_clip, tracker=tracker)
             state["phase"] = "end"
@@ -558,10 +639,12 @@ def run(a) -> int:
     rid = a.id or (f"ref-{spec.get('name', 'custom')}-g{N}-z{plan['zero']}-ac{plan['ac']}-mbs{plan['mbs']}"
                    f"-s{plan['seq']}-ga{plan['grad_accum']}-{plan['precision']}")
     rec_plan = {"runtime": "fsdp2", "zero": plan["zero"], "seq": plan["seq"], "mbs": plan["mbs"],
-                "grad_accum": plan["grad_accum"], "ac": plan["ac"], "wrap": 1, "prefetch": 1,
+                "grad_accum": plan["grad_accum"], "ac": plan["ac"], "wrap": plan["wrap"], "prefetch": 1,
                 "reshard_after_forward": plan["reshard_after_forward"], "precision": plan["precision"],
                 "reduce_dtype": plan["reduce_dtype"], "fused_optimizer": plan["fused_optimizer"],
                 "hold_logits": plan["hold_logits"], "loss_dtype": plan["loss_dtype"]}
+    if plan["shard_group"] != N:
+        rec_plan["shard_group"] = plan["shard_group"]
     bd = " ".join(f"{c}={breakdown[c]}" for c in CATEGORIES)
     record = {
         "schema": "shardplan.run/1",
@@ -603,9 +686,68 @@ def run(a) -> int:
     return 0
 
 
+def config_name(line: str) -> str:
+    """Record name of a configuration line "MODEL GPUS FLAGS...": the model's file stem, g<GPUS> and the flags
+    without dashes, e.g. llama3-8b-g8-layers-4-ac-none-mbs-1-seq-2048."""
+    words = line.split()
+    model = Path(words[0]).name.removesuffix(".json")
+    return f"{model}-g{words[1]}" + "".join(
+        ("-" + w[2:]) if w.startswith("--") else ("-" + w) for w in words[2:])
+
+
+def run_batch(path: str, out_dir: str) -> int:
+    """Runs every configuration line of `path` in this process (one torch import for all), writing
+    OUT/records/NAME.json and OUT/traces/NAME.json; a record already there is kept. Returns 2 if any failed."""
+    out = Path(out_dir)
+    (out / "records").mkdir(parents=True, exist_ok=True)
+    (out / "traces").mkdir(parents=True, exist_ok=True)
+    import torch  # noqa: F401 - imported once, before the children fork
+    import torch.distributed  # noqa: F401
+    import torch.distributed.fsdp  # noqa: F401
+    from torch.distributed._tools import fsdp2_mem_tracker  # noqa: F401
+
+    status = 0
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name = config_name(line)
+        rec = out / "records" / f"{name}.json"
+        if rec.is_file() and rec.stat().st_size > 0:
+            continue
+        words = line.split()
+        argv = ["--model", words[0], "--gpus", words[1], *words[2:], "--id", f"ref-{name}", "-o", str(rec),
+                "--trace", str(out / "traces" / f"{name}.json")]
+        # One forked child per configuration: torch is imported once (here), and no state of one run (fused
+        # optimizer kernels, the process group, the patched sharding propagator) leaks into the next.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                rc = run(parse_args(argv))
+            except PlanError as e:
+                print(f"run.py: {name}: {e}", file=sys.stderr)
+                rc = 2
+            except Exception as e:  # noqa: BLE001 - report and go on with the next configuration
+                print(f"run.py: {name}: {type(e).__name__}: {e}", file=sys.stderr)
+                rc = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(rc)
+        _, wstatus = os.waitpid(pid, 0)
+        status = max(status, os.waitstatus_to_exitcode(wstatus))
+    return status
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        a = parse_args(sys.argv[1:] if argv is None else argv)
+        if argv[:1] == ["--batch"]:
+            if len(argv) != 4 or argv[2] != "--out-dir":
+                raise PlanError("usage: run.py --batch CONFIGS.txt --out-dir DIR")
+            return run_batch(argv[1], argv[3])
+        a = parse_args(argv)
         return run(a)
     except PlanError as e:
         print(f"run.py: {e}", file=sys.stderr)
