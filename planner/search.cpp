@@ -638,37 +638,31 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
 
   // Stage 3b: the other compile / async TP / float8 values on the fastest fitting plans of every family.
   if (refine) {
-    // The bases are chosen on replayed reserved memory: a plan that fits only under the cheap pass's lower
-    // bound (near the limit) would drop out at its replay (stage 3d) and take its variants with it, leaving
-    // its family without the compile / async TP variant of the plan that does fit. So the fastest members are
-    // replayed in order until kRefine of them still fit (a replayed result replaces the cheap one).
-    Simulator replayer(model, cluster, costs);
-    std::map<std::string, std::vector<std::size_t>> fam;
-    for (std::size_t k = 0; k < results.size(); ++k)
-      if (results[k].peak_reserved_bytes + results[k].overhead.total() <= limit)
-        fam[plan_family(results[k].plan)].push_back(k);
+    std::map<std::string, std::vector<const Result*>> fam;
+    for (const Result& r : results)
+      if (r.peak_reserved_bytes + r.overhead.total() <= limit) fam[plan_family(r.plan)].push_back(&r);
     std::vector<Plan> variants;
-    for (auto& [name, idx] : fam) {
-      std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) {
-        return results[a].tokens_per_s_per_gpu > results[b].tokens_per_s_per_gpu;
+    for (auto& [name, members] : fam) {
+      std::stable_sort(members.begin(), members.end(), [](const Result* a, const Result* b) {
+        return a->tokens_per_s_per_gpu > b->tokens_per_s_per_gpu;
       });
-      std::vector<const Result*> picks;
-      for (std::size_t k : idx) {
-        if (picks.size() >= kRefine) break;
-        if (!results[k].allocator.replayed) {
-          results[k] = replayer.run(results[k].plan);
-          ++out.stats.replayed;
-        }
-        if (results[k].peak_reserved_bytes + results[k].overhead.total() <= limit)
-          picks.push_back(&results[k]);
-      }
-      std::vector<const Result*> members;
-      for (std::size_t k : idx)
-        if (results[k].peak_reserved_bytes + results[k].overhead.total() <= limit)
-          members.push_back(&results[k]);
-      if (members.empty()) continue;
-      // The fastest few that fit, and the family's own tie-rule choice (often one with fewer non-default
-      // knobs).
+      // The fastest few, the fastest few that keep the median reserved-memory error as headroom under their
+      // lower bound, and the family's own tie-rule choice (often one with fewer non-default knobs). Stage 3d
+      // replays plans through the caching allocator and drops those over the limit; a base that fit only
+      // under the cheap pass's lower bound would take its compile / async TP variants with it, leaving the
+      // family without the variant of a plan that does fit (8B on 8 H100 fell from FSDP2 to FSDP1 that way).
+      std::vector<const Result*> picks(
+          members.begin(), members.begin() + static_cast<std::ptrdiff_t>(std::min(kRefine, members.size())));
+      const double safe_limit = static_cast<double>(limit) * (1.0 - kReservedMemoryError.median_abs);
+      std::vector<const Result*> safe;
+      for (const Result* m : members)
+        if (static_cast<double>(m->peak_reserved_bytes + m->overhead.total()) <= safe_limit)
+          safe.push_back(m);
+      auto add = [&](const Result* m) {
+        if (std::find(picks.begin(), picks.end(), m) == picks.end()) picks.push_back(m);
+      };
+      for (std::size_t i = 0; i < std::min(kRefine, safe.size()); ++i) add(safe[i]);
+      if (!safe.empty()) add(safe[choose_plan(safe, opts.tie_tolerance).first]);
       const Result* own = members[choose_plan(members, opts.tie_tolerance).first];
       if (std::find(picks.begin(), picks.end(), own) == picks.end()) picks.push_back(own);
       for (const Result* pick : picks)
