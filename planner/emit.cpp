@@ -368,9 +368,12 @@ std::string emit_torchtitan(const Plan& p, const ModelGraph& model, int gpus) {
       py_bool(p.offload == Offload::kParams && p.zero >= 1));
   s += fmt::format(
       "        parallelism=ParallelismConfig(\n            data_parallel_replicate_degree={},\n"
-      "            data_parallel_shard_degree={},\n            tensor_parallel_degree={},\n"
+      "            data_parallel_shard_degree={},\n            tensor_parallel_degree={},\n{}{}"
       "            fsdp_reshard_after_forward=\"{}\",\n        ),\n",
-      replicate, shard, p.tp, p.reshard() ? "always" : "never");
+      replicate, shard, p.tp,
+      p.cp > 1 ? fmt::format("            context_parallel_degree={},\n", p.cp) : std::string(),
+      p.ep > 1 ? fmt::format("            expert_parallel_degree={},\n", p.ep) : std::string(),
+      p.reshard() ? "always" : "never");
   s += std::string("        activation_checkpoint=") +
        (p.ac == AcMode::kNone   ? "None"
         : p.ac == AcMode::kFull ? "FullAC.Config()"
@@ -408,8 +411,9 @@ std::string emit(const std::string& kind, const Plan& p, const ModelGraph& model
     throw InputError::flag(
         "--emit", "the recommended plan is pipeline-parallel (pp " + std::to_string(p.pp) + "), which the " +
                       kind + " emitter does not write yet; pin --fix pp=1 to emit a plan without PP");
-  // The FSDP2 script and the DeepSpeed config have no context or expert parallelism; torchtitan has both.
-  if (kind != "torchtitan" && (p.cp > 1 || p.ep > 1))
+  // The FSDP2 script and the DeepSpeed config have no context or expert parallelism; torchtitan has both
+  // (ParallelismConfig context_parallel_degree / expert_parallel_degree, in both config formats).
+  if (kind != "torchtitan" && kind != "torchtitan-toml" && (p.cp > 1 || p.ep > 1))
     throw InputError::flag("--emit", kind + " cannot express context or expert parallelism (cp " +
                                          std::to_string(p.cp) + ", ep " + std::to_string(p.ep) +
                                          "); use --emit torchtitan:FILE");

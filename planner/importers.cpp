@@ -212,9 +212,11 @@ ImportedConfig import_torchtitan(const std::string& path) {
   ImportedConfig c;
   c.format = "torchtitan";
   c.knobs["runtime"] = "fsdp2";
-  for (const char* k : {"parallelism.pipeline_parallel_degree"})
-    if (auto* v = get(k); v && std::stoll(int_text(path, k, *v)) > 1)
-      throw InputError(path, k, "pipeline parallelism is not modelled");
+  if (auto* v = get("parallelism.pipeline_parallel_degree");
+      v && std::stoll(int_text(path, "parallelism.pipeline_parallel_degree", *v)) > 1)
+    throw InputError(
+        path, "parallelism.pipeline_parallel_degree",
+        "pipeline parallelism is not read from torchtitan configs yet; give --pp and --pp-schedule");
   // Context and expert parallelism: the plan's cp and ep (torchtitan ParallelismConfig).
   if (auto* v = get("parallelism.context_parallel_degree"))
     c.knobs["cp"] = int_text(path, "parallelism.context_parallel_degree", *v);
@@ -544,10 +546,16 @@ ImportedConfig import_torchtitan_py(const std::string& path_spec) {
   c.format = "torchtitan";
   c.knobs["runtime"] = "fsdp2";
   c.unmodelled = r.notes;
-  for (const char* k : {"parallelism.pipeline_parallel_degree", "parallelism.context_parallel_degree",
-                        "parallelism.expert_parallel_degree"})
-    if (auto* v = get(k); v && std::stoll(int_text(path, k, *v)) > 1)
-      throw InputError(path, k, "pipeline, context and expert parallelism are not modelled");
+  if (auto* v = get("parallelism.pipeline_parallel_degree");
+      v && std::stoll(int_text(path, "parallelism.pipeline_parallel_degree", *v)) > 1)
+    throw InputError(
+        path, "parallelism.pipeline_parallel_degree",
+        "pipeline parallelism is not read from torchtitan configs yet; give --pp and --pp-schedule");
+  // Context and expert parallelism: the plan's cp and ep (torchtitan 0.3.0 ParallelismConfig).
+  if (auto* v = get("parallelism.context_parallel_degree"))
+    c.knobs["cp"] = int_text(path, "parallelism.context_parallel_degree", *v);
+  if (auto* v = get("parallelism.expert_parallel_degree"))
+    c.knobs["ep"] = int_text(path, "parallelism.expert_parallel_degree", *v);
   const long long shard = get("parallelism.data_parallel_shard_degree")
                               ? std::stoll(int_text(path, "parallelism.data_parallel_shard_degree",
                                                     *get("parallelism.data_parallel_shard_degree")))

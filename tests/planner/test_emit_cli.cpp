@@ -527,9 +527,10 @@ TEST_CASE("CLI --from: an emitted torchtitan TOML read back gives the same plan"
 
 TEST_CASE("CLI --from: emitted torchtitan 0.3.0 configs read back give the same plan", "[cli][emit][from]") {
   auto dir = ptest::temp_dir("from-titan-py");
-  // Four plans covering every field the file carries: HSDP 2 x 8 with selective AC and float8 rowwise;
+  // Five plans covering every field the file carries: HSDP 2 x 8 with selective AC and float8 rowwise;
   // ZeRO-2 (reshard never) with TP 2, full AC and compile; ZeRO-3 with parameter offload, no AC, foreach
-  // Adam; bf16-true (training.dtype bfloat16) with the fp32 reduction torchtitan always does. Each pins the
+  // Adam; bf16-true (training.dtype bfloat16) with the fp32 reduction torchtitan always does; context
+  // parallelism 2. Each pins the
   // knobs torchtitan cannot express to what it does (prefetch 1, wrap 1, no float8 all-gather).
   const char* pins[] = {
       "--fix runtime=fsdp2 --fix shard_group=8 --fix ac=selective --fix fp8=rowwise --fix compile=true",
@@ -537,6 +538,8 @@ TEST_CASE("CLI --from: emitted torchtitan 0.3.0 configs read back give the same 
       "--fix runtime=fsdp2 --fix zero=3 --fix offload=params --fix ac=none --fix fused_optimizer=false "
       "--fix fp8=none",
       "--fix runtime=fsdp2 --fix precision=bf16-true --fix reduce_dtype=fp32 --fix tp=1 --fix fp8=none",
+      // Context parallelism (ParallelismConfig.context_parallel_degree).
+      "--fix runtime=fsdp2 --fix cp=2 --fix tp=1 --fix ac=full --fix fp8=none",
   };
   int i = 0;
   for (const char* pin : pins) {
