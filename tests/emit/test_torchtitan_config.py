@@ -170,8 +170,8 @@ class TorchtitanConfigTest(unittest.TestCase):
 
     def test_from_reads_torchtitans_own_config_registries(self):
         # --from on the installed torchtitan's own config_registry.py files, every config function of llama3,
-        # qwen3 and deepseek_v3: each reads (exit 0) or is one input error naming the file (exit 2: pipeline or
-        # expert parallelism, an `if` in the function), never anything else.
+        # qwen3 and deepseek_v3: each reads (exit 0) or is one input error (exit 2) naming the file (pipeline
+        # parallelism, an `if` in the function) or the expert/context degree it sets, never anything else.
         import torchtitan
         root = os.path.join(os.path.dirname(torchtitan.__file__), "models")
         codes = {}
@@ -185,7 +185,12 @@ class TorchtitanConfigTest(unittest.TestCase):
                                     f"{path}:{name}"], capture_output=True, text=True)
                 self.assertIn(r.returncode, (0, 2), f"{name}: {r.stderr}")
                 if r.returncode == 2:
-                    self.assertIn(f"{path}: ", r.stderr)
+                    # One line: an error in the file names the file; a degree the file sets that the model
+                    # cannot take (expert parallelism of a MoE config read against the dense --model) names
+                    # the knob, as the same flag given by hand would.
+                    self.assertEqual(r.stderr.count("shardplan: error:"), 1, r.stderr)
+                    self.assertTrue(f"{path}: " in r.stderr or "error: --ep: " in r.stderr
+                                    or "error: --cp: " in r.stderr, f"{name}: {r.stderr}")
                 codes[f"{fam}:{name}"] = r.returncode
         self.assertEqual(codes["llama3:llama3_8b"], 0)
         # llama3_8b(): local_batch_size 1, seq_len 8192, SelectiveAC, no compile (torchtitan's file).
