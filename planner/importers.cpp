@@ -203,15 +203,11 @@ std::string dtype_text(const std::string& path, const std::string& key, const st
   throw InputError(path, key, "expected float32 or bfloat16, got \"" + v + "\"");
 }
 
-ImportedConfig import_torchtitan(const std::string& path) {
-  const auto t = read_toml(path);
-  auto get = [&](const char* k) -> const std::string* {
-    auto it = t.find(k);
-    return it == t.end() ? nullptr : &it->second;
-  };
-  ImportedConfig c;
-  c.format = "torchtitan";
-  c.knobs["runtime"] = "fsdp2";
+/// The parallel degrees both torchtitan formats share (ParallelismConfig / [parallelism]): pipeline refused,
+/// context and expert parallelism, the data-parallel shard and replicate degrees as ZeRO stage and shard
+/// group, and tensor parallelism. `get(key)` is the file's value text for a dotted key, or nullptr.
+template <class Get>
+void read_titan_parallelism(const std::string& path, const Get& get, ImportedConfig& c) {
   if (auto* v = get("parallelism.pipeline_parallel_degree");
       v && std::stoll(int_text(path, "parallelism.pipeline_parallel_degree", *v)) > 1)
     throw InputError(
@@ -243,6 +239,18 @@ ImportedConfig import_torchtitan(const std::string& path) {
   }
   if (auto* v = get("parallelism.tensor_parallel_degree"))
     c.knobs["tp"] = int_text(path, "parallelism.tensor_parallel_degree", *v);
+}
+
+ImportedConfig import_torchtitan(const std::string& path) {
+  const auto t = read_toml(path);
+  auto get = [&](const char* k) -> const std::string* {
+    auto it = t.find(k);
+    return it == t.end() ? nullptr : &it->second;
+  };
+  ImportedConfig c;
+  c.format = "torchtitan";
+  c.knobs["runtime"] = "fsdp2";
+  read_titan_parallelism(path, get, c);
   if (auto* v = get("parallelism.fsdp_reshard_after_forward")) {
     if (*v == "always")
       c.knobs["reshard_after_forward"] = "true";
@@ -546,37 +554,7 @@ ImportedConfig import_torchtitan_py(const std::string& path_spec) {
   c.format = "torchtitan";
   c.knobs["runtime"] = "fsdp2";
   c.unmodelled = r.notes;
-  if (auto* v = get("parallelism.pipeline_parallel_degree");
-      v && std::stoll(int_text(path, "parallelism.pipeline_parallel_degree", *v)) > 1)
-    throw InputError(
-        path, "parallelism.pipeline_parallel_degree",
-        "pipeline parallelism is not read from torchtitan configs yet; give --pp and --pp-schedule");
-  // Context and expert parallelism: the plan's cp and ep (torchtitan 0.3.0 ParallelismConfig).
-  if (auto* v = get("parallelism.context_parallel_degree"))
-    c.knobs["cp"] = int_text(path, "parallelism.context_parallel_degree", *v);
-  if (auto* v = get("parallelism.expert_parallel_degree"))
-    c.knobs["ep"] = int_text(path, "parallelism.expert_parallel_degree", *v);
-  const long long shard = get("parallelism.data_parallel_shard_degree")
-                              ? std::stoll(int_text(path, "parallelism.data_parallel_shard_degree",
-                                                    *get("parallelism.data_parallel_shard_degree")))
-                              : -1;
-  const long long rep = get("parallelism.data_parallel_replicate_degree")
-                            ? std::stoll(int_text(path, "parallelism.data_parallel_replicate_degree",
-                                                  *get("parallelism.data_parallel_replicate_degree")))
-                            : 1;
-  // Shard degree -1: the ranks left after replicate and TP (torchtitan's ParallelDims); 1 with replicas:
-  // DDP, which is ZeRO-0.
-  if (shard == -1 && rep > 1)
-    throw InputError(path, "parallelism.data_parallel_shard_degree",
-                     "give the shard degree explicitly with data_parallel_replicate_degree > 1 (HSDP)");
-  if (shard == 1 && rep > 1) {
-    c.knobs["zero"] = "0";
-  } else {
-    c.knobs["zero"] = "3";
-    if (shard > 1) c.knobs["shard_group"] = std::to_string(shard);
-  }
-  if (auto* v = get("parallelism.tensor_parallel_degree"))
-    c.knobs["tp"] = int_text(path, "parallelism.tensor_parallel_degree", *v);
+  read_titan_parallelism(path, get, c);
   if (auto* v = get("parallelism.fsdp_reshard_after_forward")) {
     // "default" is "always" without pipeline parallelism (torchtitan/distributed/fsdp.py
     // get_fsdp_reshard_after_forward_policy), which --from refuses above.
