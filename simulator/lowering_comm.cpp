@@ -138,6 +138,24 @@ void Lowering::free_unsharded(int u) {
 /// compute stream waits (exposed); async TP hides the rest behind the GEMMs (a task that runs alongside the
 /// compute). `ag_s` / `rs_s` are one pass's all-gather and reduce-scatter time; `n_ag` / `n_rs` how many
 /// collectives they are; `ag_bytes` / `rs_bytes` their buffer bytes.
+std::int32_t Lowering::unit_collective(std::uint8_t lane, CommKind kind, double s, int n, std::int32_t dep,
+                                       double cpu_launch_s, int u, int mb, bool backward, const char* what) {
+  const SimUnit& un = unit(u);
+  Task t;
+  t.type = TaskType::kCollective;
+  t.lane = lane;
+  t.duration_s = s;
+  t.cpu_s = n > 0 ? cpu_launch_s : 0.0;
+  t.deps[0] = dep;
+  t.backward = backward;
+  t.comm_kind = static_cast<std::uint8_t>(kind);
+  t.collectives = static_cast<std::uint16_t>(std::min(n, 65535));
+  t.unit = u;
+  t.micro_batch = mb;
+  t.label = label([&] { return std::string(backward ? "bwd " : "fwd ") + what + " " + un.name + mb_suffix(mb); });
+  return out_.program.add(t);
+}
+
 std::int32_t Lowering::tp_collectives(int u, int mb, bool backward, double ag_s, double rs_s, int n_ag,
                                       int n_rs, double ag_bytes, double rs_bytes) {
   if (ag_s + rs_s <= 0) return -1;
@@ -146,23 +164,11 @@ std::int32_t Lowering::tp_collectives(int u, int mb, bool backward, double ag_s,
   auto& rs = out_.comm[static_cast<int>(CommKind::kTpReduceScatter)];
   ag.bytes_per_rank += busbw_factor(CollectiveKind::kAllGather, p_.tp) * ag_bytes;
   rs.bytes_per_rank += busbw_factor(CollectiveKind::kReduceScatter, p_.tp) * rs_bytes;
-  const SimUnit& un = unit(u);
   std::int32_t last = -1;
+  // The TP collectives are launched between the unit's GEMMs: their CPU time is in the compute task's per-layer
+  // kernel launches (fw::kForwardLaunchesPerLayer), so cpu_launch_s is 0 here.
   auto add = [&](CommKind kind, double s, int n, std::int32_t dep, const char* what) {
-    if (s <= 0) return;
-    Task t;
-    t.type = TaskType::kCollective;
-    t.lane = kLaneTp;
-    t.duration_s = s;
-    t.deps[0] = dep;
-    t.backward = backward;
-    t.comm_kind = static_cast<std::uint8_t>(kind);
-    t.collectives = static_cast<std::uint16_t>(std::min(n, 65535));
-    t.unit = u;
-    t.micro_batch = mb;
-    t.label =
-        label([&] { return std::string(backward ? "bwd " : "fwd ") + what + " " + un.name + mb_suffix(mb); });
-    last = out_.program.add(t);
+    if (s > 0) last = unit_collective(kLaneTp, kind, s, n, dep, 0.0, u, mb, backward, what);
   };
   // Blocking share: after the previous compute-stream task, before this unit's compute.
   add(CommKind::kTpAllGather, exposed_share * ag_s, n_ag, last_compute_, "tp all_gather");

@@ -13,20 +13,7 @@ std::int32_t Lowering::cp_ep_collectives(int u, int mb, bool backward, std::int3
   // keeps the attention outputs: torchtitan's op-level policy saves SDPA).
   const bool recompute = backward && p_.ac == AcMode::kFull && un.blocks > 0;
   auto add = [&](std::uint8_t lane, CommKind kind, double s, int n, std::int32_t dep, const char* what) {
-    Task t;
-    t.type = TaskType::kCollective;
-    t.lane = lane;
-    t.duration_s = s;
-    t.cpu_s = n > 0 ? K_.collective_launch_s : 0.0;
-    t.deps[0] = dep;
-    t.backward = backward;
-    t.comm_kind = static_cast<std::uint8_t>(kind);
-    t.collectives = static_cast<std::uint16_t>(std::min(n, 65535));
-    t.unit = u;
-    t.micro_batch = mb;
-    t.label =
-        label([&] { return std::string(backward ? "bwd " : "fwd ") + what + " " + un.name + mb_suffix(mb); });
-    return out_.program.add(t);
+    return unit_collective(lane, kind, s, n, dep, K_.collective_launch_s, u, mb, backward, what);
   };
   if (un.cp_fwd_s > 0) {
     const double s = backward ? un.cp_bwd_s + (recompute ? un.cp_fwd_s : 0.0) : un.cp_fwd_s;

@@ -143,6 +143,12 @@ class Lowering {
   void loss_forward_effects();
   void loss_backward_effects();
 
+  /// One pass's collective of unit `u` on `lane` (TP, CP or EP communicator) lasting `s`, after `dep`;
+  /// `n` collectives are launched (0: the hidden share of collectives already counted), each costing the CPU
+  /// `cpu_launch_s`. Labelled "fwd|bwd WHAT UNIT mbN".
+  std::int32_t unit_collective(std::uint8_t lane, CommKind kind, double s, int n, std::int32_t dep,
+                               double cpu_launch_s, int u, int mb, bool backward, const char* what);
+
   // ---- tensor parallelism (sequence parallel): the unit's TP collectives on the TP communicator ----
   /// Adds the TP collectives of one pass of unit `u` before its compute task and returns the task the compute
   /// must wait for (-1 if none). The GEMMs need the all-gathered input, so the blocking share runs while the
