@@ -106,7 +106,23 @@ void Lowering::forward(int mb) {
         issue_ag(j, mb, false, after);
       }
     }
-    std::int32_t ready = rt_.gathers_params ? copy_out(u, mb, false) : -1;
+    std::int32_t ready = -1;
+    if (rt_.gathers_params && un.tied_peer >= 0 && un.tied_peer < u) {
+      ready = copyout_task_[static_cast<std::size_t>(u)];  // gathered with the embedding (below)
+    } else if (rt_.gathers_params) {
+      ready = copy_out(u, mb, false);
+    }
+    if (un.tied_peer > u && gathered_[static_cast<std::size_t>(u)]) {
+      // FSDP2 tied embeddings: the group gathered for the embedding's forward is the head's too, kept until
+      // the head's post-backward frees it (the embedding's backward gathers the group again).
+      const auto e = static_cast<std::size_t>(u), h = static_cast<std::size_t>(un.tied_peer);
+      gathered_[h] = 1;
+      gathered_[e] = 0;
+      unsharded_id_[h] = unsharded_id_[e];
+      unsharded_id_[e] = -1;
+      ag_task_[h] = ag_task_[e];
+      copyout_task_[h] = copyout_task_[e];
+    }
     if (un.gather_owner >= 0) {
       const auto o = static_cast<std::size_t>(un.gather_owner);
       ready = copyout_task_[o] >= 0 ? copyout_task_[o] : ag_task_[o];

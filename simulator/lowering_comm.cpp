@@ -152,7 +152,8 @@ std::int32_t Lowering::unit_collective(std::uint8_t lane, CommKind kind, double 
   t.collectives = static_cast<std::uint16_t>(std::min(n, 65535));
   t.unit = u;
   t.micro_batch = mb;
-  t.label = label([&] { return std::string(backward ? "bwd " : "fwd ") + what + " " + un.name + mb_suffix(mb); });
+  t.label =
+      label([&] { return std::string(backward ? "bwd " : "fwd ") + what + " " + un.name + mb_suffix(mb); });
   return out_.program.add(t);
 }
 
@@ -165,8 +166,8 @@ std::int32_t Lowering::tp_collectives(int u, int mb, bool backward, double ag_s,
   ag.bytes_per_rank += busbw_factor(CollectiveKind::kAllGather, p_.tp) * ag_bytes;
   rs.bytes_per_rank += busbw_factor(CollectiveKind::kReduceScatter, p_.tp) * rs_bytes;
   std::int32_t last = -1;
-  // The TP collectives are launched between the unit's GEMMs: their CPU time is in the compute task's per-layer
-  // kernel launches (fw::kForwardLaunchesPerLayer), so cpu_launch_s is 0 here.
+  // The TP collectives are launched between the unit's GEMMs: their CPU time is in the compute task's
+  // per-layer kernel launches (fw::kForwardLaunchesPerLayer), so cpu_launch_s is 0 here.
   auto add = [&](CommKind kind, double s, int n, std::int32_t dep, const char* what) {
     if (s > 0) last = unit_collective(kLaneTp, kind, s, n, dep, 0.0, u, mb, backward, what);
   };

@@ -51,16 +51,23 @@ void Lowering::build_tensor_lists() {
   for (int u = 0; u < U_; ++u) {
     const SimUnit& un = unit(u);
     UnitTensors& t = ut_[static_cast<std::size_t>(u)];
-    for (const Layer* l : un.layers)
-      for (const auto& ten : l->tensors)
-        add_run(t.params_local, static_cast<double>(tp_local_rows(ten, p_.tp) * tp_local_cols(ten, p_.tp)));
+    // A tied-embedding head (FSDP2) writes the tied weight's gradient too, and gathers the whole group.
+    const SimUnit* peer = un.tied_peer >= 0 ? &unit(un.tied_peer) : nullptr;
+    for (const SimUnit* v : {&un, un.tied_peer > u ? nullptr : peer})
+      if (v)
+        for (const Layer* l : v->layers)
+          for (const auto& ten : l->tensors)
+            add_run(t.params_local,
+                    static_cast<double>(tp_local_rows(ten, p_.tp) * tp_local_cols(ten, p_.tp)));
     if (rt_.padding == Padding::kFlatUnit) {
       add_run(t.params_shard, static_cast<double>(un.shard_elems));
     } else {
-      for (const Layer* l : un.layers)
-        for (const auto& ten : l->tensors)
-          add_run(t.params_shard,
-                  static_cast<double>(tensor_shard_elems(ten, p_.tp, p_.shard_group, rt_.padding)));
+      for (const SimUnit* v : {&un, peer})
+        if (v)
+          for (const Layer* l : v->layers)
+            for (const auto& ten : l->tensors)
+              add_run(t.params_shard,
+                      static_cast<double>(tensor_shard_elems(ten, p_.tp, p_.shard_group, rt_.padding)));
     }
     const bool full = p_.ac == AcMode::kFull && un.blocks > 0;
     const bool sel = p_.ac == AcMode::kSelective && un.blocks > 0;
@@ -83,19 +90,20 @@ void Lowering::build_tensor_lists() {
         add_run(t.workspace, T * (static_cast<double>(s.hidden) + static_cast<double>(s.ffn_hidden) / p_.tp));
     }
   }
+  // The model's parameters once each (a tied weight is in two units' lists above), in unit order.
+  // (A span's runs are contiguous: one list at a time.)
+  for (int u = 0; u < U_; ++u)
+    for (const Layer* l : unit(u).layers)
+      for (const auto& ten : l->tensors)
+        add_run(all_local_, static_cast<double>(tp_local_rows(ten, p_.tp) * tp_local_cols(ten, p_.tp)));
   for (int u = 0; u < U_; ++u) {
-    const Span src = ut_[static_cast<std::size_t>(u)].params_local;
-    for (std::uint32_t i = 0; i < src.n; ++i) {
-      const Run r = runs_[src.first + i];
-      add_run(all_local_, r.weight, r.count);
+    if (rt_.padding == Padding::kFlatUnit) {
+      add_run(all_shard_, static_cast<double>(unit(u).shard_elems));
+      continue;
     }
-  }
-  for (int u = 0; u < U_; ++u) {
-    const Span src = ut_[static_cast<std::size_t>(u)].params_shard;
-    for (std::uint32_t i = 0; i < src.n; ++i) {
-      const Run r = runs_[src.first + i];
-      add_run(all_shard_, r.weight, r.count);
-    }
+    for (const Layer* l : unit(u).layers)
+      for (const auto& ten : l->tensors)
+        add_run(all_shard_, static_cast<double>(tensor_shard_elems(ten, p_.tp, p_.shard_group, rt_.padding)));
   }
   // The optimizer's tensors: torch.optim keeps state per parameter (FSDP: this rank's shard of each; DDP:
   // each whole parameter); DeepSpeed steps flat fp32 partitions (one per parameter group).

@@ -21,6 +21,7 @@ RuntimeTraits runtime_traits(const Plan& p) {
   t.root_gathered_through_step = fsdp1;
   t.head_not_resharded = fsdp2;
   t.head_group_regathered = fsdp2;
+  t.tied_weight_group = fsdp2;
   t.gather_limiter = fsdp1 ? GatherLimiter::kComputeTwoBack
                      : ds  ? GatherLimiter::kFetchTwoBack
                            : GatherLimiter::kNone;

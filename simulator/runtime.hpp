@@ -60,6 +60,11 @@ struct RuntimeTraits {
   /// projection's backward and the norm's output gradient re-runs its pre-backward, which gathers the unit a
   /// second time (docs/model.md "FSDP2's grouped head in backward").
   bool head_group_regathered = false;
+  /// FSDP2 (torchtitan 0.3.0 distributed/fsdp.py, `if model.enable_weight_tying`): with tied embeddings the
+  /// embedding, final norm and output projection are ONE fully_shard([tok_embeddings, norm, lm_head]) group,
+  /// not resharded after forward: gathered at the embedding's forward and kept to the head's backward, then
+  /// gathered again for the norm's backward and for the embedding's (docs/model.md "Tied embeddings").
+  bool tied_weight_group = false;
   GatherLimiter gather_limiter = GatherLimiter::kNone;
   // --- gradients ---
   bool grads_persistent = false;  ///< .grad / partitions live across steps (DDP buckets, DeepSpeed ZeRO-2/3)

@@ -264,6 +264,21 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
     head.gathered_elems = 0;
     head.gather_owner = 0;
     emb.reshard = head.reshard = false;
+  } else if (rt.tied_weight_group && s.tied_embeddings && rt.gathers_params && p.pp == 1 &&
+             units.size() >= 2 && units.back().has_loss) {
+    // FSDP2 tied embeddings: one group [tok_embeddings, norm, lm_head]. Each of the two units gathers (and
+    // reduce-scatters) the whole group; the head's backward writes the tied weight's gradient (lm_head's dW)
+    // besides the norm's, the embedding's backward a second one (FSDP2 reduced the first and dropped it).
+    SimUnit& emb = units.front();
+    SimUnit& head = units.back();
+    const std::int64_t group_shard = emb.shard_elems + head.shard_elems;
+    const std::int64_t group_gathered = emb.gathered_elems + head.gathered_elems;
+    emb.shard_elems = head.shard_elems = group_shard;
+    emb.gathered_elems = head.gathered_elems = group_gathered;
+    head.elems += emb.elems;
+    emb.tied_peer = static_cast<int>(units.size()) - 1;
+    head.tied_peer = 0;
+    emb.reshard = head.reshard = false;
   }
 }
 

@@ -24,6 +24,10 @@ struct SimUnit {
   bool reshard = true;                  ///< free unsharded parameters after forward
   int gather_owner = -1;          ///< FSDP1 root split in two: the head part uses the embedding's gather
   bool owns_merged_root = false;  ///< FSDP1 root: this (embedding) unit gathers and reduces the head too
+  /// FSDP2 tied embeddings: the other unit of the [embedding, norm, output] group (RuntimeTraits::
+  /// tied_weight_group). Both gather the whole group; the embedding's forward gather serves the head's
+  /// forward.
+  int tied_peer = -1;
   /// Compute of one forward / backward / recomputation, without the TP collectives (seconds).
   double fwd_s = 0, bwd_s = 0, recompute_s = 0;
   /// Tensor-parallel collectives of one forward and one backward (seconds), and their buffer bytes per

@@ -457,3 +457,49 @@ TEST_CASE("FSDP2: the grouped [norm, output] head is all-gathered a second time 
   };
   CHECK(head_bwd_gathers(Runtime::kFsdp2) == 1);  // the head is kept from forward: only the re-gather
 }
+
+TEST_CASE(
+    "FSDP2 tied embeddings: [tok_embeddings, norm, output] is one group, kept from the embedding's "
+    "forward to the head's backward",
+    "[simulator][memory]") {
+  // torchtitan 0.3.0 distributed/fsdp.py: with enable_weight_tying, fully_shard([tok_embeddings, norm,
+  // lm_head], reshard_after_forward=False). Reference-lane trace (Llama 3.2 3B, 2,048 ranks, torch 2.15): the
+  // group is gathered once in forward (at the embedding), kept through the head's backward, gathered again
+  // for the norm's backward and for the embedding's backward: 3 all-gathers of the whole group per step.
+  ModelSpec tied = shardplan::test::small_llama(4, 128256);
+  tied.tied_embeddings = true;
+  Setup s(ModelGraph::from_spec(tied), load_cluster_spec("dgx-h100"), 8);
+  const auto& sp = s.model.spec();
+  Plan p;
+  p.runtime = Runtime::kFsdp2;
+  p.seq = 2048;
+  Simulator sim(s.model, *s.cluster, *s.costs);
+  const Result& r = sim.run(s.resolve(p));
+  const Program& prog = sim.program();
+  int head = 0;
+  for (const Task& t : prog.tasks) head = std::max<int>(head, t.unit);
+  int fwd_emb = 0, fwd_head = 0, bwd_emb = 0, bwd_head = 0;
+  for (const Task& t : prog.tasks)
+    if (t.type == TaskType::kCollective && t.comm_kind == static_cast<std::uint8_t>(CommKind::kAllGather)) {
+      if (t.unit == 0) ++(t.backward ? bwd_emb : fwd_emb);
+      if (t.unit == head) ++(t.backward ? bwd_head : fwd_head);
+    }
+  CHECK(fwd_emb == 1);
+  CHECK(fwd_head == 0);  // the embedding's gather serves the head
+  CHECK(bwd_head == 1);  // the norm's re-gather (the head's first backward uses the forward's gather)
+  CHECK(bwd_emb == 1);
+  // At the head's backward compute the tied weight is gathered: V x h elements in bf16 (plus the norm).
+  const Bytes tied_bf16 = sp.vocab * sp.hidden * 2;
+  Bytes gathered = 0, at_head_bwd = -1;
+  for (const Task& t : prog.tasks) {
+    if (t.type == TaskType::kCompute && t.backward && t.unit == head && at_head_bwd < 0)
+      at_head_bwd = gathered;
+    for (std::uint32_t e = t.first_effect; e < t.first_effect + t.n_effects; ++e)
+      if (prog.effects[e].category == MemCategory::kGathered) gathered += prog.effects[e].delta_bytes;
+  }
+  CHECK(at_head_bwd >= tied_bf16);
+  CHECK(at_head_bwd < tied_bf16 + 64 * 1024 * 1024);  // + the norm (h x 2 B) and the last block's AG output
+  // The tied weight is one parameter: the params at the peak are the persistent shard, counted once.
+  CHECK(r.breakdown[static_cast<std::size_t>(MemCategory::kParams)] ==
+        persistent_state(s.model, s.resolve(p))[0]);
+}
