@@ -491,6 +491,7 @@ struct StageSim {
   Bytes gathered_bytes = 0;    ///< unsharded parameters held through the step (FSDP under PP)
   Bytes accum_grad_bytes = 0;  ///< unsharded gradients accumulated over the micro-batches (FSDP under PP)
   Bytes recv_bytes = 0;        ///< point-to-point receive buffers held through the step
+  double tp_ag_block_s = 0, tp_rs_block_s = 0;  ///< TP collectives on the compute stream, one micro-batch
   WorkingSet tail_work;        ///< the optimizer's transients
   double reduce_s = 0;         ///< gradient reduction after the stage's last backward
   double post_step_s = 0;      ///< after the optimizer (DeepSpeed ZeRO-1: updated parameters all-gathered)
@@ -592,10 +593,16 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     }
     // Tensor-parallel collectives recur every micro-batch: the blocking share waits on the compute stream
     // (all of it without async TP, the all-gathers with it), as the lowering's tp_collectives charges them.
+    // The share is Lowering::tp_collectives' own: all of it without async TP, async_tp_exposed with it.
+    const double tp_share = p.async_tp ? costs.constants().async_tp_exposed : 1.0;
     double tp_fwd = 0, tp_bwd = 0, weight_grad = 0;
     for (const SimUnit& u : sim.units()) {
-      tp_fwd += p.async_tp ? u.tp_fwd_ag_s : u.tp_fwd_s;
-      tp_bwd += p.async_tp ? u.tp_bwd_ag_s : u.tp_bwd_s;
+      // Full activation checkpointing recomputes the forward's collectives in the backward (as the lowering).
+      const double re = p.ac == AcMode::kFull && u.blocks > 0 ? 1.0 : 0.0;
+      tp_fwd += tp_share * u.tp_fwd_s;
+      tp_bwd += tp_share * (u.tp_bwd_s + re * u.tp_fwd_s);
+      x.tp_ag_block_s += tp_share * ((1 + re) * u.tp_fwd_ag_s + u.tp_bwd_ag_s);
+      x.tp_rs_block_s += tp_share * ((1 + re) * (u.tp_fwd_s - u.tp_fwd_ag_s) + u.tp_bwd_s - u.tp_bwd_ag_s);
       // Weight gradients: dW = X^T dY costs what dX = dY W^T does for every linear layer, so half of the
       // backward compute without recomputation (attention-core and elementwise backward, input-side, are
       // split the same way: an approximation, docs/model.md "Pipeline parallelism").
@@ -809,8 +816,13 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
       CommStats& o = r.comm[static_cast<std::size_t>(k)];
       o.bytes_per_rank += c[static_cast<std::size_t>(k)].bytes_per_rank * n;
       o.time_s += c[static_cast<std::size_t>(k)].time_s * n;
-      o.exposed_s += per_mb ? c[static_cast<std::size_t>(k)].exposed_s * n : 0.0;
-      if (per_mb) tp_exposed += c[static_cast<std::size_t>(k)].exposed_s * n;
+      // The TP collectives' blocking share is part of every forward and backward on the pipeline's
+      // timeline (StageCost::fwd_s, bwd_s): exposed in full.
+      const double blocking = k == static_cast<int>(CommKind::kTpAllGather)       ? x.tp_ag_block_s
+                              : k == static_cast<int>(CommKind::kTpReduceScatter) ? x.tp_rs_block_s
+                                                                                  : 0.0;
+      o.exposed_s += blocking * n;
+      tp_exposed += blocking * n;
       o.count += c[static_cast<std::size_t>(k)].count * static_cast<int>(n);
     }
   }
