@@ -492,9 +492,9 @@ struct StageSim {
   Bytes accum_grad_bytes = 0;  ///< unsharded gradients accumulated over the micro-batches (FSDP under PP)
   Bytes recv_bytes = 0;        ///< point-to-point receive buffers held through the step
   double tp_ag_block_s = 0, tp_rs_block_s = 0;  ///< TP collectives on the compute stream, one micro-batch
-  WorkingSet tail_work;        ///< the optimizer's transients
-  double reduce_s = 0;         ///< gradient reduction after the stage's last backward
-  double post_step_s = 0;      ///< after the optimizer (DeepSpeed ZeRO-1: updated parameters all-gathered)
+  WorkingSet tail_work;                         ///< the optimizer's transients
+  double reduce_s = 0;                          ///< gradient reduction after the stage's last backward
+  double post_step_s = 0;  ///< after the optimizer (DeepSpeed ZeRO-1: updated parameters all-gathered)
   double fwd_compute_s = 0, bwd_compute_s = 0;  ///< compute-stream time of one micro-batch
   int blocks = 0;
   bool embedding = false, head = false;
@@ -637,8 +637,8 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     if (rt.gathers_params) x.cost.gather_s = c[static_cast<int>(CommKind::kAllGather)].time_s;
 
     // Memory as the pipeline holds it. Receive buffers: torch 2.15 stage.py (_setup_forward_recv_info,
-    // _create_grad_recv_info) allocates one activation buffer per micro-batch on every stage but the first and
-    // one gradient buffer per micro-batch on every stage but the last, for the whole step; a received
+    // _create_grad_recv_info) allocates one activation buffer per micro-batch on every stage but the first
+    // and one gradient buffer per micro-batch on every stage but the last, for the whole step; a received
     // activation is the stage's input, which its first block saves (the same storage: not counted twice).
     // DeepSpeed's PipelineEngine (deepspeed/runtime/pipe/engine.py) receives activations into its per-buffer
     // 'inputs' (the saved input again) and gradients into one reused grad_layer buffer. Both keep each
@@ -765,13 +765,15 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
   r.peak_time_s = 0;
   {
     const RankPeak& pk = run.rank_peak[B];
-    const char* op = pk.op == PipeOp::kForward ? "forward" : pk.op == PipeOp::kBackward ? "backward"
-                                                         : pk.op == PipeOp::kBackwardInput ? "input-gradient backward"
-                                                                                          : "weight-gradient backward";
+    const char* op = pk.op == PipeOp::kForward         ? "forward"
+                     : pk.op == PipeOp::kBackward      ? "backward"
+                     : pk.op == PipeOp::kBackwardInput ? "input-gradient backward"
+                                                       : "weight-gradient backward";
     r.peak_phase = rank_tail[B] ? "pipeline rank " + str(busiest) + ", optimizer step"
-                           : "pipeline rank " + str(busiest) + ", " + op + " of micro-batch " +
-                                 str(pk.micro_batch) + " on stage " + str(pk.stage) + ", " +
-                                 str(run.stage_max_in_flight[sidx(pk.stage)]) + " micro-batches in flight at most";
+                                : "pipeline rank " + str(busiest) + ", " + op + " of micro-batch " +
+                                      str(pk.micro_batch) + " on stage " + str(pk.stage) + ", " +
+                                      str(run.stage_max_in_flight[sidx(pk.stage)]) +
+                                      " micro-batches in flight at most";
   }
   r.overhead = runtime_overhead(p);
   r.capacity_bytes = cluster.spec().gpu.memory_bytes;

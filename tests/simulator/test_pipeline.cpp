@@ -1,8 +1,7 @@
 // Pipeline parallelism (simulator/pipeline.hpp): schedule orders, the bubble, activations in flight, the
 // stage split, point-to-point bytes, bad input, and pp = 1 leaving results unchanged.
-#include <catch2/catch.hpp>
-
 #include <array>
+#include <catch2/catch.hpp>
 #include <numeric>
 #include <string>
 
@@ -77,9 +76,10 @@ TEST_CASE("activations in flight: GPipe holds every micro-batch, 1F1B stage s ho
   }
 }
 
-TEST_CASE("per-rank memory peak over the action sequence: closed forms per schedule", "[simulator][pipeline]") {
-  // Stages hold 100 bytes through the step, 10 of unsharded gradients from their first backward to their last,
-  // 1000 of activations per micro-batch in flight; a forward's working set ends holding its own 1000, a
+TEST_CASE("per-rank memory peak over the action sequence: closed forms per schedule",
+          "[simulator][pipeline]") {
+  // Stages hold 100 bytes through the step, 10 of unsharded gradients from their first backward to their
+  // last, 1000 of activations per micro-batch in flight; a forward's working set ends holding its own 1000, a
   // backward's starts with them.
   auto with_state = [](PipelineInputs in) {
     for (StageCost& c : in.stages) c.held_bytes = 100, c.accum_grad_bytes = 10;
@@ -104,7 +104,8 @@ TEST_CASE("per-rank memory peak over the action sequence: closed forms per sched
   // Interleaved 1F1B (torch _get_1f1b_rank_ops): rank r warms up with W_r = min((V - 1) per_round +
   // 2 (p - 1 - r), m V) forwards, then each steady step runs one forward before one backward, so the first
   // steady forward holds W_r + 1 micro-batches (capped at m V). p 4, V 2, m 8: per_round 4; W = 10, 8, 6, 4.
-  const PipelineRun il = run_pipeline(with_state(equal_stages(PpSchedule::kInterleaved1F1B, p, 2, 8, 0.5, 1.0)));
+  const PipelineRun il =
+      run_pipeline(with_state(equal_stages(PpSchedule::kInterleaved1F1B, p, 2, 8, 0.5, 1.0)));
   for (int r = 0; r < p; ++r) {
     const int W = std::min(4 + 2 * (p - 1 - r), 16);
     // Two stages per rank hold 2 x 100. Every steady forward-backward pair holds W + 1 micro-batches (the
@@ -122,7 +123,8 @@ TEST_CASE("per-rank memory peak over the action sequence: closed forms per sched
   CHECK(all.rank_peak[0].peak_bytes == 16 * 1000);
 }
 
-TEST_CASE("zero-bubble schedules keep a micro-batch's activations from its I to its W", "[simulator][pipeline]") {
+TEST_CASE("zero-bubble schedules keep a micro-batch's activations from its I to its W",
+          "[simulator][pipeline]") {
   // ZB-V, p 2, m 4: with an input-gradient action the activations stay (the W needs them) and the W adds no
   // working set; so each rank's peak counts a micro-batch whose I ran and whose W has not.
   PipelineInputs in = equal_stages(PpSchedule::kZbv, 2, 2, 4, 1.0, 2.0);
@@ -146,17 +148,18 @@ TEST_CASE("zero-bubble schedules keep a micro-batch's activations from its I to 
 TEST_CASE("parameter all-gathers run ahead on the data-parallel stream: only the first rank waits",
           "[simulator][pipeline]") {
   // 1F1B p 4, m 8, f 1, b 2; each stage's gathers take 1.5 and expose all of it when started with the forward
-  // (first_fwd_extra 1.5). They start at t = 0 on every rank: rank 0's first forward ends at 0 + 1 + 1.5 = 2.5;
-  // rank r > 0 receives its first input at 2.5 + (r - 1) > 1.5, its gathers long done. The makespan is the
-  // 1F1B one (m + p - 1)(f + b) = 33 plus rank 0's 1.5 once, not 1.5 per stage on the fill's critical path.
+  // (first_fwd_extra 1.5). They start at t = 0 on every rank: rank 0's first forward ends at 0 + 1 + 1.5
+  // = 2.5; rank r > 0 receives its first input at 2.5 + (r - 1) > 1.5, its gathers long done. The makespan is
+  // the 1F1B one (m + p - 1)(f + b) = 33 plus rank 0's 1.5 once, not 1.5 per stage on the fill's critical
+  // path.
   PipelineInputs in = equal_stages(PpSchedule::k1F1B, 4, 1, 8, 1.0, 2.0);
   for (StageCost& c : in.stages) c.gather_s = 1.5, c.first_fwd_extra_s = 1.5;
   const PipelineRun r = run_pipeline(in);
   CHECK(r.rank_gather_wait_s[0] == Approx(1.5));
   for (std::size_t k = 1; k < 4; ++k) CHECK(r.rank_gather_wait_s[k] == 0.0);
   CHECK(r.makespan_s == Approx(33.0 + 1.5));
-  // Interleaved, V 2: a rank's second stage's gathers queue behind its first's (1.5 + 1.5 = 3 on rank 0) and are
-  // done long before its first forward of stage 4 (after the fill of stages 0..3: t >= 2.5 + 3 x 0.5).
+  // Interleaved, V 2: a rank's second stage's gathers queue behind its first's (1.5 + 1.5 = 3 on rank 0) and
+  // are done long before its first forward of stage 4 (after the fill of stages 0..3: t >= 2.5 + 3 x 0.5).
   PipelineInputs il = equal_stages(PpSchedule::kInterleaved1F1B, 4, 2, 8, 0.5, 1.0);
   for (StageCost& c : il.stages) c.gather_s = 1.5, c.first_fwd_extra_s = 1.5;
   const PipelineRun ri = run_pipeline(il);
