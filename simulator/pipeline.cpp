@@ -340,19 +340,37 @@ PipelineRun run_pipeline(const PipelineInputs& in) {
     for (int s : rank_stages(shape, r)) rank_of[static_cast<std::size_t>(s)] = r;
   const auto orders = pipeline_order(in.schedule, pp, in.virtual_stages, m);
   auto idx = [m](int s, int mb) { return static_cast<std::size_t>(s) * static_cast<std::size_t>(m) + mb; };
+  auto sidx = [](int s) { return static_cast<std::size_t>(s); };
   constexpr double kNotYet = -1;
   std::vector<double> fwd_end(static_cast<std::size_t>(S) * m, kNotYet), grad_end(fwd_end);
   std::vector<char> first_fwd_done(static_cast<std::size_t>(S), 0);
   PipelineRun out;
   out.rank_busy_s.assign(static_cast<std::size_t>(pp), 0);
   out.rank_end_s.assign(static_cast<std::size_t>(pp), 0);
+  out.rank_gather_wait_s.assign(static_cast<std::size_t>(pp), 0);
   out.stage_last_backward_end_s.assign(static_cast<std::size_t>(S), 0);
   out.stage_max_in_flight.assign(static_cast<std::size_t>(S), 0);
   out.rank_peak_activation_bytes.assign(static_cast<std::size_t>(pp), 0);
+  out.rank_peak.assign(static_cast<std::size_t>(pp), RankPeak{});
   out.rank_sends.assign(static_cast<std::size_t>(pp), 0);
   std::vector<int> in_flight(static_cast<std::size_t>(S), 0);
-  std::vector<Bytes> act_now(static_cast<std::size_t>(pp), 0);
+  std::vector<int> grads_done(static_cast<std::size_t>(S), 0);  // B or W actions run (weight gradients made)
+  std::vector<Bytes> act_now(static_cast<std::size_t>(pp), 0), accum_now(act_now), held(act_now);
   std::vector<std::size_t> next(static_cast<std::size_t>(pp), 0);
+  // Each rank's parameter all-gathers run back to back on its data-parallel stream from the step's start, in
+  // the order of its stages' first forwards.
+  std::vector<double> gather_start(static_cast<std::size_t>(S), 0);
+  for (int r = 0; r < pp; ++r) {
+    double t = 0;
+    std::vector<char> seen(static_cast<std::size_t>(S), 0);
+    for (const PipeAction& a : orders[static_cast<std::size_t>(r)])
+      if (a.op == PipeOp::kForward && !seen[sidx(a.stage)]) {
+        seen[sidx(a.stage)] = 1;
+        gather_start[sidx(a.stage)] = t;
+        t += in.stages[sidx(a.stage)].gather_s;
+      }
+    for (int s : rank_stages(shape, r)) held[static_cast<std::size_t>(r)] += in.stages[sidx(s)].held_bytes;
+  }
   auto hop = [&](int a, int b) {
     return rank_of[static_cast<std::size_t>(a)] == rank_of[static_cast<std::size_t>(b)] ? 0.0 : in.p2p_s;
   };
@@ -374,8 +392,14 @@ PipelineRun run_pipeline(const PipelineInputs& in) {
             if (prev < 0) break;
             ready = prev + hop(a.stage - 1, a.stage);
           }
-          busy = c.fwd_s;
-          dur = c.fwd_s + (first_fwd_done[s] ? 0.0 : c.first_fwd_extra_s);
+          busy = dur = c.fwd_s;
+          if (!first_fwd_done[s]) {
+            // The first forward ends when its compute does and no earlier than its gathers allow.
+            const double start = std::max(ready, out.rank_end_s[R]);
+            const double gated = gather_start[s] + c.fwd_s + c.first_fwd_extra_s;
+            dur = std::max(c.fwd_s, gated - start);
+            out.rank_gather_wait_s[R] += dur - c.fwd_s;
+          }
           first_fwd_done[s] = 1;
         } else if (a.op == PipeOp::kBackwardWeight) {
           const double ig = grad_end[idx(a.stage, a.micro_batch)];
@@ -397,6 +421,28 @@ PipelineRun run_pipeline(const PipelineInputs& in) {
         const double end = start + dur;
         out.rank_end_s[R] = end;
         out.rank_busy_s[R] += busy;
+
+        // Memory while the action runs: the rank's held state, the unsharded gradients of stages between
+        // their first and last backward, the other micro-batches' saved activations, and the action's
+        // working set (a forward's or backward's own activations included).
+        const bool makes_grads = a.op == PipeOp::kBackward || a.op == PipeOp::kBackwardWeight;
+        if (makes_grads && grads_done[s] == 0) accum_now[R] += c.accum_grad_bytes;
+        RankPeak now;
+        now.held_bytes = held[R];
+        now.accum_grad_bytes = accum_now[R];
+        now.saved_act_bytes = act_now[R];
+        if (a.op == PipeOp::kForward) {
+          now.work = c.fwd_work;
+        } else if (a.op != PipeOp::kBackwardWeight) {
+          now.saved_act_bytes -= c.act_bytes;  // its own activations are part of the backward's working set
+          now.work = c.bwd_work;
+        }
+        now.peak_bytes = now.held_bytes + now.accum_grad_bytes + now.saved_act_bytes + now.work.total();
+        now.stage = a.stage;
+        now.micro_batch = a.micro_batch;
+        now.op = a.op;
+        if (now.peak_bytes > out.rank_peak[R].peak_bytes) out.rank_peak[R] = now;
+
         if (a.op == PipeOp::kForward) {
           fwd_end[idx(a.stage, a.micro_batch)] = end;
           if (a.stage + 1 < S && rank_of[s + 1] != static_cast<int>(R)) ++out.rank_sends[R];
@@ -408,9 +454,11 @@ PipelineRun run_pipeline(const PipelineInputs& in) {
             grad_end[idx(a.stage, a.micro_batch)] = end;
             if (a.stage > 0 && rank_of[s - 1] != static_cast<int>(R)) ++out.rank_sends[R];
           }
-          if (a.op != PipeOp::kBackwardInput) {  // the saved activations die with the weight gradient
+          if (makes_grads) {  // the saved activations die with the weight gradient
             act_now[R] -= c.act_bytes;
             --in_flight[s];
+            // After the stage's last one its gradients are reduced and the unsharded ones freed.
+            if (++grads_done[s] == m) accum_now[R] -= c.accum_grad_bytes;
           }
           out.stage_last_backward_end_s[s] = std::max(out.stage_last_backward_end_s[s], end);
         }
@@ -442,12 +490,39 @@ struct StageSim {
   StageCost cost;
   Bytes gathered_bytes = 0;    ///< unsharded parameters held through the step (FSDP under PP)
   Bytes accum_grad_bytes = 0;  ///< unsharded gradients accumulated over the micro-batches (FSDP under PP)
-  double reduce_s = 0;         ///< gradient reduction after the stage's last backward
-  double post_step_s = 0;      ///< after the optimizer (DeepSpeed ZeRO-1: updated parameters all-gathered)
+  Bytes recv_bytes = 0;        ///< point-to-point receive buffers held through the step
+  double tp_ag_block_s = 0, tp_rs_block_s = 0;  ///< TP collectives on the compute stream, one micro-batch
+  WorkingSet tail_work;                         ///< the optimizer's transients
+  double reduce_s = 0;                          ///< gradient reduction after the stage's last backward
+  double post_step_s = 0;  ///< after the optimizer (DeepSpeed ZeRO-1: updated parameters all-gathered)
   double fwd_compute_s = 0, bwd_compute_s = 0;  ///< compute-stream time of one micro-batch
   int blocks = 0;
   bool embedding = false, head = false;
 };
+
+/// The forward's and the backward's working sets of a one-micro-batch stage simulation: the largest sum of
+/// its transient categories (activations, communication buffers, other) over the tasks before its first
+/// backward task and over its backward tasks, walked in CPU issue order as the engine applies the effects,
+/// and the same sum over the step's tail (the optimizer, from the first non-backward compute task after the
+/// backward). The unsharded parameters and gradients are not transients under PP (held through the step, or
+/// from the first backward on).
+void working_sets(const Program& prog, WorkingSet& fwd, WorkingSet& bwd, WorkingSet& tail) {
+  std::array<Bytes, kMemCategories> cur{};
+  int phase = 0;  // forward, backward, tail
+  for (const Task& t : prog.tasks) {
+    for (std::uint32_t e = t.first_effect; e < t.first_effect + t.n_effects; ++e) {
+      const MemEffect& fx = prog.effects[e];
+      cur[static_cast<std::size_t>(fx.category)] += fx.delta_bytes;
+    }
+    if (t.backward && phase == 0) phase = 1;
+    if (!t.backward && phase == 1 && t.type == TaskType::kCompute) phase = 2;
+    const WorkingSet w{cur[static_cast<int>(MemCategory::kActivations)],
+                       cur[static_cast<int>(MemCategory::kCommBuffers)],
+                       cur[static_cast<int>(MemCategory::kOther)]};
+    WorkingSet& into = phase == 0 ? fwd : phase == 1 ? bwd : tail;
+    if (w.total() > into.total()) into = w;
+  }
+}
 
 }  // namespace
 
@@ -487,6 +562,11 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
   sp.pp_layers.clear();
   const RuntimeTraits rt = runtime_traits(sp);
   const double bc = p.precision == Precision::kFp32 ? 4.0 : 2.0;
+  // One micro-batch's hidden states between stages (the sequence-parallel shard with TP).
+  const double send_bytes = static_cast<double>(p.mbs) * static_cast<double>(p.seq) *
+                            static_cast<double>(model.spec().hidden) * bc / p.tp;
+  const auto send = static_cast<Bytes>(send_bytes);
+  const bool torch_stages = p.runtime != Runtime::kDeepSpeed;
   std::vector<StageSim> st(static_cast<std::size_t>(S));
   for (int s = 0; s < S; ++s) {
     StageSim& x = st[static_cast<std::size_t>(s)];
@@ -513,10 +593,16 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     }
     // Tensor-parallel collectives recur every micro-batch: the blocking share waits on the compute stream
     // (all of it without async TP, the all-gathers with it), as the lowering's tp_collectives charges them.
+    // The share is Lowering::tp_collectives' own: all of it without async TP, async_tp_exposed with it.
+    const double tp_share = p.async_tp ? costs.constants().async_tp_exposed : 1.0;
     double tp_fwd = 0, tp_bwd = 0, weight_grad = 0;
     for (const SimUnit& u : sim.units()) {
-      tp_fwd += p.async_tp ? u.tp_fwd_ag_s : u.tp_fwd_s;
-      tp_bwd += p.async_tp ? u.tp_bwd_ag_s : u.tp_bwd_s;
+      // Full activation checkpointing recomputes the forward's collectives in the backward (as the lowering).
+      const double re = p.ac == AcMode::kFull && u.blocks > 0 ? 1.0 : 0.0;
+      tp_fwd += tp_share * u.tp_fwd_s;
+      tp_bwd += tp_share * (u.tp_bwd_s + re * u.tp_fwd_s);
+      x.tp_ag_block_s += tp_share * ((1 + re) * u.tp_fwd_ag_s + u.tp_bwd_ag_s);
+      x.tp_rs_block_s += tp_share * ((1 + re) * (u.tp_fwd_s - u.tp_fwd_ag_s) + u.tp_bwd_s - u.tp_bwd_ag_s);
       // Weight gradients: dW = X^T dY costs what dX = dY W^T does for every linear layer, so half of the
       // backward compute without recomputation (attention-core and elementwise backward, input-side, are
       // split the same way: an approximation, docs/model.md "Pipeline parallelism").
@@ -548,18 +634,40 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     // micro-batches reuse the unsharded parameters).
     x.cost.first_fwd_extra_s = std::max(0.0, fwd_end - x.cost.fwd_s);
     const auto& c = x.res.comm;
+    if (rt.gathers_params) x.cost.gather_s = c[static_cast<int>(CommKind::kAllGather)].time_s;
+
+    // Memory as the pipeline holds it. Receive buffers: torch 2.15 stage.py (_setup_forward_recv_info,
+    // _create_grad_recv_info) allocates one activation buffer per micro-batch on every stage but the first
+    // and one gradient buffer per micro-batch on every stage but the last, for the whole step; a received
+    // activation is the stage's input, which its first block saves (the same storage: not counted twice).
+    // DeepSpeed's PipelineEngine (deepspeed/runtime/pipe/engine.py) receives activations into its per-buffer
+    // 'inputs' (the saved input again) and gradients into one reused grad_layer buffer. Both keep each
+    // micro-batch's stage output until its backward (torch fwd_cache, DeepSpeed pipe_buffers['outputs']).
+    const bool first_stage = s == 0, last_stage = s == S - 1;
+    Bytes recv = 0, act_adjust = 0;
+    if (torch_stages) {
+      recv += (first_stage ? 0 : m * send) + (last_stage ? 0 : m * send);
+      act_adjust -= first_stage ? 0 : send;
+    } else {
+      recv += last_stage ? 0 : send;
+    }
+    act_adjust += last_stage ? 0 : send;
+    x.recv_bytes = recv;
+    x.cost.held_bytes = x.res.persistent_bytes + x.gathered_bytes + recv;
+    x.cost.accum_grad_bytes = x.accum_grad_bytes;
+    working_sets(prog, x.cost.fwd_work, x.cost.bwd_work, x.tail_work);
+    x.cost.act_bytes = std::max<Bytes>(0, x.cost.act_bytes + act_adjust);
+    x.cost.fwd_work.act_bytes = std::max<Bytes>(0, x.cost.fwd_work.act_bytes + act_adjust);
+    x.cost.bwd_work.act_bytes = std::max<Bytes>(0, x.cost.bwd_work.act_bytes + act_adjust);
     x.reduce_s = c[static_cast<int>(CommKind::kReduceScatter)].time_s +
                  c[static_cast<int>(CommKind::kAllReduce)].time_s;
     if (rt.param_all_gather_after_step) x.post_step_s = c[static_cast<int>(CommKind::kAllGather)].time_s;
     (void)bwd_end;
   }
 
-  // Point-to-point: one micro-batch's hidden states (sequence-parallel shard with TP) to the next stage's
-  // rank, pp outermost in the mesh: the peer is gpus / pp ranks away. A two-rank all-gather of twice the
-  // tensor moves exactly one tensor each way over that link (NCCL's ring over two ranks is one send and one
-  // receive per rank), so its time is the send's with NCCL's latency and the link's bandwidth.
-  const double send_bytes = static_cast<double>(p.mbs) * static_cast<double>(p.seq) *
-                            static_cast<double>(model.spec().hidden) * bc / p.tp;
+  // Point-to-point: the peer is gpus / pp ranks away (pp outermost in the mesh). A two-rank all-gather of
+  // twice the tensor moves exactly one tensor each way over that link (NCCL's ring over two ranks is one send
+  // and one receive per rank), so its time is the send's with NCCL's latency and the link's bandwidth.
   const GroupView peer = cluster.group(2, cluster.gpus() / p.pp);
   const double p2p_s = costs.collective_s(CollectiveKind::kAllGather, 2 * send_bytes, peer);
 
@@ -582,6 +690,7 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
   std::vector<Bytes> rank_peak(static_cast<std::size_t>(p.pp), 0);
   std::vector<std::array<Bytes, kMemCategories>> rank_bd(static_cast<std::size_t>(p.pp));
   std::vector<Bytes> rank_reserved(static_cast<std::size_t>(p.pp), 0);
+  std::vector<char> rank_tail(static_cast<std::size_t>(p.pp), 0);  // the peak is the optimizer's
   std::vector<double> rank_step(static_cast<std::size_t>(p.pp), 0), rank_exposed(rank_step),
       rank_opt(rank_step);
   for (int rank = 0; rank < p.pp; ++rank) {
@@ -590,52 +699,48 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     std::sort(mine.begin(), mine.end(), [&](int a, int b) {
       return run.stage_last_backward_end_s[sidx(a)] < run.stage_last_backward_end_s[sidx(b)];
     });
-    double comm_free = 0, opt = 0, post = 0, first_extra = 0;
+    double comm_free = 0, opt = 0, post = 0;
     for (int s : mine) {
       const StageSim& x = st[sidx(s)];
       comm_free = std::max(comm_free, run.stage_last_backward_end_s[sidx(s)]) + x.reduce_s;
       opt += x.res.optimizer_s;
       post += x.post_step_s;
-      first_extra += x.cost.first_fwd_extra_s;
     }
     const double compute_end = run.rank_end_s[R];
     rank_step[R] = std::max(comm_free, compute_end) + opt + post;
-    rank_exposed[R] = first_extra + (std::max(comm_free, compute_end) - compute_end) + post;
+    rank_exposed[R] = run.rank_gather_wait_s[R] + (std::max(comm_free, compute_end) - compute_end) + post;
     rank_opt[R] = opt;
 
-    // Memory: every stage's persistent state, unsharded parameters and accumulated gradients; the
-    // activations in flight as the schedule's order holds them; and the largest transient of one stage's
-    // micro-batch (its own simulation's peak above those), all taken at once: an upper estimate of the peak.
+    // Memory: the peak over the rank's action sequence (run_pipeline: held state, unsharded gradients between
+    // a stage's first and last backward, the micro-batches' saved activations as the schedule's order holds
+    // them, and the running action's working set), or the optimizer's tail if higher.
     auto& bd = rank_bd[R];
     bd.fill(0);
-    int worst = -1;
-    Bytes worst_extra = -1;
+    Bytes held_all = 0, tail = 0;
+    WorkingSet tail_ws;
     for (int s : mine) {
       const StageSim& x = st[sidx(s)];
       bd[static_cast<int>(MemCategory::kParams)] += x.res.persistent_split[0];
-      bd[static_cast<int>(MemCategory::kGrads)] += x.res.persistent_split[1] + x.accum_grad_bytes;
+      bd[static_cast<int>(MemCategory::kGrads)] += x.res.persistent_split[1];
       bd[static_cast<int>(MemCategory::kOptimizer)] += x.res.persistent_split[2];
       bd[static_cast<int>(MemCategory::kGathered)] += x.gathered_bytes;
-      const Bytes extra =
-          std::max<Bytes>(0, x.res.peak_bytes - x.res.persistent_bytes - x.cost.act_bytes - x.gathered_bytes);
-      if (extra > worst_extra) worst_extra = extra, worst = s;
+      bd[static_cast<int>(MemCategory::kCommBuffers)] += x.recv_bytes;
+      held_all += x.cost.held_bytes;
+      if (x.tail_work.total() > tail) tail = x.tail_work.total(), tail_ws = x.tail_work;
+      rank_reserved[R] = std::max(rank_reserved[R], x.res.peak_reserved_bytes - x.res.peak_bytes);
     }
-    {
-      const StageSim& x = st[sidx(worst)];
-      const auto& ib = x.res.breakdown;
-      auto above = [&](MemCategory c, Bytes base) {
-        bd[static_cast<int>(c)] += std::max<Bytes>(0, ib[static_cast<int>(c)] - base);
-      };
-      above(MemCategory::kParams, x.res.persistent_split[0]);
-      above(MemCategory::kGrads, x.res.persistent_split[1]);
-      above(MemCategory::kOptimizer, x.res.persistent_split[2]);
-      above(MemCategory::kActivations, x.cost.act_bytes);
-      above(MemCategory::kGathered, x.gathered_bytes);
-      above(MemCategory::kCommBuffers, 0);
-      above(MemCategory::kOther, 0);
-      rank_reserved[R] = std::max<Bytes>(0, x.res.peak_reserved_bytes - x.res.peak_bytes);
+    const RankPeak& pk = run.rank_peak[R];
+    const bool tail_peak = held_all + tail > pk.peak_bytes;
+    rank_tail[R] = tail_peak;
+    const WorkingSet& w = tail_peak ? tail_ws : pk.work;
+    if (!tail_peak) {
+      bd[static_cast<int>(MemCategory::kGrads)] += pk.accum_grad_bytes;
+      bd[static_cast<int>(MemCategory::kActivations)] += pk.saved_act_bytes;
     }
-    bd[static_cast<int>(MemCategory::kActivations)] += run.rank_peak_activation_bytes[R];
+    bd[static_cast<int>(MemCategory::kActivations)] += w.act_bytes;
+    bd[static_cast<int>(MemCategory::kCommBuffers)] += w.comm_bytes;
+    bd[static_cast<int>(MemCategory::kOther)] += w.other_bytes;
+    rank_reserved[R] = std::max<Bytes>(0, rank_reserved[R]);
     for (Bytes b : bd) rank_peak[R] += b;
     rank_reserved[R] += rank_peak[R];
     if (rank_peak[R] > best_peak) best_peak = rank_peak[R], busiest = rank;
@@ -658,8 +763,18 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
   r.first_step_peak_bytes = r.peak_bytes - r.persistent_split[2];  // no optimizer state before the first step
   r.peak_reserved_bytes = rank_reserved[B];
   r.peak_time_s = 0;
-  r.peak_phase = "pipeline rank " + str(busiest) + ", " +
-                 str(run.stage_max_in_flight[sidx(rank_stages(p, busiest)[0])]) + " micro-batches in flight";
+  {
+    const RankPeak& pk = run.rank_peak[B];
+    const char* op = pk.op == PipeOp::kForward         ? "forward"
+                     : pk.op == PipeOp::kBackward      ? "backward"
+                     : pk.op == PipeOp::kBackwardInput ? "input-gradient backward"
+                                                       : "weight-gradient backward";
+    r.peak_phase = rank_tail[B] ? "pipeline rank " + str(busiest) + ", optimizer step"
+                                : "pipeline rank " + str(busiest) + ", " + op + " of micro-batch " +
+                                      str(pk.micro_batch) + " on stage " + str(pk.stage) + ", " +
+                                      str(run.stage_max_in_flight[sidx(pk.stage)]) +
+                                      " micro-batches in flight at most";
+  }
   r.overhead = runtime_overhead(p);
   r.capacity_bytes = cluster.spec().gpu.memory_bytes;
   // Reserved memory under PP: each stage's one-micro-batch simulation was replayed through the caching
@@ -703,8 +818,13 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
       CommStats& o = r.comm[static_cast<std::size_t>(k)];
       o.bytes_per_rank += c[static_cast<std::size_t>(k)].bytes_per_rank * n;
       o.time_s += c[static_cast<std::size_t>(k)].time_s * n;
-      o.exposed_s += per_mb ? c[static_cast<std::size_t>(k)].exposed_s * n : 0.0;
-      if (per_mb) tp_exposed += c[static_cast<std::size_t>(k)].exposed_s * n;
+      // The TP collectives' blocking share is part of every forward and backward on the pipeline's
+      // timeline (StageCost::fwd_s, bwd_s): exposed in full.
+      const double blocking = k == static_cast<int>(CommKind::kTpAllGather)       ? x.tp_ag_block_s
+                              : k == static_cast<int>(CommKind::kTpReduceScatter) ? x.tp_rs_block_s
+                                                                                  : 0.0;
+      o.exposed_s += blocking * n;
+      tp_exposed += blocking * n;
       o.count += c[static_cast<std::size_t>(k)].count * static_cast<int>(n);
     }
   }
@@ -716,8 +836,7 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
   {
     // Exposed: the first forwards' parameter all-gathers, then the reductions (and post-step gathers) that
     // outlast the rank's compute.
-    double ag = 0;
-    for (int s : rank_stages(p, slowest)) ag += st[sidx(s)].cost.first_fwd_extra_s;
+    const double ag = run.rank_gather_wait_s[Sl];
     r.comm[static_cast<int>(CommKind::kAllGather)].exposed_s = ag;
     r.comm[static_cast<int>(rt.reduce_scatter ? CommKind::kReduceScatter : CommKind::kAllReduce)].exposed_s =
         rank_exposed[Sl] - ag;

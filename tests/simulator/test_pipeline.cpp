@@ -1,5 +1,6 @@
 // Pipeline parallelism (simulator/pipeline.hpp): schedule orders, the bubble, activations in flight, the
 // stage split, point-to-point bytes, bad input, and pp = 1 leaving results unchanged.
+#include <array>
 #include <catch2/catch.hpp>
 #include <numeric>
 #include <string>
@@ -27,6 +28,9 @@ PipelineInputs equal_stages(PpSchedule s, int pp, int V, int m, double f, double
   c.bwd_input_s = b / 2;
   c.bwd_weight_s = b / 2;
   c.act_bytes = 1000;
+  // A forward's working set ends holding its own activations; a backward's starts holding them.
+  c.fwd_work.act_bytes = 1000;
+  c.bwd_work.act_bytes = 1000;
   in.stages.assign(static_cast<std::size_t>(pp * V), c);
   return in;
 }
@@ -69,6 +73,107 @@ TEST_CASE("activations in flight: GPipe holds every micro-batch, 1F1B stage s ho
       // One stage per rank at 1000 bytes per micro-batch.
       CHECK(o.rank_peak_activation_bytes[static_cast<std::size_t>(s)] == 1000 * std::min(p - s, m));
     }
+  }
+}
+
+TEST_CASE("per-rank memory peak over the action sequence: closed forms per schedule",
+          "[simulator][pipeline]") {
+  // Stages hold 100 bytes through the step, 10 of unsharded gradients from their first backward to their
+  // last, 1000 of activations per micro-batch in flight; a forward's working set ends holding its own 1000, a
+  // backward's starts with them.
+  auto with_state = [](PipelineInputs in) {
+    for (StageCost& c : in.stages) c.held_bytes = 100, c.accum_grad_bytes = 10;
+    return in;
+  };
+  const int p = 4;
+  for (int m : {4, 6, 12}) {
+    const PipelineRun o = run_pipeline(with_state(equal_stages(PpSchedule::k1F1B, p, 1, m, 1.0, 2.0)));
+    const PipelineRun g = run_pipeline(with_state(equal_stages(PpSchedule::kGpipe, p, 1, m, 1.0, 2.0)));
+    for (int s = 0; s < p; ++s) {
+      const auto S = static_cast<std::size_t>(s);
+      // 1F1B: the warm-up's w = min(p - s, m) forwards hold w micro-batches; the first backward holds the
+      // same w (its own among them) plus the gradients it allocates: 100 + 10 + 1000 w, at that backward.
+      const int w = std::min(p - s, m);
+      CHECK(o.rank_peak[S].peak_bytes == 110 + 1000 * w);
+      CHECK(o.rank_peak[S].op == PipeOp::kBackward);
+      CHECK(o.rank_peak[S].micro_batch == 0);
+      // GPipe: all m forwards, then the first backward with all m: 110 + 1000 m.
+      CHECK(g.rank_peak[S].peak_bytes == 110 + 1000 * m);
+    }
+  }
+  // Interleaved 1F1B (torch _get_1f1b_rank_ops): rank r warms up with W_r = min((V - 1) per_round +
+  // 2 (p - 1 - r), m V) forwards, then each steady step runs one forward before one backward, so the first
+  // steady forward holds W_r + 1 micro-batches (capped at m V). p 4, V 2, m 8: per_round 4; W = 10, 8, 6, 4.
+  const PipelineRun il =
+      run_pipeline(with_state(equal_stages(PpSchedule::kInterleaved1F1B, p, 2, 8, 0.5, 1.0)));
+  for (int r = 0; r < p; ++r) {
+    const int W = std::min(4 + 2 * (p - 1 - r), 16);
+    // Two stages per rank hold 2 x 100. Every steady forward-backward pair holds W + 1 micro-batches (the
+    // backward's own among them); per_round = 4 steady backwards after the first (on the rank's last stage)
+    // the backward reaches its first stage, and from then on both stages' gradients (2 x 10) are held too,
+    // while the pairs still hold W + 1 (the cool-down starts after m V - W >= 6 pairs):
+    // 200 + 20 + 1000 (W + 1).
+    CHECK(il.rank_peak[static_cast<std::size_t>(r)].peak_bytes == 220 + 1000 * std::min(W + 1, 16));
+  }
+  // The busiest rank is the first: it holds the most micro-batches in every schedule above.
+  CHECK(il.rank_peak[0].peak_bytes > il.rank_peak[1].peak_bytes);
+  // m = p = 4, V = 4 (the 405B recipe's shape per pp): W_0 = 3 x 4 + 6 = 18 >= m V = 16, so rank 0 runs
+  // every forward first, GPipe-like: 16 micro-batches of 4 stages.
+  const PipelineRun all = run_pipeline(equal_stages(PpSchedule::kInterleaved1F1B, 4, 4, 4, 0.5, 1.0));
+  CHECK(all.rank_peak[0].peak_bytes == 16 * 1000);
+}
+
+TEST_CASE("zero-bubble schedules keep a micro-batch's activations from its I to its W",
+          "[simulator][pipeline]") {
+  // ZB-V, p 2, m 4: with an input-gradient action the activations stay (the W needs them) and the W adds no
+  // working set; so each rank's peak counts a micro-batch whose I ran and whose W has not.
+  PipelineInputs in = equal_stages(PpSchedule::kZbv, 2, 2, 4, 1.0, 2.0);
+  for (StageCost& c : in.stages) c.bwd_work.act_bytes = 1500;  // I: its own 1000 + 500 of gradients
+  const PipelineRun z = run_pipeline(in);
+  const auto order = pipeline_order(PpSchedule::kZbv, 2, 2, 4);
+  for (std::size_t r = 0; r < 2; ++r) {
+    // Replay the order by hand: held activations count forwards minus Ws; an I's own 1000 are in its 1500.
+    Bytes held = 0, peak = 0;
+    for (const PipeAction& a : order[r]) {
+      if (a.op == PipeOp::kForward) peak = std::max(peak, held + 1000), held += 1000;
+      if (a.op == PipeOp::kBackwardInput) peak = std::max(peak, held - 1000 + 1500);
+      if (a.op == PipeOp::kBackwardWeight) peak = std::max(peak, held), held -= 1000;
+      if (a.op == PipeOp::kBackward) peak = std::max(peak, held - 1000 + 1500), held -= 1000;
+    }
+    CHECK(z.rank_peak[r].peak_bytes == peak);
+    CHECK(peak >= 2500);  // at least one forward held when the first I runs
+  }
+}
+
+TEST_CASE("parameter all-gathers run ahead on the data-parallel stream: only the first rank waits",
+          "[simulator][pipeline]") {
+  // 1F1B p 4, m 8, f 1, b 2; each stage's gathers take 1.5 and expose all of it when started with the forward
+  // (first_fwd_extra 1.5). They start at t = 0 on every rank: rank 0's first forward ends at 0 + 1 + 1.5
+  // = 2.5; rank r > 0 receives its first input at 2.5 + (r - 1) > 1.5, its gathers long done. The makespan is
+  // the 1F1B one (m + p - 1)(f + b) = 33 plus rank 0's 1.5 once, not 1.5 per stage on the fill's critical
+  // path.
+  PipelineInputs in = equal_stages(PpSchedule::k1F1B, 4, 1, 8, 1.0, 2.0);
+  for (StageCost& c : in.stages) c.gather_s = 1.5, c.first_fwd_extra_s = 1.5;
+  const PipelineRun r = run_pipeline(in);
+  CHECK(r.rank_gather_wait_s[0] == Approx(1.5));
+  for (std::size_t k = 1; k < 4; ++k) CHECK(r.rank_gather_wait_s[k] == 0.0);
+  CHECK(r.makespan_s == Approx(33.0 + 1.5));
+  // Interleaved, V 2: a rank's second stage's gathers queue behind its first's (1.5 + 1.5 = 3 on rank 0) and
+  // are done long before its first forward of stage 4 (after the fill of stages 0..3: t >= 2.5 + 3 x 0.5).
+  PipelineInputs il = equal_stages(PpSchedule::kInterleaved1F1B, 4, 2, 8, 0.5, 1.0);
+  for (StageCost& c : il.stages) c.gather_s = 1.5, c.first_fwd_extra_s = 1.5;
+  const PipelineRun ri = run_pipeline(il);
+  CHECK(ri.rank_gather_wait_s[0] == Approx(1.5));
+}
+
+TEST_CASE("interleaved 1F1B bubble is (p-1)/(V m + p-1) for equal stages, m a multiple of p",
+          "[simulator][pipeline]") {
+  // Megatron's interleaved analysis: the fill and drain take (p - 1)(f + b) of a virtual stage's f + b, the
+  // work m V (f + b): bubble (p - 1) / (V m + p - 1). torch's order reaches it with the backward twice the
+  // forward, the 405B recipe's shape (p 16, m 16) included.
+  for (auto [p, V, m] : {std::array<int, 3>{4, 2, 8}, {4, 4, 8}, {16, 2, 16}, {16, 4, 16}, {8, 2, 16}}) {
+    const PipelineRun r = run_pipeline(equal_stages(PpSchedule::kInterleaved1F1B, p, V, m, 1.0, 2.0));
+    CHECK(r.bubble_fraction == Approx(static_cast<double>(p - 1) / (V * m + p - 1)).epsilon(1e-9));
   }
 }
 

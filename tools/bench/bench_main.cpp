@@ -1,5 +1,6 @@
 // Benchmarks (not tests): in-process simulation speed and plan-search throughput. Results go in
-// docs/performance.md. Usage: shardplan-bench [iterations] [accum]
+// docs/performance.md. Usage: shardplan-bench [iterations] [accum | scale] ("scale": only the Llama 3 405B
+// searches at 16,384 and ~131,072 GPUs)
 #include <fmt/format.h>
 
 #include <chrono>
@@ -23,6 +24,96 @@ int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::max(1, std::atoi(argv[1])) : 50;
   // A second argument "accum" runs only the search-against-accumulation benchmark.
   const bool only_accum = argc > 2 && std::string(argv[2]) == "accum";
+  const bool only_scale = argc > 2 && std::string(argv[2]) == "scale";
+  {
+    // Llama 3 405B at scale (issue 16): the CLI's default `plan` search (three runtimes, compile and async TP
+    // searched; PP plans join on clusters this large) at the paper's 16,384 H100s and 2,048 x 8,192 tokens,
+    // the same with PP pinned to the paper's degree 16 and schedule (interleaved 1F1B, V 4), and ~131,072
+    // GPUs: H100 (dgx-h100) at 16,384 sequences, and GB200 NVL72 racks (gb200-nvl72-multirack, 1,820 racks =
+    // 131,040 GPUs: 131,072 is no whole number of 72-GPU racks) at 16,380 sequences (a global batch of 2,048
+    // leaves no valid plan there: dp x micro-batches must divide it and PP needs micro-batches >= pp). 2
+    // threads; process CPU time and wall time.
+    struct Case {
+      const char* cluster;
+      int gpus;
+      std::int64_t global_batch;
+      bool pin_pp;
+    };
+    for (const Case& k :
+         {Case{"dgx-h100", 16384, 2048, false}, Case{"dgx-h100", 16384, 2048, true},
+          Case{"dgx-h100", 131072, 16384, false}, Case{"gb200-nvl72-multirack", 131040, 16380, false}}) {
+      if (only_accum) break;
+      ModelGraph m = load_model("llama3.1-405b");
+      Cluster c(load_cluster_spec(k.cluster), k.gpus);
+      CostModel cm(c);
+      SearchSpace sp;
+      sp.runtimes = {Runtime::kFsdp2, Runtime::kFsdp1, Runtime::kDeepSpeed};
+      sp.compile = {false, true};
+      sp.async_tp = {false, true};
+      sp.global_batch = k.global_batch;
+      sp.seq = 8192;
+      if (k.pin_pp) {
+        sp.pp = {16};
+        sp.base.pp_schedule = PpSchedule::kInterleaved1F1B;
+        sp.base.virtual_stages = 4;
+      }
+      SearchOptions o;
+      o.threads = 2;
+      auto t0 = Clock::now();
+      const std::clock_t c0 = std::clock();
+      SearchOutcome out = search_plans(m, c, cm, sp, o);
+      const double s = seconds_since(t0);
+      const double cpu_s = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
+      std::string rec = "nothing fits";
+      if (!out.plans.empty()) {
+        const Result& r = out.plans.at(0);
+        rec = fmt::format("{} tp {} pp {} {} V {} mbs {} ga {} ({:.0f} tokens/s/GPU, MFU {:.1f} %)",
+                          to_string(r.plan.runtime), r.plan.tp, r.plan.pp, to_string(r.plan.pp_schedule),
+                          r.plan.virtual_stages, r.plan.mbs, r.plan.grad_accum, r.tokens_per_s_per_gpu,
+                          100 * r.mfu);
+      }
+      fmt::print(
+          "plan llama3.1-405b on {} x {}, global batch {} x 8192{}, 2 threads: {:.3f} s wall, {:.3f} s CPU; "
+          "{} "
+          "considered, {} simulated, {} fit; recommends {}\n",
+          k.gpus, k.cluster, k.global_batch, k.pin_pp ? ", pp 16 interleaved-1f1b V 4 pinned" : "", s, cpu_s,
+          out.stats.considered, out.stats.evaluated, out.stats.fitting, rec);
+      std::fflush(stdout);
+    }
+  }
+  if (!only_accum) {
+    // One pipelined simulation of the 405B recipe (TP 8, PP 16, DP 128, 16 micro-batches): every stage's
+    // slice simulated for one micro-batch (pp x V stage programs, whatever the micro-batch count), then the
+    // schedule's timeline over pp x V x m actions.
+    ModelGraph m = load_model("llama3.1-405b");
+    Cluster c(load_cluster_spec("dgx-h100"), 16384);
+    CostModel cm(c);
+    for (int V : {1, 2, 4}) {
+      Plan p;
+      p.tp = 8;
+      p.pp = 16;
+      p.pp_schedule = V == 1 ? PpSchedule::k1F1B : PpSchedule::kInterleaved1F1B;
+      p.virtual_stages = V;
+      p.seq = 8192;
+      p = resolve_plan(p, m, c, 2048);
+      Simulator sim(m, c, cm);
+      for (bool replay : {false, true}) {
+        sim.set_allocator_replay(replay);
+        sim.run(p);
+        auto t0 = Clock::now();
+        const int n = std::max(1, iters / 5);
+        double step = 0;
+        for (int i = 0; i < n; ++i) step += sim.run(p).step_s;
+        fmt::print(
+            "simulate llama3.1-405b pipelined, 16384 GPUs, tp 8 pp 16 {} V {}, {} micro-batches, allocator "
+            "replay "
+            "{}: {:.2f} ms per simulation (step {:.3f} s)\n",
+            to_string(p.pp_schedule), V, p.grad_accum, replay ? "on" : "off", 1e3 * seconds_since(t0) / n,
+            step / n);
+      }
+    }
+  }
+  if (only_scale) return 0;
   if (!only_accum) {
     // Llama-3.1-405B, 16 micro-batches, 16,384 GPUs, FSDP2 ZeRO-3 x TP 8.
     ModelGraph m = load_model("llama3.1-405b");
