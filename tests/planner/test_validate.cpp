@@ -215,7 +215,7 @@ TEST_CASE("accuracy doc is up to date", "[validate][docs]") {
   auto dir = ptest::temp_dir("accuracy");
   const fs::path md = dir / "accuracy.md";
   // Same invocation as tools/accuracy.sh, from the source root so the relative path in the header matches.
-  // The reference lane's section is appended by a second invocation.
+  // The reference lane's section is appended by a second invocation, its per-category table by a third.
   const fs::path section = dir / "section.md";
   const int rc = ptest::run_shell(
       "cd " + quote(src.string()) + " && " + quote(SHARDPLAN_BIN) +
@@ -225,7 +225,13 @@ TEST_CASE("accuracy doc is up to date", "[validate][docs]") {
       " --markdown-section 'Reference lane: the real PyTorch step, fake process group (tools/reference/)' "
       "--quiet"
       " >/dev/null 2>>" +
-      quote((dir / "err.txt").string()) + " && cat " + quote(section.string()) + " >> " + quote(md.string()));
+      quote((dir / "err.txt").string()) + " && cat " + quote(section.string()) + " >> " + quote(md.string()) +
+      // Then the per-category table (tools/reference/categories.py, standard-library python3).
+      " && " + quote(SHARDPLAN_BIN) + " validate tools/reference/data/records.json --json " +
+      quote((dir / "rows.json").string()) + " --quiet >/dev/null 2>>" + quote((dir / "err.txt").string()) +
+      " && python3 tools/reference/categories.py tools/reference/data/records.json " +
+      quote((dir / "rows.json").string()) + " >> " + quote(md.string()) + " 2>>" +
+      quote((dir / "err.txt").string()));
   INFO(ptest::read_text(dir / "err.txt"));
   REQUIRE(rc == 0);
   const std::string want = ptest::read_text(doc), got = ptest::read_text(md);
