@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The reference lane: runs the real PyTorch FSDP2 training step of a shardplan model as rank 0 of a world of N
-(fake process group, fake tensors: no real memory, no GPU) and records every allocation and free with its
-category and phase; writes a shardplan.run/1 record (measured.peak_allocated_bytes) and optionally the trace.
+"""The reference lane: runs the real PyTorch training step of a shardplan model (FSDP2, FSDP1 or DDP; optionally
+torchao float8 or DTensor TP) as rank 0 of a world of N (fake process group, fake tensors: no real memory, no GPU)
+and records every allocation and free with its category and phase; writes a shardplan.run/1 record
+(measured.peak_allocated_bytes) and optionally the trace.
 
 Usage: run.py --model M --gpus N [PLAN-FLAGS as `shardplan simulate`] -o RECORD.json [--trace TRACE.json]
        run.py --batch CONFIGS.txt --out-dir DIR   (every line "MODEL GPUS FLAGS", one process)
