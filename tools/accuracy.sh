@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Regenerates docs/accuracy.md from the committed run records (uncalibrated predictions): the published runs, then
-# the reference lane's records (tools/reference/data/records.json) as their own section, then the Llama 3 405B
-# recipe (simulated, set against the paper's MFU). Usage: tools/accuracy.sh [OUT] (default docs/accuracy.md);
-# SHARDPLAN_BIN names the binary (default ./build/planner/shardplan). tests/planner/test_validate.cpp runs this
-# script and compares its output with docs/accuracy.md byte for byte.
+# the reference lane's records (tools/reference/data/records.json) as their own section, followed by their errors per
+# category (runtime, model family, AC mode, FSDP2 prefetch: tools/reference/categories.py, standard-library python3),
+# then the Llama 3 405B recipe (simulated, set against the paper's MFU). Usage: tools/accuracy.sh [OUT] (default
+# docs/accuracy.md); SHARDPLAN_BIN names the binary (default ./build/planner/shardplan).
+# tests/planner/test_validate.cpp runs this script and compares its output with docs/accuracy.md byte for byte.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${SHARDPLAN_BIN:-./build/planner/shardplan}
 out=${1:-docs/accuracy.md}
 "$bin" validate tests/data/runs/published_dev.json --markdown "$out" --quiet
 section=$(mktemp)
-trap 'rm -f "$section"' EXIT
+rows=$(mktemp)
+trap 'rm -f "$section" "$rows"' EXIT
 "$bin" validate tools/reference/data/records.json --markdown "$section" \
   --markdown-section "Reference lane: the real PyTorch step, fake process group (tools/reference/)" --quiet
 cat "$section" >> "$out"
+"$bin" validate tools/reference/data/records.json --json "$rows" --quiet > /dev/null
+python3 tools/reference/categories.py tools/reference/data/records.json "$rows" >> "$out"
 
 # Llama 3 405B recipe: "The Llama 3 Herd of Models" (arXiv 2407.21783) §3.3.2 and Table 4: TP 8, CP 1, PP 16,
 # DP 128 on 16,384 H100s, sequence 8,192, 16M tokens (2,048 sequences) per step, interleaved pipeline schedule;

@@ -214,8 +214,8 @@ TEST_CASE("accuracy doc is up to date", "[validate][docs]") {
   }
   auto dir = ptest::temp_dir("accuracy");
   const fs::path md = dir / "accuracy.md";
-  // tools/accuracy.sh itself (the published runs, the reference lane's section, the Llama 3 405B recipe),
-  // with this build's binary, writing to a temporary file.
+  // tools/accuracy.sh itself (the published runs, the reference lane's section and its per-category table,
+  // the Llama 3 405B recipe), with this build's binary, writing to a temporary file.
   const int rc = ptest::run_shell("cd " + quote(src.string()) + " && SHARDPLAN_BIN=" + quote(SHARDPLAN_BIN) +
                                   " bash tools/accuracy.sh " + quote(md.string()) + " >/dev/null 2>" +
                                   quote((dir / "err.txt").string()));

@@ -161,13 +161,38 @@ class ReferenceLaneTest(unittest.TestCase):
             spec = os.path.join(d, "tiny.json")
             with open(spec, "w") as f:
                 json.dump(TINY, f)
-            for flags in (["--runtime", "fsdp1"], ["--ac", "bogus"], ["--zero", "2", "--reshard-after-forward",
-                                                                        "true"]):
+            for flags in (["--runtime", "deepspeed"], ["--ac", "bogus"], ["--zero", "2", "--reshard-after-forward",
+                                                                           "true"],
+                          ["--zero", "0", "--grad-accum", "2"], ["--runtime", "fsdp1", "--prefetch", "2"]):
                 p = subprocess.run([sys.executable, RUN, "--model", spec, "--gpus", "8", "-o",
                                     os.path.join(d, "r.json")] + flags, capture_output=True, text=True)
                 self.assertEqual(p.returncode, 2, flags)
                 self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
                 self.assertTrue(p.stderr.startswith("run.py: --"), p.stderr)
+
+    def test_ddp_buckets_hold_a_second_copy_of_the_gradients(self):
+        record, trace = self.get("--zero", "0")
+        self.assertEqual(record["plan"]["zero"], 0)
+        # DDP keeps every parameter whole: 21 fp32 tensors, each allocation rounded up to 512 B: embedding and
+        # output 16384*4 = 65536 each, final norm 256 -> 512; per block 2 norms 2*512, wq 16384, wk 8192, wv 8192,
+        # wo 16384, w1,w2,w3 3*32768 = 148480; total 65536*2 + 512 + 2*148480 = 428544.
+        self.assertEqual(trace["persistent_at_end"]["params"], 428544)
+        # The Reducer's buckets (bucket_cap_mb=25, the first capped at 1 MiB): all 106816 fp32 gradients fit the
+        # first bucket, one flat tensor of 106816*4 = 427264 B -> 427520 B, allocated by the constructor.
+        wrap = [e for e in trace["events"] if e["phase"].startswith("wrap")]
+        self.assertEqual(sum(e["bytes"] for e in wrap if e["op"] == "alloc"), 427520)
+        self.assertEqual(max_live(trace, "comm_buffers"), 427520)
+        self.check_schema(record)
+
+    def test_fsdp1_flat_parameters_are_exact(self):
+        record, trace = self.get("--runtime", "fsdp1")
+        self.assertEqual(record["plan"]["runtime"], "fsdp1")
+        # FSDP1 flattens each unit into one FlatParameter and keeps rank 0's 1/8 as one allocation: the root
+        # (embedding 16384 + norm 64 + output 16384 = 32832 elements -> 4104 fp32 = 16416 B -> 16896) and each
+        # block (4096 + 2*2048 + 4096 + 3*8192 + 2*64 = 36992 -> 4624 fp32 = 18496 B -> 18944).
+        self.assertEqual(trace["persistent_at_end"]["params"], 16896 + 2 * 18944)
+        self.assertEqual(record["measured"]["peak_allocated_bytes"], trace["peak_allocated_bytes"])
+        self.check_schema(record)
 
     @unittest.skipUnless(os.path.exists(SHARDPLAN), "shardplan not built")
     def test_shardplan_validate_reads_the_record(self):

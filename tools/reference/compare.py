@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CATS = ("params", "grads", "optimizer", "activations", "gathered_params", "comm_buffers", "other")
 FLAGS = {"runtime": "--runtime", "zero": "--zero", "seq": "--seq", "mbs": "--mbs", "grad_accum": "--grad-accum",
          "ac": "--ac", "wrap": "--wrap", "shard_group": "--shard-group", "prefetch": "--prefetch", "precision": "--precision",
-         "reduce_dtype": "--reduce-dtype", "loss_dtype": "--loss-dtype"}
+         "reduce_dtype": "--reduce-dtype", "loss_dtype": "--loss-dtype", "tp": "--tp", "fp8": "--fp8"}
 
 
 def reference_breakdown(rec, traces):
@@ -47,6 +47,8 @@ def predict(rec, binary):
             cmd += [flag, str(p[key])]
     if "reshard_after_forward" in p:
         cmd += ["--reshard-after-forward", "true" if p["reshard_after_forward"] else "false"]
+    if p.get("fp8_all_gather"):
+        cmd.append("--fp8-all-gather")
     if p.get("hold_logits"):
         cmd.append("--hold-logits")
     if p.get("fused_optimizer") is False:

@@ -3,8 +3,9 @@
 # tools/reference/configs.txt with tools/reference/run.py --batch (torch imported once per batch, one forked child
 # per configuration), JOBS batches in parallel at nice 10, and gathers the records into one shardplan.runs/1 file.
 # Per-record files and traces go to the ignored records/ and traces/ next to it; a record already written is kept
-# (an interrupted run resumes; delete records/ to start over).
-# Usage: bash tools/reference/generate.sh [JOBS]   (105 configurations: ~15 min of CPU)
+# (an interrupted run resumes; delete records/ to start over). The committed records.json seeds records/ first, so
+# only configurations without a committed record run (new lines of configs.txt); FRESH=1 reruns everything.
+# Usage: [FRESH=1] bash tools/reference/generate.sh [JOBS]   (141 configurations from scratch: ~20 min of CPU)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 jobs=${1:-2}
@@ -12,6 +13,17 @@ python=$(bash tools/pyenv.sh)
 out=tools/reference/data
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+if [ "${FRESH:-0}" != 1 ] && [ -f "$out/records.json" ]; then
+  "$python" - "$out" <<'PY'
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+(out / "records").mkdir(parents=True, exist_ok=True)
+for rec in json.loads((out / "records.json").read_text())["records"]:
+    path = out / "records" / (rec["id"].removeprefix("ref-") + ".json")
+    if not path.is_file():
+        path.write_text(json.dumps(rec, indent=1) + "\n")
+PY
+fi
 grep -v '^#' tools/reference/configs.txt | grep . | awk -v n="$jobs" -v d="$tmp" '{ print > (d "/shard" (NR % n) ".txt") }'
 status=0
 for shard in "$tmp"/shard*.txt; do

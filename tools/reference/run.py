@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The reference lane: runs the real PyTorch FSDP2 training step of a shardplan model as rank 0 of a world of N
-(fake process group, fake tensors: no real memory, no GPU) and records every allocation and free with its
-category and phase; writes a shardplan.run/1 record (measured.peak_allocated_bytes) and optionally the trace.
+"""The reference lane: runs the real PyTorch training step of a shardplan model (FSDP2, FSDP1 or DDP; optionally
+torchao float8 or DTensor TP) as rank 0 of a world of N (fake process group, fake tensors: no real memory, no GPU)
+and records every allocation and free with its category and phase; writes a shardplan.run/1 record
+(measured.peak_allocated_bytes) and optionally the trace.
 
 Usage: run.py --model M --gpus N [PLAN-FLAGS as `shardplan simulate`] -o RECORD.json [--trace TRACE.json]
        run.py --batch CONFIGS.txt --out-dir DIR   (every line "MODEL GPUS FLAGS", one process)
@@ -56,16 +57,25 @@ def normalize_spec(spec: dict) -> dict:
     s.setdefault("positions", "rotary")
     s.setdefault("seq", 4096)
     unsupported = []
-    if s["mlp"] != "swiglu":
-        unsupported.append("mlp gelu")
-    if s["norm"] != "rmsnorm" or s["norm_bias"]:
-        unsupported.append("layernorm / norm bias")
-    if s.get("attn_bias") or s.get("mlp_bias") or s.get("qkv_bias_only"):
-        unsupported.append("biases")
-    if s["positions"] != "rotary":
+    if s["mlp"] not in ("swiglu", "gelu"):
+        unsupported.append(f"mlp {s['mlp']}")
+    if s["norm"] not in ("rmsnorm", "layernorm"):
+        unsupported.append(f"norm {s['norm']}")
+    if s["norm"] == "rmsnorm" and s["norm_bias"]:
+        unsupported.append("rmsnorm with bias")
+    if s.get("mlp_bias"):
+        unsupported.append("mlp biases")
+    if s["positions"] not in ("rotary", "alibi"):
         unsupported.append(f"positions {s['positions']}")
-    if s.get("moe"):
-        unsupported.append("moe")
+    moe = s.get("moe") or {}
+    if moe and (moe.get("shared_experts") or moe.get("router_bias") or moe.get("first_dense")
+                or moe.get("dense_layers") or moe.get("interval", 1) != 1 or moe.get("ffn_hidden")):
+        unsupported.append("moe beyond top-k routed experts in every block (Mixtral)")
+    if moe and s["mlp"] != "swiglu":
+        unsupported.append("moe with gelu experts")
+    for key in ("fused_qkv", "fused_gate_up", "mla", "norm_placement", "attn_softcap", "final_softcap"):
+        if s.get(key) not in (None, False, "pre", 0):
+            unsupported.append(key)
     if s.get("qk_norm") not in (None, "none"):
         unsupported.append("qk_norm")
     if s.get("sliding_window") or s.get("window"):
@@ -74,20 +84,27 @@ def normalize_spec(spec: dict) -> dict:
         unsupported.append("embedding_norm")
     if s["heads"] % s["kv_heads"]:
         unsupported.append("heads not a multiple of kv_heads")
-    if s["head_dim"] % 2:
+    if s["head_dim"] % 2 and s["positions"] == "rotary":
         unsupported.append("odd head_dim (rotary)")
     if unsupported:
-        raise PlanError(f"model {s.get('name', 'custom')}: not a Llama-style decoder the reference lane builds "
+        raise PlanError(f"model {s.get('name', 'custom')}: not a decoder the reference lane builds "
                         f"({', '.join(unsupported)})")
     return s
 
 
 def param_count(s: dict) -> int:
-    """Closed form of the modules built below (same tensors as the simulator's Llama-style graph)."""
+    """Closed form of the modules built below (same tensors as the simulator's graph, simulator/model_graph.cpp)."""
     h, hd, q, kv, f, v = s["hidden"], s["head_dim"], s["heads"], s["kv_heads"], s["ffn_hidden"], s["vocab"]
-    block = h * q * hd + 2 * h * kv * hd + q * hd * h + 3 * h * f + 2 * h
+    norm = 2 * h if s["norm_bias"] else h
+    attn = h * q * hd + 2 * h * kv * hd + q * hd * h
+    if s.get("attn_bias"):
+        attn += q * hd + 2 * kv * hd + (0 if s.get("qkv_bias_only") else h)
+    mlp = (3 if s["mlp"] == "swiglu" else 2) * h * f
+    if s.get("moe"):
+        mlp = s["moe"]["experts"] * (mlp + h)  # experts' MLPs and the router's row per expert
+    block = attn + mlp + 2 * norm
     head = 0 if s.get("tied_embeddings") else v * h
-    return v * h + s["layers"] * block + h + head
+    return v * h + s["layers"] * block + norm + head
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -164,30 +181,56 @@ def resolve_plan(a, spec) -> dict:
         bad("--loss-dtype", f"unknown value \"{a.loss_dtype}\"")
     if a.runtime not in ("fsdp2", "fsdp1", "deepspeed"):
         bad("--runtime", f"unknown value \"{a.runtime}\"")
-    # What the reference lane does not run yet (docs/reference-lane.md, "Not covered").
-    if a.runtime != "fsdp2":
-        bad("--runtime", f"{a.runtime} is not covered by the reference lane yet (fsdp2 only)")
-    if a.zero not in (2, 3):
-        bad("--zero", f"ZeRO {a.zero} is not covered by the reference lane yet (FSDP2 zero 2 or 3)")
-    dp = a.gpus
-    if a.tp != 1:
-        bad("--tp", "tensor parallelism is not covered by the reference lane yet")
+    # What the reference lane does not run yet (docs/reference-lane.md, "Not covered"). ZeRO-0 is plain data
+    # parallel: torch.nn.parallel.DistributedDataParallel (shardplan spells it --zero 0 on fsdp2 or fsdp1).
+    if a.runtime == "deepspeed":
+        bad("--runtime", "deepspeed is not covered by the reference lane yet (fsdp2, fsdp1, or --zero 0 for DDP)")
+    if a.zero not in (0, 2, 3):
+        bad("--zero", f"ZeRO {a.zero} is not covered by the reference lane (0 = DDP, 2, 3)")
+    if a.zero == 0 and a.runtime != "fsdp2":
+        bad("--zero", "0 (DDP) is shardplan's --runtime fsdp2 --zero 0; FSDP1 NO_SHARD is not covered")
+    if a.tp < 1 or a.gpus % a.tp:
+        bad("--tp", f"{a.tp} does not divide --gpus {a.gpus}")
+    dp = a.gpus // a.tp
+    if a.tp > 1 and (a.runtime != "fsdp2" or a.zero == 0 or a.shard_group):
+        bad("--tp", "tensor parallelism is covered with FSDP2 ZeRO-2/3 on a 2-D (dp, tp) mesh only (no HSDP)")
+    if a.tp > 1 and (spec.get("moe") or spec["mlp"] != "swiglu" or spec.get("attn_bias") or spec["norm"] != "rmsnorm"
+                     or spec.get("tied_embeddings") or spec["heads"] % a.tp or spec["kv_heads"] % a.tp):
+        bad("--tp", "torchtitan's Llama TP plan needs an untied Llama-style decoder with heads and kv_heads "
+                    "divisible by tp")
     shard = a.shard_group or dp
     if shard < 1 or dp % shard:
         bad("--shard-group", f"{a.shard_group} does not divide --gpus {dp}")
     if a.offload != "none":
         bad("--offload", "CPU offload is not covered by the reference lane yet")
-    if a.fp8 != "none" or a.fp8_all_gather:
-        bad("--fp8", "float8 is not covered by the reference lane yet")
+    if a.fp8 not in ("none", "tensorwise", "rowwise"):
+        bad("--fp8", f"unknown value \"{a.fp8}\"")
+    if a.fp8 != "none" and (a.runtime != "fsdp2" or a.zero == 0 or a.tp > 1):
+        bad("--fp8", "float8 is covered with FSDP2 ZeRO-2/3 without TP only")
+    if a.fp8_all_gather and a.fp8 != "tensorwise":
+        bad("--fp8-all-gather", "needs --fp8 tensorwise")
     if a.compile:
         bad("--compile", "torch.compile is not covered by the reference lane")
     if a.async_tp:
         bad("--async-tp", "needs tensor parallelism")
     if a.wrap < 1:
         bad("--wrap", "must be >= 1")
-    if a.prefetch != 1:
-        bad("--prefetch", "only FSDP2's implicit prefetch of one unit is covered")
-    if a.reshard_after_forward is None:
+    if a.prefetch < 1:
+        bad("--prefetch", "must be >= 1")
+    if a.prefetch != 1 and (a.runtime != "fsdp2" or a.zero == 0):
+        bad("--prefetch", "explicit prefetch of more than one unit is FSDP2's set_modules_to_*_prefetch only")
+    if a.zero == 0 and (a.shard_group or a.wrap != 1 or a.reshard_after_forward not in (None, "false")):
+        bad("--zero", "0 is DDP: no shard group, wrap or resharding")
+    if a.zero == 0 and a.precision == "fp32" and a.reduce_dtype == "bf16":
+        bad("--reduce-dtype", "DDP reduces in the gradients' dtype")
+    if a.zero == 0 and (a.grad_accum > 1 or a.global_batch):
+        bad("--grad-accum", "DDP rebuilds its buckets in the second forward (Reducer::sync_bucket_indices reads "
+                            "tensor data, which fake tensors lack): one micro-batch per step only")
+    if a.zero == 0 and a.reduce_dtype and a.reduce_dtype != ("bf16" if a.precision in ("bf16", "bf16-true") else "fp32"):
+        bad("--reduce-dtype", "DDP reduces in the gradients' dtype (fp32 for bf16-mixed, bf16 for bf16-true)")
+    if a.zero == 0:
+        raf = False
+    elif a.reshard_after_forward is None:
         raf = a.zero == 3
     elif a.reshard_after_forward in ("true", "false"):
         raf = a.reshard_after_forward == "true"
@@ -209,7 +252,8 @@ def resolve_plan(a, spec) -> dict:
         ga = a.global_batch // (a.mbs * dp)
     else:
         ga = a.grad_accum or 1
-    return {"runtime": "fsdp2", "zero": a.zero, "seq": seq, "shard_group": shard, "wrap": a.wrap,
+    return {"runtime": a.runtime, "zero": a.zero, "seq": seq, "shard_group": shard, "wrap": a.wrap,
+            "prefetch": a.prefetch, "tp": a.tp, "fp8": a.fp8, "fp8_all_gather": a.fp8_all_gather,
             "mbs": a.mbs, "grad_accum": ga, "ac": a.ac,
             "reshard_after_forward": raf, "precision": a.precision, "reduce_dtype": reduce,
             "fused_optimizer": not a.foreach_optimizer, "hold_logits": a.hold_logits, "loss_dtype": a.loss_dtype}
@@ -250,7 +294,8 @@ def build_model_classes(torch):
         @staticmethod
         def forward(ctx, x, weight, eps):
             out = torch.empty_like(x)
-            rstd = torch.empty(x.shape[:-1] + (1,), dtype=torch.float32, device=x.device)
+            rows = getattr(x, "_local_tensor", x).shape[:-1] + (1,)  # a DTensor's local rows (SequenceParallel)
+            rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
             ctx.save_for_backward(x, weight, rstd)
             return out
 
@@ -258,6 +303,31 @@ def build_model_classes(torch):
         def backward(ctx, grad_out):
             x, weight, rstd = ctx.saved_tensors
             return torch.empty_like(x), torch.empty_like(weight), None
+
+    class FusedLayerNormFn(torch.autograd.Function):
+        """What `nn.LayerNorm` runs on a GPU: aten::native_layer_norm (CUDA: one kernel writing the output and the
+        fp32 mean and rstd per row; derivatives.yaml NativeLayerNormBackward0 saves input, weight, mean, rstd);
+        its backward allocates the input's and the weight's gradients (no bias: MPT's LayerNorm(bias=False))."""
+
+        @staticmethod
+        def forward(ctx, x, weight, eps):
+            out = torch.empty_like(x)
+            rows = x.shape[:-1] + (1,)
+            mean = torch.empty(rows, dtype=torch.float32, device=x.device)
+            rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+            ctx.save_for_backward(x, weight, mean, rstd)
+            return out
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            x, weight, mean, rstd = ctx.saved_tensors
+            return torch.empty_like(x), torch.empty_like(weight), None
+
+    class LayerNorm(nn.LayerNorm):
+        def forward(self, x):
+            if self.bias is None and self.weight is not None and self.weight.dtype == x.dtype:
+                return FusedLayerNormFn.apply(x, self.weight, self.eps)
+            return super().forward(x)
 
     class RMSNorm(nn.RMSNorm):
         def forward(self, x):
@@ -270,17 +340,24 @@ def build_model_classes(torch):
             super().__init__()
             self.n_heads, self.n_kv, self.head_dim = s["heads"], s["kv_heads"], s["head_dim"]
             h = s["hidden"]
-            self.wq = nn.Linear(h, self.n_heads * self.head_dim, bias=False)
-            self.wk = nn.Linear(h, self.n_kv * self.head_dim, bias=False)
-            self.wv = nn.Linear(h, self.n_kv * self.head_dim, bias=False)
-            self.wo = nn.Linear(self.n_heads * self.head_dim, h, bias=False)
+            # Qwen2: biases on q, k, v only (qkv_bias_only); GPT-style attn_bias: on the output too.
+            qkv_bias, o_bias = bool(s.get("attn_bias")), bool(s.get("attn_bias")) and not s.get("qkv_bias_only")
+            self.rotary = s["positions"] == "rotary"
+            self.wq = nn.Linear(h, self.n_heads * self.head_dim, bias=qkv_bias)
+            self.wk = nn.Linear(h, self.n_kv * self.head_dim, bias=qkv_bias)
+            self.wv = nn.Linear(h, self.n_kv * self.head_dim, bias=qkv_bias)
+            self.wo = nn.Linear(self.n_heads * self.head_dim, h, bias=o_bias)
 
         def forward(self, x, freqs_cis):
             bs, seqlen, _ = x.shape
             xq = self.wq(x).view(bs, seqlen, -1, self.head_dim)
             xk = self.wk(x).view(bs, seqlen, -1, self.head_dim)
             xv = self.wv(x).view(bs, seqlen, -1, self.head_dim)
-            xq, xk = apply_rotary_emb(xq, xk, freqs_cis)
+            if self.rotary:
+                xq, xk = apply_rotary_emb(xq, xk, freqs_cis)
+            # ALiBi (MPT): FlashAttention-2 adds the per-head linear bias inside the kernel from alibi_slopes
+            # (flash_attn_func(..., alibi_slopes=)); nothing of size s x s is materialised, and the saved tensors
+            # are those of the kernel without it (torch's flash op has no slopes argument: same allocations).
             q, k, v = xq.transpose(1, 2), xk.transpose(1, 2), xv.transpose(1, 2)
             out = sdpa(q, k, v)
             return self.wo(out.transpose(1, 2).contiguous().view(bs, seqlen, -1))
@@ -295,13 +372,61 @@ def build_model_classes(torch):
         def forward(self, x):
             return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
+    class GeluMLP(nn.Module):
+        """MPT's MLP (llm-foundry MPTMLP: up_proj, GELU (exact), down_proj, no biases)."""
+
+        def __init__(self, s):
+            super().__init__()
+            self.up_proj = nn.Linear(s["hidden"], s["ffn_hidden"], bias=False)
+            self.down_proj = nn.Linear(s["ffn_hidden"], s["hidden"], bias=False)
+
+        def forward(self, x):
+            return self.down_proj(F.gelu(self.up_proj(x)))
+
+    class SparseMoe(nn.Module):
+        """Mixtral's sparse MoE block as Hugging Face transformers MixtralSparseMoeBlock runs it (router `gate`,
+        softmax in fp32, top-k, renormalised weights cast back, a loop over the experts: gather the expert's
+        tokens, SwiGLU expert, scale by the routing weight, index_add_ into a zeroed output); no expert
+        parallelism. The expert's token set comes from `torch.where(expert_mask[e])`, whose size depends on the
+        values: fake tensors have none, so the router is taken as balanced (every expert gets T·k/E tokens, the
+        simulator's --moe-imbalance 1): the tokens routed to expert e are positions [e·C, (e+1)·C) of the
+        (token, slot) pairs sorted by expert (argsort of the top-k indices), all shapes static."""
+
+        def __init__(self, s):
+            super().__init__()
+            self.n_experts, self.top_k = s["moe"]["experts"], s["moe"]["top_k"]
+            self.gate = nn.Linear(s["hidden"], self.n_experts, bias=False)
+            self.experts = nn.ModuleList([FeedForward(s) for _ in range(self.n_experts)])
+
+        def forward(self, x):
+            bs, seqlen, h = x.shape
+            x = x.view(-1, h)
+            T = x.shape[0]
+            router_logits = self.gate(x)
+            routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
+            routing_weights, selected = torch.topk(routing_weights, self.top_k, dim=-1)
+            routing_weights = routing_weights / routing_weights.sum(dim=-1, keepdim=True)
+            routing_weights = routing_weights.to(x.dtype)
+            final = torch.zeros((T, h), dtype=x.dtype, device=x.device)
+            order = selected.flatten().argsort()  # (token, slot) pairs sorted by expert
+            cap = T * self.top_k // self.n_experts
+            flat_w = routing_weights.flatten()
+            for e, expert in enumerate(self.experts):
+                pairs = order[e * cap:(e + 1) * cap]
+                top_x = pairs // self.top_k
+                current = x[top_x]
+                out = expert(current) * flat_w[pairs, None]
+                final.index_add_(0, top_x, out.to(x.dtype))
+            return final.view(bs, seqlen, h)
+
     class TransformerBlock(nn.Module):
         def __init__(self, s):
             super().__init__()
-            self.attention_norm = RMSNorm(s["hidden"], eps=1e-5)
+            self.attention_norm = make_norm(s)
             self.attention = Attention(s)
-            self.ffn_norm = RMSNorm(s["hidden"], eps=1e-5)
-            self.feed_forward = FeedForward(s)
+            self.ffn_norm = make_norm(s)
+            self.feed_forward = (SparseMoe(s) if s.get("moe") else GeluMLP(s) if s["mlp"] == "gelu"
+                                 else FeedForward(s))
 
         def forward(self, x, freqs_cis):
             h = x + self.attention(self.attention_norm(x), freqs_cis)
@@ -311,20 +436,29 @@ def build_model_classes(torch):
         def __init__(self, s, seq):
             super().__init__()
             self.tok_embeddings = nn.Embedding(s["vocab"], s["hidden"])
-            # torchtitan registers freqs_cis as a non-persistent buffer of max_seq_len rows.
-            self.register_buffer("freqs_cis", precompute_freqs_cis(s["head_dim"], seq), persistent=False)
+            # torchtitan registers freqs_cis as a non-persistent buffer of max_seq_len rows; ALiBi models hold the
+            # per-head slopes (fp32) that FlashAttention-2 takes instead.
+            if s["positions"] == "rotary":
+                self.register_buffer("freqs_cis", precompute_freqs_cis(s["head_dim"], seq), persistent=False)
+            else:
+                self.register_buffer("freqs_cis", torch.zeros(s["heads"], dtype=torch.float32), persistent=False)
             self.layers = nn.ModuleDict({str(i): TransformerBlock(s) for i in range(s["layers"])})
-            self.norm = RMSNorm(s["hidden"], eps=1e-5)
+            self.norm = make_norm(s)
             self.output = nn.Linear(s["hidden"], s["vocab"], bias=False)
             if s.get("tied_embeddings"):
                 self.output.weight = self.tok_embeddings.weight
 
         def forward(self, tokens):
             h = self.tok_embeddings(tokens)
-            fc = self.freqs_cis[: tokens.shape[1]]
+            fc = self.freqs_cis[: tokens.shape[1]] if self.freqs_cis.is_complex() else self.freqs_cis
             for layer in self.layers.values():
                 h = layer(h, fc)
             return self.output(self.norm(h))
+
+    def make_norm(s):
+        if s["norm"] == "layernorm":
+            return LayerNorm(s["hidden"], eps=1e-5, bias=s["norm_bias"])
+        return RMSNorm(s["hidden"], eps=1e-5)
 
     def sdpa(q, k, v):
         # On the GPU, F.scaled_dot_product_attention with bf16 inputs runs FlashAttention-2
@@ -380,6 +514,10 @@ def selective_context_fn(torch):
 
 CATEGORY = {
     "Sharded Param": "params",
+    "Parameter": "params",
+    "Gradient": "grads",
+    "Optstate": "optimizer",
+    "Other": "other",
     "Sharded Grad": "grads",
     "OptState": "optimizer",
     "Activation": "activations",
@@ -399,11 +537,19 @@ def round_alloc(nbytes: int) -> int:
     return 0 if nbytes <= 0 else -(-nbytes // MIN_BLOCK) * MIN_BLOCK
 
 
-def make_tracker(torch, model, optim, state):
+def make_tracker(torch, model, optim, state, base=None, roles=None):
+    """FSDP2: PyTorch's FSDPMemTracker. DDP and FSDP1 (base=MemTracker): the generic tracker, whose categories
+    are coarser (gradients and reduction buffers created in backward count as activations); storages allocated
+    while DDP builds its Reducer are its buckets (comm_buffers), and `roles` (storage -> category) names FSDP1's
+    flat parameters and unsharded/low-precision flat buffers."""
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import _UpdateType
+    from torch.distributed._tools.common_utils import get_untyped_storages
 
-    class TracingTracker(FSDPMemTracker):
+    base = base or FSDPMemTracker
+    roles = roles or {}
+
+    class TracingTracker(base):
         """FSDPMemTracker that also appends one event per alloc/free/recategorization, in program order."""
 
         events: list = []
@@ -422,8 +568,11 @@ def make_tracker(torch, model, optim, state):
                 return f"optimizer, step {state['step']}"
             # The innermost block: ModTracker.parents is a set and may hold two blocks at once (the one running
             # and the one FSDP2 prefetches); the one entered last is the highest in forward, lowest in backward.
-            blocks = {int(p.split(".")[2]) for p in self._mod_tracker.parents
-                      if len(p.split(".")) >= 3 and p.split(".")[1] == "layers"}
+            blocks = set()
+            for p in self._mod_tracker.parents:  # Transformer.layers.3, FullyShardedDataParallel._fsdp_...layers.3
+                w = p.split(".")
+                if "layers" in w[:-1] and w[w.index("layers") + 1].isdigit():
+                    blocks.add(int(w[w.index("layers") + 1]))
             unit = "root"
             if blocks:
                 unit = f"layers.{min(blocks) if self._mod_tracker.is_bw else max(blocks)}"
@@ -437,11 +586,30 @@ def make_tracker(torch, model, optim, state):
             phase = state["phase"] if state["phase"] not in ("step", "optimizer") else self.phase()
             self.events.append((op, nbytes, category, phase, self.current_op, sid))
 
+        role = None
+
+        def _track(self, reftype, t):
+            if roles:
+                for st in get_untyped_storages(t):
+                    self.role = roles.get(st._cdata, self.role)
+            try:
+                super()._track(reftype, t)
+            finally:
+                self.role = None
+
+        def _track_module_params_and_buffers(self, module, install_grad_hooks=True):
+            # FSDP1's use_orig_params parameters are views of the flat parameter (not leaves) while unsharded:
+            # no per-parameter gradient hooks (the gradients are still seen as the ops that create them).
+            return super()._track_module_params_and_buffers(module, install_grad_hooks=install_grad_hooks
+                                                            and base is FSDPMemTracker)
+
         def _update_snap(self, u_type, winfo, old_mem_consumed=None, old_reftype=None):
             super()._update_snap(u_type, winfo, old_mem_consumed=old_mem_consumed, old_reftype=old_reftype)
             if winfo.device.type != "cpu":
                 return  # meta tensors of DTensor's sharding propagation: no memory anywhere
-            cat = CATEGORY.get(str(winfo.reftype.value), "other")
+            if not hasattr(winfo, "_sp_role"):
+                winfo._sp_role = self.role or ("comm_buffers" if state["phase"].startswith("wrap") else None)
+            cat = winfo._sp_role or CATEGORY.get(str(winfo.reftype.value), "other")
             size = round_alloc(winfo.size * winfo.element_size)
             if not hasattr(winfo, "_sp_id"):
                 winfo._sp_id = len(self.events)  # storage id in the trace: the index of its first event
@@ -458,7 +626,7 @@ def make_tracker(torch, model, optim, state):
                     self._emit("free", old, cat, sid)
                 self._emit("alloc", size, cat, sid)
             elif u_type == _UpdateType.REF:
-                old_cat = CATEGORY.get(str(old_reftype.value), "other")
+                old_cat = winfo._sp_role or CATEGORY.get(str(old_reftype.value), "other")
                 if old_cat != cat:
                     b = getattr(winfo, "_sp_bytes", size)
                     self._emit("free", b, old_cat, sid)
@@ -479,7 +647,240 @@ def make_tracker(torch, model, optim, state):
 
         wrapped._sp_wrapped = True
         ShardingPropagator._propagate_tensor_meta_non_cached = wrapped
-    return TracingTracker(model, optim)
+    if base is FSDPMemTracker:
+        return TracingTracker(model, optim)
+    tracker = TracingTracker()
+    tracker.track_external(model, optim)
+    return tracker
+
+
+def patch_mesh_concatenate(torch):
+    """FSDP2 on DTensor (TP) parameters concatenates the dp and tp meshes (_fsdp_param.py _init_sharding_spec_tp
+    -> DeviceMesh._concatenate), which computes coordinates from the mesh tensor with data-dependent ops; under
+    the fake mode they fail (DynamicOutputShapeException: nonzero). Run it outside the fake mode: the mesh is
+    metadata."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.distributed.device_mesh import DeviceMesh
+
+    orig = DeviceMesh._concatenate
+    if getattr(orig, "_sp_wrapped", False):
+        return
+
+    def concatenate(*args, **kwargs):
+        with unset_fake_temporarily():
+            return orig(*args, **kwargs)
+
+    concatenate._sp_wrapped = True
+    DeviceMesh._concatenate = staticmethod(concatenate)
+
+
+def apply_tp(torch, model, tp_mesh):
+    """torchtitan 0.3.0's Llama 3 tensor-parallel plan (models/llama3/parallelize.py apply_tp) with sequence
+    parallelism and loss parallelism (the defaults): embedding row-wise (vocab) with sequence-sharded output, norms
+    SequenceParallel, q/k/v and w1/w3 column-wise, wo and w2 row-wise to sequence-sharded outputs, the head
+    column-wise to vocab-sharded logits (a DTensor the loss reads under loss_parallel())."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+
+    parallelize_module(model, tp_mesh, {
+        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+        "norm": SequenceParallel(),
+        "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False),
+    })
+    for block in model.layers.values():
+        parallelize_module(block, tp_mesh, {
+            "attention_norm": SequenceParallel(),
+            "attention": PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)),
+            "attention.wq": ColwiseParallel(),
+            "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+            "ffn_norm": SequenceParallel(),
+            "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "feed_forward.w1": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
+            "feed_forward.w3": ColwiseParallel(),
+        })
+
+
+def apply_float8(torch, model, plan):
+    """torchtitan 0.3.0's float8 converter (components/quantization/float8.py): torchao
+    convert_to_float8_training on the blocks' linear layers (the head stays bf16: filter_fqns ["output"]), recipe
+    tensorwise or rowwise; --fp8-all-gather sets enable_fsdp_float8_all_gather (tensorwise only), and the step
+    then calls precompute_float8_dynamic_scale_for_fsdp after the optimizer."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    if plan["fp8"] == "tensorwise":
+        cfg = Float8LinearConfig(enable_fsdp_float8_all_gather=plan["fp8_all_gather"])
+    else:
+        cfg = Float8LinearConfig.from_recipe_name(plan["fp8"])
+    convert_to_float8_training(model, config=cfg, module_filter_fn=lambda m, fqn: fqn.startswith("layers.") and
+                               m.in_features % 16 == 0 and m.out_features % 16 == 0)
+
+
+def wrap_fsdp2(torch, model, spec, plan, state, mesh):
+    """FSDP2 as torchtitan 0.3.0 applies it (distributed/fsdp.py apply_fsdp_to_decoder); returns (model, optim,
+    tracker)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    if plan["precision"] == "bf16-mixed":
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                  reduce_dtype=torch.float32 if plan["reduce_dtype"] == "fp32" else torch.bfloat16)
+    else:
+        mp = MixedPrecisionPolicy()
+    # reshard_after_forward_policy "default": tok_embeddings its own unit (resharded after forward), [norm,
+    # output] one unit that is not resharded after forward ("FSDP would prefetch them immediately"; with tied
+    # weights [tok_embeddings, norm, output] together, not resharded), every block resharded after forward, then
+    # the root (which then owns only buffers).
+    raf = plan["reshard_after_forward"]
+    kw = {"mesh": mesh, "mp_policy": mp}
+    units = []  # FSDP units in forward order (their modules), for explicit prefetching
+    if spec.get("tied_embeddings"):
+        fully_shard([model.tok_embeddings, model.norm, model.output], reshard_after_forward=False, **kw)
+    else:
+        fully_shard(model.tok_embeddings, reshard_after_forward=raf, **kw)
+        fully_shard([model.norm, model.output], reshard_after_forward=False, **kw)
+        units.append([model.tok_embeddings])
+    blocks = list(model.layers.values())
+    # --wrap W: W consecutive blocks form one FSDP unit (fully_shard on a list of modules: one parameter group,
+    # one all-gather).
+    for i in range(0, len(blocks), plan["wrap"]):
+        group = blocks[i:i + plan["wrap"]]
+        fully_shard(group if len(group) > 1 else group[0], reshard_after_forward=raf, **kw)
+        units.append(group)
+    if not spec.get("tied_embeddings"):
+        units.append([model.norm, model.output])
+    fully_shard(model, reshard_after_forward=raf, **kw)
+    if plan["prefetch"] > 1:
+        # torchtitan's explicit prefetching (models/llama4/infra/parallelize.py apply_fsdp, prefetch of one unit
+        # there): each unit's forward pre-hook all-gathers the next `prefetch` units
+        # (FSDPModule.set_modules_to_forward_prefetch), each unit's backward the previous `prefetch`
+        # (set_modules_to_backward_prefetch) instead of FSDP2's implicit one-unit prefetch.
+        n = plan["prefetch"]
+        for i, unit in enumerate(units):
+            nxt = [u[0] for u in units[i + 1:i + 1 + n]]
+            if nxt:
+                unit[-1].set_modules_to_forward_prefetch(nxt)
+        rev = units[::-1]
+        for i, unit in enumerate(rev):
+            prv = [u[0] for u in rev[i + 1:i + 1 + n]]
+            if prv:
+                unit[0].set_modules_to_backward_prefetch(prv)
+    optim = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1,
+                              fused=plan["fused_optimizer"], foreach=None if plan["fused_optimizer"] else True)
+    return model, optim, make_tracker(torch, model, optim, state)
+
+
+class _DeferredDDP:
+    """The model before DDP: run() builds DistributedDataParallel inside the tracker (wrap())."""
+
+    def __init__(self, build):
+        self.wrap = build
+
+
+def wrap_ddp(torch, model, plan, state):
+    """Plain data parallel, shardplan's --zero 0: torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25,
+    gradient_as_bucket_view=False, the defaults), parameters in their dtype; bf16-mixed runs the forward under
+    torch.autocast(bf16) (torchtitan's DDP path: `maybe_enable_amp` when no FSDP mixed-precision policy applies).
+    Returns (a deferred model whose wrap() builds DDP, optim, tracker)."""
+    import torch.nn.parallel.distributed as ddp_mod
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    # DDP's constructor checks parameter shapes across ranks and broadcasts rank 0's state
+    # (_verify_param_shape_across_processes, _sync_module_states): both read tensor data, which fake tensors do
+    # not have, and neither allocates on rank 0 beyond collective staging. Skipped.
+    ddp_mod._verify_param_shape_across_processes = lambda *a, **k: None
+    ddp_mod._sync_module_states = lambda *a, **k: None
+    optim = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1,
+                              fused=plan["fused_optimizer"], foreach=None if plan["fused_optimizer"] else True)
+    world = torch.distributed.get_world_size()
+    holder = {}
+
+    def build():
+        ddp = ddp_mod.DistributedDataParallel(model, bucket_cap_mb=25, gradient_as_bucket_view=False)
+
+        # The fake process group's all-reduce returns a future without a value, which the Reducer asserts on:
+        # a comm hook with the memory of the default one (torch/distributed/algorithms/ddp_comm_hooks/
+        # default_hooks.py allreduce_hook: divide the bucket in place, all-reduce it in place, return it).
+        def allreduce_in_place(_, bucket):
+            buf = bucket.buffer()
+            buf.div_(world)
+            fut = torch.futures.Future()
+            fut.set_result(buf)
+            return fut
+
+        ddp.register_comm_hook(None, allreduce_in_place)
+        holder["ddp"] = ddp
+        if plan["precision"] == "bf16-mixed":
+            return _Autocast(torch, ddp)
+        return ddp
+
+    tracker = make_tracker(torch, model, optim, state, base=MemTracker)
+    return _DeferredDDP(build), optim, tracker
+
+
+class _Autocast:
+    """model(x) under torch.autocast(bfloat16) (the device's autocast; the weight casts are cached for the
+    forward, as on CUDA)."""
+
+    def __init__(self, torch, module):
+        self.torch, self.module = torch, module
+
+    def __call__(self, *args):
+        with self.torch.autocast("cpu", dtype=self.torch.bfloat16):
+            return self.module(*args)
+
+    def parameters(self):
+        return self.module.parameters()
+
+
+def wrap_fsdp1(torch, model, spec, plan, state, mesh):
+    """FSDP1 (torch.distributed.fsdp.FullyShardedDataParallel) as Hugging Face accelerate / torchtune configure it:
+    use_orig_params=True, a wrap policy per transformer block (the checkpoint_wrapper around it when AC is on)
+    plus the root (embeddings, final norm and head), MixedPrecision(param_dtype=bf16, reduce_dtype=fp32|bf16),
+    FULL_SHARD (ZeRO-3), SHARD_GRAD_OP (ZeRO-2) or HYBRID_SHARD (a shard group), backward_prefetch BACKWARD_PRE
+    and limit_all_gathers=True (the defaults). device_id="cpu": FSDP1 refuses a CPU module without an
+    accelerator unless the device is given (fsdp/_init_utils.py _init_device_handle)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy
+    from torch.distributed.fsdp._runtime_utils import _lazy_init
+    from torch.distributed._tools.mem_tracker import MemTracker
+    import functools
+
+    import torch.distributed.fsdp._flat_param as flat_param_mod
+
+    if plan["wrap"] != 1:
+        raise PlanError("--wrap: FSDP1 runs one block per unit in the reference lane")
+    # FSDP1 asks whether a flat buffer is allocated through `data_ptr() > 0` (_flat_param.py _data_ptr_allocated,
+    # e.g. SHARD_GRAD_OP's _writeback_orig_params); a fake tensor's data pointer is 0. Its storage size is what
+    # FSDP1 itself changes (_alloc_storage / _free_storage resize the storage): ask that instead.
+    flat_param_mod._data_ptr_allocated = lambda t: t.untyped_storage().size() > 0
+    blocks = set(model.layers.values())
+    policy = functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda m: m in blocks)
+    mp = None
+    if plan["precision"] == "bf16-mixed":
+        mp = MixedPrecision(param_dtype=torch.bfloat16,
+                            reduce_dtype=torch.float32 if plan["reduce_dtype"] == "fp32" else torch.bfloat16)
+    if plan["shard_group"] != torch.distributed.get_world_size():
+        strategy = ShardingStrategy.HYBRID_SHARD
+    else:
+        strategy = ShardingStrategy.FULL_SHARD if plan["zero"] == 3 else ShardingStrategy.SHARD_GRAD_OP
+    kw = {"device_mesh": mesh} if strategy == ShardingStrategy.HYBRID_SHARD else {}
+    fsdp = FSDP(model, auto_wrap_policy=policy, mixed_precision=mp, sharding_strategy=strategy,
+                use_orig_params=True, device_id=torch.device("cpu"), sync_module_states=False, **kw)
+    _lazy_init(fsdp, fsdp)  # the first forward would: create the unsharded and low-precision flat buffers
+    roles = {}
+    for handle in fsdp._all_handles:
+        fp = handle.flat_param
+        roles[fp.untyped_storage()._cdata] = "params"
+        for attr in ("_full_param_padded", "_mp_shard", "_full_prec_full_param_padded"):
+            t = getattr(fp, attr, None)
+            if t is not None:
+                roles[t.untyped_storage()._cdata] = "gathered_params"
+    optim = torch.optim.AdamW(fsdp.parameters(), lr=3e-4, weight_decay=0.1,
+                              fused=plan["fused_optimizer"], foreach=None if plan["fused_optimizer"] else True)
+    return fsdp, optim, make_tracker(torch, fsdp, optim, state, base=MemTracker, roles=roles)
 
 
 def summarize(events):
@@ -501,7 +902,12 @@ def summarize(events):
 
 def train_step(torch, model, optim, spec, plan, state, clip, tracker):
     """torchtitan's train_step: micro-batches (forward, loss, backward), clip_grad_norm_, optimizer step."""
+    import contextlib
+
     state["phase"] = "step"
+    loss_ctx = contextlib.nullcontext
+    if plan["tp"] > 1:
+        from torch.distributed.tensor.parallel import loss_parallel as loss_ctx
     for micro in range(plan["grad_accum"]):
         state["micro"] = micro
         # FSDPMemTracker keeps per-module stats for one forward/backward: clear them (live storages stay tracked).
@@ -517,11 +923,12 @@ def train_step(torch, model, optim, spec, plan, state, clip, tracker):
         logits = pred.flatten(0, 1)
         if plan["loss_dtype"] == "fp32":
             logits = logits.float()
-        loss = torch.nn.functional.cross_entropy(logits, labels.flatten(0, 1))
-        del logits
-        if not plan["hold_logits"]:
-            del pred  # torchtitan deletes pred before backward
-        loss.backward()
+        with loss_ctx():
+            loss = torch.nn.functional.cross_entropy(logits, labels.flatten(0, 1))
+            del logits
+            if not plan["hold_logits"]:
+                del pred  # torchtitan deletes pred before backward
+            loss.backward()
         del loss, tokens, labels
         if plan["hold_logits"]:
             del pred
@@ -529,6 +936,10 @@ def train_step(torch, model, optim, spec, plan, state, clip, tracker):
     if clip:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
     optim.step()
+    if plan["fp8_all_gather"]:
+        from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+        precompute_float8_dynamic_scale_for_fsdp(model)
     optim.zero_grad()
 
 
@@ -548,7 +959,6 @@ def run(a) -> int:
     import torch
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
@@ -557,9 +967,17 @@ def run(a) -> int:
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=N)
     # HSDP (--shard-group S < N): a 2-D mesh (replicate N/S, shard S); fully_shard on it replicates across the
     # first dimension and shards across the second (torch/distributed/fsdp/_fully_shard/_fully_shard.py).
-    S = plan["shard_group"]
-    mesh = (init_device_mesh("cpu", (N,)) if S == N
-            else init_device_mesh("cpu", (N // S, S), mesh_dim_names=("replicate", "shard")))
+    S, TP = plan["shard_group"], plan["tp"]
+    tp_mesh = None
+    if TP > 1:
+        # torchtitan's (dp_shard, tp) mesh: FSDP2 over "dp_shard", DTensor TP over "tp" (innermost).
+        mesh2 = init_device_mesh("cpu", (N // TP, TP), mesh_dim_names=("dp_shard", "tp"))
+        mesh, tp_mesh = mesh2["dp_shard"], mesh2["tp"]
+        patch_mesh_concatenate(torch)
+    elif S == N:
+        mesh = init_device_mesh("cpu", (N,))
+    else:
+        mesh = init_device_mesh("cpu", (N // S, S), mesh_dim_names=("replicate", "shard"))
     Transformer = build_model_classes(torch)
     state = {"phase": "init", "step": 0, "micro": 0, "propagating": False}
     fake = FakeTensorMode(allow_non_fake_inputs=False)
@@ -573,6 +991,10 @@ def run(a) -> int:
         expect = param_count(spec)
         if n_params != expect:
             raise RuntimeError(f"built {n_params} parameters, closed form says {expect}")
+        if plan["fp8"] != "none":
+            apply_float8(torch, model, plan)
+        if tp_mesh is not None:
+            apply_tp(torch, model, tp_mesh)
         # Activation checkpointing, as torchtitan applies it: one checkpoint_wrapper per block.
         if plan["ac"] != "none":
             ctx = selective_context_fn(torch) if plan["ac"] == "selective" else None
@@ -580,40 +1002,21 @@ def run(a) -> int:
                 kw = {"context_fn": ctx} if ctx else {}
                 model.layers.register_module(name, checkpoint_wrapper(block, preserve_rng_state=True,
                                                                       early_stop=False, **kw))
-        # FSDP2 as torchtitan applies it (torchtitan/models/llama3/parallelize.py apply_fsdp): each block, then
-        # the root; the last block does not reshard after forward (backward needs it at once).
-        if plan["precision"] == "bf16-mixed":
-            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
-                                      reduce_dtype=torch.float32 if plan["reduce_dtype"] == "fp32" else torch.bfloat16)
+        if plan["zero"] == 0:
+            model, optim, tracker = wrap_ddp(torch, model, plan, state)
+        elif plan["runtime"] == "fsdp1":
+            model, optim, tracker = wrap_fsdp1(torch, model, spec, plan, state, mesh)
         else:
-            mp = MixedPrecisionPolicy()
-        # torchtitan 0.3.0 distributed/fsdp.py apply_fsdp_to_decoder (reshard_after_forward_policy "default"):
-        # tok_embeddings its own unit (resharded after forward), [norm, output] one unit that is not resharded
-        # after forward ("FSDP would prefetch them immediately"; with tied weights [tok_embeddings, norm, output]
-        # together, not resharded), every block resharded after forward, then the root (which then owns only
-        # buffers).
-        raf = plan["reshard_after_forward"]
-        kw = {"mesh": mesh, "mp_policy": mp}
-        if spec.get("tied_embeddings"):
-            fully_shard([model.tok_embeddings, model.norm, model.output], reshard_after_forward=False, **kw)
-        else:
-            fully_shard(model.tok_embeddings, reshard_after_forward=raf, **kw)
-            fully_shard([model.norm, model.output], reshard_after_forward=False, **kw)
-        blocks = list(model.layers.values())
-        # --wrap W: W consecutive blocks form one FSDP unit (fully_shard on a list of modules: one parameter
-        # group, one all-gather).
-        for i in range(0, len(blocks), plan["wrap"]):
-            group = blocks[i:i + plan["wrap"]]
-            fully_shard(group if len(group) > 1 else group[0], reshard_after_forward=raf, **kw)
-        fully_shard(model, reshard_after_forward=raf, **kw)
-        optim = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1,
-                                  fused=plan["fused_optimizer"], foreach=None if plan["fused_optimizer"] else True)
-        tracker = make_tracker(torch, model, optim, state)
+            model, optim, tracker = wrap_fsdp2(torch, model, spec, plan, state, mesh)
         # torchtitan's GarbageCollection (components/gc? tools/utils.py): gc.disable(), one collection at start,
         # then every gc_freq = 50 steps. Frees then come from reference counting only: deterministic traces.
         gc.collect()
         gc.disable()
         with tracker:
+            if plan["zero"] == 0:
+                # DDP's Reducer allocates its flat bucket buffers in the constructor: build it inside the tracker.
+                state["phase"] = "wrap (DDP Reducer buckets)"
+                model = model.wrap()
             if a.warmup == "init":
                 # The optimizer states exist from the first step on: create them as that step would (zero
                 # gradients in the sharded parameters' dtype, one optimizer step), without its forward/backward.
@@ -638,14 +1041,26 @@ def run(a) -> int:
     tv = torch.__version__.split("+")[0]
     rid = a.id or (f"ref-{spec.get('name', 'custom')}-g{N}-z{plan['zero']}-ac{plan['ac']}-mbs{plan['mbs']}"
                    f"-s{plan['seq']}-ga{plan['grad_accum']}-{plan['precision']}")
-    rec_plan = {"runtime": "fsdp2", "zero": plan["zero"], "seq": plan["seq"], "mbs": plan["mbs"],
-                "grad_accum": plan["grad_accum"], "ac": plan["ac"], "wrap": plan["wrap"], "prefetch": 1,
+    rec_plan = {"runtime": plan["runtime"], "zero": plan["zero"], "seq": plan["seq"], "mbs": plan["mbs"],
+                "grad_accum": plan["grad_accum"], "ac": plan["ac"], "wrap": plan["wrap"], "prefetch": plan["prefetch"],
                 "reshard_after_forward": plan["reshard_after_forward"], "precision": plan["precision"],
                 "reduce_dtype": plan["reduce_dtype"], "fused_optimizer": plan["fused_optimizer"],
                 "hold_logits": plan["hold_logits"], "loss_dtype": plan["loss_dtype"]}
-    if plan["shard_group"] != N:
+    if plan["shard_group"] != N // plan["tp"]:
         rec_plan["shard_group"] = plan["shard_group"]
+    if plan["tp"] > 1:
+        rec_plan["tp"] = plan["tp"]
+    if plan["fp8"] != "none":
+        rec_plan["fp8"] = plan["fp8"]
+        rec_plan["fp8_all_gather"] = plan["fp8_all_gather"]
     bd = " ".join(f"{c}={breakdown[c]}" for c in CATEGORIES)
+    if plan["zero"] == 0:
+        wrapping = "DDP (bucket_cap_mb=25, gradient_as_bucket_view=False)"
+    elif plan["runtime"] == "fsdp1":
+        wrapping = "FSDP1 FullyShardedDataParallel (use_orig_params) per block + root"
+    else:
+        wrapping = "FSDP2 fully_shard per block + root" + (
+            f", explicit prefetch {plan['prefetch']}" if plan["prefetch"] > 1 else "")
     record = {
         "schema": "shardplan.run/1",
         "id": rid,
@@ -655,8 +1070,8 @@ def run(a) -> int:
         "plan": rec_plan,
         "measured": {"peak_allocated_bytes": peak},
         "source": f"pytorch reference, fake process group, torch {tv}",
-        "notes": (f"tools/reference/run.py: rank 0 of {N}, FakeTensorMode on the CPU device, FSDP2 fully_shard per "
-                  f"block + root, fused={plan['fused_optimizer']} AdamW, clip_grad_norm={not a.no_clip}; "
+        "notes": (f"tools/reference/run.py: rank 0 of {N}, FakeTensorMode on the CPU device, {wrapping}, "
+                  f"fused={plan['fused_optimizer']} AdamW, clip_grad_norm={not a.no_clip}; "
                   f"breakdown at peak ({peak_phase}): {bd}; sizes rounded to 512 B per allocation; "
                   f"persistent at end: params={live_end['params']} grads={live_end['grads']} "
                   f"optimizer={live_end['optimizer']}"),
