@@ -231,7 +231,7 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
 
   const char* best_bound = "";
   bool found = false;
-  double best_choice_s = 0;
+  double best_choice_s = 0, fastest_s = 0;
   // choice_algbw: the algorithm bandwidth NCCL's tuner believes (its release's table), which decides; the
   // time is computed with algbw. They differ only where a release's table is not what the hardware does.
   auto consider = [&](const char* algo, int p, double lat_us, double busbw, double algbw, double corr,
@@ -240,6 +240,7 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
     if (choice_algbw <= 0) choice_algbw = algbw;
     const double t = lat_us * kUs + S / (algbw * corr);
     const double t_choice = lat_us * kUs + S / (choice_algbw * corr);
+    fastest_s = found ? std::min(fastest_s, t) : t;
     if (!found || t_choice < best_choice_s) {
       found = true;
       best_choice_s = t_choice;
@@ -365,9 +366,11 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
   }
   if (found && explain)
     best.why = std::string(best.algorithm) + " " + best.protocol +
-               " fastest of the algorithms NCCL enables here (" + std::to_string(N) + " NVLink domain" +
-               (N > 1 ? "s" : "") + ", " + std::to_string(ppn) + " rank" + (ppn > 1 ? "s" : "") +
-               " each); bound by " + best_bound;
+               (best.time_s > fastest_s ? " as NCCL 2." + std::to_string(g.nccl_minor) +
+                                              "'s tuner table chooses (another algorithm would be faster)"
+                                        : std::string(" fastest of the algorithms NCCL enables here")) +
+               " (" + std::to_string(N) + " NVLink domain" + (N > 1 ? "s" : "") + ", " + std::to_string(ppn) +
+               " rank" + (ppn > 1 ? "s" : "") + " each); bound by " + best_bound;
   return best;
 }
 

@@ -296,6 +296,7 @@ TEST_CASE("NCCL 2.26 on GB200: no LL128 over C2C NICs; the tuner chooses with it
   CHECK(std::string(t26.protocol) == "Simple");
   CHECK(t26.latency_s == Approx((8.4 + 2 * (71 * 4.0 + 4 * 26.0)) * 1e-6 + 2.0 * 75 * 524288 / 24e9));
   CHECK(t26.time_s == Approx(t26.latency_s + S / 216e9).epsilon(1e-9));
+  CHECK(t26.why.find("as NCCL 2.26's tuner table chooses") != std::string::npos);
   // 2.30 knows the tree's 24 GB/s a channel and takes the ring (LL128, as above: 5.79 + 51.7 ms).
   CollectiveCost t30 = collective_cost(CollectiveKind::kAllReduce, S, g30);
   CHECK(std::string(t30.algorithm) == "ring");
