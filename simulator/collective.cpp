@@ -43,6 +43,15 @@ struct ArchConsts {
   double nvls_efficiency;       ///< nvlsEfficiency
 };
 
+// NCCL 2.26 (v2.26.2-1, src/graph/tuning.cc) tuned Blackwell as twice Hopper: perChMaxRingLL128Bws
+// 2 x 36.7, perChMaxTreeLL128Bws 2 x {36.7, 36.7, 29.0}, perChMaxTreeBws 2 x {38.7, 41.4, 36.0}, llMaxBws
+// 2 x Hopper; NVIDIA replaced them by the measured rows above (2.29/2.30: tree 24.0 GB/s per channel over 4+
+// nodes, not 72). The tuner still *chooses* with its own release's table, while the hardware runs at what the
+// later table records: collective_cost picks with these and times with the baseline (the choice/time split).
+// 2.26 has no perChMaxNVLSTreeBws table (the NVLS-tree row is the baseline's and is not used for choosing).
+const ArchConsts blackwell_nccl226{
+    40.1, 50.0, 282.0, 73.4, {77.4, 82.8, 72.0}, {73.4, 73.4, 58.0}, {0, 96.0, 80.0}, 0.74};
+
 const ArchConsts& arch_consts(GpuArch a) {
   static const ArchConsts volta{
       20.0, 25.0, 39.0, 20.0, {26.5, 18.5, 10.0}, {20.0, 20.0, 20.0}, {26.5, 18.5, 10.0}, 0};
@@ -202,6 +211,8 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
   const int ppn = std::max(1, g.ranks_per_node);
   const int idx2 = N <= 2 ? N - 1 : 2;  // index2 of the per-channel tables: N1, N2, N4+
   const ArchConsts& k = arch_consts(g.arch);
+  // The constants NCCL's tuner chooses with (the release's own table) next to those the time follows.
+  const ArchConsts& kc = g.arch == GpuArch::kBlackwell && g.nccl_minor <= 26 ? blackwell_nccl226 : k;
   const CollectiveAlgorithms& allow = c.algorithms;
 
   // Bandwidth of one GPU inside its domain. NVLink: NCCL's per-link figure times the links
@@ -220,12 +231,19 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
 
   const char* best_bound = "";
   bool found = false;
+  double best_choice_s = 0, fastest_s = 0;
+  // choice_algbw: the algorithm bandwidth NCCL's tuner believes (its release's table), which decides; the
+  // time is computed with algbw. They differ only where a release's table is not what the hardware does.
   auto consider = [&](const char* algo, int p, double lat_us, double busbw, double algbw, double corr,
-                      const char* bound) {
+                      const char* bound, double choice_algbw = 0) {
     if (algbw <= 0) return;
+    if (choice_algbw <= 0) choice_algbw = algbw;
     const double t = lat_us * kUs + S / (algbw * corr);
-    if (!found || t < best.time_s) {
+    const double t_choice = lat_us * kUs + S / (choice_algbw * corr);
+    fastest_s = found ? std::min(fastest_s, t) : t;
+    if (!found || t_choice < best_choice_s) {
       found = true;
+      best_choice_s = t_choice;
       best.time_s = t;
       best.algorithm = algo;
       best.protocol = kProtoNames[p];
@@ -251,6 +269,11 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
     // (tuning.cc: typeIntra <= PATH_NVB, typeInter <= PATH_PXN for sm90+, PATH_PXB otherwise).
     if (p == kLL128 && (!nvlink || (N > 1 && (g.arch == GpuArch::kAmpere || g.arch == GpuArch::kVolta))))
       continue;
+    // NICs behind the CPU's C2C link (GB200): up to NCCL 2.26 the GPU-to-NIC path is PATH_PHB (v2.26.2-1
+    // src/graph/paths.cc: NCCL_NET_GDR_C2C defaults to 0), beyond LL128's typeInter <= PATH_PXN
+    // (src/graph/tuning.cc), so no LL128 across nodes; 2.27 added "support for P2C (PXN over C2C) and the
+    // LL128 protocol" on C2C platforms (v2.27.3-1 release notes) and NET_GDR_C2C defaults to 1.
+    if (p == kLL128 && N > 1 && g.nic_behind_c2c && g.nccl_minor <= 26) continue;
     const double hw_intra_ring = (nvlink ? kRingNvlink : kRingPci)[p];
     const double hw_intra_tree = (nvlink ? kTreeNvlink : kTreePci)[p];
     // interLat: NET row (the tree's when one GPU per node), + latencyInter, + once more for Simple's flush.
@@ -261,21 +284,30 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
       const double bw = N > 1 ? std::min(B_intra, B_net) : B_intra;
       double busbw = bw;
       if (p == kLL) busbw = std::min(ll_max, 0.5 * bw);
-      if (p == kLL128) busbw = std::min(0.92 * bw, nc * k.ring_ll128_per_ch * 1e9);
+      double choice_busbw = busbw;
+      if (p == kLL128) {
+        busbw = std::min(0.92 * bw, nc * k.ring_ll128_per_ch * 1e9);
+        choice_busbw = std::min(0.92 * bw, nc * kc.ring_ll128_per_ch * 1e9);
+      }
       const double net_overhead = N > 1 ? kNetOverhead * (p == kSimple ? 3.0 : 1.0) : 0.0;
       const double intra_lat = std::max(hw_intra_ring, net_overhead);
       const int inter_steps = N == 1 ? 0 : (ar ? 2 * (N - 1) : N - 1);
       const double net_row = ppn == 1 ? kTreeNet[p] : kRingNet[p];
       const double lat = kRingBase[p] + (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat(net_row);
       consider("ring", p, lat, busbw, busbw / factor, 1.0,
-               N > 1 && B_net < B_intra ? "the domain's NICs" : (nvlink ? "NVLink" : "PCIe"));
+               N > 1 && B_net < B_intra ? "the domain's NICs" : (nvlink ? "NVLink" : "PCIe"),
+               choice_busbw / factor);
     }
     // ---- Tree (all-reduce over several nodes): a chain inside the node, double binary tree across nodes.
     // NCCL: busBw = min(0.92 x bw, nc x perChMaxTreeBw) (+ LL/LL128 limits), algbw = busBw / 2.
     if (allow.tree && ar && N > 1) {
-      double busbw = std::min(0.92 * std::min(B_intra, B_net), nc * k.tree_per_ch[idx2] * 1e9);
-      if (p == kLL) busbw = std::min(busbw / 3.8, ll_max);
-      if (p == kLL128) busbw = std::min(busbw * 120.0 / 128.0, nc * k.tree_ll128_per_ch[idx2] * 1e9);
+      auto tree_busbw = [&](const ArchConsts& t) {
+        double bw = std::min(0.92 * std::min(B_intra, B_net), nc * t.tree_per_ch[idx2] * 1e9);
+        if (p == kLL) bw = std::min(bw / 3.8, ll_max);
+        if (p == kLL128) bw = std::min(bw * 120.0 / 128.0, nc * t.tree_ll128_per_ch[idx2] * 1e9);
+        return bw;
+      };
+      const double busbw = tree_busbw(k), choice_busbw = tree_busbw(kc);
       // NCCL's latency counts each hop's fixed cost; the chain also forwards whole chunks, so the last one
       // leaves the root only after the first has gone up and down the tree's depth (tree_fill_s).
       const double fill_s = tree_fill_s(tree_chunk_bytes(p, S, nc, N, ppn), S, nc, N, ppn, busbw / nc);
@@ -291,7 +323,8 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
       }
       consider(
           "tree", p, lat, busbw, 0.5 * busbw, corr,
-          busbw < 0.92 * std::min(B_intra, B_net) ? "NCCL's per-channel tree ceiling" : "the domain's NICs");
+          busbw < 0.92 * std::min(B_intra, B_net) ? "NCCL's per-channel tree ceiling" : "the domain's NICs",
+          0.5 * choice_busbw);
     }
     if (p != kSimple) continue;
     // ---- NVLS (NVLink SHARP), one domain. All-reduce: reduce-scatter by multimem.ld_reduce (each GPU sends
@@ -333,9 +366,11 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
   }
   if (found && explain)
     best.why = std::string(best.algorithm) + " " + best.protocol +
-               " fastest of the algorithms NCCL enables here (" + std::to_string(N) + " NVLink domain" +
-               (N > 1 ? "s" : "") + ", " + std::to_string(ppn) + " rank" + (ppn > 1 ? "s" : "") +
-               " each); bound by " + best_bound;
+               (best.time_s > fastest_s ? " as NCCL 2." + std::to_string(g.nccl_minor) +
+                                              "'s tuner table chooses (another algorithm would be faster)"
+                                        : std::string(" fastest of the algorithms NCCL enables here")) +
+               " (" + std::to_string(N) + " NVLink domain" + (N > 1 ? "s" : "") + ", " + std::to_string(ppn) +
+               " rank" + (ppn > 1 ? "s" : "") + " each); bound by " + best_bound;
   return best;
 }
 

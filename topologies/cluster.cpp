@@ -2,6 +2,7 @@
 #include "topologies/cluster.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <queue>
 
 namespace shardplan {
@@ -75,6 +76,7 @@ ClusterSpec parse_cluster_spec(JsonObj o) {
     s.node.nic_Bps = n.number("nic_Bps", 0.0, 0.0, 1e13);
     s.node.host_memory_bytes = n.integer("host_memory_bytes", 0, 0, std::int64_t{1} << 50);
     s.node.host_memory_Bps = n.number("host_memory_Bps", 0.0, 0.0, 1e14);
+    s.node.nic_behind_c2c = n.boolean("nic_behind_c2c", false);
     n.finish();
     if (s.node.nvlink_domain_gpus % s.node.gpus != 0 && s.node.nvlink_domain_gpus != s.node.gpus)
       n.fail("nvlink_domain_gpus", "must be a multiple of node.gpus");
@@ -98,10 +100,25 @@ ClusterSpec parse_cluster_spec(JsonObj o) {
       f->fail("kind", "expected \"infiniband\" or \"roce\", got \"" + s.fabric.kind + "\"");
     s.fabric.nic_efficiency = f->number("nic_efficiency", 0.96, 0.05, 1.0);
     s.fabric.sharp = f->boolean("sharp", false);
+    s.fabric.nccl_version = f->str("nccl_version", "");
+    if (!s.fabric.nccl_version.empty() && nccl_minor_of(s.fabric.nccl_version) < 0)
+      f->fail("nccl_version",
+              "expected an NCCL 2.x release such as \"2.26.2\", got \"" + s.fabric.nccl_version + "\"");
     f->finish();
   }
   o.finish();
   return s;
+}
+
+int nccl_minor_of(const std::string& version) {
+  // "2.<minor>" optionally followed by ".<patch>" (and anything after it, e.g. "-1").
+  if (version.rfind("2.", 0) != 0) return -1;
+  std::size_t i = 2;
+  int minor = 0;
+  while (i < version.size() && std::isdigit(static_cast<unsigned char>(version[i])) && minor < 1000)
+    minor = minor * 10 + (version[i++] - '0');
+  if (i == 2 || (i < version.size() && version[i] != '.')) return -1;
+  return minor;
 }
 
 Json cluster_spec_to_json(const ClusterSpec& s) {
@@ -138,6 +155,8 @@ Json cluster_spec_to_json(const ClusterSpec& s) {
               {"kind", s.fabric.kind},
               {"nic_efficiency", s.fabric.nic_efficiency},
               {"sharp", s.fabric.sharp}}}};
+  if (s.node.nic_behind_c2c) j["node"]["nic_behind_c2c"] = true;
+  if (!s.fabric.nccl_version.empty()) j["fabric"]["nccl_version"] = s.fabric.nccl_version;
   if (!s.sources.is_null()) j["sources"] = s.sources;
   return j;
 }
@@ -262,6 +281,8 @@ GroupView Cluster::group(int size, int stride) const {
   g.host_gpus = n.host_gpus;
   g.sharp = spec_.fabric.sharp;
   g.rail_Bps = n.nic_Bps * spec_.fabric.nic_efficiency;
+  g.nic_behind_c2c = n.nic_behind_c2c;
+  if (!spec_.fabric.nccl_version.empty()) g.nccl_minor = nccl_minor_of(spec_.fabric.nccl_version);
   // Hosts: members of one host are `stride` ranks apart, so a host holds host_gpus / stride of them (at least
   // 1).
   const int per_host = std::clamp(n.host_gpus / stride, 1, g.ranks);

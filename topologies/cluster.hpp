@@ -36,6 +36,10 @@ struct NodeSpec {
   double pcie_Bps = 0;
   int nics = 0;
   double nic_Bps = 0;  ///< one NIC, one direction
+  /// The NICs hang off the CPU's PCIe and the GPU reaches them over NVLink-C2C (GB200: Grace + Blackwell),
+  /// so NCCL's GPU-to-NIC path is PHB unless NCCL_NET_GDR_C2C maps it to C2C/P2C (src/graph/paths.cc).
+  /// Optional, default false.
+  bool nic_behind_c2c = false;
   /// Host (CPU) memory of one node and its bandwidth, for CPU offload (DeepSpeed ZeRO-Offload/Infinity, FSDP
   /// CPU offload: optimizer state, master weights and gradients in host RAM, Adam on the CPU). 0 = unknown:
   /// offload plans are then not checked against host memory.
@@ -54,6 +58,9 @@ struct FabricSpec {
   /// In-network reduction (IB SHARP) enabled for NCCL's CollNet algorithms (NCCL_COLLNET_ENABLE=1 with the
   /// SHARP plugin). Optional, default false: NCCL leaves CollNet off unless asked (src/graph/tuning.cc).
   bool sharp = false;
+  /// NCCL release the cluster runs ("2.26.2"; optional, default the model's baseline 2.30). Only its minor
+  /// version is used, for the few tuner defaults that changed between releases (collective.cpp).
+  std::string nccl_version;
   int nodes_per_leaf = 32;
   double oversubscription = 1.0;
 };
@@ -67,6 +74,8 @@ struct ClusterSpec {
 };
 
 ClusterSpec parse_cluster_spec(JsonObj obj);
+/// The minor version of an NCCL release string "2.<minor>[.<patch>...]", or -1 when it is not one.
+int nccl_minor_of(const std::string& version);
 Json cluster_spec_to_json(const ClusterSpec& s);
 
 /// What a group of ranks sees of the topology.
@@ -87,6 +96,8 @@ struct GroupView {
   double inter_Bps = 0;  ///< per NVLink domain per direction across the network, available to this group
   double inter_latency_s = 0;
   bool nvls = false;
+  bool nic_behind_c2c = false;  ///< NodeSpec::nic_behind_c2c
+  int nccl_minor = 30;          ///< minor version of FabricSpec::nccl_version (2.<minor>), default 30
   GpuArch arch = GpuArch::kOther;
 };
 

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "core/error.hpp"
+#include "core/json_reader.hpp"
 #include "sim_helpers.hpp"
 
 using namespace shardplan;
@@ -252,4 +254,66 @@ TEST_CASE("tree all-reduce pipeline fill: chunk sizes and depth as NCCL's calcCo
   CHECK(tree_fill_s(524288, 1048576, 16, 2, 8, 40e9) == Approx(2.0 * 8 * 65536 / 40e9).epsilon(1e-12));
   // One rank per node on 2 nodes: depth 0 + 1.
   CHECK(tree_fill_s(524288, 16 * kGiBd, 8, 2, 1, 40e9) == Approx(2.0 * 524288 / 40e9).epsilon(1e-12));
+}
+
+TEST_CASE("NCCL 2.26 on GB200: no LL128 over C2C NICs; the tuner chooses with its own table",
+          "[simulator][collective]") {
+  // The CoreWeave GB200 runs used NCCL 2.26.2. Two mechanisms of that release (collective.cpp):
+  //  - NICs on the Grace CPU behind NVLink-C2C are PATH_PHB to the GPU (NCCL_NET_GDR_C2C = 0 by default),
+  //  beyond
+  //    LL128's typeInter <= PATH_PXN: no LL128 across racks (2.27 added it).
+  //  - NCCL 2.26 tuned Blackwell as twice Hopper (tree 2 x 36.0 GB/s a channel over 4+ nodes) and chooses
+  //  with
+  //    that; the time follows the measured row of 2.29/2.30 (24.0 GB/s a channel).
+  ClusterSpec spec = load_cluster_spec("gb200-nvl72-multirack");
+  REQUIRE(spec.node.nic_behind_c2c);
+  spec.fabric.nccl_version = "2.26.2";
+  Cluster old_nccl(spec, 1440), new_nccl(load_cluster_spec("gb200-nvl72-multirack"), 1440);
+  const GroupView g26 = old_nccl.group(1440, 1), g30 = new_nccl.group(1440, 1);
+  CHECK(g26.nccl_minor == 26);
+  CHECK(g30.nccl_minor == 30);
+  // Ring only, 1 GiB. 20 racks cross the spine: latencyInter 6 µs (see the tree test above).
+  //   LL128 (2.30): 14 + (2878 − 38) · 1.9 + 38 · (4.0 + 6) = 5790 µs, busbw min(0.92 · 721.8e9, 18 · 40e9)
+  //                 = 664.06e9 → algbw 664.06e9 · 1440 / 2878 = 332.26e9: 5.790 ms + 3.232 ms = 9.02 ms;
+  //   Simple:       8.4 + 2840 · 3.4 + 38 · (14 + 2 · 6) = 10652.4 µs, algbw 721.8e9 · 1440 / 2878.
+  CollectiveConstants ring;
+  ring.algorithms = CollectiveAlgorithms::parse("ring");
+  const double G = kGiBd;
+  CollectiveCost r30 = collective_cost(CollectiveKind::kAllReduce, G, g30, ring);
+  CHECK(std::string(r30.protocol) == "LL128");
+  CHECK(r30.time_s == Approx(5790e-6 + G / (664.056e9 * 1440 / 2878)).epsilon(1e-4));
+  CollectiveCost r26 = collective_cost(CollectiveKind::kAllReduce, G, g26, ring);
+  CHECK(std::string(r26.protocol) == "Simple");
+  CHECK(r26.time_s == Approx(10652.4e-6 + G / (721.8e9 * 1440 / 2878)).epsilon(1e-4));
+  // Default algorithms, 16 GiB. Tree Simple: latency 8.4 + 2 · (71 · 4.0 + 4 · 26) µs + fill 2 · 75 · 512 KiB
+  // / 24e9 = 0.7844 + 3.2768 = 4.061 ms.
+  //   2.26 believes busbw min(664.06e9, 18 · 72e9) = 664.06e9: 4.061 + 17.18e9 / 332.03e9 = 55.8 ms, below
+  //   the ring Simple's 10.652 + 17.18e9 / 361.15e9 = 58.2 ms: NCCL 2.26 runs the tree, which takes
+  //   4.061 + 17.18e9 / 216e9 = 83.6 ms (measured 84.6 ms, all_reduce_1440ranks_gb200_coreweave.log).
+  const double S = 16 * kGiBd;
+  CollectiveCost t26 = collective_cost(CollectiveKind::kAllReduce, S, g26);
+  CHECK(std::string(t26.algorithm) == "tree");
+  CHECK(std::string(t26.protocol) == "Simple");
+  CHECK(t26.latency_s == Approx((8.4 + 2 * (71 * 4.0 + 4 * 26.0)) * 1e-6 + 2.0 * 75 * 524288 / 24e9));
+  CHECK(t26.time_s == Approx(t26.latency_s + S / 216e9).epsilon(1e-9));
+  CHECK(t26.why.find("as NCCL 2.26's tuner table chooses") != std::string::npos);
+  // 2.30 knows the tree's 24 GB/s a channel and takes the ring (LL128, as above: 5.79 + 51.7 ms).
+  CollectiveCost t30 = collective_cost(CollectiveKind::kAllReduce, S, g30);
+  CHECK(std::string(t30.algorithm) == "ring");
+  CHECK(t30.time_s < t26.time_s);
+}
+
+TEST_CASE("cluster nccl_version: the minor release, or one clear input error",
+          "[simulator][collective][cluster]") {
+  CHECK(nccl_minor_of("2.26.2") == 26);
+  CHECK(nccl_minor_of("2.29") == 29);
+  CHECK(nccl_minor_of("2.30.7-1") == 30);
+  CHECK(nccl_minor_of("3.0") == -1);
+  CHECK(nccl_minor_of("2.x") == -1);
+  Json j = cluster_spec_to_json(load_cluster_spec("dgx-h100"));
+  CHECK_FALSE(j["fabric"].contains("nccl_version"));  // optional: absent = the model's baseline (2.30)
+  j["fabric"]["nccl_version"] = "2.26.2";
+  CHECK(parse_cluster_spec(JsonObj(j, "c.json")).fabric.nccl_version == "2.26.2");
+  j["fabric"]["nccl_version"] = "twenty-six";
+  CHECK_THROWS_AS(parse_cluster_spec(JsonObj(j, "c.json")), InputError);
 }
