@@ -395,20 +395,24 @@ bool CachingAllocator::release_available_cached_blocks(const Params& p) {
 }
 
 void CachingAllocator::garbage_collect_cached_blocks() {
-  // garbage_collect_cached_blocks: above threshold x allowed maximum, cudaFree unsplit large-pool cached
-  // blocks (every stream) whose age (get_free_block calls on the pool since the block was cached) is at least
-  // the mean age, pass after pass, until the excess is reclaimed. Expandable blocks are skipped (PyTorch's
-  // release_block does not take them).
+  // garbage_collect_cached_blocks (CUDACachingAllocator.cpp; the rule below as in the DeviceCachingAllocator
+  // template of the newest stored version, which also guards release_block against expandable blocks): with
+  // reserved above gc_threshold = threshold x allowed maximum, target = reserved - gc_threshold. The mean age
+  // (get_free_block calls on the large pool since the block was cached) is taken over every unsplit free
+  // large-pool block of every stream; a pass frees each unsplit, non-expandable one at least that old (all of
+  // them, not stopping at the target), and passes repeat with the mean of those left until target bytes are
+  // reclaimed or a pass frees nothing.
   const auto gc_threshold =
       static_cast<Bytes>(config_.garbage_collection_threshold * static_cast<double>(config_.capacity_bytes));
   if (stats_.reserved_bytes <= gc_threshold) return;
   const Bytes target = stats_.reserved_bytes - gc_threshold;
+  auto counted = [](const Block& b) { return !b.is_split(); };
   auto freeable = [](const Block& b) { return !b.is_split() && b.segment < 0; };
   auto age = [this](const Block& b) { return large_.get_free_blocks_call_count - b.gc_count_base; };
   std::int64_t total_age = 0, freeable_count = 0;
   for (const SizeKey& k : large_.blocks) {
     const Block& b = blocks_[static_cast<std::size_t>(k.id)];
-    if (freeable(b)) {
+    if (counted(b)) {
       total_age += age(b);
       ++freeable_count;
     }

@@ -252,6 +252,30 @@ std::vector<Knob> build_table() {
                         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (reserved memory is replayed "
                         "through it)",
                         &Plan::allocator));
+  {
+    // c10/cuda/CUDACachingAllocator.cpp garbage_collect_cached_blocks; the option parser
+    // (c10/core/AllocatorConfig.cpp, 065861fb) takes values in (0, 1) only.
+    Knob k =
+        make("allocator_gc_threshold", "--allocator-gc-threshold", KnobKind::kDouble,
+             "PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold: before a new cudaMalloc with reserved "
+             "memory above this fraction of what the allocator may take, cached whole segments at least "
+             "as old as the average are freed (PyTorch runs it only with a per-process memory fraction "
+             "set); 0 = off",
+             "0");
+    k.dlo = 0.0;
+    k.dhi = 1.0;
+    k.get = [](const Plan& p) {  // off prints nothing: repro lines of plans without it are unchanged
+      return p.allocator_gc_threshold == 0.0 ? std::string() : format_double(p.allocator_gc_threshold);
+    };
+    k.set = [](Plan& p, const std::string& text) {
+      double v = 0;
+      std::string why = parse_double(text, 0.0, 1.0, v);
+      if (why.empty() && v >= 1.0) why = "must be below 1 (0 = off), got " + text;
+      if (why.empty()) p.allocator_gc_threshold = v;
+      return why;
+    };
+    t.push_back(k);
+  }
   add_pipeline_knobs(t);
   add_cp_ep_knobs(t);
   return t;

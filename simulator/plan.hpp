@@ -146,6 +146,10 @@ struct Plan {
   bool fp8_all_gather = false;
   /// The caching allocator's mode (reserved memory comes from replaying the step through it).
   AllocatorMode allocator = AllocatorMode::kDefault;
+  /// PYTORCH_CUDA_ALLOC_CONF garbage_collection_threshold in (0, 1); 0 = off (PyTorch's default). PyTorch
+  /// collects only under torch.cuda.set_per_process_memory_fraction; the replay takes the memory the
+  /// allocator may use (the device's less the runtime overhead) as that allowed maximum.
+  double allocator_gc_threshold = 0.0;
 
   // ---- pipeline parallelism (simulator/pipeline.hpp) ----
   int pp = 1;  ///< pipeline-parallel degree (ranks of one pipeline), the outermost mesh dimension

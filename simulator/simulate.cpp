@@ -88,6 +88,7 @@ const Result& Simulator::run(const Plan& p, bool detail) {
     // the replay is repeated without a limit to report the demand.
     AllocatorConfig cfg;
     cfg.expandable_segments = p.allocator == AllocatorMode::kExpandable;
+    cfg.garbage_collection_threshold = p.allocator_gc_threshold;  // needs capacity_bytes > 0 (below)
     cfg.capacity_bytes = std::max<Bytes>(0, r.capacity_bytes - r.overhead.total());
     if (cfg.capacity_bytes == 0) cfg.capacity_bytes = 1;  // nothing left: every allocation fails
     const ReplayOutcome* o = &replay_.run(prog_, cfg);

@@ -660,6 +660,32 @@ def convert(rec):
         plan["hold_logits"] = True
         notes.append("hold_logits: torchtitan's loop of this date keeps `pred` (fp32 logits) alive through "
                      "backward; `del pred` was added later in 2024")
+    if src == "pytorch/ao" and rec["id"].startswith("torchao-e2e-"):
+        # The ao e2e benchmarks launch torchtitan through benchmarks/float8/training/llama3.sh, which runs
+        # ${TORCHTITAN_ROOT}/run_train.sh (ao 8c81863ba, 4fc4068d6, e4e681be6); run_train.sh starts torchrun with
+        # PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True" (torchtitan run_train.sh line 19 at 2c8b594 and
+        # 6fc499f; line 22 since the file was added in 82afc842e, 2025-02-24; the H100 rows, added 2025-03-12,
+        # call run_train.sh and models/llama/train_configs, which existed together only 2025-02-24..04-07).
+        # ROCm builds ignore the option before PyTorch enabled expandable segments on ROCm in 2026 (pytorch PR
+        # 173330, relanded as 177974): the MI300X rows (torch 2.9.0.dev20250811+rocm6.4) keep default segments.
+        versions = rec["source"].get("versions") or ""
+        if "rocm" in versions:
+            notes.append("allocator default: torchtitan's run_train.sh sets PYTORCH_CUDA_ALLOC_CONF="
+                         "expandable_segments:True, which this ROCm build (%s) ignores (expandable segments on "
+                         "ROCm: pytorch PR 173330/177974, 2026)" % versions.split(",")[0])
+        else:
+            plan["allocator"] = "expandable"
+            notes.append("allocator expandable: llama3.sh runs torchtitan's run_train.sh, which sets "
+                         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+        if "torchtitan 2c8b594" in versions or "torchtitan 6fc499f" in versions:
+            # Not expressible by a plan knob yet (noted for the reserved-memory error): torchtitan compiles the loss
+            # with --training.compile since bbb1b616e (2025-04-02, components/loss.py build_cross_entropy_loss), and
+            # on compute capability >= 10.0 puts cuDNN attention first (models/attention.py _init_backend, since
+            # 3b85aa31f), whose op is not in SAC's _save_list (models/llama3/infra/parallelize.py).
+            notes.append("not modelled: torchtitan at this commit torch.compiles the cross-entropy loss "
+                         "(components/loss.py build_cross_entropy_loss; the tool models the eager fp32 loss)%s"
+                         % ("; on B200 SDPA runs cuDNN attention (models/attention.py, capability >= 10.0), "
+                            "which per-op SAC recomputes (not in _save_list)" if "cu12" in versions else ""))
     if src == "bigscience-workshop/bigscience":
         notes.append("Megatron-DeepSpeed: Megatron TP%d (column/row parallel, no sequence parallel, 2022) with "
                      "DeepSpeed ZeRO-1 at dp=%d, expressed as runtime deepspeed; iteration-2 snapshot" % (tp, dp))

@@ -351,6 +351,78 @@ TEST_CASE("allocator: garbage_collection_threshold frees the older cached blocks
   CHECK(off.num_device_free == 0);
 }
 
+TEST_CASE("allocator: garbage collection repeats with the mean age of the blocks left",
+          "[simulator][allocator]") {
+  // garbage_collect_cached_blocks: target = reserved - threshold x maximum; each pass frees every unsplit
+  // cached large-pool block at least as old as the mean age of those left, until target bytes are reclaimed.
+  auto replay = [](double threshold) {
+    AllocatorConfig cfg;
+    cfg.capacity_bytes = 100 * MiB;
+    cfg.garbage_collection_threshold = threshold;
+    CachingAllocator a(cfg);
+    a.free(a.malloc(20 * MiB, 0));  // get_free_block call 1: a (20 MiB) cached at count 1
+    a.free(a.malloc(40 * MiB, 1));  // call 2: reserved 20 MiB, below both thresholds; b (40 MiB) at count 2
+    a.malloc(30 * MiB, 2);          // call 3: no stream-2 block; reserved 60 MiB; ages a 2, b 1
+    return a.stats();
+  };
+  // 0.3: gc_threshold 30 MiB, target 30 MiB. Pass 1: mean 1.5 frees a (20 MiB < 30); pass 2: mean of b alone
+  // is 1, b is freed (60 MiB reclaimed). Reserved: z's 30 MiB only.
+  const AllocatorStats two = replay(0.3);
+  CHECK(two.reserved_bytes == 30 * MiB);
+  CHECK(two.num_device_free == 2);
+  // 0.5: gc_threshold 50 MiB, target 10 MiB: pass 1 frees a (20 MiB >= 10) and stops; b + z = 70 MiB.
+  const AllocatorStats one = replay(0.5);
+  CHECK(one.reserved_bytes == 70 * MiB);
+  CHECK(one.num_device_free == 1);
+  // 0.6: gc_threshold 60 MiB = reserved: "no need to trigger GC yet" (reserved <= threshold); 90 MiB.
+  const AllocatorStats none = replay(0.6);
+  CHECK(none.reserved_bytes == 90 * MiB);
+  CHECK(none.num_device_free == 0);
+}
+
+TEST_CASE("allocator: garbage collection neither counts nor frees split blocks", "[simulator][allocator]") {
+  AllocatorConfig cfg;
+  cfg.capacity_bytes = 100 * MiB;
+  cfg.garbage_collection_threshold = 0.3;  // gc_threshold 30 MiB
+  CachingAllocator a(cfg);
+  a.free(a.malloc(30 * MiB, 0));  // call 1: a 30 MiB segment, cached at count 1
+  a.malloc(8 * MiB, 0);           // call 2: takes the segment and splits it: 8 MiB live, 22 MiB free (split)
+  a.free(
+      a.malloc(20 * MiB, 1));  // call 3: reserved 30 MiB <= 30, no collection; b (20 MiB) cached at count 3
+  a.malloc(20 * MiB, 2);       // call 4: reserved 50 MiB, target 20 MiB
+  // Only b is unsplit: mean age = b's own (1), so b is freed (20 MiB reclaimed); the split 22 MiB block
+  // stays. Had the split block (age 2) been counted, the mean 1.5 would spare b and nothing would be freed
+  // (70 MiB).
+  CHECK(a.stats().reserved_bytes == 50 * MiB);
+  CHECK(a.stats().num_device_free == 1);
+  CHECK(a.check_invariants().empty());
+}
+
+TEST_CASE("allocator: garbage collection runs only before a new cudaMalloc", "[simulator][allocator]") {
+  AllocatorConfig cfg;
+  cfg.capacity_bytes = 100 * MiB;
+  cfg.garbage_collection_threshold = 0.3;
+  CachingAllocator a(cfg);
+  a.free(a.malloc(40 * MiB, 0));  // reserved 40 MiB > 30 MiB, one cached block
+  a.free(a.malloc(20 * MiB, 1));  // call 2: a new segment; GC first: target 10 MiB, the 40 MiB block (age 1,
+                                  // the only one) is freed; then the 20 MiB segment. Reserved 20 MiB.
+  CHECK(a.stats().reserved_bytes == 20 * MiB);
+  CHECK(a.stats().num_device_free == 1);
+  a.malloc(20 * MiB, 2);  // call 3: reserved 20 MiB <= 30, no collection; a new segment: 40 MiB
+  a.malloc(12 * MiB, 1);  // call 4: reserved 40 MiB > 30, but the cached 20 MiB block of stream 1 serves it
+                          // (split, 8 MiB > 1 MiB remain): no cudaMalloc, so no collection
+  CHECK(a.stats().num_device_free == 1);
+  CHECK(a.stats().reserved_bytes == 40 * MiB);
+  // Expandable segments: their blocks are never collected (release_block does not take them).
+  AllocatorConfig ex = cfg;
+  ex.expandable_segments = true;
+  CachingAllocator e(ex);
+  e.free(e.malloc(40 * MiB, 0));
+  e.malloc(20 * MiB, 1);
+  CHECK(e.stats().reserved_bytes == 60 * MiB);
+  CHECK(e.stats().num_device_free == 0);
+}
+
 TEST_CASE("allocator: the malloc that set the reserved peak", "[simulator][allocator]") {
   CachingAllocator a;
   BlockId x = a.malloc(30 * MiB, 0);  // index 0: reserved 30 MiB
