@@ -141,7 +141,7 @@ class Lowering {
            static_cast<double>(in_.model.spec().vocab) / p_.tp / p_.cp;  // CP: this rank's seq / cp
   }
   void loss_forward_effects();
-  void loss_backward_effects();
+  std::int32_t loss_backward_effects();
 
   // ---- tensor parallelism (sequence parallel): the unit's TP collectives on the TP communicator ----
   /// Adds the TP collectives of one pass of unit `u` before its compute task and returns the task the compute

@@ -79,6 +79,11 @@ std::int64_t tensor_shard_elems(const Tensor& t, int tp, int shard_group, Paddin
 /// selective (op-level) recomputation; full AC keeps only the block input (block_input_bytes). TP with
 /// sequence parallelism divides the replicated part too.
 double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective);
+/// The transient bytes of one layer's backward at its worst op beyond its saved tensors and the gradient
+/// flowing in: for an attention or MLP layer (ending in a row-parallel output projection) the output
+/// projection's weight and input gradients and the column projections' output gradients (less the MLP's
+/// product, freed by then); 0 for other layers (docs/model.md "Backward inside a block").
+double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens);
 /// What full activation checkpointing keeps per block: the block's input, hidden x tokens in the compute
 /// dtype.
 double block_input_bytes(const ModelSpec& s, const Plan& p, double tokens);
