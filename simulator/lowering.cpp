@@ -175,10 +175,14 @@ void Lowering::backward(int mb, bool last_mb) {
     // FSDP2's tied group [tok_embeddings, norm, output] (units.cpp) ran first in forward: its pre-backward at
     // the head has no earlier group to prefetch, so the last block is gathered after the head's backward.
     const bool tied_head = rt_.head_not_resharded && un.gather_owner >= 0;
+    // A block of an FSDP2 group of several blocks targets the group itself (its post-forward order lists the
+    // group once per module): it prefetches nothing; the group's first block prefetches the previous group.
     auto prefetch = [&](std::int32_t after) {
-      for (int j = u - 1; j >= std::max(0, u - p_.prefetch); --j)
+      for (int j = u - 1; j >= std::max(0, u - p_.prefetch); --j) {
+        if (un.group_first >= 0 && unit(j).group_first == un.group_first) break;
         if (!gathered_[static_cast<std::size_t>(j)] && unit(j).gathered_elems > 0)
           issue_ag(j, mb, true, after);
+      }
     };
     if (rt_.gathers_params) {
       if (!gathered_[static_cast<std::size_t>(u)] && un.gathered_elems > 0) issue_ag(u, mb, true, -1);

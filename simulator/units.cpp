@@ -104,11 +104,18 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
   };
   SimUnit* cur = new_unit("embedding");
   int blocks_in_unit = 0;
+  // FSDP2 runs the hooks of a group of several modules per module (torch 2.15 _fsdp_state.py: each module of
+  // fully_shard([...]) gets the state's pre/post forward and backward hooks; the reference lane's trace of
+  // --wrap 2: four all-gathers of a group in one forward and, in backward, a reduce-scatter after each
+  // block of the gradients written so far, then the group gathered again for the next block). With
+  // resharding after forward each block is then a unit of its own whose gather brings the whole group.
+  const bool per_module_groups = rt.head_group_regathered && rt.gathers_params && p.wrap > 1 && p.reshard();
+  const int unit_wrap = per_module_groups ? 1 : p.wrap;
   for (const Layer* l : model.order()) {
     if (l->block >= 0) {
       const bool new_block = cur->layers.empty() || cur->layers.back()->block != l->block;
       if (new_block) {
-        if ((cur->blocks == 0 && units.size() == 1) || blocks_in_unit == p.wrap) {
+        if ((cur->blocks == 0 && units.size() == 1) || blocks_in_unit == unit_wrap) {
           cur = new_unit("blocks." + std::to_string(l->block));
           blocks_in_unit = 0;
         }
@@ -332,6 +339,30 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
     u.reshard = p.reshard();
     if (rt.head_not_resharded && ui + 1 == units.size() && rt.gathers_params)
       u.reshard = false;  // [norm, output]
+  }
+  if (per_module_groups) {
+    // Groups of `wrap` consecutive block units, each all-gathering the group's parameters.
+    for (std::size_t first = 0; first < units.size();) {
+      if (units[first].blocks == 0) {
+        ++first;
+        continue;
+      }
+      std::size_t end = first;
+      std::int64_t g = 0, sh = 0, f8 = 0;
+      for (int k = 0; k < p.wrap && end < units.size() && units[end].blocks > 0; ++k, ++end) {
+        g += units[end].gathered_elems;
+        sh += units[end].shard_elems;
+        f8 += units[end].fp8_gathered_elems;
+      }
+      for (std::size_t k = first; k < end; ++k) {
+        SimUnit& m = units[k];
+        m.group_extra_gathered_elems = g - m.gathered_elems;
+        m.group_extra_shard_elems = sh - m.shard_elems;
+        m.group_extra_fp8_elems = f8 - m.fp8_gathered_elems;
+        m.group_first = static_cast<int>(first);
+      }
+      first = end;
+    }
   }
   // Tied embeddings under FSDP2 as torchtitan wraps them (torchtitan 0.3.0 distributed/fsdp.py
   // apply_fsdp_to_decoder: fully_shard([tok_embeddings, norm, output], reshard_after_forward=False)): the

@@ -24,6 +24,11 @@ struct SimUnit {
   bool reshard = true;                  ///< free unsharded parameters after forward
   int gather_owner = -1;          ///< FSDP1 root split in two: the head part uses the embedding's gather
   bool owns_merged_root = false;  ///< FSDP1 root: this (embedding) unit gathers and reduces the head too
+  /// FSDP2 group of several blocks (fully_shard on a list, --wrap > 1): each block is a unit of its own whose
+  /// all-gather brings the whole group; these are the other blocks' gathered / shard elements, and the
+  /// group's first unit (-1: not in such a group).
+  std::int64_t group_extra_gathered_elems = 0, group_extra_shard_elems = 0, group_extra_fp8_elems = 0;
+  int group_first = -1;
   /// Compute of one forward / backward / recomputation, without the TP collectives (seconds).
   double fwd_s = 0, bwd_s = 0, recompute_s = 0;
   /// Tensor-parallel collectives of one forward and one backward (seconds), and their buffer bytes per

@@ -1,6 +1,7 @@
 // The backward inside a transformer block, op by op (docs/model.md "Backward inside a block"): the layers'
 // transients at their worst op, the closed-form peak of a block unit's backward, and the lowering's order
-// (gradients allocated once the saved tensors are consumed).
+// (gradients allocated once the saved tensors are consumed), and FSDP2 groups of several blocks, whose hooks
+// run per block.
 #include <catch2/catch.hpp>
 
 #include "sim_helpers.hpp"
@@ -100,4 +101,41 @@ TEST_CASE("the lowering frees a block's saved tensors before it allocates the bl
     seen = true;
   }
   CHECK(seen);
+}
+
+TEST_CASE("FSDP2 --wrap 2: each block is a unit that all-gathers its two-block group",
+          "[simulator][memory][backward]") {
+  // fully_shard on a list of two blocks runs the group's hooks per block (docs/model.md "FSDP2 groups of
+  // several blocks"). Llama-3-8B block: attention 4096·(4096 + 2·1024 + 4096) = 41,943,040, SwiGLU
+  // 3·4096·14336 = 176,160,768, two norms 8192: 218,112,000 parameters; on 8 ranks every dim 0 divides by 8,
+  // so a block gathers exactly that many elements and its group partner's as many again.
+  Setup s("llama3-8b", "dgx-h100", 8);
+  Plan p;
+  p.wrap = 2;
+  const Plan r = s.resolve(p);
+  const auto units = units_of(s, r);
+  REQUIRE(units.size() == 34);  // embedding, 32 one-block units, head
+  CHECK(units[1].gathered_elems == 218'112'000);
+  CHECK(units[1].group_extra_gathered_elems == 218'112'000);
+  CHECK(units[1].group_first == 1);
+  CHECK(units[2].group_first == 1);
+  CHECK(units[3].group_first == 3);
+  // Every block's forward and backward gathers the group once: 32 all-gathers of 2·218,112,000 bf16 elements
+  // per pass (backward: the group's last block has it from the previous prefetch, its first block gathers it
+  // again and prefetches the previous group's last block).
+  Simulator sim(s.model, *s.cluster, *s.costs);
+  sim.run(r);
+  int fwd = 0, bwd = 0;
+  for (const Task& t : sim.program().tasks)
+    if (t.type == TaskType::kCollective && t.comm_kind == static_cast<std::uint8_t>(CommKind::kAllGather) &&
+        t.unit >= 1 && t.unit <= 32)
+      ++(t.backward ? bwd : fwd);
+  CHECK(fwd == 32);
+  CHECK(bwd == 32);
+  // Without resharding after forward (ZeRO-2) the group stays gathered: one unit of two blocks.
+  p.zero = 2;
+  const auto kept = units_of(s, s.resolve(p));
+  REQUIRE(kept.size() == 18);
+  CHECK(kept[1].group_first == -1);
+  CHECK(kept[1].gathered_elems == 2 * 218'112'000LL);
 }
