@@ -70,10 +70,12 @@ void Lowering::loss_forward_effects() {
   }
 }
 
-void Lowering::loss_backward_effects() {
+std::int32_t Lowering::loss_backward_effects() {
   // Eager cross-entropy backward: nll_loss backward writes a gradient of the log-softmax output, log_softmax
   // backward writes the gradient of the logits while both and the saved output are alive; with an fp32 loss
-  // the gradient is then cast to the compute dtype for the head's backward.
+  // the gradient is then cast to the compute dtype for the head's backward. Returns the group of the logits'
+  // gradient in the compute dtype that the head's backward reads (its caller frees it, logits_elems() x
+  // the compute dtype's bytes): the cast, or with a 16-bit loss the loss input's gradient itself.
   const double TV = logits_elems();
   const bool f32_loss = p_.loss_dtype == Dtype::kFp32;
   const Bytes g = B((f32_loss ? 4.0 : bc_) * TV), cast = B(TV * bc_);
@@ -83,9 +85,10 @@ void Lowering::loss_backward_effects() {
   free_group(A, kPoolDefault, g_out, g);
   free_group(A, kPoolDefault, loss_saved_id_, g);  // saved log-softmax out
   loss_saved_id_ = -1;
-  const std::int32_t c = f32_loss ? alloc_one(A, kPoolDefault, cast) : -1;
+  if (!f32_loss) return g_in;  // already in the compute dtype: the head's backward reads it
+  const std::int32_t c = alloc_one(A, kPoolDefault, cast);
   free_group(A, kPoolDefault, g_in, g);
-  free_group(A, kPoolDefault, c, cast);
+  return c;
 }
 
 // ---- forward ----
@@ -185,10 +188,14 @@ void Lowering::backward(int mb, bool last_mb) {
     // per module, so the target is the group itself); the next units are prefetched when it is re-gathered.
     const bool regather =
         rt_.head_group_regathered && rt_.gathers_params && un.has_loss && un.gathered_elems > 0;
+    // A block of an FSDP2 group of several blocks targets the group itself (its post-forward order lists the
+    // group once per module): it prefetches nothing; the group's first block prefetches the previous group.
     auto prefetch = [&](std::int32_t after) {
-      for (int j = u - 1; j >= std::max(0, u - p_.prefetch); --j)
+      for (int j = u - 1; j >= std::max(0, u - p_.prefetch); --j) {
+        if (un.group_first >= 0 && unit(j).group_first == un.group_first) break;
         if (!gathered_[static_cast<std::size_t>(j)] && unit(j).gathered_elems > 0)
           issue_ag(j, mb, true, after);
+      }
     };
     if (rt_.gathers_params) {
       if (!gathered_[static_cast<std::size_t>(u)] && un.gathered_elems > 0) issue_ag(u, mb, true, -1);
@@ -228,8 +235,18 @@ void Lowering::backward(int mb, bool last_mb) {
     const auto su = static_cast<std::size_t>(u);
     const UnitTensors& ut = ut_[su];
     recompute_id_ = alloc_tensors(MemCategory::kActivations, kPoolDefault, un.recompute_bytes, ut.recompute);
+    // The loss's backward runs before the head's own ops (their input gradients come after it).
+    const std::int32_t loss_grad = un.has_loss ? loss_backward_effects() : -1;
     workspace_id_ = alloc_tensors(MemCategory::kOther, kPoolDefault, un.workspace_bytes, ut.workspace);
-    if (un.has_loss) loss_backward_effects();
+    // A block unit's workspace is its op-level peak over the saved tensors (units.cpp): the saved tensors are
+    // consumed before the last gradients are written, so the gradients are allocated after they are freed.
+    const bool op_level = un.blocks > 0;
+    if (op_level) {
+      free_group(MemCategory::kOther, kPoolDefault, workspace_id_, un.workspace_bytes);
+      free_group(MemCategory::kActivations, kPoolDefault, act_id_[su], un.act_bytes);
+      free_group(MemCategory::kActivations, kPoolDefault, recompute_id_, un.recompute_bytes);
+      act_id_[su] = recompute_id_ = workspace_id_ = -1;
+    }
     if (!rt_.grads_persistent) {
       if (!rt_.grad_kept_until_boundary) {
         ugrad_id_[su] = alloc_tensors(MemCategory::kGrads, kPoolDefault, ugrad, ut.params_local);
@@ -239,6 +256,9 @@ void Lowering::backward(int mb, bool last_mb) {
         grads_allocated_ += ugrad;
       }
     }
+    // The head's matmul backward reads the logits' gradient while it writes its weight gradient.
+    if (loss_grad >= 0)
+      free_group(MemCategory::kActivations, kPoolDefault, loss_grad, B(logits_elems() * bc_));
     free_group(MemCategory::kActivations, kPoolDefault, act_id_[su], un.act_bytes);
     free_group(MemCategory::kActivations, kPoolDefault, recompute_id_, un.recompute_bytes);
     free_group(MemCategory::kOther, kPoolDefault, workspace_id_, un.workspace_bytes);

@@ -34,7 +34,7 @@ void Lowering::issue_ag(int u, int mb, bool backward, std::int32_t after) {
     // Offloaded parameters: the shard is copied host -> device before its all-gather (FSDP2
     // all_gather_inputs, FSDP1 pre_unshard, DeepSpeed ZeRO-Infinity fetch), into a shard-sized staging
     // tensor.
-    const double shard_bytes = static_cast<double>(un.shard_elems) * host_param_bytes_;
+    const double shard_bytes = ag_shard_elems(u) * host_param_bytes_;
     after = pcie_copy(shard_bytes, after, u, mb, backward, "h2d params");
   }
   Task t;
@@ -44,7 +44,7 @@ void Lowering::issue_ag(int u, int mb, bool backward, std::int32_t after) {
   t.backward = backward;
   // Mixed precision: the fp32 shard is cast to the compute dtype before the gather (read 4, write bc).
   t.duration_s = coll_(CollectiveKind::kAllGather, bytes - expert_bytes, shard_g_) +
-                 (mixed_cast_ ? in_.costs.memory_s(static_cast<double>(un.shard_elems) * (4 + bc_)) : 0);
+                 (mixed_cast_ ? in_.costs.memory_s(ag_shard_elems(u) * (4 + bc_)) : 0);
   // Expert parallelism: this rank's experts are gathered over the efsdp group (their own FSDP module).
   if (expert_bytes > 0) t.duration_s += coll_(CollectiveKind::kAllGather, expert_bytes, efsdp_g_);
   t.cpu_s = K_.collective_launch_s;
@@ -63,7 +63,7 @@ void Lowering::issue_ag(int u, int mb, bool backward, std::int32_t after) {
   // (one buffer per unit, world x the unit's padded shard) and copies the casts into its local slice; the
   // casts are dropped before the collective. FSDP1 _unshard allocates the padded flat parameter on its
   // unshard stream.
-  const Bytes cast_buffer = B(static_cast<double>(un.shard_elems) * bc_);
+  const Bytes cast_buffer = B(ag_shard_elems(u) * bc_);
   const auto su = static_cast<std::size_t>(u);
   const std::int32_t cast_id =
       rt_.cast_buffer_on_ag_stream

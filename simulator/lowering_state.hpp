@@ -98,8 +98,13 @@ class Lowering {
   double ag_expert_bytes(int u) const { return static_cast<double>(unit(u).expert_gathered_elems) * bc_; }
   double ag_bytes(int u) const {
     const SimUnit& un = unit(u);
-    return static_cast<double>(un.gathered_elems - un.fp8_gathered_elems) * bc_ +
-           static_cast<double>(un.fp8_gathered_elems);
+    const std::int64_t fp8 = un.fp8_gathered_elems + un.group_extra_fp8_elems;
+    return static_cast<double>(un.gathered_elems + un.group_extra_gathered_elems - fp8) * bc_ +
+           static_cast<double>(fp8);
+  }
+  /// The all-gather input of unit `u`: its shard, and with an FSDP2 group of several blocks the group's.
+  double ag_shard_elems(int u) const {
+    return static_cast<double>(unit(u).shard_elems + unit(u).group_extra_shard_elems);
   }
   static std::string mb_suffix(int mb) { return " mb" + std::to_string(mb); }
 
@@ -141,7 +146,7 @@ class Lowering {
            static_cast<double>(in_.model.spec().vocab) / p_.tp / p_.cp;  // CP: this rank's seq / cp
   }
   void loss_forward_effects();
-  void loss_backward_effects();
+  std::int32_t loss_backward_effects();
 
   /// One pass's collective of unit `u` on `lane` (TP, CP or EP communicator) lasting `s`, after `dep`;
   /// `n` collectives are launched (0: the hidden share of collectives already counted), each costing the CPU

@@ -80,8 +80,9 @@ void Lowering::build_tensor_lists() {
       for (const Layer* l : un.layers)
         saved_as_tensors(t.saved, *l, layer_saved_bytes(*l, p_, T, sel && l->block >= 0));
     }
-    // The backward's input and output gradients: two hidden-sized, and in blocks two FFN-sized (units.cpp
-    // workspace_bytes); float8 adds the fp8 copies of one input and one output gradient.
+    // The backward's transients, split as tensors of their sizes: two hidden-sized, and in blocks two
+    // FFN-sized (a block unit's workspace_bytes is its op-level peak over the saved tensors, units.cpp);
+    // float8 adds the fp8 copies of one input and one output gradient.
     const double h_b = T * bc_ * static_cast<double>(s.hidden);
     add_run(t.workspace, h_b, 2);
     if (un.blocks > 0) {

@@ -32,6 +32,37 @@ double replicated_divisor(const Plan& p) {
 }
 }  // namespace
 
+double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens) {
+  const double bc = compute_bytes(p);
+  const int t = p.tp;
+  auto n_local = [&](const Gemm& g) {
+    return g.tp == TpSplit::kColumn ? static_cast<double>(g.n) / t : static_cast<double>(g.n);
+  };
+  auto k_local = [&](const Gemm& g) {
+    return g.tp == TpSplit::kRow ? static_cast<double>(g.k) / t : static_cast<double>(g.k);
+  };
+  const bool dense = (l.kind == LayerKind::kAttention || l.kind == LayerKind::kMlp) && l.gemms.size() >= 2 &&
+                     l.gemms.back().tp == TpSplit::kRow;
+  if (!dense) return 0;
+  // Autograd's order (torch 2.15 eager; the reference lane's trace of a Llama block): the output projection
+  // (the layer's last, row-parallel GEMM) runs first: mm for its weight gradient and mm for its input
+  // gradient. Then the op between it and the column-parallel projections: SwiGLU's mul and silu backward
+  // write the gradients of the gate and up outputs, flash attention's backward writes dq, dk, dv — together
+  // the column projections' output gradients, allocated while the input gradient above is alive. The output
+  // projection's input is saved for it alone in an MLP (the SwiGLU product / GELU output) and its last use
+  // frees it before those gradients exist; in attention the same tensor is flash attention's output O, which
+  // its backward still reads.
+  const Gemm& out = l.gemms.back();
+  const double out_weight_grad = n_local(out) * k_local(out) * bc * out.count;
+  const double out_input_grad = tokens * k_local(out) * bc * out.count;
+  double column_output_grads = 0;
+  for (std::size_t i = 0; i + 1 < l.gemms.size(); ++i)
+    if (l.gemms[i].tp == TpSplit::kColumn)
+      column_output_grads += tokens * n_local(l.gemms[i]) * bc * l.gemms[i].count;
+  const double freed = l.attn_heads > 0 ? 0.0 : out_input_grad;
+  return out_weight_grad + out_input_grad + column_output_grads - freed;
+}
+
 double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective) {
   const bool sel = selective;
   const double split = sel ? l.act_selective_split_bytes_per_token : l.act_split_bytes_per_token;
@@ -73,11 +104,18 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
   };
   SimUnit* cur = new_unit("embedding");
   int blocks_in_unit = 0;
+  // FSDP2 runs the hooks of a group of several modules per module (torch 2.15 _fsdp_state.py: each module of
+  // fully_shard([...]) gets the state's pre/post forward and backward hooks; the reference lane's trace of
+  // --wrap 2: four all-gathers of a group in one forward and, in backward, a reduce-scatter after each
+  // block of the gradients written so far, then the group gathered again for the next block). With
+  // resharding after forward each block is then a unit of its own whose gather brings the whole group.
+  const bool per_module_groups = rt.head_group_regathered && rt.gathers_params && p.wrap > 1 && p.reshard();
+  const int unit_wrap = per_module_groups ? 1 : p.wrap;
   for (const Layer* l : model.order()) {
     if (l->block >= 0) {
       const bool new_block = cur->layers.empty() || cur->layers.back()->block != l->block;
       if (new_block) {
-        if ((cur->blocks == 0 && units.size() == 1) || blocks_in_unit == p.wrap) {
+        if ((cur->blocks == 0 && units.size() == 1) || blocks_in_unit == unit_wrap) {
           cur = new_unit("blocks." + std::to_string(l->block));
           blocks_in_unit = 0;
         }
@@ -186,17 +224,17 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
           rt.padding == Padding::kFlatUnit ? ceil_div(expert_flat / p.ep, Fe) : u.expert_shard_elems / p.ep;
       u.elems += u.expert_elems;
     }
-    double workspace = u.blocks > 0 ? T * bc * (2.0 * static_cast<double>(s.hidden) + 2.0 * f_local)
-                                    : T * bc * 2.0 * static_cast<double>(s.hidden);
+    double workspace =
+        T * bc * 2.0 * static_cast<double>(s.hidden);  // outside blocks: dx and the residual sum
+    double extra = 0;  // transients of every layer's backward beside the op-level ones below
     // Float8: the fp8 copies of one linear's input and output gradient live beside the 16-bit ones.
-    if (u.blocks > 0 && p.fp8 != Fp8::kNone) workspace += T * (static_cast<double>(s.hidden) + f_local);
+    if (u.blocks > 0 && p.fp8 != Fp8::kNone) extra += T * (static_cast<double>(s.hidden) + f_local);
     if (p.cp > 1) {  // the ring's buffers of one attention layer's backward (context_parallel.cpp)
       double ring = 0;
       for (const Layer* l : u.layers)
         if (l->attn_heads > 0) ring = std::max(ring, context_parallel_workspace_bytes(s, *l, p, T));
-      workspace += ring;
+      extra += ring;
     }
-    u.workspace_bytes = static_cast<Bytes>(workspace);
     switch (p.ac) {
       case AcMode::kNone:
         u.act_bytes = static_cast<Bytes>(act_none);
@@ -206,10 +244,60 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
         break;
       case AcMode::kFull:
         u.act_bytes = static_cast<Bytes>(u.blocks > 0 ? act_full : act_none);
+        // One block at a time: what its recomputed forward saves again; the block's input is the checkpoint's
+        // own saved tensor (act_full), which the recomputed first norm saves without a copy.
         u.recompute_bytes =
-            u.blocks > 0 ? static_cast<Bytes>(act_none / u.blocks) : 0;  // one block at a time
+            u.blocks > 0 ? static_cast<Bytes>(std::max(0.0, act_none / u.blocks - block_input_bytes(s, p, T)))
+                         : 0;
         break;
     }
+    if (u.blocks > 0) {
+      // The unit's backward op by op (docs/model.md "Backward inside a block"): layers in reverse; a layer's
+      // saved tensors are freed when its backward is done and its weight gradients (unsharded, compute dtype)
+      // stay until the post-backward's reduce-scatter. Full AC recomputes a block's forward when the block's
+      // backward starts (the checkpoint's first unpack), selective AC the tensors its policy did not save. At
+      // a layer's worst op live are: the saved tensors of the unit not yet consumed, the gradients written so
+      // far, the gradient flowing in (tokens x hidden) and the layer's own transients
+      // (layer_backward_excess_bytes; norms and other layers: their input gradient and the residual sum).
+      // The lowering emits the excess of this peak over the saved tensors as the backward's workspace and
+      // allocates the gradients once the saved tensors are freed, so the allocator sees the peak at the op
+      // where autograd reaches it and the unit ends with only its gradients.
+      const bool full = p.ac == AcMode::kFull, sel = p.ac == AcMode::kSelective;
+      const double flowing = T * static_cast<double>(s.hidden) * bc / rep_div;
+      const double grad_b = rt.grads_persistent ? 0.0 : bc;  // gradients written into persistent buffers
+      double live = static_cast<double>(u.act_bytes), grads = 0, peak = 0;
+      for (std::size_t i = u.layers.size(); i-- > 0;) {
+        const Layer& l = *u.layers[i];
+        const bool in_block = l.block >= 0;
+        const bool block_end = in_block && (i + 1 == u.layers.size() || u.layers[i + 1]->block != l.block);
+        if (block_end && (full || sel)) {  // the block's recomputation
+          double none = 0, kept = 0;
+          for (const Layer* m : u.layers)
+            if (m->block == l.block) {
+              none += layer_saved_bytes(*m, p, T, false);
+              kept += full ? 0.0 : layer_saved_bytes(*m, p, T, true);
+            }
+          live += full ? std::max(0.0, none - block_input_bytes(s, p, T)) : none - kept;
+        }
+        double g = 0;
+        for (const auto& ten : l.tensors)
+          g += static_cast<double>(tp_local_rows(ten, t) * tp_local_cols(ten, t)) /
+               (ep && ten.expert ? p.ep : 1);
+        g *= grad_b;
+        double x = layer_backward_excess_bytes(l, p, T);
+        if (x <= 0) x = g + 2.0 * flowing + (l.kind == LayerKind::kMoe ? 2.0 * T * f_local * bc : 0.0);
+        peak = std::max(peak, live + grads + x + flowing + extra);
+        // Everything the layer saved (after recomputation: the no-AC set) is consumed.
+        live -= in_block && (full || sel) ? layer_saved_bytes(l, p, T, false)
+                                          : layer_saved_bytes(l, p, T, sel && in_block);
+        grads += g;
+      }
+      workspace =
+          std::max(0.0, peak - static_cast<double>(u.act_bytes) - static_cast<double>(u.recompute_bytes));
+    } else {
+      workspace += extra;
+    }
+    u.workspace_bytes = static_cast<Bytes>(workspace);
     // Tensor-parallel collectives (sequence parallel): per block an all-gather before and a reduce-scatter
     // after attention and the MLP; the head all-gathers its input, the embedding reduce-scatters its output.
     if (t > 1) {
@@ -252,12 +340,37 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
     if (rt.head_not_resharded && ui + 1 == units.size() && rt.gathers_params)
       u.reshard = false;  // [norm, output]
   }
+  if (per_module_groups) {
+    // Groups of `wrap` consecutive block units, each all-gathering the group's parameters.
+    for (std::size_t first = 0; first < units.size();) {
+      if (units[first].blocks == 0) {
+        ++first;
+        continue;
+      }
+      std::size_t end = first;
+      std::int64_t g = 0, sh = 0, f8 = 0;
+      for (int k = 0; k < p.wrap && end < units.size() && units[end].blocks > 0; ++k, ++end) {
+        g += units[end].gathered_elems;
+        sh += units[end].shard_elems;
+        f8 += units[end].fp8_gathered_elems;
+      }
+      for (std::size_t k = first; k < end; ++k) {
+        SimUnit& m = units[k];
+        m.group_extra_gathered_elems = g - m.gathered_elems;
+        m.group_extra_shard_elems = sh - m.shard_elems;
+        m.group_extra_fp8_elems = f8 - m.fp8_gathered_elems;
+        m.group_first = static_cast<int>(first);
+      }
+      first = end;
+    }
+  }
   if (rt.root_gathered_through_step && rt.gathers_params && units.size() >= 2) {
     // FSDP1 root: embedding and head are one FlatParameter, gathered at the start of forward and kept until
     // the end of backward (docs/mechanics.md §1.9).
     SimUnit& emb = units.front();
     SimUnit& head = units.back();
-    emb.shard_elems = ceil_div(emb.elems + head.elems, F);
+    emb.shard_elems = rt.padding == Padding::kFlatUnit ? ceil_div(emb.elems + head.elems, F)
+                                                       : emb.shard_elems + head.shard_elems;
     emb.gathered_elems = emb.shard_elems * F;
     emb.owns_merged_root = true;
     head.shard_elems = 0;

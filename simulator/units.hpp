@@ -28,6 +28,11 @@ struct SimUnit {
   /// tied_weight_group). Both gather the whole group; the embedding's forward gather serves the head's
   /// forward.
   int tied_peer = -1;
+  /// FSDP2 group of several blocks (fully_shard on a list, --wrap > 1): each block is a unit of its own whose
+  /// all-gather brings the whole group; these are the other blocks' gathered / shard elements, and the
+  /// group's first unit (-1: not in such a group).
+  std::int64_t group_extra_gathered_elems = 0, group_extra_shard_elems = 0, group_extra_fp8_elems = 0;
+  int group_first = -1;
   /// Compute of one forward / backward / recomputation, without the TP collectives (seconds).
   double fwd_s = 0, bwd_s = 0, recompute_s = 0;
   /// Tensor-parallel collectives of one forward and one backward (seconds), and their buffer bytes per
@@ -83,6 +88,11 @@ std::int64_t tensor_shard_elems(const Tensor& t, int tp, int shard_group, Paddin
 /// selective (op-level) recomputation; full AC keeps only the block input (block_input_bytes). TP with
 /// sequence parallelism divides the replicated part too.
 double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective);
+/// The transient bytes of one layer's backward at its worst op beyond its saved tensors and the gradient
+/// flowing in: for an attention or MLP layer (ending in a row-parallel output projection) the output
+/// projection's weight and input gradients and the column projections' output gradients (less the MLP's
+/// product, freed by then); 0 for other layers (docs/model.md "Backward inside a block").
+double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens);
 /// What full activation checkpointing keeps per block: the block's input, hidden x tokens in the compute
 /// dtype.
 double block_input_bytes(const ModelSpec& s, const Plan& p, double tokens);

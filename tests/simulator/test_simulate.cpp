@@ -217,21 +217,25 @@ TEST_CASE("grad_accum 4 takes 4x the per-micro-batch compute", "[simulator][inva
 }
 
 TEST_CASE("wrap groups whole transformer blocks into one FSDP unit", "[simulator][units]") {
-  // Plan::wrap = blocks per FSDP unit (torchtitan wraps each TransformerBlock). Units: the embedding, then
-  // ceil(L / wrap) block units, then the head [norm, output] ⇒ U = 2 + ceil(L / wrap). FSDP2 ZeRO-3, one
-  // micro-batch: one reduce-scatter per unit (every unit has parameters) ⇒ U; all-gathers: U in forward and
-  // U in backward (the head is not resharded after forward, but its grouped [norm, output] post-backward
-  // fires before the norm's backward, which gathers it again: docs/model.md) ⇒ 2U. Llama-2-7B, L = 32: wrap 1
-  // ⇒ U = 34, 68 AGs; wrap 2 ⇒ 18, 36; wrap 4 ⇒ 10, 20; wrap 32 ⇒ 3, 6.
+  // Plan::wrap = blocks per FSDP group (torchtitan wraps each TransformerBlock). FSDP2 runs a group's hooks
+  // per module (fully_shard on a list; docs/model.md "FSDP2 groups of several blocks"): with resharding after
+  // forward every block gathers the whole group in forward and in backward and reduce-scatters its own
+  // gradients, so the collective counts do not depend on wrap: units = the embedding, 32 blocks, the head
+  // [norm, output] = 34 reduce-scatters; all-gathers 34 in forward and 34 in backward (the head is not
+  // resharded after forward, but its grouped post-backward fires before the norm's backward, which gathers it
+  // again; each group's last block has the group from the previous prefetch, its first block gathers it
+  // again) = 68. Without resharding (ZeRO-2) a group stays one unit: U = 2 + ceil(32 / wrap) reduce-scatters.
   Setup s("llama2-7b", "dgx-h100", 8);
   for (int wrap : {1, 2, 4, 32}) {
     INFO("wrap " << wrap);
     Plan p = make(Runtime::kFsdp2, 3);
     p.wrap = wrap;
     const Result r = s.run(p);
-    const int U = 2 + (32 + wrap - 1) / wrap;
-    CHECK(r.comm[static_cast<int>(CommKind::kReduceScatter)].count == U);
-    CHECK(r.comm[static_cast<int>(CommKind::kAllGather)].count == 2 * U);
+    CHECK(r.comm[static_cast<int>(CommKind::kReduceScatter)].count == 34);
+    CHECK(r.comm[static_cast<int>(CommKind::kAllGather)].count == 68);
+    Plan z2 = make(Runtime::kFsdp2, 2);
+    z2.wrap = wrap;
+    CHECK(s.run(z2).comm[static_cast<int>(CommKind::kReduceScatter)].count == 2 + (32 + wrap - 1) / wrap);
   }
 }
 

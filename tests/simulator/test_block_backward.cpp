@@ -1,0 +1,141 @@
+// The backward inside a transformer block, op by op (docs/model.md "Backward inside a block"): the layers'
+// transients at their worst op, the closed-form peak of a block unit's backward, and the lowering's order
+// (gradients allocated once the saved tensors are consumed), and FSDP2 groups of several blocks, whose hooks
+// run per block.
+#include <catch2/catch.hpp>
+
+#include "sim_helpers.hpp"
+#include "simulator/units.hpp"
+
+using namespace shardplan;
+using shardplan::test::Setup;
+
+namespace {
+std::vector<SimUnit> units_of(const Setup& s, const Plan& p) {
+  std::vector<SimUnit> units;
+  build_units(s.model, *s.cluster, *s.costs, p, runtime_traits(p), units);
+  return units;
+}
+const Layer& first_block_layer(const ModelGraph& m, LayerKind kind) {
+  for (const Layer* l : m.order())
+    if (l->block == 0 && l->kind == kind) return *l;
+  FAIL("no layer of that kind in block 0");
+  return *m.order().front();
+}
+}  // namespace
+
+TEST_CASE("a Llama layer's backward transients at its worst op", "[simulator][memory][backward]") {
+  // Llama-3-8B, bf16, TP 1: h = q = 4096, kv = 1024, f = 14336; per token (tokens = 1) plus the weight
+  // gradient, which does not scale with tokens.
+  Setup s("llama3-8b", "dgx-h100", 8);
+  const Plan p = s.resolve(Plan{});
+  // Attention: wo's weight gradient 4096·4096·2 = 33,554,432, its input gradient (dO) 2q = 8192, then flash
+  // attention's dq, dk, dv 2·(4096 + 2·1024) = 12,288; O is still read by the attention backward (not freed).
+  CHECK(layer_backward_excess_bytes(first_block_layer(s.model, LayerKind::kAttention), p, 1.0) ==
+        33'554'432.0 + 8'192.0 + 12'288.0);
+  // SwiGLU: w2's weight gradient 4096·14336·2 = 117,440,512, its input gradient 2f = 28,672, the gate and up
+  // output gradients 2·2f = 57,344, less the product (2f) freed after w2's backward.
+  CHECK(layer_backward_excess_bytes(first_block_layer(s.model, LayerKind::kMlp), p, 1.0) ==
+        117'440'512.0 + 28'672.0 + 57'344.0 - 28'672.0);
+  // A norm has no GEMM: the walk uses its input gradient and the residual sum instead.
+  CHECK(layer_backward_excess_bytes(first_block_layer(s.model, LayerKind::kNorm), p, 1.0) == 0.0);
+}
+
+TEST_CASE("a block unit's backward peak in closed form: no AC and full AC reach the same op",
+          "[simulator][memory][backward]") {
+  // Llama-3-8B, 8 GPUs, FSDP2 bf16-mixed, mbs 1, seq 4096: T = 4096 tokens. Per token a block saves
+  // 168,072 B (test_memory: 41h + 136): attention_norm 8196, attention 28,800, ffn_norm 8196, MLP 122,880.
+  // Reverse walk of one block (the unit's backward starts with all of it saved; the flowing gradient 2h):
+  //   MLP:       168,072·T + 117,440,512 + (28,672 + 57,344 - 28,672)·T + 8192·T
+  //            = 233,608·T + 117,440,512 = 1,074,290,688 at T = 4096            <- the peak
+  //   ffn_norm:  (168,072 - 122,880)·T + 3·117,440,512 (MLP gradients) + 8192 + 2·8192·T + 8192·T
+  //            = 69,768·T + 352,329,728 = 638,099,456
+  //   attention: (45,192 - 8196)·T + 352,329,728 + 33,554,432 + 20,480·T + 8192·T
+  //            = 65,668·T + 385,884,160 = 654,860,288
+  //   attention_norm: smaller still (only its own 8196·T saved, all but 4096·2 B of the gradients).
+  // The workspace is the peak less what is saved at the start: 117,440,512 + 65,536·4096 = 385,875,968.
+  Setup s("llama3-8b", "dgx-h100", 8);
+  Plan p;
+  p.seq = 4096;
+  p.mbs = 1;
+  const auto none = units_of(s, s.resolve(p));
+  REQUIRE(none.size() == 34);  // embedding, 32 blocks, head
+  CHECK(none[1].act_bytes == 168'072LL * 4096);
+  CHECK(none[1].recompute_bytes == 0);
+  CHECK(none[1].workspace_bytes == 385'875'968LL);
+  // Full AC keeps the block input (2h·T) and recomputes the rest (168,072 - 8192)·T when the block's backward
+  // starts: the same tensors are live at the MLP's worst op, so the same workspace over act + recompute.
+  p.ac = AcMode::kFull;
+  const auto full = units_of(s, s.resolve(p));
+  CHECK(full[1].act_bytes == 8192LL * 4096);
+  CHECK(full[1].recompute_bytes == (168'072LL - 8192) * 4096);
+  CHECK(full[1].workspace_bytes == 385'875'968LL);
+}
+
+TEST_CASE("the lowering frees a block's saved tensors before it allocates the block's gradients",
+          "[simulator][memory][backward]") {
+  // Autograd consumes a block's saved tensors while it writes the block's weight gradients, so the unit ends
+  // with its gradients alone: in the block's backward task the activations (and the workspace) are freed
+  // before the unsharded gradients are allocated. The old order (gradients first) held act + workspace +
+  // gradients at once, above any op's live set.
+  Setup s("llama3-8b", "dgx-h100", 8);
+  Plan p;
+  p.seq = 4096;
+  Simulator sim(s.model, *s.cluster, *s.costs);
+  sim.run(s.resolve(p));
+  const Program& prog = sim.program();
+  bool seen = false;
+  for (const Task& t : prog.tasks) {
+    if (t.type != TaskType::kCompute || !t.backward || t.unit != 1) continue;
+    int act_free = -1, grad_alloc = -1;
+    for (std::uint32_t e = t.first_effect; e < t.first_effect + t.n_effects; ++e) {
+      const MemEffect& m = prog.effects[e];
+      if (m.category == MemCategory::kActivations && m.delta_bytes < 0 && act_free < 0)
+        act_free = static_cast<int>(e);
+      if (m.category == MemCategory::kGrads && m.delta_bytes > 0 && grad_alloc < 0)
+        grad_alloc = static_cast<int>(e);
+    }
+    REQUIRE(act_free >= 0);
+    REQUIRE(grad_alloc >= 0);
+    CHECK(act_free < grad_alloc);
+    seen = true;
+  }
+  CHECK(seen);
+}
+
+TEST_CASE("FSDP2 --wrap 2: each block is a unit that all-gathers its two-block group",
+          "[simulator][memory][backward]") {
+  // fully_shard on a list of two blocks runs the group's hooks per block (docs/model.md "FSDP2 groups of
+  // several blocks"). Llama-3-8B block: attention 4096·(4096 + 2·1024 + 4096) = 41,943,040, SwiGLU
+  // 3·4096·14336 = 176,160,768, two norms 8192: 218,112,000 parameters; on 8 ranks every dim 0 divides by 8,
+  // so a block gathers exactly that many elements and its group partner's as many again.
+  Setup s("llama3-8b", "dgx-h100", 8);
+  Plan p;
+  p.wrap = 2;
+  const Plan r = s.resolve(p);
+  const auto units = units_of(s, r);
+  REQUIRE(units.size() == 34);  // embedding, 32 one-block units, head
+  CHECK(units[1].gathered_elems == 218'112'000);
+  CHECK(units[1].group_extra_gathered_elems == 218'112'000);
+  CHECK(units[1].group_first == 1);
+  CHECK(units[2].group_first == 1);
+  CHECK(units[3].group_first == 3);
+  // Every block's forward and backward gathers the group once: 32 all-gathers of 2·218,112,000 bf16 elements
+  // per pass (backward: the group's last block has it from the previous prefetch, its first block gathers it
+  // again and prefetches the previous group's last block).
+  Simulator sim(s.model, *s.cluster, *s.costs);
+  sim.run(r);
+  int fwd = 0, bwd = 0;
+  for (const Task& t : sim.program().tasks)
+    if (t.type == TaskType::kCollective && t.comm_kind == static_cast<std::uint8_t>(CommKind::kAllGather) &&
+        t.unit >= 1 && t.unit <= 32)
+      ++(t.backward ? bwd : fwd);
+  CHECK(fwd == 32);
+  CHECK(bwd == 32);
+  // Without resharding after forward (ZeRO-2) the group stays gathered: one unit of two blocks.
+  p.zero = 2;
+  const auto kept = units_of(s, s.resolve(p));
+  REQUIRE(kept.size() == 18);
+  CHECK(kept[1].group_first == -1);
+  CHECK(kept[1].gathered_elems == 2 * 218'112'000LL);
+}
