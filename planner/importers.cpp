@@ -276,8 +276,8 @@ void read_titan_parallelism(const std::string& path, const Get& get, ImportedCon
       const auto parts = fqn_parts(path, fkey, *v);
       if (parts.size() % static_cast<std::size_t>(pp) != 0)
         throw InputError(path, fkey,
-                         std::to_string(parts.size()) + " model parts are not a multiple of the pipeline degree " +
-                             std::to_string(pp));
+                         std::to_string(parts.size()) +
+                             " model parts are not a multiple of the pipeline degree " + std::to_string(pp));
       std::string layers;
       for (const auto& part : parts) {
         const auto n = std::count_if(part.begin(), part.end(),
@@ -336,8 +336,9 @@ void read_titan_pipeline_batch(const std::string& path, const Get& get, Imported
   if (micro < 1) throw InputError(path, mkey, "must be >= 1");
   const long long local = c.knobs.count("mbs") ? std::stoll(c.knobs["mbs"]) : 8;  // TrainingConfig default
   if (local % micro != 0)
-    throw InputError(path, mkey,
-                     std::to_string(micro) + " does not divide training.local_batch_size " + std::to_string(local));
+    throw InputError(
+        path, mkey,
+        std::to_string(micro) + " does not divide training.local_batch_size " + std::to_string(local));
   c.knobs["mbs"] = std::to_string(micro);
   if (c.global_batch <= 0) c.knobs["grad_accum"] = std::to_string(local / micro);
 }

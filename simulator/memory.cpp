@@ -20,8 +20,9 @@ StateElems state_elems(const ModelGraph& model, const Plan& p) {
   // Identical tensors (a MoE layer's experts) are summed as one group times its count: the same integers.
   for (const Layer* l : model.order()) {
     l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
-      const std::int64_t n = mul_checked(
-          mul_checked(tp_local_rows(ten, t), tp_local_cols(ten, t), "tensor elements"), count, "tensor elements");
+      const std::int64_t n =
+          mul_checked(mul_checked(tp_local_rows(ten, t), tp_local_cols(ten, t), "tensor elements"), count,
+                      "tensor elements");
       if (ep && ten.expert) {
         expert_local = add_checked(expert_local, n);
         if (rt.padding != Padding::kFlatUnit)
@@ -31,7 +32,8 @@ StateElems state_elems(const ModelGraph& model, const Plan& p) {
       }
       local = add_checked(local, n);
       if (rt.padding != Padding::kFlatUnit)
-        shard = add_checked(shard, mul_checked(tensor_shard_elems(ten, t, F, rt.padding), count, "shard elements"));
+        shard = add_checked(shard,
+                            mul_checked(tensor_shard_elems(ten, t, F, rt.padding), count, "shard elements"));
     });
   }
   if (rt.padding == Padding::kFlatUnit)

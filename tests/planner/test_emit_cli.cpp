@@ -524,18 +524,19 @@ TEST_CASE("CLI --from: an emitted torchtitan TOML read back gives the same plan"
                     "torchtitan-toml", dir / "t.toml");
   CHECK(simulate_from(dir, (dir / "t.toml").string()) == rec);
   // A pp 4 interleaved 1F1B plan: [parallelism] pipeline_parallel_* read back as the same plan.
-  const Json pipe = plan_emitting(dir,
-                                  "--fix runtime=fsdp2 --fix pp=4 --fix pp_schedule=interleaved-1f1b --fix tp=1 "
-                                  "--fix ac=full --fix fp8=none --fix prefetch=1 --fix wrap=1",
-                                  "torchtitan-toml", dir / "pp.toml");
+  const Json pipe =
+      plan_emitting(dir,
+                    "--fix runtime=fsdp2 --fix pp=4 --fix pp_schedule=interleaved-1f1b --fix tp=1 "
+                    "--fix ac=full --fix fp8=none --fix prefetch=1 --fix wrap=1",
+                    "torchtitan-toml", dir / "pp.toml");
   REQUIRE(pipe["pp"] == 4);
   const std::string toml = ptest::read_text(dir / "pp.toml");
   INFO(toml);
   CHECK(toml.find("pipeline_parallel_degree = 4\npipeline_parallel_schedule = \"Interleaved1F1B\"\n") !=
         std::string::npos);
   // torchtitan's local batch is split into micro-batches of the plan's size: mbs x micro-batches per step.
-  CHECK(toml.find(fmt::format("local_batch_size = {}\n", pipe["mbs"].get<int>() * pipe["grad_accum"].get<int>())) !=
-        std::string::npos);
+  CHECK(toml.find(fmt::format("local_batch_size = {}\n",
+                              pipe["mbs"].get<int>() * pipe["grad_accum"].get<int>())) != std::string::npos);
   CHECK(simulate_from(dir, (dir / "pp.toml").string()) == pipe);
 }
 
@@ -564,7 +565,8 @@ TEST_CASE("emitters: pipeline-parallel plans in torchtitan, DeepSpeed and the FS
     emit("fsdp2", p, e.s.model, 16, 8);
     FAIL("fsdp2 emitted a pipeline-parallel plan");
   } catch (const InputError& err) {
-    CHECK(std::string(err.what()).find("fsdp2 cannot express pipeline parallelism (pp 4)") != std::string::npos);
+    CHECK(std::string(err.what()).find("fsdp2 cannot express pipeline parallelism (pp 4)") !=
+          std::string::npos);
   }
   // DeepSpeed's pipeline degree lives in the model code (PipelineModule num_stages): a note.
   bool noted = false;
@@ -738,13 +740,15 @@ TEST_CASE("CLI --from: accelerate FSDP YAML, explicit flags override, unmodelled
                        dir / "o.txt", dir / "e.txt") == 2);
   CHECK(ptest::read_text(dir / "e.txt").find("bad.json: zero_optimization.stage: must be 0..3") !=
         std::string::npos);
-  ptest::write_text(dir / "bad.toml",
-                    "[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = \"LoopedBFS\"\n");
+  ptest::write_text(
+      dir / "bad.toml",
+      "[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = \"LoopedBFS\"\n");
   CHECK(ptest::run_cli("simulate --model llama3-8b --gpus 16 --from " + quote((dir / "bad.toml").string()),
                        dir / "o.txt", dir / "e.txt") == 2);
-  CHECK(ptest::read_text(dir / "e.txt").find(
-            "bad.toml: parallelism.pipeline_parallel_schedule: \"LoopedBFS\" is not a schedule shardplan "
-            "models") != std::string::npos);
+  CHECK(
+      ptest::read_text(dir / "e.txt")
+          .find("bad.toml: parallelism.pipeline_parallel_schedule: \"LoopedBFS\" is not a schedule shardplan "
+                "models") != std::string::npos);
   // A degree the --model cannot take names the file's field, not a flag nobody gave (llama3-8b has no
   // experts).
   ptest::write_text(dir / "ep.toml", "[parallelism]\nexpert_parallel_degree = 8\n");

@@ -45,7 +45,8 @@ static int bench_moe_search() {
     const double s = seconds_since(t0);
     const double cpu_s = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
     fmt::print(
-        "plan qwen3-30b-a3b on 16 GPUs, global batch 64, seq 4096, {} thread(s): {:.3f} s wall, {:.3f} s CPU, {} "
+        "plan qwen3-30b-a3b on 16 GPUs, global batch 64, seq 4096, {} thread(s): {:.3f} s wall, {:.3f} s "
+        "CPU, {} "
         "considered, {} simulated ({:.0f}/s wall), {} fit, {} replayed; recommends {}\n",
         threads == 0 ? std::string("all") : std::to_string(threads), s, cpu_s, out.stats.considered,
         out.stats.evaluated, static_cast<double>(out.stats.evaluated) / s, out.stats.fitting,
