@@ -203,21 +203,105 @@ std::string dtype_text(const std::string& path, const std::string& key, const st
   throw InputError(path, key, "expected float32 or bfloat16, got \"" + v + "\"");
 }
 
-/// The parallel degrees both torchtitan formats share (ParallelismConfig / [parallelism]): pipeline refused,
-/// context and expert parallelism, the data-parallel shard and replicate degrees as ZeRO stage and shard
-/// group, and tensor parallelism. `get(key)` is the file's value text for a dotted key, or nullptr.
+/// The stages of parallelism.module_fqns_per_model_part, as the TOML writes it and TitanReader renders a
+/// Python list of lists: [["tok_embeddings", "layers.0"], ["layers.1", "norm", "lm_head"]] -> module names
+/// per stage.
+std::vector<std::vector<std::string>> fqn_parts(const std::string& path, const std::string& key,
+                                                const std::string& text) {
+  std::vector<std::vector<std::string>> parts;
+  int depth = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (ch == '[') {
+      if (++depth == 2) parts.emplace_back();
+      if (depth > 2) throw InputError(path, key, "expected a list of lists of module names");
+    } else if (ch == ']') {
+      --depth;
+    } else if (ch == '"' || ch == '\'') {
+      const std::size_t end = text.find(ch, i + 1);
+      if (depth != 2 || end == std::string::npos)
+        throw InputError(path, key, "expected a list of lists of module names, got " + text);
+      parts.back().push_back(text.substr(i + 1, end - i - 1));
+      i = end;
+    }
+  }
+  if (depth != 0 || parts.empty()) throw InputError(path, key, "expected a list of lists of module names");
+  return parts;
+}
+
+/// torch.distributed.pipelining's schedule names (get_schedule_class, torch/distributed/pipelining/
+/// schedules.py) of the schedules the simulator models (simulator/pipeline.cpp), and the plan's name.
+const std::vector<std::pair<std::string, std::string>>& titan_schedules() {
+  static const std::vector<std::pair<std::string, std::string>> s = {{"GPipe", "gpipe"},
+                                                                     {"1F1B", "1f1b"},
+                                                                     {"Interleaved1F1B", "interleaved-1f1b"},
+                                                                     {"ZBVZeroBubble", "zbv"},
+                                                                     {"DualPipeV", "dualpipev"}};
+  return s;
+}
+
+/// The parallel degrees both torchtitan formats share (ParallelismConfig / [parallelism]): pipeline
+/// parallelism (degree, schedule, stages), context and expert parallelism, the data-parallel shard and
+/// replicate degrees as ZeRO stage and shard group, and tensor parallelism. `get(key)` is the file's value
+/// text for a dotted key, or nullptr.
 template <class Get>
 void read_titan_parallelism(const std::string& path, const Get& get, ImportedConfig& c) {
-  if (auto* v = get("parallelism.pipeline_parallel_degree");
-      v && std::stoll(int_text(path, "parallelism.pipeline_parallel_degree", *v)) > 1)
-    throw InputError(
-        path, "parallelism.pipeline_parallel_degree",
-        "pipeline parallelism is not read from torchtitan configs yet; give --pp and --pp-schedule");
+  auto degree = [&](const char* knob, const std::string& key) {
+    if (auto* v = get(key.c_str())) {
+      c.knobs[knob] = int_text(path, key, *v);
+      c.source[knob] = key + " = " + c.knobs[knob];
+    }
+  };
+  degree("pp", "parallelism.pipeline_parallel_degree");
+  if (c.knobs.count("pp") && std::stoll(c.knobs["pp"]) > 1) {
+    // torchtitan/distributed/pipeline_parallel.py (0.3.0): the schedule by name, stages per rank from
+    // module_fqns_per_model_part (or 1 for single-stage and 2 for looped schedules), micro-batches of
+    // pipeline_parallel_microbatch_size out of local_batch_size (read_titan_pipeline_batch).
+    const long long pp = std::stoll(c.knobs["pp"]);
+    const std::string skey = "parallelism.pipeline_parallel_schedule";
+    const std::string sched = get(skey.c_str()) ? *get(skey.c_str()) : "1F1B";
+    std::string names;
+    for (const auto& [titan, ours] : titan_schedules()) {
+      names += (names.empty() ? "" : ", ") + titan;
+      if (titan == sched) c.knobs["pp_schedule"] = ours;
+    }
+    if (!c.knobs.count("pp_schedule"))
+      throw InputError(path, skey, "\"" + sched + "\" is not a schedule shardplan models (" + names + ")");
+    c.source["pp_schedule"] = skey + " = " + sched;
+    if (auto* v = get("parallelism.pipeline_parallel_schedule_csv"); v && !v->empty() && *v != "None")
+      throw InputError(path, "parallelism.pipeline_parallel_schedule_csv",
+                       "a schedule from a CSV file is not modelled");
+    const std::string fkey = "parallelism.module_fqns_per_model_part";
+    if (auto* v = get(fkey.c_str()); v && *v != "None") {
+      const auto parts = fqn_parts(path, fkey, *v);
+      if (parts.size() % static_cast<std::size_t>(pp) != 0)
+        throw InputError(path, fkey,
+                         std::to_string(parts.size()) +
+                             " model parts are not a multiple of the pipeline degree " + std::to_string(pp));
+      std::string layers;
+      for (const auto& part : parts) {
+        const auto n = std::count_if(part.begin(), part.end(),
+                                     [](const std::string& m) { return m.rfind("layers.", 0) == 0; });
+        layers += (layers.empty() ? "" : ",") + std::to_string(n);
+      }
+      c.knobs["virtual_stages"] = std::to_string(parts.size() / static_cast<std::size_t>(pp));
+      c.knobs["pp_layers"] = layers;
+      c.source["pp_layers"] = fkey;
+      c.source["virtual_stages"] = fkey;
+    } else if (auto* l = get("parallelism.pipeline_parallel_layers_per_stage"); l && *l != "None") {
+      throw InputError(path, "parallelism.pipeline_parallel_layers_per_stage",
+                       "stages of " + *l +
+                           " layers are not read (the stage count depends on the model's layers): write "
+                           "module_fqns_per_model_part, or give --virtual-stages / --pp-layers");
+    }
+    for (const char* k : {"parallelism.pipeline_parallel_first_stage_less_layers",
+                          "parallelism.pipeline_parallel_last_stage_less_layers"})
+      if (auto* v = get(k); v && int_text(path, k, *v) != "1" && !c.knobs.count("pp_layers"))
+        c.unmodelled.push_back(std::string(k) + " " + *v + " (torchtitan's split with 1 is simulated)");
+  }
   // Context and expert parallelism: the plan's cp and ep (torchtitan ParallelismConfig).
-  if (auto* v = get("parallelism.context_parallel_degree"))
-    c.knobs["cp"] = int_text(path, "parallelism.context_parallel_degree", *v);
-  if (auto* v = get("parallelism.expert_parallel_degree"))
-    c.knobs["ep"] = int_text(path, "parallelism.expert_parallel_degree", *v);
+  degree("cp", "parallelism.context_parallel_degree");
+  degree("ep", "parallelism.expert_parallel_degree");
   const long long shard = get("parallelism.data_parallel_shard_degree")
                               ? std::stoll(int_text(path, "parallelism.data_parallel_shard_degree",
                                                     *get("parallelism.data_parallel_shard_degree")))
@@ -237,8 +321,26 @@ void read_titan_parallelism(const std::string& path, const Get& get, ImportedCon
     c.knobs["zero"] = "3";
     if (shard > 1) c.knobs["shard_group"] = std::to_string(shard);
   }
-  if (auto* v = get("parallelism.tensor_parallel_degree"))
-    c.knobs["tp"] = int_text(path, "parallelism.tensor_parallel_degree", *v);
+  degree("tp", "parallelism.tensor_parallel_degree");
+}
+
+/// Under pipeline parallelism torchtitan splits each rank's local_batch_size into micro-batches of
+/// pipeline_parallel_microbatch_size (pipeline_parallel.py _build_pipeline_schedule): the plan's micro-batch
+/// is that size, and its micro-batches per step are local_batch_size / size times torchtitan's gradient
+/// accumulation (derived from the global batch, or 1 without one).
+template <class Get>
+void read_titan_pipeline_batch(const std::string& path, const Get& get, ImportedConfig& c) {
+  if (!c.knobs.count("pp") || std::stoll(c.knobs["pp"]) <= 1) return;
+  const std::string mkey = "parallelism.pipeline_parallel_microbatch_size";
+  const long long micro = get(mkey.c_str()) ? std::stoll(int_text(path, mkey, *get(mkey.c_str()))) : 1;
+  if (micro < 1) throw InputError(path, mkey, "must be >= 1");
+  const long long local = c.knobs.count("mbs") ? std::stoll(c.knobs["mbs"]) : 8;  // TrainingConfig default
+  if (local % micro != 0)
+    throw InputError(
+        path, mkey,
+        std::to_string(micro) + " does not divide training.local_batch_size " + std::to_string(local));
+  c.knobs["mbs"] = std::to_string(micro);
+  if (c.global_batch <= 0) c.knobs["grad_accum"] = std::to_string(local / micro);
 }
 
 ImportedConfig import_torchtitan(const std::string& path) {
@@ -304,6 +406,7 @@ ImportedConfig import_torchtitan(const std::string& path) {
     else if (*v == "foreach" || *v == "for-loop")
       c.knobs["fused_optimizer"] = "false";
   }
+  read_titan_pipeline_batch(path, get, c);
   return c;
 }
 
@@ -332,6 +435,12 @@ const std::map<std::string, std::vector<std::pair<std::string, std::string>>>& t
         {"enable_sequence_parallel", "true"},
         {"enable_fsdp_symm_mem", "false"},
         {"pipeline_parallel_degree", "1"},
+        {"pipeline_parallel_schedule", "1F1B"},
+        {"pipeline_parallel_microbatch_size", "1"},
+        {"module_fqns_per_model_part", "None"},
+        {"pipeline_parallel_layers_per_stage", "None"},
+        {"pipeline_parallel_first_stage_less_layers", "1"},
+        {"pipeline_parallel_last_stage_less_layers", "1"},
         {"context_parallel_degree", "1"},
         {"expert_parallel_degree", "1"}}},
       {"compile",
@@ -438,6 +547,18 @@ class TitanReader {
         text = v.text;
         break;
       case py::Value::Kind::kList:
+        if (!v.items.empty() && v.items[0].kind == py::Value::Kind::kList) {
+          // A list of lists of names (module_fqns_per_model_part), written as the TOML writes it.
+          text = "[";
+          for (std::size_t k = 0; k < v.items.size(); ++k) {
+            text += k ? ", [" : "[";
+            for (std::size_t i = 0; i < v.items[k].items.size(); ++i)
+              text += (i ? ", \"" : "\"") + v.items[k].items[i].text + "\"";
+            text += "]";
+          }
+          text += "]";
+          break;
+        }
         for (std::size_t k = 0; k < v.items.size(); ++k)
           text += (k ? "," : "") +
                   (v.items[k].kind == py::Value::Kind::kStr ? v.items[k].text : v.items[k].repr());
@@ -556,9 +677,11 @@ ImportedConfig import_torchtitan_py(const std::string& path_spec) {
   c.unmodelled = r.notes;
   read_titan_parallelism(path, get, c);
   if (auto* v = get("parallelism.fsdp_reshard_after_forward")) {
-    // "default" is "always" without pipeline parallelism (torchtitan/distributed/fsdp.py
-    // get_fsdp_reshard_after_forward_policy), which --from refuses above.
-    if (*v == "always" || *v == "default")
+    // "default" is "always" without pipeline parallelism and "never" with it (torchtitan/distributed/fsdp.py
+    // get_fsdp_reshard_after_forward_policy); the latter is resolve_plan's default under PP, left to it.
+    const bool pipelined = c.knobs.count("pp") && c.knobs["pp"] != "1";
+    if (*v == "default" && pipelined) {
+    } else if (*v == "always" || *v == "default")
       c.knobs["reshard_after_forward"] = "true";
     else if (*v == "never")
       c.knobs["reshard_after_forward"] = "false";
@@ -654,6 +777,7 @@ ImportedConfig import_torchtitan_py(const std::string& path_spec) {
     if (mod.empty() || mod[0] == '.') mod = std::filesystem::path(path).parent_path().filename().string();
     c.model = mod.substr(0, mod.find('.')) + " " + r.model_flavor;
   }
+  read_titan_pipeline_batch(path, get, c);
   return c;
 }
 

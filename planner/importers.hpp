@@ -16,6 +16,9 @@ struct ImportedConfig {
   std::string global_batch_key;              ///< the key it came from, for the consistency error
   std::vector<std::string> unmodelled;       ///< keys that change memory or time but are not modelled
   std::string model;                         ///< the torchtitan flavor the file builds ("llama3 8B"), if any
+  /// knob key -> "field = value" of the file it was read from (parallel degrees), so that a plan the --model
+  /// cannot take names the file's field rather than a flag nobody gave.
+  std::map<std::string, std::string> source;
 };
 
 /// Reads `path` by its extension (.json, .py or .py:FUNCTION, .toml, .yaml/.yml); InputError naming the file,

@@ -17,19 +17,24 @@ StateElems state_elems(const ModelGraph& model, const Plan& p) {
   const int F = p.fsdp_ranks(), Fe = p.efsdp_ranks(), t = p.tp;
   const bool ep = p.ep > 1;
   std::int64_t local = 0, shard = 0, expert_local = 0, expert_shard = 0;
+  // Identical tensors (a MoE layer's experts) are summed as one group times its count: the same integers.
   for (const Layer* l : model.order()) {
-    for (const auto& ten : l->tensors) {
-      const std::int64_t n = mul_checked(tp_local_rows(ten, t), tp_local_cols(ten, t), "tensor elements");
+    l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
+      const std::int64_t n =
+          mul_checked(mul_checked(tp_local_rows(ten, t), tp_local_cols(ten, t), "tensor elements"), count,
+                      "tensor elements");
       if (ep && ten.expert) {
         expert_local = add_checked(expert_local, n);
         if (rt.padding != Padding::kFlatUnit)
-          expert_shard = add_checked(expert_shard, tensor_shard_elems(ten, t, Fe, rt.padding));
-        continue;
+          expert_shard = add_checked(
+              expert_shard, mul_checked(tensor_shard_elems(ten, t, Fe, rt.padding), count, "shard elements"));
+        return;
       }
       local = add_checked(local, n);
       if (rt.padding != Padding::kFlatUnit)
-        shard = add_checked(shard, tensor_shard_elems(ten, t, F, rt.padding));
-    }
+        shard = add_checked(shard,
+                            mul_checked(tensor_shard_elems(ten, t, F, rt.padding), count, "shard elements"));
+    });
   }
   if (rt.padding == Padding::kFlatUnit)
     shard = ceil_div(local, F);  // one padded flat parameter, approximately
@@ -82,7 +87,8 @@ std::int64_t optimizer_step_tensors(const ModelGraph& model, const Plan& p) {
   if (p.runtime == Runtime::kDeepSpeed || !p.fused_optimizer) return 0;
   std::int64_t n = 0, experts = 0;
   for (const Layer* l : model.order())
-    for (const auto& ten : l->tensors) ++(p.ep > 1 && ten.expert ? experts : n);
+    l->for_each_tensor_group(
+        [&](const Tensor& ten, std::int64_t count) { (p.ep > 1 && ten.expert ? experts : n) += count; });
   return n + experts / p.ep;  // a rank holds 1/ep of the routed experts' tensors
 }
 
@@ -102,7 +108,7 @@ std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p) {
     // experts' tensors, each sharded over dp_shard x cp / ep (state_elems above).
     Bytes params = 0, optimizer = 0, expert_params = 0, expert_optimizer = 0;
     for (const Layer* l : model.order()) {
-      for (const auto& ten : l->tensors) {
+      l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
         const bool expert = p.ep > 1 && ten.expert;
         const std::int64_t local = mul_checked(tp_local_rows(ten, p.tp), tp_local_cols(ten, p.tp), "tensor");
         const std::int64_t shard =
@@ -111,9 +117,10 @@ std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p) {
             allocation_bytes(mul_checked(p.zero >= 2 ? shard : local, b.params, "parameter bytes"));
         const Bytes ob = 2 * allocation_bytes(mul_checked(p.zero >= 1 ? shard : local, b.optimizer / 2,
                                                           "optimizer bytes"));
-        (expert ? expert_params : params) += pb;
-        (expert ? expert_optimizer : optimizer) += ob;
-      }
+        // `count` identical tensors: `count` allocations of the same rounded size each.
+        (expert ? expert_params : params) += mul_checked(pb, count, "parameter bytes");
+        (expert ? expert_optimizer : optimizer) += mul_checked(ob, count, "optimizer bytes");
+      });
     }
     out[0] = params + expert_params / p.ep;
     out[2] = optimizer + expert_optimizer / p.ep;

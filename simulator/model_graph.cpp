@@ -3,6 +3,7 @@
 // saves its input, gate and up outputs, SiLU(gate) and the product; norms save their input.
 #include "simulator/model_graph.hpp"
 
+#include <algorithm>
 #include <boost/graph/topological_sort.hpp>
 
 #include "core/checked.hpp"
@@ -476,7 +477,24 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
   return m;
 }
 
+void Layer::group_tensors() {
+  tensor_groups.clear();
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    auto same = [&](const TensorGroup& g) {
+      const Tensor& r = tensors[g.index];
+      return r.dim0 == t.dim0 && r.dim1 == t.dim1 && r.tp == t.tp && r.expert == t.expert;
+    };
+    auto it = std::find_if(tensor_groups.begin(), tensor_groups.end(), same);
+    if (it != tensor_groups.end())
+      ++it->count;
+    else
+      tensor_groups.push_back({static_cast<std::uint32_t>(i), 1});
+  }
+}
+
 void ModelGraph::finalize() {
+  for (auto [v, end] = boost::vertices(graph_); v != end; ++v) graph_[*v].group_tensors();
   std::vector<LayerGraph::vertex_descriptor> topo;
   boost::topological_sort(graph_, std::back_inserter(topo));
   order_.clear();

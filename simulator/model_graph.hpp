@@ -86,6 +86,27 @@ struct Layer {
   std::int64_t parameters() const;
   /// Parameters one token passes through: routed experts count top_k / experts of their weights.
   double active_parameters() const;
+  /// The layer's tensors grouped by shape (dim0, dim1, TP split, expert): `tensors[index]` stands for
+  /// `count` identical tensors (a MoE layer's 3 x 128 expert weights are two groups). Filled by ModelGraph;
+  /// the per-tensor sums of memory.cpp and units.cpp walk the groups (for_each_tensor_group).
+  struct TensorGroup {
+    std::uint32_t index = 0, count = 0;
+  };
+  std::vector<TensorGroup> tensor_groups;
+  /// Calls f(tensor, count) once per group of identical tensors (every tensor once, count 1, when the groups
+  /// are not filled in or stale). Only for order-independent sums.
+  template <class F>
+  void for_each_tensor_group(F&& f) const {
+    std::size_t covered = 0;
+    for (const TensorGroup& g : tensor_groups) covered += g.count;
+    if (covered == tensors.size() && !tensor_groups.empty()) {
+      for (const TensorGroup& g : tensor_groups) f(tensors[g.index], static_cast<std::int64_t>(g.count));
+    } else {
+      for (const Tensor& t : tensors) f(t, std::int64_t{1});
+    }
+  }
+  /// Groups `tensors` into `tensor_groups`.
+  void group_tensors();
 };
 
 using LayerGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Layer>;

@@ -141,24 +141,25 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
       // stay.
       const bool fp8_layer = p.fp8 != Fp8::kNone && l->block >= 0 &&
                              (l->kind == LayerKind::kAttention || l->kind == LayerKind::kMlp);
-      for (const auto& ten : l->tensors) {
-        const std::int64_t n = tp_local_rows(ten, t) * tp_local_cols(ten, t);
+      // Identical tensors (a MoE layer's experts) as one group times its count: the same sums.
+      l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
+        const std::int64_t n = tp_local_rows(ten, t) * tp_local_cols(ten, t) * count;
         if (ep && ten.expert) {  // summed over all experts here, this rank's experts / ep after the loop
           u.expert_elems += n;
           if (rt.padding == Padding::kFlatUnit)
             expert_flat += n;
           else
-            u.expert_shard_elems += tensor_shard_elems(ten, t, Fe, rt.padding);
-          continue;
+            u.expert_shard_elems += tensor_shard_elems(ten, t, Fe, rt.padding) * count;
+          return;
         }
         u.elems += n;
         if (rt.padding == Padding::kFlatUnit)
           flat += n;
         else
-          u.shard_elems += tensor_shard_elems(ten, t, F, rt.padding);
+          u.shard_elems += tensor_shard_elems(ten, t, F, rt.padding) * count;
         if (fp8_layer && p.fp8_all_gather && ten.dim1 > 1)  // weights, not biases
-          fp8_shard += tensor_shard_elems(ten, t, F, Padding::kPerTensorDim0);
-      }
+          fp8_shard += tensor_shard_elems(ten, t, F, Padding::kPerTensorDim0) * count;
+      });
       // The column-parallel projections of a layer share one input (q/k/v, gate/up).
       bool column_input_cast = false;
       for (const auto& g : l->gemms) {

@@ -254,7 +254,12 @@ struct SimArgs {
 
 int run_simulation(const SimArgs& a, bool with_time) {
   Loaded l = load_inputs(a.in);
-  Plan p = resolve_plan(plan_from_flags(a.flags), *l.model, *l.cluster, global_batch_from_flags(a.flags));
+  Plan p;
+  try {
+    p = resolve_plan(plan_from_flags(a.flags), *l.model, *l.cluster, global_batch_from_flags(a.flags));
+  } catch (const InputError& e) {
+    throw blame_from_file(a.flags, e);
+  }
   check_from_consistency(a.flags, p);
   check_from_model(a.flags, *l.model);
   Simulator sim(*l.model, *l.cluster, *l.costs);

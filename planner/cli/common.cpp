@@ -109,6 +109,20 @@ Plan plan_from_flags(const PlanFlags& f) {
   return p;
 }
 
+InputError blame_from_file(const PlanFlags& f, const InputError& e) {
+  const ImportedConfig* c = imported_config(f);
+  if (!c || !e.file().empty()) return e;
+  for (const Knob& k : plan_knobs()) {
+    if (e.where() != k.flag || f.given.count(k.key)) continue;
+    const auto it = c->source.find(k.key);
+    if (it == c->source.end()) break;
+    std::string msg = e.what();
+    if (msg.rfind(e.where() + ": ", 0) == 0) msg = msg.substr(e.where().size() + 2);
+    return InputError(f.from, it->second, msg);
+  }
+  return e;
+}
+
 CalibrationHooks load_calibration_hooks(const std::string& path) {
   auto prof = std::make_shared<CalibrationProfile>(CalibrationProfile::load(path));
   CalibrationHooks h;

@@ -34,6 +34,9 @@ void add_plan_options(CLI::App* app, PlanFlags& f);
 /// Builds the Plan from flags (unresolved): the --from file's knobs first, explicit flags over them;
 /// InputError naming the flag (or the file and key) for a bad value.
 Plan plan_from_flags(const PlanFlags& f);
+/// `e` (a plan the model or cluster cannot take, blamed on a flag) blamed on the --from file's field instead
+/// when that knob came from the file ("FILE: parallelism.expert_parallel_degree = 8: ..."); `e` otherwise.
+InputError blame_from_file(const PlanFlags& f, const InputError& e);
 /// The global batch for resolve_plan: --global-batch, else the --from file's (train_batch_size,
 /// training.global_batch_size) unless --grad-accum is given; 0 when none.
 std::int64_t global_batch_from_flags(const PlanFlags& f);

@@ -185,18 +185,54 @@ class TorchtitanConfigTest(unittest.TestCase):
                                     f"{path}:{name}"], capture_output=True, text=True)
                 self.assertIn(r.returncode, (0, 2), f"{name}: {r.stderr}")
                 if r.returncode == 2:
-                    # One line: an error in the file names the file; a degree the file sets that the model
-                    # cannot take (expert parallelism of a MoE config read against the dense --model) names
-                    # the knob, as the same flag given by hand would.
+                    # One line naming the file: an error in the file, or a degree the file sets that the model
+                    # cannot take (expert parallelism of a MoE config read against the dense --model), named
+                    # by its field ("FILE: parallelism.expert_parallel_degree = 8: ..."), never by a flag
+                    # nobody gave.
                     self.assertEqual(r.stderr.count("shardplan: error:"), 1, r.stderr)
-                    self.assertTrue(f"{path}: " in r.stderr or "error: --ep: " in r.stderr
-                                    or "error: --cp: " in r.stderr, f"{name}: {r.stderr}")
+                    self.assertIn(f"error: {path}:", r.stderr, name)  # FILE: or FILE:FUNCTION:
+                    self.assertNotIn("error: --", r.stderr, name)
                 codes[f"{fam}:{name}"] = r.returncode
         self.assertEqual(codes["llama3:llama3_8b"], 0)
         # llama3_8b(): local_batch_size 1, seq_len 8192, SelectiveAC, no compile (torchtitan's file).
         plan = shardplan_json(["simulate", "--model", "llama3-8b", "--gpus", "16", "--from",
                                os.path.join(root, "llama3", "config_registry.py") + ":llama3_8b"])["plan"]
         self.assertEqual((plan["mbs"], plan["seq"], plan["ac"], plan["compile"]), (1, 8192, "selective", False))
+
+    def test_pipeline_parallel_interleaved(self):
+        # pp 4, interleaved 1F1B on 16 GPUs (4 data-parallel ranks, global batch 32: 8 micro-batches of the
+        # plan's size per rank and step), once with torchtitan's own split of the stages (2 per rank) and once
+        # with the plan's split of the 32 blocks over the 8 stages (module_fqns_per_model_part).
+        pins = ["runtime=fsdp2", "pp=4", "pp_schedule=interleaved-1f1b", "tp=1", "ac=full", "fp8=none",
+                "prefetch=1", "wrap=1"]
+        for extra in ([], ["pp_layers=3,4,4,4,4,4,4,5"]):
+            path, _ = common.emit("torchtitan", pins + extra)
+            cfg = self.load(path)
+            plan = self.plan_of(path)
+            par = cfg.parallelism
+            self.assertEqual((plan["pp"], plan["pp_schedule"], plan["virtual_stages"]), (4, "interleaved-1f1b", 2))
+            self.assertEqual(par.pipeline_parallel_degree, 4)
+            self.assertEqual(par.pipeline_parallel_schedule, "Interleaved1F1B")
+            self.assertEqual(par.pipeline_parallel_microbatch_size, plan["mbs"])
+            # torchtitan splits local_batch_size into micro-batches: mbs x grad_accum = 32 / 4 ranks.
+            self.assertEqual(cfg.training.local_batch_size, plan["mbs"] * plan["grad_accum"])
+            self.assertEqual(cfg.training.local_batch_size, 8)
+            self.assertEqual(cfg.training.global_batch_size, 32)
+            self.assertTrue(cfg.training.disable_cuda_graphs)  # torchtitan refuses PP with CUDA graphs
+            if not extra:
+                self.assertIsNone(par.module_fqns_per_model_part)
+                self.assertFalse(plan.get("pp_layers"))
+            else:
+                parts = par.module_fqns_per_model_part
+                self.assertEqual(len(parts), 8)
+                self.assertEqual([sum(m.startswith("layers.") for m in part) for part in parts],
+                                 [3, 4, 4, 4, 4, 4, 4, 5])
+                self.assertEqual(parts[0][0], "tok_embeddings")
+                self.assertEqual(parts[-1][-2:], ["norm", "lm_head"])
+                self.assertEqual(plan["pp_layers"], "3,4,4,4,4,4,4,5")
+            # The schedule name is one torch's pipelining knows, with stages per rank > 1 (a looped schedule).
+            from torch.distributed.pipelining.schedules import PipelineScheduleMulti, get_schedule_class
+            self.assertTrue(issubclass(get_schedule_class(par.pipeline_parallel_schedule), PipelineScheduleMulti))
 
     def test_unknown_flavor_is_refused(self):
         # gpt2-xl has no torchtitan 0.3.0 flavor: an input error, exit 2, nothing written.

@@ -523,6 +523,56 @@ TEST_CASE("CLI --from: an emitted torchtitan TOML read back gives the same plan"
                     "--fix reduce_dtype=fp32 --fix wrap=1",
                     "torchtitan-toml", dir / "t.toml");
   CHECK(simulate_from(dir, (dir / "t.toml").string()) == rec);
+  // A pp 4 interleaved 1F1B plan: [parallelism] pipeline_parallel_* read back as the same plan.
+  const Json pipe =
+      plan_emitting(dir,
+                    "--fix runtime=fsdp2 --fix pp=4 --fix pp_schedule=interleaved-1f1b --fix tp=1 "
+                    "--fix ac=full --fix fp8=none --fix prefetch=1 --fix wrap=1",
+                    "torchtitan-toml", dir / "pp.toml");
+  REQUIRE(pipe["pp"] == 4);
+  const std::string toml = ptest::read_text(dir / "pp.toml");
+  INFO(toml);
+  CHECK(toml.find("pipeline_parallel_degree = 4\npipeline_parallel_schedule = \"Interleaved1F1B\"\n") !=
+        std::string::npos);
+  // torchtitan's local batch is split into micro-batches of the plan's size: mbs x micro-batches per step.
+  CHECK(toml.find(fmt::format("local_batch_size = {}\n",
+                              pipe["mbs"].get<int>() * pipe["grad_accum"].get<int>())) != std::string::npos);
+  CHECK(simulate_from(dir, (dir / "pp.toml").string()) == pipe);
+}
+
+TEST_CASE("emitters: pipeline-parallel plans in torchtitan, DeepSpeed and the FSDP2 script", "[emit]") {
+  EmitSetup e;
+  Plan p;
+  p.runtime = Runtime::kFsdp2;
+  p.pp = 4;
+  p.pp_schedule = PpSchedule::kInterleaved1F1B;
+  p.pp_layers = {3, 4, 4, 4, 4, 4, 4, 5};
+  p.ac = AcMode::kFull;
+  p = e.resolve(p);
+  // 16 GPUs / pp 4 = 4 data-parallel ranks; global batch 32 at mbs 1 = 8 micro-batches per step.
+  REQUIRE(p.grad_accum * p.mbs == 8);
+  const std::string py = emit("torchtitan", p, e.s.model, 16, 8);
+  CHECK(py.find("pipeline_parallel_degree=4,\n") != std::string::npos);
+  CHECK(py.find("pipeline_parallel_schedule=\"Interleaved1F1B\",\n") != std::string::npos);
+  CHECK(py.find(fmt::format("pipeline_parallel_microbatch_size={},\n", p.mbs)) != std::string::npos);
+  CHECK(py.find("local_batch_size=8,\n") != std::string::npos);
+  // 8 model parts: the first holds the embedding and 3 blocks, the last 5 blocks and the head.
+  CHECK(py.find("module_fqns_per_model_part=[[\"tok_embeddings\", \"layers.0\", \"layers.1\", \"layers.2\"], "
+                "[\"layers.3\",") != std::string::npos);
+  CHECK(py.find("\"layers.31\", \"norm\", \"lm_head\"]],\n") != std::string::npos);
+  // The FSDP2 script has no pipeline schedule: one clear refusal.
+  try {
+    emit("fsdp2", p, e.s.model, 16, 8);
+    FAIL("fsdp2 emitted a pipeline-parallel plan");
+  } catch (const InputError& err) {
+    CHECK(std::string(err.what()).find("fsdp2 cannot express pipeline parallelism (pp 4)") !=
+          std::string::npos);
+  }
+  // DeepSpeed's pipeline degree lives in the model code (PipelineModule num_stages): a note.
+  bool noted = false;
+  for (const std::string& n : emit_notes("deepspeed", p))
+    noted = noted || n.find("deepspeed.pipe.PipelineModule(layers=..., num_stages=4)") != std::string::npos;
+  CHECK(noted);
 }
 
 TEST_CASE("CLI --from: emitted torchtitan 0.3.0 configs read back give the same plan", "[cli][emit][from]") {
@@ -540,6 +590,14 @@ TEST_CASE("CLI --from: emitted torchtitan 0.3.0 configs read back give the same 
       "--fix runtime=fsdp2 --fix precision=bf16-true --fix reduce_dtype=fp32 --fix tp=1 --fix fp8=none",
       // Context parallelism (ParallelismConfig.context_parallel_degree).
       "--fix runtime=fsdp2 --fix cp=2 --fix tp=1 --fix ac=full --fix fp8=none",
+      // Pipeline parallelism: pp 4, interleaved 1F1B with torchtitan's 2 stages per rank and split
+      // (pipeline_parallel_degree / _schedule / _microbatch_size, local_batch_size = micro-batch x
+      // micro-batches), and the same with the plan's own split of the 32 blocks over the 8 stages
+      // (module_fqns_per_model_part).
+      "--fix runtime=fsdp2 --fix pp=4 --fix pp_schedule=interleaved-1f1b --fix tp=1 --fix ac=full "
+      "--fix fp8=none",
+      "--fix runtime=fsdp2 --fix pp=4 --fix pp_schedule=interleaved-1f1b --fix pp_layers=3,4,4,4,4,4,4,5 "
+      "--fix tp=1 --fix ac=full --fix fp8=none",
   };
   int i = 0;
   for (const char* pin : pins) {
@@ -682,9 +740,22 @@ TEST_CASE("CLI --from: accelerate FSDP YAML, explicit flags override, unmodelled
                        dir / "o.txt", dir / "e.txt") == 2);
   CHECK(ptest::read_text(dir / "e.txt").find("bad.json: zero_optimization.stage: must be 0..3") !=
         std::string::npos);
-  ptest::write_text(dir / "bad.toml", "[parallelism]\npipeline_parallel_degree = 2\n");
+  ptest::write_text(
+      dir / "bad.toml",
+      "[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = \"LoopedBFS\"\n");
   CHECK(ptest::run_cli("simulate --model llama3-8b --gpus 16 --from " + quote((dir / "bad.toml").string()),
                        dir / "o.txt", dir / "e.txt") == 2);
-  CHECK(ptest::read_text(dir / "e.txt").find("parallelism.pipeline_parallel_degree: pipeline parallelism") !=
+  CHECK(
+      ptest::read_text(dir / "e.txt")
+          .find("bad.toml: parallelism.pipeline_parallel_schedule: \"LoopedBFS\" is not a schedule shardplan "
+                "models") != std::string::npos);
+  // A degree the --model cannot take names the file's field, not a flag nobody gave (llama3-8b has no
+  // experts).
+  ptest::write_text(dir / "ep.toml", "[parallelism]\nexpert_parallel_degree = 8\n");
+  CHECK(ptest::run_cli("simulate --model llama3-8b --gpus 16 --from " + quote((dir / "ep.toml").string()),
+                       dir / "o.txt", dir / "e.txt") == 2);
+  INFO(ptest::read_text(dir / "e.txt"));
+  CHECK(ptest::read_text(dir / "e.txt").find("ep.toml: parallelism.expert_parallel_degree = 8: ") !=
         std::string::npos);
+  CHECK(ptest::read_text(dir / "e.txt").find("--ep") == std::string::npos);
 }

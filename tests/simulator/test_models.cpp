@@ -429,3 +429,32 @@ TEST_CASE("bad family inputs: one clear error", "[simulator][model][hf]") {
   d.erase("v_head_dim");
   CHECK_THROWS_WITH(parse_hf_config(d, "d.json"), Catch::Contains("/v_head_dim"));
 }
+
+TEST_CASE("tensor groups: a MoE layer's identical expert weights are summed as groups with a count",
+          "[simulator][model]") {
+  // Qwen3-30B-A3B: each MoE layer has a router [128 x 2048] and 128 experts of gate / up [768 x 2048] and
+  // down [2048 x 768]: three groups (1, 256, 128) for 385 tensors.
+  const ModelGraph m = load_model("qwen3-30b-a3b");
+  const Layer* moe = nullptr;
+  for (const Layer* l : m.order())
+    if (l->moe_experts > 0 && !moe) moe = l;
+  REQUIRE(moe);
+  REQUIRE(moe->tensors.size() == 385);
+  std::vector<std::int64_t> counts;
+  moe->for_each_tensor_group([&](const Tensor&, std::int64_t n) { counts.push_back(n); });
+  CHECK(counts == std::vector<std::int64_t>{1, 256, 128});
+  // Every layer: the grouped walk sums the same elements and tensors as the tensor-by-tensor one (a copy
+  // without groups walks each tensor once).
+  for (const Layer* l : m.order()) {
+    Layer plain = *l;
+    plain.tensor_groups.clear();
+    std::int64_t grouped = 0, single = 0, n_grouped = 0, n_single = 0;
+    l->for_each_tensor_group(
+        [&](const Tensor& t, std::int64_t n) { grouped += t.numel() * n, n_grouped += n; });
+    plain.for_each_tensor_group(
+        [&](const Tensor& t, std::int64_t n) { single += t.numel() * n, n_single += n; });
+    CHECK(grouped == single);
+    CHECK(n_grouped == n_single);
+    CHECK(grouped == l->parameters());
+  }
+}

@@ -7,10 +7,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <string>
 #include <vector>
 
 #include "planner/search.hpp"
 #include "simulator/allocator.hpp"
+#include "simulator/knobs.hpp"
 #include "simulator/presets.hpp"
 
 using namespace shardplan;
@@ -20,10 +22,47 @@ static double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// Expert-parallel search (issue 16): the CLI's default `plan` search (three runtimes, compile and async TP
+// searched, TP within the node, EP degrees for MoE) of Qwen3-30B-A3B on 16 H100s, global batch 64, seq 4096
+// (`shardplan plan --model qwen3-30b-a3b --gpus 16 --global-batch 64 --seq 4096`), on 1 thread and on all
+// cores.
+static int bench_moe_search() {
+  ModelGraph m = load_model("qwen3-30b-a3b");
+  Cluster c(load_cluster_spec("dgx-h100"), 16);
+  CostModel cm(c);
+  SearchSpace sp;
+  sp.runtimes = {Runtime::kFsdp2, Runtime::kFsdp1, Runtime::kDeepSpeed};
+  sp.compile = {false, true};
+  sp.async_tp = {false, true};
+  sp.global_batch = 64;
+  sp.seq = 4096;
+  for (int threads : {1, 0}) {
+    SearchOptions o;
+    o.threads = threads;
+    o.headroom = kDefaultHeadroom;
+    auto t0 = Clock::now();
+    const std::clock_t c0 = std::clock();
+    SearchOutcome out = search_plans(m, c, cm, sp, o);
+    const double s = seconds_since(t0);
+    const double cpu_s = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
+    fmt::print(
+        "plan qwen3-30b-a3b on 16 GPUs, global batch 64, seq 4096, {} thread(s): {:.3f} s wall, {:.3f} s "
+        "CPU, {} "
+        "considered, {} simulated ({:.0f}/s wall), {} fit, {} replayed; recommends {}\n",
+        threads == 0 ? std::string("all") : std::to_string(threads), s, cpu_s, out.stats.considered,
+        out.stats.evaluated, static_cast<double>(out.stats.evaluated) / s, out.stats.fitting,
+        out.stats.replayed, out.plans.empty() ? std::string("nothing") : plan_to_flags(out.plans[0].plan));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::max(1, std::atoi(argv[1])) : 50;
   // A second argument "accum" runs only the search-against-accumulation benchmark.
   const bool only_accum = argc > 2 && std::string(argv[2]) == "accum";
+  // "moe" runs only the expert-parallel search benchmark (issue 16).
+  if (argc > 2 && std::string(argv[2]) == "moe") return bench_moe_search();
   const bool only_scale = argc > 2 && std::string(argv[2]) == "scale";
   {
     // Llama 3 405B at scale (issue 16): the CLI's default `plan` search (three runtimes, compile and async TP
