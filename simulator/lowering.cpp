@@ -49,6 +49,25 @@ void Lowering::run() {
 void Lowering::loss_forward_effects() {
   const double TV = logits_elems();
   constexpr auto A = MemCategory::kActivations;
+  if (p_.loss() == LossImpl::kCompiled && p_.tp > 1) {
+    // Compiled under loss_parallel() (vocab-sharded DTensor logits): inductor traces the DTensor handlers'
+    // local ops (torch/distributed/tensor/parallel/loss.py). torch 2.15, CPU inductor, fake process group,
+    // T = 64, V/tp = 500 (docs/model.md "Compiled loss"): the forward writes two T x V/tp fp32 buffers, one a
+    // temporary, one saved (with a per-token bool mask); the bf16 logits are not saved.
+    const Bytes logits = B(TV * bc_), f32 = B(TV * 4.0);
+    const std::int32_t lg = alloc_one(A, kPoolDefault, logits);
+    const std::int32_t tmp = alloc_one(A, kPoolDefault, f32);
+    loss_saved_id_ = alloc_one(A, kPoolDefault, f32);
+    loss_max_id_ = alloc_one(A, kPoolDefault, B(loss_tokens()));  // the bool mask
+    free_group(A, kPoolDefault, tmp, f32);
+    if (p_.hold_logits) {
+      free_group(A, kPoolDefault, held_logits_id_, logits);
+      held_logits_id_ = lg;
+    } else {
+      free_group(A, kPoolDefault, lg, logits);
+    }
+    return;
+  }
   if (p_.loss() == LossImpl::kCompiled) {
     // torch.compile'd cross-entropy (torchtitan components/loss.py since bbb1b616e): inductor's forward
     // reduces each row without a T x V temporary and saves its input (the logits, in the compute dtype) and
@@ -94,6 +113,14 @@ std::int32_t Lowering::loss_backward_effects() {
   const double TV = logits_elems();
   constexpr auto A = MemCategory::kActivations;
   const Bytes cast = B(TV * bc_);
+  if (p_.loss() == LossImpl::kCompiled && p_.tp > 1) {
+    // Compiled loss parallel: one bf16 T x V/tp gradient written from the saved fp32 buffer (same check).
+    const std::int32_t g = alloc_one(A, kPoolDefault, cast);
+    free_group(A, kPoolDefault, loss_saved_id_, B(TV * 4.0));
+    free_group(A, kPoolDefault, loss_max_id_, B(loss_tokens()));
+    loss_saved_id_ = loss_max_id_ = -1;
+    return g;
+  }
   if (p_.loss() == LossImpl::kCompiled) {
     // Inductor's fused backward recomputes softmax from the saved logits and statistics and writes the
     // logits' gradient, already in the compute dtype (the .float() cast fused), in one kernel: one T x V

@@ -152,7 +152,10 @@ Bytes activation_bytes(const ModelGraph& model, const Plan& p) {
     total += static_cast<double>(model.blocks()) * block_input_bytes(model.spec(), p, T);
   // The saved log-softmax output of the loss (in the loss dtype, vocab-parallel under TP); a compiled loss
   // saves the logits in the compute dtype and two fp32 per-token statistics (Lowering::loss_forward_effects).
-  if (p.loss() == LossImpl::kCompiled)
+  // (under TP the compiled loss-parallel graph saves one fp32 T x V/tp buffer and a bool per token instead)
+  if (p.loss() == LossImpl::kCompiled && p.tp > 1)
+    total += T * 4.0 * static_cast<double>(model.spec().vocab) / p.tp + T;
+  else if (p.loss() == LossImpl::kCompiled)
     total += T * bc * static_cast<double>(model.spec().vocab) / p.tp + 2 * T * 4.0;
   else
     total += T * (p.loss_dtype == Dtype::kFp32 ? 4.0 : bc) * static_cast<double>(model.spec().vocab) / p.tp;

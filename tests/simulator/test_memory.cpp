@@ -326,6 +326,30 @@ TEST_CASE("the logits term grows linearly with the vocabulary", "[simulator][mem
   CHECK(static_cast<double>(a[2] - a[1]) == Approx(step).margin(8));
 }
 
+TEST_CASE(
+    "compiled loss under TP: the activation peak grows by 10 T V/tp (forward: logits and two fp32 buffers)",
+    "[simulator][memory][logits][tp]") {
+  // 4-block Llama-2-7B-shaped models with V = 32000, 64000, 96000, TP 2, --compile (the compiled loss), no
+  // AC, seq 4096 (T = 4096). torch 2.15 inductor on loss_parallel()'s local ops (CPU, fake process group):
+  // the forward writes two fp32 T x V/tp buffers (one saved) while the bf16 logits are alive, 10 bytes per
+  // token and local vocab entry; the backward holds the saved one and a bf16 gradient, 6. The activation peak
+  // is the loss forward, so equal vocabulary steps give equal steps of 10 · 4096 · 32000 / 2 = 655,360,000
+  // bytes (the eager loss-parallel backward would give 16 · T · 32000 / 2).
+  ClusterSpec spec = load_cluster_spec("dgx-h100");
+  Plan p;
+  p.seq = 4096;
+  p.tp = 2;
+  p.compile = true;
+  Bytes a[3];
+  for (int i = 0; i < 3; ++i) {
+    Setup s(ModelGraph::from_spec(shardplan::test::small_llama(4, 32000 * (i + 1))), spec, 8);
+    a[i] = max_activations(s, p);
+  }
+  const double step = 10.0 * 4096 * 32000 / 2;
+  CHECK(static_cast<double>(a[1] - a[0]) == Approx(step).margin(8));
+  CHECK(static_cast<double>(a[2] - a[1]) == Approx(step).margin(8));
+}
+
 TEST_CASE("hold_logits keeps the fp32 logits through backward: the backward-head peak grows by exactly 4 T V",
           "[simulator][memory][logits]") {
   // Llama-2-7B, FSDP2 ZeRO-3 on 8 GPUs, full AC, 8 x 2048 tokens: the peak is at the head of backward (the
