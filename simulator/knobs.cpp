@@ -242,6 +242,21 @@ std::vector<Knob> build_table() {
       enum_knob("loss_dtype", "--loss-dtype",
                 "dtype of the cross-entropy (bf16 = the 16-bit compute dtype, no upcast of the logits)",
                 &Plan::loss_dtype));
+  {
+    // Printed only when set: repro lines and run records of plans that leave it to --compile are unchanged.
+    Knob k = make("loss_impl", "--loss-impl", KnobKind::kEnum,
+                  "cross-entropy: eager (aten log_softmax + nll_loss) or compiled (torch.compile'd loss, "
+                  "torchtitan since 2025-04-02; the torchtitan version decides, its config cannot)",
+                  "compiled with --compile, eager otherwise", names<LossImpl>());
+    k.get = [](const Plan& p) { return p.loss_impl ? std::string(to_string(*p.loss_impl)) : std::string(); };
+    k.set = [](Plan& p, const std::string& s) {
+      LossImpl l = LossImpl::kEager;
+      std::string why = parse_enum_text(s, l);
+      if (why.empty()) p.loss_impl = l;
+      return why;
+    };
+    t.push_back(k);
+  }
   t.push_back(
       enum_knob("fp8", "--fp8", "float8 GEMMs in the blocks' linear layers (torchao recipes)", &Plan::fp8));
   t.push_back(switch_knob("fp8_all_gather", "--fp8-all-gather",

@@ -47,13 +47,50 @@ void Lowering::run() {
 }
 
 void Lowering::loss_forward_effects() {
-  // Logits in the compute dtype; with an fp32 loss an fp32 copy and the fp32 log-softmax output (saved), with
-  // a 16-bit loss the log-softmax output only; the logits (and the copy) die after the loss.
   const double TV = logits_elems();
+  constexpr auto A = MemCategory::kActivations;
+  if (p_.loss() == LossImpl::kCompiled && p_.tp > 1) {
+    // Compiled under loss_parallel() (vocab-sharded DTensor logits): inductor traces the DTensor handlers'
+    // local ops (torch/distributed/tensor/parallel/loss.py). torch 2.15, CPU inductor, fake process group,
+    // T = 64, V/tp = 500 (docs/model.md "Compiled loss"): the forward writes two T x V/tp fp32 buffers, one a
+    // temporary, one saved (with a per-token bool mask); the bf16 logits are not saved.
+    const Bytes logits = B(TV * bc_), f32 = B(TV * 4.0);
+    const std::int32_t lg = alloc_one(A, kPoolDefault, logits);
+    const std::int32_t tmp = alloc_one(A, kPoolDefault, f32);
+    loss_saved_id_ = alloc_one(A, kPoolDefault, f32);
+    loss_max_id_ = alloc_one(A, kPoolDefault, B(loss_tokens()));  // the bool mask
+    free_group(A, kPoolDefault, tmp, f32);
+    if (p_.hold_logits) {
+      free_group(A, kPoolDefault, held_logits_id_, logits);
+      held_logits_id_ = lg;
+    } else {
+      free_group(A, kPoolDefault, lg, logits);
+    }
+    return;
+  }
+  if (p_.loss() == LossImpl::kCompiled) {
+    // torch.compile'd cross-entropy (torchtitan components/loss.py since bbb1b616e): inductor's forward
+    // reduces each row without a T x V temporary and saves its input (the logits, in the compute dtype) and
+    // two fp32 per-token statistics, the row max and the log of the sum of exponentials (torch 2.15, CPU
+    // inductor: saved tensors (T, V) bf16, labels, (T, 1) fp32 twice, the scalar; see docs/model.md "Loss").
+    const Bytes logits = B(TV * bc_), stat = B(loss_tokens() * 4.0);
+    const std::int32_t lg = alloc_one(A, kPoolDefault, logits);
+    loss_max_id_ = alloc_one(A, kPoolDefault, stat);
+    loss_lse_id_ = alloc_one(A, kPoolDefault, stat);
+    if (p_.hold_logits) {  // the loop's reference keeps the logits; the compiled graph saves the same tensor
+      free_group(A, kPoolDefault, held_logits_id_, logits);
+      held_logits_id_ = lg;
+      loss_saved_id_ = -1;
+    } else {
+      loss_saved_id_ = lg;
+    }
+    return;
+  }
+  // Eager: logits in the compute dtype; with an fp32 loss an fp32 copy and the fp32 log-softmax output
+  // (saved), with a 16-bit loss the log-softmax output only; the logits (and the copy) die after the loss.
   const bool f32_loss = p_.loss_dtype == Dtype::kFp32;
   const double lb = f32_loss ? 4.0 : bc_;  // bytes per element of the loss input and its log-softmax
   const Bytes logits = B(TV * bc_), loss_in = B(lb * TV);
-  constexpr auto A = MemCategory::kActivations;
   const std::int32_t lg = f32_loss ? alloc_one(A, kPoolDefault, logits) : -1;
   const std::int32_t li = alloc_one(A, kPoolDefault, loss_in);
   if (p_.hold_logits) {
@@ -71,15 +108,57 @@ void Lowering::loss_forward_effects() {
 }
 
 std::int32_t Lowering::loss_backward_effects() {
+  // Returns the group of the logits' gradient in the compute dtype that the head's backward reads (its
+  // caller frees it, logits_elems() x the compute dtype's bytes).
+  const double TV = logits_elems();
+  constexpr auto A = MemCategory::kActivations;
+  const Bytes cast = B(TV * bc_);
+  if (p_.loss() == LossImpl::kCompiled && p_.tp > 1) {
+    // Compiled loss parallel: one bf16 T x V/tp gradient written from the saved fp32 buffer (same check).
+    const std::int32_t g = alloc_one(A, kPoolDefault, cast);
+    free_group(A, kPoolDefault, loss_saved_id_, B(TV * 4.0));
+    free_group(A, kPoolDefault, loss_max_id_, B(loss_tokens()));
+    loss_saved_id_ = loss_max_id_ = -1;
+    return g;
+  }
+  if (p_.loss() == LossImpl::kCompiled) {
+    // Inductor's fused backward recomputes softmax from the saved logits and statistics and writes the
+    // logits' gradient, already in the compute dtype (the .float() cast fused), in one kernel: one T x V
+    // buffer (torch 2.15 CPU inductor output code: one (T, V) bf16 empty_strided, the saved inputs deleted
+    // after it). The saved logits then die.
+    const std::int32_t g = alloc_one(A, kPoolDefault, cast);
+    free_group(A, kPoolDefault, loss_saved_id_, cast);
+    free_group(A, kPoolDefault, loss_max_id_, B(loss_tokens() * 4.0));
+    free_group(A, kPoolDefault, loss_lse_id_, B(loss_tokens() * 4.0));
+    loss_saved_id_ = loss_max_id_ = loss_lse_id_ = -1;
+    return g;
+  }
+  const bool f32_loss = p_.loss_dtype == Dtype::kFp32;
+  const Bytes g = B((f32_loss ? 4.0 : bc_) * TV);
+  if (p_.tp > 1) {
+    // Loss parallel (vocab-sharded logits under torchtitan's loss_parallel()): torch/distributed/tensor/
+    // parallel/loss.py _nll_loss_and_log_softmax_backward computes nll_loss's and log_softmax's backward
+    // together as `(zeros_like(x) with -1 scattered + exp(x)) * grad_output`: the saved log-softmax x,
+    // grad_input = zeros_like(x), exp(x) and their sum are four T x V/tp buffers live at once (the product
+    // is written after exp(x) is dropped: four again). Reference lane, Llama 3 8B TP 2 / TP 4.
+    const std::int32_t zeros = alloc_one(A, kPoolDefault, g);
+    const std::int32_t ex = alloc_one(A, kPoolDefault, g);
+    const std::int32_t sum = alloc_one(A, kPoolDefault, g);
+    free_group(A, kPoolDefault, ex, g);
+    const std::int32_t g_in = alloc_one(A, kPoolDefault, g);  // the product: the loss input's gradient
+    free_group(A, kPoolDefault, sum, g);
+    free_group(A, kPoolDefault, zeros, g);
+    free_group(A, kPoolDefault, loss_saved_id_, g);
+    loss_saved_id_ = -1;
+    if (!f32_loss) return g_in;
+    const std::int32_t c = alloc_one(A, kPoolDefault, cast);
+    free_group(A, kPoolDefault, g_in, g);
+    return c;
+  }
   // Eager cross-entropy backward: nll_loss backward writes a gradient of the log-softmax output, log_softmax
   // backward writes the gradient of the logits while both and the saved output are alive; with an fp32 loss
-  // the gradient is then cast to the compute dtype for the head's backward. Returns the group of the logits'
-  // gradient in the compute dtype that the head's backward reads (its caller frees it, logits_elems() x
-  // the compute dtype's bytes): the cast, or with a 16-bit loss the loss input's gradient itself.
-  const double TV = logits_elems();
-  const bool f32_loss = p_.loss_dtype == Dtype::kFp32;
-  const Bytes g = B((f32_loss ? 4.0 : bc_) * TV), cast = B(TV * bc_);
-  constexpr auto A = MemCategory::kActivations;
+  // the gradient is then cast to the compute dtype for the head's backward (with a 16-bit loss the loss
+  // input's gradient is read as it is).
   const std::int32_t g_out = alloc_one(A, kPoolDefault, g);  // grad of log-softmax out
   const std::int32_t g_in = alloc_one(A, kPoolDefault, g);   // grad of the loss input
   free_group(A, kPoolDefault, g_out, g);
@@ -231,6 +310,21 @@ void Lowering::backward(int mb, bool last_mb) {
     t.micro_batch = mb;
     const std::int32_t id = out_.program.add(t);
     last_compute_ = id;
+    // TP: torch 2.15's DTensor has no vocab-sharded (Shard(0)) strategy for aten.embedding_dense_backward
+    // (torch/distributed/tensor/_ops/_embedding_ops.py: Shard(1), batch-dim Partial, Partial), so the
+    // row-wise-parallel embedding writes a Partial gradient of the whole V x h on every TP rank, held as
+    // the unit's unsharded gradient until its reduction (reference lane, Llama 3 70B TP 8).
+    double emb_full_elems = 0;
+    if (p_.tp > 1 && !rt_.grads_persistent && !rt_.grad_kept_until_boundary && rt_.reduce_scatter &&
+        un.gather_owner < 0)
+      for (const Layer* l : un.layers)
+        if (l->kind == LayerKind::kEmbedding)
+          for (const auto& ten : l->tensors)
+            emb_full_elems +=
+                static_cast<double>(ten.numel() - tp_local_rows(ten, p_.tp) * tp_local_cols(ten, p_.tp));
+    // (its own tensor group, freed right after the unit's reduce-scatter has freed the other gradients)
+    const Bytes emb_extra = B(emb_full_elems * bc_);
+    std::int32_t emb_extra_id = -1;
     const Bytes ugrad = B(static_cast<double>(un.elems) * bc_);  // autograd's unsharded gradients
     const auto su = static_cast<std::size_t>(u);
     const UnitTensors& ut = ut_[su];
@@ -250,6 +344,7 @@ void Lowering::backward(int mb, bool last_mb) {
     if (!rt_.grads_persistent) {
       if (!rt_.grad_kept_until_boundary) {
         ugrad_id_[su] = alloc_tensors(MemCategory::kGrads, kPoolDefault, ugrad, ut.params_local);
+        emb_extra_id = alloc_one(MemCategory::kGrads, kPoolDefault, emb_extra);
       } else if (mb == 0) {  // DeepSpeed ZeRO-1: full .grad created once, kept until the boundary
         ugrad_id_[su] = alloc_tensors(MemCategory::kGrads, kPoolDefault, ugrad, ut.params_local);
         grad_groups_.push_back({ugrad_id_[su], ugrad});
@@ -275,6 +370,7 @@ void Lowering::backward(int mb, bool last_mb) {
     if (rt_.reduce_scatter) {
       if (un.gather_owner >= 0) continue;  // FSDP1 root head part: reduced with the root at the end
       reduce_scatter(u, mb, ugrad, grad_bytes_per_elem);
+      free_group(MemCategory::kGrads, kPoolDefault, emb_extra_id, emb_extra);
       if (regather) {
         // The norm's backward needs the group again: all-gather and copy-out, prefetch the next unit, then
         // the second post-backward reshards and releases the first reduce-scatter's input (the norm's own

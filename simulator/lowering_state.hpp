@@ -145,6 +145,9 @@ class Lowering {
     return static_cast<double>(p_.mbs) * static_cast<double>(p_.seq) *
            static_cast<double>(in_.model.spec().vocab) / p_.tp / p_.cp;  // CP: this rank's seq / cp
   }
+  double loss_tokens() const {
+    return static_cast<double>(p_.mbs) * static_cast<double>(p_.seq) / p_.cp;  // this rank's tokens
+  }
   void loss_forward_effects();
   std::int32_t loss_backward_effects();
 
@@ -197,7 +200,7 @@ class Lowering {
   /// activations, the unsharded gradients and the autocast weight copies.
   std::vector<std::int32_t> ag_id_, unsharded_id_, act_id_, ugrad_id_, autocast_id_;
   std::int32_t recompute_id_ = -1, workspace_id_ = -1, held_rs_id_ = -1, held_logits_id_ = -1,
-               loss_saved_id_ = -1;
+               loss_saved_id_ = -1, loss_max_id_ = -1, loss_lse_id_ = -1;
   std::vector<std::pair<std::int32_t, Bytes>> grad_groups_;  ///< freed by zero_grad
   std::vector<Run> runs_;
   std::vector<UnitTensors> ut_;

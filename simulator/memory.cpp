@@ -157,8 +157,15 @@ Bytes activation_bytes(const ModelGraph& model, const Plan& p) {
   }
   if (p.ac == AcMode::kFull)
     total += static_cast<double>(model.blocks()) * block_input_bytes(model.spec(), p, T);
-  // The saved log-softmax output of the loss (in the loss dtype, vocab-parallel under TP).
-  total += T * (p.loss_dtype == Dtype::kFp32 ? 4.0 : bc) * static_cast<double>(model.spec().vocab) / p.tp;
+  // The saved log-softmax output of the loss (in the loss dtype, vocab-parallel under TP); a compiled loss
+  // saves the logits in the compute dtype and two fp32 per-token statistics (Lowering::loss_forward_effects).
+  // (under TP the compiled loss-parallel graph saves one fp32 T x V/tp buffer and a bool per token instead)
+  if (p.loss() == LossImpl::kCompiled && p.tp > 1)
+    total += T * 4.0 * static_cast<double>(model.spec().vocab) / p.tp + T;
+  else if (p.loss() == LossImpl::kCompiled)
+    total += T * bc * static_cast<double>(model.spec().vocab) / p.tp + 2 * T * 4.0;
+  else
+    total += T * (p.loss_dtype == Dtype::kFp32 ? 4.0 : bc) * static_cast<double>(model.spec().vocab) / p.tp;
   return static_cast<Bytes>(total);
 }
 
@@ -180,7 +187,9 @@ std::array<Bytes, kMemCategories> initial_allocation(const ModelGraph& model, co
   if (rt.ddp_reducer_buckets) initial[static_cast<int>(MemCategory::kCommBuffers)] = ps[1];
   if (p.hold_logits) {  // the previous micro-step's logits (the loss input), still referenced by the training
                         // loop
-    const double lb = p.loss_dtype == Dtype::kFp32 ? 4.0 : (p.precision == Precision::kFp32 ? 4.0 : 2.0);
+    // (a compiled loss reads the logits in the compute dtype: those are what the loop holds)
+    const double bc = p.precision == Precision::kFp32 ? 4.0 : 2.0;
+    const double lb = p.loss_dtype == Dtype::kFp32 && p.loss() == LossImpl::kEager ? 4.0 : bc;
     initial[static_cast<int>(MemCategory::kActivations)] =
         static_cast<Bytes>(std::llround(lb * static_cast<double>(p.mbs) * static_cast<double>(p.seq) *
                                         static_cast<double>(model.spec().vocab) / p.tp / p.cp));

@@ -622,7 +622,9 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
       // micro-batch's backward (schedules.py _maybe_compute_loss), as Lowering::loss_forward_effects.
       const double TV = static_cast<double>(p.mbs) * static_cast<double>(p.seq) *
                         static_cast<double>(model.spec().vocab) / p.tp;
-      x.cost.act_bytes += static_cast<Bytes>(TV * (p.loss_dtype == Dtype::kFp32 ? 4.0 : bc));
+      const bool f32_saved = (p.loss_dtype == Dtype::kFp32 && p.loss() == LossImpl::kEager) ||
+                             (p.loss() == LossImpl::kCompiled && p.tp > 1);
+      x.cost.act_bytes += static_cast<Bytes>(TV * (f32_saved ? 4.0 : bc));  // compiled: the logits saved
     }
     x.fwd_compute_s = fwd_compute;
     x.bwd_compute_s = bwd_compute;

@@ -39,6 +39,9 @@ const char* to_string(Fp8 f) {
 const char* to_string(AllocatorMode a) {
   return a == AllocatorMode::kDefault ? "default" : "expandable";
 }
+const char* to_string(LossImpl l) {
+  return l == LossImpl::kEager ? "eager" : "compiled";
+}
 
 const char* to_string(PpSchedule s) {
   switch (s) {

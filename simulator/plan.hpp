@@ -35,6 +35,10 @@ enum class PpSchedule { kGpipe, k1F1B, kInterleaved1F1B, kZbv, kDualPipeV };
 /// PyTorch's CUDA caching allocator mode (PYTORCH_CUDA_ALLOC_CONF): `default` = cudaMalloc'd segments,
 /// `expandable` = expandable_segments:True (one growing virtual range per stream and pool).
 enum class AllocatorMode { kDefault, kExpandable };
+/// How the cross-entropy runs: `eager` = aten log_softmax + nll_loss (fp32 log-softmax output saved, its
+/// gradients T x V), `compiled` = torch.compile'd loss (torchtitan components/loss.py since bbb1b616e,
+/// 2025-04-02): inductor saves the logits and two per-token statistics, its backward writes one gradient.
+enum class LossImpl { kEager, kCompiled };
 
 const char* to_string(Runtime r);
 const char* to_string(Precision p);
@@ -44,6 +48,7 @@ const char* to_string(Offload o);
 const char* to_string(Fp8 f);
 const char* to_string(PpSchedule s);
 const char* to_string(AllocatorMode a);
+const char* to_string(LossImpl l);
 
 /// Every value of a plan enum, in the order error messages and help texts list them. parse_enum, enum_names
 /// and parse_enum_or_throw below are the one place a knob's spelling is read, for flags, `--fix` and run
@@ -84,6 +89,10 @@ struct EnumValues<PpSchedule> {
 template <>
 struct EnumValues<AllocatorMode> {
   static constexpr std::array v{AllocatorMode::kDefault, AllocatorMode::kExpandable};
+};
+template <>
+struct EnumValues<LossImpl> {
+  static constexpr std::array v{LossImpl::kEager, LossImpl::kCompiled};
 };
 
 template <class E>
@@ -138,6 +147,9 @@ struct Plan {
   /// autocast computes cross-entropy on its half-precision logits (DeepSpeed/Megatron fp16 or bf16, 2022 HF
   /// GPT-2).
   Dtype loss_dtype = Dtype::kFp32;
+  /// Eager or compiled cross-entropy; default: compiled with --compile (torchtitan >= 2025-04-02 compiles the
+  /// loss with the model), eager otherwise.
+  std::optional<LossImpl> loss_impl;
   /// Float8 linear layers in the transformer blocks (embedding, LM head, attention core and MoE experts stay
   /// in the compute dtype, as torchao/torchtitan convert them).
   Fp8 fp8 = Fp8::kNone;
@@ -185,6 +197,7 @@ struct Plan {
   bool reshard() const { return reshard_after_forward.value_or(zero >= 3); }
   int stages() const { return pp * std::max(virtual_stages, 1); }
   Dtype reduce() const { return reduce_dtype.value_or(Dtype::kFp32); }
+  LossImpl loss() const { return loss_impl.value_or(compile ? LossImpl::kCompiled : LossImpl::kEager); }
   std::int64_t global_batch() const { return static_cast<std::int64_t>(dp) * mbs * grad_accum; }
   bool operator==(const Plan&) const = default;
 };

@@ -660,6 +660,16 @@ def convert(rec):
         plan["hold_logits"] = True
         notes.append("hold_logits: torchtitan's loop of this date keeps `pred` (fp32 logits) alive through "
                      "backward; `del pred` was added later in 2024")
+    # torchtitan torch.compiles the cross-entropy loss with training.compile since bbb1b616e (2025-04-02,
+    # components/loss.py build_cross_entropy_loss; commit message: it reduces memory); the plan's default with
+    # compile is that compiled loss (loss_impl compiled). Runs of an earlier torchtitan compiled the blocks
+    # only and ran the eager fp32 loss; every run of such a torchtitan states it, with or without compile (so
+    # its runs that differ in compile alone still pair up in validate's knob pairs).
+    if src == "pytorch/torchtitan" and (rec["source"].get("date") or "9999") < "2025-04-02":
+        plan["loss_impl"] = "eager"
+        notes.append("loss_impl eager: torchtitan of this date runs the eager loss (with compile, the blocks "
+                     "only are compiled); the loss is compiled with the model since bbb1b616e (2025-04-02, "
+                     "components/loss.py)")
     if src == "pytorch/ao" and rec["id"].startswith("torchao-e2e-"):
         # The ao e2e benchmarks launch torchtitan through benchmarks/float8/training/llama3.sh, which runs
         # ${TORCHTITAN_ROOT}/run_train.sh (ao 8c81863ba, 4fc4068d6, e4e681be6); run_train.sh starts torchrun with
@@ -678,14 +688,21 @@ def convert(rec):
             notes.append("allocator expandable: llama3.sh runs torchtitan's run_train.sh, which sets "
                          "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
         if "torchtitan 2c8b594" in versions or "torchtitan 6fc499f" in versions:
-            # Not expressible by a plan knob yet (noted for the reserved-memory error): torchtitan compiles the loss
-            # with --training.compile since bbb1b616e (2025-04-02, components/loss.py build_cross_entropy_loss), and
-            # on compute capability >= 10.0 puts cuDNN attention first (models/attention.py _init_backend, since
-            # 3b85aa31f), whose op is not in SAC's _save_list (models/llama3/infra/parallelize.py).
-            notes.append("not modelled: torchtitan at this commit torch.compiles the cross-entropy loss "
-                         "(components/loss.py build_cross_entropy_loss; the tool models the eager fp32 loss)%s"
-                         % ("; on B200 SDPA runs cuDNN attention (models/attention.py, capability >= 10.0), "
-                            "which per-op SAC recomputes (not in _save_list)" if "cu12" in versions else ""))
+            # These commits postdate bbb1b616e (2025-04-02): the loss is compiled with the model, the plan's
+            # default with compile. Not expressible by a plan knob yet (noted for the reserved-memory error): on
+            # compute capability >= 10.0 torchtitan puts cuDNN attention first (models/attention.py
+            # _init_backend, since 3b85aa31f), whose op is not in SAC's _save_list
+            # (models/llama3/infra/parallelize.py).
+            if "cu12" in versions:
+                notes.append("not modelled: on B200 SDPA runs cuDNN attention (models/attention.py, capability "
+                             ">= 10.0), which per-op SAC recomputes (not in _save_list)")
+        elif plan.get("compile"):
+            # The H100 rows were added 2025-03-12 (ao 8c81863ba) with torchtitan's run_train.sh and
+            # models/llama/train_configs (together only 2025-02-24..04-07): a torchtitan before bbb1b616e
+            # (2025-04-02), which compiled the blocks and ran the eager fp32 loss.
+            plan["loss_impl"] = "eager"
+            notes.append("loss_impl eager: rows added 2025-03-12 (ao 8c81863ba) ran a torchtitan before "
+                         "bbb1b616e (2025-04-02), whose loss was not compiled")
     if src == "bigscience-workshop/bigscience":
         notes.append("Megatron-DeepSpeed: Megatron TP%d (column/row parallel, no sequence parallel, 2022) with "
                      "DeepSpeed ZeRO-1 at dp=%d, expressed as runtime deepspeed; iteration-2 snapshot" % (tp, dp))

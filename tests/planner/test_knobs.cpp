@@ -60,6 +60,7 @@ Plan all_changed() {
   x.moe_imbalance = 1.25;
   x.allocator = AllocatorMode::kExpandable;
   x.allocator_gc_threshold = 0.8;
+  x.loss_impl = LossImpl::kEager;  // with compile on, the default would be compiled
   return x;
 }
 
@@ -85,7 +86,8 @@ TEST_CASE("knobs: a plan with every knob changed survives plan_to_flags and the 
         "--wrap 2 "
         "--prefetch 2 --reshard-after-forward false --precision bf16 --reduce-dtype bf16 --offload params "
         "--async-tp "
-        "--foreach-optimizer --compile --hold-logits --loss-dtype bf16 --fp8 rowwise --fp8-all-gather "
+        "--foreach-optimizer --compile --hold-logits --loss-dtype bf16 --loss-impl eager --fp8 rowwise "
+        "--fp8-all-gather "
         "--allocator expandable --allocator-gc-threshold 0.8 --pp 2 --pp-schedule interleaved-1f1b "
         "--virtual-stages 3 --pp-layers 1,2,3 "
         "--cp 2 --ep 4 --moe-imbalance 1.25");

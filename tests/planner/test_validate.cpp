@@ -339,9 +339,8 @@ TEST_CASE("reference lane: peak allocated within 1 % median and 3 % worst", "[va
        "FSDP1 backward prefetch"},
       {"ref-qwen2-7b-g8-layers-3-runtime-fsdp1-ac-selective-mbs-1-seq-4096", "FSDP1 backward prefetch"},
       {"ref-llama3-70b-g64-layers-3-tp-8-ac-selective-mbs-1-seq-4096",
-       "TP: full-vocabulary embedding gradient"},
-      {"ref-llama3-8b-g16-layers-4-tp-2-ac-none-mbs-1-seq-4096", "TP: loss-parallel backward buffers"},
-      {"ref-llama3-8b-g32-layers-4-tp-4-ac-full-mbs-2-seq-8192", "TP: loss-parallel backward buffers"},
+       "TP: -3.1 % with the full-vocabulary embedding gradient modelled (-45.9 % before); the rest at the "
+       "embedding's post-backward is not yet traced"},
       {"ref-llama3-8b-g8-layers-2-zero-0-ac-full-mbs-1-seq-4096", "DDP: gradients created in backward"},
       {"ref-llama3.2-1b-g16-layers-4-zero-0-ac-selective-mbs-2-seq-4096",
        "DDP: gradients created in backward"},

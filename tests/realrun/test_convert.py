@@ -20,7 +20,7 @@ COMMITTED = os.path.join(ROOT, "tests", "data", "runs", "published_dev.json")
 REQUIRED = ("schema", "id", "model", "cluster", "gpus", "plan", "measured")
 PLAN_KEYS = {"runtime", "zero", "shard_group", "tp", "seq", "mbs", "grad_accum", "ac", "wrap", "prefetch",
              "reshard_after_forward", "precision", "reduce_dtype", "offload", "compile", "hold_logits",
-             "loss_dtype", "fp8", "fp8_all_gather", "async_tp", "pp", "pp_schedule", "virtual_stages", "pp_layers"}
+             "loss_dtype", "loss_impl", "fp8", "fp8_all_gather", "allocator", "async_tp", "pp", "pp_schedule", "virtual_stages", "pp_layers"}
 MEASURED_KEYS = {"peak_allocated_bytes", "peak_active_bytes", "peak_reserved_bytes", "peak_device_bytes",
                  "step_s", "tokens_per_s_per_gpu", "mfu"}
 
@@ -70,6 +70,12 @@ class ConvertTest(unittest.TestCase):
         # torchtitan of March 2024 kept `pred` alive through backward; the 2025 runs do not.
         self.assertTrue(by_id["torchtitan-pr165-fsdp2-full-bs8-eager-2"]["plan"]["hold_logits"])
         self.assertNotIn("hold_logits", by_id["torchao-e2e-h100-llama3-8b-g8-none_bfloat16"]["plan"])
+        # The loss is compiled with the model since torchtitan bbb1b616e (2025-04-02): runs of an earlier
+        # torchtitan state the eager loss, the later ones keep the compile default.
+        self.assertEqual(by_id["torchtitan-pr165-fsdp2-full-bs8-compile-4"]["plan"]["loss_impl"], "eager")
+        self.assertEqual(by_id["torchao-e2e-h100-llama3-8b-g8-none_bfloat16"]["plan"]["loss_impl"], "eager")
+        self.assertNotIn("loss_impl", by_id["torchao-e2e-mi300x-llama3-8b-g8-none_bfloat16"]["plan"])
+        self.assertNotIn("loss_impl", by_id["torchao-e2e-b200-llama3-8b-g8-none_bfloat16"]["plan"])
 
     def test_every_record_complete(self):
         self.assertEqual(self.doc["schema"], "shardplan.runs/1")

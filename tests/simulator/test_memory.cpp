@@ -294,15 +294,18 @@ TEST_CASE("TP 8 with sequence parallelism holds about 1/8 of the TP 1 activation
   // With sequence parallelism every saved tensor is split 8 ways: TP-split tensors (Q, K, V, O, MLP) by heads
   // / columns, h-sized ones (norm inputs, block inputs) by sequence; the vocab-parallel loss holds T·V/8
   // logits. The embedding saves nothing. So nothing stays whole and the ratio is 1/8 up to per-unit integer
-  // rounding (≤ 1 byte per unit and per logits effect, ~40 bytes against ~2.7e9).
+  // rounding (≤ 1 byte per unit and per logits effect, ~40 bytes against ~2.7e9), except at the peak (the
+  // loss backward): loss parallel holds four fp32 T x V/8 buffers where the eager loss holds three
+  // (torch/distributed/tensor/parallel/loss.py), one more 4·T·V/8 = 4 · 4096 · 4000 = 65,536,000 bytes.
   Setup s("llama2-7b", "dgx-h100", 8);
   Plan p;
   p.seq = 4096;
   const Bytes tp1 = max_activations(s, p);
   p.tp = 8;
   const Bytes tp8 = max_activations(s, p);
-  CHECK(static_cast<double>(tp8) == Approx(static_cast<double>(tp1) / 8).epsilon(1e-6));
-  CHECK(static_cast<double>(tp8) >= static_cast<double>(tp1) / 8 - 64);
+  const double fourth = 4.0 * 4096 * 32000 / 8;
+  CHECK(static_cast<double>(tp8) == Approx(static_cast<double>(tp1) / 8 + fourth).epsilon(1e-6));
+  CHECK(static_cast<double>(tp8) >= static_cast<double>(tp1) / 8 + fourth - 64);
 }
 
 TEST_CASE("the logits term grows linearly with the vocabulary", "[simulator][memory][activations]") {
@@ -319,6 +322,30 @@ TEST_CASE("the logits term grows linearly with the vocabulary", "[simulator][mem
     a[i] = max_activations(s, p);
   }
   const double step = 12.0 * 4096 * 32000;
+  CHECK(static_cast<double>(a[1] - a[0]) == Approx(step).margin(8));
+  CHECK(static_cast<double>(a[2] - a[1]) == Approx(step).margin(8));
+}
+
+TEST_CASE(
+    "compiled loss under TP: the activation peak grows by 10 T V/tp (forward: logits and two fp32 buffers)",
+    "[simulator][memory][logits][tp]") {
+  // 4-block Llama-2-7B-shaped models with V = 32000, 64000, 96000, TP 2, --compile (the compiled loss), no
+  // AC, seq 4096 (T = 4096). torch 2.15 inductor on loss_parallel()'s local ops (CPU, fake process group):
+  // the forward writes two fp32 T x V/tp buffers (one saved) while the bf16 logits are alive, 10 bytes per
+  // token and local vocab entry; the backward holds the saved one and a bf16 gradient, 6. The activation peak
+  // is the loss forward, so equal vocabulary steps give equal steps of 10 · 4096 · 32000 / 2 = 655,360,000
+  // bytes (the eager loss-parallel backward would give 16 · T · 32000 / 2).
+  ClusterSpec spec = load_cluster_spec("dgx-h100");
+  Plan p;
+  p.seq = 4096;
+  p.tp = 2;
+  p.compile = true;
+  Bytes a[3];
+  for (int i = 0; i < 3; ++i) {
+    Setup s(ModelGraph::from_spec(shardplan::test::small_llama(4, 32000 * (i + 1))), spec, 8);
+    a[i] = max_activations(s, p);
+  }
+  const double step = 10.0 * 4096 * 32000 / 2;
   CHECK(static_cast<double>(a[1] - a[0]) == Approx(step).margin(8));
   CHECK(static_cast<double>(a[2] - a[1]) == Approx(step).margin(8));
 }
@@ -364,6 +391,55 @@ TEST_CASE(
   REQUIRE(f32.peak_phase == b16.peak_phase);
   CHECK(f32.peak_phase.rfind("backward", 0) == 0);
   CHECK(f32.peak_bytes - b16.peak_bytes == 6 * tv);
+}
+
+TEST_CASE("loss_impl compiled: inductor's cross-entropy saves the bf16 logits and writes one bf16 gradient",
+          "[simulator][memory][logits]") {
+  // A 2-block Llama-2-7B-shaped model with V = 128,000 (the loss dominates), FSDP2 ZeRO-3 on 8 GPUs, full
+  // AC, 8 x 2048 tokens (T = 16,384): the peak is the cross-entropy backward either way. Eager fp32 loss:
+  // saved log-softmax, its gradient and the logits' gradient, 4 bytes each (12 T V). Compiled (torch 2.15
+  // inductor, checked on the CPU with saved_tensors_hooks and the output code, docs/model.md): the saved bf16
+  // logits, two fp32 per-token statistics (row max, log-sum-exp: 2 x 4 T) and one bf16 gradient: 4 T V + 8 T.
+  // Everything else alive then is the same, so the peak drops by 8 T V - 8 T = 16,777,084,928 bytes.
+  ClusterSpec spec = load_cluster_spec("dgx-h100");
+  Setup s(ModelGraph::from_spec(shardplan::test::small_llama(2, 128000)), spec, 8);
+  Plan plan;
+  plan.ac = AcMode::kFull;
+  plan.mbs = 8;
+  plan.seq = 2048;
+  plan.compile = true;
+  plan.loss_impl = LossImpl::kEager;
+  const Result eager = s.run(plan);
+  plan.loss_impl.reset();  // the default with --compile: compiled
+  const Result compiled = s.run(plan);
+  const Bytes T = 8LL * 2048, tv = T * 128000;
+  REQUIRE(eager.peak_phase == compiled.peak_phase);
+  CHECK(eager.peak_phase.rfind("backward head", 0) == 0);
+  CHECK(eager.peak_bytes - compiled.peak_bytes == 8 * tv - 8 * T);
+  plan.compile = false;  // without --compile the default is eager
+  CHECK(s.run(plan).peak_bytes == eager.peak_bytes);
+}
+
+TEST_CASE("TP loss parallel: the backward holds four vocab-sharded buffers of the loss dtype",
+          "[simulator][memory][logits][tp]") {
+  // Llama-2-7B, FSDP2 on 8 GPUs with TP 2, full AC, 16 x 2048 tokens (T = 32,768), V/tp = 16,000. torch
+  // 2.15 _nll_loss_and_log_softmax_backward (torch/distributed/tensor/parallel/loss.py) keeps the saved
+  // log-softmax, zeros_like(x), exp(x) and their sum (then the product) live together: four T x V/tp
+  // buffers, 16 bytes per element with an fp32 loss, 8 with a 16-bit one. The eager loss's three
+  // buffers would give 12 vs 6. With the peak at that moment in both, the difference is 8 T V/tp.
+  Setup s("llama2-7b", "dgx-h100", 8);
+  Plan plan;
+  plan.ac = AcMode::kFull;
+  plan.tp = 2;
+  plan.mbs = 16;
+  plan.seq = 2048;
+  const Result f32 = s.run(plan);
+  plan.loss_dtype = Dtype::kBf16;
+  const Result b16 = s.run(plan);
+  const Bytes tv_local = 16LL * 2048 * 16000;
+  REQUIRE(f32.peak_phase == b16.peak_phase);
+  CHECK(f32.peak_phase.rfind("backward", 0) == 0);
+  CHECK(f32.peak_bytes - b16.peak_bytes == 8 * tv_local);
 }
 
 TEST_CASE(
