@@ -149,15 +149,16 @@ void Lowering::forward(int mb) {
     t.micro_batch = mb;
     const std::int32_t id = out_.program.add(t);
     last_compute_ = id;
-    // DDP with fp32 parameters under autocast: bf16 weight copies live until the unit's backward. The autocast
-    // cache is cleared when the forward's autocast region exits (torch.autocast.__exit__ ->
+    // DDP with fp32 parameters under autocast: bf16 weight copies live until the unit's backward. The
+    // autocast cache is cleared when the forward's autocast region exits (torch.autocast.__exit__ ->
     // torch.clear_autocast_cache at the outermost level); only the copies autograd saved survive. A block
     // under full AC saves only its input (torch/utils/checkpoint.py, non-reentrant), so its copies are made
     // again when its forward is recomputed in backward (below).
     const UnitTensors& ut = ut_[static_cast<std::size_t>(u)];
-    if (rt_.autocast_weight_copies && un.elems > 0 && !autocast_copies_recomputed(un))
-      autocast_id_[static_cast<std::size_t>(u)] = alloc_tensors(
-          MemCategory::kGathered, kPoolDefault, B(static_cast<double>(un.elems) * 2), ut.params_local);
+    if (rt_.autocast_weight_copies && un.autocast_copy_elems > 0 && !autocast_copies_recomputed(un))
+      autocast_id_[static_cast<std::size_t>(u)] =
+          alloc_tensors(MemCategory::kGathered, kPoolDefault,
+                        B(static_cast<double>(un.autocast_copy_elems) * 2), ut.params_local);
     act_id_[static_cast<std::size_t>(u)] =
         alloc_tensors(MemCategory::kActivations, kPoolDefault, un.act_bytes, ut.saved);
     if (un.has_loss) {
@@ -239,10 +240,11 @@ void Lowering::backward(int mb, bool last_mb) {
     const auto su = static_cast<std::size_t>(u);
     const UnitTensors& ut = ut_[su];
     recompute_id_ = alloc_tensors(MemCategory::kActivations, kPoolDefault, un.recompute_bytes, ut.recompute);
-    // Full AC: the recomputation runs under the checkpoint's saved autocast state and casts the weights again.
-    if (rt_.autocast_weight_copies && un.elems > 0 && autocast_copies_recomputed(un))
-      autocast_id_[su] = alloc_tensors(MemCategory::kGathered, kPoolDefault, B(static_cast<double>(un.elems) * 2),
-                                       ut.params_local);
+    // Full AC: the recomputation runs under the checkpoint's saved autocast state and casts the weights
+    // again.
+    if (rt_.autocast_weight_copies && un.autocast_copy_elems > 0 && autocast_copies_recomputed(un))
+      autocast_id_[su] = alloc_tensors(MemCategory::kGathered, kPoolDefault,
+                                       B(static_cast<double>(un.autocast_copy_elems) * 2), ut.params_local);
     // The loss's backward runs before the head's own ops (their input gradients come after it).
     const std::int32_t loss_grad = un.has_loss ? loss_backward_effects() : -1;
     // FSDP1's root pre-backward hook (on the logits) prefetches only now, after the loss's backward.
@@ -256,9 +258,10 @@ void Lowering::backward(int mb, bool last_mb) {
       free_group(MemCategory::kActivations, kPoolDefault, act_id_[su], un.act_bytes);
       free_group(MemCategory::kActivations, kPoolDefault, recompute_id_, un.recompute_bytes);
       act_id_[su] = recompute_id_ = workspace_id_ = -1;
-      if (rt_.autocast_weight_copies && un.elems > 0 && autocast_copies_recomputed(un)) {
+      if (rt_.autocast_weight_copies && un.autocast_copy_elems > 0 && autocast_copies_recomputed(un)) {
         // The recomputed copies are saved tensors of the block's matmuls: consumed with them.
-        free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[su], B(static_cast<double>(un.elems) * 2));
+        free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[su],
+                   B(static_cast<double>(un.autocast_copy_elems) * 2));
         autocast_id_[su] = -1;
       }
     }
@@ -271,16 +274,16 @@ void Lowering::backward(int mb, bool last_mb) {
         double tied_b = 0;  // DDP with tied embeddings: the tied weight's .grad moves to the head (below)
         if (p_.zero == 0 && p_.pp == 1 && in_.model.spec().tied_embeddings) {
           const auto& sp = in_.model.spec();
-          const double vh = static_cast<double>(sp.vocab) * static_cast<double>(sp.hidden) / p_.tp *
-                            grad_bytes_per_elem;
+          const double vh =
+              static_cast<double>(sp.vocab) * static_cast<double>(sp.hidden) / p_.tp * grad_bytes_per_elem;
           const bool embedding = std::any_of(un.layers.begin(), un.layers.end(),
                                              [](const Layer* l) { return l->kind == LayerKind::kEmbedding; });
           if (un.has_loss) {
             tied_b = vh;  // the head's backward runs first: its V x h gradient of the tied weight stays
           } else if (embedding) {
             // The embedding's backward writes a second V x h gradient and the two are summed into a third
-            // tensor, all three live at once (the reference lane's trace of MPT 7B DDP, docs/reference-lane.md);
-            // then the two addends are freed and the sum is the weight's .grad.
+            // tensor, all three live at once (the reference lane's trace of MPT 7B DDP,
+            // docs/reference-lane.md); then the two addends are freed and the sum is the weight's .grad.
             const Bytes two = B(2 * vh);
             const std::int32_t tr = alloc_one(MemCategory::kGrads, kPoolDefault, two);
             free_group(MemCategory::kGrads, kPoolDefault, tr, two);
@@ -300,9 +303,9 @@ void Lowering::backward(int mb, bool last_mb) {
     free_group(MemCategory::kActivations, kPoolDefault, recompute_id_, un.recompute_bytes);
     free_group(MemCategory::kOther, kPoolDefault, workspace_id_, un.workspace_bytes);
     act_id_[su] = recompute_id_ = workspace_id_ = -1;
-    if (rt_.autocast_weight_copies && un.elems > 0)
+    if (rt_.autocast_weight_copies && un.autocast_copy_elems > 0)
       free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[su],
-                 B(static_cast<double>(un.elems) * 2));
+                 B(static_cast<double>(un.autocast_copy_elems) * 2));
     if (rt_.gather_limiter == GatherLimiter::kComputeTwoBack && rt_.gathers_params)
       limiter_queue_.push_back(id);
 

@@ -35,8 +35,9 @@ RuntimeTraits runtime_traits(const Plan& p) {
       fsdp2 ? kPoolDefault : kPoolReduceScatter;  // PR pytorch#129721 moved it to the default stream
   t.reduce_only_at_boundary = ds && p.zero == 1;
   // DDP (ZeRO-0) keeps no gradient across steps either: optimizer.zero_grad() defaults to set_to_none=True
-  // (torch/optim/optimizer.py, torch >= 2.0; torchtitan calls it so), so each .grad is created by AccumulateGrad
-  // when the unit's backward produces it and lives until the next zero_grad after the optimizer step.
+  // (torch/optim/optimizer.py, torch >= 2.0; torchtitan calls it so), so each .grad is created by
+  // AccumulateGrad when the unit's backward produces it and lives until the next zero_grad after the
+  // optimizer step.
   t.grad_kept_until_boundary = (ds && p.zero == 1) || p.zero == 0;
   t.allreduce_in_compute_dtype = ds;
   t.ipg_bucket_per_backward = ds && (p.zero == 1 || p.zero == 2);

@@ -78,7 +78,8 @@ struct RuntimeTraits {
   bool rs_cpu_limiter = false;    ///< DeepSpeed: at most two reduce events pending (§3.4)
   Pool rs_input_pool = kPoolReduceScatter;
   bool reduce_only_at_boundary = false;  ///< DeepSpeed ZeRO-1: gradients reduced at the accumulation boundary
-  bool grad_kept_until_boundary = false;  ///< DDP, DeepSpeed ZeRO-1: full .grad created in backward, kept to the step
+  bool grad_kept_until_boundary =
+      false;  ///< DDP, DeepSpeed ZeRO-1: full .grad created in backward, kept to the step
   bool allreduce_in_compute_dtype = false;  ///< DeepSpeed ZeRO-1/2 bucket all-reduce in the 16-bit dtype
   bool ipg_bucket_per_backward = false;  ///< DeepSpeed ZeRO-1/2: IPG bucket allocated each backward (§1.6)
   bool ipg_bucket_persistent = false;    ///< DeepSpeed ZeRO-3: IPG bucket allocated at init (§1.6)
