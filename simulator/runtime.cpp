@@ -26,7 +26,7 @@ RuntimeTraits runtime_traits(const Plan& p) {
   t.gather_limiter = fsdp1 ? GatherLimiter::kComputeTwoBack
                      : ds  ? GatherLimiter::kFetchTwoBack
                            : GatherLimiter::kNone;
-  t.grads_persistent = ds && p.zero >= 2;
+  t.grads_persistent = (ds && p.zero >= 2) || (p.zero == 0 && p.zero_grad_in_place);
   t.reduce_scatter = p.zero >= 2;
   t.rs_waits_prev_rs = fsdp2;
   t.rs_input_held = fsdp2;
@@ -38,7 +38,8 @@ RuntimeTraits runtime_traits(const Plan& p) {
   // (torch/optim/optimizer.py, torch >= 2.0; torchtitan calls it so), so each .grad is created by
   // AccumulateGrad when the unit's backward produces it and lives until the next zero_grad after the
   // optimizer step.
-  t.grad_kept_until_boundary = (ds && p.zero == 1) || p.zero == 0;
+  // With --zero-grad-in-place (set_to_none=False) DDP's .grad persists instead.
+  t.grad_kept_until_boundary = (ds && p.zero == 1) || (p.zero == 0 && !p.zero_grad_in_place);
   t.allreduce_in_compute_dtype = ds;
   t.ipg_bucket_per_backward = ds && (p.zero == 1 || p.zero == 2);
   t.ipg_bucket_persistent = ds && p.zero == 3;
