@@ -149,13 +149,12 @@ void Lowering::forward(int mb) {
     t.micro_batch = mb;
     const std::int32_t id = out_.program.add(t);
     last_compute_ = id;
-    // DDP with fp32 parameters under autocast: bf16 weight copies live until the unit's backward. The
-    // autocast cache is cleared when the forward's autocast region exits (torch.autocast.__exit__ ->
-    // torch.clear_autocast_cache at the outermost level); only the copies autograd saved survive. A block
-    // under full AC saves only its input (torch/utils/checkpoint.py, non-reentrant), so its copies are made
-    // again when its forward is recomputed in backward (below).
+    // DDP with fp32 parameters under autocast: bf16 weight copies, held by the autocast cache (cached_cast
+    // caches casts of fp32 leaves that require grad, with or without grad mode) until the forward's autocast
+    // region exits (torch.autocast.__exit__ -> torch.clear_autocast_cache at the outermost level), after the
+    // loss; only the copies autograd saved survive to the unit's backward (below).
     const UnitTensors& ut = ut_[static_cast<std::size_t>(u)];
-    if (rt_.autocast_weight_copies && un.autocast_copy_elems > 0 && !autocast_copies_recomputed(un))
+    if (rt_.autocast_weight_copies && un.autocast_copy_elems > 0)
       autocast_id_[static_cast<std::size_t>(u)] =
           alloc_tensors(MemCategory::kGathered, kPoolDefault,
                         B(static_cast<double>(un.autocast_copy_elems) * 2), ut.params_local);
@@ -167,6 +166,16 @@ void Lowering::forward(int mb) {
       // forward root: release_all_gather_state_for_comm_reuse).
       if (rt_.hold_forward_ag_output) release_held_ag_output(prev_fwd_ag_out_);
       loss_forward_effects();
+      // The autocast region exits after the loss: a block under full AC saved only its input
+      // (torch/utils/checkpoint.py), so its copies die with the cache and its recomputation casts again.
+      if (rt_.autocast_weight_copies)
+        for (int j = 0; j < U_; ++j) {
+          const SimUnit& uj = unit(j);
+          if (uj.autocast_copy_elems <= 0 || !autocast_copies_recomputed(uj)) continue;
+          free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[static_cast<std::size_t>(j)],
+                     B(static_cast<double>(uj.autocast_copy_elems) * 2));
+          autocast_id_[static_cast<std::size_t>(j)] = -1;
+        }
     }
     fwd_task_[static_cast<std::size_t>(u)] = id;
     if (rt_.gather_limiter == GatherLimiter::kComputeTwoBack && rt_.gathers_params)

@@ -325,11 +325,12 @@ TEST_CASE("reference lane: peak allocated within 1 % median and 3 % worst", "[va
   // Issue 14's target for the lane (tools/reference/data/records.json, the real torch 2.15 step on fake
   // tensors): after the op-level block backward, the tied [tok_embeddings, norm, output] group and FSDP2's
   // per-module hooks of multi-block groups (docs/model.md), every row is within 3 % except the ones below,
-  // each with the mechanism the lane's trace shows and the simulator does not model yet (docs/reference-lane.md
-  // "Known differences"). A row that leaves this list when its mechanism is modelled must be removed from it:
-  // the test fails for a listed row that is within 3 %, so the list cannot go stale.
+  // each with the mechanism the lane's trace shows and the simulator does not model yet
+  // (docs/reference-lane.md "Known differences"). A row that leaves this list when its mechanism is modelled
+  // must be removed from it: the test fails for a listed row that is within 3 %, so the list cannot go stale.
   const std::map<std::string, std::string> known = {
-      {"ref-llama3-70b-g64-layers-3-tp-8-ac-selective-mbs-1-seq-4096", "TP: full-vocabulary embedding gradient"},
+      {"ref-llama3-70b-g64-layers-3-tp-8-ac-selective-mbs-1-seq-4096",
+       "TP: full-vocabulary embedding gradient"},
       {"ref-llama3-8b-g16-layers-4-tp-2-ac-none-mbs-1-seq-4096", "TP: loss-parallel backward buffers"},
       {"ref-llama3-8b-g32-layers-4-tp-4-ac-full-mbs-2-seq-8192", "TP: loss-parallel backward buffers"},
       {"ref-mpt-30b-g64-layers-2-ac-full-mbs-1-seq-8192-precision-bf16-true", "MPT: LayerNorm/ALiBi block"},
