@@ -46,6 +46,12 @@ TEST_CASE(
   CHECK(category(r, MemCategory::kGathered) == 1'050'673'152LL);
   // The gradients still count in the state a step holds (memory JSON `persistent.grads`): 4 B per parameter.
   CHECK(r.persistent_split[1] == 5'947'604'992LL);
+  // Until the autocast region exits (after the loss) the cache holds every copy: the head's V·h = 525,336,576
+  // elements and each block's matmul weights, 218,112,000 less its two norms (8192): 2·(525,336,576 +
+  // 2·218,103,808) = 1,923,088,384 B at the most.
+  Simulator sim(s.model, *s.cluster, *s.costs);
+  sim.run(s.resolve(p));
+  CHECK(shardplan::test::max_category_bytes(sim.program(), MemCategory::kGathered) == 1'923'088'384LL);
 }
 
 TEST_CASE("DDP: every gradient is created in backward and freed by zero_grad after the step",
