@@ -239,6 +239,11 @@ std::vector<Knob> build_table() {
                           "torchtitan < mid-2024)",
                           &Plan::hold_logits));
   t.push_back(
+      switch_knob("zero_grad_in_place", "--zero-grad-in-place",
+                  "gradients zeroed in place (zero_grad(set_to_none=False), torch < 2.0): DDP's .grad "
+                  "lives across steps",
+                  &Plan::zero_grad_in_place));
+  t.push_back(
       enum_knob("loss_dtype", "--loss-dtype",
                 "dtype of the cross-entropy (bf16 = the 16-bit compute dtype, no upcast of the logits)",
                 &Plan::loss_dtype));

@@ -228,11 +228,15 @@ void Lowering::forward(int mb) {
     t.micro_batch = mb;
     const std::int32_t id = out_.program.add(t);
     last_compute_ = id;
-    // DDP with fp32 parameters under autocast: bf16 weight copies live until the unit's backward.
+    // DDP with fp32 parameters under autocast: bf16 weight copies, held by the autocast cache (cached_cast
+    // caches casts of fp32 leaves that require grad, with or without grad mode) until the forward's autocast
+    // region exits (torch.autocast.__exit__ -> torch.clear_autocast_cache at the outermost level), after the
+    // loss; only the copies autograd saved survive to the unit's backward (below).
     const UnitTensors& ut = ut_[static_cast<std::size_t>(u)];
-    if (rt_.autocast_weight_copies && un.elems > 0)
-      autocast_id_[static_cast<std::size_t>(u)] = alloc_tensors(
-          MemCategory::kGathered, kPoolDefault, B(static_cast<double>(un.elems) * 2), ut.params_local);
+    if (rt_.autocast_weight_copies && un.autocast_copy_elems > 0)
+      autocast_id_[static_cast<std::size_t>(u)] =
+          alloc_tensors(MemCategory::kGathered, kPoolDefault,
+                        B(static_cast<double>(un.autocast_copy_elems) * 2), ut.params_local);
     act_id_[static_cast<std::size_t>(u)] =
         alloc_tensors(MemCategory::kActivations, kPoolDefault, un.act_bytes, ut.saved);
     if (un.has_loss) {
@@ -241,6 +245,16 @@ void Lowering::forward(int mb) {
       // forward root: release_all_gather_state_for_comm_reuse).
       if (rt_.hold_forward_ag_output) release_held_ag_output(prev_fwd_ag_out_);
       loss_forward_effects();
+      // The autocast region exits after the loss: a block under full AC saved only its input
+      // (torch/utils/checkpoint.py), so its copies die with the cache and its recomputation casts again.
+      if (rt_.autocast_weight_copies)
+        for (int j = 0; j < U_; ++j) {
+          const SimUnit& uj = unit(j);
+          if (uj.autocast_copy_elems <= 0 || !autocast_copies_recomputed(uj)) continue;
+          free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[static_cast<std::size_t>(j)],
+                     B(static_cast<double>(uj.autocast_copy_elems) * 2));
+          autocast_id_[static_cast<std::size_t>(j)] = -1;
+        }
     }
     fwd_task_[static_cast<std::size_t>(u)] = id;
     if (rt_.gather_limiter == GatherLimiter::kComputeTwoBack && rt_.gathers_params)
@@ -283,7 +297,7 @@ void Lowering::backward(int mb, bool last_mb) {
       else
         ready = copyout_task_[static_cast<std::size_t>(u)];
       if (un.gather_owner >= 0) ready = -1;
-      if (!regather) prefetch(ready);
+      if (!regather && !(rt_.bwd_prefetch_after_loss && un.has_loss)) prefetch(ready);
     }
     // Backward mirrors forward (each all-gather's gradient is reduce-scattered and vice versa, in 16 bits);
     // full AC re-runs the forward's collectives when it recomputes a block.
@@ -329,8 +343,15 @@ void Lowering::backward(int mb, bool last_mb) {
     const auto su = static_cast<std::size_t>(u);
     const UnitTensors& ut = ut_[su];
     recompute_id_ = alloc_tensors(MemCategory::kActivations, kPoolDefault, un.recompute_bytes, ut.recompute);
+    // Full AC: the recomputation runs under the checkpoint's saved autocast state and casts the weights
+    // again.
+    if (rt_.autocast_weight_copies && un.autocast_copy_elems > 0 && autocast_copies_recomputed(un))
+      autocast_id_[su] = alloc_tensors(MemCategory::kGathered, kPoolDefault,
+                                       B(static_cast<double>(un.autocast_copy_elems) * 2), ut.params_local);
     // The loss's backward runs before the head's own ops (their input gradients come after it).
     const std::int32_t loss_grad = un.has_loss ? loss_backward_effects() : -1;
+    // FSDP1's root pre-backward hook (on the logits) prefetches only now, after the loss's backward.
+    if (rt_.gathers_params && !regather && rt_.bwd_prefetch_after_loss && un.has_loss) prefetch(ready);
     workspace_id_ = alloc_tensors(MemCategory::kOther, kPoolDefault, un.workspace_bytes, ut.workspace);
     // A block unit's workspace is its op-level peak over the saved tensors (units.cpp): the saved tensors are
     // consumed before the last gradients are written, so the gradients are allocated after they are freed.
@@ -340,15 +361,43 @@ void Lowering::backward(int mb, bool last_mb) {
       free_group(MemCategory::kActivations, kPoolDefault, act_id_[su], un.act_bytes);
       free_group(MemCategory::kActivations, kPoolDefault, recompute_id_, un.recompute_bytes);
       act_id_[su] = recompute_id_ = workspace_id_ = -1;
+      if (rt_.autocast_weight_copies && un.autocast_copy_elems > 0 && autocast_copies_recomputed(un)) {
+        // The recomputed copies are saved tensors of the block's matmuls: consumed with them.
+        free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[su],
+                   B(static_cast<double>(un.autocast_copy_elems) * 2));
+        autocast_id_[su] = -1;
+      }
     }
     if (!rt_.grads_persistent) {
       if (!rt_.grad_kept_until_boundary) {
         ugrad_id_[su] = alloc_tensors(MemCategory::kGrads, kPoolDefault, ugrad, ut.params_local);
         emb_extra_id = alloc_one(MemCategory::kGrads, kPoolDefault, emb_extra);
-      } else if (mb == 0) {  // DeepSpeed ZeRO-1: full .grad created once, kept until the boundary
-        ugrad_id_[su] = alloc_tensors(MemCategory::kGrads, kPoolDefault, ugrad, ut.params_local);
-        grad_groups_.push_back({ugrad_id_[su], ugrad});
-        grads_allocated_ += ugrad;
+      } else if (mb == 0) {
+        // DDP, DeepSpeed ZeRO-1: the full .grad, in the gradient dtype (DDP: the parameter's, fp32 under
+        // autocast), created by the unit's first backward and kept until zero_grad after the step.
+        double tied_b = 0;  // DDP with tied embeddings: the tied weight's .grad moves to the head (below)
+        if (p_.zero == 0 && p_.pp == 1 && in_.model.spec().tied_embeddings) {
+          const auto& sp = in_.model.spec();
+          const double vh =
+              static_cast<double>(sp.vocab) * static_cast<double>(sp.hidden) / p_.tp * grad_bytes_per_elem;
+          const bool embedding = std::any_of(un.layers.begin(), un.layers.end(),
+                                             [](const Layer* l) { return l->kind == LayerKind::kEmbedding; });
+          if (un.has_loss) {
+            tied_b = vh;  // the head's backward runs first: its V x h gradient of the tied weight stays
+          } else if (embedding) {
+            // The embedding's backward writes a second V x h gradient and the two are summed into a third
+            // tensor, all three live at once (the reference lane's trace of MPT 7B DDP,
+            // docs/reference-lane.md); then the two addends are freed and the sum is the weight's .grad.
+            const Bytes two = B(2 * vh);
+            const std::int32_t tr = alloc_one(MemCategory::kGrads, kPoolDefault, two);
+            free_group(MemCategory::kGrads, kPoolDefault, tr, two);
+            tied_b = -vh;
+          }
+        }
+        const Bytes kept = B(static_cast<double>(un.elems) * grad_bytes_per_elem + tied_b);
+        ugrad_id_[su] = alloc_tensors(MemCategory::kGrads, kPoolDefault, kept, ut.params_local);
+        grad_groups_.push_back({ugrad_id_[su], kept});
+        grads_allocated_ += kept;
       }
     }
     // The head's matmul backward reads the logits' gradient while it writes its weight gradient.
@@ -358,9 +407,9 @@ void Lowering::backward(int mb, bool last_mb) {
     free_group(MemCategory::kActivations, kPoolDefault, recompute_id_, un.recompute_bytes);
     free_group(MemCategory::kOther, kPoolDefault, workspace_id_, un.workspace_bytes);
     act_id_[su] = recompute_id_ = workspace_id_ = -1;
-    if (rt_.autocast_weight_copies && un.elems > 0)
+    if (rt_.autocast_weight_copies && un.autocast_copy_elems > 0)
       free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[su],
-                 B(static_cast<double>(un.elems) * 2));
+                 B(static_cast<double>(un.autocast_copy_elems) * 2));
     if (rt_.gather_limiter == GatherLimiter::kComputeTwoBack && rt_.gathers_params)
       limiter_queue_.push_back(id);
 

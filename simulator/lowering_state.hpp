@@ -140,6 +140,10 @@ class Lowering {
 
   void free_unsharded(int u);
 
+  /// Autocast's bf16 weight copies of a unit made again in backward: a block under full AC saved only its
+  /// input, so the copies its forward made died with the autocast cache at the region's exit.
+  bool autocast_copies_recomputed(const SimUnit& un) const { return p_.ac == AcMode::kFull && un.blocks > 0; }
+
   // ---- logits and loss (docs/mechanics.md §2.3) ----
   double logits_elems() const {
     return static_cast<double>(p_.mbs) * static_cast<double>(p_.seq) *

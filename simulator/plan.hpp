@@ -142,6 +142,10 @@ struct Plan {
   /// The training loop keeps the model output (fp32 logits) referenced through backward and the optimizer
   /// step, until the next forward replaces it (torchtitan before mid-2024 had no `del pred`; mechanics §2.3).
   bool hold_logits = false;
+  /// The loop zeroes gradients in place (`optimizer.zero_grad(set_to_none=False)`, torch < 2.0's default, and
+  /// Lightning 1.x's `optimizer_zero_grad`): under ZeRO-0 (DDP) every `.grad` then lives across steps. The
+  /// default (false) is torch >= 2.0's `set_to_none=True`: gradients are created in backward.
+  bool zero_grad_in_place = false;
   /// Dtype the loss (log-softmax, its gradients) runs in: fp32 when the logits are upcast (torchtitan, HF
   /// Llama, autocast's log_softmax), bf16 (= the 16-bit compute dtype, fp16 included) when a model without
   /// autocast computes cross-entropy on its half-precision logits (DeepSpeed/Megatron fp16 or bf16, 2022 HF

@@ -22,10 +22,11 @@ RuntimeTraits runtime_traits(const Plan& p) {
   t.head_not_resharded = fsdp2;
   t.head_group_regathered = fsdp2;
   t.tied_weight_group = fsdp2;
+  t.bwd_prefetch_after_loss = fsdp1;
   t.gather_limiter = fsdp1 ? GatherLimiter::kComputeTwoBack
                      : ds  ? GatherLimiter::kFetchTwoBack
                            : GatherLimiter::kNone;
-  t.grads_persistent = p.zero == 0 || (ds && p.zero >= 2);
+  t.grads_persistent = (ds && p.zero >= 2) || (p.zero == 0 && p.zero_grad_in_place);
   t.reduce_scatter = p.zero >= 2;
   t.rs_waits_prev_rs = fsdp2;
   t.rs_input_held = fsdp2;
@@ -33,7 +34,12 @@ RuntimeTraits runtime_traits(const Plan& p) {
   t.rs_input_pool =
       fsdp2 ? kPoolDefault : kPoolReduceScatter;  // PR pytorch#129721 moved it to the default stream
   t.reduce_only_at_boundary = ds && p.zero == 1;
-  t.grad_kept_until_boundary = ds && p.zero == 1;
+  // DDP (ZeRO-0) keeps no gradient across steps either: optimizer.zero_grad() defaults to set_to_none=True
+  // (torch/optim/optimizer.py, torch >= 2.0; torchtitan calls it so), so each .grad is created by
+  // AccumulateGrad when the unit's backward produces it and lives until the next zero_grad after the
+  // optimizer step.
+  // With --zero-grad-in-place (set_to_none=False) DDP's .grad persists instead.
+  t.grad_kept_until_boundary = (ds && p.zero == 1) || (p.zero == 0 && !p.zero_grad_in_place);
   t.allreduce_in_compute_dtype = ds;
   t.ipg_bucket_per_backward = ds && (p.zero == 1 || p.zero == 2);
   t.ipg_bucket_persistent = ds && p.zero == 3;

@@ -65,16 +65,21 @@ struct RuntimeTraits {
   /// not resharded after forward: gathered at the embedding's forward and kept to the head's backward, then
   /// gathered again for the norm's backward and for the embedding's (docs/model.md "Tied embeddings").
   bool tied_weight_group = false;
+  /// FSDP1: the backward prefetch of the last block is issued from the root's pre-backward hook, which
+  /// torch/distributed/fsdp/_runtime_utils.py `_register_pre_backward_hooks` registers on the root's outputs
+  /// (the logits): it fires when the logits' gradient is ready, after the loss's backward.
+  bool bwd_prefetch_after_loss = false;
   GatherLimiter gather_limiter = GatherLimiter::kNone;
   // --- gradients ---
-  bool grads_persistent = false;  ///< .grad / partitions live across steps (DDP buckets, DeepSpeed ZeRO-2/3)
+  bool grads_persistent = false;  ///< gradient partitions live across steps (DeepSpeed ZeRO-2/3)
   bool reduce_scatter = false;    ///< gradients reduce-scattered per unit (ZeRO-2/3); else all-reduced
   bool rs_waits_prev_rs = false;  ///< FSDP2: default stream waits the previous RS before dropping its input
   bool rs_input_held = false;     ///< FSDP2: RS input kept until the next unit's post-backward (§1.4)
   bool rs_cpu_limiter = false;    ///< DeepSpeed: at most two reduce events pending (§3.4)
   Pool rs_input_pool = kPoolReduceScatter;
   bool reduce_only_at_boundary = false;  ///< DeepSpeed ZeRO-1: gradients reduced at the accumulation boundary
-  bool grad_kept_until_boundary = false;  ///< DeepSpeed ZeRO-1: full .grad created once, kept until the step
+  bool grad_kept_until_boundary =
+      false;  ///< DDP, DeepSpeed ZeRO-1: full .grad created in backward, kept to the step
   bool allreduce_in_compute_dtype = false;  ///< DeepSpeed ZeRO-1/2 bucket all-reduce in the 16-bit dtype
   bool ipg_bucket_per_backward = false;  ///< DeepSpeed ZeRO-1/2: IPG bucket allocated each backward (§1.6)
   bool ipg_bucket_persistent = false;    ///< DeepSpeed ZeRO-3: IPG bucket allocated at init (§1.6)

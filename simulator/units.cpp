@@ -141,9 +141,17 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
       // stay.
       const bool fp8_layer = p.fp8 != Fp8::kNone && l->block >= 0 &&
                              (l->kind == LayerKind::kAttention || l->kind == LayerKind::kMlp);
+      const bool cast_by_autocast = l->kind != LayerKind::kEmbedding &&
+                                    l->kind != LayerKind::kPositionEmbedding && l->kind != LayerKind::kNorm &&
+                                    l->kind != LayerKind::kFinalNorm;
+      if (l->kind == LayerKind::kLmHead && s.tied_embeddings)
+        u.autocast_copy_elems +=
+            (static_cast<std::int64_t>(s.vocab) + t - 1) / t *
+            static_cast<std::int64_t>(s.hidden);  // the tied weight, vocab-parallel under TP
       // Identical tensors (a MoE layer's experts) as one group times its count: the same sums.
       l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
         const std::int64_t n = tp_local_rows(ten, t) * tp_local_cols(ten, t) * count;
+        if (cast_by_autocast) u.autocast_copy_elems += ep && ten.expert ? n / p.ep : n;
         if (ep && ten.expert) {  // summed over all experts here, this rank's experts / ep after the loop
           u.expert_elems += n;
           if (rt.padding == Padding::kFlatUnit)
@@ -265,7 +273,11 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
       // where autograd reaches it and the unit ends with only its gradients.
       const bool full = p.ac == AcMode::kFull, sel = p.ac == AcMode::kSelective;
       const double flowing = T * static_cast<double>(s.hidden) * bc / rep_div;
-      const double grad_b = rt.grads_persistent ? 0.0 : bc;  // gradients written into persistent buffers
+      // Gradients written into persistent buffers take no new memory; DDP's and ZeRO-1's .grad are in the
+      // gradient dtype (DDP under autocast: fp32, the parameter's), FSDP's unsharded gradients in bc.
+      const double grad_b = rt.grads_persistent           ? 0.0
+                            : rt.grad_kept_until_boundary ? bytes_per_param(p.runtime, p.precision).grads
+                                                          : bc;
       double live = static_cast<double>(u.act_bytes), grads = 0, peak = 0;
       for (std::size_t i = u.layers.size(); i-- > 0;) {
         const Layer& l = *u.layers[i];
@@ -280,12 +292,35 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
             }
           live += full ? std::max(0.0, none - block_input_bytes(s, p, T)) : none - kept;
         }
-        double g = 0;
-        for (const auto& ten : l.tensors)
-          g += static_cast<double>(tp_local_rows(ten, t) * tp_local_cols(ten, t)) /
-               (ep && ten.expert ? p.ep : 1);
+        double g = 0, g_experts = 0;
+        for (const auto& ten : l.tensors) {
+          const double e = static_cast<double>(tp_local_rows(ten, t) * tp_local_cols(ten, t)) /
+                           (ep && ten.expert ? p.ep : 1);
+          g += e;
+          if (ten.expert) g_experts += e;
+        }
         g *= grad_b;
+        g_experts *= grad_b;
         double x = layer_backward_excess_bytes(l, p, T);
+        if (x <= 0 && l.kind == LayerKind::kMoe && l.moe_experts > 0 && l.moe_top_k > 0) {
+          // Routed experts run one after the other (Hugging Face MixtralSparseMoeBlock's loop over experts,
+          // the lane's SparseMoe): autograd walks them in reverse, and expert k's backward consumes its saved
+          // tensors (C tokens: input, gate and up outputs, SiLU(gate), product, 8f bytes per token at 16
+          // bits) and writes its weight gradients before the next starts. At expert k's SwiGLU backward live
+          // are the k - 1 earlier experts' gradients without their saved tensors, its own gradient and its
+          // gate/up output gradients (2 C f); linear in k, so the worst is the first or the last expert.
+          // Balanced router: C = T top_k / local experts (under EP the rank's experts receive every EP rank's
+          // tokens).
+          const double local_experts = static_cast<double>(l.moe_experts) / (ep ? p.ep : 1);
+          double f_expert = 0;
+          for (const Gemm& gm : l.gemms)
+            if (gm.expert && gm.tp == TpSplit::kColumn) f_expert = static_cast<double>(gm.n) / t;
+          const double C = T * l.moe_top_k / local_experts;
+          const double saved_e = C * 8.0 * f_expert * bc / 2.0, g_e = g_experts / local_experts;
+          x = (g - g_experts) + 2.0 * flowing +
+              std::max(g_e + 2.0 * C * f_expert * bc,
+                       (local_experts - 1) * (g_e - saved_e) + g_e + 2.0 * C * f_expert * bc);
+        }
         if (x <= 0) x = g + 2.0 * flowing + (l.kind == LayerKind::kMoe ? 2.0 * T * f_local * bc : 0.0);
         peak = std::max(peak, live + grads + x + flowing + extra);
         // Everything the layer saved (after recomputation: the no-AC set) is consumed.

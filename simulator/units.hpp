@@ -17,7 +17,11 @@ struct SimUnit {
   std::string name;
   bool has_loss = false;
   int blocks = 0;
-  std::int64_t elems = 0;           ///< TP-local parameter elements, unpadded
+  std::int64_t elems = 0;  ///< TP-local parameter elements, unpadded
+  /// TP-local elements autocast casts to bf16 for the unit's matmuls (DDP under autocast): every weight but
+  /// the embeddings' and the norms' (aten::embedding and the norms are not on autocast's lower-precision
+  /// list); with tied embeddings the head's linear casts the embedding's V x h weight.
+  std::int64_t autocast_copy_elems = 0;
   std::int64_t shard_elems = 0;     ///< local shard, padded as the runtime pads
   std::int64_t gathered_elems = 0;  ///< the all-gather output (shard x group); 0 if this unit gathers nothing
   std::int64_t fp8_gathered_elems = 0;  ///< of which gathered in float8 (1 byte each: --fp8-all-gather)

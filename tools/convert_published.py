@@ -710,6 +710,11 @@ def convert(rec):
         if zero == 0:
             notes.append("PyTorch DDP under Lightning expressed as zero 0 (plain data parallel); DDP gradient "
                          "buckets add 4 bytes/param unless gradient_as_bucket_view")
+            # Lightning 1.x's LightningModule.optimizer_zero_grad calls optimizer.zero_grad(), whose default was
+            # set_to_none=False before torch 2.0 (2023): the .grad tensors are zeroed in place and persist.
+            plan["zero_grad_in_place"] = True
+            notes.append("zero_grad_in_place: Lightning 1.x calls optimizer.zero_grad(), set_to_none=False "
+                         "before torch 2.0, so DDP's gradients live across steps")
         notes.append("4x A100 40GB, form factor not stated: dgx-a100-40g preset (SXM, NVLink) assumed, 4 of 8 "
                      "GPUs; HF GPT2LMHeadModel with gradient_checkpointing")
         if runtime == "deepspeed":

@@ -329,30 +329,9 @@ TEST_CASE("reference lane: peak allocated within 1 % median and 3 % worst", "[va
   // (docs/reference-lane.md "Known differences"). A row that leaves this list when its mechanism is modelled
   // must be removed from it: the test fails for a listed row that is within 3 %, so the list cannot go stale.
   const std::map<std::string, std::string> known = {
-      {"ref-llama3-70b-g64-layers-3-runtime-fsdp1-ac-full-mbs-1-seq-8192", "FSDP1 backward prefetch"},
-      {"ref-llama3-8b-g16-layers-4-runtime-fsdp1-ac-none-mbs-1-seq-2048-precision-bf16-true",
-       "FSDP1 backward prefetch"},
-      {"ref-llama3-8b-g64-layers-4-runtime-fsdp1-ac-selective-mbs-1-seq-4096-shard-group-8",
-       "FSDP1 backward prefetch"},
-      {"ref-llama3-8b-g8-layers-4-runtime-fsdp1-ac-none-mbs-1-seq-4096", "FSDP1 backward prefetch"},
-      {"ref-mpt-7b-g8-layers-3-runtime-fsdp1-ac-none-mbs-2-seq-2048-reduce-dtype-bf16",
-       "FSDP1 backward prefetch"},
-      {"ref-qwen2-7b-g8-layers-3-runtime-fsdp1-ac-selective-mbs-1-seq-4096", "FSDP1 backward prefetch"},
       {"ref-llama3-70b-g64-layers-3-tp-8-ac-selective-mbs-1-seq-4096",
        "TP: -3.1 % with the full-vocabulary embedding gradient modelled (-45.9 % before); the rest at the "
        "embedding's post-backward is not yet traced"},
-      {"ref-llama3-8b-g8-layers-2-zero-0-ac-full-mbs-1-seq-4096", "DDP: gradients created in backward"},
-      {"ref-llama3.2-1b-g16-layers-4-zero-0-ac-selective-mbs-2-seq-4096",
-       "DDP: gradients created in backward"},
-      {"ref-llama3.2-1b-g8-layers-4-zero-0-ac-full-mbs-4-seq-4096", "DDP: gradients created in backward"},
-      {"ref-llama3.2-1b-g8-layers-4-zero-0-ac-none-mbs-1-seq-4096", "DDP: gradients created in backward"},
-      {"ref-llama3.2-1b-g8-layers-4-zero-0-ac-selective-mbs-2-seq-2048-precision-bf16-true",
-       "DDP: gradients created in backward"},
-      {"ref-mpt-7b-g8-layers-2-zero-0-ac-selective-mbs-1-seq-2048", "DDP: gradients created in backward"},
-      {"ref-qwen2-1.5b-g8-layers-4-zero-0-ac-none-mbs-1-seq-2048", "DDP: gradients created in backward"},
-      {"ref-mixtral-8x7b-g16-layers-2-ac-selective-mbs-1-seq-4096", "MoE block backward transient"},
-      {"ref-mixtral-8x7b-g32-layers-2-ac-full-mbs-2-seq-8192", "MoE block backward transient"},
-      {"ref-mixtral-8x7b-g64-layers-2-ac-full-mbs-1-seq-4096-shard-group-8", "MoE block backward transient"},
       {"ref-mpt-30b-g64-layers-2-ac-full-mbs-1-seq-8192-precision-bf16-true", "MPT: LayerNorm/ALiBi block"},
       {"ref-mpt-7b-g8-layers-3-ac-none-mbs-1-seq-2048", "MPT: LayerNorm/ALiBi block"},
   };

@@ -1,0 +1,141 @@
+// Mechanisms the reference lane's traces showed for DDP, FSDP1 and MoE blocks (docs/reference-lane.md, issue
+// 14): gradients created in backward under DDP, autocast's weight copies under full AC, a tied weight's two
+// gradients, FSDP1's backward prefetch after the loss backward, and a MoE layer's experts walked one at a
+// time.
+#include <catch2/catch.hpp>
+
+#include "sim_helpers.hpp"
+#include "simulator/units.hpp"
+
+using namespace shardplan;
+using shardplan::test::Setup;
+
+namespace {
+// A preset with fewer blocks, as the lane runs it (`run.py --layers K`).
+ModelGraph with_layers(const std::string& name, int layers) {
+  ModelSpec sp = load_model(name).spec();
+  sp.layers = layers;
+  return ModelGraph::from_spec(sp);
+}
+Bytes category(const Result& r, MemCategory c) {
+  return r.breakdown[static_cast<int>(c)];
+}
+}  // namespace
+
+TEST_CASE(
+    "DDP: no gradient before backward; under full AC only the head's autocast copy at the loss backward",
+    "[simulator][memory][ddp]") {
+  // The lane's row ref-llama3-8b-g8-layers-2-zero-0-ac-full-mbs-1-seq-4096: Llama 3 8B with 2 blocks,
+  // P = 1,486,901,248 parameters, DDP bf16-mixed on 8 GPUs. zero_grad(set_to_none=True) leaves no .grad at
+  // the step's start, so at the peak (the loss backward, before any unit's backward) grads are 0 and the
+  // Reducer's buckets hold 4P = 5,947,604,992 B (the lane's breakdown: grads=0, comm_buffers=5,947,604,992).
+  // The autocast cache died when the forward's autocast region exited: the checkpointed blocks saved only
+  // their inputs, the embedding's weight is never cast (aten::embedding is not on autocast's list), so only
+  // the head's bf16 copy, V·h·2 = 128,256·4096·2 = 1,050,673,152 B, is live (before: the embedding's and both
+  // blocks' copies as well, 2·1,050,673,152 + 2·218,112,000·2 = 2,973,794,304 B).
+  Setup s(with_layers("llama3-8b", 2), load_cluster_spec("dgx-h100"), 8);
+  Plan p;
+  p.zero = 0;
+  p.seq = 4096;
+  p.mbs = 1;
+  p.ac = AcMode::kFull;
+  const Result r = s.run(p);
+  REQUIRE(s.model.parameters() == 1'486'901'248);
+  CHECK(category(r, MemCategory::kGrads) == 0);
+  CHECK(category(r, MemCategory::kCommBuffers) == 5'947'604'992LL);
+  CHECK(category(r, MemCategory::kGathered) == 1'050'673'152LL);
+  // The gradients still count in the state a step holds (memory JSON `persistent.grads`): 4 B per parameter.
+  CHECK(r.persistent_split[1] == 5'947'604'992LL);
+  // Until the autocast region exits (after the loss) the cache holds every copy: the head's V·h = 525,336,576
+  // elements and each block's matmul weights, 218,112,000 less its two norms (8192): 2·(525,336,576 +
+  // 2·218,103,808) = 1,923,088,384 B at the most.
+  Simulator sim(s.model, *s.cluster, *s.costs);
+  sim.run(s.resolve(p));
+  CHECK(shardplan::test::max_category_bytes(sim.program(), MemCategory::kGathered) == 1'923'088'384LL);
+}
+
+TEST_CASE("DDP: every gradient is created in backward and freed by zero_grad after the step",
+          "[simulator][memory][ddp]") {
+  // Llama 3 8B with 2 blocks, no AC: the grads category rises from 0 to exactly 4P = 5,947,604,992 B (fp32
+  // .grad of every parameter, created by each unit's backward) and is back to 0 after the optimizer step.
+  Setup s(with_layers("llama3-8b", 2), load_cluster_spec("dgx-h100"), 8);
+  Plan p;
+  p.zero = 0;
+  p.seq = 2048;
+  Simulator sim(s.model, *s.cluster, *s.costs);
+  sim.run(s.resolve(p));
+  const Program& prog = sim.program();
+  CHECK(shardplan::test::max_category_bytes(prog, MemCategory::kGrads) == 5'947'604'992LL);
+  Bytes end = 0;
+  for (const Task& t : prog.tasks)
+    for (std::uint32_t e = t.first_effect; e < t.first_effect + t.n_effects; ++e)
+      if (prog.effects[e].category == MemCategory::kGrads) end += prog.effects[e].delta_bytes;
+  CHECK(end == 0);
+}
+
+TEST_CASE("DDP with tied embeddings: the head's and the embedding's gradients and their sum at once",
+          "[simulator][memory][ddp]") {
+  // MPT 7B with 2 blocks (tied, V = 50,432, h = 4096): the head's backward writes the tied weight's fp32
+  // gradient (V·h·4 = 826,277,888 B), the embedding's backward a second one and their sum a third: at that
+  // point every gradient (4P) and two more V·h fp32 tensors, 4P + 1,652,555,776 B, then 4P.
+  Setup s(with_layers("mpt-7b", 2), load_cluster_spec("dgx-h100"), 8);
+  Plan p;
+  p.zero = 0;
+  p.seq = 2048;
+  p.ac = AcMode::kSelective;
+  Simulator sim(s.model, *s.cluster, *s.costs);
+  sim.run(s.resolve(p));
+  const Bytes P = s.model.parameters();
+  CHECK(shardplan::test::max_category_bytes(sim.program(), MemCategory::kGrads) == 4 * P + 1'652'555'776LL);
+}
+
+TEST_CASE("FSDP1: the first backward prefetch is issued after the loss's backward", "[simulator][fsdp1]") {
+  // FSDP1's root pre-backward hook sits on the logits and fires after the cross-entropy backward: the last
+  // block's all-gather comes after the loss backward's buffers (the head's backward task, which carries
+  // them), so the loss backward's peak does not hold a block's unsharded parameters (Llama 3 8B, 4 blocks, 8
+  // GPUs: the lane's row ref-llama3-8b-g8-layers-4-runtime-fsdp1-ac-none-mbs-1-seq-4096, +3.1 % before, 0.0 %
+  // now).
+  Setup s(with_layers("llama3-8b", 4), load_cluster_spec("dgx-h100"), 8);
+  Plan p;
+  p.runtime = Runtime::kFsdp1;
+  p.seq = 4096;
+  p.mbs = 1;
+  Simulator sim(s.model, *s.cluster, *s.costs);
+  sim.run(s.resolve(p));
+  const Program& prog = sim.program();
+  int head_bwd = -1, first_bwd_ag = -1;
+  for (std::size_t i = 0; i < prog.tasks.size(); ++i) {
+    const Task& t = prog.tasks[i];
+    if (t.type == TaskType::kCompute && t.backward && t.unit == 5 && head_bwd < 0)
+      head_bwd = static_cast<int>(i);
+    if (t.type == TaskType::kCollective && t.backward &&
+        t.comm_kind == static_cast<std::uint8_t>(CommKind::kAllGather) && first_bwd_ag < 0)
+      first_bwd_ag = static_cast<int>(i);
+  }
+  REQUIRE(head_bwd >= 0);
+  REQUIRE(first_bwd_ag >= 0);
+  CHECK(first_bwd_ag > head_bwd);
+  CHECK(prog.tasks[static_cast<std::size_t>(first_bwd_ag)].unit == 4);  // the last block
+}
+
+TEST_CASE("MoE: the experts' backward one expert at a time", "[simulator][memory][backward][moe]") {
+  // Mixtral 8x7B (h = 4096, f = 14,336, 8 experts, top 2), FSDP2 bf16-mixed, 8 GPUs, mbs 1, seq 4096:
+  // T = 4096, C = T·2/8 = 1024 tokens per expert (balanced router). Per expert: weight gradients
+  // g_e = 3·4096·14,336·2 = 352,321,536 B; saved tensors (input, gate and up outputs, SiLU, product: 8f B per
+  // token) 1024·8·14,336 = 117,440,512 B; gate/up output gradients 2·C·f·2 = 58,720,256 B. The last of the
+  // eight experts is the worst: 7·(352,321,536 - 117,440,512) + 352,321,536 + 58,720,256 = 2,055,208,960,
+  // plus the router's gradient 8·4096·2 = 65,536 and two flowing gradients 2·T·h·2 = 67,108,864: the layer's
+  // excess 2,122,383,360 over the saved tensors and gradients so far. The MoE layer is the block's last, so
+  // its op is reached with every saved tensor of the block live and no gradient yet; with the flowing
+  // gradient T·h·2 = 33,554,432 the workspace is 2,155,937,792 B. (All experts at once, as before:
+  // 8·352,321,536 + 65,536 + 67,108,864 + 2·T·f·2 (234,881,024) + 33,554,432 = 3,154,313,216.)
+  Setup s("mixtral-8x7b", "dgx-h100", 8);
+  Plan p;
+  p.seq = 4096;
+  p.mbs = 1;
+  std::vector<SimUnit> units;
+  const Plan r = s.resolve(p);
+  build_units(s.model, *s.cluster, *s.costs, r, runtime_traits(r), units);
+  REQUIRE(units.size() == 34);
+  CHECK(units[1].workspace_bytes == 2'155'937'792LL);
+}
