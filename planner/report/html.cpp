@@ -579,11 +579,19 @@ std::string step_sections(const Result& r, const ReportInputs& in, const std::st
       "Memory allocated by the framework on the busiest GPU (what torch.cuda.memory_allocated reports), "
       "replayed per "
       "category in CPU issue order at the time each kernel is issued, on the same time axis as the timeline "
-      "below. "
+      "above. "
       "The caching allocator's rounding shows as the reserved line; CUDA context and NCCL buffers as the gap "
       "between "
       "the usable and the capacity lines.";
-  b += "<section><h2>Memory over the step</h2>";
+  b += "<section><h2>Timeline</h2><figure>" + gantt_chart(r) +
+       "<figcaption>Kernels per lane (CUDA stream / NCCL communicator). Red bands: a collective runs while "
+       "the compute "
+       "lane is idle (exposed communication). Tasks narrower than a pixel are merged; hover for "
+       "details. Under the lanes: memory allocated by the framework as the GPU runs, each task's "
+       "allocations and frees placed at its kernel's start (the charts below place them when the CPU "
+       "issues the kernel), with the reported peak marked at its task.</figcaption>"
+       "</figure></section>\n";
+  b += "<section><h2>Memory as the CPU issues the step</h2>";
   if (issue_s > 0 && issue_s < 0.5 * end_s) {
     // The CPU runs ahead of the GPU: every allocation happens early. Show that window first, then the whole
     // step.
@@ -605,14 +613,6 @@ std::string step_sections(const Result& r, const ReportInputs& in, const std::st
          "</figcaption></figure>";
   }
   b += "</section>\n";
-  b += "<section><h2>Timeline</h2><figure>" + gantt_chart(r) +
-       "<figcaption>Kernels per lane (CUDA stream / NCCL communicator). Red bands: a collective runs while "
-       "the compute "
-       "lane is idle (exposed communication). Tasks narrower than a pixel are merged; hover for "
-       "details. Under the lanes: memory allocated by the framework as the GPU runs, each task's "
-       "allocations and frees placed at its kernel's start (the chart above places them when the CPU "
-       "issues the kernel), with the reported peak marked at its task.</figcaption>"
-       "</figure></section>\n";
   b += "<section class=\"cols\"><div><h2>Memory breakdown at the peak</h2>" + breakdown_table(r) + "</div>";
   b += "<div><h2>Communication</h2>" + comm_table(r) +
        fmt::format(

@@ -89,6 +89,13 @@ TEST_CASE("simulate report: memory stacked by category, capacity, peak, Gantt la
   CHECK(count_of(gantt, "class=\"mem-peak\"") == 1);
   CHECK(gantt.find(r.peak_phase) != std::string::npos);
   CHECK(count_of(gantt, "<g class=\"axis x\"") == 1);
+  // The GPU-time view (Gantt with its memory band) comes first; the CPU-issue-time memory charts follow it.
+  const auto gantt_at = html.find("<h2>Timeline</h2>");
+  const auto cpu_mem_at = html.find("<h2>Memory as the CPU issues the step</h2>");
+  REQUIRE(gantt_at != std::string::npos);
+  REQUIRE(cpu_mem_at != std::string::npos);
+  CHECK(gantt_at < cpu_mem_at);
+  CHECK(html.find("class=\"chart memory") > gantt_at);
 
   for (int c = 0; c < kMemCategories; ++c)
     CHECK(html.find(std::string(">") + to_string(static_cast<MemCategory>(c)) + "</td>") !=
