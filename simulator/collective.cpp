@@ -406,9 +406,10 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
   }
   if (found && explain)
     best.why = std::string(best.algorithm) + " " + best.protocol +
-               (best.time_s > fastest_s ? " as NCCL 2." + std::to_string(g.nccl_minor) +
-                                              "'s tuner table chooses (another algorithm would be faster)"
-                                        : std::string(" fastest of the algorithms NCCL enables here")) +
+               (best.time_s > fastest_s
+                    ? " as NCCL 2." + std::to_string(g.nccl_minor) +
+                          "'s tuner chooses (its tables and graph; another algorithm would be faster)"
+                    : std::string(" fastest of the algorithms NCCL enables here")) +
                " (" + std::to_string(N) + " NVLink domain" + (N > 1 ? "s" : "") + ", " + std::to_string(ppn) +
                " rank" + (ppn > 1 ? "s" : "") + " each); bound by " + best_bound;
   return best;
