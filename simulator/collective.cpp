@@ -232,14 +232,18 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
   const char* best_bound = "";
   bool found = false;
   double best_choice_s = 0, fastest_s = 0;
-  // choice_algbw: the algorithm bandwidth NCCL's tuner believes (its release's table), which decides; the
-  // time is computed with algbw. They differ only where a release's table is not what the hardware does.
+  // choice_algbw / choice_lat_us: the algorithm bandwidth and latency NCCL's tuner believes, which decide;
+  // the time is computed with algbw and lat_us. They differ where a release's table is not what the hardware
+  // does (Blackwell in 2.26), where the tuner counts its graph's channels rather than the links (multi-node
+  // ring), and across the network, whose path latency the tuner does not know (IB reports 0).
   auto consider = [&](const char* algo, int p, double lat_us, double busbw, double algbw, double corr,
-                      const char* bound, double choice_algbw = 0) {
+                      const char* bound, double choice_algbw = 0, int channels = 0,
+                      double choice_lat_us = -1) {
     if (algbw <= 0) return;
     if (choice_algbw <= 0) choice_algbw = algbw;
+    if (choice_lat_us < 0) choice_lat_us = lat_us;
     const double t = lat_us * kUs + S / (algbw * corr);
-    const double t_choice = lat_us * kUs + S / (choice_algbw * corr);
+    const double t_choice = choice_lat_us * kUs + S / (choice_algbw * corr);
     fastest_s = found ? std::min(fastest_s, t) : t;
     if (!found || t_choice < best_choice_s) {
       found = true;
@@ -249,7 +253,7 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
       best.protocol = kProtoNames[p];
       best.busbw_Bps = busbw;
       best.latency_s = lat_us * kUs;
-      best.channels = nc;
+      best.channels = channels > 0 ? channels : nc;
       best_bound = bound;
     }
   };
@@ -278,25 +282,44 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
     const double hw_intra_tree = (nvlink ? kTreeNvlink : kTreePci)[p];
     // interLat: NET row (the tree's when one GPU per node), + latencyInter, + once more for Simple's flush.
     auto inter_lat = [&](double net_row) { return net_row + lat_inter * (p == kSimple ? 2.0 : 1.0); };
+    // The tuner's own view: graphs[a]->latencyInter is the net plugin's reported latency, which NCCL's IB
+    // transport leaves at 0 ("props->latency = 0; // Not set", v2.29.2 src/transport/net_ib/init.cc;
+    // search.cc copies net->net.latency), so NCCL chooses without the fabric's path latency that the time
+    // includes (the choice/time split).
+    auto inter_lat_tuner = [&](double net_row) { return net_row; };
 
     // ---- Ring: every rank sends nsteps/n of the buffer over its slowest link (intra, or the domain's NICs).
     if (allow.ring) {
       const double bw = N > 1 ? std::min(B_intra, B_net) : B_intra;
       double busbw = bw;
       if (p == kLL) busbw = std::min(ll_max, 0.5 * bw);
-      double choice_busbw = busbw;
+      // The tuner's ring bandwidth across nodes is the ring graph's: graphs[RING]->nChannels x bwInter
+      // (tuning.cc), one channel per NIC at the NIC's speed, which the search admits when NVLink carries it:
+      // a channel leaves each node from its exit GPU through the NIC, so a GPU's NVLink carries only the
+      // channels it does not exit, (ppn - 1) / ppn of them (search.cc). On a DGX H100: 8 x 48 = 384 GB/s.
+      double choice_busbw =
+          N > 1 && p == kSimple ? std::min(B_net, ppn > 1 ? B_intra * ppn / (ppn - 1.0) : B_net) : busbw;
       if (p == kLL128) {
         busbw = std::min(0.92 * bw, nc * k.ring_ll128_per_ch * 1e9);
-        choice_busbw = std::min(0.92 * bw, nc * kc.ring_ll128_per_ch * 1e9);
+        // The tuner caps LL128 at graphs[RING]->nChannels x perChMaxRingLL128Bw (tuning.cc). Across nodes the
+        // ring graph has one channel per NIC (each channel enters and leaves the node through a NIC at the
+        // NIC's speed, src/graph/search.cc; connect.cc only then doubles the channels the kernels run), so
+        // NCCL chooses with rails x 36.7 GB/s on Hopper (8 x 36.7 = 293.6 GB/s on a DGX H100 against Simple's
+        // 8 x 48) and moves to Simple near 0.25 GB over 10 nodes, as the 80-rank H100 logs do between 128 and
+        // 256 MiB.
+        const int graph_nc = N > 1 ? std::max(1, g.rails) : nc;
+        choice_busbw = std::min(0.92 * bw, graph_nc * kc.ring_ll128_per_ch * 1e9);
       }
       const double net_overhead = N > 1 ? kNetOverhead * (p == kSimple ? 3.0 : 1.0) : 0.0;
       const double intra_lat = std::max(hw_intra_ring, net_overhead);
       const int inter_steps = N == 1 ? 0 : (ar ? 2 * (N - 1) : N - 1);
       const double net_row = ppn == 1 ? kTreeNet[p] : kRingNet[p];
       const double lat = kRingBase[p] + (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat(net_row);
+      const double lat_tuner =
+          kRingBase[p] + (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat_tuner(net_row);
       consider("ring", p, lat, busbw, busbw / factor, 1.0,
                N > 1 && B_net < B_intra ? "the domain's NICs" : (nvlink ? "NVLink" : "PCIe"),
-               choice_busbw / factor);
+               choice_busbw / factor, 0, lat_tuner);
     }
     // ---- Tree (all-reduce over several nodes): a chain inside the node, double binary tree across nodes.
     // NCCL: busBw = min(0.92 x bw, nc x perChMaxTreeBw) (+ LL/LL128 limits), algbw = busBw / 2.
@@ -313,6 +336,11 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
       const double fill_s = tree_fill_s(tree_chunk_bytes(p, S, nc, N, ppn), S, nc, N, ppn, busbw / nc);
       const double lat =
           kTreeBase[p] + 2.0 * ((ppn - 1) * hw_intra_tree + log2i(N) * inter_lat(kTreeNet[p])) + fill_s / kUs;
+      // The choice keeps the fill, as it has since the GB200 2.26 work: without it NCCL 2.26's table would
+      // pick the tree on 2 GB200 racks at 0.5-1 GiB, where the 128-rank log follows the ring's latency.
+      const double lat_tuner = kTreeBase[p] +
+                               2.0 * ((ppn - 1) * hw_intra_tree + log2i(N) * inter_lat_tuner(kTreeNet[p])) +
+                               fill_s / kUs;
       // NCCL indexes the table by floor(log2(S / 64)); interpolating between its points (linear in log2 S)
       // keeps the time monotone in S (the factor never grows faster than 1.25x per octave).
       const double x = S >= 64 ? std::log2(S / 64) : 0.0;
@@ -324,7 +352,7 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
       consider(
           "tree", p, lat, busbw, 0.5 * busbw, corr,
           busbw < 0.92 * std::min(B_intra, B_net) ? "NCCL's per-channel tree ceiling" : "the domain's NICs",
-          0.5 * choice_busbw);
+          0.5 * choice_busbw, 0, lat_tuner);
     }
     if (p != kSimple) continue;
     // ---- NVLS (NVLink SHARP), one domain. All-reduce: reduce-scatter by multimem.ld_reduce (each GPU sends
@@ -337,14 +365,24 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
       consider("nvls", p, kNvlsIntra, busbw, busbw / factor, 1.0, "NVLink SHARP (switch reduction)");
     }
     // ---- NVLS-tree (all-reduce, several domains): NVLS inside, tree across. busbw = min(intra NVLS, NICs x
-    // (2 when N <= 2), nc x perChMaxNVLSTreeBw).
-    if (allow.nvls_tree && ar && g.nvls && N > 1 && k.nvls_efficiency > 0) {
+    // (2 when N <= 2), NVLS channels x perChMaxNVLSTreeBw). The channels are the NVLS graph's: one per head
+    // GPU, each with its NIC, at most NCCL_MAX_NVLS_ARITY (32) and the node's GPUs (src/graph/search.cc
+    // ncclTopoCompute: "NVLS ... search must have ngpus heads at most"; src/include/device.h, NCCL 2.29.2),
+    // not one per NVLink; tuning.cc multiplies the per-channel ceiling by graphs[NVLS_TREE]->nChannels and
+    // skips NVLS-tree under 2 channels.
+    const int nvls_nc = std::min({32, ppn, std::max(1, g.rails)});
+    if (allow.nvls_tree && ar && g.nvls && N > 1 && k.nvls_efficiency > 0 && nvls_nc >= 2) {
       const double intra = B_intra * k.nvls_efficiency * 2.0 * (ppn - 1) / (ppn + 1);
       const double inter = B_net * (N <= 2 ? 2.0 : 1.0);
-      const double busbw = std::min({intra, inter, nc * k.nvls_tree_per_ch[idx2] * 1e9});
+      const double cap = nvls_nc * k.nvls_tree_per_ch[idx2] * 1e9;
+      const double busbw = std::min({intra, inter, cap});
       const double lat = kNvlsIntra + 2.0 * log2i(N) * inter_lat(kNvlsTreeNet);
+      const double lat_tuner = kNvlsIntra + 2.0 * log2i(N) * inter_lat_tuner(kNvlsTreeNet);
       consider("nvls_tree", p, lat, busbw, busbw / factor, 1.0,
-               busbw == intra ? "NVLink SHARP inside the domain" : "the domain's NICs");
+               busbw == intra ? "NVLink SHARP inside the domain"
+               : busbw == cap ? "NCCL's per-channel NVLS-tree ceiling"
+                              : "the domain's NICs",
+               0, nvls_nc, lat_tuner);
     }
     // ---- CollNet chain (IB SHARP, all-reduce): chain through the node's GPUs up and down (2S per direction
     // on NVLink: algbw <= B_intra / 2), the switch reduces across nodes (S each way per NIC set).
@@ -353,22 +391,25 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
       const double lat = 2.0 * (ppn - 1) * kCollnetChainIntra + inter_lat(kCollnetChainNet);
       consider(
           "collnet_chain", p, lat, algbw * factor, algbw, 1.0,
-          B_intra / 2 < B_net ? "the NVLink chain inside the node" : "the node's NICs to the SHARP switch");
+          B_intra / 2 < B_net ? "the NVLink chain inside the node" : "the node's NICs to the SHARP switch", 0,
+          0, 2.0 * (ppn - 1) * kCollnetChainIntra + inter_lat_tuner(kCollnetChainNet));
     }
     // ---- PAT (all-gather / reduce-scatter, one GPU per node): Bruck-like log-step exchange, busBw x 0.75.
     if (allow.pat && agrs && N > 1 && ppn == 1 && N == n) {
       const double busbw = 0.75 * B_net;
       const double lat = kPatBase + log2i(N) * (inter_lat(kPatNet) / 3.5) + n * 2.8;
       (void)kPatIntra;
-      consider("pat", p, lat, busbw, busbw / factor, 1.0, "the NIC");
+      consider("pat", p, lat, busbw, busbw / factor, 1.0, "the NIC", 0, 0,
+               kPatBase + log2i(N) * (inter_lat_tuner(kPatNet) / 3.5) + n * 2.8);
     }
     (void)kNvlsNet;
   }
   if (found && explain)
     best.why = std::string(best.algorithm) + " " + best.protocol +
-               (best.time_s > fastest_s ? " as NCCL 2." + std::to_string(g.nccl_minor) +
-                                              "'s tuner table chooses (another algorithm would be faster)"
-                                        : std::string(" fastest of the algorithms NCCL enables here")) +
+               (best.time_s > fastest_s
+                    ? " as NCCL 2." + std::to_string(g.nccl_minor) +
+                          "'s tuner chooses (its tables and graph; another algorithm would be faster)"
+                    : std::string(" fastest of the algorithms NCCL enables here")) +
                " (" + std::to_string(N) + " NVLink domain" + (N > 1 ? "s" : "") + ", " + std::to_string(ppn) +
                " rank" + (ppn > 1 ? "s" : "") + " each); bound by " + best_bound;
   return best;
