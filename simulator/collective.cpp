@@ -289,10 +289,10 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
     auto inter_lat_tuner = [&](double net_row) { return net_row; };
 
     // ---- Ring: every rank sends nsteps/n of the buffer over its slowest link (intra, or the domain's NICs).
-    // No pipeline-fill term, unlike the tree's tree_fill_s: every rank sends its own chunk at step 0 and forwards
-    // its predecessor's after that (runRing in src/device/all_gather.h, reduce_scatter.h, all_reduce.h, NCCL
-    // 2.26/2.29), so every link is busy from the start. Only one slice hop is exposed, and the per-step latency
-    // counts it. docs/model.md "Ring pipeline" has the check against the H100 logs.
+    // No pipeline-fill term, unlike the tree's tree_fill_s: every rank sends its own chunk at step 0 and
+    // forwards its predecessor's after that (runRing in src/device/all_gather.h, reduce_scatter.h,
+    // all_reduce.h, NCCL 2.26/2.29), so every link is busy from the start. Only one slice hop is exposed, and
+    // the per-step latency counts it. docs/model.md "Ring pipeline" has the check against the H100 logs.
     if (allow.ring) {
       const double bw = N > 1 ? std::min(B_intra, B_net) : B_intra;
       double busbw = bw;

@@ -63,8 +63,8 @@ TEST_CASE("ring all-gather on a large buffer equals the NCCL-style formula", "[s
   CHECK(cm.collective_s(CollectiveKind::kAllGather, S, g) == Approx(expected).epsilon(1e-12));
   // Reduce-scatter has the same ring cost (same steps, same factor (n−1)/n).
   CHECK(collective_cost(CollectiveKind::kReduceScatter, S, g).time_s == Approx(expected).epsilon(1e-12));
-  // No pipeline fill on the ring (every rank sends its own chunk at step 0, NCCL runRing). At 32 MiB each rank's
-  // per-channel share is below one 2 MiB chunk, and the time is still latency + bytes / bandwidth:
+  // No pipeline fill on the ring (every rank sends its own chunk at step 0, NCCL runRing). At 32 MiB each
+  // rank's per-channel share is below one 2 MiB chunk, and the time is still latency + bytes / bandwidth:
   //   32.2e-6 + 0.875 · 33,554,432 / 370.8e9 = 32.2 µs + 79.18 µs = 111.38 µs.
   const double S32 = 32.0 * 1048576;
   CHECK(collective_cost(CollectiveKind::kAllGather, S32, g).time_s ==
