@@ -488,9 +488,9 @@ struct StageSim {
   ModelGraph graph;
   Result res;
   StageCost cost;
-  Bytes gathered_bytes = 0;    ///< unsharded parameters held through the step (FSDP under PP)
-  Bytes accum_grad_bytes = 0;  ///< unsharded gradients accumulated over the micro-batches (FSDP under PP)
-  Bytes recv_bytes = 0;        ///< point-to-point receive buffers held through the step
+  Bytes gathered_bytes = 0;      ///< unsharded parameters held through the step (FSDP under PP)
+  Bytes accum_grad_bytes = 0;    ///< unsharded gradients accumulated over the micro-batches (FSDP under PP)
+  Bytes recv_bytes = 0;          ///< point-to-point receive buffers held through the step
   Bytes sharded_grad_bytes = 0;  ///< sharded gradients made by the reduction after the last micro-batch
   double tp_ag_block_s = 0, tp_rs_block_s = 0;  ///< TP collectives on the compute stream, one micro-batch
   WorkingSet tail_work;                         ///< the optimizer's transients
@@ -508,13 +508,13 @@ struct StageSim {
 /// backward). The unsharded parameters and gradients are not transients under PP (held through the step, or
 /// from the first backward on).
 ///
-/// `no_sync` (FSDP2 stages of torch.distributed.pipelining): the micro-batches' backwards run without gradient
-/// sync (stage.py backward_maybe_with_nosync), so the stage simulation's reduce-scatter buffers do not exist
-/// then; what the backward holds besides activations is the unsharded gradient autograd has just produced, in
-/// the compute dtype, until the post-backward casts it into (first micro-batch) or AccumulateGrad adds it to
-/// (later ones) the accumulated one: the simulation's unsharded gradients (kGrads on the default stream's pool;
-/// the sharded ones come from the reduce-scatter stream's), counted as communication buffers as FSDPMemTracker
-/// counts FSDP2's unsharded gradients.
+/// `no_sync` (FSDP2 stages of torch.distributed.pipelining): the micro-batches' backwards run without
+/// gradient sync (stage.py backward_maybe_with_nosync), so the stage simulation's reduce-scatter buffers do
+/// not exist then; what the backward holds besides activations is the unsharded gradient autograd has just
+/// produced, in the compute dtype, until the post-backward casts it into (first micro-batch) or
+/// AccumulateGrad adds it to (later ones) the accumulated one: the simulation's unsharded gradients (kGrads
+/// on the default stream's pool; the sharded ones come from the reduce-scatter stream's), counted as
+/// communication buffers as FSDPMemTracker counts FSDP2's unsharded gradients.
 void working_sets(const Program& prog, bool no_sync, WorkingSet& fwd, WorkingSet& bwd, WorkingSet& tail) {
   std::array<Bytes, kMemCategories> cur{};
   Bytes unsharded_grads = 0;

@@ -342,7 +342,8 @@ TEST_CASE("reference lane: peak allocated within 1 % median and 3 % worst", "[va
        "PP: a stage's first backward is charged its whole accumulated fp32 gradient from its start plus the "
        "backward's largest transient; FSDP2 casts each unit's gradient into the accumulation at the unit's "
        "post-backward, so the two peaks do not coincide (simulator/pipeline.cpp run_pipeline)"},
-      {"ref-llama3-8b-g16-layers-6-ac-full-mbs-1-seq-4096-pp-4-pp-schedule-interleaved-1f1b-grad-accum-8-pp-rank-0",
+      {"ref-llama3-8b-g16-layers-6-ac-full-mbs-1-seq-4096-pp-4-pp-schedule-interleaved-1f1b-grad-accum-8-pp-"
+       "rank-0",
        "PP: a stage's first backward is charged its whole accumulated fp32 gradient from its start plus the "
        "backward's largest transient; FSDP2 casts each unit's gradient into the accumulation at the unit's "
        "post-backward, so the two peaks do not coincide (simulator/pipeline.cpp run_pipeline)"},
