@@ -7,6 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 
 #include "simulator/knobs.hpp"
 #include "simulator/memory.hpp"
@@ -426,7 +427,8 @@ PipelineRun run_pipeline(const PipelineInputs& in) {
         // their first and last backward, the other micro-batches' saved activations, and the action's
         // working set (a forward's or backward's own activations included).
         const bool makes_grads = a.op == PipeOp::kBackward || a.op == PipeOp::kBackwardWeight;
-        if (makes_grads && grads_done[s] == 0) accum_now[R] += c.accum_grad_bytes;
+        const bool growing = a.op == PipeOp::kBackward && grads_done[s] == 0 && c.bwd_first_work.total() > 0;
+        if (makes_grads && grads_done[s] == 0 && !growing) accum_now[R] += c.accum_grad_bytes;
         RankPeak now;
         now.held_bytes = held[R];
         now.accum_grad_bytes = accum_now[R];
@@ -435,7 +437,7 @@ PipelineRun run_pipeline(const PipelineInputs& in) {
           now.work = c.fwd_work;
         } else if (a.op != PipeOp::kBackwardWeight) {
           now.saved_act_bytes -= c.act_bytes;  // its own activations are part of the backward's working set
-          now.work = c.bwd_work;
+          now.work = growing ? c.bwd_first_work : c.bwd_work;
         }
         now.peak_bytes = now.held_bytes + now.accum_grad_bytes + now.saved_act_bytes + now.work.total();
         now.stage = a.stage;
@@ -454,6 +456,7 @@ PipelineRun run_pipeline(const PipelineInputs& in) {
             grad_end[idx(a.stage, a.micro_batch)] = end;
             if (a.stage > 0 && rank_of[s - 1] != static_cast<int>(R)) ++out.rank_sends[R];
           }
+          if (growing) accum_now[R] += c.accum_grad_bytes;
           if (makes_grads) {  // the saved activations die with the weight gradient
             act_now[R] -= c.act_bytes;
             --in_flight[s];
@@ -515,9 +518,17 @@ struct StageSim {
 /// AccumulateGrad adds it to (later ones) the accumulated one: the simulation's unsharded gradients (kGrads
 /// on the default stream's pool; the sharded ones come from the reduce-scatter stream's), counted as
 /// communication buffers as FSDPMemTracker counts FSDP2's unsharded gradients.
-void working_sets(const Program& prog, bool no_sync, WorkingSet& fwd, WorkingSet& bwd, WorkingSet& tail) {
+///
+/// `accum_per_grad_byte` (no_sync): bytes of accumulated gradient per byte of the simulation's unsharded
+/// gradient. `bwd_first` is the first micro-batch's backward, where each unit's post-backward casts its
+/// gradients into the accumulation dtype (param.grad = grad.to(dtype), the two alive at once): the walk adds
+/// a unit's accumulated gradients where the simulation frees its unsharded ones for the reduce-scatter.
+void working_sets(const Program& prog, bool no_sync, double accum_per_grad_byte, WorkingSet& fwd,
+                  WorkingSet& bwd, WorkingSet& bwd_first, WorkingSet& tail) {
   std::array<Bytes, kMemCategories> cur{};
-  Bytes unsharded_grads = 0;
+  Bytes unsharded_grads = 0, accum = 0;
+  Bytes largest_grad = 0;  // the largest single unsharded gradient tensor so far
+  std::unordered_set<std::int32_t> unsharded_ids;
   int phase = 0;  // forward, backward, tail
   for (const Task& t : prog.tasks) {
     if (t.backward && phase == 0) phase = 1;
@@ -528,12 +539,32 @@ void working_sets(const Program& prog, bool no_sync, WorkingSet& fwd, WorkingSet
     // allocate and free within itself (the loss's backward, a block's op-level backward).
     for (std::uint32_t e = t.first_effect; e < t.first_effect + t.n_effects; ++e) {
       const MemEffect& fx = prog.effects[e];
+      // Unsharded gradients: kGrads groups allocated on the default stream's pool (the sharded ones come from
+      // the reduce-scatter stream's; a group's free may name another pool, so frees are matched by group).
+      if (fx.category == MemCategory::kGrads && fx.pool == kPoolDefault && fx.delta_bytes > 0)
+        unsharded_ids.insert(fx.tensor), largest_grad = std::max(largest_grad, fx.delta_bytes / fx.count);
+      const bool ugrad = fx.category == MemCategory::kGrads && unsharded_ids.count(fx.tensor) > 0;
+      if (sync_free && ugrad && fx.delta_bytes < 0) {  // the cast: both copies alive, then the old one freed
+        accum += static_cast<Bytes>(static_cast<double>(-fx.delta_bytes) * accum_per_grad_byte);
+        const WorkingSet w{cur[static_cast<int>(MemCategory::kActivations)], unsharded_grads + accum,
+                           cur[static_cast<int>(MemCategory::kOther)]};
+        if (w.total() > bwd_first.total()) bwd_first = w;
+      }
       cur[static_cast<std::size_t>(fx.category)] += fx.delta_bytes;
-      if (fx.category == MemCategory::kGrads && fx.pool == kPoolDefault) unsharded_grads += fx.delta_bytes;
+      if (ugrad) unsharded_grads += fx.delta_bytes;
+      // Later micro-batches: the parameters' gradients already have their accumulation dtype (grad_dtype set
+      // by the first post-backward), so AccumulateGrad adds each one into the accumulated gradient as
+      // autograd produces it (torch/csrc/autograd/functions/accumulate_grad.h): one parameter's gradient at a
+      // time, at most the largest, not the unit's together as in the first micro-batch.
       const WorkingSet w{cur[static_cast<int>(MemCategory::kActivations)],
-                         sync_free ? unsharded_grads : cur[static_cast<int>(MemCategory::kCommBuffers)],
+                         sync_free ? std::min(unsharded_grads, largest_grad)
+                                   : cur[static_cast<int>(MemCategory::kCommBuffers)],
                          cur[static_cast<int>(MemCategory::kOther)]};
       if (w.total() > into.total()) into = w;
+      if (sync_free) {
+        const WorkingSet f{w.act_bytes, unsharded_grads + accum, w.other_bytes};
+        if (f.total() > bwd_first.total()) bwd_first = f;
+      }
     }
   }
 }
@@ -656,18 +687,25 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     const auto& c = x.res.comm;
     if (rt.gathers_params) x.cost.gather_s = c[static_cast<int>(CommKind::kAllGather)].time_s;
 
-    // Memory as the pipeline holds it. Receive buffers: torch 2.15 stage.py (_setup_forward_recv_info,
-    // _create_grad_recv_info) allocates one activation buffer per micro-batch on every stage but the first
-    // and one gradient buffer per micro-batch on every stage but the last, for the whole step; a received
-    // activation is the stage's input, which its first block saves (the same storage: not counted twice).
-    // DeepSpeed's PipelineEngine (deepspeed/runtime/pipe/engine.py) receives activations into its per-buffer
-    // 'inputs' (the saved input again) and gradients into one reused grad_layer buffer. Both keep each
-    // micro-batch's stage output until its backward (torch fwd_cache, DeepSpeed pipe_buffers['outputs']).
+    // Memory as the pipeline holds it. Receive buffers: torch 2.15 _recv_buffers.py _RecvInfo allocates each
+    // buffer just before its receive (stage.py _get_recv_ops, allocate_buffer) and hands it to the compute
+    // (take_buffer). A received gradient is the output gradient of one backward and dies with it (reference
+    // lane, ref-llama3-8b-...-1f1b-grad-accum-8-pp-rank-0: each 32 MiB gradient buffer is freed at the end of
+    // its backward; a model that held m of them for the step over-predicted that row by 3.4 %). A received
+    // activation is the stage's input, which its first block saves (the same storage: not counted twice); the
+    // lane's traces keep every micro-batch's activation buffer to the end of the step, referenced from
+    // outside Python (gc.get_referrers finds no owner after the step; the fake process group's receive work
+    // objects are the likely holder, so a GPU run may free them after each backward): held for the step here,
+    // as measured. DeepSpeed's PipelineEngine (deepspeed/runtime/pipe/engine.py) receives activations into
+    // its per-buffer 'inputs' (the saved input again) and gradients into one reused grad_layer buffer. Both
+    // keep each micro-batch's stage output until its backward (torch fwd_cache, DeepSpeed
+    // pipe_buffers['outputs']).
     const bool first_stage = s == 0, last_stage = s == S - 1;
-    Bytes recv = 0, act_adjust = 0;
+    Bytes recv = 0, act_adjust = 0, bwd_recv = 0;
     if (torch_stages) {
-      recv += (first_stage ? 0 : m * send) + (last_stage ? 0 : m * send);
+      recv += first_stage ? 0 : m * send;
       act_adjust -= first_stage ? 0 : send;
+      bwd_recv = last_stage ? 0 : send;
     } else {
       recv += last_stage ? 0 : send;
     }
@@ -680,10 +718,16 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     x.sharded_grad_bytes = no_sync ? x.res.persistent_split[1] : 0;
     x.cost.held_bytes = x.res.persistent_bytes - x.sharded_grad_bytes + x.gathered_bytes + recv;
     x.cost.accum_grad_bytes = x.accum_grad_bytes;
-    working_sets(prog, no_sync, x.cost.fwd_work, x.cost.bwd_work, x.tail_work);
+    working_sets(prog, no_sync, no_sync ? grad_acc_bytes / bc : 0.0, x.cost.fwd_work, x.cost.bwd_work,
+                 x.cost.bwd_first_work, x.tail_work);
     x.cost.act_bytes = std::max<Bytes>(0, x.cost.act_bytes + act_adjust);
     x.cost.fwd_work.act_bytes = std::max<Bytes>(0, x.cost.fwd_work.act_bytes + act_adjust);
     x.cost.bwd_work.act_bytes = std::max<Bytes>(0, x.cost.bwd_work.act_bytes + act_adjust);
+    x.cost.bwd_work.comm_bytes += bwd_recv;
+    if (x.cost.bwd_first_work.total() > 0) {
+      x.cost.bwd_first_work.act_bytes = std::max<Bytes>(0, x.cost.bwd_first_work.act_bytes + act_adjust);
+      x.cost.bwd_first_work.comm_bytes += bwd_recv;
+    }
     if (torch_stages && last_stage && p.loss() == LossImpl::kEager) {
       // The last stage's output is the logits (compute dtype): stage.py forward_one_chunk keeps it in
       // fwd_cache until that micro-batch's backward_one_chunk pops it, and the popped reference lives through
@@ -694,6 +738,7 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
                                               static_cast<double>(model.spec().vocab) / p.tp * bc);
       x.cost.act_bytes += logits;
       x.cost.bwd_work.act_bytes += logits;
+      if (x.cost.bwd_first_work.total() > 0) x.cost.bwd_first_work.act_bytes += logits;
     }
     x.reduce_s = c[static_cast<int>(CommKind::kReduceScatter)].time_s +
                  c[static_cast<int>(CommKind::kAllReduce)].time_s;

@@ -1279,8 +1279,14 @@ def run_pp(a, spec, record_model, plan) -> int:
             # metadata from these).
             out = torch.empty(mbs_shape + ((spec["vocab"],) if s == S - 1 else (spec["hidden"],)), dtype=act_dtype,
                               requires_grad=True)
-            pstages.append(PipelineStage(mod, s, S, torch.device("cpu"), input_args=inp, output_args=out,
-                                         group=pp_group))
+            pstage = PipelineStage(mod, s, S, torch.device("cpu"), input_args=inp, output_args=out, group=pp_group)
+            # The trace's phases name the micro-batch each action of the schedule runs.
+            for name in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk"):
+                def action(chunk_id, *args, _run=getattr(pstage, name), **kwargs):
+                    state["micro"] = chunk_id
+                    return _run(chunk_id, *args, **kwargs)
+                setattr(pstage, name, action)
+            pstages.append(pstage)
             mods.append(mod)
         params = [p for mod in mods for p in mod.parameters()]
         optim = torch.optim.AdamW(params, lr=3e-4, weight_decay=0.1, fused=plan["fused_optimizer"],
