@@ -62,6 +62,8 @@ Plan all_changed() {
   x.allocator = AllocatorMode::kExpandable;
   x.allocator_gc_threshold = 0.8;
   x.loss_impl = LossImpl::kEager;  // with compile on, the default would be compiled
+  x.attention = AttentionCore::kEager;
+  x.attention_dropout = true;
   return x;
 }
 
