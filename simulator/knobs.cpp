@@ -267,6 +267,26 @@ std::vector<Knob> build_table() {
   t.push_back(switch_knob("fp8_all_gather", "--fp8-all-gather",
                           "FSDP2 all-gathers the blocks' linear weights in float8 (needs --fp8 tensorwise)",
                           &Plan::fp8_all_gather));
+  {
+    // Printed only when not flash: repro lines and run records of flash-attention plans are unchanged.
+    Knob k = make("attention", "--attention", KnobKind::kEnum,
+                  "attention core: flash (flash-attention kernel), fused-softmax (Megatron: s x s scores, "
+                  "batched GEMMs, fused scale-mask-softmax), eager (Hugging Face eager attention, op by op)",
+                  "flash", names<AttentionCore>());
+    k.get = [](const Plan& p) {
+      return p.attention == AttentionCore::kFlash ? std::string() : std::string(to_string(p.attention));
+    };
+    k.set = [](Plan& p, const std::string& s) { return parse_enum_text(s, p.attention); };
+    t.push_back(k);
+  }
+  {
+    Knob k = switch_knob("attention_dropout", "--attention-dropout",
+                         "dropout on the attention probabilities (p > 0): with a materialised core its mask "
+                         "and the dropped probabilities are saved and passed over",
+                         &Plan::attention_dropout);
+    k.get = [](const Plan& p) { return std::string(p.attention_dropout ? "true" : ""); };
+    t.push_back(k);
+  }
   t.push_back(enum_knob("allocator", "--allocator",
                         "CUDA caching allocator: default segments, or expandable = "
                         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (reserved memory is replayed "

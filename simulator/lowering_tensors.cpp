@@ -2,6 +2,7 @@
 // replay (simulator/replay.cpp; docs/model.md "Reserved memory"). The sizes come from units.cpp and the
 // runtime's traits; here they are only split into the tensors the frameworks allocate (per parameter, per
 // saved activation of a size class, flat buffers), so the aggregate walk is unchanged.
+#include "simulator/attention_core.hpp"
 #include "simulator/lowering_state.hpp"
 
 namespace shardplan::detail {
@@ -48,6 +49,19 @@ void Lowering::build_tensor_lists() {
     const double rest = bytes - n * cls;
     if (rest >= 1) add_run(span, rest);
   };
+  // A layer's saved tensors; a materialised attention core's score tensors (attention_core.cpp: the softmax
+  // output, the dropout mask, the dropped probabilities) are tensors of their own.
+  const ScorePasses score = score_passes(p_, false);
+  auto layer_saved = [&](Span& span, const Layer& l, bool selective) {
+    double bytes = layer_saved_bytes(l, p_, T, selective);
+    const double e = selective ? 0.0 : score_elems(l, p_, T);
+    for (double b : score.saved)
+      if (e > 0 && b > 0) {
+        add_run(span, e * b);
+        bytes -= e * b;
+      }
+    saved_as_tensors(span, l, bytes);
+  };
   for (int u = 0; u < U_; ++u) {
     const SimUnit& un = unit(u);
     UnitTensors& t = ut_[static_cast<std::size_t>(u)];
@@ -75,10 +89,9 @@ void Lowering::build_tensor_lists() {
       add_run(t.saved, block_input_bytes(s, p_, T), un.blocks);  // each block's input
       const int first_block = un.layers.front()->block;
       for (const Layer* l : un.layers)
-        if (l->block == first_block) saved_as_tensors(t.recompute, *l, layer_saved_bytes(*l, p_, T, false));
+        if (l->block == first_block) layer_saved(t.recompute, *l, false);
     } else {
-      for (const Layer* l : un.layers)
-        saved_as_tensors(t.saved, *l, layer_saved_bytes(*l, p_, T, sel && l->block >= 0));
+      for (const Layer* l : un.layers) layer_saved(t.saved, *l, sel && l->block >= 0);
     }
     // The backward's transients, split as tensors of their sizes: two hidden-sized, and in blocks two
     // FFN-sized (a block unit's workspace_bytes is its op-level peak over the saved tensors, units.cpp);
@@ -87,6 +100,10 @@ void Lowering::build_tensor_lists() {
     add_run(t.workspace, h_b, 2);
     if (un.blocks > 0) {
       add_run(t.workspace, T * bc_ * static_cast<double>(s.ffn_hidden) / p_.tp, 2);
+      // A materialised core's score gradients beyond its saved score tensors.
+      double scores = 0;
+      for (const Layer* l : un.layers) scores = std::max(scores, score_elems(*l, p_, T));
+      if (scores > 0) add_run(t.workspace, scores * (score.bwd_peak_bytes - score.saved_bytes()));
       if (p_.fp8 != Fp8::kNone)
         add_run(t.workspace, T * (static_cast<double>(s.hidden) + static_cast<double>(s.ffn_hidden) / p_.tp));
     }

@@ -42,6 +42,9 @@ const char* to_string(AllocatorMode a) {
 const char* to_string(LossImpl l) {
   return l == LossImpl::kEager ? "eager" : "compiled";
 }
+const char* to_string(AttentionCore a) {
+  return a == AttentionCore::kFlash ? "flash" : a == AttentionCore::kFusedSoftmax ? "fused-softmax" : "eager";
+}
 
 const char* to_string(PpSchedule s) {
   switch (s) {
@@ -147,6 +150,38 @@ static void check_expert_parallel(const Plan& p, const ModelGraph& model) {
            " x " + std::to_string(p.cp) + " (torchtitan carves the EP ranks out of them)");
 }
 
+namespace {
+/// A materialised attention core the model covers: no ring attention over it, and Megatron's fused kernel
+/// only where Megatron runs it (bigscience Megatron-DeepSpeed 1cb76a64 megatron/model/fused_softmax.py
+/// is_kernel_available, and the causal kernel's TORCH_INTERNAL_ASSERT(seq_len <= 2048) in
+/// fused_kernels/scaled_upper_triang_masked_softmax_cuda.cu; BLOOM ran with
+/// --abort-on-unmet-fused-kernel-constraints). Its fallback, torch softmax in fp32, is not modelled.
+void check_attention_core(const Plan& p, const ModelGraph& model) {
+  if (p.attention == AttentionCore::kFlash) return;
+  need(p.cp == 1, "--attention",
+       std::string(to_string(p.attention)) +
+           " attention materialises the s x s scores; context parallelism "
+           "(ring attention) is modelled for flash attention only");
+  if (p.attention != AttentionCore::kFusedSoftmax) return;
+  const std::int64_t s = p.seq, heads = model.spec().heads / p.tp;
+  need(p.precision != Precision::kFp32, "--attention",
+       "fused-softmax: Megatron's kernel takes fp16/bf16 scores only (fp32 falls back to torch softmax, not "
+       "modelled)");
+  need(s > 16 && s <= 2048 && s % 4 == 0, "--attention",
+       "fused-softmax: Megatron's causal softmax kernel needs 16 < seq <= 2048 and seq % 4 == 0, got seq " +
+           std::to_string(s));
+  // batches_per_block (scaled_masked_softmax.h get_batch_per_block): 128 threads over warps of min(2^k, 32)
+  // lanes, 2 rows per warp up to 128 keys.
+  std::int64_t pow2 = 1;
+  while (pow2 < s) pow2 *= 2;
+  const std::int64_t per_block = (128 / std::min<std::int64_t>(pow2, 32)) * (pow2 <= 128 ? 2 : 1);
+  const std::int64_t batches = static_cast<std::int64_t>(p.mbs) * heads;
+  need(batches % 4 == 0 && batches % per_block == 0, "--attention",
+       "fused-softmax: Megatron's causal softmax kernel needs mbs x heads / tp (" + std::to_string(batches) +
+           ") divisible by 4 and by its " + std::to_string(per_block) + " rows per block");
+}
+}  // namespace
+
 Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::int64_t global_batch) {
   const auto& s = model.spec();
   const int gpus = cluster.gpus();
@@ -226,6 +261,7 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
            " blocks");
   need(p.prefetch >= 0 && p.prefetch <= 16, "--prefetch", "must be in [0, 16]");
   check_context_parallel(p);
+  check_attention_core(p, model);
   check_expert_parallel(p, model);
   if (global_batch > 0) {
     const std::int64_t per_step = static_cast<std::int64_t>(p.dp) * p.mbs;

@@ -39,6 +39,12 @@ enum class AllocatorMode { kDefault, kExpandable };
 /// gradients T x V), `compiled` = torch.compile'd loss (torchtitan components/loss.py since bbb1b616e,
 /// 2025-04-02): inductor saves the logits and two per-token statistics, its backward writes one gradient.
 enum class LossImpl { kEager, kCompiled };
+/// The attention core: `flash` = a flash-attention kernel (no s x s tensor, the log-sum-exp saved);
+/// `fused-softmax` = Megatron-LM / Megatron-DeepSpeed's materialised scores (batched GEMMs, fused scale-mask-
+/// softmax CUDA kernel; bigscience Megatron-DeepSpeed 1cb76a64, 2022); `eager` = Hugging Face eager attention
+/// (GPT2Attention._attn, transformers 2022: matmul, divide, where, mask add, softmax, cast, dropout op by
+/// op). docs/model.md "Materialised attention".
+enum class AttentionCore { kFlash, kFusedSoftmax, kEager };
 
 const char* to_string(Runtime r);
 const char* to_string(Precision p);
@@ -49,6 +55,7 @@ const char* to_string(Fp8 f);
 const char* to_string(PpSchedule s);
 const char* to_string(AllocatorMode a);
 const char* to_string(LossImpl l);
+const char* to_string(AttentionCore a);
 
 /// Every value of a plan enum, in the order error messages and help texts list them. parse_enum, enum_names
 /// and parse_enum_or_throw below are the one place a knob's spelling is read, for flags, `--fix` and run
@@ -93,6 +100,10 @@ struct EnumValues<AllocatorMode> {
 template <>
 struct EnumValues<LossImpl> {
   static constexpr std::array v{LossImpl::kEager, LossImpl::kCompiled};
+};
+template <>
+struct EnumValues<AttentionCore> {
+  static constexpr std::array v{AttentionCore::kFlash, AttentionCore::kFusedSoftmax, AttentionCore::kEager};
 };
 
 template <class E>
@@ -160,6 +171,12 @@ struct Plan {
   /// FSDP2 all-gathers the blocks' linear weights in float8 (torchao enable_fsdp_float8_all_gather;
   /// tensorwise).
   bool fp8_all_gather = false;
+  /// The attention core's kernels (flash, or materialised s x s scores: Megatron's fused softmax, HF eager).
+  AttentionCore attention = AttentionCore::kFlash;
+  /// Dropout on the attention probabilities (p > 0: Megatron's --attention-dropout default 0.1, GPT-2's
+  /// attn_pdrop 0.1). With a materialised core a 1-byte mask and the dropped probabilities are saved; flash
+  /// attention regenerates its mask from the RNG state and saves nothing more (not modelled in its time).
+  bool attention_dropout = false;
   /// The caching allocator's mode (reserved memory comes from replaying the step through it).
   AllocatorMode allocator = AllocatorMode::kDefault;
   /// PYTORCH_CUDA_ALLOC_CONF garbage_collection_threshold in (0, 1); 0 = off (PyTorch's default). PyTorch

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/checked.hpp"
+#include "simulator/attention_core.hpp"
 
 namespace shardplan {
 
@@ -60,15 +61,28 @@ double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens)
     if (l.gemms[i].tp == TpSplit::kColumn)
       column_output_grads += tokens * n_local(l.gemms[i]) * bc * l.gemms[i].count;
   const double freed = l.attn_heads > 0 ? 0.0 : out_input_grad;
-  return out_weight_grad + out_input_grad + column_output_grads - freed;
+  const double flash = out_weight_grad + out_input_grad + column_output_grads - freed;
+  const double scores = score_elems(l, p, tokens);
+  if (scores <= 0) return flash;
+  // A materialised core (attention_core.cpp): its worst op comes before Q's and K's gradients exist — the
+  // output projection's gradients, the PV matmul's gradient of V, and the score gradients beyond the saved
+  // score tensors (those are in the saved set already).
+  const ScorePasses sp = score_passes(p, false);
+  const double v_grad =
+      tokens * static_cast<double>(l.attn_kv_heads) * static_cast<double>(l.v_head_dim()) / t * bc;
+  return std::max(
+      flash, out_weight_grad + out_input_grad + v_grad + scores * (sp.bwd_peak_bytes - sp.saved_bytes()));
 }
 
 double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective) {
   const bool sel = selective;
   const double split = sel ? l.act_selective_split_bytes_per_token : l.act_split_bytes_per_token;
   const double rep = sel ? l.act_selective_replicated_bytes_per_token : l.act_replicated_bytes_per_token;
-  // The per-token figures are for a 16-bit compute dtype: scale by bytes / 2.
-  return tokens * (split / p.tp + rep / replicated_divisor(p)) * compute_bytes(p) / 2;
+  // The per-token figures are for a 16-bit compute dtype: scale by bytes / 2. A materialised attention core
+  // adds its score tensors, which selective recomputation recomputes (Korthikanti et al. 2022 §5: the core
+  // attention is what selective recompute drops).
+  return tokens * (split / p.tp + rep / replicated_divisor(p)) * compute_bytes(p) / 2 +
+         (sel ? 0.0 : score_saved_bytes(l, p, tokens));
 }
 
 double block_input_bytes(const ModelSpec& s, const Plan& p, double tokens) {
@@ -135,6 +149,7 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
     SimUnit& u = units[ui];
     std::int64_t flat = 0, fp8_shard = 0, expert_flat = 0;
     double gemm = 0, attn = 0, elem = 0, act_none = 0, act_sel = 0, act_full = 0;
+    double score_fwd = 0, score_bwd = 0;            // materialised attention cores (attention_core.cpp)
     double cast_fwd_bytes = 0, cast_bwd_bytes = 0;  // float8 scaling and casting of the linears' operands
     for (const Layer* l : u.layers) {
       // torchao converts the blocks' dense linear layers; embedding, LM head, attention core and MoE experts
@@ -208,7 +223,16 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
         // (s + 1) / 2 on average; sliding or chunked windows fewer), 2 FLOPs per MAC.
         const double flops = 2.0 * T * heads * static_cast<double>(l->attn_head_dim + l->v_head_dim()) *
                              l->attended_positions(p.seq);
-        attn += costs.attention_fwd_s(flops, fp32);
+        // A materialised core runs batched GEMMs over whole s x s rows and memory-bound passes over them
+        // instead; the useful FLOPs counted are the same.
+        if (p.attention == AttentionCore::kFlash) {
+          attn += costs.attention_fwd_s(flops, fp32);
+        } else {
+          const bool alibi =
+              s.positions == PositionKind::kAlibi && p.attention == AttentionCore::kFusedSoftmax;
+          score_fwd += score_core_fwd_s(*l, p, alibi, costs, T);
+          score_bwd += score_core_bwd_s(*l, p, alibi, costs, T);
+        }
         u.flops_fwd += flops;
       }
       double el = p.compile ? l->elementwise_bytes_per_token : l->eager_elementwise_bytes_per_token;
@@ -361,12 +385,12 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
     if (p.cp > 1) add_context_parallel_costs(u, cluster, costs, p, T);
     if (ep) add_expert_parallel_costs(u, s, cluster, costs, p, T);
     const double cast_fwd = costs.memory_s(cast_fwd_bytes), cast_bwd = costs.memory_s(cast_bwd_bytes);
-    u.fwd_s = gemm + attn + elem + cast_fwd;
-    u.bwd_s = 2 * gemm + K.attention_bwd_ratio * attn + 2 * elem + cast_bwd;
+    u.fwd_s = gemm + attn + elem + cast_fwd + score_fwd;
+    u.bwd_s = 2 * gemm + K.attention_bwd_ratio * attn + 2 * elem + cast_bwd + score_bwd;
     if (p.ac == AcMode::kFull && u.blocks > 0)
       u.recompute_s = u.fwd_s;
     else if (p.ac == AcMode::kSelective && u.blocks > 0)
-      u.recompute_s = 0.5 * (gemm + cast_fwd) + elem;  // half the matmuls
+      u.recompute_s = 0.5 * (gemm + cast_fwd) + elem + score_fwd;  // half the matmuls, the score tensors
     // Which units gather, and whether they reshard after forward.
     u.expert_gathered_elems = rt.gathers_params ? u.expert_shard_elems * Fe : 0;
     u.gathered_elems = rt.gathers_params ? u.shard_elems * F + u.expert_gathered_elems : 0;

@@ -62,6 +62,8 @@ Plan all_changed() {
   x.allocator = AllocatorMode::kExpandable;
   x.allocator_gc_threshold = 0.8;
   x.loss_impl = LossImpl::kEager;  // with compile on, the default would be compiled
+  x.attention = AttentionCore::kEager;
+  x.attention_dropout = true;
   return x;
 }
 
@@ -91,6 +93,7 @@ TEST_CASE("knobs: a plan with every knob changed survives plan_to_flags and the 
       "--foreach-optimizer --compile --hold-logits --zero-grad-in-place --loss-dtype bf16 --loss-impl eager "
       "--fp8 rowwise "
       "--fp8-all-gather "
+      "--attention eager --attention-dropout "
       "--allocator expandable --allocator-gc-threshold 0.8 --pp 2 --pp-schedule interleaved-1f1b "
       "--virtual-stages 3 --pp-layers 1,2,3 "
       "--cp 2 --ep 4 --moe-imbalance 1.25");
