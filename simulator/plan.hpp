@@ -39,6 +39,16 @@ enum class AllocatorMode { kDefault, kExpandable };
 /// gradients T x V), `compiled` = torch.compile'd loss (torchtitan components/loss.py since bbb1b616e,
 /// 2025-04-02): inductor saves the logits and two per-token statistics, its backward writes one gradient.
 enum class LossImpl { kEager, kCompiled };
+/// The fused scaled-dot-product-attention kernel F.scaled_dot_product_attention runs (torch's SDPBackend):
+/// FlashAttention-2 (`_scaled_dot_product_flash_attention`; AOTriton on ROCm), cuDNN
+/// (`_scaled_dot_product_cudnn_attention`) or memory-efficient attention
+/// (`_scaled_dot_product_efficient_attention`). Each saves its output and an fp32 log-sum-exp per head and
+/// query for its backward (docs/model.md "Attention backends").
+enum class SdpaBackend { kFlash, kCudnn, kEfficient };
+/// The SDPA ops in torchtitan's op-level selective-AC save list: `all` = flash, efficient, cuDNN, math and
+/// overrideable (torchtitan b39377f9f, 2025-12-01; v0.2.1 on), `flash-efficient` = flash and efficient only
+/// (torchtitan before it): under it cuDNN attention is recomputed in backward, not saved.
+enum class SacSdpaOps { kAll, kFlashEfficient };
 
 const char* to_string(Runtime r);
 const char* to_string(Precision p);
@@ -49,6 +59,8 @@ const char* to_string(Fp8 f);
 const char* to_string(PpSchedule s);
 const char* to_string(AllocatorMode a);
 const char* to_string(LossImpl l);
+const char* to_string(SdpaBackend b);
+const char* to_string(SacSdpaOps o);
 
 /// Every value of a plan enum, in the order error messages and help texts list them. parse_enum, enum_names
 /// and parse_enum_or_throw below are the one place a knob's spelling is read, for flags, `--fix` and run
@@ -93,6 +105,14 @@ struct EnumValues<AllocatorMode> {
 template <>
 struct EnumValues<LossImpl> {
   static constexpr std::array v{LossImpl::kEager, LossImpl::kCompiled};
+};
+template <>
+struct EnumValues<SdpaBackend> {
+  static constexpr std::array v{SdpaBackend::kFlash, SdpaBackend::kCudnn, SdpaBackend::kEfficient};
+};
+template <>
+struct EnumValues<SacSdpaOps> {
+  static constexpr std::array v{SacSdpaOps::kAll, SacSdpaOps::kFlashEfficient};
 };
 
 template <class E>
@@ -154,6 +174,10 @@ struct Plan {
   /// Eager or compiled cross-entropy; default: compiled with --compile (torchtitan >= 2025-04-02 compiles the
   /// loss with the model), eager otherwise.
   std::optional<LossImpl> loss_impl;
+  /// The SDPA kernel; unset = the one torch picks on the cluster's GPU (resolve_plan: sdpa_auto).
+  std::optional<SdpaBackend> sdpa_backend;
+  /// Which SDPA ops torchtitan's selective-AC policy saves (the torchtitan version decides).
+  SacSdpaOps sac_sdpa_ops = SacSdpaOps::kAll;
   /// Float8 linear layers in the transformer blocks (embedding, LM head, attention core and MoE experts stay
   /// in the compute dtype, as torchao/torchtitan convert them).
   Fp8 fp8 = Fp8::kNone;
@@ -188,6 +212,8 @@ struct Plan {
   // Derived by resolve_plan (mesh order pp, dp_replicate, dp_shard, cp, tp; tp innermost):
   int dp = 1;        ///< data-parallel ranks (batch) = gpus / (tp x cp x pp)
   int replicas = 1;  ///< dp / shard_group
+  /// The SDPA backend torch selects on the cluster's GPU and the plan's precision (resolve_plan).
+  SdpaBackend sdpa_auto = SdpaBackend::kFlash;
 
   /// Ranks that FSDP-shard the dense parameters: dp_shard x cp (torchtitan's `fsdp` mesh: CP ranks hold the
   /// same parameters, so FSDP shards over them too).
@@ -202,6 +228,9 @@ struct Plan {
   int stages() const { return pp * std::max(virtual_stages, 1); }
   Dtype reduce() const { return reduce_dtype.value_or(Dtype::kFp32); }
   LossImpl loss() const { return loss_impl.value_or(compile ? LossImpl::kCompiled : LossImpl::kEager); }
+  SdpaBackend sdpa() const { return sdpa_backend.value_or(sdpa_auto); }
+  /// Op-level selective AC saves the attention kernel's outputs: its op is in the policy's save list.
+  bool sac_saves_sdpa() const { return sac_sdpa_ops == SacSdpaOps::kAll || sdpa() != SdpaBackend::kCudnn; }
   std::int64_t global_batch() const { return static_cast<std::int64_t>(dp) * mbs * grad_accum; }
   bool operator==(const Plan&) const = default;
 };
