@@ -262,6 +262,37 @@ std::vector<Knob> build_table() {
     };
     t.push_back(k);
   }
+  {
+    // Printed only when set: repro lines and run records of plans that leave it to the GPU are unchanged.
+    Knob k =
+        make("sdpa_backend", "--sdpa-backend", KnobKind::kEnum,
+             "scaled-dot-product-attention kernel (torch SDPBackend): flash (FlashAttention-2; AOTriton on "
+             "ROCm), cudnn or efficient (memory-efficient)",
+             "torch's choice on the GPU: cudnn on Hopper and Blackwell, flash on Ampere and other (AMD), "
+             "efficient on Volta or with fp32",
+             names<SdpaBackend>());
+    k.get = [](const Plan& p) {
+      return p.sdpa_backend ? std::string(to_string(*p.sdpa_backend)) : std::string();
+    };
+    k.set = [](Plan& p, const std::string& s) {
+      SdpaBackend b = SdpaBackend::kFlash;
+      std::string why = parse_enum_text(s, b);
+      if (why.empty()) p.sdpa_backend = b;
+      return why;
+    };
+    t.push_back(k);
+  }
+  {
+    Knob k = enum_knob("sac_sdpa_ops", "--sac-sdpa-ops",
+                       "SDPA ops torchtitan's selective-AC policy saves: all (torchtitan >= 0.2.1) or "
+                       "flash-efficient (earlier: cuDNN attention is recomputed in backward)",
+                       &Plan::sac_sdpa_ops);
+    // The default prints nothing: repro lines and run records of plans without it are unchanged.
+    k.get = [](const Plan& p) {
+      return p.sac_sdpa_ops == SacSdpaOps::kAll ? std::string() : std::string(to_string(p.sac_sdpa_ops));
+    };
+    t.push_back(k);
+  }
   t.push_back(
       enum_knob("fp8", "--fp8", "float8 GEMMs in the blocks' linear layers (torchao recipes)", &Plan::fp8));
   t.push_back(switch_knob("fp8_all_gather", "--fp8-all-gather",

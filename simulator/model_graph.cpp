@@ -125,6 +125,8 @@ Layer make_mla(const ModelSpec& s, int block, Layer l) {
   // Selective (torchtitan's op-level policy): O and LSE kept, every second matmul output.
   l.act_selective_replicated_bytes_per_token = 0.5 * (2.0 * H + 2.0 * RQ + 2.0 * static_cast<double>(kv_a));
   l.act_selective_split_bytes_per_token = 2.0 * o + 4.0 * a + 0.5 * (2.0 * q + 2.0 * kv_b);
+  l.sdpa_out_bytes_per_token = 2.0 * o;
+  l.sdpa_lse_bytes_per_token = 4.0 * a;
   // Rotary on the rope part of q (a·dr) and on the shared key (dr); the two norms (fused: read + write bf16);
   // assembling K from the nope part and the broadcast rotary key (write 2·a·dqk); residual add 6h.
   const double rope = static_cast<double>(a * m.qk_rope_head_dim + m.qk_rope_head_dim);
@@ -192,6 +194,8 @@ Layer make_attention(const ModelSpec& s, int block) {
   // second matmul output: half of q, k, v and of the output projection's 2h.
   l.act_selective_replicated_bytes_per_token = 0.5 * 2.0 * h;
   l.act_selective_split_bytes_per_token = 2.0 * q + 4.0 * s.heads + 0.5 * (2.0 * q + 4.0 * kv);
+  l.sdpa_out_bytes_per_token = 2.0 * q;
+  l.sdpa_lse_bytes_per_token = 4.0 * s.heads;
   // Rotary on q and k (read + write), residual add (read 2 x 2h, write 2h); fused q/k norms read and write
   // them.
   l.elementwise_bytes_per_token = (s.positions == PositionKind::kRotary ? 4.0 * (q + kv) : 0.0) +
@@ -594,6 +598,10 @@ Json ModelGraph::to_graph_json() const {
       if (l.attn_v_head_dim > 0) jl["attention"]["v_head_dim"] = l.attn_v_head_dim;
       if (l.attn_window > 0) jl["attention"]["window"] = l.attn_window;
       if (l.attn_chunked) jl["attention"]["chunked"] = true;
+      if (l.sdpa_out_bytes_per_token > 0)
+        jl["attention"]["sdpa_out_bytes_per_token"] = l.sdpa_out_bytes_per_token;
+      if (l.sdpa_lse_bytes_per_token > 0)
+        jl["attention"]["sdpa_lse_bytes_per_token"] = l.sdpa_lse_bytes_per_token;
     }
     layers.push_back(jl);
   }
@@ -664,6 +672,10 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
       l.attn_v_head_dim = ao->integer("v_head_dim", 0, 0, kMaxDim);
       l.attn_window = ao->integer("window", 0, 0, kMaxDim);
       l.attn_chunked = ao->boolean("chunked", false);
+      // The SDPA kernel's saved O and log-sum-exp within the split saved bytes (absent: 0, nothing that
+      // the plan's SDPA backend or SAC save list changes).
+      l.sdpa_out_bytes_per_token = ao->number("sdpa_out_bytes_per_token", 0.0, 0.0, 1e12);
+      l.sdpa_lse_bytes_per_token = ao->number("sdpa_lse_bytes_per_token", 0.0, 0.0, 1e12);
       if (l.attn_chunked && l.attn_window == 0)
         ao->fail("chunked", "chunked attention needs a window (chunk size)");
       ao->finish();

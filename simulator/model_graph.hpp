@@ -78,6 +78,10 @@ struct Layer {
   double act_split_bytes_per_token = 0, act_replicated_bytes_per_token = 0;
   /// The same under selective recomputation (torchtitan op-level SAC: GEMM and attention outputs kept).
   double act_selective_split_bytes_per_token = 0, act_selective_replicated_bytes_per_token = 0;
+  /// The attention kernel's own outputs saved for its backward, per token (16-bit compute, TP-split, part of
+  /// both split figures above): the output O (heads x v_head_dim) and the fp32 log-sum-exp per head. Op-level
+  /// selective AC drops them when its save list lacks the plan's SDPA op (Plan::sac_saves_sdpa).
+  double sdpa_out_bytes_per_token = 0, sdpa_lse_bytes_per_token = 0;
   /// Memory-bound forward traffic per token (norms, activations, rotary, residual adds), bytes, when the
   /// elementwise ops are fused (torch.compile); `eager_elementwise_bytes_per_token` is the same work run op
   /// by op in eager mode (fp32 upcasts and every intermediate written and read back).

@@ -45,6 +45,12 @@ const char* to_string(LossImpl l) {
 const char* to_string(AttentionCore a) {
   return a == AttentionCore::kFlash ? "flash" : a == AttentionCore::kFusedSoftmax ? "fused-softmax" : "eager";
 }
+const char* to_string(SdpaBackend b) {
+  return b == SdpaBackend::kFlash ? "flash" : b == SdpaBackend::kCudnn ? "cudnn" : "efficient";
+}
+const char* to_string(SacSdpaOps o) {
+  return o == SacSdpaOps::kAll ? "all" : "flash-efficient";
+}
 
 const char* to_string(PpSchedule s) {
   switch (s) {
@@ -180,6 +186,31 @@ void check_attention_core(const Plan& p, const ModelGraph& model) {
        "fused-softmax: Megatron's causal softmax kernel needs mbs x heads / tp (" + std::to_string(batches) +
            ") divisible by 4 and by its " + std::to_string(per_block) + " rows per block");
 }
+
+// The SDPA kernel F.scaled_dot_product_attention picks for the blocks' causal attention when the caller names
+// none (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp, torch 2.15 priority_order and the use_*
+// filters): cuDNN first where check_prefer_cudnn_attention holds (cuDNN > 9.15, compute capability 9.0 /
+// 10.0 / 10.3: Hopper and Blackwell; torch 2.15's wheels ship cuDNN 9.26), else FlashAttention-2 (sm80 and
+// newer), else memory-efficient attention (Volta). Flash and cuDNN take fp16/bf16 inputs only: fp32 compute
+// runs the memory-efficient kernel. Arch "other" (the AMD Instinct clusters of the records): ROCm builds have
+// no cuDNN, and torch's ROCm flash backend (AOTriton, hip/flash_attn/aot/mha_all_aot.hip) covers MI200/MI300.
+// torchtitan 0.3.0 asks for [cuDNN, flash, math] with set_priority (models/common/attention.py
+// ScaledDotProductAttention): the same choice on these GPUs.
+SdpaBackend default_sdpa_backend(GpuArch arch, Precision precision) {
+  if (precision == Precision::kFp32) return SdpaBackend::kEfficient;
+  switch (arch) {
+    case GpuArch::kHopper:
+    case GpuArch::kBlackwell:
+      return SdpaBackend::kCudnn;
+    case GpuArch::kVolta:
+      return SdpaBackend::kEfficient;
+    case GpuArch::kAmpere:
+    case GpuArch::kOther:
+      return SdpaBackend::kFlash;
+  }
+  return SdpaBackend::kFlash;
+}
+
 }  // namespace
 
 Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::int64_t global_batch) {
@@ -283,6 +314,9 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
          "float8 all-gather is an FSDP2 feature: needs --runtime fsdp2 with --zero 2 or 3 (parameters "
          "gathered)");
   }
+  p.sdpa_auto = default_sdpa_backend(cluster.spec().gpu.arch, p.precision);
+  need(!(p.sdpa_backend && *p.sdpa_backend != SdpaBackend::kEfficient && p.precision == Precision::kFp32),
+       "--sdpa-backend", "flash and cuDNN attention take fp16/bf16 inputs only; fp32 compute runs efficient");
   resolve_pipeline(p, model);
   need(p.offload != Offload::kParams || p.runtime != Runtime::kFsdp1 || p.grad_accum == 1, "--offload",
        "fsdp1 with offloaded parameters does not accumulate gradients outside no_sync(); use --grad-accum 1 "

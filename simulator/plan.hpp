@@ -45,6 +45,16 @@ enum class LossImpl { kEager, kCompiled };
 /// (GPT2Attention._attn, transformers 2022: matmul, divide, where, mask add, softmax, cast, dropout op by
 /// op). docs/model.md "Materialised attention".
 enum class AttentionCore { kFlash, kFusedSoftmax, kEager };
+/// The fused scaled-dot-product-attention kernel F.scaled_dot_product_attention runs (torch's SDPBackend):
+/// FlashAttention-2 (`_scaled_dot_product_flash_attention`; AOTriton on ROCm), cuDNN
+/// (`_scaled_dot_product_cudnn_attention`) or memory-efficient attention
+/// (`_scaled_dot_product_efficient_attention`). Each saves its output and an fp32 log-sum-exp per head and
+/// query for its backward (docs/model.md "Attention backends").
+enum class SdpaBackend { kFlash, kCudnn, kEfficient };
+/// The SDPA ops in torchtitan's op-level selective-AC save list: `all` = flash, efficient, cuDNN, math and
+/// overrideable (torchtitan b39377f9f, 2025-12-01; v0.2.1 on), `flash-efficient` = flash and efficient only
+/// (torchtitan before it): under it cuDNN attention is recomputed in backward, not saved.
+enum class SacSdpaOps { kAll, kFlashEfficient };
 
 const char* to_string(Runtime r);
 const char* to_string(Precision p);
@@ -56,6 +66,8 @@ const char* to_string(PpSchedule s);
 const char* to_string(AllocatorMode a);
 const char* to_string(LossImpl l);
 const char* to_string(AttentionCore a);
+const char* to_string(SdpaBackend b);
+const char* to_string(SacSdpaOps o);
 
 /// Every value of a plan enum, in the order error messages and help texts list them. parse_enum, enum_names
 /// and parse_enum_or_throw below are the one place a knob's spelling is read, for flags, `--fix` and run
@@ -104,6 +116,14 @@ struct EnumValues<LossImpl> {
 template <>
 struct EnumValues<AttentionCore> {
   static constexpr std::array v{AttentionCore::kFlash, AttentionCore::kFusedSoftmax, AttentionCore::kEager};
+};
+template <>
+struct EnumValues<SdpaBackend> {
+  static constexpr std::array v{SdpaBackend::kFlash, SdpaBackend::kCudnn, SdpaBackend::kEfficient};
+};
+template <>
+struct EnumValues<SacSdpaOps> {
+  static constexpr std::array v{SacSdpaOps::kAll, SacSdpaOps::kFlashEfficient};
 };
 
 template <class E>
@@ -165,6 +185,10 @@ struct Plan {
   /// Eager or compiled cross-entropy; default: compiled with --compile (torchtitan >= 2025-04-02 compiles the
   /// loss with the model), eager otherwise.
   std::optional<LossImpl> loss_impl;
+  /// The SDPA kernel; unset = the one torch picks on the cluster's GPU (resolve_plan: sdpa_auto).
+  std::optional<SdpaBackend> sdpa_backend;
+  /// Which SDPA ops torchtitan's selective-AC policy saves (the torchtitan version decides).
+  SacSdpaOps sac_sdpa_ops = SacSdpaOps::kAll;
   /// Float8 linear layers in the transformer blocks (embedding, LM head, attention core and MoE experts stay
   /// in the compute dtype, as torchao/torchtitan convert them).
   Fp8 fp8 = Fp8::kNone;
@@ -205,6 +229,8 @@ struct Plan {
   // Derived by resolve_plan (mesh order pp, dp_replicate, dp_shard, cp, tp; tp innermost):
   int dp = 1;        ///< data-parallel ranks (batch) = gpus / (tp x cp x pp)
   int replicas = 1;  ///< dp / shard_group
+  /// The SDPA backend torch selects on the cluster's GPU and the plan's precision (resolve_plan).
+  SdpaBackend sdpa_auto = SdpaBackend::kFlash;
 
   /// Ranks that FSDP-shard the dense parameters: dp_shard x cp (torchtitan's `fsdp` mesh: CP ranks hold the
   /// same parameters, so FSDP shards over them too).
@@ -219,6 +245,13 @@ struct Plan {
   int stages() const { return pp * std::max(virtual_stages, 1); }
   Dtype reduce() const { return reduce_dtype.value_or(Dtype::kFp32); }
   LossImpl loss() const { return loss_impl.value_or(compile ? LossImpl::kCompiled : LossImpl::kEager); }
+  SdpaBackend sdpa() const { return sdpa_backend.value_or(sdpa_auto); }
+  /// Op-level selective AC saves the attention kernel's outputs: its op is in the policy's save list (a
+  /// materialised core calls no SDPA kernel: its score tensors are handled by attention_core.cpp).
+  bool sac_saves_sdpa() const {
+    return attention != AttentionCore::kFlash || sac_sdpa_ops == SacSdpaOps::kAll ||
+           sdpa() != SdpaBackend::kCudnn;
+  }
   std::int64_t global_batch() const { return static_cast<std::int64_t>(dp) * mbs * grad_accum; }
   bool operator==(const Plan&) const = default;
 };

@@ -74,9 +74,27 @@ double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens)
       flash, out_weight_grad + out_input_grad + v_grad + scores * (sp.bwd_peak_bytes - sp.saved_bytes()));
 }
 
+double sdpa_saved_bytes_per_token(const Layer& l, const Plan& p) {
+  if (l.sdpa_lse_bytes_per_token <= 0) return l.sdpa_out_bytes_per_token;
+  // Memory-efficient attention (CUDA) allocates its log-sum-exp over the queries rounded up to 32
+  // (torch/_meta_registrations.py meta__scaled_dot_product_efficient_attention, torch 2.15: ceil(M / 32) *
+  // 32; mem_eff_attention kAlignLSE); flash (CUDA and AOTriton) and cuDNN take exactly the queries ([b, h, s]
+  // and [b, h, s, 1] fp32). The kernel sees each rank's seq / cp queries.
+  double lse = l.sdpa_lse_bytes_per_token;
+  const std::int64_t q_len = std::max<std::int64_t>(1, p.seq / p.cp);
+  if (p.sdpa() == SdpaBackend::kEfficient)
+    lse *= static_cast<double>((q_len + 31) / 32 * 32) / static_cast<double>(q_len);
+  return l.sdpa_out_bytes_per_token + lse;
+}
+
 double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective) {
   const bool sel = selective;
-  const double split = sel ? l.act_selective_split_bytes_per_token : l.act_split_bytes_per_token;
+  // The attention kernel's O and log-sum-exp are in both split figures; its log-sum-exp padding, and under
+  // op-level SAC whether they are saved at all, depend on the backend and the policy's save list.
+  const double sdpa_base = l.sdpa_out_bytes_per_token + l.sdpa_lse_bytes_per_token;
+  const double sdpa = sel && !p.sac_saves_sdpa() ? 0.0 : sdpa_saved_bytes_per_token(l, p);
+  double split = sel ? l.act_selective_split_bytes_per_token : l.act_split_bytes_per_token;
+  if (sdpa != sdpa_base) split = std::max(0.0, split + sdpa - sdpa_base);  // a graph JSON may say less
   const double rep = sel ? l.act_selective_replicated_bytes_per_token : l.act_replicated_bytes_per_token;
   // The per-token figures are for a 16-bit compute dtype: scale by bytes / 2. A materialised attention core
   // adds its score tensors, which selective recomputation recomputes (Korthikanti et al. 2022 §5: the core
@@ -390,7 +408,9 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
     if (p.ac == AcMode::kFull && u.blocks > 0)
       u.recompute_s = u.fwd_s;
     else if (p.ac == AcMode::kSelective && u.blocks > 0)
-      u.recompute_s = 0.5 * (gemm + cast_fwd) + elem + score_fwd;  // half the matmuls, the score tensors
+      // Half the matmuls, the materialised score tensors, and the attention kernel too when the policy does
+      // not save its outputs (cuDNN attention under torchtitan's pre-0.2.1 save list).
+      u.recompute_s = 0.5 * (gemm + cast_fwd) + elem + score_fwd + (p.sac_saves_sdpa() ? 0.0 : attn);
     // Which units gather, and whether they reshard after forward.
     u.expert_gathered_elems = rt.gathers_params ? u.expert_shard_elems * Fe : 0;
     u.gathered_elems = rt.gathers_params ? u.shard_elems * F + u.expert_gathered_elems : 0;

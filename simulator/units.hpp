@@ -91,6 +91,9 @@ std::int64_t tensor_shard_elems(const Tensor& t, int tp, int shard_group, Paddin
 /// Activation bytes one layer saves for backward over `tokens` tokens, with nothing recomputed or under
 /// selective (op-level) recomputation; full AC keeps only the block input (block_input_bytes). TP with
 /// sequence parallelism divides the replicated part too.
+/// The attention kernel's saved O and log-sum-exp per token for the plan's SDPA backend (16-bit compute,
+/// TP-split; 0 for layers without attention).
+double sdpa_saved_bytes_per_token(const Layer& l, const Plan& p);
 double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective);
 /// The transient bytes of one layer's backward at its worst op beyond its saved tensors and the gradient
 /// flowing in: for an attention or MLP layer (ending in a row-parallel output projection) the output

@@ -695,15 +695,28 @@ def convert(rec):
             plan["allocator"] = "expandable"
             notes.append("allocator expandable: llama3.sh runs torchtitan's run_train.sh, which sets "
                          "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+        # Every torchtitan of these rows predates b39377f9f (2025-12-01, first in v0.2.1), which added the cuDNN,
+        # math and overrideable SDPA ops to the op-level SAC save list (models/llama3/infra/parallelize.py
+        # _save_list at 2c8b594 and 6fc499f: mm, flash, efficient, reduce_scatter_tensor, max).
+        plan["sac_sdpa_ops"] = "flash-efficient"
         if "torchtitan 2c8b594" in versions or "torchtitan 6fc499f" in versions:
             # These commits postdate bbb1b616e (2025-04-02): the loss is compiled with the model, the plan's
-            # default with compile. Not expressible by a plan knob yet (noted for the reserved-memory error): on
-            # compute capability >= 10.0 torchtitan puts cuDNN attention first (models/attention.py
-            # _init_backend, since 3b85aa31f), whose op is not in SAC's _save_list
-            # (models/llama3/infra/parallelize.py).
+            # default with compile. The SDPA backend: torchtitan's ScaledDotProductAttention._init_backend
+            # (models/attention.py at 2c8b594 and 6fc499f, since 3b85aa31f) runs sdpa_kernel([flash, efficient,
+            # math], set_priority=True) with cuDNN put first when has_cuda_capability(10, 0).
             if "cu12" in versions:
-                notes.append("not modelled: on B200 SDPA runs cuDNN attention (models/attention.py, capability "
-                             ">= 10.0), which per-op SAC recomputes (not in _save_list)")
+                plan["sdpa_backend"] = "cudnn"
+                notes.append("sdpa_backend cudnn, sac_sdpa_ops flash-efficient: torchtitan 6fc499f puts cuDNN "
+                             "attention first on compute capability >= 10.0 (models/attention.py), and its SAC "
+                             "_save_list lacks the cuDNN op (added in b39377f9f, v0.2.1): attention is "
+                             "recomputed in backward")
+            else:
+                # ROCm: an MI300X reports capability 9.4 and ROCm builds have no cuDNN attention; torch's ROCm
+                # flash backend (AOTriton) supports gfx942 (hip/flash_attn/aot/mha_all_aot.hip check_gpu_arch).
+                plan["sdpa_backend"] = "flash"
+                notes.append("sdpa_backend flash: torchtitan 2c8b594 asks for [flash, efficient, math] below "
+                             "capability 10.0 and ROCm has no cuDNN attention; flash (AOTriton) is in the SAC "
+                             "save list")
         elif plan.get("compile"):
             # The H100 rows were added 2025-03-12 (ao 8c81863ba) with torchtitan's run_train.sh and
             # models/llama/train_configs (together only 2025-02-24..04-07): a torchtitan before bbb1b616e
@@ -711,6 +724,12 @@ def convert(rec):
             plan["loss_impl"] = "eager"
             notes.append("loss_impl eager: rows added 2025-03-12 (ao 8c81863ba) ran a torchtitan before "
                          "bbb1b616e (2025-04-02), whose loss was not compiled")
+            # Before 3b85aa31f (2025-05-14) torchtitan called F.scaled_dot_product_attention without a backend
+            # list: torch 2.7 puts flash first (cuDNN attention opt-in since pytorch PR 138522; the default
+            # only where cuDNN > 9.15, torch >= 2.11 wheels).
+            plan["sdpa_backend"] = "flash"
+            notes.append("sdpa_backend flash: torch 2.7's default order on H100 (cuDNN attention opt-in since "
+                         "pytorch PR 138522), saved by the SAC policy")
     if src == "bigscience-workshop/bigscience":
         notes.append("Megatron-DeepSpeed: Megatron TP%d (column/row parallel, no sequence parallel, 2022) with "
                      "DeepSpeed ZeRO-1 at dp=%d, expressed as runtime deepspeed; iteration-2 snapshot" % (tp, dp))

@@ -64,6 +64,8 @@ Plan all_changed() {
   x.loss_impl = LossImpl::kEager;  // with compile on, the default would be compiled
   x.attention = AttentionCore::kEager;
   x.attention_dropout = true;
+  x.sdpa_backend = SdpaBackend::kEfficient;
+  x.sac_sdpa_ops = SacSdpaOps::kFlashEfficient;
   return x;
 }
 
@@ -91,7 +93,7 @@ TEST_CASE("knobs: a plan with every knob changed survives plan_to_flags and the 
       "--prefetch 2 --reshard-after-forward false --precision bf16 --reduce-dtype bf16 --offload params "
       "--async-tp "
       "--foreach-optimizer --compile --hold-logits --zero-grad-in-place --loss-dtype bf16 --loss-impl eager "
-      "--fp8 rowwise "
+      "--sdpa-backend efficient --sac-sdpa-ops flash-efficient --fp8 rowwise "
       "--fp8-all-gather "
       "--attention eager --attention-dropout "
       "--allocator expandable --allocator-gc-threshold 0.8 --pp 2 --pp-schedule interleaved-1f1b "
@@ -136,6 +138,7 @@ TEST_CASE("knobs: resolved plans over a sweep round-trip through flags and JSON"
                 Plan back = parse_flags(flags);
                 CHECK(resolve_plan(back, s.model, *s.cluster) == r);
                 back.dp = r.dp, back.replicas = r.replicas;  // derived, not knobs
+                back.sdpa_auto = r.sdpa_auto;
                 CHECK(back == r);
                 CHECK(resolve_plan(from_json(r), s.model, *s.cluster) == r);
                 ++checked;
