@@ -415,11 +415,21 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
     emb.reshard = head.reshard = false;
   } else if (rt.tied_weight_group && s.tied_embeddings && rt.gathers_params && p.pp == 1 &&
              units.size() >= 2 && units.back().has_loss) {
-    // FSDP2 tied embeddings: one group [tok_embeddings, norm, lm_head]. Each of the two units gathers (and
-    // reduce-scatters) the whole group; the head's backward writes the tied weight's gradient (lm_head's dW)
-    // besides the norm's, the embedding's backward a second one (FSDP2 reduced the first and dropped it).
+    // FSDP2 tied embeddings: one group [tok_embeddings, norm, lm_head]. Each of the two units gathers the
+    // whole group. The head's backward writes the tied weight's first gradient (lm_head's dW), which autograd
+    // holds until the embedding's backward adds the second (SimUnit::tied_grad_elems); each post-backward
+    // reduces only the gradients that exist by then: the head the norm's, the embedding the tied weight's.
     SimUnit& emb = units.front();
     SimUnit& head = units.back();
+    std::int64_t tied = 0;
+    for (const Layer* l : emb.layers)
+      if (l->kind == LayerKind::kEmbedding)
+        for (const auto& ten : l->tensors) tied += tp_local_rows(ten, t) * tp_local_cols(ten, t);
+    emb.tied_grad_elems = head.tied_grad_elems = tied;
+    emb.reduced_gathered_elems = emb.gathered_elems;
+    emb.reduced_shard_elems = emb.shard_elems;
+    head.reduced_gathered_elems = head.gathered_elems;
+    head.reduced_shard_elems = head.shard_elems;
     const std::int64_t group_shard = emb.shard_elems + head.shard_elems;
     const std::int64_t group_gathered = emb.gathered_elems + head.gathered_elems;
     emb.shard_elems = head.shard_elems = group_shard;
