@@ -328,13 +328,7 @@ TEST_CASE("reference lane: peak allocated within 1 % median and 3 % worst", "[va
   // each with the mechanism the lane's trace shows and the simulator does not model yet
   // (docs/reference-lane.md "Known differences"). A row that leaves this list when its mechanism is modelled
   // must be removed from it: the test fails for a listed row that is within 3 %, so the list cannot go stale.
-  const std::map<std::string, std::string> known = {
-      {"ref-llama3-70b-g64-layers-3-tp-8-ac-selective-mbs-1-seq-4096",
-       "TP: -3.1 % with the full-vocabulary embedding gradient modelled (-45.9 % before); the rest at the "
-       "embedding's post-backward is not yet traced"},
-      {"ref-mpt-30b-g64-layers-2-ac-full-mbs-1-seq-8192-precision-bf16-true", "MPT: LayerNorm/ALiBi block"},
-      {"ref-mpt-7b-g8-layers-3-ac-none-mbs-1-seq-2048", "MPT: LayerNorm/ALiBi block"},
-  };
+  const std::map<std::string, std::string> known = {};
   const fs::path lane = fs::path(SHARDPLAN_SOURCE_DIR) / "tools" / "reference" / "data" / "records.json";
   ValidationReport v = validate_files({lane.string()});
   std::vector<double> errs;
