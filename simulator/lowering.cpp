@@ -351,8 +351,7 @@ void Lowering::backward(int mb, bool last_mb) {
     const bool tied_emb = un.tied_grad_elems > 0 && un.tied_peer > u;
     const Bytes tied_b = B(static_cast<double>(un.tied_grad_elems) * bc_);
     // autograd's unsharded gradients (.grad); the tied head's without the tied weight's
-    const Bytes ugrad =
-        B(static_cast<double>(un.elems - (tied_head ? unit(un.tied_peer).elems : 0)) * bc_);
+    const Bytes ugrad = B(static_cast<double>(un.elems - (tied_head ? unit(un.tied_peer).elems : 0)) * bc_);
     const auto su = static_cast<std::size_t>(u);
     const UnitTensors& ut = ut_[su];
     recompute_id_ = alloc_tensors(MemCategory::kActivations, kPoolDefault, un.recompute_bytes, ut.recompute);

@@ -170,7 +170,7 @@ TEST_CASE("FSDP2 tied embeddings: the head's gradient of the tied weight waits f
   const Program& prog = sim.program();
   const Bytes X = 50'432LL * 4096 * 2;
   REQUIRE(X == 413'138'944LL);
-  const int head = 3;  // units: embedding, blocks.0, blocks.1, head
+  const int head = 3;                       // units: embedding, blocks.0, blocks.1, head
   std::vector<std::pair<int, Bytes>> tied;  // (unit, delta) of the V·h activations in backward
   walk_category(prog, MemCategory::kActivations, [&](const Task& t, const MemEffect& e, Bytes) {
     if (t.backward && (e.delta_bytes == X || e.delta_bytes == -X)) tied.emplace_back(t.unit, e.delta_bytes);
