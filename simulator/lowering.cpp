@@ -342,11 +342,9 @@ void Lowering::backward(int mb, bool last_mb) {
     // FSDP2 tied embeddings (SimUnit::tied_grad_elems; the reference lane's trace of MPT 7B): the head's
     // backward writes the tied weight's first gradient (lm_head's dW), which waits in autograd's input
     // buffer, not as a .grad, until the embedding's backward writes the second; InputBuffer::add sums them
-    // into a third tensor, which becomes the .grad the embedding's post-backward reduces. (torch 2.15
-    // torch/csrc/autograd/input_buffer.cpp accumulate: in place, old_var.add_(var), only when
-    // can_accumulate_inplace(old_var): not a tensor subclass, dense, last reference. The lane's fake tensors
-    // are tensor subclasses, so its trace has the third tensor; on a GPU without TP the head's buffer would
-    // be reused, one V x h less at the embedding's backward: docs/reference-lane.md.)
+    // into a third tensor, which becomes the .grad the embedding's post-backward reduces. (Out of place with
+    // plain tensors too: a tied nn.Embedding / nn.Linear pair's backward on real CPU tensors runs aten::add,
+    // not add_, under torch.profiler in torch 2.15; docs/reference-lane.md.)
     const bool tied_head = un.tied_grad_elems > 0 && un.tied_peer >= 0 && un.tied_peer < u;
     const bool tied_emb = un.tied_grad_elems > 0 && un.tied_peer > u;
     const Bytes tied_b = B(static_cast<double>(un.tied_grad_elems) * bc_);
