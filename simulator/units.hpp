@@ -104,7 +104,8 @@ double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool sele
 /// The transient bytes of one layer's backward at its worst op beyond its saved tensors and the gradient
 /// flowing in: for an attention or MLP layer (ending in a row-parallel output projection) the output
 /// projection's weight and input gradients and the column projections' output gradients (less the MLP's
-/// product, freed by then); 0 for other layers (docs/model.md "Backward inside a block").
+/// product, freed by then), or, for an MLP with a single column projection (GELU), up's input gradient if
+/// worse; 0 for other layers (docs/model.md "Backward inside a block").
 double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens);
 /// What full activation checkpointing keeps per block: the block's input, hidden x tokens in the compute
 /// dtype.
