@@ -339,7 +339,17 @@ void Lowering::backward(int mb, bool last_mb) {
     // (its own tensor group, freed right after the unit's reduce-scatter has freed the other gradients)
     const Bytes emb_extra = B(emb_full_elems * bc_);
     std::int32_t emb_extra_id = -1;
-    const Bytes ugrad = B(static_cast<double>(un.elems) * bc_);  // autograd's unsharded gradients
+    // FSDP2 tied embeddings (SimUnit::tied_grad_elems; the reference lane's trace of MPT 7B): the head's
+    // backward writes the tied weight's first gradient (lm_head's dW), which waits in autograd's input
+    // buffer, not as a .grad, until the embedding's backward writes the second; InputBuffer::add sums them
+    // into a third tensor, which becomes the .grad the embedding's post-backward reduces. (Out of place with
+    // plain tensors too: a tied nn.Embedding / nn.Linear pair's backward on real CPU tensors runs aten::add,
+    // not add_, under torch.profiler in torch 2.15; docs/reference-lane.md.)
+    const bool tied_head = un.tied_grad_elems > 0 && un.tied_peer >= 0 && un.tied_peer < u;
+    const bool tied_emb = un.tied_grad_elems > 0 && un.tied_peer > u;
+    const Bytes tied_b = B(static_cast<double>(un.tied_grad_elems) * bc_);
+    // autograd's unsharded gradients (.grad); the tied head's without the tied weight's
+    const Bytes ugrad = B(static_cast<double>(un.elems - (tied_head ? unit(un.tied_peer).elems : 0)) * bc_);
     const auto su = static_cast<std::size_t>(u);
     const UnitTensors& ut = ut_[su];
     recompute_id_ = alloc_tensors(MemCategory::kActivations, kPoolDefault, un.recompute_bytes, ut.recompute);
@@ -370,7 +380,17 @@ void Lowering::backward(int mb, bool last_mb) {
     }
     if (!rt_.grads_persistent) {
       if (!rt_.grad_kept_until_boundary) {
+        if (tied_head) tied_grad_id_ = alloc_one(MemCategory::kActivations, kPoolDefault, tied_b);
+        // The embedding's own gradient of the tied weight (embedding_dense_backward), then the sum (the
+        // unit's .grad, in ugrad), then both addends are freed.
+        const std::int32_t tied_second =
+            tied_emb ? alloc_one(MemCategory::kActivations, kPoolDefault, tied_b) : -1;
         ugrad_id_[su] = alloc_tensors(MemCategory::kGrads, kPoolDefault, ugrad, ut.params_local);
+        if (tied_emb) {
+          free_group(MemCategory::kActivations, kPoolDefault, tied_grad_id_, tied_b);
+          free_group(MemCategory::kActivations, kPoolDefault, tied_second, tied_b);
+          tied_grad_id_ = -1;
+        }
         emb_extra_id = alloc_one(MemCategory::kGrads, kPoolDefault, emb_extra);
       } else if (mb == 0) {
         // DDP, DeepSpeed ZeRO-1: the full .grad, in the gradient dtype (DDP: the parameter's, fp32 under
@@ -413,12 +433,25 @@ void Lowering::backward(int mb, bool last_mb) {
     if (rt_.gather_limiter == GatherLimiter::kComputeTwoBack && rt_.gathers_params)
       limiter_queue_.push_back(id);
 
+    // FSDP2 with TP: the post-backward reads each gradient through FSDPParam._get_grad_inner_tensor (torch
+    // 2.15 torch/distributed/fsdp/_fully_shard/_fsdp_param.py), which redistributes a gradient whose
+    // placement differs from the parameter's to it: the embedding's Partial full-vocabulary gradient becomes
+    // a new vocab-sharded (Shard(0)) local tensor, the TP reduce-scatter's output, before the group reshards;
+    // the Partial gradient stays alive until the FSDP reduce-scatter is issued (reference lane, Llama 3 70B
+    // TP 8: the 250.5 MiB `clone` beside the 2,004 MiB gradient at the embedding's post-backward). The unit's
+    // reduce-scatter then reads (and frees) the redistributed tensor; the Partial one is freed after it.
+    std::int32_t partial_local_id = -1;
+    if (emb_extra > 0 && p_.runtime == Runtime::kFsdp2) {
+      partial_local_id = ugrad_id_[su];
+      ugrad_id_[su] = alloc_tensors(MemCategory::kGrads, kPoolDefault, ugrad, ut.params_local);
+    }
     // Post-backward: reshard (whether or not resharded in forward), then reduce gradients.
     if (rt_.gathers_params && un.gather_owner < 0) free_unsharded(u);
     if (un.elems == 0 && un.gather_owner < 0) continue;
     if (rt_.reduce_scatter) {
       if (un.gather_owner >= 0) continue;  // FSDP1 root head part: reduced with the root at the end
       reduce_scatter(u, mb, ugrad, grad_bytes_per_elem);
+      free_group(MemCategory::kGrads, kPoolDefault, partial_local_id, ugrad);
       free_group(MemCategory::kGrads, kPoolDefault, emb_extra_id, emb_extra);
       if (regather) {
         // The norm's backward needs the group again: all-gather and copy-out, prefetch the next unit, then

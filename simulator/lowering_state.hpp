@@ -73,6 +73,9 @@ class Lowering {
     Span saved;         ///< activations saved by one forward, per tensor as autograd saves them
     Span recompute;     ///< one block's saved tensors, rematerialised during its backward (full AC)
     Span workspace;     ///< the backward's transient input / output gradients
+    /// The shards of the parameters whose gradients the unit's post-backward reduces: params_shard, but of
+    /// an FSDP2 tied group (SimUnit::tied_peer) only the unit's own parameters.
+    Span reduced_shard;
   };
   void build_tensor_lists();
   void add_run(Span& s, double weight, int count = 1);
@@ -213,6 +216,9 @@ class Lowering {
   std::vector<std::int32_t> limiter_queue_;  ///< what the gather limiter waits on, in issue order
   std::int32_t last_shard_comm_ = -1, last_rep_comm_ = -1, prev_rs_ = -1, prev_prev_rs_ = -1;
   Bytes held_rs_input_ = 0;
+  /// FSDP2 tied embeddings: the head's gradient of the tied weight, waiting in autograd's input buffer for
+  /// the embedding's (SimUnit::tied_grad_elems).
+  std::int32_t tied_grad_id_ = -1;
   std::uint8_t held_rs_pool_ = kPoolDefault;
   int prev_fwd_ag_out_ = -1;  ///< FSDP2 forward: AG output kept until the next unit's copy-out
   Bytes grads_allocated_ = 0;

@@ -65,16 +65,15 @@ void Lowering::build_tensor_lists() {
   for (int u = 0; u < U_; ++u) {
     const SimUnit& un = unit(u);
     UnitTensors& t = ut_[static_cast<std::size_t>(u)];
-    // A tied-embedding head (FSDP2) writes the tied weight's gradient too, and gathers the whole group.
+    // A tied-embedding unit (FSDP2) gathers the whole group; its unsharded gradients are its own parameters'
+    // (the tied weight's first gradient is a tensor of its own: Lowering::backward).
     const SimUnit* peer = un.tied_peer >= 0 ? &unit(un.tied_peer) : nullptr;
-    for (const SimUnit* v : {&un, un.tied_peer > u ? nullptr : peer})
-      if (v)
-        for (const Layer* l : v->layers)
-          for (const auto& ten : l->tensors)
-            add_run(t.params_local,
-                    static_cast<double>(tp_local_rows(ten, p_.tp) * tp_local_cols(ten, p_.tp)));
+    for (const Layer* l : un.layers)
+      for (const auto& ten : l->tensors)
+        add_run(t.params_local, static_cast<double>(tp_local_rows(ten, p_.tp) * tp_local_cols(ten, p_.tp)));
     if (rt_.padding == Padding::kFlatUnit) {
       add_run(t.params_shard, static_cast<double>(un.shard_elems));
+      t.reduced_shard = t.params_shard;
     } else {
       for (const SimUnit* v : {&un, peer})
         if (v)
@@ -82,6 +81,14 @@ void Lowering::build_tensor_lists() {
             for (const auto& ten : l->tensors)
               add_run(t.params_shard,
                       static_cast<double>(tensor_shard_elems(ten, p_.tp, p_.shard_group, rt_.padding)));
+      if (peer) {
+        for (const Layer* l : un.layers)
+          for (const auto& ten : l->tensors)
+            add_run(t.reduced_shard,
+                    static_cast<double>(tensor_shard_elems(ten, p_.tp, p_.shard_group, rt_.padding)));
+      } else {
+        t.reduced_shard = t.params_shard;
+      }
     }
     const bool full = p_.ac == AcMode::kFull && un.blocks > 0;
     const bool sel = p_.ac == AcMode::kSelective && un.blocks > 0;

@@ -61,17 +61,36 @@ double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens)
     if (l.gemms[i].tp == TpSplit::kColumn)
       column_output_grads += tokens * n_local(l.gemms[i]) * bc * l.gemms[i].count;
   const double freed = l.attn_heads > 0 ? 0.0 : out_input_grad;
-  const double flash = out_weight_grad + out_input_grad + column_output_grads - freed;
+  const double at_activation = out_weight_grad + out_input_grad + column_output_grads - freed;
   const double scores = score_elems(l, p, tokens);
-  if (scores <= 0) return flash;
-  // A materialised core (attention_core.cpp): its worst op comes before Q's and K's gradients exist — the
-  // output projection's gradients, the PV matmul's gradient of V, and the score gradients beyond the saved
-  // score tensors (those are in the saved set already).
-  const ScorePasses sp = score_passes(p, false);
-  const double v_grad =
-      tokens * static_cast<double>(l.attn_kv_heads) * static_cast<double>(l.v_head_dim()) / t * bc;
-  return std::max(
-      flash, out_weight_grad + out_input_grad + v_grad + scores * (sp.bwd_peak_bytes - sp.saved_bytes()));
+  if (scores > 0) {
+    // A materialised core (attention_core.cpp): its worst op comes before Q's and K's gradients exist — the
+    // output projection's gradients, the PV matmul's gradient of V, and the score gradients beyond the saved
+    // score tensors (those are in the saved set already).
+    const ScorePasses sp = score_passes(p, false);
+    const double v_grad =
+        tokens * static_cast<double>(l.attn_kv_heads) * static_cast<double>(l.v_head_dim()) / t * bc;
+    return std::max(at_activation, out_weight_grad + out_input_grad + v_grad +
+                                       scores * (sp.bwd_peak_bytes - sp.saved_bytes()));
+  }
+  // An MLP with a single column projection (up, GELU, down; the reference lane's trace of MPT 7B): the
+  // activation's backward has consumed the saved up output and activation (the layer's split tensors), then
+  // up's backward writes its weight gradient and its input gradient while its output gradient is still
+  // alive. Later than the op above and worse when the weights outweigh the tokens' FFN tensors (with f = 4h,
+  // fewer than 4h/7 tokens: MPT 7B at 2,048 tokens, +16 MiB).
+  const Gemm* column = nullptr;
+  int columns = 0;
+  for (std::size_t i = 0; i + 1 < l.gemms.size(); ++i)
+    if (l.gemms[i].tp == TpSplit::kColumn) {
+      columns += l.gemms[i].count;
+      column = &l.gemms[i];
+    }
+  if (l.attn_heads > 0 || columns != 1) return at_activation;
+  const double split_saved = tokens * l.act_split_bytes_per_token / t * bc / 2;
+  const double at_column_input_grad = out_weight_grad + n_local(*column) * k_local(*column) * bc +
+                                      tokens * n_local(*column) * bc + tokens * k_local(*column) * bc -
+                                      split_saved;
+  return std::max(at_activation, at_column_input_grad);
 }
 
 double sdpa_saved_bytes_per_token(const Layer& l, const Plan& p) {
@@ -459,11 +478,21 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
     emb.reshard = head.reshard = false;
   } else if (rt.tied_weight_group && s.tied_embeddings && rt.gathers_params && p.pp == 1 &&
              units.size() >= 2 && units.back().has_loss) {
-    // FSDP2 tied embeddings: one group [tok_embeddings, norm, lm_head]. Each of the two units gathers (and
-    // reduce-scatters) the whole group; the head's backward writes the tied weight's gradient (lm_head's dW)
-    // besides the norm's, the embedding's backward a second one (FSDP2 reduced the first and dropped it).
+    // FSDP2 tied embeddings: one group [tok_embeddings, norm, lm_head]. Each of the two units gathers the
+    // whole group. The head's backward writes the tied weight's first gradient (lm_head's dW), which autograd
+    // holds until the embedding's backward adds the second (SimUnit::tied_grad_elems); each post-backward
+    // reduces only the gradients that exist by then: the head the norm's, the embedding the tied weight's.
     SimUnit& emb = units.front();
     SimUnit& head = units.back();
+    std::int64_t tied = 0;
+    for (const Layer* l : emb.layers)
+      if (l->kind == LayerKind::kEmbedding)
+        for (const auto& ten : l->tensors) tied += tp_local_rows(ten, t) * tp_local_cols(ten, t);
+    emb.tied_grad_elems = head.tied_grad_elems = tied;
+    emb.reduced_gathered_elems = emb.gathered_elems;
+    emb.reduced_shard_elems = emb.shard_elems;
+    head.reduced_gathered_elems = head.gathered_elems;
+    head.reduced_shard_elems = head.shard_elems;
     const std::int64_t group_shard = emb.shard_elems + head.shard_elems;
     const std::int64_t group_gathered = emb.gathered_elems + head.gathered_elems;
     emb.shard_elems = head.shard_elems = group_shard;

@@ -32,6 +32,15 @@ struct SimUnit {
   /// tied_weight_group). Both gather the whole group; the embedding's forward gather serves the head's
   /// forward.
   int tied_peer = -1;
+  /// FSDP2 tied embeddings: the TP-local elements of the tied weight (V x h). Autograd sums the two uses'
+  /// gradients in the AccumulateGrad node's input buffer before setting .grad (torch 2.15
+  /// torch/csrc/autograd/input_buffer.cpp InputBuffer::add), so the head's gradient of it waits there until
+  /// the embedding's backward; the head's post-backward finds no .grad on it and reduces only the norm's
+  /// (the reference lane's trace of MPT 7B). Set on both units of the group.
+  std::int64_t tied_grad_elems = 0;
+  /// Of the group's gathered / shard elements, those whose gradients this unit's post-backward reduces (its
+  /// own parameters: the head the norm's, the embedding the tied weight's); -1: all of them.
+  std::int64_t reduced_gathered_elems = -1, reduced_shard_elems = -1;
   /// FSDP2 group of several blocks (fully_shard on a list, --wrap > 1): each block is a unit of its own whose
   /// all-gather brings the whole group; these are the other blocks' gathered / shard elements, and the
   /// group's first unit (-1: not in such a group).
@@ -98,7 +107,8 @@ double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool sele
 /// The transient bytes of one layer's backward at its worst op beyond its saved tensors and the gradient
 /// flowing in: for an attention or MLP layer (ending in a row-parallel output projection) the output
 /// projection's weight and input gradients and the column projections' output gradients (less the MLP's
-/// product, freed by then); 0 for other layers (docs/model.md "Backward inside a block").
+/// product, freed by then), or, for an MLP with a single column projection (GELU), up's input gradient if
+/// worse; 0 for other layers (docs/model.md "Backward inside a block").
 double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens);
 /// What full activation checkpointing keeps per block: the block's input, hidden x tokens in the compute
 /// dtype.

@@ -40,10 +40,10 @@ OPT_BF16 = 2 * 29184 + 21 * 512
 GRADS_FP32 = 2 * 18944 + 16896
 
 
-def run_ref(tmp, *flags, trace=True):
+def run_ref(tmp, *flags, trace=True, model=TINY):
     spec = os.path.join(tmp, "tiny.json")
     with open(spec, "w") as f:
-        json.dump(TINY, f)
+        json.dump(model, f)
     rec, tr = os.path.join(tmp, "rec.json"), os.path.join(tmp, "trace.json")
     cmd = [sys.executable, RUN, "--model", spec, "--gpus", "8", "-o", rec] + (["--trace", tr] if trace else [])
     p = subprocess.run(cmd + list(flags), capture_output=True, text=True, timeout=600)
@@ -221,6 +221,33 @@ class ReferenceLaneTest(unittest.TestCase):
             self.assertEqual(p.stderr.strip(), "run.py: --pp-rank: 2 is not a rank of --pp 2")
 
     @unittest.skipUnless(os.path.exists(SHARDPLAN), "shardplan not built")
+    def test_tied_weight_gradient_waits_for_the_embedding_backward(self):
+        # Tied embeddings under FSDP2 ([tok_embeddings, norm, output] one group): the head's gradient of the tied
+        # weight (V x h bf16 = 256*64*2 = 32768 B, `aten.mm` in the root's backward) waits in autograd's input
+        # buffer for the embedding's: it is alive when the first block's backward starts and freed only in the
+        # root's last backward phase, after the blocks' (docs/model.md "Tied embeddings under FSDP2"). The root's
+        # post-backwards reduce-scatter the norm's gradient (64 fp32 = 256 B -> 512 B input) before the blocks
+        # and the tied weight's (256*64*4 = 65536 B) after them. seq 16: the fp32 logits (16*256*4 = 16384 B)
+        # are not of the dW's size.
+        with tempfile.TemporaryDirectory() as d:
+            _, trace = run_ref(d, "--seq", "16", model=dict(TINY, tied_embeddings=True))
+        ev = trace["events"]
+        first_block_bwd = next(i for i, e in enumerate(ev) if e["phase"].startswith("backward layers."))
+        dw = [i for i, e in enumerate(ev) if e["op"] == "alloc" and e["bytes"] == 32768
+              and e["aten"] == "aten.mm.default" and e["phase"].startswith("backward root")
+              and i < first_block_bwd]
+        self.assertEqual(len(dw), 1)
+        sid = ev[dw[0]]["storage"]
+        freed = next(i for i, e in enumerate(ev) if i > dw[0] and e["op"] == "free" and e["storage"] == sid)
+        last_block_bwd = max(i for i, e in enumerate(ev) if e["phase"].startswith("backward layers."))
+        self.assertGreater(freed, last_block_bwd)
+        rs_in = [(i, e["bytes"]) for i, e in enumerate(ev)
+                 if e["op"] == "alloc" and e["aten"] == "c10d._reduce_scatter_base_.default"
+                 and e["phase"].startswith("backward root")]
+        self.assertEqual([b for _, b in rs_in], [512, 65536])
+        self.assertLess(rs_in[0][0], first_block_bwd)
+        self.assertGreater(rs_in[1][0], last_block_bwd)
+
     def test_shardplan_validate_reads_the_record(self):
         record, _ = self.get()
         with tempfile.TemporaryDirectory() as d:

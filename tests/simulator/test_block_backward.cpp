@@ -41,6 +41,22 @@ TEST_CASE("a Llama layer's backward transients at its worst op", "[simulator][me
   CHECK(layer_backward_excess_bytes(first_block_layer(s.model, LayerKind::kNorm), p, 1.0) == 0.0);
 }
 
+TEST_CASE("a GELU MLP's backward: the up projection's input gradient can be the worst op",
+          "[simulator][memory][backward]") {
+  // MPT-7B, bf16, TP 1: h = 4096, f = 16384, one column projection (up), GELU, down. At T tokens:
+  //   GELU backward (as SwiGLU's mul): down's weight gradient 16384·4096·2 = 134,217,728, its input gradient
+  //     2fT, the up output's gradient 2fT, less the GELU output (2fT) freed: 134,217,728 + 32,768·T;
+  //   up's input gradient: both weight gradients 2·134,217,728, the up output's gradient 2fT and the input
+  //     gradient 2hT, less the consumed up output and GELU output (4fT): 268,435,456 - 24,576·T.
+  // T = 2048 (the lane's MPT 7B no-AC row): 201,326,592 vs 218,103,808, the second (16 MiB more, as the
+  // trace); T = 4096: 268,435,456 vs 167,772,160, the first.
+  Setup s("mpt-7b", "dgx-h100", 8);
+  const Plan p = s.resolve(Plan{});
+  const Layer& mlp = first_block_layer(s.model, LayerKind::kMlp);
+  CHECK(layer_backward_excess_bytes(mlp, p, 2048.0) == 218'103'808.0);
+  CHECK(layer_backward_excess_bytes(mlp, p, 4096.0) == 268'435'456.0);
+}
+
 TEST_CASE("a block unit's backward peak in closed form: no AC and full AC reach the same op",
           "[simulator][memory][backward]") {
   // Llama-3-8B, 8 GPUs, FSDP2 bf16-mixed, mbs 1, seq 4096: T = 4096 tokens. Per token a block saves
