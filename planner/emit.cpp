@@ -163,6 +163,10 @@ std::vector<std::string> emit_notes(const std::string& kind, const Plan& p) {
     if (p.loss_dtype != Plan{}.loss_dtype)
       n.push_back("--loss-dtype: torchtitan computes the loss in its own dtype");
     if (p.hold_logits) n.push_back("--hold-logits: a property of the training loop, not of the config");
+    if (p.fp32_norm)
+      n.push_back(
+          "--fp32-norm: the torchtitan version decides (Python fp32 RMSNorm before 2025-03-19), not "
+          "the config");
     if (p.loss_impl && p.loss() != (p.compile ? LossImpl::kCompiled : LossImpl::kEager))
       n.push_back(std::string("--loss-impl ") + to_string(p.loss()) +
                   ": the torchtitan version decides (the loss is compiled with the model since 2025-04-02), "
@@ -201,6 +205,10 @@ std::vector<std::string> emit_notes(const std::string& kind, const Plan& p) {
     if (p.loss_dtype != Plan{}.loss_dtype)
       n.push_back("--loss-dtype: torchtitan computes the loss in its own dtype");
     if (p.hold_logits) n.push_back("--hold-logits: a property of the training loop, not of the config");
+    if (p.fp32_norm)
+      n.push_back(
+          "--fp32-norm: the torchtitan version decides (Python fp32 RMSNorm before 2025-03-19), not "
+          "the config");
     if (p.loss_impl && p.loss() != (p.compile ? LossImpl::kCompiled : LossImpl::kEager))
       n.push_back(std::string("--loss-impl ") + to_string(p.loss()) +
                   ": the torchtitan version decides (the loss is compiled with the model since 2025-04-02), "

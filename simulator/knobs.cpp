@@ -238,6 +238,10 @@ std::vector<Knob> build_table() {
                           "the training loop keeps the fp32 logits alive through backward (no `del pred`, "
                           "torchtitan < mid-2024)",
                           &Plan::hold_logits));
+  t.push_back(switch_knob("fp32_norm", "--fp32-norm",
+                          "eager RMSNorm computed in fp32 by a Python module (torchtitan before 2025-03-19): "
+                          "an fp32 copy of each norm's input is saved for backward",
+                          &Plan::fp32_norm));
   t.push_back(
       switch_knob("zero_grad_in_place", "--zero-grad-in-place",
                   "gradients zeroed in place (zero_grad(set_to_none=False), torch < 2.0): DDP's .grad "

@@ -73,6 +73,12 @@ Layer make_norm(const ModelSpec& s, std::string name, int block, LayerKind kind 
   // Under op-level selective checkpointing norms are recomputed; the block's first norm holds the checkpoint
   // input (set by the builder).
   l.act_selective_replicated_bytes_per_token = 0;
+  // torchtitan's RMSNorm before 3b39d7ab0 (2025-03-19; torchtrain/models/llama/model.py at 83c879f18):
+  // `self._norm(x.float()).type_as(x) * self.weight`, _norm = x * rsqrt(x.pow(2).mean(-1) + eps). Eager
+  // autograd saves the fp32 x (pow and mul), rsqrt's fp32 output, and the bf16 normalised tensor (the
+  // multiply by the weight) instead of the fused kernel's bf16 input: 4h more (tools/reference/
+  // saved_per_block.py: 45.59 h vs 37.59 h per Llama block, two norms, h = 256 and 384).
+  if (s.norm == NormKind::kRmsNorm) l.act_fp32_norm_bytes_per_token = 4 * h;
   l.elementwise_bytes_per_token = 4 * h;  // fused: read and write bf16
   // Eager RMSNorm/LayerNorm in fp32: x.float() 6h, pow 8h, mean 4h, x * rsqrt 12h, type_as 6h, * weight 6h.
   l.eager_elementwise_bytes_per_token = 42 * h;
@@ -277,8 +283,12 @@ Layer make_mlp(const ModelSpec& s, int block) {
     // Selective: half of the matmul outputs (gate, up: 4f; down: 2h) saved, the rest recomputed.
     l.act_selective_replicated_bytes_per_token = 0.5 * 2.0 * h;
     l.act_selective_split_bytes_per_token = 0.5 * 4.0 * fa;
-    l.elementwise_bytes_per_token = 6.0 * fa + 6.0 * h;         // fused silu(gate) * up
-    l.eager_elementwise_bytes_per_token = 10.0 * fa + 6.0 * h;  // silu 4f, multiply 6f
+    // Compiled: inductor's partitioner saves gate, up and the product and recomputes SiLU(gate) in backward
+    // (tools/reference/saved_per_block.py, torch 2.15 inductor: 32.22 h vs eager 37.59 h per Llama block at
+    // f = 2.6875 h, i.e. 2f fewer; 11296 vs 13344 B/token at h = 384, f = 1024).
+    if (!moe) l.act_compiled_fewer_split_bytes_per_token = 2.0 * fa;  // measured on dense blocks only
+    l.elementwise_bytes_per_token = 6.0 * fa + 6.0 * h;               // fused silu(gate) * up
+    l.eager_elementwise_bytes_per_token = 10.0 * fa + 6.0 * h;        // silu 4f, multiply 6f
   } else {
     if (fs > 0) {
       l.gemms.push_back({fs, h, 1, TpSplit::kColumn});
@@ -305,14 +315,17 @@ Layer make_mlp(const ModelSpec& s, int block) {
 /// bytes per output element; column-parallel outputs split by TP, row-parallel ones replicated), keeping the
 /// attention's saved output and log-sum-exp.
 void selective_mm_parity(const ModelSpec& s, Layer& attn, Layer& mlp) {
-  double split = 0, rep = 0;
+  double split = 0, rep = 0, unread = 0;
   long long calls = 0;
   auto walk = [&](const Layer& l) {
-    split = rep = 0;
-    for (const auto& g : l.gemms) {
+    split = rep = unread = 0;
+    for (std::size_t i = 0; i < l.gemms.size(); ++i) {
+      const Gemm& g = l.gemms[i];
       for (int c = 0; c < static_cast<int>(g.count); ++c) {
         if (++calls % 2 == 0) continue;  // recomputed
         (g.tp == TpSplit::kRow ? rep : split) += 2.0 * static_cast<double>(g.n);
+        // The layer's last, row-parallel GEMM is its output projection (layer_backward_excess_bytes).
+        if (i + 1 == l.gemms.size() && g.tp == TpSplit::kRow) unread += 2.0 * static_cast<double>(g.n);
       }
     }
   };
@@ -320,9 +333,14 @@ void selective_mm_parity(const ModelSpec& s, Layer& attn, Layer& mlp) {
   walk(attn);
   attn.act_selective_split_bytes_per_token = 2.0 * q + 4.0 * static_cast<double>(s.heads) + split;
   attn.act_selective_replicated_bytes_per_token = rep;
+  attn.act_selective_unread_replicated_bytes_per_token = unread;
   walk(mlp);
   mlp.act_selective_split_bytes_per_token = split;
   mlp.act_selective_replicated_bytes_per_token = rep;
+  // Compiled SAC saves only what backward reads: the output projection's output feeds the residual add alone
+  // (its backward needs the projection's input), so a saved w2 / wo output is dropped (tools/reference/
+  // saved_per_block.py: 13.44 h compiled vs 15.44 h eager per block, the 2h of w2's output).
+  mlp.act_selective_unread_replicated_bytes_per_token = unread;
 }
 
 }  // namespace
@@ -591,6 +609,15 @@ Json ModelGraph::to_graph_json() const {
                {"act_selective_replicated_bytes_per_token", l.act_selective_replicated_bytes_per_token},
                {"elementwise_bytes_per_token", l.elementwise_bytes_per_token},
                {"eager_elementwise_bytes_per_token", l.eager_elementwise_bytes_per_token}};
+    // The compile / fp32-norm differences only where a layer has them (docs/model.md "Compiled saved
+    // tensors").
+    if (l.act_compiled_fewer_split_bytes_per_token > 0)
+      jl["act_compiled_fewer_split_bytes_per_token"] = l.act_compiled_fewer_split_bytes_per_token;
+    if (l.act_selective_unread_replicated_bytes_per_token > 0)
+      jl["act_selective_unread_replicated_bytes_per_token"] =
+          l.act_selective_unread_replicated_bytes_per_token;
+    if (l.act_fp32_norm_bytes_per_token > 0)
+      jl["act_fp32_norm_bytes_per_token"] = l.act_fp32_norm_bytes_per_token;
     if (l.moe_experts > 0) jl["moe"] = {{"experts", l.moe_experts}, {"top_k", l.moe_top_k}};
     if (l.attn_heads > 0) {
       jl["attention"] = {
@@ -686,6 +713,13 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
         lo.number("act_selective_split_bytes_per_token", l.act_split_bytes_per_token, 0.0, 1e12);
     l.act_selective_replicated_bytes_per_token =
         lo.number("act_selective_replicated_bytes_per_token", l.act_replicated_bytes_per_token, 0.0, 1e12);
+    // What compile saves fewer cannot exceed what the layer saves (units.cpp subtracts it).
+    l.act_compiled_fewer_split_bytes_per_token =
+        lo.number("act_compiled_fewer_split_bytes_per_token", 0.0, 0.0, l.act_split_bytes_per_token);
+    l.act_selective_unread_replicated_bytes_per_token =
+        lo.number("act_selective_unread_replicated_bytes_per_token", 0.0, 0.0,
+                  l.act_selective_replicated_bytes_per_token);
+    l.act_fp32_norm_bytes_per_token = lo.number("act_fp32_norm_bytes_per_token", 0.0, 0.0, 1e12);
     l.elementwise_bytes_per_token = lo.number("elementwise_bytes_per_token", 0.0, 0.0, 1e12);
     l.eager_elementwise_bytes_per_token =
         lo.number("eager_elementwise_bytes_per_token", l.elementwise_bytes_per_token, 0.0, 1e12);

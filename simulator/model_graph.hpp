@@ -82,6 +82,15 @@ struct Layer {
   /// both split figures above): the output O (heads x v_head_dim) and the fp32 log-sum-exp per head. Op-level
   /// selective AC drops them when its save list lacks the plan's SDPA op (Plan::sac_saves_sdpa).
   double sdpa_out_bytes_per_token = 0, sdpa_lse_bytes_per_token = 0;
+  /// torch.compile (docs/model.md "Compiled saved tensors"): what inductor's min-cut partitioner saves fewer
+  /// than eager without recomputation (SwiGLU: SiLU(gate) recomputed in backward, 2 bytes x the FFN width;
+  /// TP-split), and under op-level SAC the saved outputs backward never reads (a saved output projection's
+  /// output, which only feeds the residual add; replicated).
+  double act_compiled_fewer_split_bytes_per_token = 0;
+  double act_selective_unread_replicated_bytes_per_token = 0;
+  /// --fp32-norm (torchtitan's Python RMSNorm before 3b39d7ab0): the eager norm's fp32 copy of its input
+  /// (4 bytes per element, saved by pow and the multiply by rsqrt) beside the bf16 tensors counted above.
+  double act_fp32_norm_bytes_per_token = 0;
   /// Memory-bound forward traffic per token (norms, activations, rotary, residual adds), bytes, when the
   /// elementwise ops are fused (torch.compile); `eager_elementwise_bytes_per_token` is the same work run op
   /// by op in eager mode (fp32 upcasts and every intermediate written and read back).

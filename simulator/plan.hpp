@@ -173,6 +173,9 @@ struct Plan {
   /// The training loop keeps the model output (fp32 logits) referenced through backward and the optimizer
   /// step, until the next forward replaces it (torchtitan before mid-2024 had no `del pred`; mechanics §2.3).
   bool hold_logits = false;
+  /// Eager RMSNorm as torchtitan's Python module before 3b39d7ab0 (2025-03-19): normalised in fp32 from
+  /// `x.float()`, saving an fp32 copy of its input per norm (docs/model.md "Compiled saved tensors").
+  bool fp32_norm = false;
   /// The loop zeroes gradients in place (`optimizer.zero_grad(set_to_none=False)`, torch < 2.0's default, and
   /// Lightning 1.x's `optimizer_zero_grad`): under ZeRO-0 (DDP) every `.grad` then lives across steps. The
   /// default (false) is torch >= 2.0's `set_to_none=True`: gradients are created in backward.

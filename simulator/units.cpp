@@ -114,7 +114,18 @@ double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool sele
   const double sdpa = sel && !p.sac_saves_sdpa() ? 0.0 : sdpa_saved_bytes_per_token(l, p);
   double split = sel ? l.act_selective_split_bytes_per_token : l.act_split_bytes_per_token;
   if (sdpa != sdpa_base) split = std::max(0.0, split + sdpa - sdpa_base);  // a graph JSON may say less
-  const double rep = sel ? l.act_selective_replicated_bytes_per_token : l.act_replicated_bytes_per_token;
+  double rep = sel ? l.act_selective_replicated_bytes_per_token : l.act_replicated_bytes_per_token;
+  // torch.compile's saved set (docs/model.md "Compiled saved tensors"; tools/reference/saved_per_block.py):
+  // without recomputation SwiGLU's SiLU(gate) is recomputed in backward; under op-level SAC a saved output
+  // projection's output is not kept. The norms save the same bytes however the eager module computes them.
+  if (p.compile) {
+    if (sel)
+      rep -= l.act_selective_unread_replicated_bytes_per_token;
+    else
+      split -= l.act_compiled_fewer_split_bytes_per_token;
+  } else if (p.fp32_norm && !sel) {
+    rep += l.act_fp32_norm_bytes_per_token;  // eager Python RMSNorm: its fp32 copy of the input
+  }
   // The per-token figures are for a 16-bit compute dtype: scale by bytes / 2. A materialised attention core
   // adds its score tensors, which selective recomputation recomputes (Korthikanti et al. 2022 §5: the core
   // attention is what selective recompute drops).

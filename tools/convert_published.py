@@ -678,6 +678,16 @@ def convert(rec):
         notes.append("loss_impl eager: torchtitan of this date runs the eager loss (with compile, the blocks "
                      "only are compiled); the loss is compiled with the model since bbb1b616e (2025-04-02, "
                      "components/loss.py)")
+    # torchtitan's RMSNorm was a Python module computing in fp32 (`self._norm(x.float()).type_as(x) *
+    # self.weight`; torchtrain/models/llama/model.py at 83c879f18, the PR 165 commit, and torchtitan/models/
+    # norms.py until 3b39d7ab0, 2025-03-19, "Switch RMSNorm implementation to native PyTorch version"): eager,
+    # each norm saves an fp32 copy of its input (tools/reference/saved_per_block.py). Compiled blocks save the
+    # same as with nn.RMSNorm, so the knob changes nothing with compile; it is stated on every run of such a
+    # torchtitan (runs that differ in compile alone still pair up).
+    if src == "pytorch/torchtitan" and (rec["source"].get("date") or "9999") < "2025-03-19":
+        plan["fp32_norm"] = True
+        notes.append("fp32_norm: torchtitan of this date normalises in fp32 in a Python RMSNorm (models/norms.py "
+                     "until 3b39d7ab0, 2025-03-19)")
     if src == "pytorch/ao" and rec["id"].startswith("torchao-e2e-"):
         # The ao e2e benchmarks launch torchtitan through benchmarks/float8/training/llama3.sh, which runs
         # ${TORCHTITAN_ROOT}/run_train.sh (ao 8c81863ba, 4fc4068d6, e4e681be6); run_train.sh starts torchrun with
@@ -730,6 +740,10 @@ def convert(rec):
             plan["sdpa_backend"] = "flash"
             notes.append("sdpa_backend flash: torch 2.7's default order on H100 (cuDNN attention opt-in since "
                          "pytorch PR 138522), saved by the SAC policy")
+            # ... and before 3b39d7ab0 (2025-03-19): the Python fp32 RMSNorm (no effect with compile).
+            plan["fp32_norm"] = True
+            notes.append("fp32_norm: rows added 2025-03-12 ran a torchtitan before 3b39d7ab0 (2025-03-19), whose "
+                         "RMSNorm was the Python fp32 module")
     if src == "bigscience-workshop/bigscience":
         notes.append("Megatron-DeepSpeed: Megatron TP%d (column/row parallel, no sequence parallel, 2022) with "
                      "DeepSpeed ZeRO-1 at dp=%d, expressed as runtime deepspeed; iteration-2 snapshot" % (tp, dp))

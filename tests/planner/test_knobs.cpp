@@ -48,6 +48,7 @@ Plan all_changed() {
   x.fused_optimizer = false;
   x.compile = true;
   x.hold_logits = true;
+  x.fp32_norm = true;
   x.zero_grad_in_place = true;
   x.loss_dtype = Dtype::kBf16;
   x.fp8 = Fp8::kRowwise;
@@ -86,19 +87,19 @@ TEST_CASE("knobs: a plan with every knob changed survives plan_to_flags and the 
   }
   const std::string flags = plan_to_flags(x);
   INFO(flags);
-  CHECK(
-      flags ==
-      "--runtime deepspeed --zero 2 --shard-group 4 --tp 2 --seq 2048 --mbs 2 --grad-accum 3 --ac full "
-      "--wrap 2 "
-      "--prefetch 2 --reshard-after-forward false --precision bf16 --reduce-dtype bf16 --offload params "
-      "--async-tp "
-      "--foreach-optimizer --compile --hold-logits --zero-grad-in-place --loss-dtype bf16 --loss-impl eager "
-      "--sdpa-backend efficient --sac-sdpa-ops flash-efficient --fp8 rowwise "
-      "--fp8-all-gather "
-      "--attention eager --attention-dropout "
-      "--allocator expandable --allocator-gc-threshold 0.8 --pp 2 --pp-schedule interleaved-1f1b "
-      "--virtual-stages 3 --pp-layers 1,2,3 "
-      "--cp 2 --ep 4 --moe-imbalance 1.25");
+  CHECK(flags ==
+        "--runtime deepspeed --zero 2 --shard-group 4 --tp 2 --seq 2048 --mbs 2 --grad-accum 3 --ac full "
+        "--wrap 2 "
+        "--prefetch 2 --reshard-after-forward false --precision bf16 --reduce-dtype bf16 --offload params "
+        "--async-tp "
+        "--foreach-optimizer --compile --hold-logits --fp32-norm --zero-grad-in-place --loss-dtype bf16 "
+        "--loss-impl eager "
+        "--sdpa-backend efficient --sac-sdpa-ops flash-efficient --fp8 rowwise "
+        "--fp8-all-gather "
+        "--attention eager --attention-dropout "
+        "--allocator expandable --allocator-gc-threshold 0.8 --pp 2 --pp-schedule interleaved-1f1b "
+        "--virtual-stages 3 --pp-layers 1,2,3 "
+        "--cp 2 --ep 4 --moe-imbalance 1.25");
   CHECK(parse_flags(flags) == x);
   CHECK(from_json(x) == x);
   // Derived keys are written next to the knobs and accepted back.

@@ -19,7 +19,7 @@ SHARED = os.environ.get("SHARDPLAN_PUBLISHED_RUNS",
 COMMITTED = os.path.join(ROOT, "tests", "data", "runs", "published_dev.json")
 REQUIRED = ("schema", "id", "model", "cluster", "gpus", "plan", "measured")
 PLAN_KEYS = {"runtime", "zero", "shard_group", "tp", "seq", "mbs", "grad_accum", "ac", "wrap", "prefetch",
-             "reshard_after_forward", "precision", "reduce_dtype", "offload", "compile", "hold_logits",
+             "reshard_after_forward", "precision", "reduce_dtype", "offload", "compile", "hold_logits", "fp32_norm",
              "loss_dtype", "loss_impl", "zero_grad_in_place", "allocator_gc_threshold", "fp8", "fp8_all_gather", "allocator", "async_tp", "pp", "pp_schedule", "virtual_stages", "pp_layers",
              "attention", "attention_dropout",
              "sdpa_backend", "sac_sdpa_ops"}
@@ -78,6 +78,13 @@ class ConvertTest(unittest.TestCase):
         self.assertEqual(by_id["torchao-e2e-h100-llama3-8b-g8-none_bfloat16"]["plan"]["loss_impl"], "eager")
         self.assertNotIn("loss_impl", by_id["torchao-e2e-mi300x-llama3-8b-g8-none_bfloat16"]["plan"])
         self.assertNotIn("loss_impl", by_id["torchao-e2e-b200-llama3-8b-g8-none_bfloat16"]["plan"])
+        # torchtitan's Python fp32 RMSNorm until 3b39d7ab0 (2025-03-19): the PR 165 rows (eager and compiled) and
+        # the ao H100 rows (a torchtitan of 2025-02-24..03-12) state it; the 2025-06 and MI300X/B200 runs do not.
+        self.assertTrue(by_id["torchtitan-pr165-fsdp2-selective-bs8-eager-3"]["plan"]["fp32_norm"])
+        self.assertTrue(by_id["torchtitan-pr165-fsdp2-none-bs8-compile-8"]["plan"]["fp32_norm"])
+        self.assertTrue(by_id["torchao-e2e-h100-llama3-8b-g8-none_bfloat16"]["plan"]["fp32_norm"])
+        self.assertNotIn("fp32_norm", by_id["torchao-e2e-b200-llama3-8b-g8-none_bfloat16"]["plan"])
+        self.assertNotIn("fp32_norm", by_id["torchtitan-asynctp-202506-8b-g64-bf16-tp"]["plan"])
 
     def test_every_record_complete(self):
         self.assertEqual(self.doc["schema"], "shardplan.runs/1")

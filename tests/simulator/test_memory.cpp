@@ -512,6 +512,43 @@ TEST_CASE("a Llama block's saved bytes per token: fused RMSNorm, and the selecti
   CHECK(sel == 63'616.0);
 }
 
+TEST_CASE("a Llama block's saved bytes per token: torch.compile's saved set and the Python fp32 RMSNorm",
+          "[simulator][memory][activations][compile]") {
+  // Llama 2 7B (torchtitan PR 165): h = q = kv = 4096 (MHA), f = 11008, 32 heads. Measured per block with
+  // tools/reference/saved_per_block.py (torch 2.15, inductor on the CPU; h = 256 with f = 2.6875 h, and h =
+  // 384, kv = 128, f = 1024): eager 0.3.0 block 16h + 8f (+ fp32 statistics), eager 2024 block 8h more,
+  // compiled 16h + 6f either way; SAC eager 15.44 h, compiled 2h less.
+  Setup s("llama2-7b", "dgx-h100", 8);
+  auto block = [&](const Plan& p, bool sel) {
+    double b = 0;
+    for (const Layer* l : s.model.order())
+      if (l->block == 0) b += layer_saved_bytes(*l, p, 1.0, sel);
+    return b;
+  };
+  Plan eager = s.resolve(Plan{});
+  // Eager, fused norms: 2 norms (2h + 4) + attention (2h + 2q + 2·2kv + 2q + 4·32) + SwiGLU (2h + 8f)
+  // = 16h + 8f + 136 = 65536 + 88064 + 136 = 153,736.
+  CHECK(block(eager, false) == 153'736.0);
+  // Compiled: inductor recomputes SiLU(gate) from the saved gate: 2f = 22,016 fewer -> 131,720.
+  Plan compiled = eager;
+  compiled.compile = true;
+  CHECK(block(compiled, false) == 131'720.0);
+  // --fp32-norm (torchtitan's Python RMSNorm, before 2025-03-19): each norm also saves its input as fp32, 4h
+  // = 16,384 per norm -> 153,736 + 32,768 = 186,504 eager; nothing compiled (the partitioner saves the bf16
+  // input and the rstd whatever the module's arithmetic) and nothing under SAC (the norms are recomputed).
+  Plan old = eager;
+  old.fp32_norm = true;
+  CHECK(block(old, false) == 186'504.0);
+  old.compile = true;
+  CHECK(block(old, false) == 131'720.0);
+  // SAC (wq, wv, w1, w2 saved): block input 2h + wq 2q + wv 2kv + SDPA output 2q + 4·32 + w1 2f + w2 2h =
+  // 5·8192 + 128 + 22016 = 63,104 eager; compiled drops w2's output (only the residual add reads it): 54,912.
+  CHECK(block(eager, true) == 63'104.0);
+  CHECK(block(old, true) == 54'912.0);
+  old.compile = false;
+  CHECK(block(old, true) == 63'104.0);
+}
+
 TEST_CASE("FSDP2: the grouped [norm, output] head is all-gathered a second time in backward",
           "[simulator][memory]") {
   // torchtitan's fully_shard([norm, output]) runs its post-backward after the output projection's backward
