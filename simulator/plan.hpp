@@ -17,7 +17,12 @@ namespace shardplan {
 class ModelGraph;
 class Cluster;
 
-enum class Runtime { kFsdp2, kFsdp1, kDeepSpeed };
+/// kMegatron: Megatron-core's DistributedDataParallel with the distributed optimizer (megatron/core/
+/// distributed/, megatron/core/optimizer/distrib_optimizer.py, core_r0.8.0): a persistent contiguous gradient
+/// buffer reduce-scattered in buckets at the last micro-batch, fp32 main parameters and Adam state sharded
+/// over the data-parallel x context-parallel ranks, the updated parameters all-gathered before the next
+/// forward.
+enum class Runtime { kFsdp2, kFsdp1, kDeepSpeed, kMegatron };
 enum class Precision { kBf16Mixed, kBf16, kBf16True, kFp32 };
 enum class AcMode { kNone, kSelective, kFull };
 enum class Dtype { kFp32, kBf16 };
@@ -57,7 +62,7 @@ template <class E>
 struct EnumValues;
 template <>
 struct EnumValues<Runtime> {
-  static constexpr std::array v{Runtime::kFsdp2, Runtime::kFsdp1, Runtime::kDeepSpeed};
+  static constexpr std::array v{Runtime::kFsdp2, Runtime::kFsdp1, Runtime::kDeepSpeed, Runtime::kMegatron};
 };
 template <>
 struct EnumValues<Precision> {
