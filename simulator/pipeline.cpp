@@ -568,8 +568,9 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
   const RuntimeTraits rt = runtime_traits(sp);
   const double bc = p.precision == Precision::kFp32 ? 4.0 : 2.0;
   // One micro-batch's hidden states between stages (the sequence-parallel shard with TP).
+  // (and with context parallelism the rank's seq / cp share of each sequence)
   const double send_bytes = static_cast<double>(p.mbs) * static_cast<double>(p.seq) *
-                            static_cast<double>(model.spec().hidden) * bc / p.tp;
+                            static_cast<double>(model.spec().hidden) * bc / p.tp / p.cp;
   const auto send = static_cast<Bytes>(send_bytes);
   // Megatron's schedules receive into transient buffers and keep each in-flight micro-batch's input and
   // output (schedules.py input_tensors / output_tensors), as DeepSpeed's PipelineEngine does.
@@ -851,9 +852,10 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     r.comm[static_cast<int>(rt.reduce_scatter ? CommKind::kReduceScatter : CommKind::kAllReduce)].exposed_s =
         rank_exposed[Sl] - ag;
   }
-  // A GPU processes mbs x seq x micro-batches tokens of its pipeline's batch, split over tp x pp GPUs.
+  // A GPU processes mbs x seq x micro-batches tokens of its pipeline's batch, split over tp x cp x pp GPUs
+  // (context parallelism gives each rank seq / cp of every sequence, as summary.cpp counts without PP).
   const double tokens_per_gpu =
-      static_cast<double>(p.mbs) * static_cast<double>(p.seq) * m / (static_cast<double>(p.tp) * p.pp);
+      static_cast<double>(p.mbs) * static_cast<double>(p.seq) * m / (static_cast<double>(p.tp) * p.cp * p.pp);
   r.tokens_per_s_per_gpu = r.step_s > 0 ? tokens_per_gpu / r.step_s : 0;
   r.model_flops_per_token = model_flops_per_token(model, p.seq);
   const auto& gpu = cluster.spec().gpu;

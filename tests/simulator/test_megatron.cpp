@@ -109,6 +109,14 @@ TEST_CASE("megatron with pipeline parallelism: each stage's state sharded over i
   CHECK(r.pipeline->stage_detail[0].persistent_bytes == 48'809'472'000);
   // Stage 1: 6 x 6,507,934,720 + 12 x 813,491,840 = 39,047,608,320 + 9,761,902,080.
   CHECK(r.pipeline->stage_detail[1].persistent_bytes == 48'809'510'400);
+  // With context parallelism a GPU handles seq / cp of each of its pipeline's sequences: tokens per GPU per
+  // step = mbs x seq x micro-batches / (tp x cp x pp) = 4096 x 4 / (2 x 2) = 4096.
+  Plan c = p;
+  c.cp = 2;
+  const Result rc = s.run(c);
+  CHECK(rc.tokens_per_s_per_gpu == Approx(4096.0 / rc.step_s).epsilon(1e-12));
+  CHECK(rc.pipeline->p2p_bytes_per_step <
+        r.pipeline->p2p_bytes_per_step);  // each rank sends its seq / cp share
   // Interleaved 1F1B with virtual stages is Megatron's other schedule; the zero-bubble ones are not.
   Plan z = p;
   z.pp_schedule = PpSchedule::kZbv;
