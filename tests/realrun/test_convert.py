@@ -20,7 +20,7 @@ COMMITTED = os.path.join(ROOT, "tests", "data", "runs", "published_dev.json")
 REQUIRED = ("schema", "id", "model", "cluster", "gpus", "plan", "measured")
 PLAN_KEYS = {"runtime", "zero", "shard_group", "tp", "seq", "mbs", "grad_accum", "ac", "wrap", "prefetch",
              "reshard_after_forward", "precision", "reduce_dtype", "offload", "compile", "hold_logits",
-             "loss_dtype", "loss_impl", "zero_grad_in_place", "allocator_gc_threshold", "fp8", "fp8_all_gather", "allocator", "async_tp", "pp", "pp_schedule", "virtual_stages", "pp_layers"}
+             "loss_dtype", "loss_impl", "zero_grad_in_place", "allocator_gc_threshold", "fp8", "fp8_all_gather", "allocator", "async_tp", "pp", "pp_schedule", "virtual_stages", "pp_layers", "cp"}
 MEASURED_KEYS = {"peak_allocated_bytes", "peak_active_bytes", "peak_reserved_bytes", "peak_device_bytes",
                  "step_s", "tokens_per_s_per_gpu", "mfu"}
 
