@@ -49,7 +49,8 @@ struct ThroughputErrorStats {
   double median_abs;  ///< median |relative error|
   double mape;        ///< mean |relative error|
 };
-inline constexpr ThroughputErrorStats kThroughputError{"tokens_per_s_per_gpu", 132, 0.060, 0.073};
+/// Today (the 15 NeMo 24.07 rows of the megatron runtime in): 147 runs, median 0.07424, MAPE 0.08668.
+inline constexpr ThroughputErrorStats kThroughputError{"tokens_per_s_per_gpu", 147, 0.074, 0.087};
 /// The planner's tie tolerance. Rule: two plans whose predicted tokens/s per GPU differ by less than the
 /// median |error| of the tokens/s prediction over the in-scope validation records, |a - b| / max(a, b) <
 /// this, are a tie (the model cannot tell them apart). A test recomputes it with the real simulator and fails

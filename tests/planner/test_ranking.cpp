@@ -57,14 +57,14 @@ TEST_CASE("the throughput tie tolerance is the median tokens/s error on the comm
 }
 
 TEST_CASE("choose_plan: within the error the tie rules decide, beyond it the faster plan wins", "[ranking]") {
-  // Tolerance 6 %: 970 vs 1000 is 3 % (a tie), 930 vs 1000 is 7 % (not).
+  // Tolerance 7.4 %: 970 vs 1000 is 3 % (a tie), 920 vs 1000 is 8 % (not).
   SECTION("runtime: FSDP2 3 % slower than FSDP1 is a tie and wins by the runtime rule") {
     auto [i, rule] = choose({fake(Runtime::kFsdp1, 1, 1000), fake(Runtime::kFsdp2, 1, 970)});
     CHECK(i == 1);
     CHECK(rule == tie_rule_names()[2]);
   }
-  SECTION("runtime: FSDP2 7 % slower loses") {
-    auto [i, rule] = choose({fake(Runtime::kFsdp1, 1, 1000), fake(Runtime::kFsdp2, 1, 930)});
+  SECTION("runtime: FSDP2 8 % slower loses") {
+    auto [i, rule] = choose({fake(Runtime::kFsdp1, 1, 1000), fake(Runtime::kFsdp2, 1, 920)});
     CHECK(i == 0);
     CHECK(rule.empty());
   }
@@ -130,13 +130,6 @@ SearchSpace cli_space(std::int64_t global_batch) {
   return sp;
 }
 
-// The fastest fitting listed plan without TP (the table lists the best of every family, --top large).
-const Result* best_without_tp(const SearchOutcome& o) {
-  const Result* best = nullptr;
-  for (const Result& r : o.plans)
-    if (r.plan.tp == 1 && (!best || r.tokens_per_s_per_gpu > best->tokens_per_s_per_gpu)) best = &r;
-  return best;
-}
 }  // namespace
 
 TEST_CASE("acceptance: Llama-3-8B on 8 H100s, global batch 64 x 8192", "[ranking][real][acceptance]") {
@@ -146,8 +139,9 @@ TEST_CASE("acceptance: Llama-3-8B on 8 H100s, global batch 64 x 8192", "[ranking
   // (T = 8,192, V = 128,256: 4.2 GB instead of 12.6 GB), so the 8,192-token activations of an 8B model fit in
   // 80 GiB without AC and without TP. Within the error of the fastest plan the rules pick FSDP2 and no TP.
   // With the eager loss pinned (an older torchtitan), they do not fit: TP 2 halves the activations so no AC
-  // is needed, which makes the best TP 2 plan faster than the best TP 1 plan (selective AC, ~10 % compute) by
-  // more than the 6 % tie tolerance -- TP pays by more than the error.
+  // is needed, which makes the best TP 2 plan the fastest, but by less than the 7.4 % tie tolerance over the
+  // best TP 1 plan (selective AC): within the error the rule "fewer parallel dimensions" keeps TP 1 with
+  // selective AC. (With the 6.0 % tolerance before the NeMo rows entered, TP 2 paid by more than the error.)
   Setup s("llama3-8b", "dgx-h100", 8);
   SearchOptions opts;
   opts.top = 100;  // every family
@@ -172,25 +166,23 @@ TEST_CASE("acceptance: Llama-3-8B on 8 H100s, global batch 64 x 8192", "[ranking
   REQUIRE_FALSE(o.plans.empty());
   INFO(o.explanation);
   const Result& rec = o.plans[0];
-  CHECK(rec.plan.runtime == Runtime::kFsdp2);
   // No runtime is faster than the recommendation by more than the error.
   for (const Result& r : o.plans)
     CHECK(r.tokens_per_s_per_gpu < rec.tokens_per_s_per_gpu * (1 + kThroughputTieTolerance));
-  CHECK(rec.plan.tp == 2);
-  CHECK(rec.plan.ac == AcMode::kNone);
+  CHECK(rec.plan.tp == 1);
+  CHECK(rec.plan.ac == AcMode::kSelective);  // without TP, AC is needed to fit
   CHECK(rec.plan.compile);
-  // TP only because it pays by more than the error against the fastest plan: the best TP 1 plan is outside
-  // the band.
-  const Result* tp1 = best_without_tp(o);
-  REQUIRE(tp1 != nullptr);
-  const double fastest = o.fastest ? o.fastest->tokens_per_s_per_gpu : rec.tokens_per_s_per_gpu;
-  CHECK(fastest - tp1->tokens_per_s_per_gpu >= kThroughputTieTolerance * fastest);
-  CHECK(tp1->plan.ac != AcMode::kNone);  // the reason: without TP, AC is needed to fit
+  // The fastest plan uses TP 2 without AC, but pays by less than the error.
+  REQUIRE(o.fastest);
+  CHECK(o.fastest->plan.tp == 2);
+  CHECK(o.fastest->plan.ac == AcMode::kNone);
+  CHECK(o.fastest->tokens_per_s_per_gpu - rec.tokens_per_s_per_gpu <
+        kThroughputTieTolerance * o.fastest->tokens_per_s_per_gpu);
 }
 
 TEST_CASE("acceptance: Llama-3-70B on 64 H100s, global batch 256 x 8192", "[ranking][real][acceptance]") {
   // Expected: FSDP2 with TP 4 inside the node and selective AC, compile on. A 70B model at 8,192 tokens needs
-  // TP (or full AC) to fit its activations; within the 6 % error of the fastest plans (DeepSpeed / FSDP TP 8
+  // TP (or full AC) to fit its activations; within the 7.4 % error of the fastest plans (DeepSpeed / FSDP TP 8
   // without AC, ~4-5 % faster) the runtime rule picks FSDP2, and nothing is faster by more than the error.
   Setup s("llama3-70b", "dgx-h100", 64);
   SearchOptions opts;
