@@ -182,8 +182,8 @@ TEST_CASE("acceptance: Llama-3-8B on 8 H100s, global batch 64 x 8192", "[ranking
 
 TEST_CASE("acceptance: Llama-3-70B on 64 H100s, global batch 256 x 8192", "[ranking][real][acceptance]") {
   // Expected: FSDP2 with TP 4 inside the node and selective AC, compile on. A 70B model at 8,192 tokens needs
-  // TP (or full AC) to fit its activations; within the 7.4 % error of the fastest plans (DeepSpeed / FSDP TP 8
-  // without AC, ~4-5 % faster) the runtime rule picks FSDP2, and nothing is faster by more than the error.
+  // TP (or full AC) to fit its activations; within the 7.4 % error of the fastest plans (DeepSpeed / FSDP TP
+  // 8 without AC, ~4-5 % faster) the runtime rule picks FSDP2, and nothing is faster by more than the error.
   Setup s("llama3-70b", "dgx-h100", 64);
   SearchOptions opts;
   opts.top = 100;
