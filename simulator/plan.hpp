@@ -106,7 +106,7 @@ std::optional<E> parse_enum(std::string_view s) {
     if (s == to_string(e)) return e;
   return std::nullopt;
 }
-/// "fsdp2, fsdp1, deepspeed"
+/// "fsdp2, fsdp1, deepspeed, megatron"
 template <class E>
 std::string enum_names() {
   std::string out;
