@@ -493,6 +493,11 @@ std::pair<std::string, std::string> parse_emit_spec(const std::string& spec) {
 
 std::string emit(const std::string& kind, const Plan& p, const ModelGraph& model, int gpus, int gpus_per_node,
                  const std::vector<std::string>& extra_notes) {
+  // Megatron-core runs are configured by Megatron/NeMo arguments, which no emitter writes.
+  if (p.runtime == Runtime::kMegatron)
+    throw InputError::flag("--emit",
+                           "a megatron plan has no emitter (set its tp/pp/cp and "
+                           "--use-distributed-optimizer in Megatron/NeMo by hand)");
   // Pipeline parallelism: both torchtitan formats write ParallelismConfig's pipeline_parallel_*; DeepSpeed
   // keeps the degree in code (a note); the FSDP2 script has no pipeline schedule.
   if (p.pp > 1 && kind == "fsdp2")

@@ -18,7 +18,7 @@ void Lowering::run() {
     build_tensor_lists();
     initial_tensors();
   }
-  prog.optimizer_state_lazy = p_.runtime != Runtime::kDeepSpeed;
+  prog.optimizer_state_lazy = p_.runtime != Runtime::kDeepSpeed && p_.runtime != Runtime::kMegatron;
   const std::int32_t held_before = held_logits_id_;
   // The micro-batches lowered: all of them, or (steady_prefix) the first few and the last, which keeps its
   // index so that labels and the peak's phase name it as in the full program.
@@ -174,6 +174,29 @@ std::int32_t Lowering::loss_backward_effects() {
 void Lowering::forward(int mb) {
   limiter_queue_.clear();
   prev_fwd_ag_out_ = -1;
+  // Megatron's distributed optimizer (overlap_param_gather): the previous step's updated bf16 parameters are
+  // all-gathered bucket by bucket, in forward order, and each unit's first forward waits for its bucket.
+  std::vector<std::int32_t> param_ag(static_cast<std::size_t>(U_), -1);
+  if (rt_.param_gather_before_forward && mb == 0) {
+    const std::vector<int> bucket = grad_buffer_bucket_of_unit();
+    std::vector<double> bucket_elems;
+    for (int u = 0; u < U_; ++u) {
+      const auto b = static_cast<std::size_t>(bucket[static_cast<std::size_t>(u)]);
+      if (bucket_elems.size() <= b) bucket_elems.resize(b + 1, 0.0);
+      bucket_elems[b] += static_cast<double>(unit(u).elems);
+    }
+    std::vector<std::int32_t> ag(bucket_elems.size(), -1);
+    for (std::size_t b = bucket_elems.size(); b-- > 0;) {  // the last bucket holds the first units
+      const double bytes = bucket_elems[b] * bc_;
+      ag[b] = add_collective(
+          CollectiveKind::kAllGather, CommKind::kAllGather, kLaneShard, bytes, dp_g_, -1,
+          busbw_factor(CollectiveKind::kAllGather, p_.dp_cp()) * bytes,
+          [&] { return "param all_gather bucket " + std::to_string(b); }, -1, mb);
+    }
+    for (int u = 0; u < U_; ++u)
+      param_ag[static_cast<std::size_t>(u)] =
+          ag[static_cast<std::size_t>(bucket[static_cast<std::size_t>(u)])];
+  }
   for (int u = 0; u < U_; ++u) {
     const SimUnit& un = unit(u);
     if (rt_.gathers_params) {
@@ -222,7 +245,7 @@ void Lowering::forward(int mb) {
     t.duration_s = un.fwd_s;
     t.cpu_s = K_.unit_hook_cpu_s +
               K_.kernel_launch_s * fw::kForwardLaunchesPerLayer * static_cast<double>(un.layers.size());
-    t.deps = {ready, tp, -1};
+    t.deps = {ready, tp, param_ag[static_cast<std::size_t>(u)]};
     t.label = label([&] { return "fwd " + un.name + mb_suffix(mb); });
     t.unit = u;
     t.micro_batch = mb;
@@ -274,6 +297,25 @@ void Lowering::backward(int mb, bool last_mb) {
   const std::int32_t ipg_id =
       rt_.ipg_bucket_per_backward ? alloc_one(MemCategory::kCommBuffers, kPoolDefault, ipg_bucket) : -1;
   const double grad_bytes_per_elem = bytes_per_param(p_.runtime, p_.precision).grads;
+  // Megatron's grad buffer: a bucket's reduction is issued once the backward has written its last gradient
+  // (in place on the buffer, over the data-parallel x context-parallel ranks, in the reduce dtype).
+  double bucket_acc = 0;
+  const std::vector<int> bucket_of =
+      rt_.grad_buffer_buckets ? grad_buffer_bucket_of_unit() : std::vector<int>{};
+  auto reduce_bucket = [&](std::int32_t after, int b) {
+    const double bytes = bucket_acc * br_;
+    const CollectiveKind kind =
+        rt_.grad_buffer_reduce_scatter ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
+    last_shard_comm_ = add_collective(
+        kind, rt_.grad_buffer_reduce_scatter ? CommKind::kReduceScatter : CommKind::kAllReduce, kLaneShard,
+        bytes, dp_g_, after, busbw_factor(kind, p_.dp_cp()) * bytes,
+        [&] {
+          return std::string(rt_.grad_buffer_reduce_scatter ? "reduce_scatter" : "all_reduce") +
+                 " grad bucket " + std::to_string(b) + mb_suffix(mb);
+        },
+        -1, mb);
+    bucket_acc = 0;
+  };
   for (int u = U_ - 1; u >= 0; --u) {
     const SimUnit& un = unit(u);
     std::int32_t ready = -1;
@@ -466,6 +508,10 @@ void Lowering::backward(int mb, bool last_mb) {
           held_rs_id_ = -1;
         }
       }
+    } else if (sync && rt_.grad_buffer_buckets) {
+      bucket_acc += static_cast<double>(un.elems);
+      const int b = bucket_of[static_cast<std::size_t>(u)];
+      if (u == 0 || bucket_of[static_cast<std::size_t>(u) - 1] != b) reduce_bucket(id, b);
     } else if (sync) {
       // All-reduce of the unit's gradients (DDP buckets; DeepSpeed ZeRO-1/2 bucket all-reduce).
       const double bytes = static_cast<double>(un.elems) * (rt_.allreduce_in_compute_dtype ? bc_ : br_);
@@ -479,12 +525,22 @@ void Lowering::backward(int mb, bool last_mb) {
                   true, "d2h grads");
     }
   }
+  if (bucket_acc > 0) reduce_bucket(last_compute_, bucket_of.empty() ? 0 : bucket_of[0]);
   if (held_rs_input_ > 0) {
     free_group(MemCategory::kCommBuffers, held_rs_pool_, held_rs_id_, held_rs_input_);
     held_rs_input_ = 0;
     held_rs_id_ = -1;
   }
   free_group(MemCategory::kCommBuffers, kPoolDefault, ipg_id, ipg_bucket);
+}
+
+std::vector<int> Lowering::grad_buffer_bucket_of_unit() const {
+  std::vector<std::int64_t> elems;
+  for (int u = U_ - 1; u >= 0; --u) elems.push_back(unit(u).elems);
+  const std::vector<int> rev = grad_buffer_bucket_index(elems, rt_.grad_bucket_elems);
+  std::vector<int> out(static_cast<std::size_t>(U_));
+  for (int u = 0; u < U_; ++u) out[static_cast<std::size_t>(u)] = rev[static_cast<std::size_t>(U_ - 1 - u)];
+  return out;
 }
 
 // ---- optimizer step ----

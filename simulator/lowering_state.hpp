@@ -110,6 +110,8 @@ class Lowering {
     return static_cast<double>(unit(u).shard_elems + unit(u).group_extra_shard_elems);
   }
   static std::string mb_suffix(int mb) { return " mb" + std::to_string(mb); }
+  /// Megatron grad-buffer bucket of each unit (grad_buffer_bucket_index over the units in backward order).
+  std::vector<int> grad_buffer_bucket_of_unit() const;
 
   /// One collective on `lane` over group `g`, after `dep`; `sent_per_rank` is what the report counts as sent.
   template <class F>

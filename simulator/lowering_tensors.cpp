@@ -132,7 +132,7 @@ void Lowering::build_tensor_lists() {
   }
   // The optimizer's tensors: torch.optim keeps state per parameter (FSDP: this rank's shard of each; DDP:
   // each whole parameter); DeepSpeed steps flat fp32 partitions (one per parameter group).
-  if (p_.runtime == Runtime::kDeepSpeed)
+  if (p_.runtime == Runtime::kDeepSpeed || p_.runtime == Runtime::kMegatron)
     add_run(optimizer_params_, 1.0);
   else
     optimizer_params_ = p_.zero >= 1 ? all_shard_ : all_local_;
@@ -193,10 +193,15 @@ void Lowering::initial_tensors() {
   // Parameters: FSDP2 one sharded tensor per parameter, FSDP1 one flat parameter per unit, DeepSpeed ZeRO-3 a
   // partition per parameter; unsharded runtimes (DDP, DeepSpeed ZeRO-1/2) every parameter whole.
   const bool params_sharded = rt_.gathers_params || (p_.runtime == Runtime::kDeepSpeed && p_.zero >= 3);
-  emit(MemCategory::kParams, total(MemCategory::kParams), params_sharded ? all_shard_ : all_local_);
+  // Megatron: one contiguous param buffer and one grad buffer (param_and_grad_buffer.py), each one tensor.
+  const bool megatron = p_.runtime == Runtime::kMegatron;
+  emit(MemCategory::kParams, total(MemCategory::kParams),
+       megatron         ? none
+       : params_sharded ? all_shard_
+                        : all_local_);
   // Gradients that live across steps: DDP's .grad per parameter; DeepSpeed ZeRO-2/3 flat partitions.
   emit(MemCategory::kGrads, total(MemCategory::kGrads),
-       p_.runtime == Runtime::kDeepSpeed ? none : (p_.zero >= 1 ? all_shard_ : all_local_));
+       p_.runtime == Runtime::kDeepSpeed || megatron ? none : (p_.zero >= 1 ? all_shard_ : all_local_));
   // Communication buffers: DeepSpeed ZeRO-3's IPG bucket is one tensor; DDP's Reducer buckets are
   // DistributedDataParallel(bucket_cap_mb=25) each, the first capped at dist._DEFAULT_FIRST_BUCKET_BYTES
   // (1 MiB; torch/nn/parallel/distributed.py).
@@ -221,7 +226,7 @@ void Lowering::initial_tensors() {
   // allocates these entries then); DeepSpeed allocates its flat fp32 partitions at initialisation.
   // torch/optim/adamw.py _init_group: per parameter in order, exp_avg then exp_avg_sq (zeros_like).
   Span state{};
-  if (p_.runtime == Runtime::kDeepSpeed) {
+  if (p_.runtime == Runtime::kDeepSpeed || p_.runtime == Runtime::kMegatron) {
     state = optimizer_params_;
   } else {
     for (std::uint32_t i = 0; i < optimizer_params_.n; ++i) {

@@ -84,7 +84,8 @@ std::int64_t optimizer_step_tensors(const ModelGraph& model, const Plan& p) {
   // the parameter's device when `fused` or `capturable`, a CPU tensor otherwise ("Deliberately host `step` on
   // CPU if both capturable and fused are off"). One per parameter tensor; DeepSpeed's optimizers run on its
   // flat partitions and keep the step count in the parameter group.
-  if (p.runtime == Runtime::kDeepSpeed || !p.fused_optimizer) return 0;
+  // Megatron's distributed optimizer steps flat shard tensors with Apex/TE FusedAdam (step per group).
+  if (p.runtime == Runtime::kDeepSpeed || p.runtime == Runtime::kMegatron || !p.fused_optimizer) return 0;
   std::int64_t n = 0, experts = 0;
   for (const Layer* l : model.order())
     l->for_each_tensor_group(
@@ -96,8 +97,11 @@ std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p) {
   const StateElems e = state_elems(model, p);
   const OffloadSplit o = offload_split(p);
   const BytesPerParam b = bytes_per_param(p.runtime, p.precision);
+  // Megatron's grad buffer holds the gradients in the reduce dtype (grad_reduce_in_fp32: fp32, else bf16).
+  const Bytes grad_b =
+      p.runtime == Runtime::kMegatron ? (p.reduce() == Dtype::kFp32 ? 4 : 2) : Bytes{b.grads};
   std::array<Bytes, 3> out{mul_checked(e.params, b.params, "parameter bytes"),
-                           mul_checked(e.grads, b.grads, "gradient bytes"),
+                           mul_checked(e.grads, grad_b, "gradient bytes"),
                            mul_checked(e.optimizer, b.optimizer, "optimizer bytes")};
   if (runtime_traits(p).padding == Padding::kPerTensorDim0) {
     // FSDP2 keeps each parameter's (padded) shard as its own tensor (_fsdp_param.py _init_sharded_param:

@@ -50,6 +50,11 @@ void check_pipeline_mesh(const Plan& p, int gpus) {
       p.runtime != Runtime::kDeepSpeed || p.zero <= 1, "--pp",
       "deepspeed's PipelineEngine supports ZeRO stage 0 or 1 only (\"ZeRO-2 and ZeRO-3 are incompatible with "
       "pipeline parallelism\"); use --zero 1");
+  // Megatron-core's schedules (megatron/core/pipeline_parallel/schedules.py, core_r0.8.0):
+  // forward_backward_pipelining_without_interleaving (1F1B) and ..._with_interleaving (interleaved 1F1B).
+  need(p.runtime != Runtime::kMegatron || p.pp_schedule == PpSchedule::k1F1B ||
+           p.pp_schedule == PpSchedule::kInterleaved1F1B,
+       "--pp-schedule", "megatron runs 1f1b or interleaved-1f1b (virtual pipeline stages)");
   need(p.runtime != Runtime::kDeepSpeed || p.pp_schedule == PpSchedule::k1F1B, "--pp-schedule",
        "deepspeed's PipelineEngine runs its own 1F1B schedule (TrainSchedule); use --pp-schedule 1f1b");
 }
@@ -609,10 +614,13 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
   const double bc = p.precision == Precision::kFp32 ? 4.0 : 2.0;
   const double grad_acc_bytes = p.precision == Precision::kFp32 || p.reduce() == Dtype::kFp32 ? 4.0 : 2.0;
   // One micro-batch's hidden states between stages (the sequence-parallel shard with TP).
+  // (and with context parallelism the rank's seq / cp share of each sequence)
   const double send_bytes = static_cast<double>(p.mbs) * static_cast<double>(p.seq) *
-                            static_cast<double>(model.spec().hidden) * bc / p.tp;
+                            static_cast<double>(model.spec().hidden) * bc / p.tp / p.cp;
   const auto send = static_cast<Bytes>(send_bytes);
-  const bool torch_stages = p.runtime != Runtime::kDeepSpeed;
+  // Megatron's schedules receive into transient buffers and keep each in-flight micro-batch's input and
+  // output (schedules.py input_tensors / output_tensors), as DeepSpeed's PipelineEngine does.
+  const bool torch_stages = p.runtime != Runtime::kDeepSpeed && p.runtime != Runtime::kMegatron;
   std::vector<StageSim> st(static_cast<std::size_t>(S));
   for (int s = 0; s < S; ++s) {
     StageSim& x = st[static_cast<std::size_t>(s)];
@@ -685,7 +693,8 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     // micro-batches reuse the unsharded parameters).
     x.cost.first_fwd_extra_s = std::max(0.0, fwd_end - x.cost.fwd_s);
     const auto& c = x.res.comm;
-    if (rt.gathers_params) x.cost.gather_s = c[static_cast<int>(CommKind::kAllGather)].time_s;
+    if (rt.gathers_params || rt.param_gather_before_forward)
+      x.cost.gather_s = c[static_cast<int>(CommKind::kAllGather)].time_s;
 
     // Memory as the pipeline holds it. Receive buffers: torch 2.15 _recv_buffers.py _RecvInfo allocates each
     // buffer just before its receive (stage.py _get_recv_ops, allocate_buffer) and hands it to the compute
@@ -923,9 +932,10 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     r.comm[static_cast<int>(rt.reduce_scatter ? CommKind::kReduceScatter : CommKind::kAllReduce)].exposed_s =
         rank_exposed[Sl] - ag;
   }
-  // A GPU processes mbs x seq x micro-batches tokens of its pipeline's batch, split over tp x pp GPUs.
+  // A GPU processes mbs x seq x micro-batches tokens of its pipeline's batch, split over tp x cp x pp GPUs
+  // (context parallelism gives each rank seq / cp of every sequence, as summary.cpp counts without PP).
   const double tokens_per_gpu =
-      static_cast<double>(p.mbs) * static_cast<double>(p.seq) * m / (static_cast<double>(p.tp) * p.pp);
+      static_cast<double>(p.mbs) * static_cast<double>(p.seq) * m / (static_cast<double>(p.tp) * p.cp * p.pp);
   r.tokens_per_s_per_gpu = r.step_s > 0 ? tokens_per_gpu / r.step_s : 0;
   r.model_flops_per_token = model_flops_per_token(model, p.seq);
   const auto& gpu = cluster.spec().gpu;

@@ -9,7 +9,10 @@
 namespace shardplan {
 
 const char* to_string(Runtime r) {
-  return r == Runtime::kFsdp2 ? "fsdp2" : r == Runtime::kFsdp1 ? "fsdp1" : "deepspeed";
+  return r == Runtime::kFsdp2       ? "fsdp2"
+         : r == Runtime::kFsdp1     ? "fsdp1"
+         : r == Runtime::kDeepSpeed ? "deepspeed"
+                                    : "megatron";
 }
 const char* to_string(Precision p) {
   switch (p) {
@@ -103,6 +106,8 @@ static void need(bool ok, const char* knob, const std::string& why) {
 static void check_offload(const Plan& p) {
   if (p.offload == Offload::kNone) return;
   const std::string rt = to_string(p.runtime);
+  need(p.runtime != Runtime::kMegatron, "--offload",
+       "megatron: the distributed optimizer's CPU offload is not modelled; use --offload none");
   if (p.runtime == Runtime::kDeepSpeed) {
     if (p.offload == Offload::kOptimizer)
       need(p.zero >= 1, "--offload",
@@ -251,7 +256,18 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   if (p.zero == 0) {
     need(p.shard_group == p.dp, "--shard-group", "ZeRO-0 shards nothing; a shard group makes no sense");
   }
-  if (p.runtime != Runtime::kDeepSpeed) {
+  if (p.runtime == Runtime::kMegatron) {
+    // Megatron-core: use_distributed_optimizer (ZeRO-1: fp32 main parameters and Adam state sharded, the
+    // gradient buffer reduce-scattered) or plain DDP (the buffer all-reduced); parameters are never sharded.
+    need(p.zero <= 1, "--zero",
+         "megatron shards the optimizer state only: --zero 1 (distributed optimizer) or --zero 0 (DDP)");
+    need(p.replicas == 1, "--shard-group",
+         "megatron runtime: the distributed optimizer shards over all data-parallel ranks (no HSDP)");
+    // Megatron's mixed precision (NeMo megatron_amp_O2): bf16 parameters, fp32 main parameters in the
+    // optimizer; the runtime models that arrangement only.
+    need(p.precision == Precision::kBf16Mixed, "--precision",
+         "megatron runtime models bf16 parameters with fp32 main parameters: use --precision bf16-mixed");
+  } else if (p.runtime != Runtime::kDeepSpeed) {
     need(p.zero != 1, "--zero",
          std::string(to_string(p.runtime)) +
              " has no ZeRO-1 mode; use --zero 2 (SHARD_GRAD_OP) or --runtime deepspeed");

@@ -17,7 +17,12 @@ namespace shardplan {
 class ModelGraph;
 class Cluster;
 
-enum class Runtime { kFsdp2, kFsdp1, kDeepSpeed };
+/// kMegatron: Megatron-core's DistributedDataParallel with the distributed optimizer (megatron/core/
+/// distributed/, megatron/core/optimizer/distrib_optimizer.py, core_r0.8.0): a persistent contiguous gradient
+/// buffer reduce-scattered in buckets at the last micro-batch, fp32 main parameters and Adam state sharded
+/// over the data-parallel x context-parallel ranks, the updated parameters all-gathered before the next
+/// forward.
+enum class Runtime { kFsdp2, kFsdp1, kDeepSpeed, kMegatron };
 enum class Precision { kBf16Mixed, kBf16, kBf16True, kFp32 };
 enum class AcMode { kNone, kSelective, kFull };
 enum class Dtype { kFp32, kBf16 };
@@ -76,7 +81,7 @@ template <class E>
 struct EnumValues;
 template <>
 struct EnumValues<Runtime> {
-  static constexpr std::array v{Runtime::kFsdp2, Runtime::kFsdp1, Runtime::kDeepSpeed};
+  static constexpr std::array v{Runtime::kFsdp2, Runtime::kFsdp1, Runtime::kDeepSpeed, Runtime::kMegatron};
 };
 template <>
 struct EnumValues<Precision> {
@@ -132,7 +137,7 @@ std::optional<E> parse_enum(std::string_view s) {
     if (s == to_string(e)) return e;
   return std::nullopt;
 }
-/// "fsdp2, fsdp1, deepspeed"
+/// "fsdp2, fsdp1, deepspeed, megatron"
 template <class E>
 std::string enum_names() {
   std::string out;

@@ -1,13 +1,54 @@
 // The traits of each runtime at a ZeRO stage (docs/mechanics.md §1.4-§1.6, §1.9, §3.2-§3.5).
 #include "simulator/runtime.hpp"
 
+#include <algorithm>
+
 namespace shardplan {
+
+namespace {
+// Megatron-core's DistributedDataParallel with use_distributed_optimizer (NVIDIA/Megatron-LM core_r0.8.0,
+// baf94af3, 2024-08-12; docs/model.md "Megatron-core runtime"): bf16 parameters in one contiguous param
+// buffer and gradients accumulated into one contiguous grad buffer (main_grad, fp32 with
+// grad_reduce_in_fp32), both allocated at construction and kept; nothing is gathered per unit, there is no
+// autocast (the model itself is bf16).
+RuntimeTraits megatron_traits(const Plan& p) {
+  RuntimeTraits t;
+  t.runtime = p.runtime;
+  t.padding = Padding::kFlatUnit;  // one flat buffer sharded by range (bucket ends padded to lcm(dp, 128))
+  t.grads_persistent = true;       // the grad buffer (zeroed by zero_grad_buffer, never freed)
+  t.reduce_only_at_boundary = true;
+  t.grad_buffer_buckets = true;
+  // distributed_data_parallel.py: bucket_size = max(40000000, 1000000 x get_data_parallel_world_size()) when
+  // overlap_grad_reduce (NeMo's performance recipes: overlap_grad_sync True); the data-parallel world size
+  // there is the one without context parallelism.
+  t.grad_bucket_elems = std::max(40e6, 1e6 * static_cast<double>(p.dp));
+  t.grad_buffer_reduce_scatter = p.zero == 1;
+  t.param_gather_before_forward = p.zero == 1;
+  return t;
+}
+}  // namespace
+
+std::vector<int> grad_buffer_bucket_index(const std::vector<std::int64_t>& elems_backward,
+                                          double bucket_elems) {
+  std::vector<int> out;
+  out.reserve(elems_backward.size());
+  int bucket = 0;
+  double filled = 0;
+  for (const std::int64_t n : elems_backward) {
+    // _does_param_require_new_bucket: a new bucket starts when the current one already holds >= bucket_size.
+    if (bucket_elems > 0 && filled >= bucket_elems) ++bucket, filled = 0;
+    out.push_back(bucket);
+    filled += static_cast<double>(n);
+  }
+  return out;
+}
 
 RuntimeTraits runtime_traits(const Plan& p) {
   RuntimeTraits t;
   t.runtime = p.runtime;
   const bool fsdp2 = p.runtime == Runtime::kFsdp2, fsdp1 = p.runtime == Runtime::kFsdp1,
              ds = p.runtime == Runtime::kDeepSpeed;
+  if (p.runtime == Runtime::kMegatron) return megatron_traits(p);
   const bool mixed_cast = p.precision == Precision::kBf16Mixed || p.precision == Precision::kFp32;
   // FSDP stores parameters sharded from ZeRO-2 on (SHARD_GRAD_OP gathers once per forward and keeps them);
   // DeepSpeed shards them only in ZeRO-3.

@@ -3,6 +3,7 @@
 // runtime is a new set of traits. Each field cites the mechanism it describes (docs/mechanics.md sections).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "simulator/plan.hpp"
 
@@ -86,9 +87,32 @@ struct RuntimeTraits {
   bool ddp_reducer_buckets = false;      ///< DDP Reducer buckets: a second copy of every gradient (§1.2)
   bool autocast_weight_copies = false;   ///< DDP under autocast: bf16 weight copies live fwd -> bwd
   bool param_all_gather_after_step = false;  ///< DeepSpeed ZeRO-1/2: updated 16-bit params all-gathered
+  // --- Megatron-core DistributedDataParallel + distributed optimizer (core_r0.8.0) ---
+  /// The persistent gradient buffer is reduced in buckets at the last micro-batch: a bucket's collective is
+  /// issued when the backward has produced its last gradient (param_and_grad_buffer.py register_grad_ready,
+  /// is_last_microbatch; overlap_grad_reduce), in place on the buffer (no extra buffer): a reduce-scatter
+  /// over the data-parallel x context-parallel ranks with the distributed optimizer, an all-reduce without.
+  bool grad_buffer_buckets = false;
+  /// Bucket size in elements (distributed_data_parallel.py: max(40,000,000, 1,000,000 x dp)); a bucket closes
+  /// once it holds at least this many (parameters are never split); 0 = one bucket.
+  double grad_bucket_elems = 0;
+  bool grad_buffer_reduce_scatter = false;  ///< distributed optimizer: reduce-scatter (else all-reduce)
+  /// Distributed optimizer with overlap_param_gather: the updated bf16 parameters are all-gathered bucket by
+  /// bucket after the step and the next step's forward pre-hook of each module waits for its bucket
+  /// (distrib_optimizer.py _dispatch_gather_model_params, _make_forward_pre_hook): the gathers overlap the
+  /// first micro-batch's forward.
+  bool param_gather_before_forward = false;
 };
 
 /// The traits of the plan's runtime at its ZeRO stage and precision (the plan is already resolved).
 RuntimeTraits runtime_traits(const Plan& p);
+
+/// Megatron-core's bucketing of the grad buffer (param_and_grad_buffer.py ParamAndGradBuffer.__init__,
+/// core_r0.8.0): parameters in backward order fill the current bucket; once it holds at least `bucket_elems`
+/// elements the next parameter opens a new one (`bucket_elems` <= 0: one bucket). `elems_backward` lists the
+/// gradient elements of each piece in backward order (the simulator's units: a unit is never split); returns
+/// each piece's bucket index (0 = the first reduced).
+std::vector<int> grad_buffer_bucket_index(const std::vector<std::int64_t>& elems_backward,
+                                          double bucket_elems);
 
 }  // namespace shardplan

@@ -283,7 +283,12 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
         }
         u.flops_fwd += flops;
       }
-      double el = p.compile ? l->elementwise_bytes_per_token : l->eager_elementwise_bytes_per_token;
+      // Megatron-core with Transformer Engine runs the elementwise work fused, as compiled code does: the
+      // norm inside TE's LayerNormLinear / LayerNormMLP, rotary embedding (apply_rope_fusion), the MLP
+      // activation (megatron/core/fusions/fused_bias_swiglu.py, fused_bias_gelu.py) and bias-dropout-add
+      // (fused_bias_dropout.py) as single kernels (core_r0.8.0).
+      const bool fused = p.compile || p.runtime == Runtime::kMegatron;
+      double el = fused ? l->elementwise_bytes_per_token : l->eager_elementwise_bytes_per_token;
       if (l->kind == LayerKind::kLoss)
         el = el / t;  // vocab-parallel loss
       else if (l->block >= 0)

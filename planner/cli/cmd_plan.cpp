@@ -185,6 +185,11 @@ Command add_plan_command(CLI::App& app) {
             // A plan of another runtime is emitted for the target only after re-simulating it there (its
             // memory and time differ); a plan the target cannot run is refused with resolve_plan's reason.
             const Result& best = o.plans[0];
+            // Megatron / NeMo are configured by their own arguments, which no emitter writes.
+            if (best.plan.runtime == Runtime::kMegatron)
+              throw InputError::flag("--emit",
+                                     "the recommended plan runs megatron, which has no emitter (set its "
+                                     "tp/pp/cp and the distributed optimizer in Megatron/NeMo)");
             Plan target = best.plan;
             std::vector<std::string> file_notes;
             const Runtime rt = emit_target_runtime(kind);

@@ -2,6 +2,7 @@
 // parsers, the JSON result's shape, and the recommended plan fed back into `shardplan simulate`.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "core/json_reader.hpp"
@@ -758,4 +759,25 @@ TEST_CASE("CLI --from: accelerate FSDP YAML, explicit flags override, unmodelled
   CHECK(ptest::read_text(dir / "e.txt").find("ep.toml: parallelism.expert_parallel_degree = 8: ") !=
         std::string::npos);
   CHECK(ptest::read_text(dir / "e.txt").find("--ep") == std::string::npos);
+}
+
+TEST_CASE("CLI: plan --fix runtime=megatron searches megatron plans; --emit refuses them in one line",
+          "[cli][emit][megatron]") {
+  auto dir = ptest::temp_dir("megatron");
+  const std::string base =
+      "plan --model llama2-7b --cluster dgx-h100 --gpus 8 --global-batch 32 --threads 2 --fix "
+      "runtime=megatron";
+  int rc =
+      ptest::run_cli(base + " --json " + quote((dir / "p.json").string()), dir / "out.txt", dir / "err.txt");
+  INFO(ptest::read_text(dir / "out.txt") << ptest::read_text(dir / "err.txt"));
+  REQUIRE(rc == 0);
+  Json j = load_json_file((dir / "p.json").string());
+  CHECK(j["recommended"]["plan"]["runtime"] == "megatron");
+  rc = ptest::run_cli(base + " --emit " + quote("torchtitan:" + (dir / "t.py").string()), dir / "out2.txt",
+                      dir / "err2.txt");
+  const std::string err = ptest::read_text(dir / "err2.txt");
+  CHECK(rc == 2);
+  CHECK(err.find("megatron, which has no emitter") != std::string::npos);
+  CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+  CHECK_FALSE(fs::exists(dir / "t.py"));
 }

@@ -179,7 +179,7 @@ TEST_CASE("SearchSpace::fix rejects unknown knobs and values", "[search][fix]") 
   CHECK_THROWS_AS(sp.fix("zeroo=3"), InputError);
   CHECK_THROWS_AS(sp.fix("zero"), InputError);
   CHECK_THROWS_AS(sp.fix("zero=x"), InputError);
-  CHECK_THROWS_AS(sp.fix("runtime=megatron"), InputError);
+  CHECK_THROWS_AS(sp.fix("runtime=colossalai"), InputError);
   CHECK_THROWS_AS(sp.fix("reshard_after_forward=maybe"), InputError);
   sp.fix("tp=1,2");
   CHECK(sp.tp == std::vector<int>{1, 2});

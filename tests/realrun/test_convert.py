@@ -22,7 +22,7 @@ PLAN_KEYS = {"runtime", "zero", "shard_group", "tp", "seq", "mbs", "grad_accum",
              "reshard_after_forward", "precision", "reduce_dtype", "offload", "compile", "hold_logits", "fp32_norm",
              "loss_dtype", "loss_impl", "zero_grad_in_place", "allocator_gc_threshold", "fp8", "fp8_all_gather", "allocator", "async_tp", "pp", "pp_schedule", "virtual_stages", "pp_layers",
              "attention", "attention_dropout",
-             "sdpa_backend", "sac_sdpa_ops"}
+             "sdpa_backend", "sac_sdpa_ops", "cp"}
 MEASURED_KEYS = {"peak_allocated_bytes", "peak_active_bytes", "peak_reserved_bytes", "peak_device_bytes",
                  "step_s", "tokens_per_s_per_gpu", "mfu"}
 
@@ -63,7 +63,7 @@ class ConvertTest(unittest.TestCase):
         # Exactly the records whose hardware or attention the defaults cannot express, each with a reason.
         self.assertTrue(scoped)
         for i in scoped:
-            self.assertTrue(any(k in i for k in ("mi300x", "b200", "cai-lightning", "bloom-prequel", "bloom-176b", "belle-")), i)
+            self.assertTrue(any(k in i for k in ("mi300x", "b200", "cai-lightning", "bloom-prequel", "bloom-176b", "belle-", "nemo2407-")), i)
             term = "memory" if i.startswith("belle-") else "throughput"
             self.assertEqual(set(by_id[i]["out_of_scope"]), {term})
             self.assertGreater(len(by_id[i]["out_of_scope"][term]), 20)
@@ -119,7 +119,7 @@ class ConvertTest(unittest.TestCase):
         conv = collections.Counter(r["source"].split(";")[0] for r in self.doc["records"])
         self.assertEqual(dict(conv), {
             "mosaicml/llm-foundry": 108, "pytorch/torchtitan": 21, "LianjiaTech/BELLE": 9, "pytorch/ao": 10,
-            "hpcaitech/ColossalAI-Pytorch-lightning": 2, "bigscience-workshop/bigscience": 13})
+            "hpcaitech/ColossalAI-Pytorch-lightning": 2, "bigscience-workshop/bigscience": 13, "NVIDIA/NeMo": 15})
         self.assertEqual(len(self.doc["records"]) + len(self.doc["skipped"]), 196)
         reasons = collections.Counter(s["reason"] for s in self.doc["skipped"])
         self.assertEqual(reasons[cp.FP8_REASON], 2)  # ao mxfp8 on B200 (float8 rows convert; NeMo/OLMo skip for others)
@@ -162,15 +162,36 @@ class ConvertTest(unittest.TestCase):
                       attn_bias=True, mlp_bias=True, tied_embeddings=True, positions="learned", max_positions=1024)
         self.assertEqual(cp.param_count(gpt2xl), 1557611200)  # HF GPT2LMHeadModel gpt2-xl
 
+    def test_nemo_megatron(self):
+        # Llama 2 70B, 64 GPUs, tp 4 x pp 4 (virtual 20) x dp 4: interleaved 1F1B over 80 chunks of one layer; the
+        # vocabulary 32000 padded to a multiple of 128 x 4 = 512 -> 32256 (inline spec); ub_tp_comm_overlap.
+        r = self.by_id["nemo2407-pretrain-llama2-70b-g64-tp4-pp4-cp1-gbs128"]
+        p = r["plan"]
+        self.assertEqual((p["runtime"], p["zero"], p["tp"], p["pp"], p["pp_schedule"], p["virtual_stages"]),
+                         ("megatron", 1, 4, 4, "interleaved-1f1b", 20))
+        self.assertEqual(p["pp_layers"], ",".join(["1"] * 80))
+        self.assertEqual((p["precision"], p["reduce_dtype"], p["fp8"], p["async_tp"], p["ac"]),
+                         ("bf16-mixed", "fp32", "tensorwise", True, "none"))
+        self.assertEqual(r["model"]["vocab"], 32256)
+        # Nemotron-4 340B: its preset, selective recompute and bf16 gradient sync from the launcher recipe.
+        n = self.by_id["nemo2407-pretrain-nemotron-340b-g128-tp8-pp8-cp1-gbs32"]
+        self.assertEqual(n["model"], "nemotron4-340b")  # 256000 is a multiple of 128 x 8
+        self.assertEqual((n["plan"]["ac"], n["plan"]["reduce_dtype"]), ("selective", "bf16"))
+        # GPT-3 5B at tp 1: the preset with 50257 padded to 50304; Llama 3 8B with cp 2 (no PP).
+        g = self.by_id["nemo2407-pretrain-gpt3-5b-g64-tp1-pp1-cp1-gbs2048"]
+        self.assertEqual((g["model"]["name"], g["model"]["vocab"]), ("gpt3-5b-vpad50304", 50304))
+        c = self.by_id["nemo2407-pretrain-llama3-8b-g8-tp1-pp1-cp2-gbs128"]
+        self.assertEqual((c["model"], c["plan"]["cp"], c["plan"]["shard_group"]), ("llama3-8b", 2, 4))
+        self.assertNotIn("pp", c["plan"])
+
     def test_fp8_recipes(self):
         skipped = {s["id"]: s["reason"] for s in self.doc["skipped"]}
         self.assertEqual(skipped["torchao-e2e-b200-llama3-8b-g8-mxfp8_cublas"], cp.FP8_REASON)
-        # Pipeline parallelism: Megatron-DeepSpeed (PipelineEngine, ZeRO-1) converts; NeMo stays skipped for its
-        # distributed optimizer.
+        # Pipeline parallelism: Megatron-DeepSpeed (PipelineEngine, ZeRO-1) converts; NeMo converts as runtime
+        # megatron (test_nemo_megatron).
         bloom = self.by_id["bloom-176b-production-g384-dp8-tp4-pp12-mbs2"]
         self.assertEqual((bloom["plan"]["runtime"], bloom["plan"]["zero"], bloom["plan"]["pp"]), ("deepspeed", 1, 12))
         self.assertEqual(bloom["plan"]["grad_accum"], 128)  # pipeline micro-batches per step
-        self.assertIn("distributed optimizer", skipped["nemo2407-pretrain-llama2-70b-g64-tp4-pp4-cp1-gbs128"])
         te = self.by_id["mosaic-h100-fp8-mpt3b-s512-g8-mbs40-ga6-amp_fp8-ac0"]
         self.assertEqual(te["plan"]["fp8"], "tensorwise")
         self.assertNotIn("fp8_all_gather", te["plan"])

@@ -110,7 +110,7 @@ TEST_CASE("the published runs file validates against run.schema.json", "[schema]
   bad["plan"]["sharding"] = 3;
   CHECK(!v.validate(bad).empty());
   bad = runs["records"][0];
-  bad["plan"]["runtime"] = "megatron";
+  bad["plan"]["runtime"] = "colossalai";
   CHECK(!v.validate(bad).empty());
   bad = runs["records"][0];
   bad.erase("measured");

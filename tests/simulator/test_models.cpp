@@ -458,3 +458,32 @@ TEST_CASE("tensor groups: a MoE layer's identical expert weights are summed as g
     CHECK(grouped == l->parameters());
   }
 }
+
+TEST_CASE("NeMo GPT-3 and Nemotron presets: exact parameter counts", "[simulator][model]") {
+  // From NeMo-Framework-Launcher launcher_scripts/conf/training/{gpt3,nemotron}/*.yaml at 1a7171d7
+  // (models/*.json). gpt3-5b L=24 h=4096 a=32 f=16384 V=50257, biases, LayerNorm with bias, tied, 2048
+  // learned positions:
+  //   block = 4h^2 + 4h + 2hf + f + h + 4h = 67,125,248 + 134,238,208 + 16,384 = 201,379,840;
+  //   24 block + 2h + V h + 2048 h = 4,833,116,160 + 8,192 + 205,852,672 + 8,388,608 = 5,047,365,632
+  // gpt3-20b L=44 h=6144 a=48 f=24576: block = 151,019,520 + 302,020,608 + 24,576 = 453,064,704;
+  //   44 block + 12,288 + 50257 x 6144 + 2048 x 6144 = 19,934,846,976 + 12,288 + 308,779,008 + 12,582,912
+  //   = 20,256,221,184
+  // nemotron3-8b L=32 h=4096 a=32 (MHA) f=16384 V=256000, no linear biases, LayerNorm weight + bias,
+  // two-matrix
+  //   MLP, untied: block = 4h^2 + 2hf + 4h = 67,108,864 + 134,217,728 + 16,384 = 201,342,976;
+  //   32 block + 2h + 2 V h = 6,442,975,232 + 8,192 + 2,097,152,000 = 8,540,135,424
+  // nemotron3-22b L=40 h=6144 a=48 f=24576: block = 150,994,944 + 301,989,888 + 24,576 = 453,009,408;
+  //   40 block + 12,288 + 2 x 256000 x 6144 = 18,120,376,320 + 12,288 + 3,145,728,000 = 21,266,116,608
+  // nemotron4-340b L=96 h=18432 a=96 kv=8 (d=192) f=73728: attention 2h^2 + 2 h 1536 = 736,100,352,
+  //   MLP 2hf = 2,717,908,992, norms 4h = 73,728: block 3,454,083,072; 96 block + 36,864 + 2 x 256000 x 18432
+  //   = 331,591,974,912 + 36,864 + 9,437,184,000 = 341,029,195,776 (the report's 9.4B embedding + 331.6B)
+  const std::vector<Expected> nemo = {{"gpt3-5b", 5'047'365'632},
+                                      {"gpt3-20b", 20'256'221'184},
+                                      {"nemotron3-8b", 8'540'135'424},
+                                      {"nemotron3-22b", 21'266'116'608},
+                                      {"nemotron4-340b", 341'029'195'776}};
+  for (const auto& e : nemo) {
+    INFO(e.name);
+    CHECK(load_model(e.name).parameters() == e.params);
+  }
+}
