@@ -891,7 +891,8 @@ def wrap_fsdp1(torch, model, spec, plan, state, mesh):
 
 
 def summarize(events):
-    """Peak of the running total (alloc/free pairs from re-categorization do not move it) and the breakdown."""
+    """Peak of the running total (alloc/free pairs from re-categorization do not move it), the breakdown at the
+    peak, and what is live per category at the end."""
     live = dict.fromkeys(CATEGORIES, 0)
     total = peak = 0
     peak_live, peak_phase, peak_index = dict(live), "", 0
@@ -901,7 +902,7 @@ def summarize(events):
         total += d
         if total > peak:
             peak, peak_live, peak_phase, peak_index = total, dict(live), phase, i
-    return peak, peak_live, peak_phase, peak_index
+    return peak, peak_live, peak_phase, peak_index, dict(live)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1043,10 +1044,7 @@ def run(a) -> int:
             state["phase"] = "end"
     events = tracker.events
     wall_s = time.time() - t0
-    peak, breakdown, peak_phase, peak_index = summarize(events)
-    live_end = dict.fromkeys(CATEGORIES, 0)
-    for op, nbytes, cat, _, _, _ in events:
-        live_end[cat] += nbytes if op == "alloc" else -nbytes
+    peak, breakdown, peak_phase, peak_index, live_end = summarize(events)
     tv = torch.__version__.split("+")[0]
     rid = a.id or (f"ref-{spec.get('name', 'custom')}-g{N}-z{plan['zero']}-ac{plan['ac']}-mbs{plan['mbs']}"
                    f"-s{plan['seq']}-ga{plan['grad_accum']}-{plan['precision']}")
@@ -1335,10 +1333,7 @@ def run_pp(a, spec, record_model, plan) -> int:
             state["phase"] = "end"
     events = tracker.events
     wall_s = time.time() - t0
-    peak, breakdown, peak_phase, peak_index = summarize(events)
-    live_end = dict.fromkeys(CATEGORIES, 0)
-    for op, nbytes, cat, _, _, _ in events:
-        live_end[cat] += nbytes if op == "alloc" else -nbytes
+    peak, breakdown, peak_phase, peak_index, live_end = summarize(events)
     tv = torch.__version__.split("+")[0]
     rid = a.id or (f"ref-{spec.get('name', 'custom')}-g{N}-pp{pp}-{pp_cfg['schedule']}-r{rank}-ac{plan['ac']}"
                    f"-mbs{plan['mbs']}-s{plan['seq']}-m{m}")
