@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Convert the shared published-runs set into shardplan run records.
 
-    tools/convert_published.py SHARED_JSON -o tests/data/runs/published_dev.json
+    tools/convert_published.py SHARED_JSON [SHARED_JSON ...] -o tests/data/runs/published_dev.json
 
-Input: the `published_runs_dev.json` layout described in shared/validation/README.md.
+Input: one or more files of the `published_runs_dev.json` layout described in shared/validation/README.md
+(published_runs_dev2.json has the same layout); the output holds every record of every file, in input order, and
+an id that repeats across the files is an error.
 Output: {"schema": "shardplan.runs/1", "records": [shardplan.run/1 ...], "skipped": [{id, reason, details}]}
 (docs/formats.md for the record format, docs/validation-mapping.md for every mapping rule used here).
 
@@ -207,6 +209,34 @@ def scope_of(rec, cluster):
                "tensorwise float8 and the default bf16 efficiencies, which are fitted on cuBLAS / torchao / "
                "flash-attention runs; TE kernels need a calibration profile (all 15 rows are predicted too slow, "
                "-6.5 to -38.6 %); the SFT rows' packed sequences are not modelled")
+    other = rec["parallel"].get("other") or {}
+    if src == "pytorch/torchtitan" and "chunked" in str(other.get("loss") or ""):
+        # torchtitan PR 996 (c14ab776c): the cross-entropy over chunks of the sequence, each chunk's fp32 logits
+        # and log-softmax freed before the next; the plan's loss is one cross-entropy over the whole T x V logits
+        # (loss_impl eager/compiled, loss_dtype) and has no chunk count.
+        return {"out_of_scope": {"memory": (
+            "chunked cross-entropy (torchtitan PR 996): the loss runs over sequence chunks, so its fp32 logits and "
+            "log-softmax are live one chunk at a time; the tool's loss (loss_impl, loss_dtype) is one "
+            "cross-entropy over the whole logits and has no chunking knob")}}
+    if src == "pytorch/torchtitan" and "enable_float8_linear=true" in str(other.get("float8") or "").lower() \
+            and not rec["parallel"].get("torch_compile"):
+        # torchtitan PR 812 (2271b6386): the same float8 run measured 81.77 GiB reserved at 3985 tok/s eager and
+        # 47.77 GiB at 7448 tok/s with per-block compile; the plan's fp8 accounting is torchao's Float8Linear as
+        # compiled (the ao e2e rows all compile), and the eager path's extra saved tensors are not identified.
+        return {"out_of_scope": {
+            "memory": ("eager torchao float8 (no compile): Float8Linear's eager autograd keeps tensors the compiled "
+                       "path does not (PR 812 measures 34 GiB more reserved than the same run compiled); the tool's "
+                       "fp8 accounting is the compiled one and the eager path's saved set is not identified"),
+            "throughput": ("eager torchao float8: the scale, cast and transpose kernels run unfused (PR 812: 46 % "
+                           "fewer tokens/s than compiled); no efficiency of unfused float8 casts is modelled")}}
+    if src == "pytorch/torchtitan" and "tok_embeddings own FSDP unit" in str(other.get("variant") or ""):
+        # torchtitan PR 382 (baad09c3b): fully_shard(tok_embeddings) and fully_shard([norm, output],
+        # reshard_after_forward=False) as their own units (pytorch PR 127786), where the tool's FSDP2 wraps the
+        # blocks and leaves the embedding, final norm and output in the root unit.
+        return {"out_of_scope": {"memory": (
+            "FSDP2 wrapping not expressible: torchtitan PR 382 shards tok_embeddings as its own unit and [norm, "
+            "output] as one unit with reshard_after_forward=False (a list of modules as one FSDP group, pytorch "
+            "PR 127786); the tool's wrap puts them in the root unit and has no per-unit reshard policy")}}
     if src == "LianjiaTech/BELLE":
         return {"out_of_scope": {"memory": (
             "configuration not pinned down: precision, optimizer, activation checkpointing, DeepSpeed config, packed "
@@ -468,7 +498,8 @@ def map_ac(txt):
 def fp8_text(rec):
     p = rec["precision"]
     texts = [str(p.get("compute") or ""), str(p.get("published_precision") or ""),
-             str((rec["parallel"].get("other") or {}).get("quantization") or "")]
+             str((rec["parallel"].get("other") or {}).get("quantization") or ""),
+             str((rec["parallel"].get("other") or {}).get("float8") or "")]
     return " ".join(texts).lower()
 
 
@@ -640,6 +671,13 @@ def map_measured(rec, notes):
 # --------------------------------------------------------------------------------------------------
 # One record
 # --------------------------------------------------------------------------------------------------
+def row_date(rec):
+    """The run's date: source.date (published_runs_dev.json) or source.row_date (published_runs_dev2.json, the PR
+    commit's date); "9999" when neither is given (no date rule applies)."""
+    s = rec["source"]
+    return str(s.get("date") or s.get("row_date") or "9999")
+
+
 def cite(rec):
     s = rec["source"]
     parts = [s.get("repo") or s.get("name")]
@@ -688,7 +726,7 @@ def map_precision(rec, plan, notes):
                          else "precision not published: 16-bit with fp32 master assumed")
         return
     # torch-native (FSDP / DDP)
-    if (p.get("param_dtype") == "bf16" and (p.get("master_weights") or "").startswith("fp32")) \
+    if (str(p.get("param_dtype") or "").startswith("bf16") and (p.get("master_weights") or "").startswith("fp32")) \
             or "amp" in compute or "precision=16" in compute:
         plan["precision"] = "bf16-mixed"
         rd = (p.get("reduce_dtype") or "").lower()
@@ -700,6 +738,70 @@ def map_precision(rec, plan, notes):
     plan["reduce_dtype"] = "fp32"
     notes.append("precision fields incomplete; bf16-mixed assumed")
 
+
+def map_torchtitan_pr(rec, plan, notes, cluster):
+    """Knobs of a torchtitan PR-description row (published_runs_dev2.json) that the PR's commit and date decide:
+    the allocator, the SDPA backend and the SAC save list, and the PR's own change when the tool has it."""
+    d = row_date(rec)
+    other = rec["parallel"].get("other") or {}
+    rid = rec["id"]
+    h100 = isinstance(cluster, dict) and cluster["name"] == "meta-h100-96g-hbm2e" or cluster == "dgx-h100"
+    # Allocator: run_llama_train.sh (run_train.sh from 82afc842e) starts torchrun with
+    # PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True" from a5e57e4a9 (2024-10-22): run_llama_train.sh at
+    # 2271b6386 and 5940ddeb5, run_train.sh at c14ab776c and 379cd13a5 (the dev2 commits) carry it; at 40f8fd007,
+    # baad09c3b and 9dc418a8b it is absent. PR 615 (2024-10-21, the day before) sets it on its command line.
+    env = str(other.get("env") or "")
+    if "expandable_segments:True" in env:
+        plan["allocator"] = "expandable"
+        notes.append("allocator expandable: the PR's command line sets PYTORCH_CUDA_ALLOC_CONF="
+                     "expandable_segments:True (%s)" % env)
+    elif d >= "2024-10-22":
+        plan["allocator"] = "expandable"
+        notes.append("allocator expandable: torchtitan's launch script of this date sets PYTORCH_CUDA_ALLOC_CONF="
+                     "expandable_segments:True (run_llama_train.sh from a5e57e4a9, 2024-10-22; run_train.sh)")
+    else:
+        notes.append("allocator default: torchtitan's run_llama_train.sh of this date does not set "
+                     "expandable_segments (added in a5e57e4a9, 2024-10-22)")
+    # SDPA backend. Before 6a3a9da95 (2025-10-09) torchtitan calls F.scaled_dot_product_attention without a
+    # backend list outside context parallelism (models/llama/model.py at these commits), so torch's default
+    # order decides: flash on A100; on H100 flash too, except in the torch nightlies that put cuDNN first
+    # (pytorch PR 125343, reverted 2024-06-28, back for 2.5; opt-in again since pytorch PR 138522, Oct 2024).
+    # PR 615's own log (2024-10-21) prints "cuDNN SDPA backward got grad_output.strides() != output.strides()":
+    # it ran cuDNN attention. From 6a3a9da95 torchtitan's ScaledDotProductAttention asks for [cuDNN, flash,
+    # efficient, math] with set_priority=True on every CUDA GPU (models/attention.py at 379cd13a5).
+    if "pr615" in rid:
+        plan["sdpa_backend"] = "cudnn"
+        notes.append("sdpa_backend cudnn: the PR's log prints torch's cuDNN SDPA backward warning (the source "
+                     "build of 2024-10-21 put cuDNN first on H100)")
+    elif d >= "2025-10-09" and h100:
+        plan["sdpa_backend"] = "cudnn"
+        notes.append("sdpa_backend cudnn: torchtitan 6a3a9da95 (2025-10-09) puts cuDNN attention first "
+                     "(models/attention.py ScaledDotProductAttention)")
+    else:
+        plan["sdpa_backend"] = "flash"
+        notes.append("sdpa_backend flash: torchtitan of this date passes no backend list and torch's default "
+                     "order puts flash first on %s (cuDNN first on H100 only in the nightlies between pytorch "
+                     "PR 125343's relanding and PR 138522; July 2024 nightlies followed its 2024-06-28 revert; "
+                     "assumed, the PR does not print the torch version)" % ("H100" if h100 else "A100"))
+    # SAC save list: mm, efficient and flash attention, reduce_scatter, max (abs for float8 at 2271b6386) at
+    # every dev2 commit; the cuDNN op joined in b39377f9f (2025-12-01).
+    if plan.get("ac") == "selective":
+        plan["sac_sdpa_ops"] = "flash-efficient"
+        notes.append("sac_sdpa_ops flash-efficient: torchtitan's _save_list before b39377f9f (2025-12-01) holds "
+                     "the flash and efficient SDPA ops only (parallelize_llama.py at the PR's commit)")
+    if "pr615" in rid:
+        # train.py at 466586975: `loss = torch.compile(loss_fn)(model(input_ids), labels)` with training.compile,
+        # loss_fn doing `pred.flatten(0, 1).float()`: the loss is compiled, as the plan's compile default.
+        plan.pop("loss_impl", None)
+        notes.append("loss_impl compiled (the compile default): the PR's train.py (466586975) wraps loss_fn, "
+                     "with its .float(), in torch.compile; TORCH_NCCL_AVOID_RECORD_STREAMS=1 is the FSDP2 "
+                     "default behaviour the tool models")
+    if "pr822" in rid and "always" in str(other.get("reshard_after_forward_policy") or ""):
+        notes.append("reshard_after_forward_policy always: every block reshards; 'default' keeps the last block "
+                     "unsharded (parallelize_llama.py at 5940ddeb5: layer_id < len(layers) - 1); the tool's "
+                     "zero 3 has one policy for both")
+    if "pr355" in rid:
+        notes.append("PR 355 A/B: fused vs foreach AdamW, same memory")
 
 def convert(rec):
     reason, others = skip_reason(rec)
@@ -774,7 +876,8 @@ def convert(rec):
     if recipe:
         plan["fp8"] = recipe
         t = fp8_text(rec)
-        if "float8 all-gather" in t or "f8 all-gather" in t or "float8_all_gather" in t:
+        if ("float8 all-gather" in t or "f8 all-gather" in t or "float8_all_gather" in t) \
+                and "float8_all_gather=false" not in t:
             plan["fp8_all_gather"] = True
         if runtime == "megatron":
             pass  # map_megatron's note
@@ -808,19 +911,20 @@ def convert(rec):
                      "these commits unless noted)")
     if src == "pytorch/torchtitan" and "pr165" in rec["id"]:
         notes.append("tokens/s = midpoint of the published WPS range; 'SAC' op- vs layer-level not stated")
-    if src == "pytorch/torchtitan" and (rec["source"].get("date") or "9999") < "2024-06":
+    if src == "pytorch/torchtitan" and row_date(rec) < "2024-06-12":
         # torchtitan's train loop of spring 2024 ran `pred = model(input_ids); loss = loss_fn(pred, labels);
-        # loss.backward()` with the model returning `self.output(h).float()`; `del pred` (comment: "need to free
-        # to before bwd to avoid peaking memory") came later in 2024.
+        # loss.backward()` with the model returning `self.output(h).float()` (train.py and models/llama/model.py
+        # at 40f8fd007, 2024-06-06); `del pred` (comment: "need to free to before bwd to avoid peaking memory")
+        # came with e29b6b4d4 (2024-06-12, PR 391).
         plan["hold_logits"] = True
         notes.append("hold_logits: torchtitan's loop of this date keeps `pred` (fp32 logits) alive through "
-                     "backward; `del pred` was added later in 2024")
+                     "backward; `del pred` was added in e29b6b4d4 (2024-06-12)")
     # torchtitan torch.compiles the cross-entropy loss with training.compile since bbb1b616e (2025-04-02,
     # components/loss.py build_cross_entropy_loss; commit message: it reduces memory); the plan's default with
     # compile is that compiled loss (loss_impl compiled). Runs of an earlier torchtitan compiled the blocks
     # only and ran the eager fp32 loss; every run of such a torchtitan states it, with or without compile (so
     # its runs that differ in compile alone still pair up in validate's knob pairs).
-    if src == "pytorch/torchtitan" and (rec["source"].get("date") or "9999") < "2025-04-02":
+    if src == "pytorch/torchtitan" and row_date(rec) < "2025-04-02":
         plan["loss_impl"] = "eager"
         notes.append("loss_impl eager: torchtitan of this date runs the eager loss (with compile, the blocks "
                      "only are compiled); the loss is compiled with the model since bbb1b616e (2025-04-02, "
@@ -831,10 +935,28 @@ def convert(rec):
     # each norm saves an fp32 copy of its input (tools/reference/saved_per_block.py). Compiled blocks save the
     # same as with nn.RMSNorm, so the knob changes nothing with compile; it is stated on every run of such a
     # torchtitan (runs that differ in compile alone still pair up).
-    if src == "pytorch/torchtitan" and (rec["source"].get("date") or "9999") < "2025-03-19":
+    if src == "pytorch/torchtitan" and row_date(rec) < "2025-03-19" \
+            and "fused_rmsnorm" not in str(other.get("norm_type") or ""):
         plan["fp32_norm"] = True
         notes.append("fp32_norm: torchtitan of this date normalises in fp32 in a Python RMSNorm (models/norms.py "
                      "until 3b39d7ab0, 2025-03-19)")
+    elif src == "pytorch/torchtitan" and row_date(rec) < "2025-03-19":
+        notes.append("no fp32_norm: the run sets norm_type fused_rmsnorm (torchtitan's Triton fused RMSNorm, which "
+                     "saves its bf16 input and the rstd, not an fp32 copy)")
+    # torchtitan's AdamW was foreach (`--optimizer.fused` default False, config_manager.py at 40f8fd007 and
+    # 2271b6386; `foreach=True` hard-coded in train.py at 83c879f18, the PR 165 commit) until 6e4988550
+    # (2025-02-24, "use Fused AdamW as default"). A row that publishes optimizer_fused states it.
+    if src == "pytorch/torchtitan":
+        fused = other.get("optimizer_fused")
+        if isinstance(fused, bool):
+            plan["fused_optimizer"] = fused
+            notes.append("fused_optimizer %s: published (optimizer.fused = %s)" % (str(fused).lower(), fused))
+        elif row_date(rec) < "2025-02-24":
+            plan["fused_optimizer"] = False
+            notes.append("fused_optimizer false: torchtitan of this date runs foreach AdamW (optimizer.fused "
+                         "default False; fused became the default in 6e4988550, 2025-02-24)")
+    if src == "pytorch/torchtitan" and "github_pr_description" in str(rec["source"].get("type") or ""):
+        map_torchtitan_pr(rec, plan, notes, cluster)
     if src == "pytorch/ao" and rec["id"].startswith("torchao-e2e-"):
         # The ao e2e benchmarks launch torchtitan through benchmarks/float8/training/llama3.sh, which runs
         # ${TORCHTITAN_ROOT}/run_train.sh (ao 8c81863ba, 4fc4068d6, e4e681be6); run_train.sh starts torchrun with
@@ -963,7 +1085,7 @@ def convert(rec):
     return out, None
 
 
-def convert_all(data):
+def convert_all(data, names=("published_runs_dev.json",)):
     records, skipped = [], []
     for rec in data["records"]:
         try:
@@ -980,22 +1102,42 @@ def convert_all(data):
         else:
             skipped.append(s)
     return {"schema": "shardplan.runs/1", "records": records, "skipped": skipped,
-            "source": "converted by tools/convert_published.py from shared/validation/published_runs_dev.json "
-                      "(rules: docs/validation-mapping.md)"}
+            "source": "converted by tools/convert_published.py from %s (rules: docs/validation-mapping.md)"
+                      % " + ".join("shared/validation/" + n for n in names)}
 
 
 def dumps(doc):
     return json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
+def load_inputs(paths):
+    """The records of every input file, in order; (data, file names). Raises ValueError on a repeated id."""
+    recs, names, seen = [], [], {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        names.append(os.path.basename(path))
+        for rec in data["records"]:
+            rid = rec.get("id") if isinstance(rec, dict) else None
+            if rid is not None and rid in seen:
+                raise ValueError("%s: record id %r already in %s" % (path, rid, seen[rid]))
+            if rid is not None:
+                seen[rid] = path
+            recs.append(rec)
+    return {"records": recs}, names
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("shared_json")
+    ap.add_argument("shared_json", nargs="+")
     ap.add_argument("-o", "--out", required=True)
     args = ap.parse_args(argv)
-    with open(args.shared_json, encoding="utf-8") as f:
-        data = json.load(f)
-    doc = convert_all(data)
+    try:
+        data, names = load_inputs(args.shared_json)
+    except ValueError as e:
+        sys.stderr.write("convert_published: %s\n" % e)
+        return 2
+    doc = convert_all(data, names)
     text = dumps(doc)
     tmp = args.out + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:

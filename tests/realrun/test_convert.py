@@ -16,10 +16,16 @@ import convert_published as cp  # noqa: E402
 
 SHARED = os.environ.get("SHARDPLAN_PUBLISHED_RUNS",
                         os.path.join(ROOT, "..", "shared", "validation", "published_runs_dev.json"))
+# The second development file (torchtitan PR descriptions: PRs 355, 382, 467, 615, 812, 822, 996, 1881); the
+# committed output converts both: tools/convert_published.py DEV DEV2 -o tests/data/runs/published_dev.json.
+SHARED2 = os.environ.get("SHARDPLAN_PUBLISHED_RUNS2",
+                         os.path.join(os.path.dirname(SHARED), "published_runs_dev2.json"))
+SHARED_FILES = [SHARED, SHARED2]
 COMMITTED = os.path.join(ROOT, "tests", "data", "runs", "published_dev.json")
 REQUIRED = ("schema", "id", "model", "cluster", "gpus", "plan", "measured")
 PLAN_KEYS = {"runtime", "zero", "shard_group", "tp", "seq", "mbs", "grad_accum", "ac", "wrap", "prefetch",
              "reshard_after_forward", "precision", "reduce_dtype", "offload", "compile", "hold_logits", "fp32_norm",
+             "fused_optimizer",
              "loss_dtype", "loss_impl", "zero_grad_in_place", "allocator_gc_threshold", "fp8", "fp8_all_gather", "allocator", "async_tp", "pp", "pp_schedule", "virtual_stages", "pp_layers",
              "attention", "attention_dropout",
              "sdpa_backend", "sac_sdpa_ops", "cp"}
@@ -29,9 +35,9 @@ MEASURED_KEYS = {"peak_allocated_bytes", "peak_active_bytes", "peak_reserved_byt
 
 def load_doc():
     """Convert the shared file when present, else use the committed output."""
-    if os.path.exists(SHARED):
-        with open(SHARED, encoding="utf-8") as f:
-            return cp.convert_all(json.load(f)), True
+    if all(os.path.exists(p) for p in SHARED_FILES):
+        data, names = cp.load_inputs(SHARED_FILES)
+        return cp.convert_all(data, names), True
     with open(COMMITTED, encoding="utf-8") as f:
         return json.load(f), False
 
@@ -50,7 +56,7 @@ class ConvertTest(unittest.TestCase):
             for i in range(2):
                 out = os.path.join(d, "o%d.json" % i)
                 subprocess.check_call([sys.executable, os.path.join(ROOT, "tools", "convert_published.py"),
-                                       SHARED, "-o", out], stderr=subprocess.DEVNULL)
+                                       *SHARED_FILES, "-o", out], stderr=subprocess.DEVNULL)
                 with open(out, "rb") as f:
                     outs.append(f.read())
             self.assertEqual(outs[0], outs[1])
@@ -63,7 +69,9 @@ class ConvertTest(unittest.TestCase):
         # Exactly the records whose hardware or attention the defaults cannot express, each with a reason.
         self.assertTrue(scoped)
         for i in scoped:
-            self.assertTrue(any(k in i for k in ("mi300x", "b200", "cai-lightning", "bloom-prequel", "bloom-176b", "belle-", "nemo2407-")), i)
+            self.assertTrue(any(k in i for k in ("mi300x", "b200", "cai-lightning", "bloom-prequel", "bloom-176b", "belle-", "nemo2407-", "tt-pr")), i)
+            if i.startswith("tt-pr"):
+                continue  # dev2 rows: ConvertDev2Test
             term = "memory" if i.startswith("belle-") else "throughput"
             self.assertEqual(set(by_id[i]["out_of_scope"]), {term})
             self.assertGreater(len(by_id[i]["out_of_scope"][term]), 20)
@@ -118,12 +126,65 @@ class ConvertTest(unittest.TestCase):
     def test_counts_per_source(self):
         conv = collections.Counter(r["source"].split(";")[0] for r in self.doc["records"])
         self.assertEqual(dict(conv), {
-            "mosaicml/llm-foundry": 108, "pytorch/torchtitan": 21, "LianjiaTech/BELLE": 9, "pytorch/ao": 10,
+            "mosaicml/llm-foundry": 108, "pytorch/torchtitan": 21 + 16, "LianjiaTech/BELLE": 9, "pytorch/ao": 10,
             "hpcaitech/ColossalAI-Pytorch-lightning": 2, "bigscience-workshop/bigscience": 13, "NVIDIA/NeMo": 15})
-        self.assertEqual(len(self.doc["records"]) + len(self.doc["skipped"]), 196)
+        self.assertEqual(len(self.doc["records"]) + len(self.doc["skipped"]), 196 + 16)
         reasons = collections.Counter(s["reason"] for s in self.doc["skipped"])
         self.assertEqual(reasons[cp.FP8_REASON], 2)  # ao mxfp8 on B200 (float8 rows convert; NeMo/OLMo skip for others)
         self.assertEqual(reasons["GPU count not published"], 10)
+
+    def test_dev2_knobs(self):
+        """published_runs_dev2.json: each row's knobs from its PR commit and date (docs/validation-mapping.md)."""
+        b = self.by_id
+        # PR 355 (2024-06-06, 40f8fd007): the A/B of fused vs foreach AdamW; before `del pred` (e29b6b4d4,
+        # 2024-06-12) and the native RMSNorm (3b39d7ab0, 2025-03-19); no expandable segments yet.
+        self.assertFalse(b["tt-pr355-l3-8b-g8-a100-fsdp-adamw-unfused"]["plan"]["fused_optimizer"])
+        p = b["tt-pr355-l3-8b-g8-a100-fsdp-adamw-fused"]["plan"]
+        self.assertTrue(p["fused_optimizer"])
+        self.assertTrue(p["hold_logits"])
+        self.assertTrue(p["fp32_norm"])
+        self.assertNotIn("allocator", p)
+        self.assertEqual((p["sdpa_backend"], p["sac_sdpa_ops"]), ("flash", "flash-efficient"))
+        # PR 382 (2024-07-11): `del pred` present; foreach AdamW (fused default from 6e4988550, 2025-02-24).
+        p = b["tt-pr382-l3-8b-g8-h100-fsdp-bs2-sac-baseline"]["plan"]
+        self.assertNotIn("hold_logits", p)
+        self.assertFalse(p["fused_optimizer"])
+        self.assertNotIn("out_of_scope", b["tt-pr382-l3-8b-g8-h100-fsdp-bs2-sac-baseline"])
+        self.assertEqual(set(b["tt-pr382-l3-8b-g8-h100-fsdp-bs2-sac-embwrap"]["out_of_scope"]), {"memory"})
+        # PR 615 (2024-10-21): expandable segments and cuDNN attention from its own command line and log, the
+        # compiled loss of its train.py, fused_rmsnorm (no fp32 norm), fused AdamW.
+        p = b["tt-pr615-l3-8b-g8-h100-fsdp-noreshard-noac-compile"]["plan"]
+        self.assertEqual((p["allocator"], p["sdpa_backend"], p["zero"]), ("expandable", "cudnn", 2))
+        self.assertNotIn("loss_impl", p)
+        self.assertNotIn("fp32_norm", p)
+        self.assertTrue(p["fused_optimizer"])
+        # PR 812 (2025-01-31): float8 tensorwise without float8 all-gather; eager float8 out of scope.
+        p = b["tt-pr812-l3-8b-g8-h100-fsdp-float8-tensorwise-compile"]["plan"]
+        self.assertEqual((p["fp8"], p["allocator"], p["loss_impl"]), ("tensorwise", "expandable", "eager"))
+        self.assertNotIn("fp8_all_gather", p)
+        self.assertNotIn("out_of_scope", b["tt-pr812-l3-8b-g8-h100-fsdp-float8-tensorwise-compile"])
+        self.assertEqual(set(b["tt-pr812-l3-8b-g8-h100-fsdp-float8-tensorwise-eager"]["out_of_scope"]),
+                         {"memory", "throughput"})
+        # PR 996 (2025-03-24): native RMSNorm, fused AdamW default; chunked cross-entropy out of scope.
+        p = b["tt-pr996-l3-8b-g8-h100-fsdp-bs1-baseline"]["plan"]
+        self.assertNotIn("fp32_norm", p)
+        self.assertNotIn("fused_optimizer", p)
+        self.assertEqual(set(b["tt-pr996-l3-8b-g8-h100-fsdp-bs1-chunkedce"]["out_of_scope"]), {"memory"})
+        # PR 1881 (2025-11-15): torchtitan puts cuDNN first (6a3a9da95) and its SAC list lacks it (b39377f9f).
+        p = b["tt-pr1881-l3-8b-g8-fsdp8-fsdp2-eager-bs1"]["plan"]
+        self.assertEqual((p["sdpa_backend"], p["sac_sdpa_ops"]), ("cudnn", "flash-efficient"))
+
+    def test_repeated_id_across_files_is_an_error(self):
+        with tempfile.TemporaryDirectory() as d:
+            paths = []
+            for n in ("a.json", "b.json"):
+                paths.append(os.path.join(d, n))
+                with open(paths[-1], "w", encoding="utf-8") as f:
+                    json.dump({"records": [{"id": "same"}]}, f)
+            rc = subprocess.call([sys.executable, os.path.join(ROOT, "tools", "convert_published.py"), *paths,
+                                  "-o", os.path.join(d, "o.json")], stderr=subprocess.DEVNULL)
+            self.assertEqual(rc, 2)
+            self.assertFalse(os.path.exists(os.path.join(d, "o.json")))
 
     def test_spot_mosaic_mpt70b(self):
         r = self.by_id["mosaic-a100-80gb-mpt70b-s2048-g64-mbs8-ga4-bf16-ac1"]
