@@ -26,17 +26,21 @@ struct MemoryErrorStats {
 /// (loss_impl; the MI300X and B200 rows of torchtitan 2c8b594 / 6fc499f), the B200 rows' cuDNN attention
 /// recomputed by the SAC save list of torchtitan 6fc499f (sdpa_backend cudnn, sac_sdpa_ops flash-efficient),
 /// and torch.compile's saved set with torchtitan's Python fp32 RMSNorm (fp32_norm; docs/model.md "Compiled
-/// saved tensors"): median 1.20 %, worst 8.38 % (19 runs).
-inline constexpr MemoryErrorStats kReservedMemoryError{"peak_reserved_bytes", 19, 0.0120, 0.0838};
+/// saved tensors"): median 1.20 %, worst 8.38 % (19 runs). With the 13 in-scope reserved rows of
+/// published_runs_dev2.json (torchtitan PRs 355-1881, knobs from each PR's commit and date, tools/
+/// convert_published.py; recomputed by that test): median 4.05 %, worst 13.72 % (32 runs; the worst is PR
+/// 382's bs 2 SAC baseline of 2024-07, over-predicted).
+inline constexpr MemoryErrorStats kReservedMemoryError{"peak_reserved_bytes", 32, 0.0405, 0.1372};
 
 /// Default planner headroom (fraction of GPU memory `plan` keeps free). Rule: the largest under-prediction of
 /// peak reserved memory over the in-scope records of tests/data/runs/published_dev.json, (measured -
 /// predicted) / measured, rounded up to the next whole percent; a plan the planner accepts then stays under
 /// the device's memory for every measured run the prediction has missed. default_headroom() computes the
 /// rule; a test recomputes it with the real simulator and fails when this constant is stale.
-/// Today: largest under-prediction 8.38 % (the PR 165 FSDP1 SAC eager row; eager temporaries inside a layer
-/// are not in the replay, docs/model.md "Reserved memory") -> 9 %.
-inline constexpr double kDefaultHeadroom = 0.09;
+/// Today: largest under-prediction 10.94 % (torchtitan PR 355's A100 rows of 2024-06-06, foreach and fused
+/// AdamW alike: 52.97 GiB predicted, 59.48 GiB measured; the cause is not identified) -> 11 %. Before the
+/// dev2 rows: 8.38 % (the PR 165 FSDP1 SAC eager row) -> 9 %.
+inline constexpr double kDefaultHeadroom = 0.11;
 inline constexpr const char* kDefaultHeadroomRule =
     "the largest under-prediction of reserved memory on the committed runs, rounded up to a whole percent";
 /// The rule above applied to a validation report's peak_reserved_bytes rows (in scope only).
@@ -51,7 +55,11 @@ struct ThroughputErrorStats {
   double median_abs;  ///< median |relative error|
   double mape;        ///< mean |relative error|
 };
-inline constexpr ThroughputErrorStats kThroughputError{"tokens_per_s_per_gpu", 132, 0.060, 0.073};
+/// Recomputed by "the throughput tie tolerance is the median tokens/s error on the committed records" with
+/// the 15 in-scope tokens/s rows of published_runs_dev2.json and the PR 165 rows' foreach AdamW
+/// (fused_optimizer false, torchtitan before 6e4988550): 147 runs, median 7.11 %, MAPE 7.85 % (132 runs, 6.0
+/// %, 7.3 % before).
+inline constexpr ThroughputErrorStats kThroughputError{"tokens_per_s_per_gpu", 147, 0.071, 0.0785};
 /// The planner's tie tolerance. Rule: two plans whose predicted tokens/s per GPU differ by less than the
 /// median |error| of the tokens/s prediction over the in-scope validation records, |a - b| / max(a, b) <
 /// this, are a tie (the model cannot tell them apart). A test recomputes it with the real simulator and fails

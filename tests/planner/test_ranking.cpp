@@ -40,9 +40,9 @@ std::pair<std::size_t, std::string> choose(const std::vector<Result>& v) {
 TEST_CASE("the throughput tie tolerance is the median tokens/s error on the committed records",
           "[ranking][validate]") {
   // Rule (planner/report/margin.hpp, docs/model.md): the median |relative error| of tokens/s per GPU over the
-  // in-scope records of tests/data/runs/published_dev.json (docs/accuracy.md: 6.0 %, MAPE 7.3 %, 132
-  // records). Recomputed with the real simulator: a model or data change that moves it makes kThroughputError
-  // stale.
+  // in-scope records of tests/data/runs/published_dev.json (docs/accuracy.md: 7.1 %, MAPE 7.9 %, 147
+  // records, published_runs_dev2.json's torchtitan PR rows included; 6.0 %, 7.3 %, 132 before them).
+  // Recomputed with the real simulator: a model or data change that moves it makes kThroughputError stale.
   ValidationReport v = validate_files({std::string(SHARDPLAN_TEST_DATA) + "/runs/published_dev.json"});
   bool found = false;
   for (const auto& s : v.summary()) {
@@ -57,14 +57,16 @@ TEST_CASE("the throughput tie tolerance is the median tokens/s error on the comm
 }
 
 TEST_CASE("choose_plan: within the error the tie rules decide, beyond it the faster plan wins", "[ranking]") {
-  // Tolerance 6 %: 970 vs 1000 is 3 % (a tie), 930 vs 1000 is 7 % (not).
+  // Tolerance 7.1 %: 970 vs 1000 is 3 % (a tie), 920 vs 1000 is 8 % (not). (At the earlier 6 % the second
+  // case was 930, 7 %: that is now inside the band, so it moved to 920 to stay beyond it.)
   SECTION("runtime: FSDP2 3 % slower than FSDP1 is a tie and wins by the runtime rule") {
     auto [i, rule] = choose({fake(Runtime::kFsdp1, 1, 1000), fake(Runtime::kFsdp2, 1, 970)});
     CHECK(i == 1);
     CHECK(rule == tie_rule_names()[2]);
   }
-  SECTION("runtime: FSDP2 7 % slower loses") {
-    auto [i, rule] = choose({fake(Runtime::kFsdp1, 1, 1000), fake(Runtime::kFsdp2, 1, 930)});
+  SECTION("runtime: FSDP2 8 % slower loses") {
+    REQUIRE(0.08 > kThroughputTieTolerance);
+    auto [i, rule] = choose({fake(Runtime::kFsdp1, 1, 1000), fake(Runtime::kFsdp2, 1, 920)});
     CHECK(i == 0);
     CHECK(rule.empty());
   }
@@ -77,7 +79,7 @@ TEST_CASE("choose_plan: within the error the tie rules decide, beyond it the fas
     CHECK(rule == tie_rule_names()[1]);
   }
   SECTION("memory risk comes first") {
-    // 79.5 GiB: 79.5 x 1.012 (median error) = 80.45 > 80 -> high risk; 40 GiB: 40 x 1.084 (worst) = 43.4 <=
+    // 79.5 GiB: 79.5 x 1.0405 (median error) = 82.7 > 80 -> high risk; 40 GiB: 40 x 1.1372 (worst) = 45.5 <=
     // 80 -> low.
     Result tight = fake(Runtime::kFsdp2, 1, 1000, 79.5);
     Result roomy = fake(Runtime::kFsdp1, 2, 960, 40);
