@@ -42,6 +42,22 @@ const char* titan_schedule(PpSchedule s) {
   return "1F1B";
 }
 
+/// Knobs that the torchtitan training loop or version decides, not any config field (both torchtitan
+/// formats).
+void torchtitan_loop_notes(const Plan& p, std::vector<std::string>& n) {
+  if (p.loss_dtype != Plan{}.loss_dtype)
+    n.push_back("--loss-dtype: torchtitan computes the loss in its own dtype");
+  if (p.hold_logits) n.push_back("--hold-logits: a property of the training loop, not of the config");
+  if (p.fp32_norm)
+    n.push_back(
+        "--fp32-norm: the torchtitan version decides (Python fp32 RMSNorm before 2025-03-19), not the "
+        "config");
+  if (p.loss_impl && p.loss() != (p.compile ? LossImpl::kCompiled : LossImpl::kEager))
+    n.push_back(std::string("--loss-impl ") + to_string(p.loss()) +
+                ": the torchtitan version decides (the loss is compiled with the model since 2025-04-02), "
+                "not the config");
+}
+
 /// torchtitan's module_fqns_per_model_part for the plan's stages, or "" when torchtitan's own split is the
 /// plan's (no --pp-layers, the schedule's default stages per rank: 1 for GPipe / 1F1B, 2 for the looped ones,
 /// torchtitan/distributed/pipeline_parallel.py _get_pipeline_metadata). Module names of torchtitan 0.3.0's
@@ -160,17 +176,7 @@ std::vector<std::string> emit_notes(const std::string& kind, const Plan& p) {
       n.push_back(
           "--precision bf16 (bf16 parameters, fp32 Adam moments) has no torchtitan equivalent: written as "
           "bf16-mixed (training.dtype float32, mixed_precision_param bfloat16), which holds fp32 parameters");
-    if (p.loss_dtype != Plan{}.loss_dtype)
-      n.push_back("--loss-dtype: torchtitan computes the loss in its own dtype");
-    if (p.hold_logits) n.push_back("--hold-logits: a property of the training loop, not of the config");
-    if (p.fp32_norm)
-      n.push_back(
-          "--fp32-norm: the torchtitan version decides (Python fp32 RMSNorm before 2025-03-19), not "
-          "the config");
-    if (p.loss_impl && p.loss() != (p.compile ? LossImpl::kCompiled : LossImpl::kEager))
-      n.push_back(std::string("--loss-impl ") + to_string(p.loss()) +
-                  ": the torchtitan version decides (the loss is compiled with the model since 2025-04-02), "
-                  "not the config");
+    torchtitan_loop_notes(p, n);
     if (p.offload == Offload::kOptimizer)
       n.push_back(
           "--offload optimizer: torchtitan's enable_cpu_offload offloads parameters, gradients and optimizer "
@@ -202,17 +208,7 @@ std::vector<std::string> emit_notes(const std::string& kind, const Plan& p) {
     if (p.precision == Precision::kBf16 || p.precision == Precision::kBf16True)
       n.push_back(std::string("--precision ") + to_string(p.precision) +
                   ": torchtitan keeps fp32 parameters (mixed_precision_param bfloat16 is bf16-mixed)");
-    if (p.loss_dtype != Plan{}.loss_dtype)
-      n.push_back("--loss-dtype: torchtitan computes the loss in its own dtype");
-    if (p.hold_logits) n.push_back("--hold-logits: a property of the training loop, not of the config");
-    if (p.fp32_norm)
-      n.push_back(
-          "--fp32-norm: the torchtitan version decides (Python fp32 RMSNorm before 2025-03-19), not "
-          "the config");
-    if (p.loss_impl && p.loss() != (p.compile ? LossImpl::kCompiled : LossImpl::kEager))
-      n.push_back(std::string("--loss-impl ") + to_string(p.loss()) +
-                  ": the torchtitan version decides (the loss is compiled with the model since 2025-04-02), "
-                  "not the config");
+    torchtitan_loop_notes(p, n);
     if (p.offload == Offload::kOptimizer)
       n.push_back("--offload optimizer: FSDP2 offloads parameters, not the optimizer alone");
   }
