@@ -113,6 +113,60 @@ double tree_fill_s(double chunk_bytes, double buffer_bytes, int channels, int no
   return 2.0 * depth * chunk / channel_Bps;
 }
 
+RingGraph ring_graph_across_nodes(GpuArch arch, int rails, double nic_GBps, double nvlink_GBps) {
+  // Per-channel speeds the search tries, highest first (src/graph/search.cc, NVIDIA/nccl v2.29.2:
+  // speedArrayInter, sm90SpeedArrayInter, sm100SpeedArrayInter).
+  static constexpr double kInter[] = {48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0,
+                                      7.0,  6.0,  5.0,  4.0,  3.0,  2.4,  1.2,  0.24, 0.12};
+  static constexpr double kSm90[] = {48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5,
+                                     15.0, 12.0, 6.0,  3.0,  2.4,  1.2,  0.24, 0.12};
+  static constexpr double kSm100[] = {96.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0,
+                                      17.5, 15.0, 12.0, 6.0,  3.0,  2.4,  1.2,  0.24, 0.12};
+  const bool hopper_up = arch == GpuArch::kHopper || arch == GpuArch::kBlackwell;  // ccMin > 80
+  const double* speeds = arch == GpuArch::kBlackwell ? kSm100 : arch == GpuArch::kHopper ? kSm90 : kInter;
+  const int nspeeds = arch == GpuArch::kBlackwell ? 18 : arch == GpuArch::kHopper ? 17 : 19;
+  // ringGraph->maxChannels = MAXCHANNELS / 2 = 32 (src/init.cc, src/include/device.h MAXCHANNELS 64).
+  constexpr int kMaxSearch = 32, kMaxChannels = 64;
+  RingGraph r;
+  rails = std::max(1, rails);
+  if (nic_GBps <= 0) return r;
+  // The search starts at the first speed no higher than the NIC (system->maxBw) and keeps the solution
+  // with the most bandwidth (nChannels x bw, search.cc ncclTopoCompareGraphs), lowering the speed while the
+  // next one is more than 0.49 of the first solution's. A speed's channels: each NIC carries floor(nic /
+  // speed) of them and each GPU's NVLink floor(nvlink / speed) (every channel crosses every GPU of the
+  // domain once).
+  double first = 0;
+  for (int i = 0; i < nspeeds; ++i) {
+    const double s = speeds[i];
+    if (s > nic_GBps) continue;
+    if (first > 0 && s <= 0.49 * first) break;
+    int ch = std::min(kMaxSearch, rails * static_cast<int>(std::floor(nic_GBps / s)));
+    if (nvlink_GBps > 0) ch = std::min(ch, static_cast<int>(std::floor(nvlink_GBps / s)));
+    if (ch <= 0) continue;
+    if (first == 0) first = s;
+    if (ch * s > r.search_channels * r.search_GBps) r.search_channels = ch, r.search_GBps = s;
+  }
+  if (r.search_channels == 0) r.search_channels = 1, r.search_GBps = speeds[nspeeds - 1];
+  int ch = r.search_channels;
+  double bw = r.search_GBps;
+  // ncclTopoDupChannels (search.cc): doubles the graph's channels (bandwidth split among them) unless
+  // bwIntra < 25, or ccMin > 80 with bwIntra < 50 and more than 4 channels.
+  if (bw >= 25.0 && !(hopper_up && bw < 50.0 && ch > 4)) {
+    const int dup = std::min(2 * ch, kMaxSearch);
+    bw /= (dup + ch - 1) / ch;
+    ch = dup;
+  }
+  r.search_channels = ch;
+  r.search_GBps = bw;
+  // ncclTopoPostset (connect.cc): "nChannels = comm->nChannels = std::min(MAXCHANNELS,nChannels*2)", then
+  // "Use 4 compute channels per search channel to reach peak BW on <8 PPN": minCompCap >= 90, nNodes > 1,
+  // graphs[RING]->bwIntra > 45 and nChannels < 16 double again.
+  int comm_ch = std::min(kMaxChannels, 2 * ch);
+  if (hopper_up && bw > 45.0 && comm_ch < 16) comm_ch = std::min(kMaxChannels, 2 * comm_ch);
+  r.channels = comm_ch;
+  return r;
+}
+
 CollectiveAlgorithms CollectiveAlgorithms::parse(const std::string& list) {
   std::string s = list;
   const bool negate = !s.empty() && s[0] == '^';
@@ -314,16 +368,41 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
         const int graph_nc = N > 1 ? std::max(1, g.rails) : nc;
         choice_busbw = std::min(0.92 * bw, graph_nc * kc.ring_ll128_per_ch * 1e9);
       }
+      // Across nodes the CTAs that run are comm->nChannels of NCCL's ring graph (ring_graph_across_nodes),
+      // not one per NVLink, and one channel's NVLink hop is one CTA copying at no more than one NVLink's
+      // usable bandwidth, NCCL's SMxx_NVLINK_BW (src/graph/topo.h v2.29.2: 20.6 GB/s on Hopper, 40.1 on
+      // Blackwell). On a DGX H100 with 8 NICs the graph is 8 channels x 45 GB/s, doubled to 16 CTAs: 16
+      // x 20.6 = 329.6 GB/s busbw, under the 370.8 of NVLink and the 384 of the NICs, where the 80-rank H100
+      // logs level off (all-gather 324 GB/s at 16 GiB). One node's ring has 24 CTAs (6 x 60 GB/s, duplicated,
+      // doubled), whose 494 GB/s leave NVLink the bound.
+      int ring_nc = 0;
+      bool cta_bound = false;
+      if (N > 1 && ppn > 1 && nvlink) {
+        const RingGraph rg = ring_graph_across_nodes(g.arch, g.rails, g.rail_Bps / 1e9, B_intra / 1e9);
+        ring_nc = rg.channels;
+        const double per_ch = (p == kLL128 ? k.ring_ll128_per_ch : k.nvlink_channel_GBps) * 1e9;
+        cta_bound = p != kLL && ring_nc * per_ch < busbw;
+        if (cta_bound) busbw = ring_nc * per_ch;
+      }
       const double net_overhead = N > 1 ? kNetOverhead * (p == kSimple ? 3.0 : 1.0) : 0.0;
       const double intra_lat = std::max(hw_intra_ring, net_overhead);
       const int inter_steps = N == 1 ? 0 : (ar ? 2 * (N - 1) : N - 1);
       const double net_row = ppn == 1 ? kTreeNet[p] : kRingNet[p];
       const double lat = kRingBase[p] + (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat(net_row);
-      const double lat_tuner =
-          kRingBase[p] + (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat_tuner(net_row);
+      // "Plateau effect of ring" (ncclTopoGetAlgoTime, src/graph/tuning.cc v2.26.2-v2.29.2): NCCL's estimate
+      // of a multi-node ring Simple all-reduce multiplies the latency by 1.4 (1.9 before sm80) once each
+      // channel's step holds >= 64 bytes, nBytes / (comm->nChannels x nRanks). Part of the tuner's choice.
+      const double plateau =
+          ar && p == kSimple && N > 1 && S / ((ring_nc > 0 ? ring_nc : nc) * double(n)) >= 64
+              ? (g.arch == GpuArch::kVolta ? 1.9 : 1.4)
+              : 1.0;
+      const double lat_tuner = plateau * (kRingBase[p] + (nsteps - inter_steps) * intra_lat +
+                                          inter_steps * inter_lat_tuner(net_row));
       consider("ring", p, lat, busbw, busbw / factor, 1.0,
-               N > 1 && B_net < B_intra ? "the domain's NICs" : (nvlink ? "NVLink" : "PCIe"),
-               choice_busbw / factor, 0, lat_tuner);
+               cta_bound                  ? "the ring's CTAs (NCCL's channels x one NVLink each)"
+               : N > 1 && B_net < B_intra ? "the domain's NICs"
+                                          : (nvlink ? "NVLink" : "PCIe"),
+               choice_busbw / factor, ring_nc, lat_tuner);
     }
     // ---- Tree (all-reduce over several nodes): a chain inside the node, double binary tree across nodes.
     // NCCL: busBw = min(0.92 x bw, nc x perChMaxTreeBw) (+ LL/LL128 limits), algbw = busBw / 2.

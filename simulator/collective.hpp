@@ -53,6 +53,19 @@ double tree_chunk_bytes(int protocol, double buffer_bytes, int channels, int nod
 double tree_fill_s(double chunk_bytes, double buffer_bytes, int channels, int nodes, int ranks_per_node,
                    double channel_Bps);
 
+/// The ring NCCL builds across NVLink domains (several nodes): NCCL's graph search (src/graph/search.cc
+/// ncclTopoCompute, NVIDIA/nccl v2.29.2) looks for rings that leave each domain through a NIC, at the highest
+/// per-channel speed of its sm90/sm100 speed array that the NICs and each GPU's NVLink carry, then
+/// ncclTopoDupChannels and ncclTopoPostset (src/graph/connect.cc) double the channels. `search_channels` x
+/// `search_GBps` is what the tuner credits the ring with; `channels` is comm->nChannels, the CTAs that run.
+struct RingGraph {
+  int search_channels = 0;
+  double search_GBps = 0;  ///< graphs[RING]->bwInter after ncclTopoDupChannels
+  int channels = 0;        ///< comm->nChannels after ncclTopoPostset
+};
+/// `rails` NICs per domain at `nic_GBps` each; `nvlink_GBps` the usable NVLink bandwidth of one GPU.
+RingGraph ring_graph_across_nodes(GpuArch arch, int rails, double nic_GBps, double nvlink_GBps);
+
 /// nccl-tests' time per iteration when one thread drives `gpus_per_thread` GPUs (its -g / "nGpus" header).
 /// Every iteration the thread issues the group's collective on each of its GPUs in turn (ncclGroupStart; one
 /// ncclAllGather/... per GPU; ncclGroupEnd launches one kernel per GPU: src/group.cc, src/enqueue.cc

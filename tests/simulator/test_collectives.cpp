@@ -77,16 +77,21 @@ TEST_CASE("ring all-gather across 8 nodes equals the NCCL-style formula", "[simu
   const GroupView g = cl.group(64, 1);
   const double S = 8 * kGiBd;
   // n = 64 ranks on 8 nodes: 63 steps of which 7 cross the network.
-  //   bus = min(NVLink 450e9 × 20.6/25 = 370.8e9, 8 rails × 50e9 × nic_efficiency 0.96 = 384e9) = 370.8e9
+  //   bus = min(NVLink 450e9 × 20.6/25 = 370.8e9, 8 rails × 50e9 × nic_efficiency 0.96 = 384e9,
+  //             16 CTAs × SM90_NVLINK_BW 20.6e9 = 329.6e9) = 329.6e9
+  //   (NCCL's ring graph across nodes: 8 channels × 45 GB/s, doubled by ncclTopoPostset to 16, see
+  //   ring_graph_across_nodes below)
   //   intra hop (Simple) = max(3.4, netOverhead 3.0) = 3.4 µs; inter hop = 14 + 2 × 4 µs path latency = 22 µs
   //   latency = 8.4 + 56 · 3.4 + 7 · 22 = 8.4 + 190.4 + 154 = 352.8 µs
-  //   t = 352.8e-6 + (63/64) · 8 GiB / 368e9
+  //   t = 352.8e-6 + (63/64) · 8 GiB / 329.6e9
   // LL128 (latency 14 + 56·1.9 + 7·(4 + 4) = 176.4 µs, bw 0.92 × 370.8e9) loses above ~0.7 GB; LL is capped
   // at 20.4e9 B/s (> 2 nodes).
-  const double expected = 352.8e-6 + 63.0 / 64.0 * S / 370.8e9;
+  const double expected = 352.8e-6 + 63.0 / 64.0 * S / 329.6e9;
   CollectiveCost c = collective_cost(CollectiveKind::kAllGather, S, g);
   CHECK(c.time_s == Approx(expected).epsilon(1e-12));
   CHECK(std::string(c.protocol) == "Simple");
+  CHECK(c.channels == 16);
+  CHECK(c.busbw_Bps == Approx(329.6e9));
 }
 
 TEST_CASE("across nodes NCCL's tuner picks LL128 or Simple with its ring graph and without fabric latency",
@@ -97,8 +102,9 @@ TEST_CASE("across nodes NCCL's tuner picks LL128 or Simple with its ring graph a
   // Its latencies leave out the fabric (the IB plugin reports latency 0): LL128 14 + 70 · 1.9 + 9 · 4.0 = 183
   // µs, Simple 8.4 + 70 · 3.4 + 9 · 14 = 372.4 µs. Crossover: 189.4e-6 = S · 79/80 · (1/293.6e9 − 1/384e9)
   // ⇒ S = 239 MB: LL128 at 128 MiB, Simple at 256 MiB (the 80-rank all-gather log jumps there, 841 → 1766
-  // µs). The time is the hardware's: Simple at 370.8e9 (NVLink) with the fabric's 4 µs path latency counted
-  // twice per network step, 8.4 + 70 · 3.4 + 9 · (14 + 2 · 4) = 444.4 µs, although LL128 would be faster.
+  // µs). The time is the hardware's: Simple at 16 CTAs × 20.6e9 = 329.6e9 (NCCL's 16 ring channels, one
+  // NVLink's usable bandwidth each) with the fabric's 4 µs path latency counted twice per network step,
+  // 8.4 + 70 · 3.4 + 9 · (14 + 2 · 4) = 444.4 µs, although LL128 would be faster.
   Cluster cl(load_cluster_spec("dgx-h100"), 80);
   const GroupView g = cl.group(80, 1);
   REQUIRE(g.nodes == 10);
@@ -108,7 +114,7 @@ TEST_CASE("across nodes NCCL's tuner picks LL128 or Simple with its ring graph a
   const double S = 256.0 * kMiBd;
   CollectiveCost big = collective_cost(CollectiveKind::kAllGather, S, g);
   CHECK(std::string(big.protocol) == "Simple");
-  CHECK(big.time_s == Approx(444.4e-6 + 79.0 / 80.0 * S / 370.8e9).epsilon(1e-9));
+  CHECK(big.time_s == Approx(444.4e-6 + 79.0 / 80.0 * S / 329.6e9).epsilon(1e-9));
   CHECK(big.why.find("tuner chooses") != std::string::npos);
   // Just below and above the crossover.
   CHECK(std::string(collective_cost(CollectiveKind::kAllGather, 236e6, g).protocol) == "LL128");
@@ -143,10 +149,12 @@ TEST_CASE("all-reduce costs twice a reduce-scatter on a ring; NVLS and NVLS-tree
   // 64 ranks on 8 nodes: NVLS-tree, busbw = min(NVLS inside 490.28e9, NICs 8 × 48e9 = 384e9 (N > 2: x1),
   // 8 NVLS channels (one head GPU and NIC each; NCCL's NVLS graph has at most the node's 8 GPUs) ×
   // perChMaxNVLSTreeBw[Hopper][N4+] 45.5e9 = 364e9) = 364e9. Latency 25 + 2 · log2i(8) · (20.9 + 2 · 4) =
-  // 198.4 µs. The ring all-reduce: busbw 370.8e9 (NVLink), latency 8.4 + 112 · 3.4 + 14 · (14 + 2 · 4) =
-  // 697.2 µs. NVLS-tree wins where its 498.8 µs less latency outweighs its lower bandwidth: at 1 GiB
-  // (6.006 ms vs 6.398 ms), not at 16 GiB (93.12 ms vs 91.91 ms), where the ring's AR / RS ratio is 2 again
-  // (up to the latencies).
+  // 198.4 µs. The ring all-reduce runs at busbw 16 CTAs × 20.6e9 = 329.6e9, latency 8.4 + 112 · 3.4 + 14 ·
+  // (14 + 2 · 4) = 697.2 µs. NCCL's tuner compares NVLS-tree (no fabric latency: 25 + 6 · 20.9 = 150.4 µs,
+  // 364e9) with its ring graph (8 × 48e9 = 384e9; latency 8.4 + 112 · 3.4 + 14 · 14 = 585.2 µs × 1.4, the
+  // "plateau effect of ring" = 819.3 µs): NVLS-tree below S = 668.9e-6 / (126/64 · (1/364e9 − 1/384e9)) =
+  // 2.37e9 B, the ring above, as at 16 GiB, where the ring's AR / RS ratio is 2 again (up to the latencies)
+  // although NVLS-tree would be faster there (93.12 ms vs 103.3 ms).
   const GroupView g64 = h100.group(64, 1);
   const double S1 = kGiBd;
   CollectiveCost ar64 = collective_cost(CollectiveKind::kAllReduce, S1, g64);
@@ -156,10 +164,13 @@ TEST_CASE("all-reduce costs twice a reduce-scatter on a ring; NVLS and NVLS-tree
   CHECK(ar64.time_s == Approx(198.4e-6 + 126.0 / 64.0 * S1 / 364e9).epsilon(1e-9));
   CollectiveCost ar64_large = collective_cost(CollectiveKind::kAllReduce, S, g64);
   CHECK(std::string(ar64_large.algorithm) == "ring");
-  CHECK(ar64_large.time_s == Approx(697.2e-6 + 126.0 / 64.0 * S / 370.8e9).epsilon(1e-9));
+  CHECK(ar64_large.time_s == Approx(697.2e-6 + 126.0 / 64.0 * S / 329.6e9).epsilon(1e-9));
+  CHECK(ar64_large.why.find("tuner chooses") != std::string::npos);
   CHECK(
       ar64_large.time_s / collective_cost(CollectiveKind::kReduceScatter, S, g64).time_s ==
-      Approx((697.2e-6 + 126.0 / 64.0 * S / 370.8e9) / (352.8e-6 + 63.0 / 64.0 * S / 370.8e9)).epsilon(1e-9));
+      Approx((697.2e-6 + 126.0 / 64.0 * S / 329.6e9) / (352.8e-6 + 63.0 / 64.0 * S / 329.6e9)).epsilon(1e-9));
+  CHECK(std::string(collective_cost(CollectiveKind::kAllReduce, 2.30e9, g64).algorithm) == "nvls_tree");
+  CHECK(std::string(collective_cost(CollectiveKind::kAllReduce, 2.45e9, g64).algorithm) == "ring");
 }
 
 TEST_CASE("tree, CollNet chain and PAT follow NCCL's formulas", "[simulator][collective]") {
@@ -369,4 +380,50 @@ TEST_CASE("cluster nccl_version: the minor release, or one clear input error",
   CHECK(parse_cluster_spec(JsonObj(j, "c.json")).fabric.nccl_version == "2.26.2");
   j["fabric"]["nccl_version"] = "twenty-six";
   CHECK_THROWS_AS(parse_cluster_spec(JsonObj(j, "c.json")), InputError);
+}
+
+TEST_CASE("NCCL's ring graph across nodes: search channels, duplication and comm->nChannels",
+          "[simulator][collective]") {
+  // search.cc ncclTopoCompute / ncclTopoDupChannels and connect.cc ncclTopoPostset, NVIDIA/nccl v2.29.2.
+  // DGX H100, 8 NICs at 48 GB/s, NVLink 370.8 GB/s per GPU; sm90SpeedArrayInter 48, 45, 42, 40, 30, 24, 22:
+  //   48: min(8 NICs × 1, floor(370.8/48) = 7) = 7 channels, 336;  45: min(8, 8) = 8, 360 (best);
+  //   42: 336; 40: 320; 30: 8, 240; 24: min(16, 15) = 15, 360 (a tie keeps 45); 22 <= 0.49 × 48 stops.
+  //   Dup: bwIntra 45 < 50 with 8 > 4 channels on sm90: none. Postset doubles: 16; 45 is not > 45: 16.
+  RingGraph h = ring_graph_across_nodes(GpuArch::kHopper, 8, 48.0, 370.8);
+  CHECK(h.search_channels == 8);
+  CHECK(h.search_GBps == 45.0);
+  CHECK(h.channels == 16);
+  // 4 NICs (4 GPUs per node): 48 → 4 channels, 192 (24: 8 channels, 192, a tie). Dup: 4 channels is not
+  // > 4, so 8 × 24; Postset 16; 24 is not > 45: 16.
+  RingGraph h4 = ring_graph_across_nodes(GpuArch::kHopper, 4, 48.0, 370.8);
+  CHECK(h4.search_channels == 8);
+  CHECK(h4.search_GBps == 24.0);
+  CHECK(h4.channels == 16);
+  // One NIC: 1 × 48 → dup 2 × 24 → Postset 4.
+  CHECK(ring_graph_across_nodes(GpuArch::kHopper, 1, 48.0, 370.8).channels == 4);
+  // A100, 8 HDR NICs at 24 GB/s, NVLink 240 GB/s; speedArrayInter: 24 → min(8, 10) = 8, 192 (12: 16 × 12,
+  // a tie). 24 < 25: no dup; Postset 16; no sm90 doubling. 16 × SM80_NVLINK_BW 20 = 320e9 > NVLink 240e9,
+  // so the A100 ring stays NVLink-bound.
+  RingGraph a = ring_graph_across_nodes(GpuArch::kAmpere, 8, 24.0, 240.0);
+  CHECK(a.search_channels == 8);
+  CHECK(a.channels == 16);
+}
+
+TEST_CASE("80 H100 ranks on 10 nodes: the ring's 16 CTAs bound large buffers; NVLS-tree until 2 GiB",
+          "[simulator][collective]") {
+  Cluster cl(load_cluster_spec("dgx-h100"), 80);
+  const GroupView g = cl.group(80, 1);
+  // All-gather at 16 GiB: Simple ring, 16 CTAs × 20.6e9 = 329.6e9 busbw, latency 444.4 µs (test above).
+  const double S = 16 * kGiBd;
+  CollectiveCost ag = collective_cost(CollectiveKind::kAllGather, S, g);
+  CHECK(ag.channels == 16);
+  CHECK(ag.time_s == Approx(444.4e-6 + 79.0 / 80.0 * S / 329.6e9).epsilon(1e-9));
+  CHECK(ag.why.find("CTAs") != std::string::npos);
+  // All-reduce, tuner: NVLS-tree 150.4 µs + 158/80 · S / 364e9; ring (8.4 + 140 · 3.4 + 18 · 14) × 1.4 =
+  // 1031.0 µs + 158/80 · S / 384e9. Crossover S = 880.6e-6 / (158/80 · (1/364e9 − 1/384e9)) = 3.12e9 B:
+  // NVLS-tree at 2 GiB, the ring at 4 GiB (the 80-rank log's busbw falls from 337 to 314 GB/s there).
+  CHECK(std::string(collective_cost(CollectiveKind::kAllReduce, 2 * kGiBd, g).algorithm) == "nvls_tree");
+  CHECK(std::string(collective_cost(CollectiveKind::kAllReduce, 3.05e9, g).algorithm) == "nvls_tree");
+  CHECK(std::string(collective_cost(CollectiveKind::kAllReduce, 3.20e9, g).algorithm) == "ring");
+  CHECK(std::string(collective_cost(CollectiveKind::kAllReduce, 4 * kGiBd, g).algorithm) == "ring");
 }
