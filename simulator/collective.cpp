@@ -125,8 +125,12 @@ RingGraph ring_graph_across_nodes(GpuArch arch, int rails, double nic_GBps, doub
   const bool hopper_up = arch == GpuArch::kHopper || arch == GpuArch::kBlackwell;  // ccMin > 80
   const double* speeds = arch == GpuArch::kBlackwell ? kSm100 : arch == GpuArch::kHopper ? kSm90 : kInter;
   const int nspeeds = arch == GpuArch::kBlackwell ? 18 : arch == GpuArch::kHopper ? 17 : 19;
-  // ringGraph->maxChannels = MAXCHANNELS / 2 = 32 (src/init.cc, src/include/device.h MAXCHANNELS 64).
-  constexpr int kMaxSearch = 32, kMaxChannels = 64;
+  // NCCL caps the search at ringGraph->maxChannels = MAXCHANNELS / 2 = 32 and comm->nChannels at MAXCHANNELS
+  // 64 (src/init.cc, src/include/device.h). Like the rest of this model's channel counts (one per NVLink
+  // link) these are left uncapped, so that links without limit (the simulator's invariant tests) have no
+  // channel limit either; on real nodes floor(NVLink / speed) <= 31 keeps them under NCCL's caps anyway (H100
+  // 370.8 / 24 = 15, B200 721.8 / 24 = 30).
+  constexpr double kMaxChannels = 1e8;  // keeps 4 x channels within int
   RingGraph r;
   rails = std::max(1, rails);
   if (nic_GBps <= 0) return r;
@@ -140,11 +144,15 @@ RingGraph ring_graph_across_nodes(GpuArch arch, int rails, double nic_GBps, doub
     const double s = speeds[i];
     if (s > nic_GBps) continue;
     if (first > 0 && s <= 0.49 * first) break;
-    int ch = std::min(kMaxSearch, rails * static_cast<int>(std::floor(nic_GBps / s)));
-    if (nvlink_GBps > 0) ch = std::min(ch, static_cast<int>(std::floor(nvlink_GBps / s)));
+    double chd = std::min(kMaxChannels, rails * std::floor(nic_GBps / s));
+    if (nvlink_GBps > 0) chd = std::min(chd, std::floor(nvlink_GBps / s));
+    const int ch = static_cast<int>(chd);
     if (ch <= 0) continue;
     if (first == 0) first = s;
-    if (ch * s > r.search_channels * r.search_GBps) r.search_channels = ch, r.search_GBps = s;
+    if (ch * s > r.search_channels * r.search_GBps) {
+      r.search_channels = ch;
+      r.search_GBps = s;
+    }
   }
   if (r.search_channels == 0) r.search_channels = 1, r.search_GBps = speeds[nspeeds - 1];
   int ch = r.search_channels;
@@ -152,7 +160,7 @@ RingGraph ring_graph_across_nodes(GpuArch arch, int rails, double nic_GBps, doub
   // ncclTopoDupChannels (search.cc): doubles the graph's channels (bandwidth split among them) unless
   // bwIntra < 25, or ccMin > 80 with bwIntra < 50 and more than 4 channels.
   if (bw >= 25.0 && !(hopper_up && bw < 50.0 && ch > 4)) {
-    const int dup = std::min(2 * ch, kMaxSearch);
+    const int dup = 2 * ch;
     bw /= (dup + ch - 1) / ch;
     ch = dup;
   }
@@ -161,8 +169,8 @@ RingGraph ring_graph_across_nodes(GpuArch arch, int rails, double nic_GBps, doub
   // ncclTopoPostset (connect.cc): "nChannels = comm->nChannels = std::min(MAXCHANNELS,nChannels*2)", then
   // "Use 4 compute channels per search channel to reach peak BW on <8 PPN": minCompCap >= 90, nNodes > 1,
   // graphs[RING]->bwIntra > 45 and nChannels < 16 double again.
-  int comm_ch = std::min(kMaxChannels, 2 * ch);
-  if (hopper_up && bw > 45.0 && comm_ch < 16) comm_ch = std::min(kMaxChannels, 2 * comm_ch);
+  int comm_ch = 2 * ch;
+  if (hopper_up && bw > 45.0 && comm_ch < 16) comm_ch = 2 * comm_ch;
   r.channels = comm_ch;
   return r;
 }
