@@ -330,6 +330,10 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
   const double ll_max =
       (N == 1 ? k.ll_max_n1 : (N == 2 ? 39.0 : 20.4)) * 1e9;  // llMaxBws (Intel rows for N>1)
 
+  // NCCL's ring across NVLink domains (ring_graph_across_nodes); empty on one domain or without NVLink hops.
+  const RingGraph ring_graph = N > 1 && ppn > 1 && nvlink
+                                   ? ring_graph_across_nodes(g.arch, g.rails, g.rail_Bps / 1e9, B_intra / 1e9)
+                                   : RingGraph{};
   for (int p = kLL; p <= kSimple; ++p) {
     // LL128 is on by default over NVLink on Hopper/Blackwell, and on Ampere/Volta single-node NVLink
     // (tuning.cc: typeIntra <= PATH_NVB, typeInter <= PATH_PXN for sm90+, PATH_PXB otherwise).
@@ -383,11 +387,9 @@ CollectiveCost collective_cost(CollectiveKind kind, double S, const GroupView& g
       // x 20.6 = 329.6 GB/s busbw, under the 370.8 of NVLink and the 384 of the NICs, where the 80-rank H100
       // logs level off (all-gather 324 GB/s at 16 GiB). One node's ring has 24 CTAs (6 x 60 GB/s, duplicated,
       // doubled), whose 494 GB/s leave NVLink the bound.
-      int ring_nc = 0;
+      const int ring_nc = ring_graph.channels;
       bool cta_bound = false;
-      if (N > 1 && ppn > 1 && nvlink) {
-        const RingGraph rg = ring_graph_across_nodes(g.arch, g.rails, g.rail_Bps / 1e9, B_intra / 1e9);
-        ring_nc = rg.channels;
+      if (ring_nc > 0) {
         const double per_ch = (p == kLL128 ? k.ring_ll128_per_ch : k.nvlink_channel_GBps) * 1e9;
         cta_bound = p != kLL && ring_nc * per_ch < busbw;
         if (cta_bound) busbw = ring_nc * per_ch;
