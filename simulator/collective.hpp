@@ -66,6 +66,24 @@ struct RingGraph {
 /// `rails` NICs per domain at `nic_GBps` each; `nvlink_GBps` the usable NVLink bandwidth of one GPU.
 RingGraph ring_graph_across_nodes(GpuArch arch, int rails, double nic_GBps, double nvlink_GBps);
 
+/// NVLS channels NCCL runs (src/transport/nvls.cc): Hopper NVLS_NCHANNELS_SM90 16; Blackwell
+/// NVLS_NCHANNELS_SM100 32, and from 2.27 NVLS_NCHANNELS_SM100_NVL 24 inside one NVLink domain
+/// (v2.26.2-1 has only the 32; v2.27.3-1 .. v2.29.2-1 both).
+int nvls_channels(GpuArch arch, int nccl_minor, bool multi_domain);
+
+/// Bytes of one NVLS chunk per head as NCCL's calcCollChunking (src/enqueue.cc, identical in v2.26.2-1 and
+/// v2.29.2-1) sizes it for `channel_bytes` of one channel (nChannels = 1 per channel part,
+/// scheduleCollTasksToPlan) with `heads` NVLS heads: NVLS_CHUNKSIZE 128 KiB, 64 KiB under 64 x heads x 128
+/// KiB, 32 KiB under 8 x heads x 64 KiB, 16 KiB under 2 x heads x 32 KiB.
+double nvls_chunk_bytes(double channel_bytes, int heads);
+
+/// Time a single-domain NVLS all-reduce spends beyond NCCL's latency + S / algbw. Each channel loops over
+/// heads x chunk of its share (src/device/all_reduce.h, RunWorkColl<AllReduce, NVLS, Simple> oneNode:
+/// scatter, reduce (multimem) and gather warps hand every chunk over through the NVLS buffers), so each
+/// iteration costs a fixed hand-over on top of its bytes, and the last chunk's gather trails its reduction by
+/// one iteration.
+double nvls_pipeline_s(double buffer_bytes, int channels, int heads, double algbw_Bps);
+
 /// nccl-tests' time per iteration when one thread drives `gpus_per_thread` GPUs (its -g / "nGpus" header).
 /// Every iteration the thread issues the group's collective on each of its GPUs in turn (ncclGroupStart; one
 /// ncclAllGather/... per GPU; ncclGroupEnd launches one kernel per GPU: src/group.cc, src/enqueue.cc
