@@ -315,13 +315,16 @@ Layer make_mlp(const ModelSpec& s, int block) {
 /// bytes per output element; column-parallel outputs split by TP, row-parallel ones replicated), keeping the
 /// attention's saved output and log-sum-exp.
 void selective_mm_parity(const ModelSpec& s, Layer& attn, Layer& mlp) {
-  double split = 0, rep = 0, unread = 0;
+  double split = 0, rep = 0, unread = 0, scatter = 0;
   long long calls = 0;
   auto walk = [&](const Layer& l) {
-    split = rep = unread = 0;
+    split = rep = unread = scatter = 0;
     for (std::size_t i = 0; i < l.gemms.size(); ++i) {
       const Gemm& g = l.gemms[i];
       for (int c = 0; c < static_cast<int>(g.count); ++c) {
+        // Under TP every row-parallel GEMM's output is reduce-scattered (sequence parallel) and the policy
+        // saves the collective's output whatever the GEMM's parity (reduce_scatter_tensor is in _save_list).
+        if (g.tp == TpSplit::kRow) scatter += 2.0 * static_cast<double>(g.n);
         if (++calls % 2 == 0) continue;  // recomputed
         (g.tp == TpSplit::kRow ? rep : split) += 2.0 * static_cast<double>(g.n);
         // The layer's last, row-parallel GEMM is its output projection (layer_backward_excess_bytes).
@@ -334,9 +337,13 @@ void selective_mm_parity(const ModelSpec& s, Layer& attn, Layer& mlp) {
   attn.act_selective_split_bytes_per_token = 2.0 * q + 4.0 * static_cast<double>(s.heads) + split;
   attn.act_selective_replicated_bytes_per_token = rep;
   attn.act_selective_unread_replicated_bytes_per_token = unread;
+  attn.act_selective_row_output_bytes_per_token = rep;
+  attn.act_selective_tp_scatter_bytes_per_token = scatter;
   walk(mlp);
   mlp.act_selective_split_bytes_per_token = split;
   mlp.act_selective_replicated_bytes_per_token = rep;
+  mlp.act_selective_row_output_bytes_per_token = rep;
+  mlp.act_selective_tp_scatter_bytes_per_token = scatter;
   // Compiled SAC saves only what backward reads: the output projection's output feeds the residual add alone
   // (its backward needs the projection's input), so a saved w2 / wo output is dropped (tools/reference/
   // saved_per_block.py: 13.44 h compiled vs 15.44 h eager per block, the 2h of w2's output).
@@ -618,6 +625,10 @@ Json ModelGraph::to_graph_json() const {
           l.act_selective_unread_replicated_bytes_per_token;
     if (l.act_fp32_norm_bytes_per_token > 0)
       jl["act_fp32_norm_bytes_per_token"] = l.act_fp32_norm_bytes_per_token;
+    if (l.act_selective_row_output_bytes_per_token > 0)
+      jl["act_selective_row_output_bytes_per_token"] = l.act_selective_row_output_bytes_per_token;
+    if (l.act_selective_tp_scatter_bytes_per_token > 0)
+      jl["act_selective_tp_scatter_bytes_per_token"] = l.act_selective_tp_scatter_bytes_per_token;
     if (l.moe_experts > 0) jl["moe"] = {{"experts", l.moe_experts}, {"top_k", l.moe_top_k}};
     if (l.attn_heads > 0) {
       jl["attention"] = {
@@ -720,6 +731,12 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
         lo.number("act_selective_unread_replicated_bytes_per_token", 0.0, 0.0,
                   l.act_selective_replicated_bytes_per_token);
     l.act_fp32_norm_bytes_per_token = lo.number("act_fp32_norm_bytes_per_token", 0.0, 0.0, 1e12);
+    // Saved row-parallel outputs are part of the selective replicated figure (units.cpp takes them out of
+    // it).
+    l.act_selective_row_output_bytes_per_token = lo.number("act_selective_row_output_bytes_per_token", 0.0,
+                                                           0.0, l.act_selective_replicated_bytes_per_token);
+    l.act_selective_tp_scatter_bytes_per_token =
+        lo.number("act_selective_tp_scatter_bytes_per_token", 0.0, 0.0, 1e12);
     l.elementwise_bytes_per_token = lo.number("elementwise_bytes_per_token", 0.0, 0.0, 1e12);
     l.eager_elementwise_bytes_per_token =
         lo.number("eager_elementwise_bytes_per_token", l.elementwise_bytes_per_token, 0.0, 1e12);

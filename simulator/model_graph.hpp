@@ -88,6 +88,14 @@ struct Layer {
   /// output, which only feeds the residual add; replicated).
   double act_compiled_fewer_split_bytes_per_token = 0;
   double act_selective_unread_replicated_bytes_per_token = 0;
+  /// Tensor parallelism under op-level SAC (docs/model.md "Selective AC under tensor parallelism"): the part
+  /// of `act_selective_replicated_bytes_per_token` that is saved row-parallel GEMM outputs. With sequence
+  /// parallelism such an output is the partial sum over the whole sequence, before its reduce-scatter, so TP
+  /// does not divide it. `act_selective_tp_scatter_bytes_per_token`: the outputs of the reduce-scatters after
+  /// the layer's row-parallel GEMMs (saved or not: torchtitan's save list has reduce_scatter_tensor), which
+  /// exist only with TP > 1 and are divided by TP.
+  double act_selective_row_output_bytes_per_token = 0;
+  double act_selective_tp_scatter_bytes_per_token = 0;
   /// --fp32-norm (torchtitan's Python RMSNorm before 3b39d7ab0): the eager norm's fp32 copy of its input
   /// (4 bytes per element, saved by pow and the multiply by rsqrt) beside the bf16 tensors counted above.
   double act_fp32_norm_bytes_per_token = 0;

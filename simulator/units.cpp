@@ -115,21 +115,38 @@ double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool sele
   double split = sel ? l.act_selective_split_bytes_per_token : l.act_split_bytes_per_token;
   if (sdpa != sdpa_base) split = std::max(0.0, split + sdpa - sdpa_base);  // a graph JSON may say less
   double rep = sel ? l.act_selective_replicated_bytes_per_token : l.act_replicated_bytes_per_token;
+  // Op-level SAC under TP with sequence parallelism (docs/model.md "Selective AC under tensor parallelism";
+  // reference lane, Llama 3 8B TP 2: 344.5 MiB per block at 8k tokens): a saved row-parallel GEMM output is
+  // the partial sum over the whole sequence (not divided by TP), and the policy also saves the reduce-scatter
+  // outputs that follow the layer's row-parallel GEMMs (divided by TP).
+  double full = 0, scatter = 0;
+  if (sel) {
+    full = l.act_selective_row_output_bytes_per_token;
+    rep -= full;
+    if (p.tp > 1) scatter = l.act_selective_tp_scatter_bytes_per_token;
+  }
   // torch.compile's saved set (docs/model.md "Compiled saved tensors"; tools/reference/saved_per_block.py):
   // without recomputation SwiGLU's SiLU(gate) is recomputed in backward; under op-level SAC a saved output
-  // projection's output is not kept. The norms save the same bytes however the eager module computes them.
+  // projection's output is not kept, nor (by the same rule: backward never reads them; not measured with TP)
+  // the reduce-scatter outputs, which only feed residual adds. The norms save the same bytes however the
+  // eager module computes them.
   if (p.compile) {
-    if (sel)
-      rep -= l.act_selective_unread_replicated_bytes_per_token;
-    else
+    if (sel) {
+      const double unread = l.act_selective_unread_replicated_bytes_per_token;
+      const double from_full = std::min(unread, full);  // the unread output is a row-parallel one
+      full -= from_full;
+      rep -= unread - from_full;
+      scatter = 0;
+    } else {
       split -= l.act_compiled_fewer_split_bytes_per_token;
+    }
   } else if (p.fp32_norm && !sel) {
     rep += l.act_fp32_norm_bytes_per_token;  // eager Python RMSNorm: its fp32 copy of the input
   }
   // The per-token figures are for a 16-bit compute dtype: scale by bytes / 2. A materialised attention core
   // adds its score tensors, which selective recomputation recomputes (Korthikanti et al. 2022 §5: the core
   // attention is what selective recompute drops).
-  return tokens * (split / p.tp + rep / replicated_divisor(p)) * compute_bytes(p) / 2 +
+  return tokens * (split / p.tp + (rep + scatter) / replicated_divisor(p) + full) * compute_bytes(p) / 2 +
          (sel ? 0.0 : score_saved_bytes(l, p, tokens));
 }
 

@@ -510,6 +510,28 @@ TEST_CASE("a Llama block's saved bytes per token: fused RMSNorm, and the selecti
   // 63,616 (15.5h
   // + 128); the lane measures the same per block.
   CHECK(sel == 63'616.0);
+
+  // TP 2 with sequence parallelism (torchtitan's Llama plan): the TP-split outputs halve (wq 4096, wv 1024,
+  // SDPA output 4096 and log-sum-exp 64, w1 14,336) and so does the sequence-sharded block input (4096), but
+  // w2's saved output is the partial sum over the whole sequence before its reduce-scatter (2h = 8192, not
+  // halved), and the policy saves both reduce-scatter outputs (after wo and w2: 2·2h/2 = 8192). 44,096 bytes
+  // per token: the reference lane's Llama 3 8B TP 2 trace at 8192 tokens saves 361,235,456 B per block =
+  // 8192·44,096 + the SDPA op's two 512 B RNG-state tensors (before this: 248.5 MiB per block, -10 % peak).
+  Plan tp2 = p;
+  tp2.tp = 2;
+  tp2.ac = AcMode::kSelective;
+  double sel_tp2 = 0, sel_tp2_compiled = 0;
+  Plan tp2c = tp2;
+  tp2c.compile = true;
+  for (const Layer* l : s.model.order()) {
+    if (l->block != 0) continue;
+    sel_tp2 += layer_saved_bytes(*l, tp2, 1.0, true);
+    sel_tp2_compiled += layer_saved_bytes(*l, tp2c, 1.0, true);
+  }
+  CHECK(sel_tp2 == 44'096.0);
+  // Compiled, the rule measured at TP 1 (backward never reads the output projection's output, 2h) applied to
+  // the reduce-scatter outputs too, which also only feed residual adds: 44,096 - 8192 - 8192 = 27,712.
+  CHECK(sel_tp2_compiled == 27'712.0);
 }
 
 TEST_CASE("a Llama block's saved bytes per token: torch.compile's saved set and the Python fp32 RMSNorm",
