@@ -82,8 +82,8 @@ TEST_CASE("emitters: every knob of the table changes the emitted text or is refu
   const ptest::Setup dense("llama3-8b", "dgx-h100", 16), moe("qwen3-30b-a3b", "dgx-h100", 16);
   // Base plans that together make every knob valid somewhere: a dense ZeRO-3 selective-AC plan, DDP
   // (ZeRO-0), a 2048-token sequence (--attention fused-softmax), pipelines (single-stage 1F1B at ZeRO-2 for
-  // FSDP2 and ZeRO-1 for DeepSpeed; interleaved), float8 tensorwise (float8 all-gather), and an MoE model with
-  // and without expert parallelism.
+  // FSDP2 and ZeRO-1 for DeepSpeed; interleaved), float8 tensorwise (float8 all-gather), and an MoE model
+  // with and without expert parallelism.
   std::vector<Base> bases;
   auto add = [&](const std::string& name, const ptest::Setup& s, auto edit) {
     Plan p;
