@@ -314,6 +314,9 @@ def load_model(source):
                                                     else "sdpa", **kw)
     if not ARGS.model_factory:
         raise SystemExit("--model-source titan needs --model-factory MODULE:FUNCTION returning the torchtitan model")
+    if PLAN["attention"] != "flash" or PLAN["attention_dropout"]:
+        log(f"note: the plan simulated {PLAN['attention']} attention with dropout {PLAN['attention_dropout']}; "
+            "the factory's model attends as its code says")
     import importlib
     mod, fn = ARGS.model_factory.split(":")
     return getattr(importlib.import_module(mod), fn)()
