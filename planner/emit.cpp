@@ -17,6 +17,19 @@ const char* py_bool(bool b) {
   return b ? "True" : "False";
 }
 
+/// torch.nn.attention.SDPBackend's member for a backend.
+const char* sdpa_backend_name(SdpaBackend b) {
+  switch (b) {
+    case SdpaBackend::kFlash:
+      return "FLASH_ATTENTION";
+    case SdpaBackend::kCudnn:
+      return "CUDNN_ATTENTION";
+    case SdpaBackend::kEfficient:
+      return "EFFICIENT_ATTENTION";
+  }
+  return "FLASH_ATTENTION";
+}
+
 /// Lines of `notes` as comments ("# " prefix), for the Python and TOML outputs.
 std::string comment_lines(const std::vector<std::string>& notes) {
   std::string s;
@@ -56,6 +69,117 @@ void torchtitan_loop_notes(const Plan& p, std::vector<std::string>& n) {
     n.push_back(std::string("--loss-impl ") + to_string(p.loss()) +
                 ": the torchtitan version decides (the loss is compiled with the model since 2025-04-02), "
                 "not the config");
+}
+
+/// The PYTORCH_CUDA_ALLOC_CONF value of the plan's allocator knobs (c10/core/AllocatorConfig.cpp option
+/// names: expandable_segments, garbage_collection_threshold), or "" with PyTorch's defaults. The variable is
+/// read when the caching allocator initialises, so it is set before the job touches CUDA.
+std::string alloc_conf(const Plan& p) {
+  std::string s;
+  if (p.allocator == AllocatorMode::kExpandable) s = "expandable_segments:True";
+  if (p.allocator_gc_threshold > 0)
+    s += (s.empty() ? "" : ",") + fmt::format("garbage_collection_threshold:{}", p.allocator_gc_threshold);
+  return s;
+}
+
+/// Knobs that the router, the data or the model code decide rather than any config (every output format): a
+/// note of what the prediction assumed.
+void model_code_notes(const Plan& p, std::vector<std::string>& n) {
+  if (p.moe_imbalance != Plan{}.moe_imbalance)
+    n.push_back(
+        fmt::format("--moe-imbalance {}: the prediction assumed the busiest expert-parallel rank routes {} "
+                    "times the mean "
+                    "tokens; the router and the data decide, no config field",
+                    p.moe_imbalance, p.moe_imbalance));
+}
+
+/// Knobs a ds_config has no key for because the user's training script and model code decide them (DeepSpeed
+/// 0.19.8 takes any nn.Module and loop): what the prediction assumed, for that script to match.
+void deepspeed_script_notes(const Plan& p, std::vector<std::string>& n) {
+  n.push_back(fmt::format("--seq {}: the sequence length is the data loader's, no ds_config key", p.seq));
+  if (p.loss_dtype != Plan{}.loss_dtype)
+    n.push_back(
+        std::string("--loss-dtype ") + to_string(p.loss_dtype) +
+        ": compute the cross-entropy on the 16-bit logits (no .float() upcast) in the training script");
+  if (p.loss_impl || p.loss() == LossImpl::kCompiled)
+    n.push_back(std::string("the cross-entropy is simulated ") + to_string(p.loss()) +
+                (p.loss() == LossImpl::kCompiled ? ": torch.compile the loss function in the training script"
+                                                 : ": keep the loss function out of torch.compile"));
+  if (p.hold_logits)
+    n.push_back(
+        "--hold-logits: the prediction assumed the training loop keeps the fp32 logits alive through "
+        "backward (no `del` before engine.backward)");
+  if (p.fp32_norm)
+    n.push_back(
+        "--fp32-norm: the prediction assumed the model's RMSNorm upcasts its input to fp32 in Python (an "
+        "fp32 "
+        "copy saved per norm)");
+  if (p.zero_grad_in_place)
+    n.push_back(
+        "--zero-grad-in-place: the prediction assumed gradients zeroed in place "
+        "(zero_grad(set_to_none=False)) "
+        "by the training loop");
+  if (p.sdpa_backend)
+    n.push_back(
+        fmt::format("--sdpa-backend {}: run the steps under torch.nn.attention.sdpa_kernel(SDPBackend.{}) in "
+                    "the training "
+                    "script",
+                    to_string(*p.sdpa_backend), sdpa_backend_name(*p.sdpa_backend)));
+  if (p.ac == AcMode::kSelective && p.sac_sdpa_ops == SacSdpaOps::kFlashEfficient)
+    n.push_back(
+        "--sac-sdpa-ops flash-efficient: the selective-AC policy of the model code must save the flash and "
+        "memory-efficient SDPA outputs only (cuDNN attention recomputed)");
+  if (p.attention != AttentionCore::kFlash)
+    n.push_back(std::string("--attention ") + to_string(p.attention) +
+                ": the model code's attention core decides; the prediction assumed a materialised " +
+                to_string(p.attention) + " core");
+  if (p.attention_dropout)
+    n.push_back(
+        "--attention-dropout: the prediction assumed attention dropout p > 0 in the model code (its mask and "
+        "the dropped probabilities saved)");
+  if (const std::string conf = alloc_conf(p); !conf.empty())
+    n.push_back("--allocator / --allocator-gc-threshold: launch with PYTORCH_CUDA_ALLOC_CONF=" + conf);
+}
+
+/// The knobs an output of `kind` would run differently from the simulated plan and cannot be told otherwise:
+/// one InputError naming the knob and what to do (emit() refuses before writing anything).
+void check_expressible(const std::string& kind, const Plan& p) {
+  const bool titan = kind == "torchtitan" || kind == "torchtitan-toml";
+  auto refuse = [&](const std::string& why) { throw InputError::flag("--emit", kind + ": " + why); };
+  if (titan && p.attention != AttentionCore::kFlash)
+    refuse(std::string("--attention ") + to_string(p.attention) +
+           ": torchtitan's decoders attend with fused kernels (flex / varlen in 0.3.0, SDPA or flex before), "
+           "never a materialised s x s core; simulate with --attention flash");
+  if (titan && p.attention_dropout)
+    refuse(
+        "--attention-dropout: torchtitan's attention has no dropout (dropout_p 0); simulate without "
+        "--attention-dropout");
+  if (titan && p.zero_grad_in_place)
+    refuse(
+        "--zero-grad-in-place: torchtitan zeroes gradients in place only under CUDA-graph capture "
+        "(torchtitan 0.3.0 trainer.py train_step: zero_grad(set_to_none=disable_cuda_graphs)), which the "
+        "simulator does not model and the emitted config disables; simulate without --zero-grad-in-place");
+  // torchtitan 0.3.0's language models take attn_backend flex (FlexAttention), flex_flash or varlen
+  // (torch.nn.attention.varlen.varlen_attn: the FlashAttention kernel); "sdpa" raises
+  // (models/common/config_utils.py get_attention_config). Only flash is among them.
+  if (kind == "torchtitan" && p.sdpa_backend && *p.sdpa_backend != SdpaBackend::kFlash)
+    refuse(std::string("--sdpa-backend ") + to_string(*p.sdpa_backend) +
+           ": torchtitan 0.3.0's language models run flex or varlen (FlashAttention) attention, no SDPA "
+           "backend; simulate with --sdpa-backend flash (written as attn_backend=\"varlen\") or use --emit "
+           "torchtitan-toml for an SDPA-era torchtitan");
+  // torchtitan 0.3.0's selective-AC policy saves every SDPA op, cuDNN's included (torchtitan >= 0.2.1,
+  // distributed/activation_checkpoint.py _op_sac_save_list).
+  if (kind == "torchtitan" && p.ac == AcMode::kSelective && p.sac_sdpa_ops == SacSdpaOps::kFlashEfficient)
+    refuse(
+        "--sac-sdpa-ops flash-efficient: torchtitan 0.3.0's selective AC saves every attention op (>= "
+        "0.2.1); "
+        "simulate with --sac-sdpa-ops all, or use --emit torchtitan-toml for an older torchtitan");
+  // The script runs Hugging Face (sdpa or eager attention) or torchtitan models; Megatron's fused
+  // scale-mask-softmax core is neither.
+  if (kind == "fsdp2" && p.attention == AttentionCore::kFusedSoftmax)
+    refuse(
+        "--attention fused-softmax is Megatron's attention core; the script's models attend with SDPA or "
+        "Hugging Face eager attention: simulate with --attention flash or --attention eager");
 }
 
 /// torchtitan's module_fqns_per_model_part for the plan's stages, or "" when torchtitan's own split is the
@@ -139,7 +263,10 @@ std::vector<std::string> emit_notes(const std::string& kind, const Plan& p) {
           "full activation checkpointing: wrap each block in deepspeed.checkpointing.checkpoint in the model "
           "code");
     if (p.fp8 != Fp8::kNone)
-      n.push_back("float8 linears (--fp8) have no ds_config key: convert the model with torchao");
+      n.push_back(fmt::format(
+          "float8 linears (--fp8 {}) have no ds_config key: convert the blocks' linears with torchao "
+          "(convert_to_float8_training, Float8LinearConfig{})",
+          to_string(p.fp8), p.fp8 == Fp8::kRowwise ? ".from_recipe_name(\"rowwise\")" : "() (tensorwise)"));
     if (p.compile) n.push_back("torch.compile (--compile): call engine.compile() in the training script");
     if (p.wrap != 1 || p.prefetch != 1)
       n.push_back(
@@ -156,8 +283,14 @@ std::vector<std::string> emit_notes(const std::string& kind, const Plan& p) {
       n.push_back(fmt::format(
           "--pp {}: DeepSpeed's pipeline degree is not a ds_config key: build the model as "
           "deepspeed.pipe.PipelineModule(layers=..., num_stages={}) (PipelineEngine runs its 1F1B-style "
-          "schedule over the {} micro-batches of gradient_accumulation_steps)",
-          p.pp, p.pp, p.grad_accum));
+          "schedule over the {} micro-batches of gradient_accumulation_steps){}",
+          p.pp, p.pp, p.grad_accum,
+          p.pp_layers.empty() ? std::string()
+                              : ", with stages of " + find_knob("pp_layers")->get(p) +
+                                    " blocks (--pp-layers: PipelineModule's partition_method must give "
+                                    "this split)"));
+    deepspeed_script_notes(p, n);
+    model_code_notes(p, n);
   }
   if (kind == "torchtitan") {
     // Knobs torchtitan 0.3.0's Trainer.Config (tools/pyenv-requirements.txt) has no field for: listed, never
@@ -168,7 +301,7 @@ std::vector<std::string> emit_notes(const std::string& kind, const Plan& p) {
           "--prefetch {}: torchtitan has no FSDP prefetch field (it prefetches one block)", p.prefetch));
     if (p.wrap != 1)
       n.push_back(fmt::format("--wrap {}: torchtitan wraps every block as its own FSDP unit", p.wrap));
-    if (p.reduce() == Dtype::kBf16 && p.zero >= 1)
+    if (p.reduce() == Dtype::kBf16)
       n.push_back(
           "--reduce-dtype bf16: TrainingConfig.mixed_precision_reduce is Literal[\"float32\"]; written as "
           "float32 (the job reduces in fp32, more communication than simulated)");
@@ -194,6 +327,7 @@ std::vector<std::string> emit_notes(const std::string& kind, const Plan& p) {
       n.push_back(
           "--async-tp without --compile: torchtitan's async TP needs compile.enable (CompileConfig raises "
           "otherwise); written as enable_async_tensor_parallel=False");
+    model_code_notes(p, n);
   }
   if (kind == "torchtitan-toml") {
     // Knobs the torchtitan TOML (2024-2025 JobConfig) has no key for: listed, never silently dropped.
@@ -201,7 +335,7 @@ std::vector<std::string> emit_notes(const std::string& kind, const Plan& p) {
       n.push_back(fmt::format("--prefetch {}: torchtitan has no explicit FSDP prefetch key", p.prefetch));
     if (p.wrap != 1)
       n.push_back(fmt::format("--wrap {}: torchtitan wraps every block as its own FSDP unit", p.wrap));
-    if (p.reduce() == Dtype::kBf16 && p.zero >= 1)
+    if (p.reduce() == Dtype::kBf16)
       n.push_back(
           "--reduce-dtype bf16: torchtitan's mixed_precision_reduce accepts float32 only (written, may be "
           "rejected)");
@@ -211,6 +345,20 @@ std::vector<std::string> emit_notes(const std::string& kind, const Plan& p) {
     torchtitan_loop_notes(p, n);
     if (p.offload == Offload::kOptimizer)
       n.push_back("--offload optimizer: FSDP2 offloads parameters, not the optimizer alone");
+    // The TOML's torchtitan (2024-2025) attends with F.scaled_dot_product_attention under its own
+    // sdpa_kernel list, or flex ([model] use_flex_attn); no key picks the SDPA kernel.
+    if (p.sdpa_backend)
+      n.push_back(std::string("--sdpa-backend ") + to_string(*p.sdpa_backend) +
+                  ": the torchtitan and torch versions pick the SDPA kernel, no TOML key; the prediction "
+                  "assumed " +
+                  to_string(*p.sdpa_backend));
+    if (p.ac == AcMode::kSelective && p.sac_sdpa_ops == SacSdpaOps::kFlashEfficient)
+      n.push_back(
+          "--sac-sdpa-ops flash-efficient: the selective-AC policy of torchtitan before 0.2.1 (cuDNN "
+          "attention recomputed); the torchtitan version decides, not the config");
+    if (const std::string conf = alloc_conf(p); !conf.empty())
+      n.push_back("--allocator / --allocator-gc-threshold: launch with PYTORCH_CUDA_ALLOC_CONF=" + conf);
+    model_code_notes(p, n);
   }
   if (kind == "fsdp2" && p.precision == Precision::kBf16)
     n.push_back(
@@ -219,6 +367,17 @@ std::vector<std::string> emit_notes(const std::string& kind, const Plan& p) {
   if (kind == "fsdp2" && p.fp8 != Fp8::kNone)
     n.push_back(
         "float8 needs CUDA float8 GEMMs (torchao); on --device cpu the script emulates them (emulate=True)");
+  if (kind == "fsdp2") {
+    if (p.fp32_norm)
+      n.push_back(
+          "--fp32-norm: the model code decides (an RMSNorm upcasting its input in Python, as Hugging Face's "
+          "LlamaRMSNorm does); the prediction assumed it");
+    if (p.async_tp && !p.compile)
+      n.push_back(
+          "--async-tp without --compile: async TP is an inductor pass (micro-pipelined TP); the script "
+          "compiles the blocks only with --compile, so its TP collectives stay synchronous");
+    model_code_notes(p, n);
+  }
   return n;
 }
 
@@ -241,18 +400,31 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
       "  torchrun --nproc-per-node 2 THIS.py --tiny --steps 2 --device cpu              (CPU smoke test)\n\n";
   s += "Plan: " + plan_to_flags(p) + "\n\"\"\"\n";
   s += comment_lines(extra) + comment_lines(emit_notes("fsdp2", p));
+  // The caching allocator reads PYTORCH_CUDA_ALLOC_CONF when it initialises: set before torch is imported.
+  if (const std::string conf = alloc_conf(p); !conf.empty())
+    s += "import os\nos.environ[\"PYTORCH_CUDA_ALLOC_CONF\"] = \"" + conf +
+         "\"  # --allocator / --allocator-gc-threshold\n";
   const bool mixed = p.precision == Precision::kBf16Mixed;
   const char* param_dtype = mixed ? "bfloat16" : p.precision == Precision::kFp32 ? "float32" : "bfloat16";
   s += fmt::format(
       "PLAN = dict(zero={}, reshard={}, replicas={}, shard_group={}, tp={}, mbs={}, grad_accum={}, seq={},\n"
       "            ac=\"{}\", wrap={}, prefetch={}, precision=\"{}\", param_dtype=\"{}\", "
       "reduce_dtype=\"{}\",\n"
-      "            offload_params={}, fp8=\"{}\", fp8_all_gather={}, compile={}, fused_optimizer={})\n",
+      "            offload_params={}, fp8=\"{}\", fp8_all_gather={}, compile={}, fused_optimizer={},\n"
+      "            async_tp={}, loss_dtype=\"{}\", compile_loss={}, hold_logits={}, zero_grad_in_place={},\n"
+      "            attention=\"{}\", attention_dropout={}, sdpa_backend={}, sac_sdpa_ops=\"{}\")\n",
       p.zero, py_bool(p.reshard()), p.replicas, p.shard_group, p.tp, p.mbs, p.grad_accum, p.seq,
       to_string(p.ac), p.wrap, p.prefetch, to_string(p.precision), param_dtype,
       p.reduce() == Dtype::kFp32 ? "float32" : "bfloat16",
       py_bool(p.offload == Offload::kParams && p.zero >= 1), to_string(p.fp8), py_bool(p.fp8_all_gather),
-      py_bool(p.compile), py_bool(p.fused_optimizer));
+      py_bool(p.compile), py_bool(p.fused_optimizer), py_bool(p.async_tp), to_string(p.loss_dtype),
+      py_bool(p.loss() == LossImpl::kCompiled), py_bool(p.hold_logits), py_bool(p.zero_grad_in_place),
+      to_string(p.attention),
+      // Any p > 0: the simulated memory does not depend on p (the mask and the dropped probabilities are
+      // saved whatever it is); 0.1 is the usual attention dropout of models trained with it (GPT-2, BERT).
+      p.attention_dropout ? "0.1" : "0.0",
+      p.sdpa_backend ? "\"" + std::string(sdpa_backend_name(*p.sdpa_backend)) + "\"" : std::string("None"),
+      to_string(p.sac_sdpa_ops));
   s += kFsdp2ScriptBody;
   return s;
 }
@@ -385,10 +557,12 @@ std::string emit_torchtitan(const Plan& p, const ModelGraph& model, int gpus) {
                   std::to_string(gpus) + " GPUs: torchtitan " + mod + " flavor " + flavor->flavor + ".\n\n";
   s += "Format: torchtitan 0.3.0's config registry (a function returning Trainer.Config). Run from the\n";
   s += "directory holding this file (NAME = this file's name without .py):\n";
+  // The allocator knobs are the launch environment's (PYTORCH_CUDA_ALLOC_CONF; no torchtitan field).
+  const std::string conf = alloc_conf(p);
   s += fmt::format(
-      "  PYTHONPATH=. torchrun --nproc-per-node {} -m torchtitan.train --module NAME --config "
+      "  {}PYTHONPATH=. torchrun --nproc-per-node {} -m torchtitan.train --module NAME --config "
       "shardplan_config\n",
-      std::min(gpus, 8));
+      conf.empty() ? "" : "PYTORCH_CUDA_ALLOC_CONF=" + conf + " ", std::min(gpus, 8));
   s += "Overrides go on the same line (--training.steps 1000 --hf_assets_path ./assets/hf/...).\n\n";
   s += "Plan: " + plan_to_flags(p) + "\n\"\"\"\n";
   // dtype / mixed_precision_param (torchtitan/config/configs.py TrainingConfig): dtype bfloat16 puts
@@ -410,34 +584,41 @@ std::string emit_torchtitan(const Plan& p, const ModelGraph& model, int gpus) {
   s += "from torchtitan.models." + mod + " import model_registry\n";
   s += "from torchtitan.trainer import Trainer\n\n\n";
   s += "def shardplan_config() -> Trainer.Config:\n";
+  // --sdpa-backend flash: attn_backend "varlen" (torch.nn.attention.varlen.varlen_attn, the FlashAttention
+  // kernel) instead of the registry's default FlexAttention; check_expressible refuses the other backends.
+  const std::string attn = p.sdpa_backend == SdpaBackend::kFlash ? "attn_backend=\"varlen\"" : "";
   if (p.fp8 != Fp8::kNone) {
     // The simulator converts the blocks' linears, not the output projection (lm_head in torchtitan 0.3.0);
     // Float8LinearConverter also skips linears with a dimension not divisible by 16.
-    s += fmt::format("    model_spec = model_registry(\n        \"{}\",\n        converters=[\n",
-                     flavor->flavor);
+    s += fmt::format("    model_spec = model_registry(\n        \"{}\",\n{}        converters=[\n",
+                     flavor->flavor, attn.empty() ? "" : "        " + attn + ",\n");
     s += fmt::format(
         "            Float8LinearConverter.Config(\n                recipe_name=\"{}\",\n"
         "                filter_fqns=[\"lm_head\"],\n                model_compile_enabled={},\n"
         "            ),\n        ],\n    )\n",
         p.fp8 == Fp8::kRowwise ? "rowwise" : "tensorwise", py_bool(p.compile));
   } else {
-    s += fmt::format("    model_spec = model_registry(\"{}\")\n", flavor->flavor);
+    s += fmt::format("    model_spec = model_registry(\"{}\"{})\n", flavor->flavor,
+                     attn.empty() ? "" : ", " + attn);
   }
   s += "    config = Trainer.Config(\n        model_spec=model_spec,\n";
   // The simulator holds the full logits for the loss (no chunking): the plain cross entropy, not
   // ChunkedLossWrapper.
   s += "        loss=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(model_spec)),\n";
   s += "        optimizer=default_adamw(lr=3e-4),\n";
+  // disable_cuda_graphs: torchtitan 0.3.0 captures forward + backward in a CUDA graph by default (trainer.py
+  // wrap_with_cuda_graph) and then zeroes gradients in place (train_step: zero_grad(set_to_none=
+  // disable_cuda_graphs)), so gradients and the graph's private memory pool live across steps; the simulator
+  // models eager steps with gradients freed by zero_grad, which is this setting. Trainer.Config.
+  // _validate_cuda_graphs also refuses pipeline parallelism unless it is set.
   s += fmt::format(
       "        training=TrainingConfig(\n            local_batch_size={},\n            "
       "global_batch_size={},\n"
       "            seq_len={},\n            dtype=\"{}\",\n            mixed_precision_param=\"{}\",\n"
-      "            mixed_precision_reduce=\"float32\",\n            enable_cpu_offload={},\n{}        ),\n",
+      "            mixed_precision_reduce=\"float32\",\n            enable_cpu_offload={},\n"
+      "            disable_cuda_graphs=True,\n        ),\n",
       p.pp > 1 ? p.mbs * p.grad_accum : p.mbs, p.global_batch(), p.seq, bf16_true ? "bfloat16" : "float32",
-      param, py_bool(p.offload == Offload::kParams && p.zero >= 1),
-      // Trainer.Config._validate_cuda_graphs (torchtitan 0.3.0 trainer.py) refuses pipeline parallelism
-      // unless CUDA graphs are off ("CUDA graphs do not support pipeline parallelism yet").
-      p.pp > 1 ? "            disable_cuda_graphs=True,\n" : "");
+      param, py_bool(p.offload == Offload::kParams && p.zero >= 1));
   // Pipeline parallelism (ParallelismConfig pipeline_parallel_*, torchtitan 0.3.0 config/configs.py): the
   // degree, the schedule by torch's name, the micro-batch size, and the stages when they are not torchtitan's
   // own split.
@@ -505,6 +686,7 @@ std::string emit(const std::string& kind, const Plan& p, const ModelGraph& model
     throw InputError::flag("--emit", kind + " cannot express context or expert parallelism (cp " +
                                          std::to_string(p.cp) + ", ep " + std::to_string(p.ep) +
                                          "); use --emit torchtitan:FILE");
+  check_expressible(kind, p);
   if (kind == "fsdp2") return emit_fsdp2(p, model, gpus_per_node, extra_notes);
   if (kind == "deepspeed") {
     if (p.runtime != Runtime::kDeepSpeed && p.replicas > 1)

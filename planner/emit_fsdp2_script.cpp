@@ -8,6 +8,7 @@ namespace shardplan {
 extern const char* const kFsdp2ScriptBody;
 const char* const kFsdp2ScriptBody = R"PY(
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -64,8 +65,17 @@ class _Attn(nn.Module):
         v = get(self, self.n["v"])(x).view(b, s, -1, self.hd).transpose(1, 2)
         rep = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, -1)
-        return get(self, self.n["o"])(y)
+        p = PLAN["attention_dropout"] if self.training else 0.0
+        if PLAN["attention"] == "eager":
+            # Hugging Face's eager attention, op by op (transformers eager_attention_forward): s x s scores,
+            # fp32 softmax, dropout, a batched GEMM with V.
+            causal = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
+            scores = (q @ k.transpose(-2, -1) * self.hd ** -0.5).masked_fill(causal, float("-inf"))
+            probs = F.dropout(scores.softmax(-1, dtype=torch.float32).to(q.dtype), p, self.training)
+            y = probs @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
+        return get(self, self.n["o"])(y.transpose(1, 2).reshape(b, s, -1))
 
 
 class _Mlp(nn.Module):
@@ -184,6 +194,13 @@ def apply_tp(model, tp_mesh, n):
             f"{m}.{n['gate']}": col(), f"{m}.{n['up']}": col(),
             f"{m}.{n['down']}": row(output_layouts=Shard(1)),
         })
+    if PLAN["async_tp"] and ARGS.device != "cpu":
+        # Async TP as torchtitan enables it (torchtitan/distributed/tensor_parallel.py maybe_enable_async_tp):
+        # inductor's micro-pipeline pass overlaps the TP collectives of the compiled blocks with their GEMMs,
+        # over symmetric memory on the TP group.
+        from torch.distributed._symmetric_memory import enable_symm_mem_for_group
+        torch._inductor.config._micro_pipeline_tp = True
+        enable_symm_mem_for_group(tp_mesh.get_group().group_name)
 
 
 def sac_policy():
@@ -192,9 +209,15 @@ def sac_policy():
     simulator models exactly this (attention outputs and every second matmul output saved)."""
     from torch._functorch.partitioners import get_default_op_list
     save = {op.default for op in get_default_op_list().compute_intensive_ops}
-    for name in ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-                 "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_attention_math",
-                 "_scaled_dot_product_flash_attention_for_cpu", "linear", "max"):
+    sdpa = ["_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+            "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_attention_math",
+            "_scaled_dot_product_flash_attention_for_cpu"]
+    if PLAN["sac_sdpa_ops"] == "flash-efficient":
+        # torchtitan before 0.2.1: cuDNN attention is not in the save list, so it is recomputed in backward.
+        sdpa.remove("_scaled_dot_product_cudnn_attention")
+        if hasattr(torch.ops.aten, "_scaled_dot_product_cudnn_attention"):
+            save.discard(torch.ops.aten._scaled_dot_product_cudnn_attention.default)
+    for name in sdpa + ["linear", "max"]:
         if hasattr(torch.ops.aten, name):
             save.add(getattr(torch.ops.aten, name).default)
     mm_ops = (torch.ops.aten.mm.default, torch.ops.aten.linear.default)
@@ -283,9 +306,17 @@ def load_model(source):
         return TinyModel(source)
     if source == "hf":
         from transformers import AutoModelForCausalLM
-        return AutoModelForCausalLM.from_pretrained(ARGS.model_path, torch_dtype=torch.float32)
+        # The attention core the plan simulated: sdpa (flash-type kernels) or eager (op by op); a config
+        # attribute given to from_pretrained (attention_dropout) overrides the checkpoint's.
+        kw = {"attention_dropout": PLAN["attention_dropout"]} if PLAN["attention_dropout"] else {}
+        return AutoModelForCausalLM.from_pretrained(ARGS.model_path, torch_dtype=torch.float32,
+                                                    attn_implementation="eager" if PLAN["attention"] == "eager"
+                                                    else "sdpa", **kw)
     if not ARGS.model_factory:
         raise SystemExit("--model-source titan needs --model-factory MODULE:FUNCTION returning the torchtitan model")
+    if PLAN["attention"] != "flash" or PLAN["attention_dropout"]:
+        log(f"note: the plan simulated {PLAN['attention']} attention with dropout {PLAN['attention_dropout']}; "
+            "the factory's model attends as its code says")
     import importlib
     mod, fn = ARGS.model_factory.split(":")
     return getattr(importlib.import_module(mod), fn)()
@@ -321,16 +352,33 @@ def main():
         vocab = get(model, NAMES[ARGS.model_source]["out"]).weight.full_tensor().shape[0]
     dp_rank = mesh["dp_replicate", "dp_shard"]._flatten("dp_data").get_local_rank()
     gen = torch.Generator().manual_seed(1000 + dp_rank)
+    loss_fn = F.cross_entropy
+    if PLAN["compile_loss"] and ARGS.device != "cpu":
+        loss_fn = torch.compile(F.cross_entropy)  # the compiled loss the plan simulated
+
+    def attention_kernel():
+        # The SDPA kernel the plan simulated (--sdpa-backend); otherwise torch's choice. The CPU has none of them.
+        if PLAN["sdpa_backend"] is None or ARGS.device == "cpu":
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        return sdpa_kernel(getattr(SDPBackend, PLAN["sdpa_backend"]))
+
     losses = []
     for step in range(ARGS.steps):
         for _ in range(PLAN["grad_accum"] if not ARGS.tiny else 1):
             tokens = torch.randint(0, vocab, (PLAN["mbs"] if not ARGS.tiny else 2, seq + 1), generator=gen)
             tokens = tokens.to(ARGS.device)
-            logits = model(tokens[:, :-1])
-            loss = F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
-            loss.backward()
+            with attention_kernel():
+                logits = model(tokens[:, :-1])
+                if PLAN["loss_dtype"] == "fp32":
+                    logits = logits.float()
+                loss = loss_fn(logits.flatten(0, 1), tokens[:, 1:].flatten())
+                if not PLAN["hold_logits"]:
+                    del logits  # torchtitan's `del pred`: the logits do not live through backward
+                loss.backward()
         opt.step()
-        opt.zero_grad()
+        # set_to_none=False keeps the gradients allocated across steps (--zero-grad-in-place).
+        opt.zero_grad(set_to_none=not PLAN["zero_grad_in_place"])
         losses.append(loss.item())
     after = [p.detach().full_tensor() if hasattr(p, "full_tensor") else p.detach() for p in model.parameters()]
     changed = any(not torch.equal(a.float().cpu(), b.float().cpu()) for a, b in zip(before, after))

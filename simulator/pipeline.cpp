@@ -7,6 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "simulator/knobs.hpp"
@@ -528,12 +529,28 @@ struct StageSim {
 /// gradient. `bwd_first` is the first micro-batch's backward, where each unit's post-backward casts its
 /// gradients into the accumulation dtype (param.grad = grad.to(dtype), the two alive at once): the walk adds
 /// a unit's accumulated gradients where the simulation frees its unsharded ones for the reduce-scatter.
-void working_sets(const Program& prog, bool no_sync, double accum_per_grad_byte, WorkingSet& fwd,
-                  WorkingSet& bwd, WorkingSet& bwd_first, WorkingSet& tail) {
+/// In the later micro-batches a block unit's op-level backward holds no weight gradients either
+/// (AccumulateGrad adds each into the accumulated one as it is written): its workspace is
+/// SimUnit::workspace_accum_bytes, not the simulation's workspace_bytes.
+///
+/// `recv_grad`: the stage's received output gradient, alive through each backward (torch stages). While the
+/// stage's last block computes its backward that buffer is the gradient flowing into it, which the block's
+/// workspace already holds (units.cpp `flowing`; reference lane, ref-llama2-7b-...-gpipe-...-pp-rank-0: the
+/// 32 MiB receive buffer is the only output gradient at the block's peak), so it is added outside that
+/// workspace only.
+void working_sets(const Program& prog, const std::vector<SimUnit>& units, bool no_sync,
+                  double accum_per_grad_byte, Bytes recv_grad, WorkingSet& fwd, WorkingSet& bwd,
+                  WorkingSet& bwd_first, WorkingSet& tail) {
   std::array<Bytes, kMemCategories> cur{};
   Bytes unsharded_grads = 0, accum = 0;
   Bytes largest_grad = 0;  // the largest single unsharded gradient tensor so far
   std::unordered_set<std::int32_t> unsharded_ids;
+  // Block units' backward workspaces alive (kOther groups of their backward compute tasks), and by how much
+  // the later micro-batches' are smaller.
+  std::unordered_map<std::int32_t, Bytes> workspace_cut;
+  Bytes live_cut = 0;
+  std::int32_t last_block_unit = -1, last_block_ws = -1;  // the stage's last block; its workspace group
+  bool last_block_ws_live = false;
   int phase = 0;  // forward, backward, tail
   for (const Task& t : prog.tasks) {
     if (t.backward && phase == 0) phase = 1;
@@ -551,23 +568,42 @@ void working_sets(const Program& prog, bool no_sync, double accum_per_grad_byte,
       const bool ugrad = fx.category == MemCategory::kGrads && unsharded_ids.count(fx.tensor) > 0;
       if (sync_free && ugrad && fx.delta_bytes < 0) {  // the cast: both copies alive, then the old one freed
         accum += static_cast<Bytes>(static_cast<double>(-fx.delta_bytes) * accum_per_grad_byte);
-        const WorkingSet w{cur[static_cast<int>(MemCategory::kActivations)], unsharded_grads + accum,
+        const WorkingSet w{cur[static_cast<int>(MemCategory::kActivations)],
+                           unsharded_grads + accum + (last_block_ws_live ? 0 : recv_grad),
                            cur[static_cast<int>(MemCategory::kOther)]};
         if (w.total() > bwd_first.total()) bwd_first = w;
       }
       cur[static_cast<std::size_t>(fx.category)] += fx.delta_bytes;
       if (ugrad) unsharded_grads += fx.delta_bytes;
+      if (fx.category == MemCategory::kOther && t.backward && t.type == TaskType::kCompute && t.unit >= 0) {
+        const SimUnit& u = units[static_cast<std::size_t>(t.unit)];
+        if (fx.delta_bytes > 0 && u.blocks > 0 && !workspace_cut.count(fx.tensor)) {
+          const Bytes cut = u.workspace_bytes - u.workspace_accum_bytes;
+          workspace_cut.emplace(fx.tensor, cut);
+          live_cut += cut;
+          if (last_block_unit < 0) last_block_unit = t.unit, last_block_ws = fx.tensor;
+          if (fx.tensor == last_block_ws) last_block_ws_live = true;
+        }
+      }
+      if (fx.category == MemCategory::kOther && fx.delta_bytes < 0) {
+        const auto it = workspace_cut.find(fx.tensor);
+        if (it != workspace_cut.end()) live_cut -= it->second, workspace_cut.erase(it);
+        if (fx.tensor == last_block_ws) last_block_ws_live = false;
+      }
+      const Bytes recv = phase == 1 && !last_block_ws_live ? recv_grad : 0;
       // Later micro-batches: the parameters' gradients already have their accumulation dtype (grad_dtype set
       // by the first post-backward), so AccumulateGrad adds each one into the accumulated gradient as
       // autograd produces it (torch/csrc/autograd/functions/accumulate_grad.h): one parameter's gradient at a
       // time, at most the largest, not the unit's together as in the first micro-batch.
+      const Bytes other = cur[static_cast<int>(MemCategory::kOther)];
       const WorkingSet w{cur[static_cast<int>(MemCategory::kActivations)],
-                         sync_free ? std::min(unsharded_grads, largest_grad)
-                                   : cur[static_cast<int>(MemCategory::kCommBuffers)],
-                         cur[static_cast<int>(MemCategory::kOther)]};
+                         (sync_free ? std::min(unsharded_grads, largest_grad)
+                                    : cur[static_cast<int>(MemCategory::kCommBuffers)]) +
+                             recv,
+                         sync_free ? other - live_cut : other};
       if (w.total() > into.total()) into = w;
       if (sync_free) {
-        const WorkingSet f{w.act_bytes, unsharded_grads + accum, w.other_bytes};
+        const WorkingSet f{w.act_bytes, unsharded_grads + accum + recv, other};
         if (f.total() > bwd_first.total()) bwd_first = f;
       }
     }
@@ -727,15 +763,13 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     x.sharded_grad_bytes = no_sync ? x.res.persistent_split[1] : 0;
     x.cost.held_bytes = x.res.persistent_bytes - x.sharded_grad_bytes + x.gathered_bytes + recv;
     x.cost.accum_grad_bytes = x.accum_grad_bytes;
-    working_sets(prog, no_sync, no_sync ? grad_acc_bytes / bc : 0.0, x.cost.fwd_work, x.cost.bwd_work,
-                 x.cost.bwd_first_work, x.tail_work);
+    working_sets(prog, sim.units(), no_sync, no_sync ? grad_acc_bytes / bc : 0.0, bwd_recv, x.cost.fwd_work,
+                 x.cost.bwd_work, x.cost.bwd_first_work, x.tail_work);
     x.cost.act_bytes = std::max<Bytes>(0, x.cost.act_bytes + act_adjust);
     x.cost.fwd_work.act_bytes = std::max<Bytes>(0, x.cost.fwd_work.act_bytes + act_adjust);
     x.cost.bwd_work.act_bytes = std::max<Bytes>(0, x.cost.bwd_work.act_bytes + act_adjust);
-    x.cost.bwd_work.comm_bytes += bwd_recv;
     if (x.cost.bwd_first_work.total() > 0) {
       x.cost.bwd_first_work.act_bytes = std::max<Bytes>(0, x.cost.bwd_first_work.act_bytes + act_adjust);
-      x.cost.bwd_first_work.comm_bytes += bwd_recv;
     }
     if (torch_stages && last_stage && p.loss() == LossImpl::kEager) {
       // The last stage's output is the logits (compute dtype): stage.py forward_one_chunk keeps it in

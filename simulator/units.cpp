@@ -33,7 +33,7 @@ double replicated_divisor(const Plan& p) {
 }
 }  // namespace
 
-double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens) {
+double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens, bool accumulated) {
   const double bc = compute_bytes(p);
   const int t = p.tp;
   auto n_local = [&](const Gemm& g) {
@@ -61,7 +61,14 @@ double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens)
     if (l.gemms[i].tp == TpSplit::kColumn)
       column_output_grads += tokens * n_local(l.gemms[i]) * bc * l.gemms[i].count;
   const double freed = l.attn_heads > 0 ? 0.0 : out_input_grad;
-  const double at_activation = out_weight_grad + out_input_grad + column_output_grads - freed;
+  // With an accumulated gradient AccumulateGrad adds the output projection's weight gradient into it and
+  // frees it right after its mm, before the ops below (reference lane, ref-llama2-7b-...-gpipe-...-pp-rank-0,
+  // micro-batch 1: w2's 86 MiB dW is freed two events after it is written, before SwiGLU's backward
+  // allocates): it is live only next to the input gradient.
+  const double held_weight_grad = accumulated ? 0.0 : out_weight_grad;
+  const double at_output_grads = out_weight_grad + out_input_grad;
+  const double at_activation =
+      std::max(at_output_grads, held_weight_grad + out_input_grad + column_output_grads - freed);
   const double scores = score_elems(l, p, tokens);
   if (scores > 0) {
     // A materialised core (attention_core.cpp): its worst op comes before Q's and K's gradients exist — the
@@ -70,7 +77,7 @@ double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens)
     const ScorePasses sp = score_passes(p, false);
     const double v_grad =
         tokens * static_cast<double>(l.attn_kv_heads) * static_cast<double>(l.v_head_dim()) / t * bc;
-    return std::max(at_activation, out_weight_grad + out_input_grad + v_grad +
+    return std::max(at_activation, held_weight_grad + out_input_grad + v_grad +
                                        scores * (sp.bwd_peak_bytes - sp.saved_bytes()));
   }
   // An MLP with a single column projection (up, GELU, down; the reference lane's trace of MPT 7B): the
@@ -87,7 +94,7 @@ double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens)
     }
   if (l.attn_heads > 0 || columns != 1) return at_activation;
   const double split_saved = tokens * l.act_split_bytes_per_token / t * bc / 2;
-  const double at_column_input_grad = out_weight_grad + n_local(*column) * k_local(*column) * bc +
+  const double at_column_input_grad = held_weight_grad + n_local(*column) * k_local(*column) * bc +
                                       tokens * n_local(*column) * bc + tokens * k_local(*column) * bc -
                                       split_saved;
   return std::max(at_activation, at_column_input_grad);
@@ -372,7 +379,9 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
       const double grad_b = rt.grads_persistent           ? 0.0
                             : rt.grad_kept_until_boundary ? bytes_per_param(p.runtime, p.precision).grads
                                                           : bc;
-      double live = static_cast<double>(u.act_bytes), grads = 0, peak = 0;
+      // peak_accum: the same walk for a backward whose parameters hold an accumulated gradient
+      // (SimUnit::workspace_accum_bytes): the weight gradients written so far are not held.
+      double live = static_cast<double>(u.act_bytes), grads = 0, peak = 0, peak_accum = 0;
       for (std::size_t i = u.layers.size(); i-- > 0;) {
         const Layer& l = *u.layers[i];
         const bool in_block = l.block >= 0;
@@ -396,6 +405,7 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
         g *= grad_b;
         g_experts *= grad_b;
         double x = layer_backward_excess_bytes(l, p, T);
+        double x_accum = layer_backward_excess_bytes(l, p, T, true);
         if (x <= 0 && l.kind == LayerKind::kMoe && l.moe_experts > 0 && l.moe_top_k > 0) {
           // Routed experts run one after the other (Hugging Face MixtralSparseMoeBlock's loop over experts,
           // the lane's SparseMoe): autograd walks them in reverse, and expert k's backward consumes its saved
@@ -415,8 +425,12 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
               std::max(g_e + 2.0 * C * f_expert * bc,
                        (local_experts - 1) * (g_e - saved_e) + g_e + 2.0 * C * f_expert * bc);
         }
+        // Routed experts and layers without a dense output projection (norms: small weight gradients): the
+        // same transients with an accumulated gradient.
         if (x <= 0) x = g + 2.0 * flowing + (l.kind == LayerKind::kMoe ? 2.0 * T * f_local * bc : 0.0);
+        if (x_accum <= 0) x_accum = x;
         peak = std::max(peak, live + grads + x + flowing + extra);
+        peak_accum = std::max(peak_accum, live + x_accum + flowing + extra);
         // Everything the layer saved (after recomputation: the no-AC set) is consumed.
         live -= in_block && (full || sel) ? layer_saved_bytes(l, p, T, false)
                                           : layer_saved_bytes(l, p, T, sel && in_block);
@@ -424,10 +438,14 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
       }
       workspace =
           std::max(0.0, peak - static_cast<double>(u.act_bytes) - static_cast<double>(u.recompute_bytes));
+      u.workspace_accum_bytes =
+          static_cast<Bytes>(std::min(workspace, std::max(0.0, peak_accum - static_cast<double>(u.act_bytes) -
+                                                                   static_cast<double>(u.recompute_bytes))));
     } else {
       workspace += extra;
     }
     u.workspace_bytes = static_cast<Bytes>(workspace);
+    if (u.blocks == 0) u.workspace_accum_bytes = u.workspace_bytes;
     // Tensor-parallel collectives (sequence parallel): per block an all-gather before and a reduce-scatter
     // after attention and the MLP; the head all-gathers its input, the embedding reduce-scatters its output.
     if (t > 1) {

@@ -55,6 +55,10 @@ struct SimUnit {
   double tp_ag_mirror_bytes = 0;  ///< backward reduce-scatters mirroring the forward all-gathers (16-bit)
   double tp_fwd_ag_s = 0, tp_bwd_ag_s = 0;  ///< the all-gather share of tp_fwd_s / tp_bwd_s
   Bytes act_bytes = 0, recompute_bytes = 0, workspace_bytes = 0;
+  /// The backward's workspace when the parameters already hold an accumulated gradient (a pipeline stage's
+  /// micro-batches after the first, under no-sync): AccumulateGrad adds each weight gradient into it and
+  /// frees it as autograd produces it, so no layer's weight gradients stay through the unit's backward.
+  Bytes workspace_accum_bytes = 0;
   double flops_fwd = 0;
 
   // ---- context parallelism (context_parallel.cpp): the ring attention of one pass ----
@@ -108,8 +112,10 @@ double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool sele
 /// flowing in: for an attention or MLP layer (ending in a row-parallel output projection) the output
 /// projection's weight and input gradients and the column projections' output gradients (less the MLP's
 /// product, freed by then), or, for an MLP with a single column projection (GELU), up's input gradient if
-/// worse; 0 for other layers (docs/model.md "Backward inside a block").
-double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens);
+/// worse; 0 for other layers (docs/model.md "Backward inside a block"). `accumulated`: the parameters hold an
+/// accumulated gradient, into which each weight gradient is added and freed as soon as it is written (the
+/// output projection's then lives only next to its input gradient, not through the later ops).
+double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens, bool accumulated = false);
 /// What full activation checkpointing keeps per block: the block's input, hidden x tokens in the compute
 /// dtype.
 double block_input_bytes(const ModelSpec& s, const Plan& p, double tokens);

@@ -234,6 +234,23 @@ class TorchtitanConfigTest(unittest.TestCase):
             from torch.distributed.pipelining.schedules import PipelineScheduleMulti, get_schedule_class
             self.assertTrue(issubclass(get_schedule_class(par.pipeline_parallel_schedule), PipelineScheduleMulti))
 
+    def test_sdpa_backend_allocator_and_cuda_graphs(self):
+        # --sdpa-backend flash is torchtitan 0.3.0's varlen attention (FlashAttention; the registry's default is
+        # FlexAttention); expandable segments go on the launch line; CUDA graphs are off (the simulator models
+        # eager steps whose zero_grad frees the gradients).
+        path, _ = common.emit("torchtitan", ["runtime=fsdp2", "tp=1", "sdpa_backend=flash", "allocator=expandable"])
+        cfg = self.load(path)
+        attn = cfg.model_spec.model.layers[0].attention.inner_attention
+        self.assertEqual(type(attn).__qualname__, "VarlenAttention.Config")
+        self.assertTrue(cfg.training.disable_cuda_graphs)
+        with open(path) as f:
+            self.assertIn("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True PYTHONPATH=. torchrun", f.read())
+        # cuDNN attention has no torchtitan 0.3.0 language-model backend: refused, nothing written.
+        r, path = common.run_plan("torchtitan", ["runtime=fsdp2", "tp=1", "sdpa_backend=cudnn"])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--sdpa-backend cudnn", r.stderr)
+        self.assertFalse(os.path.exists(path))
+
     def test_unknown_flavor_is_refused(self):
         # gpt2-xl has no torchtitan 0.3.0 flavor: an input error, exit 2, nothing written.
         r, out = common.run_plan("torchtitan", ["runtime=fsdp2"], model="gpt2-xl", gpus=8, global_batch=8)

@@ -41,6 +41,27 @@ TEST_CASE("a Llama layer's backward transients at its worst op", "[simulator][me
   CHECK(layer_backward_excess_bytes(first_block_layer(s.model, LayerKind::kNorm), p, 1.0) == 0.0);
 }
 
+TEST_CASE("with an accumulated gradient the output projection's weight gradient is freed as written",
+          "[simulator][memory][backward]") {
+  // Llama-2-7B, bf16, TP 1: h = 4096, f = 11008, T = 4096 tokens (the lane's pp 4 GPipe row: mbs 2 x seq
+  // 2048). Every SwiGLU tensor below is 11008 x 4096 x 2 = 90,177,536 bytes: w2's weight gradient, its input
+  // gradient (dProduct), the gate and up output gradients, the product.
+  //   first micro-batch (dW2 held through the layer): dW2 + dProduct + dGate + dUp - Product = 3 x
+  //   90,177,536; later micro-batches under PP no-sync (AccumulateGrad adds dW2 into the fp32 gradient and
+  //   frees it before SwiGLU's backward; the lane's trace): max(dW2 + dProduct, dProduct + dGate + dUp -
+  //   Product) = 2 x.
+  Setup s("llama2-7b", "dgx-h100", 8);
+  const Plan p = s.resolve(Plan{});
+  const Layer& mlp = first_block_layer(s.model, LayerKind::kMlp);
+  CHECK(layer_backward_excess_bytes(mlp, p, 4096.0) == 3 * 90'177'536.0);
+  CHECK(layer_backward_excess_bytes(mlp, p, 4096.0, true) == 2 * 90'177'536.0);
+  // Attention (h = q = kv = 4096): wo's weight gradient 33,554,432 with dO (2qT = 33,554,432), or dO with dq,
+  // dk, dv (3 x 33,554,432): the second, 4 x 33,554,432, where the held one adds wo's weight gradient.
+  const Layer& attn = first_block_layer(s.model, LayerKind::kAttention);
+  CHECK(layer_backward_excess_bytes(attn, p, 4096.0) == 5 * 33'554'432.0);
+  CHECK(layer_backward_excess_bytes(attn, p, 4096.0, true) == 4 * 33'554'432.0);
+}
+
 TEST_CASE("a GELU MLP's backward: the up projection's input gradient can be the worst op",
           "[simulator][memory][backward]") {
   // MPT-7B, bf16, TP 1: h = 4096, f = 16384, one column projection (up), GELU, down. At T tokens:

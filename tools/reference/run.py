@@ -1042,17 +1042,9 @@ def run(a) -> int:
                 state["step"] = step
                 train_step(torch, model, optim, spec, plan, state, clip=not a.no_clip, tracker=tracker)
             state["phase"] = "end"
-    events = tracker.events
-    wall_s = time.time() - t0
-    peak, breakdown, peak_phase, peak_index, live_end = summarize(events)
-    tv = torch.__version__.split("+")[0]
-    rid = a.id or (f"ref-{spec.get('name', 'custom')}-g{N}-z{plan['zero']}-ac{plan['ac']}-mbs{plan['mbs']}"
-                   f"-s{plan['seq']}-ga{plan['grad_accum']}-{plan['precision']}")
-    rec_plan = {"runtime": plan["runtime"], "zero": plan["zero"], "seq": plan["seq"], "mbs": plan["mbs"],
-                "grad_accum": plan["grad_accum"], "ac": plan["ac"], "wrap": plan["wrap"], "prefetch": plan["prefetch"],
-                "reshard_after_forward": plan["reshard_after_forward"], "precision": plan["precision"],
-                "reduce_dtype": plan["reduce_dtype"], "fused_optimizer": plan["fused_optimizer"],
-                "hold_logits": plan["hold_logits"], "loss_dtype": plan["loss_dtype"]}
+    rid = f"ref-{spec.get('name', 'custom')}-g{N}-z{plan['zero']}-ac{plan['ac']}-mbs{plan['mbs']}" \
+          f"-s{plan['seq']}-ga{plan['grad_accum']}-{plan['precision']}"
+    rec_plan = record_plan(plan, plan["grad_accum"])
     if plan["shard_group"] != N // plan["tp"]:
         rec_plan["shard_group"] = plan["shard_group"]
     if plan["tp"] > 1:
@@ -1060,7 +1052,6 @@ def run(a) -> int:
     if plan["fp8"] != "none":
         rec_plan["fp8"] = plan["fp8"]
         rec_plan["fp8_all_gather"] = plan["fp8_all_gather"]
-    bd = " ".join(f"{c}={breakdown[c]}" for c in CATEGORIES)
     if plan["zero"] == 0:
         wrapping = "DDP (bucket_cap_mb=25, gradient_as_bucket_view=False)"
     elif plan["runtime"] == "fsdp1":
@@ -1068,17 +1059,39 @@ def run(a) -> int:
     else:
         wrapping = "FSDP2 fully_shard per block + root" + (
             f", explicit prefetch {plan['prefetch']}" if plan["prefetch"] > 1 else "")
+    return write_outputs(a, torch, dist, tracker.events, t0, rid, record_model, rec_plan, {},
+                         f"tools/reference/run.py: rank 0 of {N}, FakeTensorMode on the CPU device, {wrapping}, ",
+                         n_params)
+
+
+def record_plan(plan: dict, grad_accum: int) -> dict:
+    """The run record's plan keys both paths write, in the committed records' order."""
+    return {"runtime": plan["runtime"], "zero": plan["zero"], "seq": plan["seq"], "mbs": plan["mbs"],
+            "grad_accum": grad_accum, "ac": plan["ac"], "wrap": plan["wrap"], "prefetch": plan["prefetch"],
+            "reshard_after_forward": plan["reshard_after_forward"], "precision": plan["precision"],
+            "reduce_dtype": plan["reduce_dtype"], "fused_optimizer": plan["fused_optimizer"],
+            "hold_logits": plan["hold_logits"], "loss_dtype": plan["loss_dtype"]}
+
+
+def write_outputs(a, torch, dist, events, t0, rid, record_model, rec_plan, measured, notes_head, n_params) -> int:
+    """Writes the shardplan.run/1 record (-o) and, with --trace, the shardplan.reference_trace/1 trace of one run
+    (data parallel or one pipeline rank): the peak and its breakdown from the tracker's events; `measured` adds to
+    the record's measured keys, `notes_head` opens its notes (what ran). Ends the process group; returns 0."""
+    wall_s = time.time() - t0
+    peak, breakdown, peak_phase, peak_index, live_end = summarize(events)
+    tv = torch.__version__.split("+")[0]
+    rid = a.id or rid
+    bd = " ".join(f"{c}={breakdown[c]}" for c in CATEGORIES)
     record = {
         "schema": "shardplan.run/1",
         "id": rid,
         "model": record_model,
         "cluster": a.cluster,
-        "gpus": N,
+        "gpus": a.gpus,
         "plan": rec_plan,
-        "measured": {"peak_allocated_bytes": peak},
+        "measured": {"peak_allocated_bytes": peak, **measured},
         "source": f"pytorch reference, fake process group, torch {tv}",
-        "notes": (f"tools/reference/run.py: rank 0 of {N}, FakeTensorMode on the CPU device, {wrapping}, "
-                  f"fused={plan['fused_optimizer']} AdamW, clip_grad_norm={not a.no_clip}; "
+        "notes": (f"{notes_head}fused={rec_plan['fused_optimizer']} AdamW, clip_grad_norm={not a.no_clip}; "
                   f"breakdown at peak ({peak_phase}): {bd}; sizes rounded to 512 B per allocation; "
                   f"persistent at end: params={live_end['params']} grads={live_end['grads']} "
                   f"optimizer={live_end['optimizer']}"),
@@ -1331,57 +1344,19 @@ def run_pp(a, spec, record_model, plan) -> int:
                 optim.step()
                 optim.zero_grad()
             state["phase"] = "end"
-    events = tracker.events
-    wall_s = time.time() - t0
-    peak, breakdown, peak_phase, peak_index, live_end = summarize(events)
-    tv = torch.__version__.split("+")[0]
-    rid = a.id or (f"ref-{spec.get('name', 'custom')}-g{N}-pp{pp}-{pp_cfg['schedule']}-r{rank}-ac{plan['ac']}"
-                   f"-mbs{plan['mbs']}-s{plan['seq']}-m{m}")
-    rec_plan = {"runtime": plan["runtime"], "zero": plan["zero"], "seq": plan["seq"], "mbs": plan["mbs"],
-                "grad_accum": m, "ac": plan["ac"], "wrap": plan["wrap"], "prefetch": plan["prefetch"],
-                "reshard_after_forward": plan["reshard_after_forward"], "precision": plan["precision"],
-                "reduce_dtype": plan["reduce_dtype"], "fused_optimizer": plan["fused_optimizer"],
-                "hold_logits": plan["hold_logits"], "loss_dtype": plan["loss_dtype"], "pp": pp,
-                "pp_schedule": pp_cfg["schedule"], "virtual_stages": pp_cfg["V"]}
+    rid = f"ref-{spec.get('name', 'custom')}-g{N}-pp{pp}-{pp_cfg['schedule']}-r{rank}-ac{plan['ac']}" \
+          f"-mbs{plan['mbs']}-s{plan['seq']}-m{m}"
+    rec_plan = record_plan(plan, m)
+    rec_plan.update({"pp": pp, "pp_schedule": pp_cfg["schedule"], "virtual_stages": pp_cfg["V"]})
     if pp_cfg["pp_layers"]:
         rec_plan["pp_layers"] = pp_cfg["pp_layers"]
-    bd = " ".join(f"{c}={breakdown[c]}" for c in CATEGORIES)
-    record = {
-        "schema": "shardplan.run/1",
-        "id": rid,
-        "model": record_model,
-        "cluster": a.cluster,
-        "gpus": N,
-        "plan": rec_plan,
-        "measured": {"peak_allocated_bytes": peak, "pp_rank": rank},
-        "source": f"pytorch reference, fake process group, torch {tv}",
-        "notes": (f"tools/reference/run.py: pipeline rank {rank} of {pp} (stages {pp_cfg['stages']} of {S}, "
-                  f"blocks per stage {blocks}), global rank {rank * dp} of {N}, FakeTensorMode on the CPU device, "
-                  f"torch.distributed.pipelining Schedule{PP_SCHEDULES[pp_cfg['schedule']]} with {m} "
-                  f"micro-batches, FSDP2 fully_shard per block + embedding + [norm, output] + stage root "
-                  f"(reshard_after_forward=False), fused={plan['fused_optimizer']} AdamW, "
-                  f"clip_grad_norm={not a.no_clip}; breakdown at peak ({peak_phase}): {bd}; sizes rounded to "
-                  f"512 B per allocation; persistent at end: params={live_end['params']} "
-                  f"grads={live_end['grads']} optimizer={live_end['optimizer']}"),
-    }
-    out = Path(a.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=1) + "\n")
-    if a.trace:
-        trace = {
-            "schema": "shardplan.reference_trace/1", "record_id": rid, "torch": torch.__version__,
-            "device": "cpu (fake tensors)", "parameters": sum(p.numel() for p in params),
-            "peak_allocated_bytes": peak, "peak_event": peak_index, "peak_phase": peak_phase,
-            "breakdown_at_peak": breakdown,
-            "persistent_at_end": {c: live_end[c] for c in ("params", "grads", "optimizer")},
-            "events": [{"op": op, "bytes": b, "category": c, "phase": ph, "aten": fn, "storage": sid,
-                        "stream": "default"} for op, b, c, ph, fn, sid in events],
-        }
-        Path(a.trace).write_text(json.dumps(trace, separators=(",", ":")) + "\n")
-    print(f"{rid}: peak_allocated {peak} B ({peak / 2**30:.2f} GiB) at {peak_phase}; {len(events)} events; "
-          f"{wall_s:.1f} s", file=sys.stderr)
-    dist.destroy_process_group()
-    return 0
+    return write_outputs(
+        a, torch, dist, tracker.events, t0, rid, record_model, rec_plan, {"pp_rank": rank},
+        f"tools/reference/run.py: pipeline rank {rank} of {pp} (stages {pp_cfg['stages']} of {S}, blocks per "
+        f"stage {blocks}), global rank {rank * dp} of {N}, FakeTensorMode on the CPU device, "
+        f"torch.distributed.pipelining Schedule{PP_SCHEDULES[pp_cfg['schedule']]} with {m} micro-batches, FSDP2 "
+        f"fully_shard per block + embedding + [norm, output] + stage root (reshard_after_forward=False), ",
+        sum(p.numel() for p in params))
 
 
 def config_name(line: str) -> str:
