@@ -65,6 +65,10 @@ void torchtitan_loop_notes(const Plan& p, std::vector<std::string>& n) {
     n.push_back(
         "--fp32-norm: the torchtitan version decides (Python fp32 RMSNorm before 2025-03-19), not the "
         "config");
+  if (p.root_params != RootParams::kNone || p.keep_last_block)
+    n.push_back(
+        "--root-params / --keep-last-block: the torchtitan version decides (the root kept the embedding and "
+        "head, and the last block was not resharded, before 2025-07-28), not the config");
   if (p.loss_impl && p.loss() != (p.compile ? LossImpl::kCompiled : LossImpl::kEager))
     n.push_back(std::string("--loss-impl ") + to_string(p.loss()) +
                 ": the torchtitan version decides (the loss is compiled with the model since 2025-04-02), "

@@ -107,6 +107,16 @@ Knob enum_knob(const char* key, const char* flag, const char* help, E Plan::*fie
   return k;
 }
 
+/// An enum knob whose default prints nothing: repro lines and run records of plans without it are unchanged.
+template <class E>
+Knob quiet_enum_knob(const char* key, const char* flag, const char* help, E Plan::*field) {
+  Knob k = enum_knob(key, flag, help, field);
+  k.get = [field, def = Plan{}.*field](const Plan& p) {
+    return p.*field == def ? std::string() : std::string(to_string(p.*field));
+  };
+  return k;
+}
+
 // ---- pipeline parallelism (simulator/pipeline.hpp) ----
 void add_pipeline_knobs(std::vector<Knob>& t) {
   t.push_back(int_knob("pp", "--pp", "pipeline-parallel degree (stages' ranks; outermost in the mesh)", "1",
@@ -286,15 +296,23 @@ std::vector<Knob> build_table() {
     };
     t.push_back(k);
   }
+  t.push_back(quiet_enum_knob("sac_sdpa_ops", "--sac-sdpa-ops",
+                              "SDPA ops torchtitan's selective-AC policy saves: all (torchtitan >= 0.2.1) or "
+                              "flash-efficient (earlier: cuDNN attention is recomputed in backward)",
+                              &Plan::sac_sdpa_ops));
+  t.push_back(
+      quiet_enum_knob("root_params", "--root-params",
+                      "FSDP2 root unit (fully_shard(model)) parameters: none (torchtitan >= 2025-07-28: "
+                      "tok_embeddings and [norm, output] are units of their own) or embedding-head "
+                      "(earlier torchtitan: the root keeps them, gathered from forward to the end of "
+                      "backward)",
+                      &Plan::root_params));
   {
-    Knob k = enum_knob("sac_sdpa_ops", "--sac-sdpa-ops",
-                       "SDPA ops torchtitan's selective-AC policy saves: all (torchtitan >= 0.2.1) or "
-                       "flash-efficient (earlier: cuDNN attention is recomputed in backward)",
-                       &Plan::sac_sdpa_ops);
-    // The default prints nothing: repro lines and run records of plans without it are unchanged.
-    k.get = [](const Plan& p) {
-      return p.sac_sdpa_ops == SacSdpaOps::kAll ? std::string() : std::string(to_string(p.sac_sdpa_ops));
-    };
+    Knob k = switch_knob("keep_last_block", "--keep-last-block",
+                         "FSDP2: the last block is not resharded after forward (torchtitan's default policy "
+                         "before 2025-07-28)",
+                         &Plan::keep_last_block);
+    k.get = [](const Plan& p) { return std::string(p.keep_last_block ? "true" : ""); };
     t.push_back(k);
   }
   t.push_back(

@@ -67,7 +67,10 @@ void Lowering::build_tensor_lists() {
     UnitTensors& t = ut_[static_cast<std::size_t>(u)];
     // A tied-embedding unit (FSDP2) gathers the whole group; its unsharded gradients are its own parameters'
     // (the tied weight's first gradient is a tensor of its own: Lowering::backward).
-    const SimUnit* peer = un.tied_peer >= 0 ? &unit(un.tied_peer) : nullptr;
+    // A merged root (FSDP2 --root-params embedding-head) gathers and reduces the head's parameters too.
+    const SimUnit* peer = un.tied_peer >= 0     ? &unit(un.tied_peer)
+                          : un.owns_merged_root ? &unit(U_ - 1)
+                                                : nullptr;
     for (const Layer* l : un.layers)
       for (const auto& ten : l->tensors)
         add_run(t.params_local, static_cast<double>(tp_local_rows(ten, p_.tp) * tp_local_cols(ten, p_.tp)));
@@ -81,7 +84,7 @@ void Lowering::build_tensor_lists() {
             for (const auto& ten : l->tensors)
               add_run(t.params_shard,
                       static_cast<double>(tensor_shard_elems(ten, p_.tp, p_.shard_group, rt_.padding)));
-      if (peer) {
+      if (peer && !un.owns_merged_root) {
         for (const Layer* l : un.layers)
           for (const auto& ten : l->tensors)
             add_run(t.reduced_shard,

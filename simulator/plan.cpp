@@ -54,6 +54,9 @@ const char* to_string(SdpaBackend b) {
 const char* to_string(SacSdpaOps o) {
   return o == SacSdpaOps::kAll ? "all" : "flash-efficient";
 }
+const char* to_string(RootParams r) {
+  return r == RootParams::kNone ? "none" : "embedding-head";
+}
 
 const char* to_string(PpSchedule s) {
   switch (s) {
@@ -310,6 +313,21 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   check_context_parallel(p);
   check_attention_core(p, model);
   check_expert_parallel(p, model);
+  // torchtitan's FSDP2 wrapping of 2024 to 2025-07-28 (docs/model.md "FSDP2's root unit"), modelled for FSDP2
+  // with parameters gathered per unit, one pipeline stage, no tensor or expert parallelism and an untied head
+  // (the configurations those torchtitan versions ran on the records).
+  if (p.root_params != RootParams::kNone) {
+    need(p.runtime == Runtime::kFsdp2 && p.zero >= 2, "--root-params",
+         "the root unit's parameters are an FSDP2 wrapping: needs --runtime fsdp2 with --zero 2 or 3");
+    need(p.pp == 1 && p.tp == 1 && p.ep == 1, "--root-params",
+         "embedding-head is not modelled with pipeline, tensor or expert parallelism");
+    need(!s.tied_embeddings, "--root-params", "embedding-head is not modelled with tied embeddings");
+  }
+  if (p.keep_last_block)
+    need(
+        p.runtime == Runtime::kFsdp2 && p.zero >= 2 && p.pp == 1, "--keep-last-block",
+        "keeping the last block after forward is an FSDP2 wrapping: needs --runtime fsdp2 with --zero 2 or 3 "
+        "and --pp 1");
   if (global_batch > 0) {
     const std::int64_t per_step = static_cast<std::int64_t>(p.dp) * p.mbs;
     need(global_batch % per_step == 0, "--global-batch",

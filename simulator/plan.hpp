@@ -60,6 +60,11 @@ enum class SdpaBackend { kFlash, kCudnn, kEfficient };
 /// overrideable (torchtitan b39377f9f, 2025-12-01; v0.2.1 on), `flash-efficient` = flash and efficient only
 /// (torchtitan before it): under it cuDNN attention is recomputed in backward, not saved.
 enum class SacSdpaOps { kAll, kFlashEfficient };
+/// The parameters of FSDP2's root unit, `fully_shard(model)` (docs/model.md "FSDP2's root unit"): `none` =
+/// torchtitan since 83e694105 (2025-07-28; 0.3.0), which wraps tok_embeddings and [norm, output] as units of
+/// their own; `embedding-head` = torchtitan before it, whose root keeps the embedding, final norm and output
+/// projection, and which FSDP2 before pytorch PR 154704 (2025-06) never resharded after forward.
+enum class RootParams { kNone, kEmbeddingHead };
 
 const char* to_string(Runtime r);
 const char* to_string(Precision p);
@@ -73,6 +78,7 @@ const char* to_string(LossImpl l);
 const char* to_string(AttentionCore a);
 const char* to_string(SdpaBackend b);
 const char* to_string(SacSdpaOps o);
+const char* to_string(RootParams r);
 
 /// Every value of a plan enum, in the order error messages and help texts list them. parse_enum, enum_names
 /// and parse_enum_or_throw below are the one place a knob's spelling is read, for flags, `--fix` and run
@@ -129,6 +135,10 @@ struct EnumValues<SdpaBackend> {
 template <>
 struct EnumValues<SacSdpaOps> {
   static constexpr std::array v{SacSdpaOps::kAll, SacSdpaOps::kFlashEfficient};
+};
+template <>
+struct EnumValues<RootParams> {
+  static constexpr std::array v{RootParams::kNone, RootParams::kEmbeddingHead};
 };
 
 template <class E>
@@ -197,6 +207,12 @@ struct Plan {
   std::optional<SdpaBackend> sdpa_backend;
   /// Which SDPA ops torchtitan's selective-AC policy saves (the torchtitan version decides).
   SacSdpaOps sac_sdpa_ops = SacSdpaOps::kAll;
+  /// FSDP2: the embedding, final norm and output projection are the root unit's parameters (the torchtitan
+  /// version decides).
+  RootParams root_params = RootParams::kNone;
+  /// FSDP2 ZeRO-3: the last block is not resharded after forward (torchtitan's default reshard policy before
+  /// 83e694105, 2025-07-28: `reshard_after_forward = int(layer_id) < len(model.layers) - 1`).
+  bool keep_last_block = false;
   /// Float8 linear layers in the transformer blocks (embedding, LM head, attention core and MoE experts stay
   /// in the compute dtype, as torchao/torchtitan convert them).
   Fp8 fp8 = Fp8::kNone;

@@ -59,11 +59,18 @@ RuntimeTraits runtime_traits(const Plan& p) {
   t.ag_after_prev_copy_out = fsdp2;
   t.cast_buffer_on_ag_stream = !fsdp1 && mixed_cast;
   t.unsharded_pool = fsdp1 ? kPoolAllGather : kPoolDefault;
-  t.root_gathered_through_step = fsdp1;
+  // FSDP2 root with the embedding and head (torchtitan before 2025-07-28): FSDP2 before pytorch PR 154704
+  // (2025-06) clamps the root's reshard_after_forward to False (_fsdp_state.py _lazy_init:
+  // `post_forward_mesh_info = None`), and the root's post-backward runs in the final callback (its forward
+  // input, the token ids, needs no gradient): gathered from forward to the end of backward, as FSDP1's root.
+  const bool fsdp2_root = fsdp2 && p.root_params == RootParams::kEmbeddingHead;
+  t.root_gathered_through_step = fsdp1 || fsdp2_root;
   t.head_not_resharded = fsdp2;
   t.head_group_regathered = fsdp2;
   t.tied_weight_group = fsdp2;
-  t.bwd_prefetch_after_loss = fsdp1;
+  // FSDP2's root registers its pre-backward hook on its forward outputs (_register_pre_backward_hook), the
+  // logits: it fires after the loss's backward, and prefetches the last block only then.
+  t.bwd_prefetch_after_loss = fsdp1 || fsdp2_root;
   t.gather_limiter = fsdp1 ? GatherLimiter::kComputeTwoBack
                      : ds  ? GatherLimiter::kFetchTwoBack
                            : GatherLimiter::kNone;

@@ -489,6 +489,9 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
     u.reshard = p.reshard();
     if (rt.head_not_resharded && ui + 1 == units.size() && rt.gathers_params)
       u.reshard = false;  // [norm, output]
+    // torchtitan's "default" policy before 83e694105 (2025-07-28): the last block (the unit before the head)
+    // is not resharded after forward, since its backward comes first (parallelize_llama.py at 5940ddeb5).
+    if (p.keep_last_block && u.blocks > 0 && ui + 2 == units.size()) u.reshard = false;
   }
   if (per_module_groups) {
     // Groups of `wrap` consecutive block units, each all-gathering the group's parameters.
@@ -516,7 +519,9 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
   }
   if (rt.root_gathered_through_step && rt.gathers_params && units.size() >= 2) {
     // FSDP1 root: embedding and head are one FlatParameter, gathered at the start of forward and kept until
-    // the end of backward (docs/mechanics.md §1.9).
+    // the end of backward (docs/mechanics.md §1.9). FSDP2 with --root-params embedding-head: the root
+    // fully_shard(model) owns them as one parameter group with the same life (docs/model.md "FSDP2's root
+    // unit").
     SimUnit& emb = units.front();
     SimUnit& head = units.back();
     emb.shard_elems = rt.padding == Padding::kFlatUnit ? ceil_div(emb.elems + head.elems, F)

@@ -797,11 +797,45 @@ def map_torchtitan_pr(rec, plan, notes, cluster):
                      "with its .float(), in torch.compile; TORCH_NCCL_AVOID_RECORD_STREAMS=1 is the FSDP2 "
                      "default behaviour the tool models")
     if "pr822" in rid and "always" in str(other.get("reshard_after_forward_policy") or ""):
-        notes.append("reshard_after_forward_policy always: every block reshards; 'default' keeps the last block "
-                     "unsharded (parallelize_llama.py at 5940ddeb5: layer_id < len(layers) - 1); the tool's "
-                     "zero 3 has one policy for both")
+        notes.append("reshard_after_forward_policy always: every block reshards (no keep_last_block); 'default' "
+                     "keeps the last block unsharded (parallelize_llama.py at 5940ddeb5: layer_id < len(layers) "
+                     "- 1)")
     if "pr355" in rid:
         notes.append("PR 355 A/B: fused vs foreach AdamW, same memory")
+
+def map_torchtitan_root(rec, plan, notes, date):
+    """torchtitan's FSDP2 wrapping of the modules outside the blocks, which its version decides (docs/model.md
+    "FSDP2's root unit"). From 14d422f0c (2024-05-10; torchtrain at 83c879f18, the PR 165 commit, alike) to
+    83e694105 (2025-07-28) apply_fsdp wrapped every block and then fully_shard(model, reshard_after_forward=not
+    pp_enabled) (parallelisms/parallelize_llama.py at 40f8fd007, 2271b6386, 5940ddeb5; models/llama/
+    parallelize_llama.py at c14ab776c): tok_embeddings, norm and output are the root's parameters, and FSDP2
+    before pytorch PR 154704 (2025-06, torch 2.8) clamped the root to stay unsharded after forward
+    (_fsdp_state.py _lazy_init: `post_forward_mesh_info = None`). Its "default" policy kept the last block
+    unsharded too (`reshard_after_forward = int(layer_id) < len(model.layers) - 1`; "always", from PR 822,
+    reshards every block). `date` is the torchtitan's date; rows from 2025-06 on are left alone (the torch they
+    ran is not known to clamp the root)."""
+    if plan["runtime"] != "fsdp2" or plan["zero"] < 2 or plan["tp"] != 1 or plan.get("pp", 1) != 1 \
+            or date >= "2025-06-01":
+        return
+    rid = rec["id"]
+    other = rec["parallel"].get("other") or {}
+    if "pr615" in rid:  # the PR's own branch wraps tok_embeddings and [output, norm] (the default plan)
+        notes.append("root_params none: the PR's branch (466586975) wraps tok_embeddings and [output, norm] as "
+                     "units of their own, every block with reshard_after_forward=False")
+        return
+    if "tok_embeddings own FSDP unit" in str(other.get("variant") or ""):
+        notes.append("root_params none: this variant wraps tok_embeddings and [norm, output] as units of their "
+                     "own (baad09c3b)")
+    else:
+        plan["root_params"] = "embedding-head"
+        notes.append("root_params embedding-head: torchtitan of this date leaves tok_embeddings, norm and output "
+                     "in the root fully_shard(model), which FSDP2 before pytorch PR 154704 (2025-06) never "
+                     "reshards after forward (units of their own since 83e694105, 2025-07-28)")
+    if plan["zero"] == 3 and "always" not in str(other.get("reshard_after_forward_policy") or ""):
+        plan["keep_last_block"] = True
+        notes.append("keep_last_block: torchtitan's default policy of this date does not reshard the last block "
+                     "after forward (reshard_after_forward = layer_id < len(layers) - 1)")
+
 
 def convert(rec):
     reason, others = skip_reason(rec)
@@ -957,6 +991,8 @@ def convert(rec):
                          "default False; fused became the default in 6e4988550, 2025-02-24)")
     if src == "pytorch/torchtitan" and "github_pr_description" in str(rec["source"].get("type") or ""):
         map_torchtitan_pr(rec, plan, notes, cluster)
+    if src == "pytorch/torchtitan":
+        map_torchtitan_root(rec, plan, notes, row_date(rec))
     if src == "pytorch/ao" and rec["id"].startswith("torchao-e2e-"):
         # The ao e2e benchmarks launch torchtitan through benchmarks/float8/training/llama3.sh, which runs
         # ${TORCHTITAN_ROOT}/run_train.sh (ao 8c81863ba, 4fc4068d6, e4e681be6); run_train.sh starts torchrun with
@@ -1013,6 +1049,8 @@ def convert(rec):
             plan["fp32_norm"] = True
             notes.append("fp32_norm: rows added 2025-03-12 ran a torchtitan before 3b39d7ab0 (2025-03-19), whose "
                          "RMSNorm was the Python fp32 module")
+            # ... and before 83e694105 (2025-07-28), with torch 2.7: embedding and head in the root unit.
+            map_torchtitan_root(rec, plan, notes, "2025-03-12")
     if src == "bigscience-workshop/bigscience":
         notes.append("Megatron-DeepSpeed: Megatron TP%d (column/row parallel, no sequence parallel, 2022) with "
                      "DeepSpeed ZeRO-1 at dp=%d, expressed as runtime deepspeed; iteration-2 snapshot" % (tp, dp))

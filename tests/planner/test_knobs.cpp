@@ -67,6 +67,8 @@ Plan all_changed() {
   x.attention_dropout = true;
   x.sdpa_backend = SdpaBackend::kEfficient;
   x.sac_sdpa_ops = SacSdpaOps::kFlashEfficient;
+  x.root_params = RootParams::kEmbeddingHead;
+  x.keep_last_block = true;
   return x;
 }
 
@@ -94,7 +96,8 @@ TEST_CASE("knobs: a plan with every knob changed survives plan_to_flags and the 
         "--async-tp "
         "--foreach-optimizer --compile --hold-logits --fp32-norm --zero-grad-in-place --loss-dtype bf16 "
         "--loss-impl eager "
-        "--sdpa-backend efficient --sac-sdpa-ops flash-efficient --fp8 rowwise "
+        "--sdpa-backend efficient --sac-sdpa-ops flash-efficient --root-params embedding-head "
+        "--keep-last-block --fp8 rowwise "
         "--fp8-all-gather "
         "--attention eager --attention-dropout "
         "--allocator expandable --allocator-gc-threshold 0.8 --pp 2 --pp-schedule interleaved-1f1b "

@@ -28,7 +28,7 @@ PLAN_KEYS = {"runtime", "zero", "shard_group", "tp", "seq", "mbs", "grad_accum",
              "fused_optimizer",
              "loss_dtype", "loss_impl", "zero_grad_in_place", "allocator_gc_threshold", "fp8", "fp8_all_gather", "allocator", "async_tp", "pp", "pp_schedule", "virtual_stages", "pp_layers",
              "attention", "attention_dropout",
-             "sdpa_backend", "sac_sdpa_ops", "cp"}
+             "sdpa_backend", "sac_sdpa_ops", "cp", "root_params", "keep_last_block"}
 MEASURED_KEYS = {"peak_allocated_bytes", "peak_active_bytes", "peak_reserved_bytes", "peak_device_bytes",
                  "step_s", "tokens_per_s_per_gpu", "mfu"}
 
@@ -173,6 +173,30 @@ class ConvertTest(unittest.TestCase):
         # PR 1881 (2025-11-15): torchtitan puts cuDNN first (6a3a9da95) and its SAC list lacks it (b39377f9f).
         p = b["tt-pr1881-l3-8b-g8-fsdp8-fsdp2-eager-bs1"]["plan"]
         self.assertEqual((p["sdpa_backend"], p["sac_sdpa_ops"]), ("cudnn", "flash-efficient"))
+
+    def test_torchtitan_root_unit(self):
+        """torchtitan before 83e694105 (2025-07-28) with a torch before pytorch PR 154704 (2025-06): the root
+        fully_shard(model) keeps the embedding and head, and the default policy keeps the last block
+        (docs/model.md "FSDP2's root unit")."""
+        b = self.by_id
+        for rid in ("torchao-e2e-h100-llama3-8b-g8-none_bfloat16", "tt-pr822-l3-8b-g8-h100-fsdp-bs1-reshard-default",
+                    "tt-pr996-l3-8b-g8-h100-fsdp-bs1-baseline", "torchtitan-pr165-fsdp2-selective-bs8-eager-3"):
+            p = b[rid]["plan"]
+            self.assertEqual((p.get("root_params"), p.get("keep_last_block")), ("embedding-head", True), rid)
+        # "always" reshards every block; "never" is ZeRO-2 (every block kept anyway).
+        for rid in ("tt-pr822-l3-8b-g8-h100-fsdp-bs1-reshard-always", "tt-pr822-l3-8b-g8-h100-fsdp-bs1-reshard-never"):
+            p = b[rid]["plan"]
+            self.assertEqual((p.get("root_params"), p.get("keep_last_block")), ("embedding-head", None), rid)
+        # PR 615's branch and PR 382's variant wrap tok_embeddings and [norm, output] as units; later torchtitans
+        # (PR 1881, the B200 and MI300X ao rows) too; FSDP1 rows and TP rows are left alone.
+        self.assertNotIn("root_params", b["tt-pr615-l3-8b-g8-h100-fsdp-noreshard-noac-compile"]["plan"])
+        p = b["tt-pr382-l3-8b-g8-h100-fsdp-bs2-sac-embwrap"]["plan"]
+        self.assertEqual((p.get("root_params"), p.get("keep_last_block")), (None, True))
+        for rid in ("tt-pr1881-l3-8b-g8-fsdp8-fsdp2-eager-bs1", "torchao-e2e-b200-llama3-8b-g8-none_bfloat16",
+                    "torchao-e2e-mi300x-llama3-8b-g8-none_bfloat16", "torchtitan-pr165-fsdp1-full-bs8-eager-0",
+                    "torchtitan-asynctp-202506-8b-g64-bf16-tp"):
+            self.assertNotIn("root_params", b[rid]["plan"], rid)
+            self.assertNotIn("keep_last_block", b[rid]["plan"], rid)
 
     def test_repeated_id_across_files_is_an_error(self):
         with tempfile.TemporaryDirectory() as d:

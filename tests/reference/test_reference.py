@@ -163,7 +163,9 @@ class ReferenceLaneTest(unittest.TestCase):
                 json.dump(TINY, f)
             for flags in (["--runtime", "deepspeed"], ["--ac", "bogus"], ["--zero", "2", "--reshard-after-forward",
                                                                            "true"],
-                          ["--zero", "0", "--grad-accum", "2"], ["--runtime", "fsdp1", "--prefetch", "2"]):
+                          ["--zero", "0", "--grad-accum", "2"], ["--runtime", "fsdp1", "--prefetch", "2"],
+                          ["--root-params", "bogus"], ["--runtime", "fsdp1", "--root-params", "embedding-head"],
+                          ["--zero", "0", "--keep-last-block"]):
                 p = subprocess.run([sys.executable, RUN, "--model", spec, "--gpus", "8", "-o",
                                     os.path.join(d, "r.json")] + flags, capture_output=True, text=True)
                 self.assertEqual(p.returncode, 2, flags)

@@ -135,6 +135,11 @@ def parse_args(argv):
     p.add_argument("--foreach-optimizer", action="store_true")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--hold-logits", action="store_true")
+    p.add_argument("--root-params", default="none",
+                   help="FSDP2 root unit's parameters: none (torchtitan 0.3.0) or embedding-head (torchtitan "
+                        "before 83e694105, 2025-07-28)")
+    p.add_argument("--keep-last-block", action="store_true",
+                   help="the last block is not resharded after forward (torchtitan before 2025-07-28)")
     p.add_argument("--loss-dtype", default="fp32")
     p.add_argument("--fp8", default="none")
     p.add_argument("--fp8-all-gather", action="store_true")
@@ -218,6 +223,14 @@ def resolve_plan(a, spec) -> dict:
         bad("--fp8-all-gather", "needs --fp8 tensorwise")
     if a.compile:
         bad("--compile", "torch.compile is not covered by the reference lane")
+    if a.root_params not in ("none", "embedding-head"):
+        bad("--root-params", f"unknown value \"{a.root_params}\"")
+    if (a.root_params != "none" or a.keep_last_block) and (
+            a.runtime != "fsdp2" or a.zero not in (2, 3) or a.pp > 1 or a.tp > 1 or a.wrap != 1 or a.prefetch != 1
+            or a.fp8 != "none" or spec.get("tied_embeddings")):
+        bad("--root-params" if a.root_params != "none" else "--keep-last-block",
+            "covered with FSDP2 ZeRO-2/3 of an untied decoder without TP, PP, float8, --wrap or explicit "
+            "prefetch only")
     if a.async_tp:
         bad("--async-tp", "needs tensor parallelism")
     if a.wrap < 1:
@@ -263,7 +276,8 @@ def resolve_plan(a, spec) -> dict:
             "prefetch": a.prefetch, "tp": a.tp, "fp8": a.fp8, "fp8_all_gather": a.fp8_all_gather,
             "mbs": a.mbs, "grad_accum": ga, "ac": a.ac,
             "reshard_after_forward": raf, "precision": a.precision, "reduce_dtype": reduce,
-            "fused_optimizer": not a.foreach_optimizer, "hold_logits": a.hold_logits, "loss_dtype": a.loss_dtype}
+            "fused_optimizer": not a.foreach_optimizer, "hold_logits": a.hold_logits, "loss_dtype": a.loss_dtype,
+            "root_params": a.root_params, "keep_last_block": a.keep_last_block}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -743,22 +757,41 @@ def wrap_fsdp2(torch, model, spec, plan, state, mesh):
     raf = plan["reshard_after_forward"]
     kw = {"mesh": mesh, "mp_policy": mp}
     units = []  # FSDP units in forward order (their modules), for explicit prefetching
-    if spec.get("tied_embeddings"):
-        fully_shard([model.tok_embeddings, model.norm, model.output], reshard_after_forward=False, **kw)
-    else:
-        fully_shard(model.tok_embeddings, reshard_after_forward=raf, **kw)
-        fully_shard([model.norm, model.output], reshard_after_forward=False, **kw)
-        units.append([model.tok_embeddings])
     blocks = list(model.layers.values())
-    # --wrap W: W consecutive blocks form one FSDP unit (fully_shard on a list of modules: one parameter group,
-    # one all-gather).
-    for i in range(0, len(blocks), plan["wrap"]):
-        group = blocks[i:i + plan["wrap"]]
-        fully_shard(group if len(group) > 1 else group[0], reshard_after_forward=raf, **kw)
-        units.append(group)
-    if not spec.get("tied_embeddings"):
-        units.append([model.norm, model.output])
-    fully_shard(model, reshard_after_forward=raf, **kw)
+    if plan["keep_last_block"] and plan["root_params"] == "none":
+        # torchtitan PR 382's wrapping (tok_embeddings and [norm, output] units, the last block kept).
+        fully_shard(model.tok_embeddings, reshard_after_forward=raf, **kw)
+        for i, block in enumerate(blocks):
+            fully_shard(block, reshard_after_forward=raf and i < len(blocks) - 1, **kw)
+        fully_shard([model.norm, model.output], reshard_after_forward=False, **kw)
+        fully_shard(model, reshard_after_forward=raf, **kw)
+    elif plan["root_params"] != "none":
+        # torchtitan before 83e694105 (2025-07-28; parallelisms/parallelize_llama.py apply_fsdp at 5940ddeb5):
+        # every block its own unit (the last one kept after forward under the "default" policy), then
+        # fully_shard(model, reshard_after_forward=not pp_enabled): the embedding, final norm and output are the
+        # root's parameters. FSDP2 before pytorch PR 154704 (2025-06) never resharded the root after forward,
+        # whatever was passed; torch 2.15 does so only when reshard_after_forward is not given (_fsdp_state.py
+        # _lazy_init, _auto_reshard_after_forward), so the root is wrapped without it.
+        for i, block in enumerate(blocks):
+            keep = plan["keep_last_block"] and i == len(blocks) - 1
+            fully_shard(block, reshard_after_forward=raf and not keep, **kw)
+        fully_shard(model, **kw)
+    else:
+        if spec.get("tied_embeddings"):
+            fully_shard([model.tok_embeddings, model.norm, model.output], reshard_after_forward=False, **kw)
+        else:
+            fully_shard(model.tok_embeddings, reshard_after_forward=raf, **kw)
+            fully_shard([model.norm, model.output], reshard_after_forward=False, **kw)
+            units.append([model.tok_embeddings])
+        # --wrap W: W consecutive blocks form one FSDP unit (fully_shard on a list of modules: one parameter
+        # group, one all-gather).
+        for i in range(0, len(blocks), plan["wrap"]):
+            group = blocks[i:i + plan["wrap"]]
+            fully_shard(group if len(group) > 1 else group[0], reshard_after_forward=raf, **kw)
+            units.append(group)
+        if not spec.get("tied_embeddings"):
+            units.append([model.norm, model.output])
+        fully_shard(model, reshard_after_forward=raf, **kw)
     if plan["prefetch"] > 1:
         # torchtitan's explicit prefetching (models/llama4/infra/parallelize.py apply_fsdp, prefetch of one unit
         # there): each unit's forward pre-hook all-gathers the next `prefetch` units
@@ -1070,7 +1103,9 @@ def record_plan(plan: dict, grad_accum: int) -> dict:
             "grad_accum": grad_accum, "ac": plan["ac"], "wrap": plan["wrap"], "prefetch": plan["prefetch"],
             "reshard_after_forward": plan["reshard_after_forward"], "precision": plan["precision"],
             "reduce_dtype": plan["reduce_dtype"], "fused_optimizer": plan["fused_optimizer"],
-            "hold_logits": plan["hold_logits"], "loss_dtype": plan["loss_dtype"]}
+            "hold_logits": plan["hold_logits"], "loss_dtype": plan["loss_dtype"],
+            **({"root_params": plan["root_params"]} if plan.get("root_params", "none") != "none" else {}),
+            **({"keep_last_block": True} if plan.get("keep_last_block") else {})}
 
 
 def write_outputs(a, torch, dist, events, t0, rid, record_model, rec_plan, measured, notes_head, n_params) -> int:
