@@ -52,6 +52,10 @@ void torchtitan_loop_notes(const Plan& p, std::vector<std::string>& n) {
     n.push_back(
         "--fp32-norm: the torchtitan version decides (Python fp32 RMSNorm before 2025-03-19), not the "
         "config");
+  if (p.rs_input_rs_stream)
+    n.push_back(
+        "--rs-input-rs-stream: the PyTorch version decides (FSDP2 before pytorch PR 129721, 2024-06-27), not "
+        "the config");
   if (p.loss_impl && p.loss() != (p.compile ? LossImpl::kCompiled : LossImpl::kEager))
     n.push_back(std::string("--loss-impl ") + to_string(p.loss()) +
                 ": the torchtitan version decides (the loss is compiled with the model since 2025-04-02), "
