@@ -69,6 +69,10 @@ void torchtitan_loop_notes(const Plan& p, std::vector<std::string>& n) {
     n.push_back(
         "--root-params / --keep-last-block: the torchtitan version decides (the root kept the embedding and "
         "head, and the last block was not resharded, before 2025-07-28), not the config");
+  if (p.rs_input_rs_stream)
+    n.push_back(
+        "--rs-input-rs-stream: the PyTorch version decides (FSDP2 before pytorch PR 129721, 2024-06-27), not "
+        "the config");
   if (p.loss_impl && p.loss() != (p.compile ? LossImpl::kCompiled : LossImpl::kEager))
     n.push_back(std::string("--loss-impl ") + to_string(p.loss()) +
                 ": the torchtitan version decides (the loss is compiled with the model since 2025-04-02), "
@@ -372,6 +376,10 @@ std::vector<std::string> emit_notes(const std::string& kind, const Plan& p) {
     n.push_back(
         "float8 needs CUDA float8 GEMMs (torchao); on --device cpu the script emulates them (emulate=True)");
   if (kind == "fsdp2") {
+    if (p.rs_input_rs_stream)
+      n.push_back(
+          "--rs-input-rs-stream: the PyTorch version decides (FSDP2 before pytorch PR 129721, 2024-06-27, "
+          "allocated the reduce-scatter input on its stream); the prediction assumed that torch");
     if (p.fp32_norm)
       n.push_back(
           "--fp32-norm: the model code decides (an RMSNorm upcasting its input in Python, as Hugging Face's "
@@ -416,7 +424,8 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
       "reduce_dtype=\"{}\",\n"
       "            offload_params={}, fp8=\"{}\", fp8_all_gather={}, compile={}, fused_optimizer={},\n"
       "            async_tp={}, loss_dtype=\"{}\", compile_loss={}, hold_logits={}, zero_grad_in_place={},\n"
-      "            attention=\"{}\", attention_dropout={}, sdpa_backend={}, sac_sdpa_ops=\"{}\")\n",
+      "            attention=\"{}\", attention_dropout={}, sdpa_backend={}, sac_sdpa_ops=\"{}\",\n"
+      "            root_params=\"{}\", keep_last_block={})\n",
       p.zero, py_bool(p.reshard()), p.replicas, p.shard_group, p.tp, p.mbs, p.grad_accum, p.seq,
       to_string(p.ac), p.wrap, p.prefetch, to_string(p.precision), param_dtype,
       p.reduce() == Dtype::kFp32 ? "float32" : "bfloat16",
@@ -428,7 +437,7 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
       // saved whatever it is); 0.1 is the usual attention dropout of models trained with it (GPT-2, BERT).
       p.attention_dropout ? "0.1" : "0.0",
       p.sdpa_backend ? "\"" + std::string(sdpa_backend_name(*p.sdpa_backend)) + "\"" : std::string("None"),
-      to_string(p.sac_sdpa_ops));
+      to_string(p.sac_sdpa_ops), to_string(p.root_params), py_bool(p.keep_last_block));
   s += kFsdp2ScriptBody;
   return s;
 }

@@ -281,11 +281,20 @@ def apply_plan(model, mesh, source):
     units = []
     for i in range(0, len(blocks), PLAN["wrap"]):
         group = list(blocks[i:i + PLAN["wrap"]])
-        fully_shard(group if len(group) > 1 else group[0], reshard_after_forward=PLAN["reshard"], **kw)
+        # --keep-last-block: the last unit stays gathered from its forward to its backward (torchtitan's
+        # default policy before 2025-07-28).
+        last = i + PLAN["wrap"] >= len(blocks)
+        reshard = PLAN["reshard"] and not (PLAN["keep_last_block"] and last)
+        fully_shard(group if len(group) > 1 else group[0], reshard_after_forward=reshard, **kw)
         units.append(group[0])
-    fully_shard([get(model, n["norm"]), get(model, n["out"])], reshard_after_forward=False, **kw)
-    fully_shard(get(model, n["embed"]), reshard_after_forward=PLAN["reshard"], **kw)
-    fully_shard(model, reshard_after_forward=PLAN["reshard"], **kw)
+    if PLAN["root_params"] == "embedding-head":
+        # The embedding, final norm and output stay in the root unit, gathered from the forward to the end of
+        # backward (torchtitan before 2025-07-28 on a torch that kept the root unsharded).
+        fully_shard(model, reshard_after_forward=False, **kw)
+    else:
+        fully_shard([get(model, n["norm"]), get(model, n["out"])], reshard_after_forward=False, **kw)
+        fully_shard(get(model, n["embed"]), reshard_after_forward=PLAN["reshard"], **kw)
+        fully_shard(model, reshard_after_forward=PLAN["reshard"], **kw)
     if PLAN["prefetch"] > 1:
         # Explicit prefetch of PLAN["prefetch"] units ahead in forward and behind in backward.
         k = PLAN["prefetch"]

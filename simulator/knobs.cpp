@@ -252,6 +252,11 @@ std::vector<Knob> build_table() {
                           "eager RMSNorm computed in fp32 by a Python module (torchtitan before 2025-03-19): "
                           "an fp32 copy of each norm's input is saved for backward",
                           &Plan::fp32_norm));
+  t.push_back(switch_knob("rs_input_rs_stream", "--rs-input-rs-stream",
+                          "FSDP2 before pytorch PR 129721 (nightlies before July 2024): the reduce-scatter "
+                          "input is allocated on the reduce-scatter stream and the sharded gradients are "
+                          "views of its output",
+                          &Plan::rs_input_rs_stream));
   t.push_back(
       switch_knob("zero_grad_in_place", "--zero-grad-in-place",
                   "gradients zeroed in place (zero_grad(set_to_none=False), torch < 2.0): DDP's .grad "

@@ -17,6 +17,10 @@ void Lowering::run() {
   if (in_.tensors) {  // without: every span is empty and each allocation is one tensor
     build_tensor_lists();
     initial_tensors();
+  } else if (p_.hold_logits) {
+    // The previous step's held logits are in the initial totals (initial_allocation); the loss frees them by
+    // this group, which needs an id even without tensor lists.
+    held_logits_id_ = prog.new_tensor();
   }
   prog.optimizer_state_lazy = p_.runtime != Runtime::kDeepSpeed && p_.runtime != Runtime::kMegatron;
   const std::int32_t held_before = held_logits_id_;

@@ -239,23 +239,33 @@ void Lowering::reduce_scatter(int u, int mb, Bytes ugrad, double grad_bytes_per_
         coll_(CollectiveKind::kReduceScatter, expert_rs_bytes, efsdp_g_);
   const Bytes out_r = B(shard_out_elems * br_);
   const Bytes grad_shard = B(shard_out_elems * grad_bytes_per_elem);
-  // The reduce-scatter output and the sharded gradients are allocated under the reduce-scatter stream
-  // (foreach_reduce: `with device_handle.stream(reduce_scatter_stream)`), so they come from its pool.
-  const std::int32_t out_id = alloc_one(MemCategory::kCommBuffers, kPoolReduceScatter, out_r);
-  if (rt_.rs_input_held) {  // kept until the next unit's post-backward
-    held_rs_input_ = B(rs_bytes);
-    held_rs_id_ = rs_in;
-    held_rs_pool_ = rt_.rs_input_pool;
-  } else {
-    free_group(MemCategory::kCommBuffers, rt_.rs_input_pool, rs_in, B(rs_bytes));
-  }
-  if (!rt_.grads_persistent && mb == 0) {
-    const std::int32_t g =
-        alloc_tensors(MemCategory::kGrads, kPoolReduceScatter, grad_shard, ut_[su].reduced_shard);
+  if (rt_.rs_grads_view_output && grad_bytes_per_elem == br_ && !rt_.grads_persistent && mb == 0) {
+    // FSDP2 before pytorch PR 129721: the reduce-scatter output, allocated under the reduce-scatter stream,
+    // is the storage of the sharded gradients (`torch.as_strided` views: one tensor, no copy), and the input,
+    // a local of foreach_reduce, is freed when it returns.
+    const std::int32_t g = alloc_one(MemCategory::kGrads, kPoolReduceScatter, grad_shard);
     grad_groups_.push_back({g, grad_shard});
     grads_allocated_ += grad_shard;
+    free_group(MemCategory::kCommBuffers, rt_.rs_input_pool, rs_in, B(rs_bytes));
+  } else {
+    // The reduce-scatter output and the sharded gradients are allocated under the reduce-scatter stream
+    // (foreach_reduce: `with device_handle.stream(reduce_scatter_stream)`), so they come from its pool.
+    const std::int32_t out_id = alloc_one(MemCategory::kCommBuffers, kPoolReduceScatter, out_r);
+    if (rt_.rs_input_held) {  // kept until the next unit's post-backward
+      held_rs_input_ = B(rs_bytes);
+      held_rs_id_ = rs_in;
+      held_rs_pool_ = rt_.rs_input_pool;
+    } else {
+      free_group(MemCategory::kCommBuffers, rt_.rs_input_pool, rs_in, B(rs_bytes));
+    }
+    if (!rt_.grads_persistent && mb == 0) {
+      const std::int32_t g =
+          alloc_tensors(MemCategory::kGrads, kPoolReduceScatter, grad_shard, ut_[su].reduced_shard);
+      grad_groups_.push_back({g, grad_shard});
+      grads_allocated_ += grad_shard;
+    }
+    free_group(MemCategory::kCommBuffers, kPoolReduceScatter, out_id, out_r);
   }
-  free_group(MemCategory::kCommBuffers, kPoolReduceScatter, out_id, out_r);
   prev_prev_rs_ = prev_rs_;
   prev_rs_ = rid;
   last_shard_comm_ = rid;

@@ -191,6 +191,12 @@ struct Plan {
   /// Eager RMSNorm as torchtitan's Python module before 3b39d7ab0 (2025-03-19): normalised in fp32 from
   /// `x.float()`, saving an fp32 copy of its input per norm (docs/model.md "Compiled saved tensors").
   bool fp32_norm = false;
+  /// FSDP2 as in PyTorch before pytorch PR 129721 (mid-2024 nightlies, e.g. torchtitan's runs of June 2024):
+  /// `foreach_reduce` allocates the reduce-scatter input under the reduce-scatter stream (its pool) and frees
+  /// it when it returns, and the sharded gradients are views into the reduce-scatter output
+  /// (torch/distributed/_composable/fsdp/_fsdp_collectives.py at pytorch 415cc262; docs/model.md "FSDP2
+  /// before pytorch PR 129721"). Default: the reduce-scatter input on the default stream (torch >= 2.5).
+  bool rs_input_rs_stream = false;
   /// The loop zeroes gradients in place (`optimizer.zero_grad(set_to_none=False)`, torch < 2.0's default, and
   /// Lightning 1.x's `optimizer_zero_grad`): under ZeRO-0 (DDP) every `.grad` then lives across steps. The
   /// default (false) is torch >= 2.0's `set_to_none=True`: gradients are created in backward.

@@ -77,10 +77,16 @@ RuntimeTraits runtime_traits(const Plan& p) {
   t.grads_persistent = (ds && p.zero >= 2) || (p.zero == 0 && p.zero_grad_in_place);
   t.reduce_scatter = p.zero >= 2;
   t.rs_waits_prev_rs = fsdp2;
-  t.rs_input_held = fsdp2;
+  t.rs_input_held = fsdp2 && !p.rs_input_rs_stream;
   t.rs_cpu_limiter = ds;
-  t.rs_input_pool =
-      fsdp2 ? kPoolDefault : kPoolReduceScatter;  // PR pytorch#129721 moved it to the default stream
+  t.rs_input_pool = fsdp2 && !p.rs_input_rs_stream
+                        ? kPoolDefault
+                        : kPoolReduceScatter;  // PR pytorch#129721 moved it to the default stream
+  // Before that PR (pytorch 415cc262 _fsdp_collectives.py foreach_reduce): `reduce_scatter_input` and
+  // `post_reduce_output` are allocated under `torch.cuda.stream(reduce_scatter_stream)`, the input is a local
+  // freed when foreach_reduce returns, and each sharded gradient is `torch.as_strided(post_reduce_output,
+  // ...)`, a view.
+  t.rs_grads_view_output = fsdp2 && p.rs_input_rs_stream;
   t.reduce_only_at_boundary = ds && p.zero == 1;
   // DDP (ZeRO-0) keeps no gradient across steps either: optimizer.zero_grad() defaults to set_to_none=True
   // (torch/optim/optimizer.py, torch >= 2.0; torchtitan calls it so), so each .grad is created by

@@ -78,6 +78,9 @@ struct RuntimeTraits {
   bool rs_input_held = false;     ///< FSDP2: RS input kept until the next unit's post-backward (§1.4)
   bool rs_cpu_limiter = false;    ///< DeepSpeed: at most two reduce events pending (§3.4)
   Pool rs_input_pool = kPoolReduceScatter;
+  /// FSDP2 before pytorch PR 129721: the sharded gradients are views into the reduce-scatter output (one
+  /// allocation under the reduce-scatter stream, no copy) when the reduce dtype is the parameters' dtype.
+  bool rs_grads_view_output = false;
   bool reduce_only_at_boundary = false;  ///< DeepSpeed ZeRO-1: gradients reduced at the accumulation boundary
   bool grad_kept_until_boundary =
       false;  ///< DDP, DeepSpeed ZeRO-1: full .grad created in backward, kept to the step

@@ -229,14 +229,6 @@ def scope_of(rec, cluster):
                        "fp8 accounting is the compiled one and the eager path's saved set is not identified"),
             "throughput": ("eager torchao float8: the scale, cast and transpose kernels run unfused (PR 812: 46 % "
                            "fewer tokens/s than compiled); no efficiency of unfused float8 casts is modelled")}}
-    if src == "pytorch/torchtitan" and "tok_embeddings own FSDP unit" in str(other.get("variant") or ""):
-        # torchtitan PR 382 (baad09c3b): fully_shard(tok_embeddings) and fully_shard([norm, output],
-        # reshard_after_forward=False) as their own units (pytorch PR 127786), where the tool's FSDP2 wraps the
-        # blocks and leaves the embedding, final norm and output in the root unit.
-        return {"out_of_scope": {"memory": (
-            "FSDP2 wrapping not expressible: torchtitan PR 382 shards tok_embeddings as its own unit and [norm, "
-            "output] as one unit with reshard_after_forward=False (a list of modules as one FSDP group, pytorch "
-            "PR 127786); the tool's wrap puts them in the root unit and has no per-unit reshard policy")}}
     if src == "LianjiaTech/BELLE":
         return {"out_of_scope": {"memory": (
             "configuration not pinned down: precision, optimizer, activation checkpointing, DeepSpeed config, packed "
@@ -953,6 +945,17 @@ def convert(rec):
         plan["hold_logits"] = True
         notes.append("hold_logits: torchtitan's loop of this date keeps `pred` (fp32 logits) alive through "
                      "backward; `del pred` was added in e29b6b4d4 (2024-06-12)")
+    # FSDP2's reduce-scatter input was allocated under the reduce-scatter stream, and the sharded gradients were
+    # views of the reduce-scatter output, until pytorch PR 129721 ("[FSDP2] Ran reduce-scatter copy-in in
+    # default stream", description and its before/after logs of 2024-06-27; _fsdp_collectives.py foreach_reduce
+    # at pytorch 415cc262). A run dated before that day ran a PyTorch without it; the July 2024 runs (PRs 382,
+    # 467) are taken to include it (PR 132445 of 2024-08-01 builds on its "After"). Stated on every torchtitan
+    # run of such a date (FSDP1 ignores it), so runs that differ in the runtime alone still pair up.
+    if src == "pytorch/torchtitan" and row_date(rec) < "2024-06-27":
+        plan["rs_input_rs_stream"] = True
+        notes.append("rs_input_rs_stream: FSDP2 of this date allocates the reduce-scatter input on the "
+                     "reduce-scatter stream (moved to the default stream by pytorch PR 129721, 2024-06-27; "
+                     "FSDP1 ignores the knob)")
     # torchtitan torch.compiles the cross-entropy loss with training.compile since bbb1b616e (2025-04-02,
     # components/loss.py build_cross_entropy_loss; commit message: it reduces memory); the plan's default with
     # compile is that compiled loss (loss_impl compiled). Runs of an earlier torchtitan compiled the blocks

@@ -30,20 +30,16 @@ struct MemoryErrorStats {
 /// published_runs_dev2.json (torchtitan PRs 355-1881, knobs from each PR's commit and date, tools/
 /// convert_published.py; recomputed by that test): median 4.05 %, worst 13.72 % (32 runs; the worst is PR
 /// 382's bs 2 SAC baseline of 2024-07, over-predicted). With FSDP2's root unit of torchtitan before
-/// 2025-07-28 (root_params embedding-head, keep_last_block; docs/model.md "FSDP2's root unit"): median 0.73
-/// %, worst 15.67 % (the same PR 382 row: its allocated peak alone is at the measured reserved memory, the
-/// default-segment replay adds 11.2 GiB at the loss forward).
+/// 2025-07-28 (root_params embedding-head, keep_last_block; docs/model.md "FSDP2's root unit"), FSDP2's
+/// reduce-scatter input on the reduce-scatter stream before pytorch PR 129721 (rs_input_rs_stream: PR 165, PR
+/// 355) and selective AC under TP (PR 1881's FSDP 4 x TP 2 row): median MEDIAN %, worst WORST % (32 runs).
 inline constexpr MemoryErrorStats kReservedMemoryError{"peak_reserved_bytes", 32, 0.0073, 0.1567};
 
 /// Default planner headroom (fraction of GPU memory `plan` keeps free). Rule: the largest under-prediction of
 /// peak reserved memory over the in-scope records of tests/data/runs/published_dev.json, (measured -
 /// predicted) / measured, rounded up to the next whole percent; a plan the planner accepts then stays under
 /// the device's memory for every measured run the prediction has missed. default_headroom() computes the
-/// rule; a test recomputes it with the real simulator and fails when this constant is stale.
-/// Today: largest under-prediction 8.67 % (torchtitan PR 355's A100 foreach-AdamW row of 2024-06-06: 54.32
-/// GiB predicted, 59.48 GiB measured) -> 9 %. Before FSDP2's root unit of torchtitan before 2025-07-28 was
-/// modelled: 10.94 % (PR 355's rows, foreach and fused alike) -> 11 %; before the dev2 rows: 8.38 % (the PR
-/// 165 FSDP1 SAC eager row) -> 9 %.
+/// rule; a test recomputes it with the real simulator and fails when this constant is stale. HEADROOM_NOTE
 inline constexpr double kDefaultHeadroom = 0.09;
 inline constexpr const char* kDefaultHeadroomRule =
     "the largest under-prediction of reserved memory on the committed runs, rounded up to a whole percent";

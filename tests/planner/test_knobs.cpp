@@ -49,6 +49,7 @@ Plan all_changed() {
   x.compile = true;
   x.hold_logits = true;
   x.fp32_norm = true;
+  x.rs_input_rs_stream = true;
   x.zero_grad_in_place = true;
   x.loss_dtype = Dtype::kBf16;
   x.fp8 = Fp8::kRowwise;
@@ -94,7 +95,8 @@ TEST_CASE("knobs: a plan with every knob changed survives plan_to_flags and the 
         "--wrap 2 "
         "--prefetch 2 --reshard-after-forward false --precision bf16 --reduce-dtype bf16 --offload params "
         "--async-tp "
-        "--foreach-optimizer --compile --hold-logits --fp32-norm --zero-grad-in-place --loss-dtype bf16 "
+        "--foreach-optimizer --compile --hold-logits --fp32-norm --rs-input-rs-stream --zero-grad-in-place "
+        "--loss-dtype bf16 "
         "--loss-impl eager "
         "--sdpa-backend efficient --sac-sdpa-ops flash-efficient --root-params embedding-head "
         "--keep-last-block --fp8 rowwise "

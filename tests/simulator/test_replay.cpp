@@ -143,3 +143,87 @@ TEST_CASE("planner pass without the replay: one effect per buffer, same walk, re
   CHECK(without.peak_reserved_bytes == reserved_lower_bound(sim.timeline()));
   CHECK(without.peak_reserved_bytes <= with.peak_reserved_bytes);
 }
+
+TEST_CASE("planner pass without the replay: held logits are released as with the replay", "[simulator][replay]") {
+  // The training loop's reference to the previous step's logits is in the step's initial totals; the loss
+  // drops it. Without tensor lists that free needs a group of its own (the planner's first pass aborted with
+  // "activations not released at the end of the step": 1,050,673,152 B = 4 x 2048 x 128,256, the fp32 logits).
+  Setup s("llama3-8b", "dgx-h100", 16);
+  for (int accum : {1, 3}) {
+    Plan p;
+    p.seq = 2048;
+    p.ac = AcMode::kSelective;
+    p.hold_logits = true;
+    p.grad_accum = accum;
+    const Plan rp = s.resolve(p);
+    Simulator sim(s.model, *s.cluster, *s.costs);
+    const Result with = sim.run(rp);
+    sim.set_allocator_replay(false);
+    const Result without = sim.run(rp);
+    CHECK(without.peak_bytes == with.peak_bytes);
+    CHECK(without.step_s == with.step_s);
+  }
+}
+
+TEST_CASE("allocator replay: FSDP2 before pytorch PR 129721 reduces on the reduce-scatter stream",
+          "[simulator][replay]") {
+  // Llama-3-8B blocks.0 on 8 GPUs, fp32 reduction of fp32 sharded parameters. Its parameters: q and o
+  // 4096 x 4096 (16,777,216 each), k and v 1024 x 4096 (4,194,304 each), gate, up, down 14,336 x 4096
+  // (58,720,256 each), two norms of 4,096: 218,112,000 elements, every dim 0 a multiple of 8 (no padding).
+  // The reduce-scatter input is the unsharded gradient in fp32: 218,112,000 x 4 = 872,448,000 B; the reduced
+  // shard 218,112,000 / 8 x 4 = 109,056,000 B.
+  Setup s("llama3-8b", "dgx-h100", 8);
+  for (const bool legacy : {false, true}) {
+    INFO("rs_input_rs_stream " << legacy);
+    Plan p;
+    p.seq = 2048;
+    p.rs_input_rs_stream = legacy;
+    Simulator sim(s.model, *s.cluster, *s.costs);
+    sim.run(s.resolve(p));
+    const Program& prog = sim.program();
+    // blocks.0's allocations of reduction buffers and sharded gradients, in order (the all-gather stream's
+    // bf16 casts are left out).
+    std::vector<MemEffect> allocs;
+    for (const Task& t : prog.tasks) {
+      if (t.unit != 1) continue;
+      for (std::uint32_t e = t.first_effect; e < t.first_effect + t.n_effects; ++e) {
+        const MemEffect& fx = prog.effects[e];
+        if (fx.delta_bytes > 0 && fx.pool != kPoolAllGather &&
+            (fx.category == MemCategory::kCommBuffers ||
+             (fx.category == MemCategory::kGrads && fx.pool == kPoolReduceScatter)))
+          allocs.push_back(fx);
+      }
+    }
+    if (legacy) {
+      // pytorch 415cc262 foreach_reduce: `reduce_scatter_input` and `post_reduce_output` under
+      // `torch.cuda.stream(reduce_scatter_stream)`; the sharded gradients are `torch.as_strided` views of the
+      // output: one allocation, no copy.
+      REQUIRE(allocs.size() == 2);
+      CHECK(allocs[0].category == MemCategory::kCommBuffers);
+      CHECK(allocs[0].pool == kPoolReduceScatter);
+      CHECK(allocs[0].delta_bytes == 872'448'000);
+      CHECK(allocs[1].category == MemCategory::kGrads);
+      CHECK(allocs[1].pool == kPoolReduceScatter);
+      CHECK(allocs[1].count == 1);
+      CHECK(allocs[1].delta_bytes == 109'056'000);
+    } else {
+      // torch >= 2.5: the input on the default stream, then the output and the 9 per-parameter gradients (in
+      // runs of equal sizes: 2,048 B norm, 8 MiB q, 2 x 4 MiB k and v, ...) on the reduce-scatter stream.
+      REQUIRE(allocs.size() >= 3);
+      CHECK(allocs[0].pool == kPoolDefault);
+      CHECK(allocs[0].delta_bytes == 872'448'000);
+      CHECK(allocs[1].category == MemCategory::kCommBuffers);
+      CHECK(allocs[1].pool == kPoolReduceScatter);
+      CHECK(allocs[1].delta_bytes == 109'056'000);
+      Bytes grads = 0;
+      int tensors = 0;
+      for (std::size_t i = 2; i < allocs.size(); ++i) {
+        CHECK(allocs[i].category == MemCategory::kGrads);
+        grads += allocs[i].delta_bytes;
+        tensors += allocs[i].count;
+      }
+      CHECK(grads == 109'056'000);
+      CHECK(tensors == 9);
+    }
+  }
+}
