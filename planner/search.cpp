@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -609,29 +610,31 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
     std::atomic<std::size_t> next{0}, done{0};
     const int n =
         std::max(1, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(1, plans.size()))));
-    auto worker = [&]() {
-      Simulator sim(model, cluster, costs, opts.simulator);
-      sim.set_allocator_replay(false);
-      for (std::size_t k; (k = next.fetch_add(1)) < plans.size();) {
-        res[k] = sim.run(plans[k]);
-        done.fetch_add(1);
+    // An exception on a worker thread would end the process (std::terminate): the first one is kept, the
+    // other workers stop taking plans, and it is rethrown on the calling thread after the join.
+    std::exception_ptr failure;
+    std::mutex failure_mu;
+    auto work = [&](bool report) {
+      try {
+        Simulator sim(model, cluster, costs, opts.simulator);
+        sim.set_allocator_replay(false);
+        for (std::size_t k; (k = next.fetch_add(1)) < plans.size();) {
+          res[k] = sim.run(plans[k]);
+          done.fetch_add(1);
+          if (report) opts.progress(static_cast<double>(done.load()) / static_cast<double>(plans.size()));
+        }
+      } catch (...) {
+        next.store(plans.size());
+        const std::lock_guard<std::mutex> lock(failure_mu);
+        if (!failure) failure = std::current_exception();
       }
     };
     std::vector<std::thread> pool;
-    for (int i = 1; i < n; ++i) pool.emplace_back(worker);
-    if (progress && opts.progress) {
-      // The calling thread works too; progress is reported between its plans.
-      Simulator sim(model, cluster, costs, opts.simulator);
-      sim.set_allocator_replay(false);
-      for (std::size_t k; (k = next.fetch_add(1)) < plans.size();) {
-        res[k] = sim.run(plans[k]);
-        done.fetch_add(1);
-        opts.progress(static_cast<double>(done.load()) / static_cast<double>(plans.size()));
-      }
-    } else {
-      worker();
-    }
+    for (int i = 1; i < n; ++i) pool.emplace_back(work, false);
+    // The calling thread works too; with a progress callback it reports between its plans.
+    work(progress && static_cast<bool>(opts.progress));
     for (auto& t : pool) t.join();
+    if (failure) std::rethrow_exception(failure);
     return res;
   };
   std::vector<Result> results = simulate_all(todo, true);

@@ -144,10 +144,12 @@ TEST_CASE("planner pass without the replay: one effect per buffer, same walk, re
   CHECK(without.peak_reserved_bytes <= with.peak_reserved_bytes);
 }
 
-TEST_CASE("planner pass without the replay: held logits are released as with the replay", "[simulator][replay]") {
+TEST_CASE("planner pass without the replay: held logits are released as with the replay",
+          "[simulator][replay]") {
   // The training loop's reference to the previous step's logits is in the step's initial totals; the loss
   // drops it. Without tensor lists that free needs a group of its own (the planner's first pass aborted with
-  // "activations not released at the end of the step": 1,050,673,152 B = 4 x 2048 x 128,256, the fp32 logits).
+  // "activations not released at the end of the step": 1,050,673,152 B = 4 x 2048 x 128,256, the fp32
+  // logits).
   Setup s("llama3-8b", "dgx-h100", 16);
   for (int accum : {1, 3}) {
     Plan p;
