@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "simulator/cost_model.hpp"
 #include "simulator/model_graph.hpp"
 #include "simulator/plan.hpp"
 #include "simulator/presets.hpp"
+#include "simulator/runtime.hpp"
 #include "simulator/simulate.hpp"
+#include "simulator/units.hpp"
 #include "tests/common/fixture.hpp"
 #include "topologies/cluster.hpp"
 
@@ -33,14 +36,28 @@ inline ModelSpec small_llama(int layers = 4, std::int64_t vocab = 32000) {
   return s;
 }
 
-/// Highest value the activations category reaches while walking the program's memory effects in CPU issue
-/// order (the same walk the engine does for the total).
-inline Bytes max_category_bytes(const Program& prog, MemCategory cat) {
-  Bytes cur = 0, hi = 0;
+/// Running total of `cat` over the program's memory effects in CPU issue order (the same walk the engine does
+/// for the total); calls f(task, effect, total after the effect).
+template <class F>
+void walk_category(const Program& prog, MemCategory cat, F f) {
+  Bytes cur = 0;
   for (const Task& t : prog.tasks)
     for (std::uint32_t e = t.first_effect; e < t.first_effect + t.n_effects; ++e)
-      if (prog.effects[e].category == cat) hi = std::max(hi, cur += prog.effects[e].delta_bytes);
+      if (prog.effects[e].category == cat) f(t, prog.effects[e], cur += prog.effects[e].delta_bytes);
+}
+
+/// Highest value the category `cat` reaches on that walk.
+inline Bytes max_category_bytes(const Program& prog, MemCategory cat) {
+  Bytes hi = 0;
+  walk_category(prog, cat, [&](const Task&, const MemEffect&, Bytes cur) { hi = std::max(hi, cur); });
   return hi;
+}
+
+/// The plan's FSDP units as the simulator builds them (`p` already resolved).
+inline std::vector<SimUnit> units_of(const Setup& s, const Plan& p) {
+  std::vector<SimUnit> units;
+  build_units(s.model, *s.cluster, *s.costs, p, runtime_traits(p), units);
+  return units;
 }
 
 /// The same model with each transformer block's layers merged into one graph layer (tensors, GEMMs, saved
@@ -58,10 +75,10 @@ inline ModelGraph merge_blocks(const ModelGraph& m) {
         o["tensors"].push_back(t);
       }
       for (const auto& g : l["gemms"]) o["gemms"].push_back(g);
-      for (const char* k : {"act_split_bytes_per_token", "act_replicated_bytes_per_token",
-                            "act_selective_split_bytes_per_token", "act_selective_replicated_bytes_per_token",
-                            "elementwise_bytes_per_token"})
-        o[k] = o[k].get<double>() + l[k].get<double>();
+      // Every per-token figure of the layer (saved bytes, their selective / compiled / TP parts, elementwise
+      // traffic), present in either layer.
+      for (const auto& [k, v] : l.items())
+        if (k.ends_with("_bytes_per_token")) o[k] = o.value(k, 0.0) + v.get<double>();
       if (l.contains("attention")) o["attention"] = l["attention"];
     } else {
       out.push_back(l);

@@ -11,6 +11,7 @@
 
 using namespace shardplan;
 using shardplan::test::Setup;
+using shardplan::test::units_of;
 
 namespace {
 const Layer& first_attention(const ModelGraph& m) {
@@ -23,11 +24,6 @@ Plan with_core(Plan p, AttentionCore core, bool dropout) {
   p.attention = core;
   p.attention_dropout = dropout;
   return p;
-}
-std::vector<SimUnit> units_of(const Setup& s, const Plan& p) {
-  std::vector<SimUnit> units;
-  build_units(s.model, *s.cluster, *s.costs, p, runtime_traits(p), units);
-  return units;
 }
 }  // namespace
 

@@ -9,13 +9,9 @@
 
 using namespace shardplan;
 using shardplan::test::Setup;
+using shardplan::test::units_of;
 
 namespace {
-std::vector<SimUnit> units_of(const Setup& s, const Plan& p) {
-  std::vector<SimUnit> units;
-  build_units(s.model, *s.cluster, *s.costs, p, runtime_traits(p), units);
-  return units;
-}
 const Layer& first_block_layer(const ModelGraph& m, LayerKind kind) {
   for (const Layer* l : m.order())
     if (l->block == 0 && l->kind == kind) return *l;

@@ -9,6 +9,8 @@
 
 using namespace shardplan;
 using shardplan::test::Setup;
+using shardplan::test::units_of;
+using shardplan::test::walk_category;
 
 namespace {
 // A preset with fewer blocks, as the lane runs it (`run.py --layers K`).
@@ -133,23 +135,10 @@ TEST_CASE("MoE: the experts' backward one expert at a time", "[simulator][memory
   Plan p;
   p.seq = 4096;
   p.mbs = 1;
-  std::vector<SimUnit> units;
-  const Plan r = s.resolve(p);
-  build_units(s.model, *s.cluster, *s.costs, r, runtime_traits(r), units);
+  const std::vector<SimUnit> units = units_of(s, s.resolve(p));
   REQUIRE(units.size() == 34);
   CHECK(units[1].workspace_bytes == 2'155'937'792LL);
 }
-
-namespace {
-/// Running total of `cat` over the program in issue order; calls f(task, effect, total after the effect).
-template <class F>
-void walk_category(const Program& prog, MemCategory cat, F f) {
-  Bytes cur = 0;
-  for (const Task& t : prog.tasks)
-    for (std::uint32_t e = t.first_effect; e < t.first_effect + t.n_effects; ++e)
-      if (prog.effects[e].category == cat) f(t, prog.effects[e], cur += prog.effects[e].delta_bytes);
-}
-}  // namespace
 
 TEST_CASE("FSDP2 tied embeddings: the head's gradient of the tied weight waits for the embedding's",
           "[simulator][memory][fsdp2]") {

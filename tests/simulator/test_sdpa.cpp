@@ -11,13 +11,9 @@
 
 using namespace shardplan;
 using shardplan::test::Setup;
+using shardplan::test::units_of;
 
 namespace {
-std::vector<SimUnit> units_of(const Setup& s, const Plan& p) {
-  std::vector<SimUnit> units;
-  build_units(s.model, *s.cluster, *s.costs, p, runtime_traits(p), units);
-  return units;
-}
 const SimUnit& first_block_unit(const std::vector<SimUnit>& units) {
   for (const SimUnit& u : units)
     if (u.blocks > 0) return u;
