@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <sstream>
 #include <string>
 
@@ -123,8 +124,9 @@ RingGraph ring_graph_across_nodes(GpuArch arch, int rails, double nic_GBps, doub
   static constexpr double kSm100[] = {96.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0,
                                       17.5, 15.0, 12.0, 6.0,  3.0,  2.4,  1.2,  0.24, 0.12};
   const bool hopper_up = arch == GpuArch::kHopper || arch == GpuArch::kBlackwell;  // ccMin > 80
-  const double* speeds = arch == GpuArch::kBlackwell ? kSm100 : arch == GpuArch::kHopper ? kSm90 : kInter;
-  const int nspeeds = arch == GpuArch::kBlackwell ? 18 : arch == GpuArch::kHopper ? 17 : 19;
+  const std::span<const double> speeds = arch == GpuArch::kBlackwell ? std::span<const double>(kSm100)
+                                         : arch == GpuArch::kHopper  ? std::span<const double>(kSm90)
+                                                                     : std::span<const double>(kInter);
   // NCCL caps the search at ringGraph->maxChannels = MAXCHANNELS / 2 = 32 and comm->nChannels at MAXCHANNELS
   // 64 (src/init.cc, src/include/device.h). Like the rest of this model's channel counts (one per NVLink
   // link) these are left uncapped, so that links without limit (the simulator's invariant tests) have no
@@ -140,8 +142,7 @@ RingGraph ring_graph_across_nodes(GpuArch arch, int rails, double nic_GBps, doub
   // speed) of them and each GPU's NVLink floor(nvlink / speed) (every channel crosses every GPU of the
   // domain once).
   double first = 0;
-  for (int i = 0; i < nspeeds; ++i) {
-    const double s = speeds[i];
+  for (const double s : speeds) {
     if (s > nic_GBps) continue;
     if (first > 0 && s <= 0.49 * first) break;
     double chd = std::min(kMaxChannels, rails * std::floor(nic_GBps / s));
@@ -154,7 +155,7 @@ RingGraph ring_graph_across_nodes(GpuArch arch, int rails, double nic_GBps, doub
       r.search_GBps = s;
     }
   }
-  if (r.search_channels == 0) r.search_channels = 1, r.search_GBps = speeds[nspeeds - 1];
+  if (r.search_channels == 0) r.search_channels = 1, r.search_GBps = speeds.back();
   int ch = r.search_channels;
   double bw = r.search_GBps;
   // ncclTopoDupChannels (search.cc): doubles the graph's channels (bandwidth split among them) unless
