@@ -788,6 +788,20 @@ def map_torchtitan_pr(rec, plan, notes, cluster):
         notes.append("loss_impl compiled (the compile default): the PR's train.py (466586975) wraps loss_fn, "
                      "with its .float(), in torch.compile; TORCH_NCCL_AVOID_RECORD_STREAMS=1 is the FSDP2 "
                      "default behaviour the tool models")
+    if "pr382" in rid:
+        # The dataset read the PR text at baad09c3b (10:52), whose logs (10:47-10:48) do not name the setup. The
+        # PR's final description re-ran both variants (10:55, 11:03) and states it: "Llama3-8B on 8xH100, 1D
+        # FSDP, local batch size 2, selective op AC, `compiled_rmsnorm`, `torch.compile` enabled per transformer
+        # block, fused AdamW" (github.com/pytorch/torchtitan/pull/382), with the same memory to the hundredth
+        # of a GiB as the earlier logs (step 1 60.27 / 61.21 GiB, then 68.09 / 69.04 GiB): the same
+        # configuration. torchtitan's compile of this date wraps each block only (the loss stays eager).
+        plan["compile"] = True
+        plan["fused_optimizer"] = True
+        plan.pop("fp32_norm", None)
+        notes[:] = [n for n in notes if not n.startswith(("fp32_norm:", "fused_optimizer false:"))]
+        notes.append("compile, fused_optimizer, no fp32_norm: the PR's final description states 'compiled_rmsnorm, "
+                     "torch.compile enabled per transformer block, fused AdamW' for these runs (its re-run logs "
+                     "repeat the 60.27/61.21 and 68.09/69.04 GiB of the logs at baad09c3b)")
     if "pr822" in rid and "always" in str(other.get("reshard_after_forward_policy") or ""):
         notes.append("reshard_after_forward_policy always: every block reshards (no keep_last_block); 'default' "
                      "keeps the last block unsharded (parallelize_llama.py at 5940ddeb5: layer_id < len(layers) "

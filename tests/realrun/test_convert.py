@@ -150,9 +150,20 @@ class ConvertTest(unittest.TestCase):
         self.assertTrue(p["fp32_norm"])
         self.assertNotIn("allocator", p)
         self.assertEqual((p["sdpa_backend"], p["sac_sdpa_ops"]), ("flash", "flash-efficient"))
-        # PR 382 (2024-07-11): `del pred` present; foreach AdamW (fused default from 6e4988550, 2025-02-24).
-        p = b["tt-pr382-l3-8b-g8-h100-fsdp-bs2-sac-baseline"]["plan"]
-        self.assertNotIn("hold_logits", p)
+        # PR 382 (2024-07-11): `del pred` present; its final description states compile per block,
+        # compiled_rmsnorm and fused AdamW for both variants (the dataset read an earlier revision without it).
+        for rid in ("tt-pr382-l3-8b-g8-h100-fsdp-bs2-sac-baseline", "tt-pr382-l3-8b-g8-h100-fsdp-bs2-sac-embwrap"):
+            p = b[rid]["plan"]
+            self.assertNotIn("hold_logits", p)
+            self.assertTrue(p["compile"])
+            self.assertTrue(p["fused_optimizer"])
+            self.assertNotIn("fp32_norm", p)
+            self.assertEqual(p["loss_impl"], "eager")  # torchtitan of that date compiles the blocks only
+            self.assertNotIn("fp32_norm: torchtitan of this date", b[rid]["notes"])
+            self.assertNotIn("fused_optimizer false", b[rid]["notes"])
+        # PR 467 (2024-07-18) states no compile: eager, foreach AdamW (fused default from 6e4988550, 2025-02-24).
+        p = b["tt-pr467-l3-8b-g8-h100-fsdp-bs1-noac"]["plan"]
+        self.assertFalse(p["compile"])
         self.assertFalse(p["fused_optimizer"])
         self.assertNotIn("out_of_scope", b["tt-pr382-l3-8b-g8-h100-fsdp-bs2-sac-baseline"])
         # Its variant (tok_embeddings and [norm, output] as units of their own) is torchtitan 0.3.0's wrapping:
