@@ -14,6 +14,7 @@ void Lowering::run() {
   prog.labels.clear();
   prog.labels.push_back("task");
   ut_.assign(static_cast<std::size_t>(U_), UnitTensors{});
+  fwd_extra_.assign(static_cast<std::size_t>(U_), -1);
   if (in_.tensors) {  // without: every span is empty and each allocation is one tensor
     build_tensor_lists();
     initial_tensors();
@@ -264,8 +265,7 @@ void Lowering::forward(int mb) {
       autocast_id_[static_cast<std::size_t>(u)] =
           alloc_tensors(MemCategory::kGathered, kPoolDefault,
                         B(static_cast<double>(un.autocast_copy_elems) * 2), ut.params_local);
-    act_id_[static_cast<std::size_t>(u)] =
-        alloc_tensors(MemCategory::kActivations, kPoolDefault, un.act_bytes, ut.saved);
+    act_id_[static_cast<std::size_t>(u)] = forward_activations(u);
     if (un.has_loss) {
       // The root's post-forward runs when the model's forward returns, before the training loop's loss: it
       // drops the last held all-gather output (torch 2.15 _fsdp_state.py _post_forward of the iteration's

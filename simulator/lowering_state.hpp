@@ -76,6 +76,9 @@ class Lowering {
     /// The shards of the parameters whose gradients the unit's post-backward reduces: params_shard, but of
     /// an FSDP2 tied group (SimUnit::tied_peer) only the unit's own parameters.
     Span reduced_shard;
+    /// Per layer i of the unit, its saved tensors (`saved`, split by layer) and what selective AC drops of
+    /// the no-AC saved set: layer_spans_[first_layer_span + 2i] and [... + 2i + 1].
+    std::uint32_t first_layer_span = 0;
   };
   void build_tensor_lists();
   void add_run(Span& s, double weight, int count = 1);
@@ -183,6 +186,12 @@ class Lowering {
 
   // ---- forward ----
   void forward(int mb);
+  /// Allocates unit `u`'s saved activations of one forward (group act_id_) and, in eager mode, the layers'
+  /// forward transients around them (docs/model.md "Eager forward transients"); returns the group.
+  std::int32_t forward_activations(int u);
+  /// Whether the forward's eager transients are lowered: eager PyTorch module code (not torch.compile, not
+  /// Megatron-core's fused Transformer Engine kernels) and a unit that saves per layer (not full AC).
+  bool eager_transients(const SimUnit& un) const;
 
   // ---- backward ----
   void backward(int mb, bool last_mb);
@@ -213,6 +222,10 @@ class Lowering {
   std::vector<std::pair<std::int32_t, Bytes>> grad_groups_;  ///< freed by zero_grad
   std::vector<Run> runs_;
   std::vector<UnitTensors> ut_;
+  /// Per unit, the planner walk's forward transient over the saved group (forward_activations), once known.
+  std::vector<Bytes> fwd_extra_;
+  std::vector<Span>
+      layer_spans_;             ///< per layer of every unit: saved, dropped (UnitTensors::first_layer_span)
   Span all_local_, all_shard_;  ///< every parameter of the model: TP-local / as sharded (flat: per unit)
   Span optimizer_params_;       ///< the tensors the optimizer steps: one per parameter, or flat partitions
   std::vector<std::int32_t> limiter_queue_;  ///< what the gather limiter waits on, in issue order

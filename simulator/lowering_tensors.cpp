@@ -26,6 +26,7 @@ void Lowering::add_run(Span& s, double weight, int count) {
 
 void Lowering::build_tensor_lists() {
   runs_.clear();
+  layer_spans_.clear();
   ut_.assign(static_cast<std::size_t>(U_), UnitTensors{});
   const auto& s = in_.model.spec();
   const double T = static_cast<double>(p_.mbs) * static_cast<double>(p_.seq);
@@ -102,6 +103,21 @@ void Lowering::build_tensor_lists() {
         if (l->block == first_block) layer_saved(t.recompute, *l, false);
     } else {
       for (const Layer* l : un.layers) layer_saved(t.saved, *l, sel && l->block >= 0);
+      // The same tensors split by layer, for the eager forward's interleaving (forward_activations): per
+      // layer its saved tensors, and what the no-AC forward would save but selective AC drops (alive while
+      // the layer runs).
+      t.first_layer_span = static_cast<std::uint32_t>(layer_spans_.size());
+      for (const Layer* l : un.layers) {
+        const bool sel_l = sel && l->block >= 0;
+        Span saved{}, dropped{};
+        layer_saved(saved, *l, sel_l);
+        if (sel_l)
+          saved_as_tensors(
+              dropped, *l,
+              std::max(0.0, layer_saved_bytes(*l, p_, T, false) - layer_saved_bytes(*l, p_, T, true)));
+        layer_spans_.push_back(saved);
+        layer_spans_.push_back(dropped);
+      }
     }
     // The backward's transients, split as tensors of their sizes: two hidden-sized, and in blocks two
     // FFN-sized (a block unit's workspace_bytes is its op-level peak over the saved tensors, units.cpp);
@@ -139,6 +155,104 @@ void Lowering::build_tensor_lists() {
     add_run(optimizer_params_, 1.0);
   else
     optimizer_params_ = p_.zero >= 1 ? all_shard_ : all_local_;
+}
+
+bool Lowering::eager_transients(const SimUnit& un) const {
+  if (p_.compile || p_.runtime == Runtime::kMegatron) return false;
+  if (p_.ac == AcMode::kFull && un.blocks > 0) return false;
+  for (const Layer* l : un.layers)
+    if (l->act_eager_transient_split_bytes_per_token > 0 || l->act_eager_output_bytes_per_token > 0)
+      return true;
+  return false;
+}
+
+std::int32_t Lowering::forward_activations(int u) {
+  const SimUnit& un = unit(u);
+  const UnitTensors& ut = ut_[static_cast<std::size_t>(u)];
+  constexpr MemCategory A = MemCategory::kActivations;
+  if (!eager_transients(un)) return alloc_tensors(A, kPoolDefault, un.act_bytes, ut.saved);
+  // Eager forward, layer by layer (docs/model.md "Eager forward transients"). Layer i: its temporaries, its
+  // saved tensors (units.cpp's bytes; the last layer takes the rounding remainder, so the group ends with
+  // exactly un.act_bytes), what selective AC drops of the no-AC saved set (alive while the layer runs; a
+  // norm's until the next layer has run, which consumes its output); then the temporaries die, the previous
+  // layer's output (before the residual add) and dropped tensors die once this layer has saved the sum, and
+  // its own output is made.
+  const double T = static_cast<double>(p_.mbs) * static_cast<double>(p_.seq) / p_.cp;
+  const double scale = T * bc_ / 2.0;  // the per-token figures are at 16-bit compute
+  const bool sel = p_.ac == AcMode::kSelective;
+  const std::size_t n = un.layers.size();
+  struct Step {
+    Bytes temps, saved, dropped, out;
+    bool dropped_held;  ///< dropped tensors live until the next layer has run (a norm's output)
+  };
+  Bytes used = 0;
+  auto step_of = [&](std::size_t i) {
+    const Layer& l = *un.layers[i];
+    const bool sel_l = sel && l.block >= 0;
+    Step st{};
+    const Bytes rest = std::max<Bytes>(0, un.act_bytes - used);
+    st.saved = i + 1 == n ? rest : std::min(rest, static_cast<Bytes>(layer_saved_bytes(l, p_, T, sel_l)));
+    used += st.saved;
+    st.temps = static_cast<Bytes>(scale * l.act_eager_transient_split_bytes_per_token / p_.tp);
+    if (sel_l)
+      st.dropped = static_cast<Bytes>(
+          std::max(0.0, layer_saved_bytes(l, p_, T, false) - layer_saved_bytes(l, p_, T, true)));
+    // Under selective AC a saved row-parallel output (w2's) is not a temporary.
+    const double out =
+        l.act_eager_output_bytes_per_token - (sel_l ? l.act_selective_row_output_bytes_per_token : 0);
+    st.out = static_cast<Bytes>(scale * std::max(0.0, out));
+    st.dropped_held = l.kind == LayerKind::kNorm;
+    return st;
+  };
+  std::int32_t group = out_.program.new_tensor();
+  if (in_.tensors) {
+    std::int32_t out_id = -1, held_id = -1;
+    Bytes out_b = 0, held_b = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const Step st = step_of(i);
+      const Span* spans = &layer_spans_[ut.first_layer_span + 2 * i];
+      // The temporaries as one tensor: allocated back to back and freed together, they leave one hole.
+      const std::int32_t temps_id = alloc_one(A, kPoolDefault, st.temps);
+      alloc_tensors(A, kPoolDefault, st.saved, spans[0], group);
+      const std::int32_t dropped_id = alloc_tensors(A, kPoolDefault, st.dropped, spans[1]);
+      free_group(A, kPoolDefault, temps_id, st.temps);
+      free_group(A, kPoolDefault, out_id, out_b);
+      free_group(A, kPoolDefault, held_id, held_b);
+      held_id = -1;
+      held_b = 0;
+      if (st.dropped_held) {
+        held_id = dropped_id;
+        held_b = st.dropped;
+      } else {
+        free_group(A, kPoolDefault, dropped_id, st.dropped);
+      }
+      out_b = st.out;
+      out_id = alloc_one(A, kPoolDefault, out_b);
+    }
+    free_group(A, kPoolDefault, out_id, out_b);
+    free_group(A, kPoolDefault, held_id, held_b);
+    return group;
+  }
+  // Without tensor lists (the planner's walk): one effect per buffer, and all of a task's effects apply at
+  // once, so only the unit's peak matters: the saved group, then the excess of the same layer-by-layer peak
+  // over it as one transient.
+  // The same for every micro-batch: computed once per lowering.
+  Bytes& extra = fwd_extra_[static_cast<std::size_t>(u)];
+  if (extra < 0) {
+    Bytes peak = 0, out_b = 0, held_b = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const Step st = step_of(i);
+      peak = std::max(peak, used + st.temps + st.dropped + out_b + held_b);
+      held_b = st.dropped_held ? st.dropped : 0;
+      out_b = st.out;
+      peak = std::max(peak, used + held_b + out_b);
+    }
+    extra = std::max<Bytes>(0, peak - un.act_bytes);
+  }
+  alloc_one(A, kPoolDefault, un.act_bytes, group);
+  const std::int32_t tr = alloc_one(A, kPoolDefault, extra);
+  free_group(A, kPoolDefault, tr, extra);
+  return group;
 }
 
 std::int32_t Lowering::alloc_one(MemCategory c, std::uint8_t pool, Bytes bytes, std::int32_t group) {

@@ -210,6 +210,15 @@ Layer make_attention(const ModelSpec& s, int block) {
   // q, k; eager fp32 norms 42 bytes per element (make_norm).
   l.eager_elementwise_bytes_per_token = (s.positions == PositionKind::kRotary ? 24.0 * (q + kv) : 0.0) +
                                         6.0 * static_cast<double>(h) + 42.0 * qk_norm_elems;
+  // Eager forward transients (reference-lane trace of a Llama 3 8B block, torchtitan 0.3.0 models/common/
+  // rope.py apply_rotary_emb): wq's and wk's bf16 outputs (2 bytes per element of q and k), xq.float() and
+  // xk.float() (4), the complex products xq_ * freqs_cis (4) are alive when type_as writes the rotated bf16 q
+  // and k (saved) and die when the function returns: 10 bytes per element of q and k. A fused qkv
+  // projection's output stays alive through the saved V view: only the fp32 copies and the products (8). The
+  // output projection's output (2h) dies after the residual add.
+  if (s.positions == PositionKind::kRotary)
+    l.act_eager_transient_split_bytes_per_token = (s.fused_qkv ? 8.0 : 10.0) * static_cast<double>(q + kv);
+  l.act_eager_output_bytes_per_token = 2.0 * static_cast<double>(h);
   return l;
 }
 
@@ -305,6 +314,10 @@ Layer make_mlp(const ModelSpec& s, int block) {
     l.eager_elementwise_bytes_per_token = 4.0 * fa + 6.0 * h;
   }
   if (moe) l.act_replicated_bytes_per_token += 4.0 * s.moe.experts;  // router logits, fp32
+  // The down projection's output (2h) dies after the residual add (eager forward transients, as the
+  // attention's output projection). A routed MoE writes its experts' outputs into a zeroed buffer instead
+  // (index_add_): not modelled.
+  if (!moe) l.act_eager_output_bytes_per_token = 2.0 * static_cast<double>(h);
   return l;
 }
 
@@ -629,6 +642,10 @@ Json ModelGraph::to_graph_json() const {
       jl["act_selective_row_output_bytes_per_token"] = l.act_selective_row_output_bytes_per_token;
     if (l.act_selective_tp_scatter_bytes_per_token > 0)
       jl["act_selective_tp_scatter_bytes_per_token"] = l.act_selective_tp_scatter_bytes_per_token;
+    if (l.act_eager_transient_split_bytes_per_token > 0)
+      jl["act_eager_transient_split_bytes_per_token"] = l.act_eager_transient_split_bytes_per_token;
+    if (l.act_eager_output_bytes_per_token > 0)
+      jl["act_eager_output_bytes_per_token"] = l.act_eager_output_bytes_per_token;
     if (l.moe_experts > 0) jl["moe"] = {{"experts", l.moe_experts}, {"top_k", l.moe_top_k}};
     if (l.attn_heads > 0) {
       jl["attention"] = {
@@ -737,6 +754,9 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
                                                            0.0, l.act_selective_replicated_bytes_per_token);
     l.act_selective_tp_scatter_bytes_per_token =
         lo.number("act_selective_tp_scatter_bytes_per_token", 0.0, 0.0, 1e12);
+    l.act_eager_transient_split_bytes_per_token =
+        lo.number("act_eager_transient_split_bytes_per_token", 0.0, 0.0, 1e12);
+    l.act_eager_output_bytes_per_token = lo.number("act_eager_output_bytes_per_token", 0.0, 0.0, 1e12);
     l.elementwise_bytes_per_token = lo.number("elementwise_bytes_per_token", 0.0, 0.0, 1e12);
     l.eager_elementwise_bytes_per_token =
         lo.number("eager_elementwise_bytes_per_token", l.elementwise_bytes_per_token, 0.0, 1e12);

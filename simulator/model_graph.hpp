@@ -99,6 +99,15 @@ struct Layer {
   /// --fp32-norm (torchtitan's Python RMSNorm before 3b39d7ab0): the eager norm's fp32 copy of its input
   /// (4 bytes per element, saved by pow and the multiply by rsqrt) beside the bf16 tensors counted above.
   double act_fp32_norm_bytes_per_token = 0;
+  /// Eager forward transients (docs/model.md "Eager forward transients"; reference-lane trace, torchtitan's
+  /// model code): per token, bytes at 16-bit compute and TP = 1, of tensors the layer's eager forward
+  /// allocates besides those it saves. `act_eager_transient_split_bytes_per_token`: alive while the layer
+  /// allocates its saved tensors, freed when it returns (the complex rotary embedding: the q and k projection
+  /// outputs, their fp32 copies and the complex products; TP-split). `act_eager_output_bytes_per_token`: the
+  /// layer's output before the residual add (its row-parallel output projection's), freed once the sum
+  /// exists; not divided by TP (with sequence parallelism it is the partial sum before the reduce-scatter).
+  double act_eager_transient_split_bytes_per_token = 0;
+  double act_eager_output_bytes_per_token = 0;
   /// Memory-bound forward traffic per token (norms, activations, rotary, residual adds), bytes, when the
   /// elementwise ops are fused (torch.compile); `eager_elementwise_bytes_per_token` is the same work run op
   /// by op in eager mode (fp32 upcasts and every intermediate written and read back).

@@ -250,6 +250,35 @@ class ReferenceLaneTest(unittest.TestCase):
         self.assertLess(rs_in[0][0], first_block_bwd)
         self.assertGreater(rs_in[1][0], last_block_bwd)
 
+    def test_eager_forward_transients_are_the_models_figures(self):
+        # docs/model.md "Eager forward transients": in an eager block's forward, what the attention allocates
+        # and frees before SDPA runs (wq's and wk's outputs, their fp32 copies and the complex products of the
+        # rotary) is the graph's act_eager_transient_split_bytes_per_token per token, and the output
+        # projections' outputs that die after the residual adds are act_eager_output_bytes_per_token each.
+        _, trace = self.get()
+        tokens = TINY["seq"]  # mbs 1
+        block = [e for e in trace["events"] if e["phase"].startswith("forward layers.0") and "step 1" in e["phase"]]
+        sdpa = next(i for i, e in enumerate(block) if e["op"] == "alloc" and "scaled_dot_product" in e["aten"])
+        first_mm = next(i for i, e in enumerate(block) if e["op"] == "alloc" and e["aten"] == "aten.mm.default")
+        freed = {e["storage"] for e in block[first_mm:sdpa] if e["op"] == "free"}
+        temps = sum(e["bytes"] for e in block[first_mm:sdpa] if e["op"] == "alloc" and e["storage"] in freed)
+        # mm outputs freed within the block after the residual add: wo's and w2's
+        later_freed = {e["storage"] for e in block[sdpa:] if e["op"] == "free"}
+        outs = [e["bytes"] for e in block[sdpa:] if e["op"] == "alloc" and e["aten"] == "aten.mm.default"
+                and e["storage"] in later_freed]
+        with tempfile.TemporaryDirectory() as d:
+            spec = os.path.join(d, "tiny.json")
+            with open(spec, "w") as f:
+                json.dump(TINY, f)
+            p = subprocess.run([SHARDPLAN, "show", "--graph", "model", spec], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+        layers = json.loads(p.stdout)["layers"]
+        attn = next(l for l in layers if l["kind"] == "attention" and l["block"] == 0)
+        mlp = next(l for l in layers if l["kind"] == "mlp" and l["block"] == 0)
+        self.assertEqual(temps, attn["act_eager_transient_split_bytes_per_token"] * tokens)  # 10 * (64 + 32) * 32
+        self.assertEqual(outs, [attn["act_eager_output_bytes_per_token"] * tokens,
+                                mlp["act_eager_output_bytes_per_token"] * tokens])
+
     def test_shardplan_validate_reads_the_record(self):
         record, _ = self.get()
         with tempfile.TemporaryDirectory() as d:
