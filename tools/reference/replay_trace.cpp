@@ -2,7 +2,12 @@
 // shardplan.reference_trace/1) through the caching-allocator model (simulator/allocator.hpp): the same trace
 // in, the allocator's behaviour out. Prints, per trace, the lane's recorded peak, the replay's peak allocated
 // (which must equal it: the lane rounds to 512 B as the allocator does), and the replay's peak reserved and
-// fragmentation with default and with expandable segments. Usage: shardplan-replay-trace TRACE.json...
+// fragmentation with default and with expandable segments.
+// With the lane's record after a trace (tools/reference/run.py -o RECORD.json), it also simulates the
+// record's plan and replays shardplan's own allocation sequence twice: with every tensor on the default
+// stream, as the lane's CPU run issues them (the like-for-like comparison of the tensors and their order),
+// and on the runtime's streams (what `shardplan simulate` reports).
+// Usage: shardplan-replay-trace TRACE.json [RECORD.json] [TRACE.json [RECORD.json]]...
 #include <fmt/format.h>
 
 #include <fstream>
@@ -10,7 +15,12 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "core/json_reader.hpp"
 #include "simulator/allocator.hpp"
+#include "simulator/presets.hpp"
+#include "simulator/replay.hpp"
+#include "simulator/simulate.hpp"
+#include "topologies/presets.hpp"
 
 using namespace shardplan;
 
@@ -49,35 +59,91 @@ Outcome replay(const nlohmann::json& events, bool expandable) {
   return o;
 }
 
+struct Simulated {
+  Bytes allocated_one_stream = 0, reserved_one_stream = 0, reserved_streams = 0;
+};
+
+/// The record's plan simulated, its allocation sequence replayed on one stream and on the runtime's streams.
+Simulated simulate_record(const nlohmann::json& rec, const std::string& file) {
+  const Json& mj = rec.at("model");
+  ModelGraph model = mj.is_string() ? load_model(mj.get<std::string>()) : load_model_json(mj, file, "/model");
+  const Json& cj = rec.at("cluster");
+  ClusterSpec cspec =
+      cj.is_string() ? load_cluster_spec(cj.get<std::string>()) : load_cluster_json(cj, file, "/cluster");
+  Cluster cluster(std::move(cspec), rec.at("gpus").get<int>());
+  const Plan plan = resolve_plan(plan_from_json(JsonObj(rec.at("plan"), file, "/plan")), model, cluster);
+  CostModel costs(cluster, std::nullopt, CalibrationHooks{});
+  Simulator sim(model, cluster, costs);
+  const Result& r = sim.run(plan);
+  Program one = sim.program();
+  for (MemEffect& e : one.effects) e.pool = kPoolDefault;
+  for (MemEffect& e : one.initial) e.pool = kPoolDefault;
+  AllocatorReplay replay;
+  const ReplayOutcome& o = replay.run(one, AllocatorConfig{});
+  return {o.stats.allocated_peak_bytes, o.stats.reserved_peak_bytes, r.peak_reserved_bytes};
+}
+
+bool is_record(const nlohmann::json& j) {
+  return j.contains("plan") && j.contains("model");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: shardplan-replay-trace TRACE.json...\n";
+    std::cerr << "usage: shardplan-replay-trace TRACE.json [RECORD.json]...\n";
     return 2;
   }
   auto gib = [](Bytes b) { return static_cast<double>(b) / static_cast<double>(kGiB); };
-  fmt::print("{:<58} {:>7} {:>10} {:>10} {:>10} {:>9} {:>10} {:>9}\n", "trace", "events", "lane peak",
-             "allocated", "reserved", "frag", "expandable", "frag");
-  for (int i = 1; i < argc; ++i) {
-    std::ifstream f(argv[i]);
-    nlohmann::json t;
+  auto frag = [](Bytes reserved, Bytes allocated) {
+    return 100.0 * static_cast<double>(reserved - allocated) / static_cast<double>(reserved);
+  };
+  auto read = [](const char* path, nlohmann::json& j) {
+    std::ifstream f(path);
     try {
-      f >> t;
+      f >> j;
     } catch (const std::exception& e) {
-      std::cerr << argv[i] << ": not a trace: " << e.what() << "\n";
+      std::cerr << path << ": not JSON: " << e.what() << "\n";
+      return false;
+    }
+    return true;
+  };
+  fmt::print("{:<58} {:>7} {:>10} {:>10} {:>10} {:>9} {:>10} {:>9}   {:>10} {:>10} {:>9} {:>10}\n", "trace",
+             "events", "lane peak", "allocated", "reserved", "frag", "expandable", "frag", "sp 1-str. alloc",
+             "reserved", "frag", "sp streams");
+  for (int i = 1; i < argc; ++i) {
+    nlohmann::json t;
+    if (!read(argv[i], t)) return 2;
+    if (!t.contains("events")) {
+      std::cerr << argv[i] << ": not a trace (no events)\n";
       return 2;
     }
     const Outcome d = replay(t.at("events"), false), x = replay(t.at("events"), true);
     const Bytes lane = t.at("peak_allocated_bytes").get<Bytes>();
-    fmt::print("{:<58} {:>7} {:>10.3f} {:>10.3f} {:>10.3f} {:>8.1f}% {:>10.3f} {:>8.1f}%\n",
-               t.value("record_id", std::string(argv[i])), d.events, gib(lane),
-               gib(d.stats.allocated_peak_bytes), gib(d.stats.reserved_peak_bytes),
-               100.0 * static_cast<double>(d.stats.reserved_peak_bytes - d.stats.allocated_peak_bytes) /
-                   static_cast<double>(d.stats.reserved_peak_bytes),
+    const std::string name = t.value("record_id", std::string(argv[i]));
+    std::string sp;
+    if (i + 1 < argc) {
+      nlohmann::json rec;
+      if (!read(argv[i + 1], rec)) return 2;
+      if (rec.contains("records") && rec["records"].size() == 1) rec = rec["records"][0];
+      if (is_record(rec)) {
+        ++i;
+        try {
+          const Simulated s = simulate_record(rec, argv[i]);
+          sp = fmt::format("   {:>10.3f} {:>10.3f} {:>8.1f}% {:>10.3f}", gib(s.allocated_one_stream),
+                           gib(s.reserved_one_stream), frag(s.reserved_one_stream, s.allocated_one_stream),
+                           gib(s.reserved_streams));
+        } catch (const std::exception& e) {
+          std::cerr << argv[i] << ": " << e.what() << "\n";
+          return 2;
+        }
+      }
+    }
+    fmt::print("{:<58} {:>7} {:>10.3f} {:>10.3f} {:>10.3f} {:>8.1f}% {:>10.3f} {:>8.1f}%{}\n", name, d.events,
+               gib(lane), gib(d.stats.allocated_peak_bytes), gib(d.stats.reserved_peak_bytes),
+               frag(d.stats.reserved_peak_bytes, d.stats.allocated_peak_bytes),
                gib(x.stats.reserved_peak_bytes),
-               100.0 * static_cast<double>(x.stats.reserved_peak_bytes - x.stats.allocated_peak_bytes) /
-                   static_cast<double>(x.stats.reserved_peak_bytes));
+               frag(x.stats.reserved_peak_bytes, x.stats.allocated_peak_bytes), sp);
   }
   return 0;
 }
