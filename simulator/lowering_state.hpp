@@ -190,7 +190,7 @@ class Lowering {
   /// forward transients around them (docs/model.md "Eager forward transients"); returns the group.
   std::int32_t forward_activations(int u);
   /// Whether the forward's eager transients are lowered: eager PyTorch module code (not torch.compile, not
-  /// Megatron-core's fused Transformer Engine kernels) and a unit that saves per layer (not full AC).
+  /// Megatron-core's fused Transformer Engine kernels) and a unit with layers that have them.
   bool eager_transients(const SimUnit& un) const;
 
   // ---- backward ----

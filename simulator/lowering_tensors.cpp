@@ -101,6 +101,21 @@ void Lowering::build_tensor_lists() {
       const int first_block = un.layers.front()->block;
       for (const Layer* l : un.layers)
         if (l->block == first_block) layer_saved(t.recompute, *l, false);
+      // By layer (forward_activations): a block's first layer saves the block's input, and every layer's
+      // no-AC saved set lives only while it runs (the checkpointed forward saves nothing else).
+      t.first_layer_span = static_cast<std::uint32_t>(layer_spans_.size());
+      for (std::size_t i = 0; i < un.layers.size(); ++i) {
+        const Layer* l = un.layers[i];
+        Span saved{}, dropped{};
+        if (l->block < 0) {
+          layer_saved(saved, *l, false);
+        } else {
+          if (i == 0 || un.layers[i - 1]->block != l->block) add_run(saved, 1.0);
+          layer_saved(dropped, *l, false);
+        }
+        layer_spans_.push_back(saved);
+        layer_spans_.push_back(dropped);
+      }
     } else {
       for (const Layer* l : un.layers) layer_saved(t.saved, *l, sel && l->block >= 0);
       // The same tensors split by layer, for the eager forward's interleaving (forward_activations): per
@@ -159,7 +174,6 @@ void Lowering::build_tensor_lists() {
 
 bool Lowering::eager_transients(const SimUnit& un) const {
   if (p_.compile || p_.runtime == Runtime::kMegatron) return false;
-  if (p_.ac == AcMode::kFull && un.blocks > 0) return false;
   for (const Layer* l : un.layers)
     if (l->act_eager_transient_split_bytes_per_token > 0 || l->act_eager_output_bytes_per_token > 0)
       return true;
@@ -172,14 +186,15 @@ std::int32_t Lowering::forward_activations(int u) {
   constexpr MemCategory A = MemCategory::kActivations;
   if (!eager_transients(un)) return alloc_tensors(A, kPoolDefault, un.act_bytes, ut.saved);
   // Eager forward, layer by layer (docs/model.md "Eager forward transients"). Layer i: its temporaries, its
-  // saved tensors (units.cpp's bytes; the last layer takes the rounding remainder, so the group ends with
-  // exactly un.act_bytes), what selective AC drops of the no-AC saved set (alive while the layer runs; a
-  // norm's until the next layer has run, which consumes its output); then the temporaries die, the previous
-  // layer's output (before the residual add) and dropped tensors die once this layer has saved the sum, and
-  // its own output is made.
+  // saved tensors (units.cpp's bytes; under full AC the block's input at the block's first layer; the last
+  // layer takes the rounding remainder, so the group ends with exactly un.act_bytes), what selective AC drops
+  // of the no-AC saved set or, under full AC, that whole set (alive while the layer runs; a norm's until the
+  // next layer has run, which consumes its output); then the temporaries die, the previous layer's output
+  // (before the residual add) and dropped tensors die once this layer has saved the sum, and its own output
+  // is made.
   const double T = static_cast<double>(p_.mbs) * static_cast<double>(p_.seq) / p_.cp;
   const double scale = T * bc_ / 2.0;  // the per-token figures are at 16-bit compute
-  const bool sel = p_.ac == AcMode::kSelective;
+  const bool sel = p_.ac == AcMode::kSelective, full = p_.ac == AcMode::kFull;
   const std::size_t n = un.layers.size();
   struct Step {
     Bytes temps, saved, dropped, out;
@@ -188,13 +203,20 @@ std::int32_t Lowering::forward_activations(int u) {
   Bytes used = 0;
   auto step_of = [&](std::size_t i) {
     const Layer& l = *un.layers[i];
-    const bool sel_l = sel && l.block >= 0;
+    const bool sel_l = sel && l.block >= 0, full_l = full && l.block >= 0;
     Step st{};
     const Bytes rest = std::max<Bytes>(0, un.act_bytes - used);
-    st.saved = i + 1 == n ? rest : std::min(rest, static_cast<Bytes>(layer_saved_bytes(l, p_, T, sel_l)));
+    // Full AC: a block's first layer saves the block's input (the checkpoint's), the others nothing.
+    const double saved = !full_l ? layer_saved_bytes(l, p_, T, sel_l)
+                         : i == 0 || un.layers[i - 1]->block != l.block
+                             ? block_input_bytes(in_.model.spec(), p_, T)
+                             : 0.0;
+    st.saved = i + 1 == n ? rest : std::min(rest, static_cast<Bytes>(saved));
     used += st.saved;
     st.temps = static_cast<Bytes>(scale * l.act_eager_transient_split_bytes_per_token / p_.tp);
-    if (sel_l)
+    if (full_l)
+      st.dropped = static_cast<Bytes>(layer_saved_bytes(l, p_, T, false));
+    else if (sel_l)
       st.dropped = static_cast<Bytes>(
           std::max(0.0, layer_saved_bytes(l, p_, T, false) - layer_saved_bytes(l, p_, T, true)));
     // Under selective AC a saved row-parallel output (w2's) is not a temporary.
