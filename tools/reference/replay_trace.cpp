@@ -78,7 +78,7 @@ Simulated simulate_record(const nlohmann::json& rec, const std::string& file) {
   Program one = sim.program();
   for (MemEffect& e : one.effects) e.pool = kPoolDefault;
   for (MemEffect& e : one.initial) e.pool = kPoolDefault;
-  AllocatorReplay replay;
+  AllocatorReplay replay;  // default segments and no capacity, as the trace's own replay (its "reserved")
   const ReplayOutcome& o = replay.run(one, AllocatorConfig{});
   return {o.stats.allocated_peak_bytes, o.stats.reserved_peak_bytes, r.peak_reserved_bytes};
 }
