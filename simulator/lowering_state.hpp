@@ -192,6 +192,9 @@ class Lowering {
   /// Whether the forward's eager transients are lowered: eager PyTorch module code (not torch.compile, not
   /// Megatron-core's fused Transformer Engine kernels) and a unit with layers that have them.
   bool eager_transients(const SimUnit& un) const;
+  /// What an eager block layer's forward makes of its no-AC saved set and frees while it runs, for `tokens`:
+  /// under full AC all of it, under selective AC what the policy drops, without AC nothing.
+  double dropped_bytes(const Layer& l, double tokens) const;
 
   // ---- backward ----
   void backward(int mb, bool last_mb);

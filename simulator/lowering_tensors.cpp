@@ -126,10 +126,7 @@ void Lowering::build_tensor_lists() {
         const bool sel_l = sel && l->block >= 0;
         Span saved{}, dropped{};
         layer_saved(saved, *l, sel_l);
-        if (sel_l)
-          saved_as_tensors(
-              dropped, *l,
-              std::max(0.0, layer_saved_bytes(*l, p_, T, false) - layer_saved_bytes(*l, p_, T, true)));
+        if (sel_l) saved_as_tensors(dropped, *l, dropped_bytes(*l, T));
         layer_spans_.push_back(saved);
         layer_spans_.push_back(dropped);
       }
@@ -170,6 +167,14 @@ void Lowering::build_tensor_lists() {
     add_run(optimizer_params_, 1.0);
   else
     optimizer_params_ = p_.zero >= 1 ? all_shard_ : all_local_;
+}
+
+double Lowering::dropped_bytes(const Layer& l, double tokens) const {
+  if (l.block < 0) return 0.0;
+  if (p_.ac == AcMode::kFull) return layer_saved_bytes(l, p_, tokens, false);
+  if (p_.ac == AcMode::kSelective)
+    return std::max(0.0, layer_saved_bytes(l, p_, tokens, false) - layer_saved_bytes(l, p_, tokens, true));
+  return 0.0;
 }
 
 bool Lowering::eager_transients(const SimUnit& un) const {
@@ -214,11 +219,7 @@ std::int32_t Lowering::forward_activations(int u) {
     st.saved = i + 1 == n ? rest : std::min(rest, static_cast<Bytes>(saved));
     used += st.saved;
     st.temps = static_cast<Bytes>(scale * l.act_eager_transient_split_bytes_per_token / p_.tp);
-    if (full_l)
-      st.dropped = static_cast<Bytes>(layer_saved_bytes(l, p_, T, false));
-    else if (sel_l)
-      st.dropped = static_cast<Bytes>(
-          std::max(0.0, layer_saved_bytes(l, p_, T, false) - layer_saved_bytes(l, p_, T, true)));
+    st.dropped = static_cast<Bytes>(dropped_bytes(l, T));
     // Under selective AC a saved row-parallel output (w2's) is not a temporary.
     const double out =
         l.act_eager_output_bytes_per_token - (sel_l ? l.act_selective_row_output_bytes_per_token : 0);

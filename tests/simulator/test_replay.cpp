@@ -24,6 +24,14 @@ struct Case {
   bool fused;
 };
 
+/// The plan simulated with the allocator replay, then by the planner's walk (one effect per buffer).
+std::pair<Result, Result> with_and_without_replay(const Setup& s, const Plan& rp) {
+  Simulator sim(s.model, *s.cluster, *s.costs);
+  Result with = sim.run(rp);
+  sim.set_allocator_replay(false);
+  return {with, sim.run(rp)};
+}
+
 }  // namespace
 
 TEST_CASE("allocator replay: the replayed requests are the aggregate walk, tensor by tensor",
@@ -158,11 +166,7 @@ TEST_CASE("planner pass without the replay: held logits are released as with the
     p.ac = AcMode::kSelective;
     p.hold_logits = true;
     p.grad_accum = accum;
-    const Plan rp = s.resolve(p);
-    Simulator sim(s.model, *s.cluster, *s.costs);
-    const Result with = sim.run(rp);
-    sim.set_allocator_replay(false);
-    const Result without = sim.run(rp);
+    const auto [with, without] = with_and_without_replay(s, s.resolve(p));
     CHECK(without.peak_bytes == with.peak_bytes);
     CHECK(without.step_s == with.step_s);
   }
@@ -302,14 +306,10 @@ TEST_CASE("eager forward transients: the complex rotary's temporaries and the pr
   CHECK(std::count(full.begin(), full.end(), Bytes{2048 * 51200}) == 1);
   CHECK(full.size() > 3);
 
-  // The temporaries split the default stream's segments: more reserved than compiled code's for the same
-  // allocated peak would give, never less than the per-stream lower bound; the walk's peak is the replay's.
+  // The planner's walk lowers the same peak as the replay's tensors, and the replay's reserved is never below
+  // the walk's per-stream lower bound.
   p.ac = AcMode::kSelective;
-  const Plan rp = s.resolve(p);
-  Simulator sim(s.model, *s.cluster, *s.costs);
-  const Result with = sim.run(rp);
-  sim.set_allocator_replay(false);
-  const Result without = sim.run(rp);
+  const auto [with, without] = with_and_without_replay(s, s.resolve(p));
   CHECK(without.peak_bytes == with.peak_bytes);
   CHECK(with.peak_reserved_bytes >= without.peak_reserved_bytes);
 }
