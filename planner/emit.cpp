@@ -4,9 +4,9 @@
 #include <fmt/format.h>
 
 #include "core/json_reader.hpp"
-#include "simulator/constants.hpp"
-#include "simulator/knobs.hpp"
-#include "simulator/pipeline.hpp"
+#include "simulator/cost/cost.hpp"
+#include "simulator/plan/plan.hpp"
+#include "simulator/simulate/simulate.hpp"
 
 namespace shardplan {
 
@@ -445,7 +445,7 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
 std::string emit_deepspeed(const Plan& p, const ModelGraph& model) {
   (void)model;
   // Bucket and prefetch sizes are DeepSpeed's defaults (deepspeed/runtime/zero/config.py, in elements), which
-  // is what the simulator models (docs/mechanics.md §1.2, simulator/constants.hpp
+  // is what the simulator models (docs/mechanics.md §1.2, simulator/cost/constants.hpp
   // kDeepSpeedReduceBucketElems); written out so that the simulated values are the ones the job runs with.
   // overlap_comm: DeepSpeed's default (None) is True for stage 3 only (`overlap_comm_valid`); stage 1/2 with
   // overlap_comm allocate a second IPG bucket the simulator does not model, so it is written as the simulated

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "simulator/model_graph.hpp"
-#include "simulator/plan.hpp"
+#include "simulator/model/model.hpp"
+#include "simulator/plan/plan.hpp"
 
 namespace shardplan {
 

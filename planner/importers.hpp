@@ -11,7 +11,7 @@ namespace shardplan {
 
 struct ImportedConfig {
   std::string format;                        ///< "deepspeed", "torchtitan", "accelerate"
-  std::map<std::string, std::string> knobs;  ///< knob key (simulator/knobs.hpp) -> value text
+  std::map<std::string, std::string> knobs;  ///< knob key (simulator/plan/knobs.hpp) -> value text
   std::int64_t global_batch = 0;             ///< sequences per optimizer step the file states (0: none)
   std::string global_batch_key;              ///< the key it came from, for the consistency error
   std::vector<std::string> unmodelled;       ///< keys that change memory or time but are not modelled

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "planner/report/margin.hpp"
-#include "simulator/knobs.hpp"
+#include "simulator/plan/plan.hpp"
 #include "topologies/cluster.hpp"
 
 namespace shardplan {

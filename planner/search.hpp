@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "planner/report/margin.hpp"
-#include "simulator/simulate.hpp"
+#include "simulator/simulate/simulate.hpp"
 
 namespace shardplan {
 
 /// Which knobs are searched, and which are pinned by --fix KEY=VALUE. The searched knobs have a list of
-/// values here; every other knob of the knob table (simulator/knobs.hpp) is pinned to its value in `base`,
+/// values here; every other knob of the knob table (simulator/plan/knobs.hpp) is pinned to its value in `base`,
 /// applied to every candidate.
 struct SearchSpace {
   std::vector<Runtime> runtimes = {Runtime::kFsdp2};

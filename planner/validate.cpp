@@ -10,8 +10,8 @@
 #include <regex>
 #include <sstream>
 
-#include "simulator/knobs.hpp"
-#include "simulator/presets.hpp"
+#include "simulator/model/model.hpp"
+#include "simulator/plan/plan.hpp"
 
 namespace shardplan {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "simulator/simulate.hpp"
+#include "simulator/simulate/simulate.hpp"
 
 namespace shardplan {
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fits the per-iteration hand-over cost of NCCL's single-domain NVLS all-reduce (simulator/collective.cpp
+"""Fits the per-iteration hand-over cost of NCCL's single-domain NVLS all-reduce (simulator/collectives/collectives.cpp
 kNvlsIterationSync_s) to an nccl-tests log, with everything else from NCCL's source: latency 25 us (tuning.cc
 NVLS NVLink row), algbw = NVLink x nvlsEfficiency x n / (n + 1), 16 NVLS channels (NVLS_NCHANNELS_SM90), heads = n,
 and the chunk of calcCollChunking (src/enqueue.cc). Model: t = 25 us + (iters + 1) x (loop / algbw + o), with

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: install, build, the formatting check (tools/ci/format.sh), ctest (C++ unit, CLI and report tests), the Python tests of the
+# The whole test suite: install, build, the formatting check (tools/ci/format.sh), the include-direction check
+# (tools/ci/includes.py), ctest (C++ unit, CLI and report tests), the Python tests of the
 # converter and the real-run harness, the reference-lane tests in the pinned Python environment (tools/pyenv.sh),
 # bounded fuzzing of every parser, and the sanitizer build of the suite.
 # Set SHARDPLAN_QUICK=1 to skip fuzzing and sanitizers.
@@ -7,8 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/build.sh
 bash tools/ci/format.sh
+python3 tools/ci/includes.py
 ctest --test-dir build --output-on-failure -j"$(nproc)"
 python3 -m unittest discover -s tests/realrun -p 'test_*.py' -v 2>&1 | tail -n 5
+python3 -m unittest discover -s tests/tools -p 'test_*.py' -v 2>&1 | tail -n 5
 # The Python tests that need the project's environment (tools/pyenv.sh: torch, torchao, torchtitan, deepspeed):
 # the reference lane (tests/reference) and the emitted configs run by the real frameworks (tests/emit:
 # DeepSpeedConfig accepts the ds_config, the FSDP2 script trains 2 steps on the CPU with torchrun and gloo).

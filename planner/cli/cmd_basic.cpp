@@ -12,8 +12,8 @@
 #include "planner/cli/common.hpp"
 #include "planner/report/html.hpp"
 #include "planner/report/report.hpp"
-#include "simulator/collective.hpp"
-#include "simulator/constants.hpp"
+#include "simulator/collectives/collectives.hpp"
+#include "simulator/cost/cost.hpp"
 
 namespace shardplan::cli {
 

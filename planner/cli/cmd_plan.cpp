@@ -14,7 +14,7 @@
 #include "planner/report/margin.hpp"
 #include "planner/report/report.hpp"
 #include "planner/search.hpp"
-#include "simulator/knobs.hpp"
+#include "simulator/plan/plan.hpp"
 
 namespace shardplan::cli {
 

@@ -6,7 +6,7 @@
 #include "calibration/profile.hpp"
 #include "core/atomic_file.hpp"
 #include "planner/emit.hpp"
-#include "simulator/knobs.hpp"
+#include "simulator/plan/plan.hpp"
 
 namespace shardplan::cli {
 

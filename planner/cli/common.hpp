@@ -9,13 +9,13 @@
 #include <vector>
 
 #include "planner/importers.hpp"
-#include "simulator/presets.hpp"
-#include "simulator/simulate.hpp"
+#include "simulator/model/model.hpp"
+#include "simulator/simulate/simulate.hpp"
 
 namespace shardplan::cli {
 
 /// The plan flags given on a command line: knob key -> the text after its flag ("true" / "false" for
-/// switches). Generated from the knob table (simulator/knobs.hpp); knobs not given keep the Plan defaults.
+/// switches). Generated from the knob table (simulator/plan/knobs.hpp); knobs not given keep the Plan defaults.
 struct PlanFlags {
   std::map<std::string, std::string> given;
   std::int64_t global_batch = 0;  ///< --global-batch (derives grad_accum; not a plan knob)

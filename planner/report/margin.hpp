@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/json_reader.hpp"
-#include "simulator/simulate.hpp"
+#include "simulator/simulate/simulate.hpp"
 
 namespace shardplan {
 

@@ -3,7 +3,7 @@
 #pragma once
 #include <string>
 
-#include "simulator/simulate.hpp"
+#include "simulator/simulate/simulate.hpp"
 
 namespace shardplan {
 

@@ -50,7 +50,7 @@ class DeepSpeedConfigTest(unittest.TestCase):
         zc = cfg.zero_config
         self.assertEqual(str(zc.offload_param.device), "cpu")
         self.assertEqual(str(zc.offload_optimizer.device), "cpu")
-        self.assertEqual(zc.reduce_bucket_size, 500000000)  # simulator/constants.hpp kDeepSpeedReduceBucketElems
+        self.assertEqual(zc.reduce_bucket_size, 500000000)  # simulator/cost/constants.hpp kDeepSpeedReduceBucketElems
         self.assertEqual(zc.prefetch_bucket_size, 50000000)
         self.assertEqual(zc.param_persistence_threshold, 100000)
         self.assertTrue(cfg.bfloat16_config.enabled)
@@ -83,7 +83,7 @@ class DeepSpeedConfigTest(unittest.TestCase):
         self.assertFalse(cfg.bfloat16_config.enabled)
 
     def test_zero2_bf16_true_keeps_bf16_master_and_moments(self):
-        # --precision bf16-true: 2 + 2 + 4 bytes/param (simulator/constants.cpp), i.e. no fp32 master and bf16
+        # --precision bf16-true: 2 + 2 + 4 bytes/param (simulator/cost/constants.cpp), i.e. no fp32 master and bf16
         # Adam moments: DeepSpeed's bf16_master_weights_and_grads + bf16_optimizer_states.
         path, _ = common.emit("deepspeed", ["runtime=deepspeed", "zero=2", "tp=1", "mbs=1", "precision=bf16-true"])
         cfg = self.load(path, 16)

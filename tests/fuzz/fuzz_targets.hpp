@@ -21,11 +21,11 @@
 #include "core/error.hpp"
 #include "core/json_reader.hpp"
 #include "planner/importers.hpp"
-#include "simulator/knobs.hpp"
-#include "simulator/model_graph.hpp"
-#include "simulator/model_spec.hpp"
-#include "simulator/plan.hpp"
-#include "simulator/presets.hpp"
+#include "simulator/model/model_graph.hpp"
+#include "simulator/model/model_spec.hpp"
+#include "simulator/model/presets.hpp"
+#include "simulator/plan/knobs.hpp"
+#include "simulator/plan/plan_types.hpp"
 #include "topologies/cluster.hpp"
 
 namespace shardplan::fuzz {

@@ -1,7 +1,7 @@
 // Every plan knob reaches every emitter: set to a value other than a base plan's, a knob that moves the
 // prediction either changes what `--emit KIND` writes (the config, or a note of what the prediction
 // assumed) or the emitter refuses the plan with an --emit error naming it. Walks the knob table
-// (simulator/knobs.hpp), so a knob added later cannot be dropped silently by an emitter.
+// (simulator/plan/knobs.hpp), so a knob added later cannot be dropped silently by an emitter.
 #include <fmt/format.h>
 
 #include <catch2/catch.hpp>
@@ -11,7 +11,7 @@
 #include "core/error.hpp"
 #include "plan_helpers.hpp"
 #include "planner/emit.hpp"
-#include "simulator/knobs.hpp"
+#include "simulator/plan/knobs.hpp"
 
 using namespace shardplan;
 

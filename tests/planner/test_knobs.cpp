@@ -1,4 +1,4 @@
-// The plan knob table (simulator/knobs.hpp): every knob round-trips through the CLI flags (plan_to_flags ->
+// The plan knob table (simulator/plan/knobs.hpp): every knob round-trips through the CLI flags (plan_to_flags ->
 // the generated options -> plan_from_flags), the run-record JSON and `plan --fix`; offload combinations a
 // runtime does not have are refused and the emitters write each runtime's offload settings.
 #include <CLI/CLI.hpp>
@@ -9,7 +9,7 @@
 #include "planner/cli/common.hpp"
 #include "planner/emit.hpp"
 #include "planner/search.hpp"
-#include "simulator/knobs.hpp"
+#include "simulator/plan/knobs.hpp"
 
 using namespace shardplan;
 using Catch::Matchers::Contains;

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "planner/report/html.hpp"
-#include "simulator/presets.hpp"
+#include "simulator/model/presets.hpp"
 #include "tests/common/fixture.hpp"
 
 namespace shardplan::test {

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/checked.hpp"
-#include "simulator/presets.hpp"
+#include "simulator/model/presets.hpp"
 #include "tests/robustness/helpers.hpp"
 
 using namespace shardplan;

@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "simulator/cost_model.hpp"
-#include "simulator/model_graph.hpp"
-#include "simulator/plan.hpp"
-#include "simulator/presets.hpp"
-#include "simulator/runtime.hpp"
-#include "simulator/simulate.hpp"
-#include "simulator/units.hpp"
+#include "simulator/cost/cost_model.hpp"
+#include "simulator/lowering/units.hpp"
+#include "simulator/model/model_graph.hpp"
+#include "simulator/model/presets.hpp"
+#include "simulator/plan/plan_types.hpp"
+#include "simulator/plan/runtime.hpp"
+#include "simulator/simulate/simulate.hpp"
 #include "tests/common/fixture.hpp"
 #include "topologies/cluster.hpp"
 

@@ -1,4 +1,4 @@
-// The caching-allocator replay (simulator/allocator.hpp) against hand-derived PyTorch behaviour: rounding and
+// The caching-allocator replay (simulator/memory/allocator.hpp) against hand-derived PyTorch behaviour: rounding and
 // segment sizes, per-stream pools, splitting and merging, max_split_size, the OOM retry path, expandable
 // segments, determinism, and invariants over random sequences. Constants: c10/cuda/CUDACachingAllocator.cpp
 // (commit 001074d2).
@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "simulator/allocator.hpp"
+#include "simulator/memory/allocator.hpp"
 
 using namespace shardplan;
 

@@ -1,13 +1,13 @@
-// Materialised attention cores (simulator/attention_core.cpp, docs/model.md "Materialised attention"): the
+// Materialised attention cores (simulator/cost/attention_core.cpp, docs/model.md "Materialised attention"): the
 // pass counts read from Megatron-DeepSpeed's fused softmax and Hugging Face GPT-2's eager attention, the
 // score tensors saved per layer, TP's split of the heads, recomputation, time, and the plan checks.
 #include <catch2/catch.hpp>
 
 #include "core/error.hpp"
 #include "sim_helpers.hpp"
-#include "simulator/attention_core.hpp"
-#include "simulator/knobs.hpp"
-#include "simulator/units.hpp"
+#include "simulator/cost/attention_core.hpp"
+#include "simulator/lowering/units.hpp"
+#include "simulator/plan/knobs.hpp"
 
 using namespace shardplan;
 using shardplan::test::Setup;

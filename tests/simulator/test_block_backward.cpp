@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "sim_helpers.hpp"
-#include "simulator/units.hpp"
+#include "simulator/lowering/units.hpp"
 
 using namespace shardplan;
 using shardplan::test::Setup;

@@ -6,8 +6,9 @@
 
 #include "core/error.hpp"
 #include "sim_helpers.hpp"
-#include "simulator/memory.hpp"
-#include "simulator/units.hpp"
+#include "simulator/lowering/units.hpp"
+#include "simulator/parallel/parallel.hpp"
+#include "simulator/memory/accounting.hpp"
 
 using namespace shardplan;
 using fixture::Setup;

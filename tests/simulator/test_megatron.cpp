@@ -1,13 +1,13 @@
 // The megatron runtime (Megatron-core DistributedDataParallel + distributed optimizer,
-// simulator/runtime.cpp): persistent bytes per rank in closed form, the grad-buffer buckets, the
+// simulator/plan/runtime.cpp): persistent bytes per rank in closed form, the grad-buffer buckets, the
 // reduce-scatter and all-gather bytes, a pipeline-parallel case and the plans it refuses.
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
 #include "sim_helpers.hpp"
-#include "simulator/constants.hpp"
-#include "simulator/runtime.hpp"
+#include "simulator/cost/constants.hpp"
+#include "simulator/plan/runtime.hpp"
 
 using namespace shardplan;
 using Catch::Matchers::Contains;

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "sim_helpers.hpp"
-#include "simulator/memory.hpp"
+#include "simulator/memory/accounting.hpp"
 
 using namespace shardplan;
 using fixture::Setup;

@@ -1,4 +1,4 @@
-// Pipeline parallelism (simulator/pipeline.hpp): schedule orders, the bubble, activations in flight, the
+// Pipeline parallelism (simulator/simulate/pipeline_step.hpp): schedule orders, the bubble, activations in flight, the
 // stage split, point-to-point bytes, bad input, and pp = 1 leaving results unchanged.
 #include <array>
 #include <catch2/catch.hpp>
@@ -6,8 +6,8 @@
 #include <string>
 
 #include "sim_helpers.hpp"
-#include "simulator/knobs.hpp"
-#include "simulator/pipeline.hpp"
+#include "simulator/plan/knobs.hpp"
+#include "simulator/simulate/pipeline_step.hpp"
 
 using namespace shardplan;
 using Catch::Matchers::Contains;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "sim_helpers.hpp"
-#include "simulator/memory.hpp"
+#include "simulator/memory/accounting.hpp"
 
 using namespace shardplan;
 using shardplan::test::Setup;

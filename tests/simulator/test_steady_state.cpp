@@ -1,4 +1,4 @@
-// The steady-state extension of gradient accumulation (simulator/steady_state.hpp) against the full
+// The steady-state extension of gradient accumulation (simulator/simulate/steady_state.hpp) against the full
 // simulation of every micro-batch: step time, compute, exposed communication and every communication and
 // memory output agree to 1e-9 relative over a sweep of runtimes, ZeRO stages, resharding, prefetch, TP, HSDP,
 // offload, AC and accumulation 1..64, and the extension is actually taken where it can be.
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "sim_helpers.hpp"
-#include "simulator/steady_state.hpp"
+#include "simulator/simulate/steady_state.hpp"
 
 using namespace shardplan;
 using shardplan::test::Setup;

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "planner/search.hpp"
-#include "simulator/allocator.hpp"
-#include "simulator/knobs.hpp"
-#include "simulator/presets.hpp"
+#include "simulator/memory/memory.hpp"
+#include "simulator/model/model.hpp"
+#include "simulator/plan/plan.hpp"
 
 using namespace shardplan;
 using Clock = std::chrono::steady_clock;
@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
     // Search time against accumulation (issue 18 "fast at every batch size"): the CLI's default `plan` search
     // (three runtimes, compile and async TP searched, TP within the node) of Llama-3-8B on 8 H100s and
     // Llama-3-70B on 64 H100s at global batches giving 1, 8, 64 (and more) micro-batches per step at
-    // micro-batch 1, with the steady-state extension (simulator/steady_state.hpp) and with every micro-batch
+    // micro-batch 1, with the steady-state extension (simulator/simulate/steady_state.hpp) and with every micro-batch
     // simulated; 1 thread.
     struct Case {
       const char* model;

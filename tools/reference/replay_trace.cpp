@@ -1,5 +1,5 @@
 // Replays reference-lane allocation traces (tools/reference/run.py --trace, schema
-// shardplan.reference_trace/1) through the caching-allocator model (simulator/allocator.hpp): the same trace
+// shardplan.reference_trace/1) through the caching-allocator model (simulator/memory/allocator.hpp): the same trace
 // in, the allocator's behaviour out. Prints, per trace, the lane's recorded peak, the replay's peak allocated
 // (which must equal it: the lane rounds to 512 B as the allocator does), and the replay's peak reserved and
 // fragmentation with default and with expandable segments.
@@ -16,10 +16,9 @@
 #include <unordered_map>
 
 #include "core/json_reader.hpp"
-#include "simulator/allocator.hpp"
-#include "simulator/presets.hpp"
-#include "simulator/replay.hpp"
-#include "simulator/simulate.hpp"
+#include "simulator/memory/memory.hpp"
+#include "simulator/model/model.hpp"
+#include "simulator/simulate/simulate.hpp"
 #include "topologies/presets.hpp"
 
 using namespace shardplan;

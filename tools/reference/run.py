@@ -26,7 +26,7 @@ class PlanError(Exception):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Model spec (simulator/model_spec.cpp reads the same fields with the same defaults).
+# Model spec (simulator/model/model_spec.cpp reads the same fields with the same defaults).
 
 
 def load_spec(model: str) -> tuple[dict, str | dict]:
@@ -93,7 +93,7 @@ def normalize_spec(spec: dict) -> dict:
 
 
 def param_count(s: dict) -> int:
-    """Closed form of the modules built below (same tensors as the simulator's graph, simulator/model_graph.cpp)."""
+    """Closed form of the modules built below (same tensors as the simulator's graph, simulator/model/model_graph.cpp)."""
     h, hd, q, kv, f, v = s["hidden"], s["head_dim"], s["heads"], s["kv_heads"], s["ffn_hidden"], s["vocab"]
     norm = 2 * h if s["norm_bias"] else h
     attn = h * q * hd + 2 * h * kv * hd + q * hd * h
@@ -1164,7 +1164,7 @@ PP_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleav
 
 
 def resolve_pp(a, spec, plan) -> dict:
-    """The pipeline part of the plan, checked as simulator/pipeline.cpp checks it (resolve_pipeline,
+    """The pipeline part of the plan, checked as simulator/simulate/pipeline_step.cpp checks it (resolve_pipeline,
     stage_blocks): stages, the blocks of each (torchtitan's split or --pp-layers), the ranks' stages, the
     measured rank."""
     def bad(flag, why):

@@ -1,0 +1,610 @@
+// Lowering of a plan into tasks with memory effects: the step's order. Tasks are appended in the CPU issue
+// order of the runtime: forward unit by unit (all-gathers issued ahead by the prefetch depth), backward in
+// reverse (the next unit's all-gather before this unit's reduce-scatter, docs/mechanics.md §3.2), then the
+// optimizer step. Which buffers exist, where they live and what waits on what come from RuntimeTraits;
+// nothing here branches on the runtime's name.
+#include "simulator/lowering/lowering_state.hpp"
+
+namespace shardplan {
+namespace detail {
+
+void Lowering::run() {
+  Program& prog = out_.program;
+  prog.clear();
+  prog.labels.clear();
+  prog.labels.push_back("task");
+  ut_.assign(static_cast<std::size_t>(U_), UnitTensors{});
+  fwd_extra_.assign(static_cast<std::size_t>(U_), -1);
+  if (in_.tensors) {  // without: every span is empty and each allocation is one tensor
+    build_tensor_lists();
+    initial_tensors();
+  } else if (p_.hold_logits) {
+    // The previous step's held logits are in the initial totals (initial_allocation); the loss frees them by
+    // this group, which needs an id even without tensor lists.
+    held_logits_id_ = prog.new_tensor();
+  }
+  prog.optimizer_state_lazy = p_.runtime != Runtime::kDeepSpeed && p_.runtime != Runtime::kMegatron;
+  const std::int32_t held_before = held_logits_id_;
+  // The micro-batches lowered: all of them, or (steady_prefix) the first few and the last, which keeps its
+  // index so that labels and the peak's phase name it as in the full program.
+  const int m = p_.grad_accum;
+  const int prefix = in_.steady_prefix > 0 && in_.steady_prefix + 1 < m ? in_.steady_prefix : m - 1;
+  MicroBatchBlocks* blocks = out_.blocks;
+  if (blocks) blocks->clear();
+  for (int i = 0; i <= prefix; ++i) {
+    const int mb = i < prefix ? i : m - 1;
+    std::array<double, kCommKinds> before{};
+    if (blocks) {
+      blocks->first_task.push_back(static_cast<std::int32_t>(prog.tasks.size()));
+      for (int k = 0; k < kCommKinds; ++k) before[static_cast<std::size_t>(k)] = out_.comm[k].bytes_per_rank;
+    }
+    forward(mb);
+    backward(mb, mb + 1 == m);
+    if (blocks) {
+      auto& sent = blocks->sent_bytes.emplace_back();
+      for (int k = 0; k < kCommKinds; ++k)
+        sent[static_cast<std::size_t>(k)] = out_.comm[k].bytes_per_rank - before[static_cast<std::size_t>(k)];
+    }
+  }
+  optimizer_step();
+  if (held_before >= 0 && held_logits_id_ != held_before)
+    prog.carried.push_back({held_before, held_logits_id_});
+}
+
+void Lowering::loss_forward_effects() {
+  const double TV = logits_elems();
+  constexpr auto A = MemCategory::kActivations;
+  if (p_.loss() == LossImpl::kCompiled && p_.tp > 1) {
+    // Compiled under loss_parallel() (vocab-sharded DTensor logits): inductor traces the DTensor handlers'
+    // local ops (torch/distributed/tensor/parallel/loss.py). torch 2.15, CPU inductor, fake process group,
+    // T = 64, V/tp = 500 (docs/model.md "Compiled loss"): the forward writes two T x V/tp fp32 buffers, one a
+    // temporary, one saved (with a per-token bool mask); the bf16 logits are not saved.
+    const Bytes logits = B(TV * bc_), f32 = B(TV * 4.0);
+    const std::int32_t lg = alloc_one(A, kPoolDefault, logits);
+    const std::int32_t tmp = alloc_one(A, kPoolDefault, f32);
+    loss_saved_id_ = alloc_one(A, kPoolDefault, f32);
+    loss_max_id_ = alloc_one(A, kPoolDefault, B(loss_tokens()));  // the bool mask
+    free_group(A, kPoolDefault, tmp, f32);
+    if (p_.hold_logits) {
+      free_group(A, kPoolDefault, held_logits_id_, logits);
+      held_logits_id_ = lg;
+    } else {
+      free_group(A, kPoolDefault, lg, logits);
+    }
+    return;
+  }
+  if (p_.loss() == LossImpl::kCompiled) {
+    // torch.compile'd cross-entropy (torchtitan components/loss.py since bbb1b616e): inductor's forward
+    // reduces each row without a T x V temporary and saves its input (the logits, in the compute dtype) and
+    // two fp32 per-token statistics, the row max and the log of the sum of exponentials (torch 2.15, CPU
+    // inductor: saved tensors (T, V) bf16, labels, (T, 1) fp32 twice, the scalar; see docs/model.md "Loss").
+    const Bytes logits = B(TV * bc_), stat = B(loss_tokens() * 4.0);
+    const std::int32_t lg = alloc_one(A, kPoolDefault, logits);
+    loss_max_id_ = alloc_one(A, kPoolDefault, stat);
+    loss_lse_id_ = alloc_one(A, kPoolDefault, stat);
+    if (p_.hold_logits) {  // the loop's reference keeps the logits; the compiled graph saves the same tensor
+      free_group(A, kPoolDefault, held_logits_id_, logits);
+      held_logits_id_ = lg;
+      loss_saved_id_ = -1;
+    } else {
+      loss_saved_id_ = lg;
+    }
+    return;
+  }
+  // Eager: logits in the compute dtype; with an fp32 loss an fp32 copy and the fp32 log-softmax output
+  // (saved), with a 16-bit loss the log-softmax output only; the logits (and the copy) die after the loss.
+  const bool f32_loss = p_.loss_dtype == Dtype::kFp32;
+  const double lb = f32_loss ? 4.0 : bc_;  // bytes per element of the loss input and its log-softmax
+  const Bytes logits = B(TV * bc_), loss_in = B(lb * TV);
+  const std::int32_t lg = f32_loss ? alloc_one(A, kPoolDefault, logits) : -1;
+  const std::int32_t li = alloc_one(A, kPoolDefault, loss_in);
+  if (p_.hold_logits) {
+    // The loop's `pred = model(...)` drops the previous micro-step's logits only now; this one's stays
+    // referenced through backward (the step starts with one held: initial_allocation).
+    free_group(A, kPoolDefault, lg, logits);
+    free_group(A, kPoolDefault, held_logits_id_, loss_in);
+    held_logits_id_ = li;
+    loss_saved_id_ = alloc_one(A, kPoolDefault, loss_in);
+  } else {
+    loss_saved_id_ = alloc_one(A, kPoolDefault, loss_in);  // the saved log-softmax output
+    free_group(A, kPoolDefault, lg, logits);
+    free_group(A, kPoolDefault, li, loss_in);
+  }
+}
+
+std::int32_t Lowering::loss_backward_effects() {
+  // Returns the group of the logits' gradient in the compute dtype that the head's backward reads (its
+  // caller frees it, logits_elems() x the compute dtype's bytes).
+  const double TV = logits_elems();
+  constexpr auto A = MemCategory::kActivations;
+  const Bytes cast = B(TV * bc_);
+  if (p_.loss() == LossImpl::kCompiled && p_.tp > 1) {
+    // Compiled loss parallel: one bf16 T x V/tp gradient written from the saved fp32 buffer (same check).
+    const std::int32_t g = alloc_one(A, kPoolDefault, cast);
+    free_group(A, kPoolDefault, loss_saved_id_, B(TV * 4.0));
+    free_group(A, kPoolDefault, loss_max_id_, B(loss_tokens()));
+    loss_saved_id_ = loss_max_id_ = -1;
+    return g;
+  }
+  if (p_.loss() == LossImpl::kCompiled) {
+    // Inductor's fused backward recomputes softmax from the saved logits and statistics and writes the
+    // logits' gradient, already in the compute dtype (the .float() cast fused), in one kernel: one T x V
+    // buffer (torch 2.15 CPU inductor output code: one (T, V) bf16 empty_strided, the saved inputs deleted
+    // after it). The saved logits then die.
+    const std::int32_t g = alloc_one(A, kPoolDefault, cast);
+    free_group(A, kPoolDefault, loss_saved_id_, cast);
+    free_group(A, kPoolDefault, loss_max_id_, B(loss_tokens() * 4.0));
+    free_group(A, kPoolDefault, loss_lse_id_, B(loss_tokens() * 4.0));
+    loss_saved_id_ = loss_max_id_ = loss_lse_id_ = -1;
+    return g;
+  }
+  const bool f32_loss = p_.loss_dtype == Dtype::kFp32;
+  const Bytes g = B((f32_loss ? 4.0 : bc_) * TV);
+  if (p_.tp > 1) {
+    // Loss parallel (vocab-sharded logits under torchtitan's loss_parallel()): torch/distributed/tensor/
+    // parallel/loss.py _nll_loss_and_log_softmax_backward computes nll_loss's and log_softmax's backward
+    // together as `(zeros_like(x) with -1 scattered + exp(x)) * grad_output`: the saved log-softmax x,
+    // grad_input = zeros_like(x), exp(x) and their sum are four T x V/tp buffers live at once (the product
+    // is written after exp(x) is dropped: four again). Reference lane, Llama 3 8B TP 2 / TP 4.
+    const std::int32_t zeros = alloc_one(A, kPoolDefault, g);
+    const std::int32_t ex = alloc_one(A, kPoolDefault, g);
+    const std::int32_t sum = alloc_one(A, kPoolDefault, g);
+    free_group(A, kPoolDefault, ex, g);
+    const std::int32_t g_in = alloc_one(A, kPoolDefault, g);  // the product: the loss input's gradient
+    free_group(A, kPoolDefault, sum, g);
+    free_group(A, kPoolDefault, zeros, g);
+    free_group(A, kPoolDefault, loss_saved_id_, g);
+    loss_saved_id_ = -1;
+    if (!f32_loss) return g_in;
+    const std::int32_t c = alloc_one(A, kPoolDefault, cast);
+    free_group(A, kPoolDefault, g_in, g);
+    return c;
+  }
+  // Eager cross-entropy backward: nll_loss backward writes a gradient of the log-softmax output, log_softmax
+  // backward writes the gradient of the logits while both and the saved output are alive; with an fp32 loss
+  // the gradient is then cast to the compute dtype for the head's backward (with a 16-bit loss the loss
+  // input's gradient is read as it is).
+  const std::int32_t g_out = alloc_one(A, kPoolDefault, g);  // grad of log-softmax out
+  const std::int32_t g_in = alloc_one(A, kPoolDefault, g);   // grad of the loss input
+  free_group(A, kPoolDefault, g_out, g);
+  free_group(A, kPoolDefault, loss_saved_id_, g);  // saved log-softmax out
+  loss_saved_id_ = -1;
+  if (!f32_loss) return g_in;  // already in the compute dtype: the head's backward reads it
+  const std::int32_t c = alloc_one(A, kPoolDefault, cast);
+  free_group(A, kPoolDefault, g_in, g);
+  return c;
+}
+
+// ---- forward ----
+void Lowering::forward(int mb) {
+  limiter_queue_.clear();
+  prev_fwd_ag_out_ = -1;
+  // Megatron's distributed optimizer (overlap_param_gather): the previous step's updated bf16 parameters are
+  // all-gathered bucket by bucket, in forward order, and each unit's first forward waits for its bucket.
+  std::vector<std::int32_t> param_ag(static_cast<std::size_t>(U_), -1);
+  if (rt_.param_gather_before_forward && mb == 0) {
+    const std::vector<int> bucket = grad_buffer_bucket_of_unit();
+    std::vector<double> bucket_elems;
+    for (int u = 0; u < U_; ++u) {
+      const auto b = static_cast<std::size_t>(bucket[static_cast<std::size_t>(u)]);
+      if (bucket_elems.size() <= b) bucket_elems.resize(b + 1, 0.0);
+      bucket_elems[b] += static_cast<double>(unit(u).elems);
+    }
+    std::vector<std::int32_t> ag(bucket_elems.size(), -1);
+    for (std::size_t b = bucket_elems.size(); b-- > 0;) {  // the last bucket holds the first units
+      const double bytes = bucket_elems[b] * bc_;
+      ag[b] = add_collective(
+          CollectiveKind::kAllGather, CommKind::kAllGather, kLaneShard, bytes, dp_g_, -1,
+          busbw_factor(CollectiveKind::kAllGather, p_.dp_cp()) * bytes,
+          [&] { return "param all_gather bucket " + std::to_string(b); }, -1, mb);
+    }
+    for (int u = 0; u < U_; ++u)
+      param_ag[static_cast<std::size_t>(u)] =
+          ag[static_cast<std::size_t>(bucket[static_cast<std::size_t>(u)])];
+  }
+  for (int u = 0; u < U_; ++u) {
+    const SimUnit& un = unit(u);
+    if (rt_.gathers_params) {
+      const int ahead = std::max(p_.prefetch, 1);
+      for (int j = u; j < std::min(U_, u + ahead); ++j) {
+        if (gathered_[static_cast<std::size_t>(j)] || unit(j).gathered_elems == 0) continue;
+        // Without prefetch the gather of unit j waits for the previous unit's compute.
+        const std::int32_t after = p_.prefetch == 0 && j > 0 ? fwd_task_[static_cast<std::size_t>(j - 1)]
+                                   : rt_.ag_after_prev_copy_out && j > 0
+                                       ? copyout_task_[static_cast<std::size_t>(j - 1)]
+                                       : -1;
+        issue_ag(j, mb, false, after);
+      }
+    }
+    std::int32_t ready = -1;
+    if (rt_.gathers_params && un.tied_peer >= 0 && un.tied_peer < u) {
+      ready = copyout_task_[static_cast<std::size_t>(u)];  // gathered with the embedding (below)
+    } else if (rt_.gathers_params) {
+      ready = copy_out(u, mb, false);
+    }
+    if (un.tied_peer > u && gathered_[static_cast<std::size_t>(u)]) {
+      // FSDP2 tied embeddings: the group gathered for the embedding's forward is the head's too, kept until
+      // the head's post-backward frees it (the embedding's backward gathers the group again).
+      const auto e = static_cast<std::size_t>(u), h = static_cast<std::size_t>(un.tied_peer);
+      gathered_[h] = 1;
+      gathered_[e] = 0;
+      unsharded_id_[h] = unsharded_id_[e];
+      unsharded_id_[e] = -1;
+      ag_task_[h] = ag_task_[e];
+      copyout_task_[h] = copyout_task_[e];
+    }
+    if (un.gather_owner >= 0) {
+      const auto o = static_cast<std::size_t>(un.gather_owner);
+      ready = copyout_task_[o] >= 0 ? copyout_task_[o] : ag_task_[o];
+    }
+    // Per forward: the all-gathers before attention and MLP, the reduce-scatters after them.
+    const int n_ag = un.tp_ag_bytes > 0 ? (un.blocks > 0 ? 2 * un.blocks : 1) : 0;
+    const int n_rs = un.tp_rs_bytes > 0 ? (un.blocks > 0 ? 2 * un.blocks : 1) : 0;
+    const std::int32_t tp =
+        cp_ep_collectives(u, mb, false,
+                          tp_collectives(u, mb, false, un.tp_fwd_ag_s, un.tp_fwd_s - un.tp_fwd_ag_s, n_ag,
+                                         n_rs, un.tp_ag_bytes, un.tp_rs_bytes));
+    Task t;
+    t.type = TaskType::kCompute;
+    t.lane = kLaneCompute;
+    t.duration_s = un.fwd_s;
+    t.cpu_s = K_.unit_hook_cpu_s +
+              K_.kernel_launch_s * fw::kForwardLaunchesPerLayer * static_cast<double>(un.layers.size());
+    t.deps = {ready, tp, param_ag[static_cast<std::size_t>(u)]};
+    t.label = label([&] { return "fwd " + un.name + mb_suffix(mb); });
+    t.unit = u;
+    t.micro_batch = mb;
+    const std::int32_t id = out_.program.add(t);
+    last_compute_ = id;
+    // DDP with fp32 parameters under autocast: bf16 weight copies, held by the autocast cache (cached_cast
+    // caches casts of fp32 leaves that require grad, with or without grad mode) until the forward's autocast
+    // region exits (torch.autocast.__exit__ -> torch.clear_autocast_cache at the outermost level), after the
+    // loss; only the copies autograd saved survive to the unit's backward (below).
+    const UnitTensors& ut = ut_[static_cast<std::size_t>(u)];
+    if (rt_.autocast_weight_copies && un.autocast_copy_elems > 0)
+      autocast_id_[static_cast<std::size_t>(u)] =
+          alloc_tensors(MemCategory::kGathered, kPoolDefault,
+                        B(static_cast<double>(un.autocast_copy_elems) * 2), ut.params_local);
+    act_id_[static_cast<std::size_t>(u)] = forward_activations(u);
+    if (un.has_loss) {
+      // The root's post-forward runs when the model's forward returns, before the training loop's loss: it
+      // drops the last held all-gather output (torch 2.15 _fsdp_state.py _post_forward of the iteration's
+      // forward root: release_all_gather_state_for_comm_reuse).
+      if (rt_.hold_forward_ag_output) release_held_ag_output(prev_fwd_ag_out_);
+      loss_forward_effects();
+      // The autocast region exits after the loss: a block under full AC saved only its input
+      // (torch/utils/checkpoint.py), so its copies die with the cache and its recomputation casts again.
+      if (rt_.autocast_weight_copies)
+        for (int j = 0; j < U_; ++j) {
+          const SimUnit& uj = unit(j);
+          if (uj.autocast_copy_elems <= 0 || !autocast_copies_recomputed(uj)) continue;
+          free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[static_cast<std::size_t>(j)],
+                     B(static_cast<double>(uj.autocast_copy_elems) * 2));
+          autocast_id_[static_cast<std::size_t>(j)] = -1;
+        }
+    }
+    fwd_task_[static_cast<std::size_t>(u)] = id;
+    if (rt_.gather_limiter == GatherLimiter::kComputeTwoBack && rt_.gathers_params)
+      limiter_queue_.push_back(id);
+    if (rt_.gathers_params && un.reshard) free_unsharded(u);
+  }
+  if (rt_.hold_forward_ag_output) release_held_ag_output(prev_fwd_ag_out_);  // root post-forward
+}
+
+// ---- backward ----
+void Lowering::backward(int mb, bool last_mb) {
+  limiter_queue_.clear();
+  const bool sync = !rt_.reduce_only_at_boundary || last_mb;
+  const Bytes ipg_bucket =
+      B(std::min(fw::kDeepSpeedReduceBucketElems, static_cast<double>(in_.model.parameters()) / p_.tp) * 2);
+  // IPG bucket allocated at the start of every backward (contiguous_gradients; DeepSpeed ZeRO-1/2).
+  const std::int32_t ipg_id =
+      rt_.ipg_bucket_per_backward ? alloc_one(MemCategory::kCommBuffers, kPoolDefault, ipg_bucket) : -1;
+  const double grad_bytes_per_elem = bytes_per_param(p_.runtime, p_.precision).grads;
+  // Megatron's grad buffer: a bucket's reduction is issued once the backward has written its last gradient
+  // (in place on the buffer, over the data-parallel x context-parallel ranks, in the reduce dtype).
+  double bucket_acc = 0;
+  const std::vector<int> bucket_of =
+      rt_.grad_buffer_buckets ? grad_buffer_bucket_of_unit() : std::vector<int>{};
+  auto reduce_bucket = [&](std::int32_t after, int b) {
+    const double bytes = bucket_acc * br_;
+    const CollectiveKind kind =
+        rt_.grad_buffer_reduce_scatter ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
+    last_shard_comm_ = add_collective(
+        kind, rt_.grad_buffer_reduce_scatter ? CommKind::kReduceScatter : CommKind::kAllReduce, kLaneShard,
+        bytes, dp_g_, after, busbw_factor(kind, p_.dp_cp()) * bytes,
+        [&] {
+          return std::string(rt_.grad_buffer_reduce_scatter ? "reduce_scatter" : "all_reduce") +
+                 " grad bucket " + std::to_string(b) + mb_suffix(mb);
+        },
+        -1, mb);
+    bucket_acc = 0;
+  };
+  for (int u = U_ - 1; u >= 0; --u) {
+    const SimUnit& un = unit(u);
+    std::int32_t ready = -1;
+    // The grouped head's first pre-backward prefetches nothing (its post-forward order lists the group once
+    // per module, so the target is the group itself); the next units are prefetched when it is re-gathered.
+    const bool regather =
+        rt_.head_group_regathered && rt_.gathers_params && un.has_loss && un.gathered_elems > 0;
+    // A block of an FSDP2 group of several blocks targets the group itself (its post-forward order lists the
+    // group once per module): it prefetches nothing; the group's first block prefetches the previous group.
+    auto prefetch = [&](std::int32_t after) {
+      for (int j = u - 1; j >= std::max(0, u - p_.prefetch); --j) {
+        if (un.group_first >= 0 && unit(j).group_first == un.group_first) break;
+        if (!gathered_[static_cast<std::size_t>(j)] && unit(j).gathered_elems > 0)
+          issue_ag(j, mb, true, after);
+      }
+    };
+    if (rt_.gathers_params) {
+      if (!gathered_[static_cast<std::size_t>(u)] && un.gathered_elems > 0) issue_ag(u, mb, true, -1);
+      if (un.gathered_elems > 0 && (ag_out_held_[static_cast<std::size_t>(u)] || !rt_.copy_out))
+        ready = copy_out(u, mb, true);
+      else
+        ready = copyout_task_[static_cast<std::size_t>(u)];
+      if (un.gather_owner >= 0) ready = -1;
+      if (!regather && !(rt_.bwd_prefetch_after_loss && un.has_loss)) prefetch(ready);
+    }
+    // Backward mirrors forward (each all-gather's gradient is reduce-scattered and vice versa, in 16 bits);
+    // full AC re-runs the forward's collectives when it recomputes a block.
+    const bool recompute_tp = p_.ac == AcMode::kFull && un.blocks > 0;
+    const int n_fwd_ag = un.tp_ag_bytes > 0 ? (un.blocks > 0 ? 2 * un.blocks : 1) : 0;
+    const int n_fwd_rs = un.tp_rs_bytes > 0 ? (un.blocks > 0 ? 2 * un.blocks : 1) : 0;
+    const std::int32_t tp = cp_ep_collectives(
+        u, mb, true,
+        tp_collectives(u, mb, true, un.tp_bwd_ag_s + (recompute_tp ? un.tp_fwd_ag_s : 0.0),
+                       (un.tp_bwd_s - un.tp_bwd_ag_s) + (recompute_tp ? un.tp_fwd_s - un.tp_fwd_ag_s : 0.0),
+                       n_fwd_rs + (recompute_tp ? n_fwd_ag : 0), n_fwd_ag + (recompute_tp ? n_fwd_rs : 0),
+                       un.tp_rs_bytes + (recompute_tp ? un.tp_ag_bytes : 0.0),
+                       un.tp_ag_mirror_bytes + (recompute_tp ? un.tp_rs_bytes : 0.0)));
+    Task t;
+    t.type = TaskType::kCompute;
+    t.lane = kLaneCompute;
+    t.duration_s = un.bwd_s + un.recompute_s;
+    t.backward = true;
+    t.cpu_s = K_.unit_hook_cpu_s +
+              K_.kernel_launch_s * fw::kBackwardLaunchesPerLayer * static_cast<double>(un.layers.size());
+    t.deps = {ready, tp, -1};
+    t.label = label([&] { return "bwd " + un.name + mb_suffix(mb); });
+    t.unit = u;
+    t.micro_batch = mb;
+    const std::int32_t id = out_.program.add(t);
+    last_compute_ = id;
+    // TP: torch 2.15's DTensor has no vocab-sharded (Shard(0)) strategy for aten.embedding_dense_backward
+    // (torch/distributed/tensor/_ops/_embedding_ops.py: Shard(1), batch-dim Partial, Partial), so the
+    // row-wise-parallel embedding writes a Partial gradient of the whole V x h on every TP rank, held as
+    // the unit's unsharded gradient until its reduction (reference lane, Llama 3 70B TP 8).
+    double emb_full_elems = 0;
+    if (p_.tp > 1 && !rt_.grads_persistent && !rt_.grad_kept_until_boundary && rt_.reduce_scatter &&
+        un.gather_owner < 0)
+      for (const Layer* l : un.layers)
+        if (l->kind == LayerKind::kEmbedding)
+          for (const auto& ten : l->tensors)
+            emb_full_elems +=
+                static_cast<double>(ten.numel() - tp_local_rows(ten, p_.tp) * tp_local_cols(ten, p_.tp));
+    // (its own tensor group, freed right after the unit's reduce-scatter has freed the other gradients)
+    const Bytes emb_extra = B(emb_full_elems * bc_);
+    std::int32_t emb_extra_id = -1;
+    // FSDP2 tied embeddings (SimUnit::tied_grad_elems; the reference lane's trace of MPT 7B): the head's
+    // backward writes the tied weight's first gradient (lm_head's dW), which waits in autograd's input
+    // buffer, not as a .grad, until the embedding's backward writes the second; InputBuffer::add sums them
+    // into a third tensor, which becomes the .grad the embedding's post-backward reduces. (Out of place with
+    // plain tensors too: a tied nn.Embedding / nn.Linear pair's backward on real CPU tensors runs aten::add,
+    // not add_, under torch.profiler in torch 2.15; docs/reference-lane.md.)
+    const bool tied_head = un.tied_grad_elems > 0 && un.tied_peer >= 0 && un.tied_peer < u;
+    const bool tied_emb = un.tied_grad_elems > 0 && un.tied_peer > u;
+    const Bytes tied_b = B(static_cast<double>(un.tied_grad_elems) * bc_);
+    // autograd's unsharded gradients (.grad); the tied head's without the tied weight's
+    const Bytes ugrad = B(static_cast<double>(un.elems - (tied_head ? unit(un.tied_peer).elems : 0)) * bc_);
+    const auto su = static_cast<std::size_t>(u);
+    const UnitTensors& ut = ut_[su];
+    recompute_id_ = alloc_tensors(MemCategory::kActivations, kPoolDefault, un.recompute_bytes, ut.recompute);
+    // Full AC: the recomputation runs under the checkpoint's saved autocast state and casts the weights
+    // again.
+    if (rt_.autocast_weight_copies && un.autocast_copy_elems > 0 && autocast_copies_recomputed(un))
+      autocast_id_[su] = alloc_tensors(MemCategory::kGathered, kPoolDefault,
+                                       B(static_cast<double>(un.autocast_copy_elems) * 2), ut.params_local);
+    // The loss's backward runs before the head's own ops (their input gradients come after it).
+    const std::int32_t loss_grad = un.has_loss ? loss_backward_effects() : -1;
+    // FSDP1's root pre-backward hook (on the logits) prefetches only now, after the loss's backward.
+    if (rt_.gathers_params && !regather && rt_.bwd_prefetch_after_loss && un.has_loss) prefetch(ready);
+    workspace_id_ = alloc_tensors(MemCategory::kOther, kPoolDefault, un.workspace_bytes, ut.workspace);
+    // A block unit's workspace is its op-level peak over the saved tensors (units.cpp): the saved tensors are
+    // consumed before the last gradients are written, so the gradients are allocated after they are freed.
+    const bool op_level = un.blocks > 0;
+    if (op_level) {
+      free_group(MemCategory::kOther, kPoolDefault, workspace_id_, un.workspace_bytes);
+      free_group(MemCategory::kActivations, kPoolDefault, act_id_[su], un.act_bytes);
+      free_group(MemCategory::kActivations, kPoolDefault, recompute_id_, un.recompute_bytes);
+      act_id_[su] = recompute_id_ = workspace_id_ = -1;
+      if (rt_.autocast_weight_copies && un.autocast_copy_elems > 0 && autocast_copies_recomputed(un)) {
+        // The recomputed copies are saved tensors of the block's matmuls: consumed with them.
+        free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[su],
+                   B(static_cast<double>(un.autocast_copy_elems) * 2));
+        autocast_id_[su] = -1;
+      }
+    }
+    if (!rt_.grads_persistent) {
+      if (!rt_.grad_kept_until_boundary) {
+        if (tied_head) tied_grad_id_ = alloc_one(MemCategory::kActivations, kPoolDefault, tied_b);
+        // The embedding's own gradient of the tied weight (embedding_dense_backward), then the sum (the
+        // unit's .grad, in ugrad), then both addends are freed.
+        const std::int32_t tied_second =
+            tied_emb ? alloc_one(MemCategory::kActivations, kPoolDefault, tied_b) : -1;
+        ugrad_id_[su] = alloc_tensors(MemCategory::kGrads, kPoolDefault, ugrad, ut.params_local);
+        if (tied_emb) {
+          free_group(MemCategory::kActivations, kPoolDefault, tied_grad_id_, tied_b);
+          free_group(MemCategory::kActivations, kPoolDefault, tied_second, tied_b);
+          tied_grad_id_ = -1;
+        }
+        emb_extra_id = alloc_one(MemCategory::kGrads, kPoolDefault, emb_extra);
+      } else if (mb == 0) {
+        // DDP, DeepSpeed ZeRO-1: the full .grad, in the gradient dtype (DDP: the parameter's, fp32 under
+        // autocast), created by the unit's first backward and kept until zero_grad after the step.
+        double tied_b = 0;  // DDP with tied embeddings: the tied weight's .grad moves to the head (below)
+        if (p_.zero == 0 && p_.pp == 1 && in_.model.spec().tied_embeddings) {
+          const auto& sp = in_.model.spec();
+          const double vh =
+              static_cast<double>(sp.vocab) * static_cast<double>(sp.hidden) / p_.tp * grad_bytes_per_elem;
+          const bool embedding = std::any_of(un.layers.begin(), un.layers.end(),
+                                             [](const Layer* l) { return l->kind == LayerKind::kEmbedding; });
+          if (un.has_loss) {
+            tied_b = vh;  // the head's backward runs first: its V x h gradient of the tied weight stays
+          } else if (embedding) {
+            // The embedding's backward writes a second V x h gradient and the two are summed into a third
+            // tensor, all three live at once (the reference lane's trace of MPT 7B DDP,
+            // docs/reference-lane.md); then the two addends are freed and the sum is the weight's .grad.
+            const Bytes two = B(2 * vh);
+            const std::int32_t tr = alloc_one(MemCategory::kGrads, kPoolDefault, two);
+            free_group(MemCategory::kGrads, kPoolDefault, tr, two);
+            tied_b = -vh;
+          }
+        }
+        const Bytes kept = B(static_cast<double>(un.elems) * grad_bytes_per_elem + tied_b);
+        ugrad_id_[su] = alloc_tensors(MemCategory::kGrads, kPoolDefault, kept, ut.params_local);
+        grad_groups_.push_back({ugrad_id_[su], kept});
+        grads_allocated_ += kept;
+      }
+    }
+    // The head's matmul backward reads the logits' gradient while it writes its weight gradient.
+    if (loss_grad >= 0)
+      free_group(MemCategory::kActivations, kPoolDefault, loss_grad, B(logits_elems() * bc_));
+    free_group(MemCategory::kActivations, kPoolDefault, act_id_[su], un.act_bytes);
+    free_group(MemCategory::kActivations, kPoolDefault, recompute_id_, un.recompute_bytes);
+    free_group(MemCategory::kOther, kPoolDefault, workspace_id_, un.workspace_bytes);
+    act_id_[su] = recompute_id_ = workspace_id_ = -1;
+    if (rt_.autocast_weight_copies && un.autocast_copy_elems > 0)
+      free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[su],
+                 B(static_cast<double>(un.autocast_copy_elems) * 2));
+    if (rt_.gather_limiter == GatherLimiter::kComputeTwoBack && rt_.gathers_params)
+      limiter_queue_.push_back(id);
+
+    // FSDP2 with TP: the post-backward reads each gradient through FSDPParam._get_grad_inner_tensor (torch
+    // 2.15 torch/distributed/fsdp/_fully_shard/_fsdp_param.py), which redistributes a gradient whose
+    // placement differs from the parameter's to it: the embedding's Partial full-vocabulary gradient becomes
+    // a new vocab-sharded (Shard(0)) local tensor, the TP reduce-scatter's output, before the group reshards;
+    // the Partial gradient stays alive until the FSDP reduce-scatter is issued (reference lane, Llama 3 70B
+    // TP 8: the 250.5 MiB `clone` beside the 2,004 MiB gradient at the embedding's post-backward). The unit's
+    // reduce-scatter then reads (and frees) the redistributed tensor; the Partial one is freed after it.
+    std::int32_t partial_local_id = -1;
+    if (emb_extra > 0 && p_.runtime == Runtime::kFsdp2) {
+      partial_local_id = ugrad_id_[su];
+      ugrad_id_[su] = alloc_tensors(MemCategory::kGrads, kPoolDefault, ugrad, ut.params_local);
+    }
+    // Post-backward: reshard (whether or not resharded in forward), then reduce gradients.
+    if (rt_.gathers_params && un.gather_owner < 0) free_unsharded(u);
+    if (un.elems == 0 && un.gather_owner < 0) continue;
+    if (rt_.reduce_scatter) {
+      if (un.gather_owner >= 0) continue;  // FSDP1 root head part: reduced with the root at the end
+      reduce_scatter(u, mb, ugrad, grad_bytes_per_elem);
+      free_group(MemCategory::kGrads, kPoolDefault, partial_local_id, ugrad);
+      free_group(MemCategory::kGrads, kPoolDefault, emb_extra_id, emb_extra);
+      if (regather) {
+        // The norm's backward needs the group again: all-gather and copy-out, prefetch the next unit, then
+        // the second post-backward reshards and releases the first reduce-scatter's input (the norm's own
+        // gradient, reduced next, is a few KiB).
+        issue_ag(u, mb, true, -1);
+        prefetch(copy_out(u, mb, true));
+        free_unsharded(u);
+        if (held_rs_input_ > 0) {
+          free_group(MemCategory::kCommBuffers, held_rs_pool_, held_rs_id_, held_rs_input_);
+          held_rs_input_ = 0;
+          held_rs_id_ = -1;
+        }
+      }
+    } else if (sync && rt_.grad_buffer_buckets) {
+      bucket_acc += static_cast<double>(un.elems);
+      const int b = bucket_of[static_cast<std::size_t>(u)];
+      if (u == 0 || bucket_of[static_cast<std::size_t>(u) - 1] != b) reduce_bucket(id, b);
+    } else if (sync) {
+      // All-reduce of the unit's gradients (DDP buckets; DeepSpeed ZeRO-1/2 bucket all-reduce).
+      const double bytes = static_cast<double>(un.elems) * (rt_.allreduce_in_compute_dtype ? bc_ : br_);
+      last_shard_comm_ = add_collective(
+          CollectiveKind::kAllReduce, CommKind::kAllReduce, kLaneShard, bytes, dp_g_, id,
+          busbw_factor(CollectiveKind::kAllReduce, p_.dp_cp()) * bytes,
+          [&] { return "all_reduce " + un.name + mb_suffix(mb); }, u, mb);
+      // DeepSpeed ZeRO-1 offload: this rank's partition of the reduced bucket goes to the host.
+      if (offload_.grads)
+        pcie_copy(static_cast<double>(un.elems) / p_.dp_cp() * host_grad_bytes_, last_shard_comm_, u, mb,
+                  true, "d2h grads");
+    }
+  }
+  if (bucket_acc > 0) reduce_bucket(last_compute_, bucket_of.empty() ? 0 : bucket_of[0]);
+  if (held_rs_input_ > 0) {
+    free_group(MemCategory::kCommBuffers, held_rs_pool_, held_rs_id_, held_rs_input_);
+    held_rs_input_ = 0;
+    held_rs_id_ = -1;
+  }
+  free_group(MemCategory::kCommBuffers, kPoolDefault, ipg_id, ipg_bucket);
+}
+
+std::vector<int> Lowering::grad_buffer_bucket_of_unit() const {
+  std::vector<std::int64_t> elems;
+  for (int u = U_ - 1; u >= 0; --u) elems.push_back(unit(u).elems);
+  const std::vector<int> rev = grad_buffer_bucket_index(elems, rt_.grad_bucket_elems);
+  std::vector<int> out(static_cast<std::size_t>(U_));
+  for (int u = 0; u < U_; ++u) out[static_cast<std::size_t>(u)] = rev[static_cast<std::size_t>(U_ - 1 - u)];
+  return out;
+}
+
+// ---- optimizer step ----
+void Lowering::optimizer_step() {
+  const double local_params = static_cast<double>(state_elems(in_.model, p_).optimizer);
+  Task o;
+  o.type = TaskType::kOptimizer;
+  o.cpu_s = K_.kernel_launch_s * fw::kOptimizerLaunches;
+  o.deps = {last_shard_comm_, last_rep_comm_, offload_.grads ? last_pcie_ : -1};
+  if (offload_.optimizer) {
+    // The optimizer runs on the host CPUs, which the GPUs of a host share (DeepSpeed CPUAdam; FSDP's
+    // optimizer on CPU tensors is torch's AdamW, several times slower per byte: ComputeConstants).
+    const auto& node = in_.cluster.spec().node;
+    const double host_Bps = (node.host_memory_Bps > 0 ? node.host_memory_Bps : fw::kDefaultHostMemoryBps) /
+                            std::max(1, node.host_gpus) * K_.host_optimizer_efficiency /
+                            (p_.runtime == Runtime::kDeepSpeed ? 1.0 : K_.torch_cpu_adam_slowdown);
+    o.lane = kLaneHost;
+    o.duration_s = local_params * kHostAdamBytesPerParam / host_Bps;
+  } else {
+    o.lane = kLaneCompute;
+    o.duration_s = in_.costs.optimizer_s(
+        local_params * optimizer_bytes_per_param(p_.runtime, p_.precision, p_.fused_optimizer));
+  }
+  o.label = label([] { return std::string("optimizer step"); });
+  std::int32_t oid = out_.program.add(o);
+  out_.optimizer_s = o.duration_s;
+  // DeepSpeed offload: the updated 16-bit parameters of this rank's partition go back host -> device (FSDP's
+  // offloaded parameters stay on the host until the next all-gather copies them in).
+  if (offload_.optimizer && !offload_.params && p_.runtime == Runtime::kDeepSpeed)
+    oid = pcie_copy(local_params * bc_, oid, -1, -1, false, "h2d updated params");
+  if (!p_.fused_optimizer) {  // foreach AdamW: a parameter-sized sqrt temporary in the state dtype
+    // torch/optim/adamw.py _multi_tensor_adamw: torch._foreach_sqrt(exp_avg_sqs) returns one tensor per
+    // parameter of the group (the optimizer's parameters: this rank's shards).
+    const Bytes tmp = B(local_params * 4);
+    const std::int32_t g = alloc_tensors(MemCategory::kOptimizer, kPoolDefault, tmp, optimizer_params_);
+    free_group(MemCategory::kOptimizer, kPoolDefault, g, tmp);
+  }
+  if (rt_.param_all_gather_after_step) {
+    // DeepSpeed ZeRO-1/2: all-gather the updated 16-bit parameters after the step.
+    const double bytes = static_cast<double>(in_.model.parameters()) / p_.tp * 2;
+    add_collective(
+        CollectiveKind::kAllGather, CommKind::kAllGather, kLaneShard, bytes, dp_g_, oid,
+        busbw_factor(CollectiveKind::kAllGather, p_.dp_cp()) * bytes,
+        [] { return std::string("param all_gather after step"); }, -1, -1);
+  }
+  if (grads_allocated_ > 0) {
+    Task z;
+    z.type = TaskType::kMarker;
+    z.lane = kLaneCompute;
+    z.label = label([] { return std::string("zero_grad"); });
+    out_.program.add(z);
+    for (const auto& [g, bytes] : grad_groups_) free_group(MemCategory::kGrads, kPoolDefault, g, bytes);
+    grad_groups_.clear();
+  }
+}
+
+}  // namespace detail
+
+void lower(const LoweringInputs& in, LoweringOutput& out) {
+  detail::Lowering(in, out).run();
+}
+
+}  // namespace shardplan

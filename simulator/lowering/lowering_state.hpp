@@ -1,0 +1,251 @@
+// The lowering's working state (internal to simulator/lowering*.cpp): one Lowering per plan walks the step in
+// CPU issue order and appends tasks and memory effects to the Program. lowering.cpp holds the step's order
+// (forward, backward, optimizer, the loss's tensors); lowering_comm.cpp the parameter gathers, gradient
+// reductions, tensor- parallel collectives and offload copies.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "simulator/cost/cost.hpp"
+#include "simulator/lowering/lowering.hpp"
+#include "simulator/memory/memory.hpp"
+
+namespace shardplan::detail {
+
+inline Bytes B(double x) {
+  return static_cast<Bytes>(std::llround(x));
+}
+
+class Lowering {
+ public:
+  Lowering(const LoweringInputs& in, LoweringOutput& out)
+      : in_(in),
+        out_(out),
+        p_(in.plan),
+        rt_(in.traits),
+        units_(in.units),
+        K_(in.costs.constants()),
+        U_(static_cast<int>(in.units.size())),
+        bc_(p_.compute_bytes()),
+        br_(p_.reduce() == Dtype::kFp32 ? 4.0 : 2.0),
+        mixed_cast_(p_.precision == Precision::kBf16Mixed || p_.precision == Precision::kFp32),
+        // Mesh [dp_replicate, dp_shard, cp, tp], tp innermost: FSDP shards over dp_shard x cp (stride tp),
+        // replicas are tp x dp_shard x cp apart; the expert FSDP group (efsdp) is the ranks ep x tp apart.
+        shard_g_(in.cluster.group(p_.fsdp_ranks(), p_.tp)),
+        rep_g_(in.cluster.group(p_.replicas, p_.tp * p_.fsdp_ranks())),
+        dp_g_(in.cluster.group(p_.dp_cp(), p_.tp)),
+        efsdp_g_(in.cluster.group(p_.efsdp_ranks(), p_.tp * p_.ep)),
+        ag_task_(static_cast<std::size_t>(U_), -1),
+        copyout_task_(static_cast<std::size_t>(U_), -1),
+        fwd_task_(static_cast<std::size_t>(U_), -1),
+        gathered_(static_cast<std::size_t>(U_), 0),
+        ag_out_held_(static_cast<std::size_t>(U_), 0),
+        ag_id_(static_cast<std::size_t>(U_), -1),
+        unsharded_id_(static_cast<std::size_t>(U_), -1),
+        act_id_(static_cast<std::size_t>(U_), -1),
+        ugrad_id_(static_cast<std::size_t>(U_), -1),
+        autocast_id_(static_cast<std::size_t>(U_), -1),
+        offload_(offload_split(p_)),
+        pcie_Bps_(in.cluster.spec().node.pcie_Bps * K_.pcie_efficiency),
+        // FSDP offloads the sharded fp32 (bf16-mixed) parameters; ZeRO-Infinity the 16-bit partitions.
+        host_param_bytes_(bytes_per_param(p_.runtime, p_.precision).params),
+        host_grad_bytes_(
+            p_.runtime == Runtime::kDeepSpeed ? 4.0 : bytes_per_param(p_.runtime, p_.precision).grads) {}
+
+  void run();
+
+ private:
+  /// A run of `count` tensors of one relative size (weight: elements or bytes) in a unit's tensor list.
+  struct Run {
+    double weight;
+    std::uint16_t count;
+  };
+  /// A slice of runs_: one tensor list of a unit (its parameters, its saved activations, ...).
+  struct Span {
+    std::uint32_t first = 0, n = 0;
+  };
+  /// The unit's tensor lists (docs/model.md "Reserved memory": what each allocation is made of).
+  struct UnitTensors {
+    Span params_local;  ///< per parameter, TP-local elements (unsharded gradients, autocast copies)
+    Span params_shard;  ///< per parameter (FSDP2, DeepSpeed ZeRO-3) or one flat parameter: shard elements
+    Span saved;         ///< activations saved by one forward, per tensor as autograd saves them
+    Span recompute;     ///< one block's saved tensors, rematerialised during its backward (full AC)
+    Span workspace;     ///< the backward's transient input / output gradients
+    /// The shards of the parameters whose gradients the unit's post-backward reduces: params_shard, but of
+    /// an FSDP2 tied group (SimUnit::tied_peer) only the unit's own parameters.
+    Span reduced_shard;
+    /// Per layer i of the unit, its saved tensors (`saved`, split by layer) and what selective AC drops of
+    /// the no-AC saved set: layer_spans_[first_layer_span + 2i] and [... + 2i + 1].
+    std::uint32_t first_layer_span = 0;
+  };
+  void build_tensor_lists();
+  void add_run(Span& s, double weight, int count = 1);
+  /// Allocates `total` bytes as the tensors of `s` (sizes in proportion to the weights; the last tensor takes
+  /// the rounding remainder) in group `group` (a new one when -1); returns the group. Nothing when total <=
+  /// 0.
+  std::int32_t alloc_tensors(MemCategory c, std::uint8_t pool, Bytes total, Span s, std::int32_t group = -1);
+  /// One tensor of `bytes`.
+  std::int32_t alloc_one(MemCategory c, std::uint8_t pool, Bytes bytes, std::int32_t group = -1);
+  /// Frees group `group` (total `bytes`, the sum of its allocations).
+  void free_group(MemCategory c, std::uint8_t pool, std::int32_t group, Bytes bytes);
+  /// The tensors allocated before the step (Program::initial): persistent state per parameter, buffers.
+  void initial_tensors();
+  template <class F>
+  std::uint32_t label(F&& make) {
+    if (!in_.labels) return 0;
+    out_.program.labels.push_back(make());
+    return static_cast<std::uint32_t>(out_.program.labels.size() - 1);
+  }
+  const SimUnit& unit(int u) const { return units_[static_cast<std::size_t>(u)]; }
+  /// The gathered parameters of unit `u` in bytes: the dense part (fsdp ranks) and the routed experts of this
+  /// EP rank (efsdp ranks, expert parallelism).
+  double ag_expert_bytes(int u) const { return static_cast<double>(unit(u).expert_gathered_elems) * bc_; }
+  double ag_bytes(int u) const {
+    const SimUnit& un = unit(u);
+    const std::int64_t fp8 = un.fp8_gathered_elems + un.group_extra_fp8_elems;
+    return static_cast<double>(un.gathered_elems + un.group_extra_gathered_elems - fp8) * bc_ +
+           static_cast<double>(fp8);
+  }
+  /// The all-gather input of unit `u`: its shard, and with an FSDP2 group of several blocks the group's.
+  double ag_shard_elems(int u) const {
+    return static_cast<double>(unit(u).shard_elems + unit(u).group_extra_shard_elems);
+  }
+  static std::string mb_suffix(int mb) { return " mb" + std::to_string(mb); }
+  /// Megatron grad-buffer bucket of each unit (grad_buffer_bucket_index over the units in backward order).
+  std::vector<int> grad_buffer_bucket_of_unit() const;
+
+  /// One collective on `lane` over group `g`, after `dep`; `sent_per_rank` is what the report counts as sent.
+  template <class F>
+  std::int32_t add_collective(CollectiveKind kind, CommKind report, std::uint8_t lane, double buffer_bytes,
+                              const GroupView& g, std::int32_t dep, double sent_per_rank, F&& name, int u,
+                              int mb) {
+    Task t;
+    t.type = TaskType::kCollective;
+    t.lane = lane;
+    t.duration_s = coll_(kind, buffer_bytes, g);
+    t.cpu_s = K_.collective_launch_s;
+    t.deps[0] = dep;
+    t.comm_kind = static_cast<std::uint8_t>(report);
+    t.label = label(name);
+    t.unit = u;
+    t.micro_batch = mb;
+    out_.comm[static_cast<int>(report)].bytes_per_rank += sent_per_rank;
+    return out_.program.add(t);
+  }
+
+  // ---- parameters: all-gather, copy-out, reshard ----
+  /// A host<->device copy of CPU offload on the PCIe lane, after `dep`.
+  std::int32_t pcie_copy(double bytes, std::int32_t dep, int u, int mb, bool backward, const char* what);
+
+  void issue_ag(int u, int mb, bool backward, std::int32_t after);
+
+  void release_held_ag_output(int u);
+
+  /// Copy-out (FSDP2: split_with_sizes_copy into per-parameter tensors; DeepSpeed: cat of coalesced pieces).
+  std::int32_t copy_out(int u, int mb, bool backward);
+
+  void free_unsharded(int u);
+
+  /// Autocast's bf16 weight copies of a unit made again in backward: a block under full AC saved only its
+  /// input, so the copies its forward made died with the autocast cache at the region's exit.
+  bool autocast_copies_recomputed(const SimUnit& un) const { return p_.ac == AcMode::kFull && un.blocks > 0; }
+
+  // ---- logits and loss (docs/mechanics.md §2.3) ----
+  double logits_elems() const {
+    return static_cast<double>(p_.mbs) * static_cast<double>(p_.seq) *
+           static_cast<double>(in_.model.spec().vocab) / p_.tp / p_.cp;  // CP: this rank's seq / cp
+  }
+  double loss_tokens() const {
+    return static_cast<double>(p_.mbs) * static_cast<double>(p_.seq) / p_.cp;  // this rank's tokens
+  }
+  void loss_forward_effects();
+  std::int32_t loss_backward_effects();
+
+  /// One pass's collective of unit `u` on `lane` (TP, CP or EP communicator) lasting `s`, after `dep`;
+  /// `n` collectives are launched (0: the hidden share of collectives already counted), each costing the CPU
+  /// `cpu_launch_s`. Labelled "fwd|bwd WHAT UNIT mbN".
+  std::int32_t unit_collective(std::uint8_t lane, CommKind kind, double s, int n, std::int32_t dep,
+                               double cpu_launch_s, int u, int mb, bool backward, const char* what);
+
+  // ---- tensor parallelism (sequence parallel): the unit's TP collectives on the TP communicator ----
+  /// Adds the TP collectives of one pass of unit `u` before its compute task and returns the task the compute
+  /// must wait for (-1 if none). The GEMMs need the all-gathered input, so the blocking share runs while the
+  /// compute stream waits (exposed); async TP hides the rest behind the GEMMs (a task that runs alongside the
+  /// compute). `ag_s` / `rs_s` are one pass's all-gather and reduce-scatter time; `n_ag` / `n_rs` how many
+  /// collectives they are; `ag_bytes` / `rs_bytes` their buffer bytes.
+  std::int32_t tp_collectives(int u, int mb, bool backward, double ag_s, double rs_s, int n_ag, int n_rs,
+                              double ag_bytes, double rs_bytes);
+
+  // ---- context and expert parallelism (lowering_cp_ep.cpp) ----
+  /// Adds the unit's ring-attention exchange and MoE all-to-alls of one pass after `gate` (the TP gate, or
+  /// -1) and returns what the unit's compute must wait for: the exposed CP share and the all-to-alls block
+  /// the compute stream; the hidden CP share runs beside it. Returns `gate` unchanged without CP or EP.
+  std::int32_t cp_ep_collectives(int u, int mb, bool backward, std::int32_t gate);
+
+  // ---- forward ----
+  void forward(int mb);
+  /// Allocates unit `u`'s saved activations of one forward (group act_id_) and, in eager mode, the layers'
+  /// forward transients around them (docs/model.md "Eager forward transients"); returns the group.
+  std::int32_t forward_activations(int u);
+  /// Whether the forward's eager transients are lowered: eager PyTorch module code (not torch.compile, not
+  /// Megatron-core's fused Transformer Engine kernels) and a unit with layers that have them.
+  bool eager_transients(const SimUnit& un) const;
+  /// What an eager block layer's forward makes of its no-AC saved set and frees while it runs, for `tokens`:
+  /// under full AC all of it, under selective AC what the policy drops, without AC nothing.
+  double dropped_bytes(const Layer& l, double tokens) const;
+
+  // ---- backward ----
+  void backward(int mb, bool last_mb);
+
+  void reduce_scatter(int u, int mb, Bytes ugrad, double grad_bytes_per_elem);
+
+  // ---- optimizer step ----
+  void optimizer_step();
+
+  const LoweringInputs& in_;
+  LoweringOutput& out_;
+  const Plan& p_;
+  const RuntimeTraits& rt_;
+  const std::vector<SimUnit>& units_;
+  const ComputeConstants& K_;
+  const int U_;
+  const double bc_, br_;
+  const bool mixed_cast_;
+  const GroupView shard_g_, rep_g_, dp_g_, efsdp_g_;
+  CollectiveMemo coll_{in_.costs};  ///< the same few collectives recur for every unit and micro-batch
+  std::vector<std::int32_t> ag_task_, copyout_task_, fwd_task_;
+  std::vector<char> gathered_, ag_out_held_;
+  /// Tensor groups: per unit the all-gather output, the unsharded (copied-out) parameters, the saved
+  /// activations, the unsharded gradients and the autocast weight copies.
+  std::vector<std::int32_t> ag_id_, unsharded_id_, act_id_, ugrad_id_, autocast_id_;
+  std::int32_t recompute_id_ = -1, workspace_id_ = -1, held_rs_id_ = -1, held_logits_id_ = -1,
+               loss_saved_id_ = -1, loss_max_id_ = -1, loss_lse_id_ = -1;
+  std::vector<std::pair<std::int32_t, Bytes>> grad_groups_;  ///< freed by zero_grad
+  std::vector<Run> runs_;
+  std::vector<UnitTensors> ut_;
+  /// Per unit, the planner walk's forward transient over the saved group (forward_activations), once known.
+  std::vector<Bytes> fwd_extra_;
+  std::vector<Span>
+      layer_spans_;             ///< per layer of every unit: saved, dropped (UnitTensors::first_layer_span)
+  Span all_local_, all_shard_;  ///< every parameter of the model: TP-local / as sharded (flat: per unit)
+  Span optimizer_params_;       ///< the tensors the optimizer steps: one per parameter, or flat partitions
+  std::vector<std::int32_t> limiter_queue_;  ///< what the gather limiter waits on, in issue order
+  std::int32_t last_shard_comm_ = -1, last_rep_comm_ = -1, prev_rs_ = -1, prev_prev_rs_ = -1;
+  Bytes held_rs_input_ = 0;
+  /// FSDP2 tied embeddings: the head's gradient of the tied weight, waiting in autograd's input buffer for
+  /// the embedding's (SimUnit::tied_grad_elems).
+  std::int32_t tied_grad_id_ = -1;
+  std::uint8_t held_rs_pool_ = kPoolDefault;
+  int prev_fwd_ag_out_ = -1;  ///< FSDP2 forward: AG output kept until the next unit's copy-out
+  Bytes grads_allocated_ = 0;
+  std::int32_t last_compute_ = -1;  ///< the last compute task (what the next TP all-gather needs)
+  std::int32_t last_pcie_ = -1;     ///< the last offload copy
+  const OffloadSplit offload_;
+  const double pcie_Bps_;          ///< achievable host<->device bandwidth per GPU
+  const double host_param_bytes_;  ///< bytes per element of an offloaded parameter shard
+  const double host_grad_bytes_;   ///< bytes per element of an offloaded gradient shard
+};
+
+}  // namespace shardplan::detail

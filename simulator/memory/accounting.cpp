@@ -1,0 +1,229 @@
+// Persistent state, initial allocations, the lower bound, reserved memory and runtime overhead (docs/model.md
+// "Memory").
+#include "simulator/memory/accounting.hpp"
+
+#include <cmath>
+
+#include "core/checked.hpp"
+#include "simulator/cost/cost.hpp"
+#include "simulator/memory/layer_memory.hpp"
+
+namespace shardplan {
+
+StateElems state_elems(const ModelGraph& model, const Plan& p) {
+  const RuntimeTraits rt = runtime_traits(p);
+  // Dense parameters shard over dp_shard x cp, one EP rank's experts (experts / ep of each MoE layer) over
+  // dp_shard x cp / ep (units.cpp, torchtitan's fsdp and efsdp meshes).
+  const int F = p.fsdp_ranks(), Fe = p.efsdp_ranks(), t = p.tp;
+  const bool ep = p.ep > 1;
+  std::int64_t local = 0, shard = 0, expert_local = 0, expert_shard = 0;
+  // Identical tensors (a MoE layer's experts) are summed as one group times its count: the same integers.
+  for (const Layer* l : model.order()) {
+    l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
+      const std::int64_t n =
+          mul_checked(mul_checked(tp_local_rows(ten, t), tp_local_cols(ten, t), "tensor elements"), count,
+                      "tensor elements");
+      if (ep && ten.expert) {
+        expert_local = add_checked(expert_local, n);
+        if (rt.padding != Padding::kFlatUnit)
+          expert_shard = add_checked(
+              expert_shard, mul_checked(tensor_shard_elems(ten, t, Fe, rt.padding), count, "shard elements"));
+        return;
+      }
+      local = add_checked(local, n);
+      if (rt.padding != Padding::kFlatUnit)
+        shard = add_checked(shard,
+                            mul_checked(tensor_shard_elems(ten, t, F, rt.padding), count, "shard elements"));
+    });
+  }
+  if (rt.padding == Padding::kFlatUnit)
+    shard = ceil_div(local, F);  // one padded flat parameter, approximately
+  if (ep) {
+    expert_local /= p.ep;
+    expert_shard = rt.padding == Padding::kFlatUnit ? ceil_div(expert_local, Fe) : expert_shard / p.ep;
+  }
+  const bool ds = p.runtime == Runtime::kDeepSpeed;
+  // DeepSpeed ZeRO-1/2 partition one flat group padded to 2 x F (nccl_start_alignment_factor, §1.8).
+  std::int64_t part = ds && p.zero < 3 ? ceil_div(local, 2 * F) * 2 : shard;
+  if (ep) {
+    part += ds && p.zero < 3 ? ceil_div(expert_local, 2 * Fe) * 2 : expert_shard;
+    shard += expert_shard;
+    local += expert_local;
+  }
+  StateElems e{local, local, local};
+  if (p.zero >= 1) e.optimizer = part;
+  if (p.zero >= 2) e.grads = part;
+  if (p.zero >= 3 || (!ds && p.zero == 2)) e.params = shard;
+  if (!ds && p.zero >= 2) e.grads = e.optimizer = shard;
+  return e;
+}
+
+OffloadSplit offload_split(const Plan& p) {
+  // DeepSpeed ZeRO-Offload (offload_optimizer): fp32 master + Adam moments and the fp32 gradient partitions
+  // live on the host (stage_1_and_2.py cpu_offload: accumulated_grads_in_cpu; stage3.py offload_optimizer);
+  // the 16-bit parameters stay on the GPU. offload_param (ZeRO-Infinity, stage 3) moves the 16-bit parameter
+  // partitions too. FSDP CPU offload (FSDP1 CPUOffload(offload_params=True), FSDP2 CPUOffloadPolicy) keeps
+  // the sharded parameters, their gradients and the optimizer state on the host (docs/mechanics.md §1.11).
+  OffloadSplit o;
+  if (p.offload == Offload::kNone) return o;
+  o.optimizer = o.grads = true;
+  o.params = p.offload == Offload::kParams;
+  return o;
+}
+
+Bytes allocation_bytes(Bytes request_bytes) {
+  // c10/cuda/CUDACachingAllocator.cpp (torch 2.15) round_size: requests below kMinBlockSize (512 B) take 512,
+  // others round up to a multiple of 512 (without roundup_power2_divisions, the default).
+  return request_bytes <= 0 ? 0
+                            : (request_bytes + kAllocationQuantumBytes - 1) / kAllocationQuantumBytes *
+                                  kAllocationQuantumBytes;
+}
+
+std::int64_t optimizer_step_tensors(const ModelGraph& model, const Plan& p) {
+  // torch/optim/adam.py (torch 2.15; AdamW subclasses Adam) _init_group: state["step"] is a 0-dim tensor on
+  // the parameter's device when `fused` or `capturable`, a CPU tensor otherwise ("Deliberately host `step` on
+  // CPU if both capturable and fused are off"). One per parameter tensor; DeepSpeed's optimizers run on its
+  // flat partitions and keep the step count in the parameter group.
+  // Megatron's distributed optimizer steps flat shard tensors with Apex/TE FusedAdam (step per group).
+  if (p.runtime == Runtime::kDeepSpeed || p.runtime == Runtime::kMegatron || !p.fused_optimizer) return 0;
+  std::int64_t n = 0, experts = 0;
+  for (const Layer* l : model.order())
+    l->for_each_tensor_group(
+        [&](const Tensor& ten, std::int64_t count) { (p.ep > 1 && ten.expert ? experts : n) += count; });
+  return n + experts / p.ep;  // a rank holds 1/ep of the routed experts' tensors
+}
+
+std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p) {
+  const StateElems e = state_elems(model, p);
+  const OffloadSplit o = offload_split(p);
+  const BytesPerParam b = bytes_per_param(p.runtime, p.precision);
+  // Megatron's grad buffer holds the gradients in the reduce dtype (grad_reduce_in_fp32: fp32, else bf16).
+  const Bytes grad_b =
+      p.runtime == Runtime::kMegatron ? (p.reduce() == Dtype::kFp32 ? 4 : 2) : Bytes{b.grads};
+  std::array<Bytes, 3> out{mul_checked(e.params, b.params, "parameter bytes"),
+                           mul_checked(e.grads, grad_b, "gradient bytes"),
+                           mul_checked(e.optimizer, b.optimizer, "optimizer bytes")};
+  if (runtime_traits(p).padding == Padding::kPerTensorDim0) {
+    // FSDP2 keeps each parameter's (padded) shard as its own tensor (_fsdp_param.py _init_sharded_param:
+    // new_zeros(padded_sharded_size)) and AdamW creates exp_avg and exp_avg_sq per parameter (zeros_like):
+    // each is one allocation, rounded as the caching allocator rounds it. Gradients are views of one
+    // reduce-scatter output per unit (sized in the lowering).
+    // Dense tensors shard over dp_shard x cp; with expert parallelism a rank holds 1/ep of the routed
+    // experts' tensors, each sharded over dp_shard x cp / ep (state_elems above).
+    Bytes params = 0, optimizer = 0, expert_params = 0, expert_optimizer = 0;
+    for (const Layer* l : model.order()) {
+      l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
+        const bool expert = p.ep > 1 && ten.expert;
+        const std::int64_t local = mul_checked(tp_local_rows(ten, p.tp), tp_local_cols(ten, p.tp), "tensor");
+        const std::int64_t shard =
+            tensor_shard_elems(ten, p.tp, expert ? p.efsdp_ranks() : p.fsdp_ranks(), Padding::kPerTensorDim0);
+        const Bytes pb =
+            allocation_bytes(mul_checked(p.zero >= 2 ? shard : local, b.params, "parameter bytes"));
+        const Bytes ob = 2 * allocation_bytes(mul_checked(p.zero >= 1 ? shard : local, b.optimizer / 2,
+                                                          "optimizer bytes"));
+        // `count` identical tensors: `count` allocations of the same rounded size each.
+        (expert ? expert_params : params) += mul_checked(pb, count, "parameter bytes");
+        (expert ? expert_optimizer : optimizer) += mul_checked(ob, count, "optimizer bytes");
+      });
+    }
+    out[0] = params + expert_params / p.ep;
+    out[2] = optimizer + expert_optimizer / p.ep;
+  }
+  // AdamW's `step` scalars: 4 bytes each (fp32), one allocation each.
+  out[2] = add_checked(out[2], optimizer_step_tensors(model, p) * allocation_bytes(4), "optimizer bytes");
+  if (o.params) out[0] = 0;
+  if (o.grads) out[1] = 0;
+  if (o.optimizer) out[2] = 0;
+  return out;
+}
+
+Bytes host_state_bytes_per_rank(const ModelGraph& model, const Plan& p) {
+  const OffloadSplit o = offload_split(p);
+  if (!o.optimizer) return 0;
+  const StateElems e = state_elems(model, p);
+  const BytesPerParam b = bytes_per_param(p.runtime, p.precision);
+  // Gradients reach the host as fp32 (DeepSpeed accumulates them there in fp32; FSDP's sharded grads have the
+  // fp32 parameters' dtype under bf16-mixed, the parameter dtype otherwise).
+  const Bytes grad_b = p.runtime == Runtime::kDeepSpeed ? 4 : b.grads;
+  Bytes host = add_checked(mul_checked(e.optimizer, b.optimizer, "host optimizer bytes"),
+                           mul_checked(e.grads, grad_b, "host gradient bytes"));
+  if (o.params) host = add_checked(host, mul_checked(e.params, b.params, "host parameter bytes"));
+  return host;
+}
+
+Bytes activation_bytes(const ModelGraph& model, const Plan& p) {
+  const double T = static_cast<double>(p.mbs) * static_cast<double>(p.seq) / p.cp;  // this rank's tokens
+  const double bc = p.compute_bytes();
+  double total = 0;
+  for (const Layer* l : model.order()) {
+    if (p.ac == AcMode::kFull && l->block >= 0) continue;  // block inputs added below
+    total += layer_saved_bytes(*l, p, T, p.ac == AcMode::kSelective && l->block >= 0);
+  }
+  if (p.ac == AcMode::kFull)
+    total += static_cast<double>(model.blocks()) * block_input_bytes(model.spec(), p, T);
+  // The saved log-softmax output of the loss (in the loss dtype, vocab-parallel under TP); a compiled loss
+  // saves the logits in the compute dtype and two fp32 per-token statistics (Lowering::loss_forward_effects).
+  // (under TP the compiled loss-parallel graph saves one fp32 T x V/tp buffer and a bool per token instead)
+  if (p.loss() == LossImpl::kCompiled && p.tp > 1)
+    total += T * 4.0 * static_cast<double>(model.spec().vocab) / p.tp + T;
+  else if (p.loss() == LossImpl::kCompiled)
+    total += T * bc * static_cast<double>(model.spec().vocab) / p.tp + 2 * T * 4.0;
+  else
+    total += T * (p.loss_dtype == Dtype::kFp32 ? 4.0 : bc) * static_cast<double>(model.spec().vocab) / p.tp;
+  return static_cast<Bytes>(total);
+}
+
+std::array<Bytes, kMemCategories> initial_allocation(const ModelGraph& model, const Plan& p,
+                                                     const RuntimeTraits& rt,
+                                                     const std::array<Bytes, 3>& ps) {
+  std::array<Bytes, kMemCategories> initial{};
+  initial[static_cast<int>(MemCategory::kParams)] = ps[0];
+  initial[static_cast<int>(MemCategory::kOptimizer)] = ps[2];
+  if (rt.grads_persistent) initial[static_cast<int>(MemCategory::kGrads)] = ps[1];
+  if (rt.ipg_bucket_persistent)  // DeepSpeed ZeRO-3: IPG bucket allocated at optimizer init (§1.6)
+    initial[static_cast<int>(MemCategory::kCommBuffers)] =
+        static_cast<Bytes>(
+            std::min(fw::kDeepSpeedReduceBucketElems, static_cast<double>(model.parameters()) / p.tp)) *
+        2;
+  // Plain data parallel (ZeRO-0 on the fsdp2 runtime = DDP / composable replicate): the Reducer's flat bucket
+  // buffers hold a second copy of every gradient for the life of the model (gradient_as_bucket_view=False,
+  // the default; the DDP docs: the view "saves memory equal to the total gradients size").
+  if (rt.ddp_reducer_buckets) initial[static_cast<int>(MemCategory::kCommBuffers)] = ps[1];
+  if (p.hold_logits) {  // the previous micro-step's logits (the loss input), still referenced by the training
+                        // loop
+    // (a compiled loss reads the logits in the compute dtype: those are what the loop holds)
+    const double bc = p.compute_bytes();
+    const double lb = p.loss_dtype == Dtype::kFp32 && p.loss() == LossImpl::kEager ? 4.0 : bc;
+    initial[static_cast<int>(MemCategory::kActivations)] =
+        static_cast<Bytes>(std::llround(lb * static_cast<double>(p.mbs) * static_cast<double>(p.seq) *
+                                        static_cast<double>(model.spec().vocab) / p.tp / p.cp));
+  }
+  return initial;
+}
+
+RuntimeOverhead runtime_overhead(const Plan& p) {
+  RuntimeOverhead o;
+  o.cuda_context_bytes = fw::kCudaContextBytes;
+  // Communicators: shard (or DP), replicate, TP; CP's ring and, with EP, the EP and efsdp groups.
+  const int comms = (p.fsdp_ranks() > 1 || p.dp > 1 ? 1 : 0) + (p.replicas > 1 ? 1 : 0) + (p.tp > 1 ? 1 : 0) +
+                    (p.cp > 1 ? 1 : 0) + (p.ep > 1 ? 2 : 0);
+  o.nccl_bytes = comms * fw::kNcclCommunicatorBytes;
+  return o;
+}
+
+Bytes memory_lower_bound(const ModelGraph& model, const Plan& p) {
+  const auto ps = persistent_state(model, p);
+  // Pipeline parallelism: each of the pp ranks holds its stages' state and activations; the busiest holds at
+  // least the average of the whole model's.
+  return (ps[0] + ps[2] + activation_bytes(model, p)) / p.pp + fw::kCudaContextBytes;
+}
+
+Bytes reserved_lower_bound(const Timeline& tl) {
+  // A stream's segments never shrink without an OOM retry or empty_cache(), and a block serves only its own
+  // stream: the allocator holds at least each stream's peak of rounded allocations, all at once.
+  Bytes reserved = 0;
+  for (const Bytes b : tl.pool_peak_bytes) reserved += b;
+  return std::max(reserved, tl.peak_bytes);
+}
+
+}  // namespace shardplan

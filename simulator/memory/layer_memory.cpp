@@ -1,0 +1,160 @@
+// Per-layer memory for a plan: a tensor's TP-local shape and shard as each runtime pads it, the activations a
+// layer saves for backward (no AC, selective, full), and its backward's transient excess (docs/mechanics.md
+// §2.2, docs/model.md "Backward inside a block").
+#include "simulator/memory/layer_memory.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/checked.hpp"
+#include "simulator/cost/cost.hpp"
+
+namespace shardplan {
+
+std::int64_t tp_local_rows(const Tensor& t, int tp) {
+  return t.tp == TpSplit::kColumn ? t.dim0 / tp : t.dim0;
+}
+std::int64_t tp_local_cols(const Tensor& t, int tp) {
+  return t.tp == TpSplit::kRow ? t.dim1 / tp : t.dim1;
+}
+
+std::int64_t tensor_shard_elems(const Tensor& t, int tp, int shard_group, Padding padding) {
+  const std::int64_t rows = tp_local_rows(t, tp), cols = tp_local_cols(t, tp);
+  if (padding == Padding::kPerTensorDim0)
+    return mul_checked(ceil_div(rows, shard_group), cols, "shard elements");
+  return ceil_div(mul_checked(rows, cols, "tensor elements"), shard_group);
+}
+
+double sequence_parallel_divisor(const Plan& p) {
+  return p.tp > 1 ? p.tp : 1;
+}
+
+double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens, bool accumulated) {
+  const double bc = p.compute_bytes();
+  const int t = p.tp;
+  auto n_local = [&](const Gemm& g) {
+    return g.tp == TpSplit::kColumn ? static_cast<double>(g.n) / t : static_cast<double>(g.n);
+  };
+  auto k_local = [&](const Gemm& g) {
+    return g.tp == TpSplit::kRow ? static_cast<double>(g.k) / t : static_cast<double>(g.k);
+  };
+  const bool dense = (l.kind == LayerKind::kAttention || l.kind == LayerKind::kMlp) && l.gemms.size() >= 2 &&
+                     l.gemms.back().tp == TpSplit::kRow;
+  if (!dense) return 0;
+  // Autograd's order (torch 2.15 eager; the reference lane's trace of a Llama block): the output projection
+  // (the layer's last, row-parallel GEMM) runs first: mm for its weight gradient and mm for its input
+  // gradient. Then the op between it and the column-parallel projections: SwiGLU's mul and silu backward
+  // write the gradients of the gate and up outputs, flash attention's backward writes dq, dk, dv — together
+  // the column projections' output gradients, allocated while the input gradient above is alive. The output
+  // projection's input is saved for it alone in an MLP (the SwiGLU product / GELU output) and its last use
+  // frees it before those gradients exist; in attention the same tensor is flash attention's output O, which
+  // its backward still reads.
+  const Gemm& out = l.gemms.back();
+  const double out_weight_grad = n_local(out) * k_local(out) * bc * out.count;
+  const double out_input_grad = tokens * k_local(out) * bc * out.count;
+  double column_output_grads = 0;
+  for (std::size_t i = 0; i + 1 < l.gemms.size(); ++i)
+    if (l.gemms[i].tp == TpSplit::kColumn)
+      column_output_grads += tokens * n_local(l.gemms[i]) * bc * l.gemms[i].count;
+  const double freed = l.attn_heads > 0 ? 0.0 : out_input_grad;
+  // With an accumulated gradient AccumulateGrad adds the output projection's weight gradient into it and
+  // frees it right after its mm, before the ops below (reference lane, ref-llama2-7b-...-gpipe-...-pp-rank-0,
+  // micro-batch 1: w2's 86 MiB dW is freed two events after it is written, before SwiGLU's backward
+  // allocates): it is live only next to the input gradient.
+  const double held_weight_grad = accumulated ? 0.0 : out_weight_grad;
+  const double at_output_grads = out_weight_grad + out_input_grad;
+  const double at_activation =
+      std::max(at_output_grads, held_weight_grad + out_input_grad + column_output_grads - freed);
+  const double scores = score_elems(l, p, tokens);
+  if (scores > 0) {
+    // A materialised core (attention_core.cpp): its worst op comes before Q's and K's gradients exist — the
+    // output projection's gradients, the PV matmul's gradient of V, and the score gradients beyond the saved
+    // score tensors (those are in the saved set already).
+    const ScorePasses sp = score_passes(p, false);
+    const double v_grad =
+        tokens * static_cast<double>(l.attn_kv_heads) * static_cast<double>(l.v_head_dim()) / t * bc;
+    return std::max(at_activation, held_weight_grad + out_input_grad + v_grad +
+                                       scores * (sp.bwd_peak_bytes - sp.saved_bytes()));
+  }
+  // An MLP with a single column projection (up, GELU, down; the reference lane's trace of MPT 7B): the
+  // activation's backward has consumed the saved up output and activation (the layer's split tensors), then
+  // up's backward writes its weight gradient and its input gradient while its output gradient is still
+  // alive. Later than the op above and worse when the weights outweigh the tokens' FFN tensors (with f = 4h,
+  // fewer than 4h/7 tokens: MPT 7B at 2,048 tokens, +16 MiB).
+  const Gemm* column = nullptr;
+  int columns = 0;
+  for (std::size_t i = 0; i + 1 < l.gemms.size(); ++i)
+    if (l.gemms[i].tp == TpSplit::kColumn) {
+      columns += l.gemms[i].count;
+      column = &l.gemms[i];
+    }
+  if (l.attn_heads > 0 || columns != 1) return at_activation;
+  const double split_saved = tokens * l.act_split_bytes_per_token / t * bc / 2;
+  const double at_column_input_grad = held_weight_grad + n_local(*column) * k_local(*column) * bc +
+                                      tokens * n_local(*column) * bc + tokens * k_local(*column) * bc -
+                                      split_saved;
+  return std::max(at_activation, at_column_input_grad);
+}
+
+double sdpa_saved_bytes_per_token(const Layer& l, const Plan& p) {
+  if (l.sdpa_lse_bytes_per_token <= 0) return l.sdpa_out_bytes_per_token;
+  // Memory-efficient attention (CUDA) allocates its log-sum-exp over the queries rounded up to 32
+  // (torch/_meta_registrations.py meta__scaled_dot_product_efficient_attention, torch 2.15: ceil(M / 32) *
+  // 32; mem_eff_attention kAlignLSE); flash (CUDA and AOTriton) and cuDNN take exactly the queries ([b, h, s]
+  // and [b, h, s, 1] fp32). The kernel sees each rank's seq / cp queries.
+  double lse = l.sdpa_lse_bytes_per_token;
+  const std::int64_t q_len = std::max<std::int64_t>(1, p.seq / p.cp);
+  if (p.sdpa() == SdpaBackend::kEfficient)
+    lse *= static_cast<double>((q_len + 31) / 32 * 32) / static_cast<double>(q_len);
+  return l.sdpa_out_bytes_per_token + lse;
+}
+
+double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective) {
+  const bool sel = selective;
+  // The attention kernel's O and log-sum-exp are in both split figures; its log-sum-exp padding, and under
+  // op-level SAC whether they are saved at all, depend on the backend and the policy's save list.
+  const double sdpa_base = l.sdpa_out_bytes_per_token + l.sdpa_lse_bytes_per_token;
+  const double sdpa = sel && !p.sac_saves_sdpa() ? 0.0 : sdpa_saved_bytes_per_token(l, p);
+  double split = sel ? l.act_selective_split_bytes_per_token : l.act_split_bytes_per_token;
+  if (sdpa != sdpa_base) split = std::max(0.0, split + sdpa - sdpa_base);  // a graph JSON may say less
+  double rep = sel ? l.act_selective_replicated_bytes_per_token : l.act_replicated_bytes_per_token;
+  // Op-level SAC under TP with sequence parallelism (docs/model.md "Selective AC under tensor parallelism";
+  // reference lane, Llama 3 8B TP 2: 344.5 MiB per block at 8k tokens): a saved row-parallel GEMM output is
+  // the partial sum over the whole sequence (not divided by TP), and the policy also saves the reduce-scatter
+  // outputs that follow the layer's row-parallel GEMMs (divided by TP).
+  double full = 0, scatter = 0;
+  if (sel) {
+    full = l.act_selective_row_output_bytes_per_token;
+    rep -= full;
+    if (p.tp > 1) scatter = l.act_selective_tp_scatter_bytes_per_token;
+  }
+  // torch.compile's saved set (docs/model.md "Compiled saved tensors"; tools/reference/saved_per_block.py):
+  // without recomputation SwiGLU's SiLU(gate) is recomputed in backward; under op-level SAC a saved output
+  // projection's output is not kept, nor (by the same rule: backward never reads them; not measured with TP)
+  // the reduce-scatter outputs, which only feed residual adds. The norms save the same bytes however the
+  // eager module computes them.
+  if (p.compile) {
+    if (sel) {
+      const double unread = l.act_selective_unread_replicated_bytes_per_token;
+      const double from_full = std::min(unread, full);  // the unread output is a row-parallel one
+      full -= from_full;
+      rep -= unread - from_full;
+      scatter = 0;
+    } else {
+      split -= l.act_compiled_fewer_split_bytes_per_token;
+    }
+  } else if (p.fp32_norm && !sel) {
+    rep += l.act_fp32_norm_bytes_per_token;  // eager Python RMSNorm: its fp32 copy of the input
+  }
+  // The per-token figures are for a 16-bit compute dtype: scale by bytes / 2. A materialised attention core
+  // adds its score tensors, which selective recomputation recomputes (Korthikanti et al. 2022 §5: the core
+  // attention is what selective recompute drops).
+  return tokens * (split / p.tp + (rep + scatter) / sequence_parallel_divisor(p) + full) * p.compute_bytes() / 2 +
+         (sel ? 0.0 : score_saved_bytes(l, p, tokens));
+}
+
+double block_input_bytes(const ModelSpec& s, const Plan& p, double tokens) {
+  return tokens * static_cast<double>(s.hidden) / sequence_parallel_divisor(p) * p.compute_bytes();
+}
+
+}  // namespace shardplan

@@ -1,0 +1,40 @@
+// Per-layer memory for a plan: a tensor's TP-local shape and shard as each runtime pads it, the activations a
+// layer saves for backward (no AC, selective, full) and its backward's transient excess.
+#pragma once
+#include <cstdint>
+
+#include "simulator/model/model.hpp"
+#include "simulator/plan/plan.hpp"
+
+namespace shardplan {
+
+/// What TP divides the h-sized (sequence-parallel) activations by: tp with TP (sequence parallelism, as
+/// torchtitan and Megatron run it), 1 without.
+double sequence_parallel_divisor(const Plan& p);
+/// The TP-local shape of a tensor: column-parallel tensors split dim 0, row-parallel ones dim 1.
+std::int64_t tp_local_rows(const Tensor& t, int tp);
+std::int64_t tp_local_cols(const Tensor& t, int tp);
+/// Elements of this rank's shard of one tensor under per-tensor padding (FSDP2: dim 0; DeepSpeed: numel).
+/// FSDP1 pads the unit's flat parameter instead: use ceil_div(sum of local elements, F).
+std::int64_t tensor_shard_elems(const Tensor& t, int tp, int shard_group, Padding padding);
+
+/// Activation bytes one layer saves for backward over `tokens` tokens, with nothing recomputed or under
+/// selective (op-level) recomputation; full AC keeps only the block input (block_input_bytes). TP with
+/// sequence parallelism divides the replicated part too.
+/// The attention kernel's saved O and log-sum-exp per token for the plan's SDPA backend (16-bit compute,
+/// TP-split; 0 for layers without attention).
+double sdpa_saved_bytes_per_token(const Layer& l, const Plan& p);
+double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective);
+/// The transient bytes of one layer's backward at its worst op beyond its saved tensors and the gradient
+/// flowing in: for an attention or MLP layer (ending in a row-parallel output projection) the output
+/// projection's weight and input gradients and the column projections' output gradients (less the MLP's
+/// product, freed by then), or, for an MLP with a single column projection (GELU), up's input gradient if
+/// worse; 0 for other layers (docs/model.md "Backward inside a block"). `accumulated`: the parameters hold an
+/// accumulated gradient, into which each weight gradient is added and freed as soon as it is written (the
+/// output projection's then lives only next to its input gradient, not through the later ops).
+double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens, bool accumulated = false);
+/// What full activation checkpointing keeps per block: the block's input, hidden x tokens in the compute
+/// dtype.
+double block_input_bytes(const ModelSpec& s, const Plan& p, double tokens);
+
+}  // namespace shardplan

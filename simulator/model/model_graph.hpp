@@ -1,0 +1,198 @@
+// ModelGraph: a Boost.Graph of layers (embedding, norms, attention, MLP/MoE, LM head, loss) with, per layer,
+// its parameter tensors (so padding and per-parameter sharding are exact), its forward GEMMs and attention
+// core, the bytes it saves for backward per token, and data-flow edges. Execution order is a topological
+// sort.
+#pragma once
+#include <boost/graph/adjacency_list.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/json_reader.hpp"
+#include "simulator/model/model_spec.hpp"
+
+namespace shardplan {
+
+enum class LayerKind {
+  kEmbedding,
+  kPositionEmbedding,
+  kNorm,
+  kAttention,
+  kMlp,
+  kMoe,
+  kFinalNorm,
+  kLmHead,
+  kLoss
+};
+const char* to_string(LayerKind k);
+
+/// How tensor parallelism splits a tensor: replicated (norms), column-parallel (dim 0 split: QKV, gate/up,
+/// vocab-parallel embedding and head), row-parallel (dim 1 split: output and down projections).
+enum class TpSplit { kReplicated, kColumn, kRow };
+
+struct Tensor {
+  std::string name;
+  std::int64_t dim0 = 0;  ///< rows (the dimension FSDP2 shards)
+  std::int64_t dim1 = 1;  ///< columns; 1 for vectors
+  TpSplit tp = TpSplit::kReplicated;
+  /// A routed expert's weight: each token passes through top_k of the layer's `moe_experts` experts.
+  bool expert = false;
+  std::int64_t numel() const { return dim0 * dim1; }
+};
+
+/// One forward GEMM per token: [tokens x k] @ [k x n]; `count` = how many such GEMMs a token goes through
+/// (top-k experts for MoE). `tp` says which of n (column) or k (row) TP divides.
+struct Gemm {
+  std::int64_t n = 0, k = 0;
+  double count = 1;
+  TpSplit tp = TpSplit::kReplicated;
+  /// A routed expert's GEMM (expert parallelism moves its tokens; load imbalance scales the busiest rank's).
+  bool expert = false;
+};
+
+struct Layer {
+  std::string name;
+  LayerKind kind = LayerKind::kNorm;
+  int block = -1;  ///< transformer block index, -1 outside blocks
+  std::vector<Tensor> tensors;
+  std::vector<Gemm> gemms;
+  // Attention core (flash attention): heads, kv heads, head dim; zero for other layers.
+  int attn_heads = 0, attn_kv_heads = 0;
+  std::int64_t attn_head_dim = 0;  ///< the Q·K dimension per head
+  /// The V (and output) dimension per head when it differs from attn_head_dim (MLA: 128 vs 192); 0 = the
+  /// same.
+  std::int64_t attn_v_head_dim = 0;
+  /// Local attention, 0 = each position attends to all earlier ones (causal, (s + 1) / 2 on average). A
+  /// sliding window attends to the last min(window, i + 1) positions; chunked attention (attn_chunked) to the
+  /// positions of its own chunk of `attn_window` up to itself.
+  std::int64_t attn_window = 0;
+  bool attn_chunked = false;
+  std::int64_t v_head_dim() const { return attn_v_head_dim > 0 ? attn_v_head_dim : attn_head_dim; }
+  /// Mean number of key positions a query attends to at sequence length `seq` (causal, window or chunk).
+  double attended_positions(std::int64_t seq) const;
+  /// Mixture of experts: routed experts and how many each token uses (0 for dense layers).
+  int moe_experts = 0, moe_top_k = 0;
+  /// Saved-for-backward bytes per token in bf16 compute, TP = 1, no recomputation, split into the part that
+  /// TP without sequence parallelism also divides (`tp_split`) and the part it replicates (`tp_replicated`,
+  /// h-sized tensors that sequence parallelism divides).
+  double act_split_bytes_per_token = 0, act_replicated_bytes_per_token = 0;
+  /// The same under selective recomputation (torchtitan op-level SAC: GEMM and attention outputs kept).
+  double act_selective_split_bytes_per_token = 0, act_selective_replicated_bytes_per_token = 0;
+  /// The attention kernel's own outputs saved for its backward, per token (16-bit compute, TP-split, part of
+  /// both split figures above): the output O (heads x v_head_dim) and the fp32 log-sum-exp per head. Op-level
+  /// selective AC drops them when its save list lacks the plan's SDPA op (Plan::sac_saves_sdpa).
+  double sdpa_out_bytes_per_token = 0, sdpa_lse_bytes_per_token = 0;
+  /// torch.compile (docs/model.md "Compiled saved tensors"): what inductor's min-cut partitioner saves fewer
+  /// than eager without recomputation (SwiGLU: SiLU(gate) recomputed in backward, 2 bytes x the FFN width;
+  /// TP-split), and under op-level SAC the saved outputs backward never reads (a saved output projection's
+  /// output, which only feeds the residual add; replicated).
+  double act_compiled_fewer_split_bytes_per_token = 0;
+  double act_selective_unread_replicated_bytes_per_token = 0;
+  /// Tensor parallelism under op-level SAC (docs/model.md "Selective AC under tensor parallelism"): the part
+  /// of `act_selective_replicated_bytes_per_token` that is saved row-parallel GEMM outputs. With sequence
+  /// parallelism such an output is the partial sum over the whole sequence, before its reduce-scatter, so TP
+  /// does not divide it. `act_selective_tp_scatter_bytes_per_token`: the outputs of the reduce-scatters after
+  /// the layer's row-parallel GEMMs (saved or not: torchtitan's save list has reduce_scatter_tensor), which
+  /// exist only with TP > 1 and are divided by TP.
+  double act_selective_row_output_bytes_per_token = 0;
+  double act_selective_tp_scatter_bytes_per_token = 0;
+  /// --fp32-norm (torchtitan's Python RMSNorm before 3b39d7ab0): the eager norm's fp32 copy of its input
+  /// (4 bytes per element, saved by pow and the multiply by rsqrt) beside the bf16 tensors counted above.
+  double act_fp32_norm_bytes_per_token = 0;
+  /// Eager forward transients (docs/model.md "Eager forward transients"; reference-lane trace, torchtitan's
+  /// model code): per token, bytes at 16-bit compute and TP = 1, of tensors the layer's eager forward
+  /// allocates besides those it saves. `act_eager_transient_split_bytes_per_token`: alive while the layer
+  /// allocates its saved tensors, freed when it returns (the complex rotary embedding: the q and k projection
+  /// outputs, their fp32 copies and the complex products; TP-split). `act_eager_output_bytes_per_token`: the
+  /// layer's output before the residual add (its row-parallel output projection's), freed once the sum
+  /// exists; not divided by TP (with sequence parallelism it is the partial sum before the reduce-scatter).
+  double act_eager_transient_split_bytes_per_token = 0;
+  double act_eager_output_bytes_per_token = 0;
+  /// Memory-bound forward traffic per token (norms, activations, rotary, residual adds), bytes, when the
+  /// elementwise ops are fused (torch.compile); `eager_elementwise_bytes_per_token` is the same work run op
+  /// by op in eager mode (fp32 upcasts and every intermediate written and read back).
+  double elementwise_bytes_per_token = 0;
+  double eager_elementwise_bytes_per_token = 0;
+  std::int64_t parameters() const;
+  /// Parameters one token passes through: routed experts count top_k / experts of their weights.
+  double active_parameters() const;
+  /// The layer's tensors grouped by shape (dim0, dim1, TP split, expert): `tensors[index]` stands for
+  /// `count` identical tensors (a MoE layer's 3 x 128 expert weights are two groups). Filled by ModelGraph;
+  /// the per-tensor sums of memory.cpp and units.cpp walk the groups (for_each_tensor_group).
+  struct TensorGroup {
+    std::uint32_t index = 0, count = 0;
+  };
+  std::vector<TensorGroup> tensor_groups;
+  /// Calls f(tensor, count) once per group of identical tensors (every tensor once, count 1, when the groups
+  /// are not filled in or stale). Only for order-independent sums.
+  template <class F>
+  void for_each_tensor_group(F&& f) const {
+    std::size_t covered = 0;
+    for (const TensorGroup& g : tensor_groups) covered += g.count;
+    if (covered == tensors.size() && !tensor_groups.empty()) {
+      for (const TensorGroup& g : tensor_groups) f(tensors[g.index], static_cast<std::int64_t>(g.count));
+    } else {
+      for (const Tensor& t : tensors) f(t, std::int64_t{1});
+    }
+  }
+  /// Groups `tensors` into `tensor_groups`.
+  void group_tensors();
+};
+
+using LayerGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Layer>;
+
+class ModelGraph {
+ public:
+  ModelGraph() = default;
+  // `order_` points into the graph's storage: copies and moves rebuild it.
+  ModelGraph(const ModelGraph& o) : spec_(o.spec_), graph_(o.graph_) { finalize(); }
+  ModelGraph(ModelGraph&& o) noexcept : spec_(std::move(o.spec_)), graph_(std::move(o.graph_)) { finalize(); }
+  ModelGraph& operator=(const ModelGraph& o) {
+    if (this != &o) spec_ = o.spec_, graph_ = o.graph_, finalize();
+    return *this;
+  }
+  ModelGraph& operator=(ModelGraph&& o) noexcept {
+    spec_ = std::move(o.spec_), graph_ = std::move(o.graph_), finalize();
+    return *this;
+  }
+  /// Builds the graph of a decoder-only transformer from its spec.
+  static ModelGraph from_spec(const ModelSpec& spec);
+  /// Reads the project's graph JSON ("shardplan.graph/1").
+  static ModelGraph from_graph_json(const Json& j, const std::string& file);
+  Json to_graph_json() const;
+  /// The layers order()[first, last) as a model of their own (same spec), chained in execution order: one
+  /// pipeline stage's part of the model (simulator/simulate/pipeline_step.cpp).
+  ModelGraph slice(std::size_t first, std::size_t last) const;
+
+  const ModelSpec& spec() const { return spec_; }
+  const LayerGraph& graph() const { return graph_; }
+  /// Layers in execution (topological) order.
+  const std::vector<const Layer*>& order() const { return order_; }
+  /// Exact total parameter count (tied embeddings counted once).
+  std::int64_t parameters() const { return parameters_; }
+  /// Parameters of embeddings (token + learned positions), the part MFU's 6N excludes, as torchtitan does.
+  std::int64_t embedding_parameters() const { return embedding_parameters_; }
+  /// Parameters one token passes through (top_k of each MoE layer's routed experts; = parameters() for dense
+  /// models): what MFU's 6N counts.
+  double active_parameters() const { return active_parameters_; }
+  /// Transformer blocks in the model (distinct block indices; a slice counts its own).
+  int blocks() const { return blocks_; }
+  /// Attention's term of the model FLOPs per token at sequence length `seq`, the convention of torchtitan's
+  /// get_num_flop_per_token (12·L·heads·head_dim·seq, causality not halved): per attention layer
+  /// 6·heads·(qk_dim + v_dim)·positions, where positions is seq for global layers and min(window, seq) for
+  /// local.
+  double attention_model_flops_per_token(std::int64_t seq) const;
+  /// Largest parameter count of a single tensor.
+  std::int64_t largest_tensor() const { return largest_tensor_; }
+
+ private:
+  void finalize();
+  ModelSpec spec_;
+  LayerGraph graph_;
+  std::vector<const Layer*> order_;
+  std::int64_t parameters_ = 0, embedding_parameters_ = 0, largest_tensor_ = 0;
+  double active_parameters_ = 0;
+  int blocks_ = 0;
+};
+
+}  // namespace shardplan

@@ -1,0 +1,34 @@
+// Expert parallelism: the token dispatch and combine all-to-alls of each MoE layer over the EP group, as
+// torchtitan's ExpertParallel runs them (docs/model.md "Expert parallelism").
+//
+// Source: torchtitan/distributed/expert_parallel.py (ExpertParallel._token_dispatch / _token_combine at
+// 08da451f2): per MoE layer forward one all-to-all of the routed tokens to the ranks holding their experts
+// (dispatch) and one back (combine), all_to_all_single_autograd, so backward runs the two mirrored ones.
+// The routed tokens are num_tokens x top_k rows of hidden elements in the compute dtype; the experts wait for
+// the dispatch and the next layer for the combine (no overlap in torchtitan's EP).
+#include "core/collectives.hpp"
+#include "simulator/parallel/parallel.hpp"
+
+namespace shardplan {
+
+double moe_all_to_all_buffer_bytes(const ModelSpec& s, const Layer& l, const Plan& p, double tokens) {
+  const double bc = p.compute_bytes();
+  // The busiest rank sends and receives `moe_imbalance` times the mean routed tokens.
+  return tokens * static_cast<double>(s.hidden) * l.moe_top_k * bc * p.moe_imbalance;
+}
+
+EpLayerCost expert_parallel_layer_cost(const Layer& l, const ModelSpec& s, const Cluster& cluster,
+                                       const CostModel& costs, const Plan& p, double tokens) {
+  EpLayerCost c;
+  if (p.ep <= 1 || l.moe_experts == 0) return c;
+  // EP group: ep ranks, tp apart (torchtitan's sparse mesh [dp_replicate, efsdp, ep, etp] with etp = tp).
+  const GroupView g = cluster.group(p.ep, p.tp);
+  const double sent_share = busbw_factor(CollectiveKind::kAllToAll, p.ep);  // (ep - 1) / ep leaves the rank
+  const double buf = moe_all_to_all_buffer_bytes(s, l, p, tokens);
+  c.a2a_s = 2 * costs.collective_s(CollectiveKind::kAllToAll, buf, g);  // dispatch + combine
+  c.a2a_bytes = 2 * sent_share * buf;
+  c.a2a_count = 2;
+  return c;
+}
+
+}  // namespace shardplan

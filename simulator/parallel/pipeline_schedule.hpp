@@ -1,0 +1,97 @@
+// Pipeline schedules as torch.distributed.pipelining builds them (torch 2.15 schedules.py): each schedule's
+// order of forward / backward micro-batch actions per pipeline rank, and a discrete-event run of that order
+// over per-stage costs with the point-to-point sends between stages. Pure: no model, no simulator.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/units.hpp"
+#include "simulator/plan/plan.hpp"
+
+namespace shardplan {
+
+// ---- schedules ----
+
+enum class PipeOp : std::uint8_t {
+  kForward,
+  kBackward,        ///< full backward (input and weight gradients)
+  kBackwardInput,   ///< input gradient only (zero-bubble schedules' I)
+  kBackwardWeight,  ///< weight gradient (W), after the stage's I of the same micro-batch
+};
+struct PipeAction {
+  PipeOp op = PipeOp::kForward;
+  int stage = 0;
+  int micro_batch = 0;
+};
+/// Each rank's actions in the order the schedule runs them (torch 2.15 torch/distributed/pipelining/
+/// schedules.py; idle slots dropped: a rank runs its list in order and waits on its receives).
+std::vector<std::vector<PipeAction>> pipeline_order(PpSchedule s, int pp, int virtual_stages,
+                                                    int micro_batches);
+
+// ---- the pipeline's timeline ----
+
+/// Transient bytes of one action at its peak, by kind.
+struct WorkingSet {
+  Bytes act_bytes = 0, comm_bytes = 0, other_bytes = 0;
+  Bytes total() const { return act_bytes + comm_bytes + other_bytes; }
+};
+/// Durations of one micro-batch's actions on one stage (seconds), and its memory as the pipeline holds it.
+struct StageCost {
+  double fwd_s = 0, bwd_s = 0;               ///< forward; full backward (recomputation included)
+  double bwd_input_s = 0, bwd_weight_s = 0;  ///< the backward split into I and W (zero-bubble schedules)
+  /// The stage's parameter all-gathers (FSDP, once per step): `gather_s` on the rank's data-parallel stream,
+  /// issued in the order of the rank's first forwards from the step's start (the CPU runs ahead of the GPU:
+  /// a receive's wait is a stream wait, torch stage.py _wait_batch_p2p); `first_fwd_extra_s` is how much
+  /// later than fwd_s the stage's first forward ends when its gathers start with it (its one-micro-batch
+  /// simulation), so the first forward ends no earlier than gather start + fwd_s + first_fwd_extra_s.
+  double gather_s = 0;
+  double first_fwd_extra_s = 0;
+  // ---- memory (bytes on the stage's rank) ----
+  Bytes held_bytes = 0;        ///< through the whole step: persistent state, unsharded parameters, buffers
+  Bytes accum_grad_bytes = 0;  ///< unsharded gradients, from the stage's first backward to its last
+  Bytes act_bytes = 0;         ///< saved by one micro-batch's forward, until its backward (or W) frees it
+  /// Working sets while an action runs, above held_bytes, the accumulated gradients and the other
+  /// micro-batches' saved activations: a forward's (its own activations as they grow included), a full or
+  /// input-gradient backward's (its own saved activations included); a weight-gradient action adds nothing
+  /// (its gradients accumulate into accum_grad_bytes).
+  WorkingSet fwd_work, bwd_work;
+  /// The stage's first full backward when its accumulated gradients grow during it (FSDP2 under PP: each
+  /// unit's gradient is cast into its accumulation buffer at the unit's post-backward): that growth included,
+  /// accum_grad_bytes then charged from the action's end. Empty (total 0): accum_grad_bytes from its start.
+  WorkingSet bwd_first_work;
+};
+struct PipelineInputs {
+  PpSchedule schedule = PpSchedule::k1F1B;
+  int pp = 1, virtual_stages = 1, micro_batches = 1;
+  std::vector<StageCost> stages;  ///< pp x virtual_stages, stage order
+  /// Time of one activation (or activation-gradient) send between stages on different ranks; the V-shape's
+  /// turn (stage pp - 1 to pp) stays on its rank and costs nothing.
+  double p2p_s = 0;
+};
+/// A rank's memory at its peak action, by kind (sum = peak_bytes).
+struct RankPeak {
+  Bytes peak_bytes = 0;
+  Bytes held_bytes = 0;        ///< its stages' held_bytes
+  Bytes accum_grad_bytes = 0;  ///< unsharded gradients of its stages between first and last backward
+  Bytes saved_act_bytes = 0;   ///< other micro-batches' saved activations
+  WorkingSet work;             ///< the running action's working set
+  int stage = -1, micro_batch = -1;
+  PipeOp op = PipeOp::kForward;
+};
+struct PipelineRun {
+  double makespan_s = 0;       ///< last action's end over all ranks
+  double bubble_fraction = 0;  ///< 1 - (busy compute over all ranks) / (pp x makespan)
+  std::vector<double> rank_busy_s, rank_end_s;
+  std::vector<double> rank_gather_wait_s;         ///< first forwards' wait on the parameter all-gathers
+  std::vector<double> stage_last_backward_end_s;  ///< when each stage's last backward action ends
+  std::vector<int> stage_max_in_flight;           ///< micro-batches whose activations a stage holds at most
+  std::vector<Bytes> rank_peak_activation_bytes;  ///< max over time of the saved activations on a rank
+  std::vector<RankPeak> rank_peak;                ///< each rank's memory peak over its action sequence
+  std::vector<int> rank_sends;                    ///< sends (activations + gradients) each rank makes
+};
+/// Runs the schedule's order: each rank executes its actions in order; an action starts when its rank is
+/// free and its input has arrived (the previous stage's forward, or the next stage's backward, plus p2p_s
+/// when the two stages sit on different ranks). Throws std::logic_error if the order deadlocks.
+PipelineRun run_pipeline(const PipelineInputs& in);
+
+}  // namespace shardplan

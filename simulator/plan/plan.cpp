@@ -1,0 +1,405 @@
+// Plan defaults, validation against the model and the cluster, and the run-record JSON form.
+#include "simulator/model/model.hpp"
+#include "simulator/plan/knobs.hpp"
+#include "simulator/plan/pipeline_plan.hpp"
+#include "simulator/plan/plan_types.hpp"
+#include "topologies/cluster.hpp"
+
+namespace shardplan {
+
+const char* to_string(Runtime r) {
+  return r == Runtime::kFsdp2       ? "fsdp2"
+         : r == Runtime::kFsdp1     ? "fsdp1"
+         : r == Runtime::kDeepSpeed ? "deepspeed"
+                                    : "megatron";
+}
+const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::kBf16Mixed:
+      return "bf16-mixed";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kBf16True:
+      return "bf16-true";
+    case Precision::kFp32:
+      return "fp32";
+  }
+  return "?";
+}
+const char* to_string(AcMode a) {
+  return a == AcMode::kNone ? "none" : a == AcMode::kSelective ? "selective" : "full";
+}
+const char* to_string(Dtype d) {
+  return d == Dtype::kFp32 ? "fp32" : "bf16";
+}
+const char* to_string(Offload o) {
+  return o == Offload::kNone ? "none" : o == Offload::kOptimizer ? "optimizer" : "params";
+}
+const char* to_string(Fp8 f) {
+  return f == Fp8::kNone ? "none" : f == Fp8::kTensorwise ? "tensorwise" : "rowwise";
+}
+const char* to_string(AllocatorMode a) {
+  return a == AllocatorMode::kDefault ? "default" : "expandable";
+}
+const char* to_string(LossImpl l) {
+  return l == LossImpl::kEager ? "eager" : "compiled";
+}
+const char* to_string(AttentionCore a) {
+  return a == AttentionCore::kFlash ? "flash" : a == AttentionCore::kFusedSoftmax ? "fused-softmax" : "eager";
+}
+const char* to_string(SdpaBackend b) {
+  return b == SdpaBackend::kFlash ? "flash" : b == SdpaBackend::kCudnn ? "cudnn" : "efficient";
+}
+const char* to_string(SacSdpaOps o) {
+  return o == SacSdpaOps::kAll ? "all" : "flash-efficient";
+}
+const char* to_string(RootParams r) {
+  return r == RootParams::kNone ? "none" : "embedding-head";
+}
+
+const char* to_string(PpSchedule s) {
+  switch (s) {
+    case PpSchedule::kGpipe:
+      return "gpipe";
+    case PpSchedule::k1F1B:
+      return "1f1b";
+    case PpSchedule::kInterleaved1F1B:
+      return "interleaved-1f1b";
+    case PpSchedule::kZbv:
+      return "zbv";
+    case PpSchedule::kDualPipeV:
+      return "dualpipev";
+  }
+  return "?";
+}
+
+std::optional<Runtime> parse_runtime(const std::string& s) {
+  return parse_enum<Runtime>(s);
+}
+std::optional<Precision> parse_precision(const std::string& s) {
+  return parse_enum<Precision>(s);
+}
+std::optional<AcMode> parse_ac(const std::string& s) {
+  return parse_enum<AcMode>(s);
+}
+std::optional<Dtype> parse_dtype(const std::string& s) {
+  return parse_enum<Dtype>(s);
+}
+std::optional<Offload> parse_offload(const std::string& s) {
+  return parse_enum<Offload>(s);
+}
+
+static void need(bool ok, const char* knob, const std::string& why) {
+  if (!ok) throw InputError::flag(knob, why);
+}
+
+// Offload modes each runtime has (resolved zero and grad_accum):
+// - DeepSpeed: `zero_optimization.offload_optimizer` works from stage 1 up, `offload_param` only in stage 3
+//   (deepspeed/runtime/zero/config.py, ZeRO-Infinity docs: "offload_param ... only valid with stage 3").
+// - FSDP1 `CPUOffload(offload_params=True)` and FSDP2 `fully_shard(offload_policy=CPUOffloadPolicy())` move
+// the
+//   sharded parameters with their gradients (and so the optimizer step and its state) to the host: there is
+//   no optimizer-only mode (torch/distributed/fsdp/api.py CPUOffload, _fully_shard/_fsdp_api.py
+//   CPUOffloadPolicy).
+// - FSDP1 with offloaded parameters does not accumulate gradients outside `no_sync()` (the PyTorch FSDP docs'
+//   limitations: "FSDP does not support gradient accumulation outside no_sync() when using CPU offloading";
+//   _runtime_utils.py replaces the CPU gradient with the newly reduced one).
+// - ZeRO-0 is DDP (FSDP1 NO_SHARD, FSDP2 `replicate`): no offload.
+static void check_offload(const Plan& p) {
+  if (p.offload == Offload::kNone) return;
+  const std::string rt = to_string(p.runtime);
+  need(p.runtime != Runtime::kMegatron, "--offload",
+       "megatron: the distributed optimizer's CPU offload is not modelled; use --offload none");
+  if (p.runtime == Runtime::kDeepSpeed) {
+    if (p.offload == Offload::kOptimizer)
+      need(p.zero >= 1, "--offload",
+           "deepspeed offloads the optimizer (offload_optimizer) from ZeRO stage 1 up; use --zero 1, 2 or 3");
+    else
+      need(p.zero == 3, "--offload",
+           "deepspeed offloads parameters (offload_param) only in ZeRO stage 3; use --zero 3 or --offload "
+           "optimizer");
+    return;
+  }
+  need(p.offload != Offload::kOptimizer, "--offload",
+       rt + " has no optimizer-only offload (its CPU offload moves parameters, gradients and optimizer "
+            "state); use "
+            "--offload params or --runtime deepspeed");
+  need(p.zero >= 1, "--offload",
+       "--zero 0 is plain data parallel (DDP), which has no CPU offload; use --zero 2 or 3 with --offload "
+       "params");
+}
+
+// Context parallelism: torch's load-balanced sharding (torch/distributed/tensor/experimental/_attention.py,
+// _context_parallel_shard with the head-tail balancer) cuts each sequence into 2 x cp chunks and gives rank r
+// chunks r and 2cp-1-r, so the sequence must divide by 2 x cp.
+static void check_context_parallel(const Plan& p) {
+  if (p.cp == 1) return;
+  need(p.seq % (2 * static_cast<std::int64_t>(p.cp)) == 0, "--cp",
+       "sequence " + std::to_string(p.seq) + " is not divisible by 2 x cp = " + std::to_string(2 * p.cp) +
+           " (load-balanced sharding gives each rank two chunks)");
+}
+
+// Expert parallelism as torchtitan builds it (torchtitan/distributed/parallel_dims.py at 08da451f2,
+// 2026-04, expert TP = TP: efsdp = dp_shard x cp x tp / (etp x ep) = dp_shard x cp / ep): the EP ranks are
+// carved out of the dp_shard x cp ranks, so ep divides dp_shard x cp; each EP rank holds experts / ep of
+// every MoE layer, so ep divides the expert count.
+static void check_expert_parallel(const Plan& p, const ModelGraph& model) {
+  need(p.moe_imbalance >= 1.0, "--moe-imbalance", "must be >= 1 (the busiest rank over the mean)");
+  if (p.ep == 1) return;
+  int experts = 0;
+  for (const Layer* l : model.order()) {
+    if (l->moe_experts == 0) continue;
+    need(l->moe_experts >= p.ep, "--ep",
+         "ep " + std::to_string(p.ep) + " exceeds the " + std::to_string(l->moe_experts) + " experts of " +
+             l->name);
+    need(l->moe_experts % p.ep == 0, "--ep",
+         "ep " + std::to_string(p.ep) + " does not divide the " + std::to_string(l->moe_experts) +
+             " experts of " + l->name);
+    experts = l->moe_experts;
+  }
+  need(experts > 0, "--ep", "the model has no mixture-of-experts layers (expert parallelism needs experts)");
+  need(p.fsdp_ranks() % p.ep == 0, "--ep",
+       "ep " + std::to_string(p.ep) + " does not divide dp_shard x cp = " + std::to_string(p.shard_group) +
+           " x " + std::to_string(p.cp) + " (torchtitan carves the EP ranks out of them)");
+}
+
+namespace {
+/// A materialised attention core the model covers: no ring attention over it, and Megatron's fused kernel
+/// only where Megatron runs it (bigscience Megatron-DeepSpeed 1cb76a64 megatron/model/fused_softmax.py
+/// is_kernel_available, and the causal kernel's TORCH_INTERNAL_ASSERT(seq_len <= 2048) in
+/// fused_kernels/scaled_upper_triang_masked_softmax_cuda.cu; BLOOM ran with
+/// --abort-on-unmet-fused-kernel-constraints). Its fallback, torch softmax in fp32, is not modelled.
+void check_attention_core(const Plan& p, const ModelGraph& model) {
+  if (p.attention == AttentionCore::kFlash) return;
+  need(p.cp == 1, "--attention",
+       std::string(to_string(p.attention)) +
+           " attention materialises the s x s scores; context parallelism "
+           "(ring attention) is modelled for flash attention only");
+  if (p.attention != AttentionCore::kFusedSoftmax) return;
+  const std::int64_t s = p.seq, heads = model.spec().heads / p.tp;
+  need(p.precision != Precision::kFp32, "--attention",
+       "fused-softmax: Megatron's kernel takes fp16/bf16 scores only (fp32 falls back to torch softmax, not "
+       "modelled)");
+  need(s > 16 && s <= 2048 && s % 4 == 0, "--attention",
+       "fused-softmax: Megatron's causal softmax kernel needs 16 < seq <= 2048 and seq % 4 == 0, got seq " +
+           std::to_string(s));
+  // batches_per_block (scaled_masked_softmax.h get_batch_per_block): 128 threads over warps of min(2^k, 32)
+  // lanes, 2 rows per warp up to 128 keys.
+  std::int64_t pow2 = 1;
+  while (pow2 < s) pow2 *= 2;
+  const std::int64_t per_block = (128 / std::min<std::int64_t>(pow2, 32)) * (pow2 <= 128 ? 2 : 1);
+  const std::int64_t batches = static_cast<std::int64_t>(p.mbs) * heads;
+  need(batches % 4 == 0 && batches % per_block == 0, "--attention",
+       "fused-softmax: Megatron's causal softmax kernel needs mbs x heads / tp (" + std::to_string(batches) +
+           ") divisible by 4 and by its " + std::to_string(per_block) + " rows per block");
+}
+
+// The SDPA kernel F.scaled_dot_product_attention picks for the blocks' causal attention when the caller names
+// none (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp, torch 2.15 priority_order and the use_*
+// filters): cuDNN first where check_prefer_cudnn_attention holds (cuDNN > 9.15, compute capability 9.0 /
+// 10.0 / 10.3: Hopper and Blackwell; torch 2.15's wheels ship cuDNN 9.26), else FlashAttention-2 (sm80 and
+// newer), else memory-efficient attention (Volta). Flash and cuDNN take fp16/bf16 inputs only: fp32 compute
+// runs the memory-efficient kernel. Arch "other" (the AMD Instinct clusters of the records): ROCm builds have
+// no cuDNN, and torch's ROCm flash backend (AOTriton, hip/flash_attn/aot/mha_all_aot.hip) covers MI200/MI300.
+// torchtitan 0.3.0 asks for [cuDNN, flash, math] with set_priority (models/common/attention.py
+// ScaledDotProductAttention): the same choice on these GPUs.
+SdpaBackend default_sdpa_backend(GpuArch arch, Precision precision) {
+  if (precision == Precision::kFp32) return SdpaBackend::kEfficient;
+  switch (arch) {
+    case GpuArch::kHopper:
+    case GpuArch::kBlackwell:
+      return SdpaBackend::kCudnn;
+    case GpuArch::kVolta:
+      return SdpaBackend::kEfficient;
+    case GpuArch::kAmpere:
+    case GpuArch::kOther:
+      return SdpaBackend::kFlash;
+  }
+  return SdpaBackend::kFlash;
+}
+
+}  // namespace
+
+Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::int64_t global_batch) {
+  const auto& s = model.spec();
+  const int gpus = cluster.gpus();
+  need(p.zero >= 0 && p.zero <= 3, "--zero", "must be 0, 1, 2 or 3, got " + std::to_string(p.zero));
+  need(p.tp >= 1, "--tp", "must be >= 1");
+  need(p.tp <= cluster.spec().node.nvlink_domain_gpus, "--tp",
+       "tp " + std::to_string(p.tp) + " exceeds the " +
+           std::to_string(cluster.spec().node.nvlink_domain_gpus) + " GPUs of one NVLink domain");
+  need(gpus % p.tp == 0, "--tp",
+       "tp " + std::to_string(p.tp) + " does not divide " + std::to_string(gpus) + " GPUs");
+  if (p.tp > 1) {
+    need(s.heads % p.tp == 0, "--tp",
+         "tp " + std::to_string(p.tp) + " does not divide the " + std::to_string(s.heads) +
+             " attention heads");
+    need(s.kv_heads % p.tp == 0 || p.tp % s.kv_heads == 0, "--tp",
+         "tp " + std::to_string(p.tp) + " and the " + std::to_string(s.kv_heads) + " KV heads do not divide");
+    need(s.ffn_hidden % p.tp == 0, "--tp",
+         "tp " + std::to_string(p.tp) + " does not divide the FFN width " + std::to_string(s.ffn_hidden));
+    need(s.vocab % p.tp == 0, "--tp",
+         "tp " + std::to_string(p.tp) + " does not divide the vocabulary " + std::to_string(s.vocab) +
+             " (pad the vocabulary)");
+  }
+  check_offload(p);  // before the derived checks: an offload mode the runtime lacks is the first thing to say
+  check_pipeline_mesh(p, gpus);
+  need(p.cp >= 1 && (gpus / (p.tp * p.pp)) % p.cp == 0, "--cp",
+       "cp " + std::to_string(p.cp) + " does not divide the " + std::to_string(gpus / (p.tp * p.pp)) +
+           " ranks left by tp x pp (gpus / (tp x pp) = " + std::to_string(gpus) + " / (" +
+           std::to_string(p.tp) + " x " + std::to_string(p.pp) + "))");
+  // Mesh order: pp, dp_replicate, dp_shard, cp, tp (tp innermost; torchtitan ParallelDims).
+  p.dp = gpus / (p.tp * p.cp * p.pp);
+  if (p.shard_group == 0) p.shard_group = p.dp;
+  need(p.shard_group >= 1 && p.dp % p.shard_group == 0, "--shard-group",
+       "shard group " + std::to_string(p.shard_group) + " does not divide the " + std::to_string(p.dp) +
+           " data-parallel ranks");
+  p.replicas = p.dp / p.shard_group;
+  if (p.zero == 0) {
+    need(p.shard_group == p.dp, "--shard-group", "ZeRO-0 shards nothing; a shard group makes no sense");
+  }
+  if (p.runtime == Runtime::kMegatron) {
+    // Megatron-core: use_distributed_optimizer (ZeRO-1: fp32 main parameters and Adam state sharded, the
+    // gradient buffer reduce-scattered) or plain DDP (the buffer all-reduced); parameters are never sharded.
+    need(p.zero <= 1, "--zero",
+         "megatron shards the optimizer state only: --zero 1 (distributed optimizer) or --zero 0 (DDP)");
+    need(p.replicas == 1, "--shard-group",
+         "megatron runtime: the distributed optimizer shards over all data-parallel ranks (no HSDP)");
+    // Megatron's mixed precision (NeMo megatron_amp_O2): bf16 parameters, fp32 main parameters in the
+    // optimizer; the runtime models that arrangement only.
+    need(p.precision == Precision::kBf16Mixed, "--precision",
+         "megatron runtime models bf16 parameters with fp32 main parameters: use --precision bf16-mixed");
+  } else if (p.runtime != Runtime::kDeepSpeed) {
+    need(p.zero != 1, "--zero",
+         std::string(to_string(p.runtime)) +
+             " has no ZeRO-1 mode; use --zero 2 (SHARD_GRAD_OP) or --runtime deepspeed");
+  } else {
+    need(p.replicas == 1, "--shard-group",
+         "deepspeed runtime: hybrid sharding (HSDP) is modelled for fsdp1/fsdp2 only");
+    need(!p.reshard_after_forward.has_value() || *p.reshard_after_forward == (p.zero == 3),
+         "--reshard-after-forward", "deepspeed reshards after forward exactly in ZeRO-3");
+  }
+  // torchtitan under PP: fully_shard(reshard_after_forward=False) for every stage by default
+  // (torchtitan 0.3.0 distributed/fsdp.py get_fsdp_reshard_after_forward_policy: "default" -> `not
+  // pp_enabled`), "to avoid per-microbatch all-gathers": SHARD_GRAD_OP semantics, which this plan spells
+  // --zero 2. An explicit --reshard-after-forward true (torchtitan's "always") is kept.
+  if (p.pp > 1 && p.runtime == Runtime::kFsdp2 && p.zero == 3 && !p.reshard_after_forward.has_value())
+    p.reshard_after_forward = false;
+  if (p.reshard_after_forward.has_value() && *p.reshard_after_forward && p.zero < 3)
+    throw InputError::flag("--reshard-after-forward",
+                           "resharding after forward needs --zero 3 (parameters sharded)");
+  if (p.reshard_after_forward.has_value() && !*p.reshard_after_forward && p.zero == 3 &&
+      p.runtime != Runtime::kDeepSpeed) {
+    // FSDP with reshard_after_forward=false is SHARD_GRAD_OP: that is ZeRO-2 semantics.
+    p.zero = 2;
+  }
+  if (p.zero == 2 && p.runtime != Runtime::kDeepSpeed) p.reshard_after_forward = false;
+  if (p.zero == 3) p.reshard_after_forward = p.reshard_after_forward.value_or(true);
+  if (p.zero < 2) p.reshard_after_forward = false;
+  p.reshard_after_forward = p.reshard();  // resolved: every optional knob has its value
+  if (p.seq == 0) p.seq = s.seq;
+  need(p.seq >= 1 && p.seq <= (std::int64_t{1} << 22), "--seq", "must be in [1, 4194304]");
+  if (s.positions == PositionKind::kLearned)
+    need(p.seq <= s.max_positions, "--seq",
+         "sequence " + std::to_string(p.seq) + " exceeds the model's " + std::to_string(s.max_positions) +
+             " learned positions");
+  need(p.mbs >= 1 && p.mbs <= 65536, "--mbs", "must be in [1, 65536]");
+  need(p.wrap >= 1, "--wrap", "must be >= 1");
+  need(p.wrap <= std::max(1, model.blocks()), "--wrap",
+       "wrap " + std::to_string(p.wrap) + " exceeds the model's " + std::to_string(model.blocks()) +
+           " blocks");
+  need(p.prefetch >= 0 && p.prefetch <= 16, "--prefetch", "must be in [0, 16]");
+  check_context_parallel(p);
+  check_attention_core(p, model);
+  check_expert_parallel(p, model);
+  // torchtitan's FSDP2 wrapping of 2024 to 2025-07-28 (docs/model.md "FSDP2's root unit"), modelled for FSDP2
+  // with parameters gathered per unit, one pipeline stage, no tensor or expert parallelism and an untied head
+  // (the configurations those torchtitan versions ran on the records).
+  if (p.root_params != RootParams::kNone) {
+    need(p.runtime == Runtime::kFsdp2 && p.zero >= 2, "--root-params",
+         "the root unit's parameters are an FSDP2 wrapping: needs --runtime fsdp2 with --zero 2 or 3");
+    need(p.pp == 1 && p.tp == 1 && p.ep == 1, "--root-params",
+         "embedding-head is not modelled with pipeline, tensor or expert parallelism");
+    need(!s.tied_embeddings, "--root-params", "embedding-head is not modelled with tied embeddings");
+  }
+  if (p.keep_last_block)
+    need(
+        p.runtime == Runtime::kFsdp2 && p.zero >= 2 && p.pp == 1, "--keep-last-block",
+        "keeping the last block after forward is an FSDP2 wrapping: needs --runtime fsdp2 with --zero 2 or 3 "
+        "and --pp 1");
+  if (global_batch > 0) {
+    const std::int64_t per_step = static_cast<std::int64_t>(p.dp) * p.mbs;
+    need(global_batch % per_step == 0, "--global-batch",
+         "global batch " + std::to_string(global_batch) +
+             " is not a multiple of dp x mbs = " + std::to_string(p.dp) + " x " + std::to_string(p.mbs));
+    p.grad_accum = static_cast<int>(global_batch / per_step);
+  }
+  need(p.grad_accum >= 1 && p.grad_accum <= 1 << 20, "--grad-accum", "must be in [1, 1048576]");
+  if (!p.reduce_dtype)
+    p.reduce_dtype = (p.precision == Precision::kBf16Mixed || p.precision == Precision::kFp32) ? Dtype::kFp32
+                                                                                               : Dtype::kBf16;
+  if (p.precision == Precision::kFp32) p.reduce_dtype = Dtype::kFp32;
+  need(p.fp8 == Fp8::kNone || p.precision != Precision::kFp32, "--fp8",
+       "float8 linears need a 16-bit compute dtype (--precision bf16-mixed, bf16 or bf16-true), not fp32");
+  if (p.fp8_all_gather) {
+    need(p.fp8 == Fp8::kTensorwise, "--fp8-all-gather", "float8 all-gather needs --fp8 tensorwise (torchao)");
+    need(p.runtime == Runtime::kFsdp2 && p.zero >= 2, "--fp8-all-gather",
+         "float8 all-gather is an FSDP2 feature: needs --runtime fsdp2 with --zero 2 or 3 (parameters "
+         "gathered)");
+  }
+  p.sdpa_auto = default_sdpa_backend(cluster.spec().gpu.arch, p.precision);
+  need(!(p.sdpa_backend && *p.sdpa_backend != SdpaBackend::kEfficient && p.precision == Precision::kFp32),
+       "--sdpa-backend", "flash and cuDNN attention take fp16/bf16 inputs only; fp32 compute runs efficient");
+  resolve_pipeline(p, model);
+  need(p.offload != Offload::kParams || p.runtime != Runtime::kFsdp1 || p.grad_accum == 1, "--offload",
+       "fsdp1 with offloaded parameters does not accumulate gradients outside no_sync(); use --grad-accum 1 "
+       "or "
+       "--runtime fsdp2");
+  return p;
+}
+
+Json plan_to_json(const Plan& p) {
+  Json j = Json::object();
+  for (const Knob& k : plan_knobs()) {
+    const std::string v = k.get(p);
+    if (v.empty()) continue;
+    if (k.kind == KnobKind::kInt)
+      j[k.key] = std::stoll(v);
+    else if (k.kind == KnobKind::kDouble)
+      j[k.key] = std::stod(v);
+    else if (k.kind == KnobKind::kEnum || k.kind == KnobKind::kText)
+      j[k.key] = v;
+    else
+      j[k.key] = v == "true";
+  }
+  j["dp"] = p.dp;
+  j["replicas"] = p.replicas;
+  j["global_batch"] = p.global_batch();
+  return j;
+}
+
+Plan plan_from_json(JsonObj o) {
+  Plan p;
+  o.allow({"dp", "replicas", "global_batch", "notes"});
+  for (const Knob& k : plan_knobs()) {
+    if (!o.has(k.key)) {
+      o.raw_optional(k.key);
+      continue;
+    }
+    std::string text;
+    if (k.kind == KnobKind::kInt)
+      text = std::to_string(o.integer(k.key, k.lo, k.hi));
+    else if (k.kind == KnobKind::kDouble)
+      text = std::to_string(o.number(k.key, 1.0, k.dlo, k.dhi));
+    else if (k.kind == KnobKind::kEnum || k.kind == KnobKind::kText)
+      text = o.str(k.key);
+    else
+      text = o.boolean(k.key) ? "true" : "false";
+    std::string why = k.set(p, text);
+    if (!why.empty()) o.fail(k.key, why);
+  }
+  o.finish();
+  return p;
+}
+
+}  // namespace shardplan

@@ -1,0 +1,121 @@
+// RuntimeTraits: what a training runtime (FSDP2, FSDP1, DeepSpeed ZeRO) does to memory and to the timeline of
+// one step, as data. The lowering (lowering.cpp) reads these fields and never asks which runtime it is; a new
+// runtime is a new set of traits. Each field cites the mechanism it describes (docs/mechanics.md sections).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "simulator/plan/plan_types.hpp"
+
+namespace shardplan {
+
+/// CUDA streams that allocate, each with its own caching-allocator pool (docs/mechanics.md §6).
+enum Pool : std::uint8_t { kPoolDefault = 0, kPoolAllGather = 1, kPoolReduceScatter = 2 };
+inline constexpr int kPools = 3;
+
+/// Event-engine lanes: the compute stream, one per NCCL communicator (a communicator serialises its kernels,
+/// §3.1), the PCIe copy engines used by CPU offload, and the host CPU running an offloaded optimizer.
+enum Lane : std::uint8_t {
+  kLaneCompute = 0,
+  kLaneShard = 1,    ///< shard-group communicator: FSDP all-gather AND reduce-scatter (one communicator)
+  kLaneReplica = 2,  ///< replicate communicator (HSDP all-reduce), or the data-parallel all-reduce
+  kLaneTp = 3,       ///< tensor-parallel communicator (sequence-parallel all-gather / reduce-scatter)
+  kLanePcie = 4,     ///< host<->device copies of CPU offload
+  kLaneHost = 5,     ///< the host CPUs (CPU Adam of an offloaded optimizer)
+  kLaneCp = 6,       ///< context-parallel communicator (ring attention's K/V and dK/dV exchange)
+  kLaneEp = 7,       ///< expert-parallel communicator (MoE token dispatch / combine all-to-alls)
+};
+inline constexpr int kLanes = 8;
+/// Lanes a plan without context or expert parallelism uses (its traces list only these).
+inline constexpr int kLanesWithoutCpEp = 6;
+
+/// How a runtime pads the sharded parameters (§1.8).
+enum class Padding : std::uint8_t {
+  kPerTensorDim0,  ///< FSDP2: each tensor's dim 0 padded to a multiple of the shard group
+  kPerTensor,      ///< DeepSpeed ZeRO-3: each tensor's numel padded to a multiple of the shard group
+  kFlatUnit,       ///< FSDP1: one flat parameter per unit padded to a multiple of the shard group
+};
+
+/// Which completed task the CPU waits for before issuing the next all-gather (§3.3, §3.4); FSDP2 has none.
+enum class GatherLimiter : std::uint8_t {
+  kNone,
+  kComputeTwoBack,  ///< FSDP1 limit_all_gathers: the compute of the unit that freed two gathers ago
+  kFetchTwoBack,    ///< DeepSpeed: at most two fetch events in flight
+};
+
+struct RuntimeTraits {
+  Runtime runtime = Runtime::kFsdp2;
+  // --- parameters ---
+  bool gathers_params =
+      false;  ///< parameters sharded at rest and all-gathered per unit (ZeRO-3, FSDP ZeRO-2)
+  Padding padding = Padding::kPerTensorDim0;
+  bool copy_out = false;  ///< gathered flat buffer copied into per-parameter tensors (FSDP2, DeepSpeed)
+  bool hold_forward_ag_output = false;  ///< FSDP2: AG output of unit i kept until unit i+1's copy-out (§1.4)
+  bool ag_after_prev_copy_out = false;  ///< FSDP2: AG streams wait for the previous unit's copy-out (§3.2)
+  bool cast_buffer_on_ag_stream =
+      false;                           ///< mixed precision: the shard cast into a bf16 buffer before the AG
+  Pool unsharded_pool = kPoolDefault;  ///< where the unsharded parameters live (FSDP1: the AG output itself)
+  bool root_gathered_through_step = false;  ///< FSDP1: root flat parameter (embedding + head) kept (§1.9)
+  bool head_not_resharded = false;          ///< FSDP2 (torchtitan): [norm, output] not resharded (§1.9)
+  /// FSDP2 with the head as one fully_shard([norm, output]) group: its post-backward fires after the output
+  /// projection's backward and the norm's output gradient re-runs its pre-backward, which gathers the unit a
+  /// second time (docs/model.md "FSDP2's grouped head in backward").
+  bool head_group_regathered = false;
+  /// FSDP2 (torchtitan 0.3.0 distributed/fsdp.py, `if model.enable_weight_tying`): with tied embeddings the
+  /// embedding, final norm and output projection are ONE fully_shard([tok_embeddings, norm, lm_head]) group,
+  /// not resharded after forward: gathered at the embedding's forward and kept to the head's backward, then
+  /// gathered again for the norm's backward and for the embedding's (docs/model.md "Tied embeddings").
+  bool tied_weight_group = false;
+  /// FSDP1: the backward prefetch of the last block is issued from the root's pre-backward hook, which
+  /// torch/distributed/fsdp/_runtime_utils.py `_register_pre_backward_hooks` registers on the root's outputs
+  /// (the logits): it fires when the logits' gradient is ready, after the loss's backward.
+  bool bwd_prefetch_after_loss = false;
+  GatherLimiter gather_limiter = GatherLimiter::kNone;
+  // --- gradients ---
+  bool grads_persistent = false;  ///< gradient partitions live across steps (DeepSpeed ZeRO-2/3)
+  bool reduce_scatter = false;    ///< gradients reduce-scattered per unit (ZeRO-2/3); else all-reduced
+  bool rs_waits_prev_rs = false;  ///< FSDP2: default stream waits the previous RS before dropping its input
+  bool rs_input_held = false;     ///< FSDP2: RS input kept until the next unit's post-backward (§1.4)
+  bool rs_cpu_limiter = false;    ///< DeepSpeed: at most two reduce events pending (§3.4)
+  Pool rs_input_pool = kPoolReduceScatter;
+  /// FSDP2 before pytorch PR 129721: the sharded gradients are views into the reduce-scatter output (one
+  /// allocation under the reduce-scatter stream, no copy) when the reduce dtype is the parameters' dtype.
+  bool rs_grads_view_output = false;
+  bool reduce_only_at_boundary = false;  ///< DeepSpeed ZeRO-1: gradients reduced at the accumulation boundary
+  bool grad_kept_until_boundary =
+      false;  ///< DDP, DeepSpeed ZeRO-1: full .grad created in backward, kept to the step
+  bool allreduce_in_compute_dtype = false;  ///< DeepSpeed ZeRO-1/2 bucket all-reduce in the 16-bit dtype
+  bool ipg_bucket_per_backward = false;  ///< DeepSpeed ZeRO-1/2: IPG bucket allocated each backward (§1.6)
+  bool ipg_bucket_persistent = false;    ///< DeepSpeed ZeRO-3: IPG bucket allocated at init (§1.6)
+  bool ddp_reducer_buckets = false;      ///< DDP Reducer buckets: a second copy of every gradient (§1.2)
+  bool autocast_weight_copies = false;   ///< DDP under autocast: bf16 weight copies live fwd -> bwd
+  bool param_all_gather_after_step = false;  ///< DeepSpeed ZeRO-1/2: updated 16-bit params all-gathered
+  // --- Megatron-core DistributedDataParallel + distributed optimizer (core_r0.8.0) ---
+  /// The persistent gradient buffer is reduced in buckets at the last micro-batch: a bucket's collective is
+  /// issued when the backward has produced its last gradient (param_and_grad_buffer.py register_grad_ready,
+  /// is_last_microbatch; overlap_grad_reduce), in place on the buffer (no extra buffer): a reduce-scatter
+  /// over the data-parallel x context-parallel ranks with the distributed optimizer, an all-reduce without.
+  bool grad_buffer_buckets = false;
+  /// Bucket size in elements (distributed_data_parallel.py: max(40,000,000, 1,000,000 x dp)); a bucket closes
+  /// once it holds at least this many (parameters are never split); 0 = one bucket.
+  double grad_bucket_elems = 0;
+  bool grad_buffer_reduce_scatter = false;  ///< distributed optimizer: reduce-scatter (else all-reduce)
+  /// Distributed optimizer with overlap_param_gather: the updated bf16 parameters are all-gathered bucket by
+  /// bucket after the step and the next step's forward pre-hook of each module waits for its bucket
+  /// (distrib_optimizer.py _dispatch_gather_model_params, _make_forward_pre_hook): the gathers overlap the
+  /// first micro-batch's forward.
+  bool param_gather_before_forward = false;
+};
+
+/// The traits of the plan's runtime at its ZeRO stage and precision (the plan is already resolved).
+RuntimeTraits runtime_traits(const Plan& p);
+
+/// Megatron-core's bucketing of the grad buffer (param_and_grad_buffer.py ParamAndGradBuffer.__init__,
+/// core_r0.8.0): parameters in backward order fill the current bucket; once it holds at least `bucket_elems`
+/// elements the next parameter opens a new one (`bucket_elems` <= 0: one bucket). `elems_backward` lists the
+/// gradient elements of each piece in backward order (the simulator's units: a unit is never split); returns
+/// each piece's bucket index (0 = the first reduced).
+std::vector<int> grad_buffer_bucket_index(const std::vector<std::int64_t>& elems_backward,
+                                          double bucket_elems);
+
+}  // namespace shardplan
