@@ -230,7 +230,8 @@ std::vector<std::vector<std::string>> fqn_parts(const std::string& path, const s
 }
 
 /// torch.distributed.pipelining's schedule names (get_schedule_class, torch/distributed/pipelining/
-/// schedules.py) of the schedules the simulator models (simulator/simulate/pipeline_step.cpp), and the plan's name.
+/// schedules.py) of the schedules the simulator models (simulator/parallel/pipeline_schedule.cpp), and the
+/// plan's name.
 const std::vector<std::pair<std::string, std::string>>& titan_schedules() {
   static const std::vector<std::pair<std::string, std::string>> s = {{"GPipe", "gpipe"},
                                                                      {"1F1B", "1f1b"},

@@ -17,8 +17,8 @@
 namespace shardplan {
 
 /// Which knobs are searched, and which are pinned by --fix KEY=VALUE. The searched knobs have a list of
-/// values here; every other knob of the knob table (simulator/plan/knobs.hpp) is pinned to its value in `base`,
-/// applied to every candidate.
+/// values here; every other knob of the knob table (simulator/plan/knobs.hpp) is pinned to its value in
+/// `base`, applied to every candidate.
 struct SearchSpace {
   std::vector<Runtime> runtimes = {Runtime::kFsdp2};
   std::vector<int> zero = {0, 1, 2, 3};

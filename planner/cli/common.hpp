@@ -15,7 +15,8 @@
 namespace shardplan::cli {
 
 /// The plan flags given on a command line: knob key -> the text after its flag ("true" / "false" for
-/// switches). Generated from the knob table (simulator/plan/knobs.hpp); knobs not given keep the Plan defaults.
+/// switches). Generated from the knob table (simulator/plan/knobs.hpp); knobs not given keep the Plan
+/// defaults.
 struct PlanFlags {
   std::map<std::string, std::string> given;
   std::int64_t global_batch = 0;  ///< --global-batch (derives grad_accum; not a plan knob)

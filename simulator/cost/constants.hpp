@@ -1,7 +1,8 @@
 // Every constant of the cost model, in one place, each with its source: a framework's source (file, version),
 // a datasheet, a paper, or "fitted" with the command that refits it and its error. The NCCL tuning tables
 // (base and per-hop latencies, protocol ceilings) are NCCL's own and live beside the code that uses them in
-// simulator/collectives/collectives.cpp, each line citing NCCL's source file. docs/model.md explains how each is used.
+// simulator/collectives/collectives.cpp, each line citing NCCL's source file. docs/model.md explains how each
+// is used.
 #pragma once
 #include <cstdint>
 

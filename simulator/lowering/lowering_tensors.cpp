@@ -1,6 +1,6 @@
 // Lowering, tensor identity: what each memory effect is made of, tensor by tensor, for the caching-allocator
-// replay (simulator/memory/replay.cpp; docs/model.md "Reserved memory"). The sizes come from units.cpp and the
-// runtime's traits; here they are only split into the tensors the frameworks allocate (per parameter, per
+// replay (simulator/memory/replay.cpp; docs/model.md "Reserved memory"). The sizes come from units.cpp and
+// the runtime's traits; here they are only split into the tensors the frameworks allocate (per parameter, per
 // saved activation of a size class, flat buffers), so the aggregate walk is unchanged.
 #include "simulator/cost/cost.hpp"
 #include "simulator/lowering/lowering_state.hpp"

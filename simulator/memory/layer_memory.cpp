@@ -149,7 +149,8 @@ double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool sele
   // The per-token figures are for a 16-bit compute dtype: scale by bytes / 2. A materialised attention core
   // adds its score tensors, which selective recomputation recomputes (Korthikanti et al. 2022 §5: the core
   // attention is what selective recompute drops).
-  return tokens * (split / p.tp + (rep + scatter) / sequence_parallel_divisor(p) + full) * p.compute_bytes() / 2 +
+  return tokens * (split / p.tp + (rep + scatter) / sequence_parallel_divisor(p) + full) * p.compute_bytes() /
+             2 +
          (sel ? 0.0 : score_saved_bytes(l, p, tokens));
 }
 

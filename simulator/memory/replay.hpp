@@ -1,13 +1,13 @@
 // The caching-allocator replay of a simulated step: the Program's allocations and frees (tensor by tensor,
 // in CPU issue order, each on the stream whose pool serves it) go through CachingAllocator
-// (simulator/memory/allocator.hpp), over the run's first steps, and the allocator's peaks come out: reserved memory
-// is what the allocator would hold, not a fitted factor (docs/model.md "Reserved memory").
+// (simulator/memory/allocator.hpp), over the run's first steps, and the allocator's peaks come out: reserved
+// memory is what the allocator would hold, not a fitted factor (docs/model.md "Reserved memory").
 #pragma once
 #include <cstdint>
 #include <vector>
 
-#include "simulator/memory/allocator.hpp"
 #include "simulator/engine/engine.hpp"
+#include "simulator/memory/allocator.hpp"
 
 namespace shardplan {
 

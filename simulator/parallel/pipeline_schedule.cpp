@@ -360,5 +360,4 @@ PipelineRun run_pipeline(const PipelineInputs& in) {
   return out;
 }
 
-
 }  // namespace shardplan

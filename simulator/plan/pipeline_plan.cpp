@@ -137,5 +137,4 @@ std::vector<int> rank_stages(const Plan& p, int rank) {
   return out;
 }
 
-
 }  // namespace shardplan

@@ -246,7 +246,8 @@ struct Plan {
   /// Transformer blocks per stage, in stage order (pp x virtual_stages entries); empty = torchtitan's split.
   std::vector<int> pp_layers;
 
-  // ---- context and expert parallelism (simulator/parallel/context_parallel.cpp, simulator/parallel/expert_parallel.cpp) ----
+  // ---- context and expert parallelism (simulator/parallel/context_parallel.cpp,
+  // simulator/parallel/expert_parallel.cpp) ----
   /// Context-parallel degree: each sequence split over `cp` ranks (ring attention, load-balanced sharding).
   int cp = 1;
   /// Expert-parallel degree: each MoE layer's routed experts split over `ep` ranks carved out of the
@@ -271,8 +272,8 @@ struct Plan {
   /// dp x cp.
   int dp_cp() const { return dp * cp; }
 
-  /// Bytes per element of the compute dtype (activations, gathered parameters, TP/CP/EP buffers): 4 under fp32,
-  /// else 2 (bf16).
+  /// Bytes per element of the compute dtype (activations, gathered parameters, TP/CP/EP buffers): 4 under
+  /// fp32, else 2 (bf16).
   double compute_bytes() const { return precision == Precision::kFp32 ? 4.0 : 2.0; }
   bool reshard() const { return reshard_after_forward.value_or(zero >= 3); }
   int stages() const { return pp * std::max(virtual_stages, 1); }
@@ -293,8 +294,8 @@ struct Plan {
 /// `global_batch` > 0 derives grad_accum (global = dp x mbs x grad_accum).
 Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::int64_t global_batch = 0);
 
-/// The run-record plan keys (docs/formats.md): every knob of the knob table (simulator/plan/knobs.hpp) plus the
-/// derived `dp`, `replicas` and `global_batch`.
+/// The run-record plan keys (docs/formats.md): every knob of the knob table (simulator/plan/knobs.hpp) plus
+/// the derived `dp`, `replicas` and `global_batch`.
 Json plan_to_json(const Plan& p);
 /// Reads run-record plan keys (the knob table's; derived keys are accepted and ignored); unknown keys are
 /// rejected.

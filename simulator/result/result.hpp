@@ -60,8 +60,8 @@ struct PipelineSummary {
   int busiest_rank = 0;           ///< the pipeline rank whose memory the Result reports
   std::vector<PipelineStage> stage_detail;
 };
-/// What the caching-allocator replay of the step says (simulator/memory/replay.hpp), as torch.cuda.memory_stats()
-/// would after the run's first two steps.
+/// What the caching-allocator replay of the step says (simulator/memory/replay.hpp), as
+/// torch.cuda.memory_stats() would after the run's first two steps.
 struct AllocatorSummary {
   /// False in the planner's cheap pass: peak_reserved_bytes is then reserved_lower_bound (no replay).
   bool replayed = false;

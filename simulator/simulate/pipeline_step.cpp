@@ -8,8 +8,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "simulator/plan/plan.hpp"
 #include "simulator/memory/memory.hpp"
+#include "simulator/plan/plan.hpp"
 #include "simulator/simulate/simulate.hpp"
 #include "simulator/simulate/summary.hpp"
 #include "topologies/cluster.hpp"
@@ -92,8 +92,8 @@ void working_sets(const Program& prog, const std::vector<SimUnit>& units, bool n
     if (!t.backward && phase == 1 && t.type == TaskType::kCompute) phase = 2;
     const bool sync_free = no_sync && phase == 1;
     WorkingSet& into = phase == 0 ? fwd : phase == 1 ? bwd : tail;
-    // Sampled after every effect, as the engine finds a task's high point (simulator/engine/engine.cpp): a task may
-    // allocate and free within itself (the loss's backward, a block's op-level backward).
+    // Sampled after every effect, as the engine finds a task's high point (simulator/engine/engine.cpp): a
+    // task may allocate and free within itself (the loss's backward, a block's op-level backward).
     for (std::uint32_t e = t.first_effect; e < t.first_effect + t.n_effects; ++e) {
       const MemEffect& fx = prog.effects[e];
       // Unsharded gradients: kGrads groups allocated on the default stream's pool (the sharded ones come from

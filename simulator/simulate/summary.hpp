@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "simulator/cost/cost.hpp"
-#include "simulator/result/result.hpp"
 #include "simulator/lowering/lowering.hpp"
+#include "simulator/result/result.hpp"
 
 namespace shardplan {
 

@@ -1,5 +1,5 @@
-// The plan knob table (simulator/plan/knobs.hpp): every knob round-trips through the CLI flags (plan_to_flags ->
-// the generated options -> plan_from_flags), the run-record JSON and `plan --fix`; offload combinations a
+// The plan knob table (simulator/plan/knobs.hpp): every knob round-trips through the CLI flags (plan_to_flags
+// -> the generated options -> plan_from_flags), the run-record JSON and `plan --fix`; offload combinations a
 // runtime does not have are refused and the emitters write each runtime's offload settings.
 #include <CLI/CLI.hpp>
 #include <catch2/catch.hpp>

@@ -1,7 +1,7 @@
-// The caching-allocator replay (simulator/memory/allocator.hpp) against hand-derived PyTorch behaviour: rounding and
-// segment sizes, per-stream pools, splitting and merging, max_split_size, the OOM retry path, expandable
-// segments, determinism, and invariants over random sequences. Constants: c10/cuda/CUDACachingAllocator.cpp
-// (commit 001074d2).
+// The caching-allocator replay (simulator/memory/allocator.hpp) against hand-derived PyTorch behaviour:
+// rounding and segment sizes, per-stream pools, splitting and merging, max_split_size, the OOM retry path,
+// expandable segments, determinism, and invariants over random sequences. Constants:
+// c10/cuda/CUDACachingAllocator.cpp (commit 001074d2).
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <random>

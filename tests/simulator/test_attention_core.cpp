@@ -1,5 +1,5 @@
-// Materialised attention cores (simulator/cost/attention_core.cpp, docs/model.md "Materialised attention"): the
-// pass counts read from Megatron-DeepSpeed's fused softmax and Hugging Face GPT-2's eager attention, the
+// Materialised attention cores (simulator/cost/attention_core.cpp, docs/model.md "Materialised attention"):
+// the pass counts read from Megatron-DeepSpeed's fused softmax and Hugging Face GPT-2's eager attention, the
 // score tensors saved per layer, TP's split of the heads, recomputation, time, and the plan checks.
 #include <catch2/catch.hpp>
 

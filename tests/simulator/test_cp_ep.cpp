@@ -7,8 +7,8 @@
 #include "core/error.hpp"
 #include "sim_helpers.hpp"
 #include "simulator/lowering/units.hpp"
-#include "simulator/parallel/parallel.hpp"
 #include "simulator/memory/accounting.hpp"
+#include "simulator/parallel/parallel.hpp"
 
 using namespace shardplan;
 using fixture::Setup;

@@ -1,5 +1,5 @@
-// Pipeline parallelism (simulator/simulate/pipeline_step.hpp): schedule orders, the bubble, activations in flight, the
-// stage split, point-to-point bytes, bad input, and pp = 1 leaving results unchanged.
+// Pipeline parallelism (simulator/simulate/pipeline_step.hpp): schedule orders, the bubble, activations in
+// flight, the stage split, point-to-point bytes, bad input, and pp = 1 leaving results unchanged.
 #include <array>
 #include <catch2/catch.hpp>
 #include <numeric>

@@ -1,6 +1,6 @@
-// The caching-allocator replay of a simulated step (simulator/memory/replay.cpp) and the tensor identity of the
-// lowering's memory effects (simulator/lowering/lowering_tensors.cpp): the replay's allocations add up to the
-// aggregate walk, the streams are the runtime's, reserved is at least the per-stream lower bound, and the
+// The caching-allocator replay of a simulated step (simulator/memory/replay.cpp) and the tensor identity of
+// the lowering's memory effects (simulator/lowering/lowering_tensors.cpp): the replay's allocations add up to
+// the aggregate walk, the streams are the runtime's, reserved is at least the per-stream lower bound, and the
 // knob selects expandable segments.
 #include <algorithm>
 #include <catch2/catch.hpp>

@@ -208,8 +208,8 @@ int main(int argc, char** argv) {
     // Search time against accumulation (issue 18 "fast at every batch size"): the CLI's default `plan` search
     // (three runtimes, compile and async TP searched, TP within the node) of Llama-3-8B on 8 H100s and
     // Llama-3-70B on 64 H100s at global batches giving 1, 8, 64 (and more) micro-batches per step at
-    // micro-batch 1, with the steady-state extension (simulator/simulate/steady_state.hpp) and with every micro-batch
-    // simulated; 1 thread.
+    // micro-batch 1, with the steady-state extension (simulator/simulate/steady_state.hpp) and with every
+    // micro-batch simulated; 1 thread.
     struct Case {
       const char* model;
       int gpus;

@@ -1,13 +1,12 @@
 // Replays reference-lane allocation traces (tools/reference/run.py --trace, schema
-// shardplan.reference_trace/1) through the caching-allocator model (simulator/memory/allocator.hpp): the same trace
-// in, the allocator's behaviour out. Prints, per trace, the lane's recorded peak, the replay's peak allocated
-// (which must equal it: the lane rounds to 512 B as the allocator does), and the replay's peak reserved and
-// fragmentation with default and with expandable segments.
-// With the lane's record after a trace (tools/reference/run.py -o RECORD.json), it also simulates the
-// record's plan and replays shardplan's own allocation sequence twice: with every tensor on the default
-// stream, as the lane's CPU run issues them (the like-for-like comparison of the tensors and their order),
-// and on the runtime's streams (what `shardplan simulate` reports).
-// Usage: shardplan-replay-trace TRACE.json [RECORD.json] [TRACE.json [RECORD.json]]...
+// shardplan.reference_trace/1) through the caching-allocator model (simulator/memory/allocator.hpp): the same
+// trace in, the allocator's behaviour out. Prints, per trace, the lane's recorded peak, the replay's peak
+// allocated (which must equal it: the lane rounds to 512 B as the allocator does), and the replay's peak
+// reserved and fragmentation with default and with expandable segments. With the lane's record after a trace
+// (tools/reference/run.py -o RECORD.json), it also simulates the record's plan and replays shardplan's own
+// allocation sequence twice: with every tensor on the default stream, as the lane's CPU run issues them (the
+// like-for-like comparison of the tensors and their order), and on the runtime's streams (what `shardplan
+// simulate` reports). Usage: shardplan-replay-trace TRACE.json [RECORD.json] [TRACE.json [RECORD.json]]...
 #include <fmt/format.h>
 
 #include <fstream>
