@@ -408,7 +408,10 @@ def sac_policy():
         sdpa.remove("_scaled_dot_product_cudnn_attention")
         if hasattr(torch.ops.aten, "_scaled_dot_product_cudnn_attention"):
             save.discard(torch.ops.aten._scaled_dot_product_cudnn_attention.default)
-    for name in sdpa + ["linear", "max", "topk"]:
+    # topk (the MoE router's choice) only for torchtitan's routers: Hugging Face's normalise the top-k values in
+    # place (transformers 5.23.0 modeling_mixtral.py MixtralTopKRouter.forward: router_top_value /= ...), which
+    # a saved output may not be (torch.utils.checkpoint refuses a mutated cached tensor).
+    for name in sdpa + ["linear", "max"] + (["topk"] if ARGS.model_source == "titan" else []):
         if hasattr(torch.ops.aten, name):
             save.add(getattr(torch.ops.aten, name).default)
     save.add(torch.ops._c10d_functional.reduce_scatter_tensor.default)
