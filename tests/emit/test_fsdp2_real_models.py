@@ -78,7 +78,8 @@ print(json.dumps(out))
     # --- plans and runs ----------------------------------------------------------------------------------------
     PLANS = {
         # name: (architecture, GPUs, global batch, --fix pins)
-        "llama_tp2": ("llama", 2, 2, ["tp=2", "zero=3", "wrap=1", "ac=selective", "mbs=1"]),  # accumulation 2
+        # accumulation 2; transformers' eager attention (its s x s scores and mask) under TP
+        "llama_tp2": ("llama", 2, 2, ["tp=2", "zero=3", "wrap=1", "ac=selective", "mbs=1", "attention=eager"]),
         "llama_accum": ("llama", 2, 4, ["tp=1", "zero=3", "wrap=1", "ac=full", "mbs=1"]),  # 2 ranks x 1 x accumulation 2
         "llama_mbs": ("llama", 2, 4, ["tp=1", "zero=3", "wrap=1", "ac=none", "mbs=2"]),  # the same tokens in 1 micro-batch
         "qwen3_tp2": ("qwen3", 2, 1, ["tp=2", "zero=2", "wrap=2", "ac=full", "mbs=1"]),  # one unit of 2 blocks
@@ -199,6 +200,7 @@ print(json.dumps(out))
             with self.subTest(source=source):
                 out, plan = self.check_built("llama_tp2", source)
                 self.assertEqual((plan["tp"], plan["grad_accum"], plan["ac"]), (2, 2, "selective"))
+                self.assertEqual(plan["attention"], "eager")  # Hugging Face: attn_implementation="eager"
                 if source == "hf":
                     self.check_reference_loss("llama_tp2", out, plan)
 
