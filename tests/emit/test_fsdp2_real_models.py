@@ -68,7 +68,8 @@ print(json.dumps(out))
 """
         r = subprocess.run([common.python(), "-c", code], capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
-            raise AssertionError(f"saving the tiny Hugging Face models failed:\n{r.stderr[-4000:]}")
+            raise AssertionError("saving the tiny Hugging Face models or their reference losses failed:\n"
+                                 + r.stderr[-4000:])
         cls.reference = json.loads(r.stdout.strip().splitlines()[-1])
 
     @classmethod
@@ -80,8 +81,9 @@ print(json.dumps(out))
         # name: (architecture, GPUs, global batch, --fix pins)
         # accumulation 2; transformers' eager attention (its s x s scores and mask) under TP
         "llama_tp2": ("llama", 2, 2, ["tp=2", "zero=3", "wrap=1", "ac=selective", "mbs=1", "attention=eager"]),
-        "llama_accum": ("llama", 2, 4, ["tp=1", "zero=3", "wrap=1", "ac=full", "mbs=1"]),  # 2 ranks x 1 x accumulation 2
-        "llama_mbs": ("llama", 2, 4, ["tp=1", "zero=3", "wrap=1", "ac=none", "mbs=2"]),  # the same tokens in 1 micro-batch
+        # 2 ranks x 1 sequence x accumulation 2, and the same tokens in one micro-batch of 2
+        "llama_accum": ("llama", 2, 4, ["tp=1", "zero=3", "wrap=1", "ac=full", "mbs=1"]),
+        "llama_mbs": ("llama", 2, 4, ["tp=1", "zero=3", "wrap=1", "ac=none", "mbs=2"]),
         "qwen3_tp2": ("qwen3", 2, 1, ["tp=2", "zero=2", "wrap=2", "ac=full", "mbs=1"]),  # one unit of 2 blocks
         "mixtral": ("mixtral", 2, 2, ["tp=1", "zero=3", "wrap=1", "ac=selective", "mbs=1"]),
         "llama_hsdp": ("llama", 4, 4, ["tp=1", "zero=3", "wrap=1", "shard_group=2", "ac=selective", "mbs=1"]),
