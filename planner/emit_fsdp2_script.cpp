@@ -162,6 +162,12 @@ def mesh_shape(world):
     """(replicate, shard, tp) of the plan; with --tiny on fewer ranks the same structure at the smallest size
     (TP 2 if the plan has TP, 2 replicas if it is HSDP)."""
     rep, shard, tp = PLAN["replicas"], PLAN["shard_group"], PLAN["tp"]
+    if PLAN["zero"] == 0:
+        # ZeRO-0 (plain data parallelism) runs as torchtitan 0.3.0 runs data_parallel_replicate_degree = dp with
+        # data_parallel_shard_degree 1: fully_shard over a (replicate dp, shard 1) mesh, every rank holding the
+        # whole state, gradients all-reduced (llama3/parallelize.py: "with shard_degree=1 it is a no-op for the
+        # all-gather"). torch's replicate() (DDP) drops the TP DTensors of a TP plan between forwards.
+        rep, shard = rep * shard, 1
     if rep * shard * tp == world:
         return rep, shard, tp
     if not ARGS.tiny:
@@ -451,11 +457,7 @@ def apply_ac(blocks_container):
 # --- FSDP ------------------------------------------------------------------------------------------------------
 def apply_fsdp(model, meshes):
     embed, blocks, norm, head = parts_of(model)
-    if PLAN["zero"] == 0:
-        # ZeRO-0 is plain data parallel: every rank holds the full state (FSDP2's replicate()).
-        from torch.distributed._composable.replicate import replicate
-        replicate(model, device_mesh=meshes.dp)
-        return
+    # (ZeRO-0: the mesh has a shard dim of 1, see mesh_shape; nothing is resharded.)
     mp = MixedPrecisionPolicy(param_dtype=DTYPES[PLAN["param_dtype"]], reduce_dtype=DTYPES[PLAN["reduce_dtype"]])
     kw = dict(mesh=meshes.dp, mp_policy=mp)
     if PLAN["offload_params"]:

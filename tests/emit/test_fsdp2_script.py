@@ -86,12 +86,19 @@ class Fsdp2ScriptTest(unittest.TestCase):
         self.assertFalse(out["cpu_offload_policy"])
 
     def test_zero0_replicate_bf16_true(self):
-        # ZeRO-0 = replicate() over all 16 ranks, parameters and Adam state in bf16.
-        path, _ = common.emit("fsdp2", ["runtime=fsdp2", "zero=0", "tp=1", "precision=bf16-true"], model="gpt2-xl")
+        # ZeRO-0 over 8 data-parallel ranks x TP 2, parameters and Adam state in bf16: fully_shard over a
+        # (replicate, shard 1) mesh as torchtitan runs DDP (torch's replicate() dropped the TP DTensors between
+        # forwards, so no gradient reached the parameters). At 2 ranks: TP 2, one replica.
+        path, _ = common.emit("fsdp2", ["runtime=fsdp2", "zero=0", "tp=2", "precision=bf16-true"])
         plan = self.plan_dict(path)
-        self.assertEqual((plan["zero"], plan["replicas"], plan["shard_group"]), (0, 1, 16))
+        self.assertEqual((plan["zero"], plan["replicas"], plan["shard_group"], plan["tp"]), (0, 1, 8, 2))
         self.assertEqual(plan["precision"], "bf16-true")
-        self.train(path, "titan")
+        out = self.train(path, "titan")
+        self.assertEqual(out["mesh"], [1, 1, 2])
+        units = [u for u in out["built"]["fsdp_units"] if u["params"]]
+        self.assertEqual({u["reshard_after_forward"] for u in units}, {False})
+        self.assertEqual({u["local_elems"] == u["tp_local_elems"] for u in units}, {True})  # nothing sharded
+        self.assertIn("colwise", out["built"]["tp_plan"].values())
 
     def test_attention_loop_and_allocator_knobs(self):
         # Hugging Face eager attention with dropout, a bf16 loss over logits kept through backward, gradients

@@ -345,7 +345,8 @@ TEST_CASE("emitters: a ZeRO-0 (plain data parallel) plan is emitted as DDP / rep
   CHECK(titan.find("data_parallel_shard_degree=1,\n") != std::string::npos);
   const std::string py = emit_fsdp2(p, e.s.model, 8);
   INFO(py);
-  // ZeRO-0: the script takes the replicate() branch (PLAN zero 0), over all 16 ranks.
+  // ZeRO-0: the script runs fully_shard over a (replicate 16, shard 1) mesh (PLAN zero 0), as torchtitan
+  // does.
   CHECK(py.find("PLAN = dict(zero=0, reshard=False, replicas=1, shard_group=16, tp=1,") != std::string::npos);
 }
 
