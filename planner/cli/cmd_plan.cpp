@@ -219,8 +219,12 @@ Command add_plan_command(CLI::App& app) {
             }
             for (const auto& note : emit_notes(kind, target))
               emit_lines += "emit " + kind + ": " + note + "\n";
+            // The FSDP2 script carries the simulated units, to compare with the units it builds.
+            const std::vector<EmitUnit> units = kind == "fsdp2"
+                                                    ? simulated_units(target, *l.model, *l.cluster, *l.costs)
+                                                    : std::vector<EmitUnit>{};
             files.push_back({file, emit(kind, target, *l.model, l.cluster->gpus(),
-                                        l.cluster->spec().node.gpus, file_notes)});
+                                        l.cluster->spec().node.gpus, file_notes, units)});
           }
         if (!a->html.empty()) files.push_back({a->html, html_plan_report(o, *l.model, *l.cluster)});
         if (!a->json.empty()) {

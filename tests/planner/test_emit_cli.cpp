@@ -345,7 +345,8 @@ TEST_CASE("emitters: a ZeRO-0 (plain data parallel) plan is emitted as DDP / rep
   CHECK(titan.find("data_parallel_shard_degree=1,\n") != std::string::npos);
   const std::string py = emit_fsdp2(p, e.s.model, 8);
   INFO(py);
-  // ZeRO-0: the script takes the replicate() branch (PLAN zero 0), over all 16 ranks.
+  // ZeRO-0: the script runs fully_shard over a (replicate 16, shard 1) mesh (PLAN zero 0), as torchtitan
+  // does.
   CHECK(py.find("PLAN = dict(zero=0, reshard=False, replicas=1, shard_group=16, tp=1,") != std::string::npos);
 }
 
@@ -362,6 +363,35 @@ TEST_CASE("emitters: an fsdp2 snippet for a tp > 1 plan applies tensor paralleli
   INFO(py);
   // 16 GPUs / tp 2 = 8 data-parallel ranks sharding; the script's apply_tp runs for PLAN tp > 1.
   CHECK(py.find("replicas=1, shard_group=8, tp=2,") != std::string::npos);
+}
+
+TEST_CASE("emitters: the fsdp2 script carries the simulated units", "[emit]") {
+  // SIM_UNITS: build_units' partition (the embedding, one unit per block at --wrap 1, the head) with each
+  // unit's TP-local parameter elements split by TP dim; tests/emit compares the units the script builds with
+  // them.
+  EmitSetup e;
+  Plan p;
+  p.tp = 2;
+  p.wrap = 1;
+  p.seq = 4096;
+  p = e.resolve(p);
+  const std::vector<EmitUnit> units = simulated_units(p, e.s.model, *e.s.cluster, *e.s.costs);
+  REQUIRE(units.size() == 32 + 2);
+  CHECK(units.front().name == "embedding");
+  CHECK(units[1].name == "blocks.0");
+  CHECK(units.back().name == "head");
+  std::int64_t global = 0;
+  for (const EmitUnit& u : units) {
+    CHECK(u.elems == u.tp_dim0 + u.tp_dim1 + u.tp_replicated);
+    global += (u.tp_dim0 + u.tp_dim1) * p.tp + u.tp_replicated;
+  }
+  CHECK(global == e.s.model.parameters());
+  const std::string py = emit_fsdp2(p, e.s.model, 8, {}, units);
+  INFO(py);
+  CHECK(py.find("SIM_UNITS = [\n    dict(name=\"embedding\", blocks=0, elems=") != std::string::npos);
+  CHECK(py.find("TITAN_FLAVOR = (\"llama3\", \"8B\")\n") != std::string::npos);
+  // A library call without the units writes None (the CLI always passes them).
+  CHECK(emit_fsdp2(p, e.s.model, 8).find("SIM_UNITS = None\n") != std::string::npos);
 }
 
 TEST_CASE("CLI: the printed 'recommended: shardplan simulate ...' line reproduces an offload plan", "[cli]") {
