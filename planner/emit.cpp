@@ -183,6 +183,17 @@ void check_expressible(const std::string& kind, const Plan& p) {
         "--sac-sdpa-ops flash-efficient: torchtitan 0.3.0's selective AC saves every attention op (>= "
         "0.2.1); "
         "simulate with --sac-sdpa-ops all, or use --emit torchtitan-toml for an older torchtitan");
+  // torchtitan 0.3.0's OptimizersContainer builds "Adam", "AdamW" and "DistMuon" only
+  // (components/optimizer/optimizer.py _resolve_optimizer_factory); the TOML-era torchtitan (2024-2025
+  // build_optimizers) Adam and AdamW. DistMuon (distributed/flex_shard/dist_muon.py) orthogonalises each
+  // matrix on one owning rank (FlexShard `Owned`) and redistributes, not on every rank as simulated.
+  if (titan && p.optimizer != Optimizer::kAdamW && p.optimizer != Optimizer::kAdam)
+    refuse(
+        std::string("--optimizer ") + to_string(p.optimizer) +
+        (kind == "torchtitan"
+             ? ": torchtitan 0.3.0 builds Adam, AdamW and DistMuon only (DistMuon orthogonalises each "
+               "matrix on one owning rank, not the gathered-on-every-rank Muon simulated); use --emit fsdp2"
+             : ": the torchtitan TOML's optimizer is Adam or AdamW; use --emit fsdp2"));
   // The script runs Hugging Face (sdpa or eager attention) or torchtitan models; Megatron's fused
   // scale-mask-softmax core is neither.
   if (kind == "fsdp2" && p.attention == AttentionCore::kFusedSoftmax)
@@ -288,6 +299,16 @@ std::vector<std::string> emit_notes(const std::string& kind, const Plan& p) {
           " at ZeRO stage 0: DeepSpeed keeps an fp32 master copy (bf16_master_weights_and_grads needs stage "
           "1-3), so the job holds more memory than simulated");
     if (!p.fused_optimizer) n.push_back("--foreach-optimizer: DeepSpeed picks its own (fused) Adam");
+    if (p.optimizer == Optimizer::kAdamW8bit)
+      n.push_back(
+          "--optimizer adamw8bit: no ds_config optimizer type; pass optimizer=bitsandbytes.optim.AdamW8bit("
+          "params, lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1) to deepspeed.initialize "
+          "(zero_allow_untested_optimizer is set)");
+    if (p.optimizer == Optimizer::kSgd || p.optimizer == Optimizer::kAdafactor)
+      n.push_back(std::string("--optimizer ") + to_string(p.optimizer) + ": DeepSpeed builds torch.optim." +
+                  (p.optimizer == Optimizer::kSgd ? "SGD" : "Adafactor") +
+                  " from the config type and steps it on its flat fp32 partitions (so Adafactor's "
+                  "moments are not factored)");
     if (p.pp > 1)
       n.push_back(fmt::format(
           "--pp {}: DeepSpeed's pipeline degree is not a ds_config key: build the model as "
@@ -373,6 +394,13 @@ std::vector<std::string> emit_notes(const std::string& kind, const Plan& p) {
     n.push_back(
         "--precision bf16 (fp32 Adam moments on bf16 parameters): torch.optim.AdamW keeps its moments in the "
         "parameter dtype, so this script holds bf16 moments (--precision bf16-true's memory)");
+  if (kind == "fsdp2" && p.optimizer == Optimizer::kLion)
+    n.push_back("--optimizer lion: the script imports lion_pytorch (pip install lion-pytorch==0.2.5)");
+  if (kind == "fsdp2" && p.optimizer == Optimizer::kMuon)
+    n.push_back(
+        "--optimizer muon: the script's GatheredMuon gathers each sharded block matrix's update, "
+        "orthogonalises it with torch.optim._muon's Newton-Schulz on every rank and applies this rank's "
+        "rows (Moonlight's distributed Muon); AdamW for the other parameters");
   if (kind == "fsdp2" && p.fp8 != Fp8::kNone)
     n.push_back(
         "float8 needs CUDA float8 GEMMs (torchao); on --device cpu the script emulates them (emulate=True)");
@@ -457,7 +485,7 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
       "            offload_params={}, fp8=\"{}\", fp8_all_gather={}, compile={}, fused_optimizer={},\n"
       "            async_tp={}, loss_dtype=\"{}\", compile_loss={}, hold_logits={}, zero_grad_in_place={},\n"
       "            attention=\"{}\", attention_dropout={}, sdpa_backend={}, sac_sdpa_ops=\"{}\",\n"
-      "            root_params=\"{}\", keep_last_block={})\n",
+      "            root_params=\"{}\", keep_last_block={}, optimizer=\"{}\")\n",
       p.zero, py_bool(p.reshard()), p.replicas, p.shard_group, p.tp, p.mbs, p.grad_accum, p.seq,
       to_string(p.ac), p.wrap, p.prefetch, to_string(p.precision), param_dtype,
       p.reduce() == Dtype::kFp32 ? "float32" : "bfloat16",
@@ -469,7 +497,8 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
       // saved whatever it is); 0.1 is the usual attention dropout of models trained with it (GPT-2, BERT).
       p.attention_dropout ? "0.1" : "0.0",
       p.sdpa_backend ? "\"" + std::string(sdpa_backend_name(*p.sdpa_backend)) + "\"" : std::string("None"),
-      to_string(p.sac_sdpa_ops), to_string(p.root_params), py_bool(p.keep_last_block));
+      to_string(p.sac_sdpa_ops), to_string(p.root_params), py_bool(p.keep_last_block),
+      to_string(p.optimizer));
   // --model-source titan without --model-factory builds torchtitan 0.3.0's registry flavor of the model's
   // dimensions (torchtitan_flavor), when there is one.
   const auto flavor = torchtitan_flavor(model.spec());
@@ -527,6 +556,36 @@ std::string emit_deepspeed(const Plan& p, const ModelGraph& model) {
             {"optimizer",
              {{"type", "AdamW"}, {"params", {{"lr", 3e-4}, {"betas", {0.9, 0.95}}, {"weight_decay", 0.1}}}}},
             {"communication_data_type", p.reduce() == Dtype::kFp32 ? "fp32" : "bf16"}};
+  // The optimizer (deepspeed/runtime/engine.py _configure_basic_optimizer, v0.19.8): "Adam" is AdamW unless
+  // adam_w_mode is false, "Lion" FusedLion, other names torch.optim's class of that name; ZeRO asserts
+  // zero_allow_untested_optimizer for optimizers outside its tested list (engine.py
+  // _do_optimizer_sanity_check). 8-bit AdamW is a client optimizer passed to deepspeed.initialize.
+  switch (p.optimizer) {
+    case Optimizer::kAdamW:
+      break;
+    case Optimizer::kAdam:
+      j["optimizer"] = {
+          {"type", "Adam"},
+          {"params", {{"lr", 3e-4}, {"betas", {0.9, 0.95}}, {"weight_decay", 0.1}, {"adam_w_mode", false}}}};
+      break;
+    case Optimizer::kSgd:
+      j["optimizer"] = {{"type", "SGD"},
+                        {"params", {{"lr", 3e-4}, {"momentum", 0.9}, {"weight_decay", 0.1}}}};
+      break;
+    case Optimizer::kAdafactor:
+      j["optimizer"] = {{"type", "Adafactor"}, {"params", {{"lr", 1e-2}, {"weight_decay", 0.1}}}};
+      break;
+    case Optimizer::kLion:
+      j["optimizer"] = {{"type", "Lion"},
+                        {"params", {{"lr", 1e-4}, {"betas", {0.9, 0.99}}, {"weight_decay", 0.1}}}};
+      break;
+    case Optimizer::kAdamW8bit:
+    case Optimizer::kMuon:  // refused by resolve_plan under deepspeed
+      j.erase("optimizer");
+      break;
+  }
+  if (p.optimizer != Optimizer::kAdamW && p.optimizer != Optimizer::kAdam && p.zero >= 1)
+    j["zero_allow_untested_optimizer"] = true;
   // AutoTP training (DeepSpeed >= 0.16.4, `tensor_parallel.autotp_size`,
   // deepspeed/runtime/tensor_parallel/config.py): the data-parallel world is then world_size / autotp_size,
   // as in the batch product above.
@@ -597,7 +656,8 @@ std::string emit_torchtitan_toml(const Plan& p, const ModelGraph& model, int gpu
                                       : p.ac == AcMode::kFull ? "full"
                                                               : "selective");
   if (p.ac == AcMode::kSelective) s += "selective_ac_option = \"op\"\n";
-  s += fmt::format("\n[optimizer]\nname = \"AdamW\"\nimplementation = \"{}\"\n",
+  s += fmt::format("\n[optimizer]\nname = \"{}\"\nimplementation = \"{}\"\n",
+                   p.optimizer == Optimizer::kAdam ? "Adam" : "AdamW",
                    p.fused_optimizer ? "fused" : "foreach");
   return s;
 }
@@ -636,7 +696,9 @@ std::string emit_torchtitan(const Plan& p, const ModelGraph& model, int gpus) {
   const int replicate = p.zero == 0 ? p.dp : p.replicas, shard = p.zero == 0 ? 1 : p.shard_group;
   const bool async_tp = p.async_tp && p.compile;
   s += "from torchtitan.components.loss import CrossEntropyLoss\n";
-  s += "from torchtitan.components.optimizer import default_adamw\n";
+  s += p.optimizer == Optimizer::kAdam
+           ? "from torchtitan.components.optimizer import OptimizersContainer, ParamGroupConfig\n"
+           : "from torchtitan.components.optimizer import default_adamw\n";
   if (p.fp8 != Fp8::kNone) s += "from torchtitan.components.quantization import Float8LinearConverter\n";
   s += "from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig\n";
   if (p.ac == AcMode::kSelective)
@@ -667,7 +729,14 @@ std::string emit_torchtitan(const Plan& p, const ModelGraph& model, int gpus) {
   // The simulator holds the full logits for the loss (no chunking): the plain cross entropy, not
   // ChunkedLossWrapper.
   s += "        loss=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(model_spec)),\n";
-  s += "        optimizer=default_adamw(lr=3e-4),\n";
+  // Adam: default_adamw's catch-all group with the "Adam" factory (components/optimizer/optimizer.py).
+  s += p.optimizer == Optimizer::kAdam
+           ? "        optimizer=OptimizersContainer.Config(\n            param_groups=[\n"
+             "                ParamGroupConfig(\n                    pattern=\".*\",\n"
+             "                    optimizer_name=\"Adam\",\n"
+             "                    optimizer_kwargs={\"lr\": 3e-4, \"betas\": (0.9, 0.95), \"eps\": 1e-8, "
+             "\"weight_decay\": 0.1},\n                ),\n            ],\n        ),\n"
+           : "        optimizer=default_adamw(lr=3e-4),\n";
   // disable_cuda_graphs: torchtitan 0.3.0 captures forward + backward in a CUDA graph by default (trainer.py
   // wrap_with_cuda_graph) and then zeroes gradients in place (train_step: zero_grad(set_to_none=
   // disable_cuda_graphs)), so gradients and the graph's private memory pool live across steps; the simulator

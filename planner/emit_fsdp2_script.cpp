@@ -620,10 +620,83 @@ def forward(model, tokens):
     return model(tokens)
 
 
-def make_optimizer(model, lr=3e-4):
+class GatheredMuon(torch.optim.Optimizer):
+    """Muon as shardplan simulates it (Moonlight's distributed Muon, arXiv:2502.16982 Algorithm 1): per matrix the
+    momentum update of this rank's shard, gathered whole, orthogonalised on every rank by torch.optim.Muon's
+    Newton-Schulz (torch/optim/_muon.py), and this rank's rows applied with Muon's learning-rate adjustment."""
+
+    def __init__(self, params, lr=0.02, momentum=0.95, weight_decay=0.1, ns_steps=5):
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, ns_steps=ns_steps))
+
+    @torch.no_grad()
+    def step(self):
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+        from torch.optim._muon import DEFAULT_A, DEFAULT_B, DEFAULT_C, EPS, _adjust_lr, _zeropower_via_newtonschulz
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                sharded = isinstance(p, DTensor)
+                local = p.to_local() if sharded else p
+                g = p.grad.to_local() if sharded else p.grad
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(g)
+                buf = state["momentum_buffer"]
+                buf.lerp_(g, 1 - group["momentum"])
+                update = g.lerp(buf, group["momentum"])  # nesterov
+                full = (DTensor.from_local(update, p.device_mesh, p.placements, shape=p.shape, stride=p.stride())
+                        .full_tensor() if sharded else update)
+                ortho = _zeropower_via_newtonschulz(full, (DEFAULT_A, DEFAULT_B, DEFAULT_C), group["ns_steps"], EPS)
+                if sharded:
+                    shape, offset = compute_local_shape_and_global_offset(p.shape, p.device_mesh, p.placements)
+                    ortho = ortho[offset[0]:offset[0] + shape[0]]
+                local.mul_(1 - group["lr"] * group["weight_decay"])
+                local.add_(ortho, alpha=-_adjust_lr(group["lr"], None, p.shape))
+                del update, full, ortho  # one matrix's buffers at a time
+
+
+class Optimizers:
+    """Several optimizers stepped as one (Muon and the AdamW of the other parameters)."""
+
+    def __init__(self, *opts):
+        self.opts = opts
+
+    def step(self):
+        for o in self.opts:
+            o.step()
+
+    def zero_grad(self, set_to_none=True):
+        for o in self.opts:
+            o.zero_grad(set_to_none=set_to_none)
+
+
+def make_optimizer(model, lr=3e-4, blocks_prefix=""):
+    """The plan's optimizer (--optimizer): torch.optim AdamW / Adam / SGD / Adafactor, torchao's AdamW8bit,
+    lion-pytorch's Lion, or GatheredMuon on the blocks' matrices with AdamW for the rest."""
     fused = PLAN["fused_optimizer"] and ARGS.device != "cpu"
-    return torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1,
-                             **({"fused": True} if fused else {"foreach": True}))
+    impl = {"fused": True} if fused else {"foreach": True}
+    name, params = PLAN["optimizer"], list(model.parameters())
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.1, **impl)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.95), **impl)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=0.1, **impl)
+    if name == "adafactor":
+        return torch.optim.Adafactor(params, lr=1e-2, weight_decay=0.1, foreach=ARGS.device != "cpu")
+    if name == "adamw8bit":
+        from torchao.optim import AdamW8bit
+        return AdamW8bit(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+    if name == "lion":
+        from lion_pytorch import Lion
+        return Lion(params, lr=lr / 3, betas=(0.9, 0.99), weight_decay=0.1)
+    # muon: the blocks' 2-D weights; embeddings, head and norms with AdamW (torch.optim.Muon's documentation)
+    named = [(clean(k), v) for k, v in model.named_parameters()]
+    matrices = [v for k, v in named if k.startswith(blocks_prefix) and v.ndim == 2]
+    rest = [v for k, v in named if not (k.startswith(blocks_prefix) and v.ndim == 2)]
+    return Optimizers(GatheredMuon(matrices),
+                      torch.optim.AdamW(rest, lr=lr, betas=(0.9, 0.95), weight_decay=0.1, **impl))
 
 
 def replicas_of(t):
@@ -805,7 +878,7 @@ def main():
     # 3. This rank's shards, filled from the checkpoint or initialised.
     materialize(model, DEVICE)
     model.train()
-    opt = make_optimizer(model)
+    opt = make_optimizer(model, blocks_prefix=n["blocks"] + ".")
     before = fingerprint(model)
 
     gen = torch.Generator().manual_seed(1000 + rank // tp)  # one data stream per data-parallel rank

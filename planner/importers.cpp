@@ -94,6 +94,23 @@ ImportedConfig import_deepspeed(const std::string& path) {
     else
       throw InputError(path, "communication_data_type", "expected fp32, bf16 or fp16, got \"" + t + "\"");
   }
+  // The optimizer block (deepspeed/runtime/engine.py _configure_basic_optimizer, v0.19.8): "Adam" runs AdamW
+  // unless adam_w_mode is false; other names FusedLion or torch.optim's class of that name.
+  if (auto* v = value_of(j, "optimizer");
+      v && v->is_object() && v->contains("type") && (*v)["type"].is_string()) {
+    const std::string t = lower((*v)["type"].get<std::string>());
+    const Json params = v->value("params", Json::object());
+    const bool w_mode = !(params.is_object() && params.contains("adam_w_mode") &&
+                          params["adam_w_mode"].is_boolean() && !params["adam_w_mode"].get<bool>());
+    if (t == "adamw" || (t == "adam" && w_mode))
+      c.knobs["optimizer"] = "adamw";
+    else if (t == "adam")
+      c.knobs["optimizer"] = "adam";
+    else if (t == "sgd" || t == "lion" || t == "adafactor" || t == "muon")
+      c.knobs["optimizer"] = t;
+    else
+      c.unmodelled.push_back("optimizer.type " + (*v)["type"].get<std::string>() + " (not modelled)");
+  }
   const Json tp = j.value("tensor_parallel", j.value("tp", Json::object()));
   if (tp.is_object() && tp.contains("autotp_size")) {
     const std::string v = json_int(tp["autotp_size"], path, "tensor_parallel.autotp_size");
@@ -407,6 +424,14 @@ ImportedConfig import_torchtitan(const std::string& path) {
     else if (*v == "foreach" || *v == "for-loop")
       c.knobs["fused_optimizer"] = "false";
   }
+  if (auto* v = get("optimizer.name")) {  // build_optimizers: "Adam" or "AdamW"
+    if (*v == "Adam")
+      c.knobs["optimizer"] = "adam";
+    else if (*v == "AdamW")
+      c.knobs["optimizer"] = "adamw";
+    else
+      c.unmodelled.push_back("optimizer.name " + *v + " (not modelled)");
+  }
   read_titan_pipeline_batch(path, get, c);
   return c;
 }
@@ -606,6 +631,17 @@ class TitanReader {
       section("compile");
     } else if (callee == "OptimizersContainer.Config") {
       section("optimizer");
+      // The optimizers its param groups name (ParamGroupConfig(optimizer_name=...)), for the optimizer knob.
+      std::string names;
+      for (const auto& [k, a] : v.kwargs) {
+        if (k != "param_groups") continue;
+        for (const auto& g : resolve(a).items) {
+          const py::Value call = resolve(g);
+          for (const auto& [gk, ga] : call.kwargs)
+            if (gk == "optimizer_name") names += (names.empty() ? "" : ",") + resolve(ga).text;
+        }
+      }
+      fields["optimizer.names"] = names;
     } else if (callee == "default_adamw") {
       defaults("optimizer");  // OptimizersContainer.Config(param_groups=[AdamW]) (optimizer.py)
     } else if (callee == "SelectiveAC.Config" || callee == "FullAC.Config" ||
@@ -758,6 +794,20 @@ ImportedConfig import_torchtitan_py(const std::string& path_spec) {
       c.unmodelled.push_back("float8 emulate=True (emulated GEMMs, not float8 tensor cores)");
   } else if (!r.model_flavor.empty()) {
     c.knobs["fp8"] = "none";
+  }
+  // OptimizersContainer.Config(param_groups=[ParamGroupConfig(..., optimizer_name="Adam" | "AdamW" |
+  // "DistMuon")]) (components/optimizer/optimizer.py); default_adamw is AdamW.
+  if (auto* v = get("optimizer.names"); v && !v->empty()) {
+    if (v->find("DistMuon") != std::string::npos)
+      c.unmodelled.push_back(
+          "optimizer DistMuon (torchtitan's owned-rank Muon; --optimizer muon models the "
+          "gathered-on-every-rank variant)");
+    else if (*v == "Adam")
+      c.knobs["optimizer"] = "adam";
+    else if (*v == "AdamW")
+      c.knobs["optimizer"] = "adamw";
+    else
+      c.unmodelled.push_back("optimizer param groups " + *v + " (one optimizer per model is modelled)");
   }
   if (auto* v = get("optimizer.implementation")) {
     if (*v == "fused")

@@ -333,6 +333,8 @@ std::size_t task_kind(const Task& t) {
         return 2;
       case CommKind::kAllToAll:
         return 4;
+      case CommKind::kOptimizerAllGather:
+        return 2;
     }
     return 7;
   }

@@ -22,7 +22,25 @@ BytesPerParam bytes_per_param(Runtime rt, Precision p) {
   return {4, 4, 8};
 }
 
-double optimizer_bytes_per_param(Runtime rt, Precision p, bool fused) {
+double optimizer_traffic_vs_adamw(Optimizer o) {
+  switch (o) {
+    case Optimizer::kAdamW:
+    case Optimizer::kAdam:
+      return 1.0;
+    case Optimizer::kSgd:
+      return 20.0 / 28.0;
+    case Optimizer::kLion:
+    case Optimizer::kAdafactor:
+      return 76.0 / 28.0;
+    case Optimizer::kAdamW8bit:
+      return 16.0 / 28.0;
+    case Optimizer::kMuon:
+      return 42.0 / 28.0;
+  }
+  return 1.0;
+}
+
+double optimizer_bytes_per_param(Runtime rt, Precision p, bool fused, Optimizer o) {
   double b = 28;
   switch (p) {
     case Precision::kBf16Mixed:
@@ -39,7 +57,11 @@ double optimizer_bytes_per_param(Runtime rt, Precision p, bool fused) {
       b = 28;
       break;
   }
-  if (!fused) b *= fw::kForeachOptimizerTrafficFactor;
+  // torch's foreach kernels make several passes where the fused one makes one (AdamW, Adam, SGD have fused
+  // kernels); the others' traffic already counts their passes.
+  const bool has_fused = o == Optimizer::kAdamW || o == Optimizer::kAdam || o == Optimizer::kSgd;
+  b *= optimizer_traffic_vs_adamw(o);
+  if (!fused && has_fused) b *= fw::kForeachOptimizerTrafficFactor;
   return b + fw::kGradNormBytesPerParam;
 }
 

@@ -82,6 +82,28 @@ inline constexpr double kForeachOptimizerTrafficFactor = 2.8;
 inline constexpr double kDefaultHostMemoryBps = 204.8e9;
 /// Bytes read to compute the gradient norm for clipping, per local parameter (one fp32 read).
 inline constexpr double kGradNormBytesPerParam = 4;
+/// Newton-Schulz iterations of Muon (torch/optim/_muon.py DEFAULT_NS_STEPS = 5, KellerJordan/Muon ns_steps=5,
+/// torchtitan 0.3.0 DistMuon ns_steps=5).
+inline constexpr int kMuonNsSteps = 5;
+/// Kernel launches of one matrix's Muon update (torch/optim/_muon.py _single_tensor_muon: momentum lerp_,
+/// nesterov lerp, the bf16 copy, norm, clamp, div_, 3 GEMMs per iteration, mul_ and add_ on the parameter).
+inline constexpr double kMuonLaunchesPerMatrix = 9 + 3 * kMuonNsSteps;
+/// Element-wise HBM traffic of Muon per element of the whole (gathered) matrix, outside the GEMMs: the bf16
+/// copy of the fp32 update (read 4, write 2), its norm (read 2), the in-place division (read 2, write 2).
+inline constexpr double kMuonFullMatrixBytesPerElem = 12;
+/// Kernel launches per tensor of the optimizers that loop over tensors in Python: lion-pytorch 0.2.5
+/// update_fn (mul_, clone, mul_, add, sgn_, add_, mul_, add_) and torch 2.15's foreach Adafactor, whose norms
+/// and their .item() run per tensor (p.norm, two vector_norms, row_var @ col_var, row_var.mean,
+/// update.norm, and the foreach kernels' share).
+inline constexpr double kLionLaunchesPerTensor = 8;
+inline constexpr double kAdafactorLaunchesPerTensor = 7;
+/// Device-to-host synchronisations per tensor of torch 2.15's Adafactor step: `p.norm(2).item()` and
+/// `update.norm(2).item()` (torch/optim/_adafactor.py _multi_tensor_adafactor), each a D2H copy that waits
+/// for the stream.
+inline constexpr double kAdafactorSyncsPerTensor = 2;
+/// One such synchronisation: the stream drains and the CPU reads the scalar before launching more (assumed
+/// ~15 us: a D2H copy's launch and completion, twice docs/mechanics.md §5's 5-10 us launch).
+inline constexpr double kDeviceSyncS = 15e-6;
 }  // namespace fw
 
 /// Persistent bytes per parameter (docs/mechanics.md §1.2).
@@ -93,8 +115,21 @@ struct BytesPerParam {
 BytesPerParam bytes_per_param(Runtime rt, Precision p);
 /// HBM traffic of the optimizer step per local parameter (docs/mechanics.md §5): fused AdamW on fp32 state 28
 /// B, DeepSpeed (bf16->fp32 grad convert, Adam, fp32->bf16 copy) 40 B, bf16 params + fp32 moments 22 B,
-/// all-bf16 14 B; times kForeachOptimizerTrafficFactor when not fused; plus kGradNormBytesPerParam.
-double optimizer_bytes_per_param(Runtime rt, Precision p, bool fused);
+/// all-bf16 14 B; times kForeachOptimizerTrafficFactor when not fused; plus kGradNormBytesPerParam. Other
+/// optimizers scale AdamW's fused traffic by optimizer_traffic_vs_adamw (Muon: its matrices' local update;
+/// the gathered matrix's passes and GEMMs are added by the lowering).
+double optimizer_bytes_per_param(Runtime rt, Precision p, bool fused, Optimizer o = Optimizer::kAdamW);
+/// The optimizer's HBM traffic per element over fused AdamW's 28 B (fp32 parameter, gradient and state;
+/// counted per pass, reads + writes):
+/// sgd 20 (p r+w, g r, momentum r+w: fused SGD, torch/optim/sgd.py); lion 76 (lion-pytorch 0.2.5
+/// update_fn, eight unfused passes: p.mul_ 8, clone 8, mul_ 8, add 12, sgn_ 8, p.add_ 12, mul_ 8, add_ 12);
+/// adafactor 76 (torch 2.15 _multi_tensor_adafactor on a matrix: p.norm 4, weight decay 8, row and column
+/// norms 8, row_var @ col_var 4, div_ 8, clamp_min_ 8, rsqrt_ 8, mul_ by the gradient 12, update.norm 4,
+/// p.add_ 12); adamw8bit 16 (one fused kernel: p r+w 8, g 4, two 8-bit states r+w 4, block scales; the
+/// bitsandbytes kernel, and torchao's compiled single_param_adam); muon 42 per local element of a matrix
+/// (buf.lerp_ 12, grad.lerp 12, p.mul_ 8, p.add_ of the bf16 update 10; the gathered matrix's passes are
+/// kMuonFullMatrixBytesPerElem). 1 for adamw and adam.
+double optimizer_traffic_vs_adamw(Optimizer o);
 /// Host DRAM traffic of a CPU optimizer step per parameter: DeepSpeed CPUAdam reads fp32 param, grad, m, v
 /// (16 B) and writes param, m, v (12 B) and the bf16 copy sent back (2 B) (csrc/adam/cpu_adam_impl.cpp,
 /// v0.16.5).

@@ -552,7 +552,7 @@ void Lowering::optimizer_step() {
   const double local_params = static_cast<double>(state_elems(in_.model, p_).optimizer);
   Task o;
   o.type = TaskType::kOptimizer;
-  o.cpu_s = K_.kernel_launch_s * fw::kOptimizerLaunches;
+  o.cpu_s = optimizer_cpu_s();
   o.deps = {last_shard_comm_, last_rep_comm_, offload_.grads ? last_pcie_ : -1};
   if (offload_.optimizer) {
     // The optimizer runs on the host CPUs, which the GPUs of a host share (DeepSpeed CPUAdam; FSDP's
@@ -565,20 +565,29 @@ void Lowering::optimizer_step() {
     o.duration_s = local_params * kHostAdamBytesPerParam / host_Bps;
   } else {
     o.lane = kLaneCompute;
-    o.duration_s = in_.costs.optimizer_s(
-        local_params * optimizer_bytes_per_param(p_.runtime, p_.precision, p_.fused_optimizer));
+    o.duration_s = optimizer_device_s();  // lowering_optimizer.cpp
   }
   o.label = label([] { return std::string("optimizer step"); });
   std::int32_t oid = out_.program.add(o);
   out_.optimizer_s = o.duration_s;
+  if (p_.optimizer == Optimizer::kMuon) oid = muon_orthogonalise(oid);
   // DeepSpeed offload: the updated 16-bit parameters of this rank's partition go back host -> device (FSDP's
   // offloaded parameters stay on the host until the next all-gather copies them in).
   if (offload_.optimizer && !offload_.params && p_.runtime == Runtime::kDeepSpeed)
     oid = pcie_copy(local_params * bc_, oid, -1, -1, false, "h2d updated params");
-  if (!p_.fused_optimizer) {  // foreach AdamW: a parameter-sized sqrt temporary in the state dtype
+  if (!p_.fused_optimizer && (p_.optimizer == Optimizer::kAdamW || p_.optimizer == Optimizer::kAdam)) {
+    // foreach AdamW: a parameter-sized sqrt temporary in the state dtype
     // torch/optim/adamw.py _multi_tensor_adamw: torch._foreach_sqrt(exp_avg_sqs) returns one tensor per
     // parameter of the group (the optimizer's parameters: this rank's shards).
     const Bytes tmp = B(local_params * 4);
+    const std::int32_t g = alloc_tensors(MemCategory::kOptimizer, kPoolDefault, tmp, optimizer_params_);
+    free_group(MemCategory::kOptimizer, kPoolDefault, g, tmp);
+  }
+  if (p_.optimizer == Optimizer::kAdafactor && !offload_.optimizer) {
+    // torch 2.15's foreach Adafactor (the default on CUDA): var_estimates, one tensor like each parameter
+    // (row_var @ col_var, or variance.clone()), all alive until the update (torch/optim/_adafactor.py
+    // _multi_tensor_adafactor), in the state's dtype.
+    const Bytes tmp = B(local_params * moment_bytes(p_));
     const std::int32_t g = alloc_tensors(MemCategory::kOptimizer, kPoolDefault, tmp, optimizer_params_);
     free_group(MemCategory::kOptimizer, kPoolDefault, g, tmp);
   }

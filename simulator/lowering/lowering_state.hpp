@@ -203,6 +203,12 @@ class Lowering {
 
   // ---- optimizer step ----
   void optimizer_step();
+  // lowering_optimizer.cpp: the step's device time (HBM traffic, Adafactor's synchronisations) and CPU
+  // launches for the plan's optimizer, and Muon's per-matrix gathers and Newton-Schulz after `after`
+  // (returns the last task).
+  double optimizer_device_s() const;
+  double optimizer_cpu_s() const;
+  std::int32_t muon_orthogonalise(std::int32_t after);
 
   const LoweringInputs& in_;
   LoweringOutput& out_;

@@ -365,14 +365,22 @@ void Lowering::initial_tensors() {
   // Optimizer state last: AdamW creates exp_avg and exp_avg_sq per parameter at its first step (the replay
   // allocates these entries then); DeepSpeed allocates its flat fp32 partitions at initialisation.
   // torch/optim/adamw.py _init_group: per parameter in order, exp_avg then exp_avg_sq (zeros_like).
+  // Other optimizers: their state tensors per parameter as optimizer_state_tensors lists them.
   Span state{};
   if (p_.runtime == Runtime::kDeepSpeed || p_.runtime == Runtime::kMegatron) {
     state = optimizer_params_;
-  } else {
+  } else if (p_.optimizer == Optimizer::kAdamW || p_.optimizer == Optimizer::kAdam) {
     for (std::uint32_t i = 0; i < optimizer_params_.n; ++i) {
       const Run r = runs_[optimizer_params_.first + i];
       add_run(state, r.weight, 2 * r.count);
     }
+  } else {
+    for_each_optimizer_tensor(in_.model, p_, [&](const OptimizerTensor& t, std::int64_t count) {
+      const StateTensors st = optimizer_state_tensors(p_, t);
+      for (int i = 0; i < st.n; ++i)
+        add_run(state, static_cast<double>(st.bytes[static_cast<std::size_t>(i)]),
+                static_cast<int>(std::min<std::int64_t>(count, 1 << 20)));
+    });
   }
   emit(MemCategory::kOptimizer, total(MemCategory::kOptimizer), state);
 }

@@ -7,6 +7,7 @@
 #include "core/checked.hpp"
 #include "simulator/cost/cost.hpp"
 #include "simulator/memory/layer_memory.hpp"
+#include "simulator/memory/optimizer_state.hpp"
 
 namespace shardplan {
 
@@ -86,11 +87,16 @@ std::int64_t optimizer_step_tensors(const ModelGraph& model, const Plan& p) {
   // flat partitions and keep the step count in the parameter group.
   // Megatron's distributed optimizer steps flat shard tensors with Apex/TE FusedAdam (step per group).
   if (p.runtime == Runtime::kDeepSpeed || p.runtime == Runtime::kMegatron || !p.fused_optimizer) return 0;
-  std::int64_t n = 0, experts = 0;
-  for (const Layer* l : model.order())
-    l->for_each_tensor_group(
-        [&](const Tensor& ten, std::int64_t count) { (p.ep > 1 && ten.expert ? experts : n) += count; });
-  return n + experts / p.ep;  // a rank holds 1/ep of the routed experts' tensors
+  // Only Adam-family torch optimizers keep a device `step`: SGD and Lion keep none, Adafactor and torchao's
+  // 8-bit AdamW a CPU tensor (torch.tensor(0.0)), bitsandbytes a Python int; Muon none for its matrices (its
+  // auxiliary fused AdamW one per other tensor).
+  const Optimizer o = p.optimizer;
+  if (o != Optimizer::kAdamW && o != Optimizer::kAdam && o != Optimizer::kMuon) return 0;
+  std::int64_t n = 0;
+  for_each_optimizer_tensor(model, p, [&](const OptimizerTensor& t, std::int64_t count) {
+    if (o != Optimizer::kMuon || !t.matrix) n += count;
+  });
+  return n;
 }
 
 std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p) {
@@ -101,8 +107,7 @@ std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p) {
   const Bytes grad_b =
       p.runtime == Runtime::kMegatron ? (p.reduce() == Dtype::kFp32 ? 4 : 2) : Bytes{b.grads};
   std::array<Bytes, 3> out{mul_checked(e.params, b.params, "parameter bytes"),
-                           mul_checked(e.grads, grad_b, "gradient bytes"),
-                           mul_checked(e.optimizer, b.optimizer, "optimizer bytes")};
+                           mul_checked(e.grads, grad_b, "gradient bytes"), 0};
   if (runtime_traits(p).padding == Padding::kPerTensorDim0) {
     // FSDP2 keeps each parameter's (padded) shard as its own tensor (_fsdp_param.py _init_sharded_param:
     // new_zeros(padded_sharded_size)) and AdamW creates exp_avg and exp_avg_sq per parameter (zeros_like):
@@ -110,7 +115,7 @@ std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p) {
     // reduce-scatter output per unit (sized in the lowering).
     // Dense tensors shard over dp_shard x cp; with expert parallelism a rank holds 1/ep of the routed
     // experts' tensors, each sharded over dp_shard x cp / ep (state_elems above).
-    Bytes params = 0, optimizer = 0, expert_params = 0, expert_optimizer = 0;
+    Bytes params = 0, expert_params = 0;
     for (const Layer* l : model.order()) {
       l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
         const bool expert = p.ep > 1 && ten.expert;
@@ -119,16 +124,15 @@ std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p) {
             tensor_shard_elems(ten, p.tp, expert ? p.efsdp_ranks() : p.fsdp_ranks(), Padding::kPerTensorDim0);
         const Bytes pb =
             allocation_bytes(mul_checked(p.zero >= 2 ? shard : local, b.params, "parameter bytes"));
-        const Bytes ob = 2 * allocation_bytes(mul_checked(p.zero >= 1 ? shard : local, b.optimizer / 2,
-                                                          "optimizer bytes"));
         // `count` identical tensors: `count` allocations of the same rounded size each.
         (expert ? expert_params : params) += mul_checked(pb, count, "parameter bytes");
-        (expert ? expert_optimizer : optimizer) += mul_checked(ob, count, "optimizer bytes");
       });
     }
     out[0] = params + expert_params / p.ep;
-    out[2] = optimizer + expert_optimizer / p.ep;
   }
+  // The optimizer's state tensor by tensor (optimizer_state.cpp): FSDP2 and DDP create each state tensor per
+  // parameter (zeros_like, one allocation each); a flat partition's state is one tensor per moment.
+  out[2] = optimizer_state_bytes(model, p);
   // AdamW's `step` scalars: 4 bytes each (fp32), one allocation each.
   out[2] = add_checked(out[2], optimizer_step_tensors(model, p) * allocation_bytes(4), "optimizer bytes");
   if (o.params) out[0] = 0;
@@ -145,7 +149,7 @@ Bytes host_state_bytes_per_rank(const ModelGraph& model, const Plan& p) {
   // Gradients reach the host as fp32 (DeepSpeed accumulates them there in fp32; FSDP's sharded grads have the
   // fp32 parameters' dtype under bf16-mixed, the parameter dtype otherwise).
   const Bytes grad_b = p.runtime == Runtime::kDeepSpeed ? 4 : b.grads;
-  Bytes host = add_checked(mul_checked(e.optimizer, b.optimizer, "host optimizer bytes"),
+  Bytes host = add_checked(optimizer_state_bytes(model, p, /*rounded=*/false),
                            mul_checked(e.grads, grad_b, "host gradient bytes"));
   if (o.params) host = add_checked(host, mul_checked(e.params, b.params, "host parameter bytes"));
   return host;

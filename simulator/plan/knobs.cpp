@@ -239,6 +239,13 @@ std::vector<Knob> build_table() {
       "partitions on the host, CPU Adam); params = parameters, gradients and optimizer state on the "
       "host (DeepSpeed ZeRO-3 offload_param, FSDP1 CPUOffload, FSDP2 CPUOffloadPolicy)",
       &Plan::offload));
+  // Printed only when not adamw: repro lines and run records of AdamW plans are unchanged.
+  t.push_back(quiet_enum_knob(
+      "optimizer", "--optimizer",
+      "optimizer: adamw / adam / sgd (momentum) / adafactor (torch.optim), adamw8bit (torchao under fsdp2, "
+      "bitsandbytes otherwise: 2 bytes per parameter + fp32 scales per 256), lion (one moment), muon "
+      "(momentum on the blocks' matrices, gathered and orthogonalised by Newton-Schulz; AdamW for the rest)",
+      &Plan::optimizer));
   t.push_back(switch_knob("async_tp", "--async-tp", "overlap TP collectives with GEMMs", &Plan::async_tp));
   t.push_back(switch_knob("fused_optimizer", "--foreach-optimizer",
                           "unfused (foreach) AdamW instead of fused (run-record key fused_optimizer)",

@@ -56,6 +56,25 @@ const char* to_string(SacSdpaOps o) {
 const char* to_string(RootParams r) {
   return r == RootParams::kNone ? "none" : "embedding-head";
 }
+const char* to_string(Optimizer o) {
+  switch (o) {
+    case Optimizer::kAdamW:
+      return "adamw";
+    case Optimizer::kAdam:
+      return "adam";
+    case Optimizer::kSgd:
+      return "sgd";
+    case Optimizer::kAdafactor:
+      return "adafactor";
+    case Optimizer::kAdamW8bit:
+      return "adamw8bit";
+    case Optimizer::kLion:
+      return "lion";
+    case Optimizer::kMuon:
+      return "muon";
+  }
+  return "?";
+}
 
 const char* to_string(PpSchedule s) {
   switch (s) {
@@ -127,6 +146,43 @@ static void check_offload(const Plan& p) {
   need(p.zero >= 1, "--offload",
        "--zero 0 is plain data parallel (DDP), which has no CPU offload; use --zero 2 or 3 with --offload "
        "params");
+}
+
+// The optimizers each runtime can run (docs/model.md "Optimizers"):
+// - Megatron-core's distributed optimizer (core_r0.8.0 megatron/core/optimizer/__init__.py
+//   _get_megatron_optimizer_based_on_param_groups) builds Apex/TE FusedAdam (AdamW's decoupled decay) or
+//   FusedSGD only.
+// - FSDP1 and DeepSpeed hand the optimizer flat 1-D shards (FlatParameter, DeepSpeed's fp32 partitions):
+//   torch.optim.Muon raises on a parameter that is not 2-D (torch/optim/_muon.py Muon.__init__); DeepSpeed
+//   0.19.8's own ZeRO Muon (MuonWithAuxAdam, runtime/zero/stage_1_and_2.py: Muon matrices split over
+//   partitions are all-reduced) is not modelled.
+// - torch 2.15's Adafactor fails on FSDP2's sharded DTensor parameters: the column norm of a Shard(0) matrix
+//   is a _NormPartial placement that its in-place square_ / _foreach_mul_ cannot keep (checked on the
+//   reference lane's fake process group); DDP (ZeRO-0) and the flat shards of FSDP1 and DeepSpeed run it.
+// - Muon's gathers are modelled over the data-parallel shard group only: TP- or EP-split matrices would need
+//   another gather (not modelled).
+// - CPU offload runs Adam on the host (DeepSpeedCPUAdam; torch's AdamW on CPU tensors): other optimizers'
+//   host steps are not modelled.
+static void check_optimizer(const Plan& p) {
+  const Optimizer o = p.optimizer;
+  if (o == Optimizer::kAdamW) return;
+  const std::string name = to_string(o);
+  if (p.runtime == Runtime::kMegatron)
+    need(o == Optimizer::kAdam || o == Optimizer::kSgd, "--optimizer",
+         "megatron's distributed optimizer builds Adam (AdamW) or SGD only; use --optimizer adamw, adam or "
+         "sgd");
+  need(o != Optimizer::kMuon || p.runtime == Runtime::kFsdp2, "--optimizer",
+       "muon orthogonalises 2-D matrices; " + std::string(to_string(p.runtime)) +
+           " hands the optimizer flat 1-D shards (DeepSpeed's own ZeRO Muon is not modelled): use --runtime "
+           "fsdp2");
+  need(o != Optimizer::kMuon || (p.tp == 1 && p.ep == 1), "--optimizer",
+       "muon: matrices split by tensor or expert parallelism would need a second gather to orthogonalise "
+       "(not modelled); use --tp 1 --ep 1");
+  need(o != Optimizer::kAdafactor || p.runtime != Runtime::kFsdp2 || p.zero < 2, "--optimizer",
+       "adafactor: torch 2.15's Adafactor fails on FSDP2's sharded DTensor parameters (its column norm is a "
+       "partial placement its in-place ops cannot keep); use --zero 0 or --runtime fsdp1 / deepspeed");
+  need(p.offload == Offload::kNone || o == Optimizer::kAdam, "--offload",
+       "CPU offload runs Adam on the host; the host step of " + name + " is not modelled");
 }
 
 // Context parallelism: torch's load-balanced sharding (torch/distributed/tensor/experimental/_attention.py,
@@ -311,6 +367,7 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   need(p.prefetch >= 0 && p.prefetch <= 16, "--prefetch", "must be in [0, 16]");
   check_context_parallel(p);
   check_attention_core(p, model);
+  check_optimizer(p);
   check_expert_parallel(p, model);
   // torchtitan's FSDP2 wrapping of 2024 to 2025-07-28 (docs/model.md "FSDP2's root unit"), modelled for FSDP2
   // with parameters gathered per unit, one pipeline stage, no tensor or expert parallelism and an untied head

@@ -65,6 +65,13 @@ enum class SacSdpaOps { kAll, kFlashEfficient };
 /// their own; `embedding-head` = torchtitan before it, whose root keeps the embedding, final norm and output
 /// projection, and which FSDP2 before pytorch PR 154704 (2025-06) never resharded after forward.
 enum class RootParams { kNone, kEmbeddingHead };
+/// The optimizer and the implementation whose state and step are modelled (docs/model.md "Optimizers"):
+/// torch.optim AdamW / Adam / SGD (momentum) / Adafactor (torch 2.15), 8-bit AdamW (torchao 0.18
+/// `torchao.optim.AdamW8bit` under the fsdp2 runtime, bitsandbytes 0.50 `bnb.optim.AdamW8bit` under the
+/// others), Lion (lucidrains/lion-pytorch 0.2.5: one moment), Muon (torch.optim.Muon on the blocks' 2-D
+/// matrices with AdamW for the rest; sharded matrices gathered to orthogonalise, Moonlight's distributed
+/// Muon, arXiv:2502.16982 Algorithm 1).
+enum class Optimizer { kAdamW, kAdam, kSgd, kAdafactor, kAdamW8bit, kLion, kMuon };
 
 const char* to_string(Runtime r);
 const char* to_string(Precision p);
@@ -79,6 +86,7 @@ const char* to_string(AttentionCore a);
 const char* to_string(SdpaBackend b);
 const char* to_string(SacSdpaOps o);
 const char* to_string(RootParams r);
+const char* to_string(Optimizer o);
 
 /// Every value of a plan enum, in the order error messages and help texts list them. parse_enum, enum_names
 /// and parse_enum_or_throw below are the one place a knob's spelling is read, for flags, `--fix` and run
@@ -140,6 +148,12 @@ template <>
 struct EnumValues<RootParams> {
   static constexpr std::array v{RootParams::kNone, RootParams::kEmbeddingHead};
 };
+template <>
+struct EnumValues<Optimizer> {
+  static constexpr std::array v{Optimizer::kAdamW,     Optimizer::kAdam,      Optimizer::kSgd,
+                                Optimizer::kAdafactor, Optimizer::kAdamW8bit, Optimizer::kLion,
+                                Optimizer::kMuon};
+};
 
 template <class E>
 std::optional<E> parse_enum(std::string_view s) {
@@ -182,6 +196,8 @@ struct Plan {
   Precision precision = Precision::kBf16Mixed;
   std::optional<Dtype> reduce_dtype;  ///< default: fp32 for bf16-mixed and fp32, bf16 otherwise
   Offload offload = Offload::kNone;
+  /// The optimizer (its state per parameter, its step's traffic, Muon's gathers and Newton-Schulz GEMMs).
+  Optimizer optimizer = Optimizer::kAdamW;
   bool async_tp = false;  ///< TP collectives overlapped with GEMMs
   bool fused_optimizer = true;
   bool compile = false;  ///< torch.compile: elementwise ops fused (less HBM traffic)

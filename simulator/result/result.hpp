@@ -20,11 +20,12 @@ enum class CommKind : std::uint8_t {
   kAllReduce,
   kTpAllGather,
   kTpReduceScatter,
-  kOffloadCopy,  ///< host<->device copies of CPU offload (PCIe)
-  kCpRing,       ///< context parallelism: ring attention's K/V all-gathers and dK/dV shifts
-  kAllToAll,     ///< expert parallelism: MoE token dispatch and combine
+  kOffloadCopy,         ///< host<->device copies of CPU offload (PCIe)
+  kCpRing,              ///< context parallelism: ring attention's K/V all-gathers and dK/dV shifts
+  kAllToAll,            ///< expert parallelism: MoE token dispatch and combine
+  kOptimizerAllGather,  ///< the optimizer's own gathers (Muon: each sharded matrix, to orthogonalise it)
 };
-inline constexpr int kCommKinds = 8;
+inline constexpr int kCommKinds = 9;
 const char* to_string(CommKind k);
 
 struct CommStats {

@@ -6,8 +6,9 @@
 namespace shardplan {
 
 const char* to_string(CommKind k) {
-  static const char* n[] = {"all_gather",        "reduce_scatter", "all_reduce", "tp_all_gather",
-                            "tp_reduce_scatter", "offload_copy",   "cp_ring",    "ep_all_to_all"};
+  static const char* n[] = {"all_gather",    "reduce_scatter",    "all_reduce",
+                            "tp_all_gather", "tp_reduce_scatter", "offload_copy",
+                            "cp_ring",       "ep_all_to_all",     "optimizer_all_gather"};
   return n[static_cast<int>(k)];
 }
 

@@ -44,6 +44,7 @@ Plan all_changed() {
   x.precision = Precision::kBf16;
   x.reduce_dtype = Dtype::kBf16;
   x.offload = Offload::kParams;
+  x.optimizer = Optimizer::kLion;
   x.async_tp = true;
   x.fused_optimizer = false;
   x.compile = true;
@@ -94,7 +95,7 @@ TEST_CASE("knobs: a plan with every knob changed survives plan_to_flags and the 
         "--runtime deepspeed --zero 2 --shard-group 4 --tp 2 --seq 2048 --mbs 2 --grad-accum 3 --ac full "
         "--wrap 2 "
         "--prefetch 2 --reshard-after-forward false --precision bf16 --reduce-dtype bf16 --offload params "
-        "--async-tp "
+        "--optimizer lion --async-tp "
         "--foreach-optimizer --compile --hold-logits --fp32-norm --rs-input-rs-stream --zero-grad-in-place "
         "--loss-dtype bf16 "
         "--loss-impl eager "

@@ -40,7 +40,7 @@ std::string describe(const Plan& p) {
                   std::to_string(p.tp) + " ac " + to_string(p.ac) + " mbs " + std::to_string(p.mbs) + " ga " +
                   std::to_string(p.grad_accum) + " shard_group " + std::to_string(p.shard_group) +
                   " offload " + to_string(p.offload) + " precision " + to_string(p.precision) + " seq " +
-                  std::to_string(p.seq);
+                  std::to_string(p.seq) + " optimizer " + to_string(p.optimizer);
   if (p.compile) s += " compile";
   if (p.async_tp) s += " async_tp";
   return s;
@@ -83,6 +83,11 @@ Sampled sample_plans(const Setup& s, std::uint64_t seed) {
   constexpr std::array precisions{Precision::kBf16Mixed, Precision::kBf16Mixed, Precision::kBf16Mixed,
                                   Precision::kBf16Mixed, Precision::kBf16Mixed, Precision::kFp32};
   constexpr std::array seqs{std::int64_t{1024}, std::int64_t{4096}};
+  // AdamW (the default) on most plans; the other optimizers where the runtime runs them.
+  constexpr std::array optimizers{Optimizer::kAdamW, Optimizer::kAdamW,     Optimizer::kAdamW,
+                                  Optimizer::kAdamW, Optimizer::kAdam,      Optimizer::kSgd,
+                                  Optimizer::kLion,  Optimizer::kAdamW8bit, Optimizer::kAdafactor,
+                                  Optimizer::kMuon,  Optimizer::kMuon};
   SplitMix rng{seed};
   Sampled out;
   for (int tries = 0; static_cast<int>(out.plans.size()) < kPlansPerCase && tries < 5000; ++tries) {
@@ -100,6 +105,7 @@ Sampled sample_plans(const Setup& s, std::uint64_t seed) {
     p.async_tp = (f & 2) != 0;
     // Short sequences keep the sweep fast; capped at the model's own (GPT-2's 1,024 learned positions).
     p.seq = std::min<std::int64_t>(rng.pick(seqs), s.model.spec().seq);
+    p.optimizer = rng.pick(optimizers);
     const int dp = s.cluster->gpus() / p.tp;
     if (rng.pick(hsdp)) p.shard_group = std::min(8, dp / 2);
     try {
@@ -140,6 +146,7 @@ TEST_CASE("properties of every sampled plan", "[simulator][properties]") {
   // offload optimizer/params, compile, async TP, fp32, mbs 2, grad_accum 3.
   std::array<int, 3> by_runtime{}, by_ac{};
   std::array<int, 4> by_zero{};
+  std::array<int, EnumValues<Optimizer>::v.size()> by_optimizer{};
   int tp2 = 0, tp8 = 0, hsdp = 0, off_opt = 0, off_params = 0, compiled = 0, async = 0, fp32 = 0, mbs2 = 0,
       ga3 = 0;
   for (std::size_t ci = 0; ci < kCases.size(); ++ci) {
@@ -169,6 +176,7 @@ TEST_CASE("properties of every sampled plan", "[simulator][properties]") {
       const Result r = sim.run(p);
       ++by_runtime[static_cast<std::size_t>(p.runtime)], ++by_ac[static_cast<std::size_t>(p.ac)];
       ++by_zero[static_cast<std::size_t>(p.zero)];
+      ++by_optimizer[static_cast<std::size_t>(p.optimizer)];
       tp2 += p.tp == 2, tp8 += p.tp == 8, hsdp += p.replicas > 1, compiled += p.compile, async += p.async_tp;
       off_opt += p.offload == Offload::kOptimizer, off_params += p.offload == Offload::kParams;
       fp32 += p.precision == Precision::kFp32, mbs2 += p.mbs == 2, ga3 += p.grad_accum == 3;
@@ -257,6 +265,7 @@ TEST_CASE("properties of every sampled plan", "[simulator][properties]") {
   for (int n : by_runtime) CHECK(n > 0);
   for (int n : by_ac) CHECK(n > 0);
   for (int n : by_zero) CHECK(n > 0);
+  for (int n : by_optimizer) CHECK(n > 0);
   for (int n : {tp2, tp8, hsdp, off_opt, off_params, compiled, async, fp32, mbs2, ga3}) CHECK(n > 0);
   CHECK(prefetch_checked == total);
   CHECK(renamed_checked >= total / 3);
