@@ -88,6 +88,11 @@ const std::vector<std::pair<std::string, Assign>>& dimensions() {
                 const std::vector<Plan>& v) { s.cp = each<int>(v, [](const Plan& p) { return p.cp; }); }},
       {"ep", [](SearchSpace& s,
                 const std::vector<Plan>& v) { s.ep = each<int>(v, [](const Plan& p) { return p.ep; }); }},
+      {"optimizer",
+       [](SearchSpace& s, const std::vector<Plan>& v) {
+         s.optimizers = each<Optimizer>(v, [](const Plan& p) { return p.optimizer; });
+         s.base.optimizer = s.optimizers.front();
+       }},
   };
   return d;
 }
@@ -167,8 +172,9 @@ TieKeys tie_keys(const Result& r) {
   // Knobs set away from the framework's default (the parallel layout, AC mode and micro-batch are the plan
   // itself, not counted): ZeRO stage other than 3, wrap > 1 block, prefetch > 1, reduction not in fp32,
   // offload, torch.compile, async TP, float8.
-  k.non_default_knobs = (p.zero != 3) + (p.wrap != 1) + (p.prefetch != 1) + (p.reduce() != Dtype::kFp32) +
-                        (p.offload != Offload::kNone) + p.compile + p.async_tp + (p.fp8 != Fp8::kNone);
+  k.non_default_knobs = (p.zero != 3) + (p.optimizer != Optimizer::kAdamW) + (p.wrap != 1) +
+                        (p.prefetch != 1) + (p.reduce() != Dtype::kFp32) + (p.offload != Offload::kNone) +
+                        p.compile + p.async_tp + (p.fp8 != Fp8::kNone);
   return k;
 }
 
@@ -185,10 +191,14 @@ std::string plan_family(const Plan& p) {
   // Context and expert parallelism name their own families (absent at degree 1: the names stay as before).
   const std::string cp_ep =
       (p.cp > 1 ? fmt::format(" cp{}", p.cp) : std::string()) + (p.ep > 1 ? fmt::format(" ep{}", p.ep) : "");
-  return fmt::format("{} tp{}{}{} ac={} {}", to_string(p.runtime), p.tp, pipe, cp_ep, to_string(p.ac),
+  // An optimizer other than AdamW (searched with --fix optimizer=V1,V2) names its family too.
+  const std::string opt =
+      p.optimizer == Optimizer::kAdamW ? std::string() : std::string(" ") + to_string(p.optimizer);
+  return fmt::format("{} tp{}{}{} ac={} {}{}", to_string(p.runtime), p.tp, pipe, cp_ep, to_string(p.ac),
                      hsdp          ? "hsdp"
                      : p.zero == 0 ? "ddp"
-                                   : "fsdp");
+                                   : "fsdp",
+                     opt);
 }
 
 double network_bytes_per_gpu(const Result& r) {
@@ -265,8 +275,36 @@ static void reject(Rejections& r, const std::string& reason, const std::string& 
   if (r.count[reason]++ == 0) r.example[reason] = example;
 }
 
+namespace {
+std::vector<Plan> enumerate_layouts(const ModelGraph& model, const Cluster& cluster, const SearchSpace& sp,
+                                    SearchStats& stats);
+}  // namespace
+
+// --fix optimizer=V1,V2: every layout of the base optimizer with each other listed optimizer as well (a
+// combination the runtime cannot run is rejected with resolve_plan's reason).
 std::vector<Plan> enumerate_candidates(const ModelGraph& model, const Cluster& cluster, const SearchSpace& sp,
                                        SearchStats& stats) {
+  SearchSpace first = sp;
+  if (!sp.optimizers.empty()) first.base.optimizer = sp.optimizers.front();
+  std::vector<Plan> out = enumerate_layouts(model, cluster, first, stats);
+  const std::size_t layouts = out.size();
+  for (std::size_t k = 1; k < sp.optimizers.size(); ++k)
+    for (std::size_t i = 0; i < layouts; ++i) {
+      Plan p = out[i];
+      p.optimizer = sp.optimizers[k];
+      ++stats.considered;
+      try {
+        out.push_back(resolve_plan(p, model, cluster, sp.global_batch));
+      } catch (const InputError& e) {
+        reject(stats.rejections, e.where() + " invalid", plan_to_flags(p) + "  (" + e.what() + ")");
+      }
+    }
+  return out;
+}
+
+namespace {
+std::vector<Plan> enumerate_layouts(const ModelGraph& model, const Cluster& cluster, const SearchSpace& sp,
+                                    SearchStats& stats) {
   std::vector<Plan> out;
   const int node = cluster.spec().node.nvlink_domain_gpus;
   // --fix pp without 1: every candidate is pipelined (enumerate_pipeline_candidates).
@@ -433,6 +471,7 @@ std::vector<Plan> enumerate_pipeline_candidates(const ModelGraph& model, const C
     }
   return out;
 }
+}  // namespace
 
 std::string binding_constraint(const Result& r) {
   const double used = static_cast<double>(r.peak_reserved_bytes + r.overhead.total());

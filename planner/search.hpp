@@ -46,6 +46,9 @@ struct SearchSpace {
   /// Expert parallelism; empty: {1} for dense models; for MoE models the powers of two dividing the expert
   /// count and dp_shard x cp.
   std::vector<int> ep;
+  /// Optimizers: searched only when --fix optimizer=V1,V2 lists values (every layout is then tried with each;
+  /// empty: base.optimizer only).
+  std::vector<Optimizer> optimizers;
   /// The non-searched knobs of every candidate (precision, seq, fp8, compile, async_tp, loss_dtype, ...).
   Plan base;
   /// Set by --fix grad_accum=N: candidates whose global batch needs another accumulation are rejected.
