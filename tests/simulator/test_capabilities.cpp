@@ -1,11 +1,12 @@
 // The capability table (simulator/plan/capabilities.hpp): complete, every entry sourced, docs/capabilities.md
 // generated from it, resolve_plan refusing what a runtime lacks in one sentence naming the runtime and its
-// source.
+// source, and DeepSpeed AutoTP lowered without sequence parallelism, its TP collectives as all-reduces.
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <string>
 
 #include "sim_helpers.hpp"
+#include "simulator/memory/memory.hpp"
 #include "simulator/plan/plan.hpp"
 
 using namespace shardplan;
@@ -90,4 +91,40 @@ TEST_CASE("resolve_plan refuses what the runtime lacks in one sentence naming th
   } catch (const InputError& e) {
     CHECK(std::string(e.what()).find('\n') == std::string::npos);
   }
+}
+
+TEST_CASE("DeepSpeed AutoTP: activations without sequence parallelism, TP collectives as all-reduces",
+          "[capabilities][lowering]") {
+  // Llama-3-8B on 8 H100s, TP 2, one micro-batch of 4,096 tokens, no AC: FSDP2 runs torchtitan's sequence
+  // parallelism, DeepSpeed AutoTP all-reduces (deepspeed 0.19.8 module_inject/layers.py LinearAllreduce).
+  Setup s("llama3-8b", "dgx-h100", 8);
+  Plan f;
+  f.tp = 2;
+  f.seq = 4096;
+  f.zero = 3;
+  Plan d = f;
+  d.runtime = Runtime::kDeepSpeed;
+  const Plan fr = s.resolve(f), dr = s.resolve(d);
+  CHECK(sequence_parallel_divisor(fr) == 2);
+  CHECK(sequence_parallel_divisor(dr) == 1);
+  // Full AC keeps each block's input: T x h x 2 bytes, divided by tp under sequence parallelism only.
+  const double T = 4096, h = static_cast<double>(s.model.spec().hidden);
+  CHECK(block_input_bytes(s.model.spec(), fr, T) == Approx(T * h * 2 / 2));
+  CHECK(block_input_bytes(s.model.spec(), dr, T) == Approx(T * h * 2));
+  CHECK(Simulator::activation_bytes(s.model, dr) > Simulator::activation_bytes(s.model, fr));
+  CHECK(runtime_traits(dr).tp_all_reduce);
+  CHECK_FALSE(runtime_traits(fr).tp_all_reduce);
+  // Bytes per rank: a ring all-reduce moves what its reduce-scatter and all-gather halves move, 2 (n-1)/n x
+  // buffer. Sequence parallelism per block: forward 2 all-gathers + 2 reduce-scatters, backward the mirror;
+  // the embedding a reduce-scatter and its mirror, the head an all-gather and its mirror: (8 L + 4) (n-1)/n
+  // buffers. AutoTP per block: 2 all-reduces forward, 2 backward; the embedding's forward and the head's
+  // backward one each: (4 L + 2) x 2 (n-1)/n buffers, the same bytes.
+  const Result rf = s.run(f), rd = s.run(d);
+  auto tp_bytes = [](const Result& r) {
+    return r.comm[static_cast<std::size_t>(CommKind::kTpAllGather)].bytes_per_rank +
+           r.comm[static_cast<std::size_t>(CommKind::kTpReduceScatter)].bytes_per_rank;
+  };
+  const double L = s.model.blocks(), buf = T * h * 2;
+  CHECK(tp_bytes(rf) == Approx((8 * L + 4) * 0.5 * buf));
+  CHECK(tp_bytes(rd) == Approx((4 * L + 2) * 2 * 0.5 * buf));
 }
