@@ -344,7 +344,10 @@ Command add_plan_command(CLI::App& app) {
             if (o.plans.empty() && !o.closest)
               // No candidate passed the structural checks: bad input, with what would give one (--fix named
               // only when one was given).
-              throw InputError::flag(space.fixed_keys.empty() ? "--global-batch" : "--fix", o.no_candidate);
+              throw InputError::flag(o.no_candidate.rfind("global batch", 0) == 0 ? "--global-batch"
+                                     : space.fixed_keys.empty()                   ? "plan"
+                                                                                  : "--fix",
+                                     o.no_candidate);
             // Build all outputs before writing any.
             std::vector<std::pair<std::string, std::string>> files;
             std::string emit_lines;  // printed on stderr once the outputs are built

@@ -122,7 +122,8 @@ TEST_CASE("acceptance: Llama-3.1-405B on 16,384 H100s, 2,048 x 8,192: at least a
   CHECK(p.plans[0].tokens_per_s_per_gpu == Approx(recipe.tokens_per_s_per_gpu).epsilon(1e-9));
 }
 
-TEST_CASE("--fix virtual_stages=8 gives plans with 8 virtual stages", "[capabilities][search][real]") {
+TEST_CASE("pinned virtual stages: --fix virtual_stages=8 gives plans with 8 virtual stages",
+          "[capabilities][search][real]") {
   Setup s("llama3.1-405b", "dgx-h100", 16384);
   SearchSpace sp = cli_like(2048, 8192);
   sp.fix("virtual_stages=8");
@@ -138,9 +139,9 @@ TEST_CASE("--fix virtual_stages=8 gives plans with 8 virtual stages", "[capabili
 
 TEST_CASE("global batch 1,024 on 16,384 H100s: the PP x CP plans that divide it are searched",
           "[capabilities][search][real]") {
-  // Without CP dp >= 16,384 / (8 x 32) = 64 leaves at most 16 micro-batches: 1,024 / 64 = 16 for PP 32 (not
-  // enough for 1F1B at pp 32 is fine: 16 < 32 is rejected), PP 16 needs dp 128 -> 8 micro-batches < 16. CP 2
-  // at TP 8 and PP 16 gives dp 64 and 16 micro-batches.
+  // Without CP: no plan without PP (dp >= 16,384 / 8 = 2,048 > 1,024 sequences), and at TP 8 and PP p,
+  // dp = 2,048 / p leaves 1,024 / dp = p / 2 micro-batches, fewer than the pp ranks. CP 2 at TP 8 and PP 16
+  // gives dp 64 and 16 micro-batches.
   Setup s("llama3.1-405b", "dgx-h100", 16384);
   const SearchOutcome o = search_plans(s.model, *s.cluster, *s.costs, cli_like(1024, 8192), options(5));
   REQUIRE_FALSE(o.plans.empty());
@@ -236,8 +237,9 @@ TEST_CASE("every --fix key of the knob table is honoured or refused with a sente
   }
 }
 
-TEST_CASE("--emit's capabilities constrain the search; as_emitted is the identity on what it returns",
-          "[capabilities][emit][search]") {
+TEST_CASE(
+    "emit targets: their capabilities constrain the search, as_emitted is the identity on what it returns",
+    "[capabilities][emit][search]") {
   Setup s("llama3-8b", "dgx-h100", 16);
   for (EmitTarget t : kEmitTargets) {
     INFO(to_string(t));
