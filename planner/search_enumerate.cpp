@@ -284,8 +284,7 @@ std::optional<Plan> structural_check(const ModelGraph& model, const Cluster& clu
   try {
     return resolve_plan(p, model, cluster, sp.global_batch);
   } catch (const InputError& e) {
-    rj.add_lazy(Rejection::kInvalidPlan,
-                [&] { return plan_to_flags(p) + "  (" + e.where() + ": " + e.what() + ")"; });
+    rj.add_lazy(Rejection::kInvalidPlan, [&] { return plan_to_flags(p) + "  (" + e.what() + ")"; });
     return std::nullopt;
   }
 }
