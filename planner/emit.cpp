@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "core/json_reader.hpp"
+#include "planner/emit_target.hpp"
 #include "simulator/cost/cost.hpp"
 #include "simulator/lowering/lowering.hpp"
 #include "simulator/plan/plan.hpp"
@@ -215,7 +216,8 @@ std::string titan_fqn_parts(const Plan& p, const ModelGraph& model) {
 }  // namespace
 
 Runtime emit_target_runtime(const std::string& kind) {
-  return kind == "deepspeed" ? Runtime::kDeepSpeed : Runtime::kFsdp2;  // torchtitan runs FSDP2
+  const auto t = parse_emit_target(kind);
+  return t ? target_runtime(*t) : Runtime::kFsdp2;  // torchtitan runs FSDP2
 }
 
 std::optional<TorchtitanFlavor> torchtitan_flavor(const ModelSpec& m) {
@@ -720,13 +722,11 @@ std::pair<std::string, std::string> parse_emit_spec(const std::string& spec) {
   auto c = spec.find(':');
   std::string kind = spec.substr(0, c);
   if (c == std::string::npos || c + 1 >= spec.size())
-    throw InputError::flag(
-        "--emit",
-        "expected KIND:FILE (fsdp2, deepspeed, torchtitan or torchtitan-toml), got \"" + spec + "\"");
-  if (kind != "fsdp2" && kind != "deepspeed" && kind != "torchtitan" && kind != "torchtitan-toml")
-    throw InputError::flag(
-        "--emit",
-        "unknown kind \"" + kind + "\"; expected one of: fsdp2, deepspeed, torchtitan, torchtitan-toml");
+    throw InputError::flag("--emit",
+                           "expected KIND:FILE (" + emit_target_names() + "), got \"" + spec + "\"");
+  if (!parse_emit_target(kind))
+    throw InputError::flag("--emit",
+                           "unknown kind \"" + kind + "\"; expected one of: " + emit_target_names());
   return {kind, spec.substr(c + 1)};
 }
 

@@ -839,8 +839,8 @@ std::string html_plan_report(const SearchOutcome& o, const ModelGraph& model, co
          "<th>example</th></tr>";
     for (const auto& [reason, count] : o.stats.rejections.count) {
       auto ex = o.stats.rejections.example.find(reason);
-      b += fmt::format("<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td></tr>", escape(reason), count,
-                       escape(ex == o.stats.rejections.example.end() ? "" : ex->second));
+      b += fmt::format("<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td></tr>", escape(to_string(reason)),
+                       count, escape(ex == o.stats.rejections.example.end() ? "" : ex->second));
     }
     b += "</table></section>\n";
   }

@@ -2,6 +2,7 @@
 // docs/model.md "Float8", tensor parallelism §2.1).
 #include "simulator/lowering/units.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/checked.hpp"
@@ -316,7 +317,24 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
     if (u.blocks == 0) u.workspace_accum_bytes = u.workspace_bytes;
     // Tensor-parallel collectives (sequence parallel): per block an all-gather before and a reduce-scatter
     // after attention and the MLP; the head all-gathers its input, the embedding reduce-scatters its output.
-    if (t > 1) {
+    if (t > 1 && rt.tp_all_reduce) {
+      // DeepSpeed AutoTP (deepspeed 0.19.8 module_inject/layers.py): no sequence parallelism; each block
+      // all-reduces the outputs of its two row-parallel projections (LinearAllreduce, RowParallel) in forward
+      // and the input gradients of its column-parallel projections (ColumnParallel.backward) in backward,
+      // over the full sequence. The embedding's output and the head's input gradient are one all-reduce each.
+      // An all-reduce is reported as its reduce-scatter and all-gather halves (the ring's bytes exactly).
+      const double buf = T * static_cast<double>(s.hidden) * bc;
+      const double ar = coll(CollectiveKind::kAllReduce, buf, tpg);
+      const int fwd = u.blocks > 0 ? 2 * u.blocks : u.has_loss ? 0 : 1;
+      const int bwd = u.blocks > 0 ? 2 * u.blocks : u.has_loss ? 1 : 0;
+      u.tp_ag_bytes = u.blocks > 0 || !u.has_loss ? fwd * buf : 0.0;
+      u.tp_rs_bytes = std::max(fwd, bwd) * buf;
+      u.tp_ag_mirror_bytes = bwd * buf;
+      u.tp_fwd_s = fwd * ar;
+      u.tp_fwd_ag_s = 0.5 * u.tp_fwd_s;
+      u.tp_bwd_s = bwd * ar;
+      u.tp_bwd_ag_s = 0.5 * u.tp_bwd_s;
+    } else if (t > 1) {
       const double buf = T * static_cast<double>(s.hidden) * bc;
       int ag = 0, rs = 0;
       if (u.blocks > 0)

@@ -26,7 +26,9 @@ std::int64_t tensor_shard_elems(const Tensor& t, int tp, int shard_group, Paddin
 }
 
 double sequence_parallel_divisor(const Plan& p) {
-  return p.tp > 1 ? p.tp : 1;
+  // Without sequence parallelism (DeepSpeed AutoTP: capabilities.hpp) the activations between the TP regions
+  // are the full sequence on every TP rank.
+  return p.tp > 1 && tp_sequence_parallel(p.runtime) ? p.tp : 1;
 }
 
 double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens, bool accumulated) {

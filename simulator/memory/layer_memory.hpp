@@ -8,8 +8,9 @@
 
 namespace shardplan {
 
-/// What TP divides the h-sized (sequence-parallel) activations by: tp with TP (sequence parallelism, as
-/// torchtitan and Megatron run it), 1 without.
+/// What TP divides the h-sized (sequence-parallel) activations by: tp with TP where the runtime runs sequence
+/// parallelism (torchtitan, FSDP1 with DTensor TP, Megatron), 1 without TP or without sequence parallelism
+/// (DeepSpeed AutoTP; capabilities.hpp tp_sequence_parallel).
 double sequence_parallel_divisor(const Plan& p);
 /// The TP-local shape of a tensor: column-parallel tensors split dim 0, row-parallel ones dim 1.
 std::int64_t tp_local_rows(const Tensor& t, int tp);

@@ -30,25 +30,7 @@ void check_pipeline_mesh(const Plan& p, int gpus) {
   // The mesh is [pp, dp, tp] (torchtitan ParallelDims: pp, dp_replicate, dp_shard, cp, tp; tp innermost).
   need(gpus % (p.tp * p.pp) == 0, "--pp",
        "tp x pp = " + str(p.tp) + " x " + str(p.pp) + " does not divide " + str(gpus) + " GPUs");
-  if (p.pp == 1) return;
-  // torch.distributed.pipelining drives FSDP2 (stage.py backward_maybe_with_nosync: FSDPModule) or DDP;
-  // FSDP1 has no pipeline integration there and torchtitan builds FSDP2 only.
-  need(p.runtime != Runtime::kFsdp1, "--pp",
-       "pipeline parallelism is modelled for fsdp2 (torch.distributed.pipelining) and deepspeed "
-       "(PipelineEngine); use --runtime fsdp2");
-  // deepspeed 0.19.8 deepspeed/runtime/pipe/engine.py: assert zero stage < gradients, "ZeRO-2 and ZeRO-3
-  // are incompatible with pipeline parallelism".
-  need(
-      p.runtime != Runtime::kDeepSpeed || p.zero <= 1, "--pp",
-      "deepspeed's PipelineEngine supports ZeRO stage 0 or 1 only (\"ZeRO-2 and ZeRO-3 are incompatible with "
-      "pipeline parallelism\"); use --zero 1");
-  // Megatron-core's schedules (megatron/core/pipeline_parallel/schedules.py, core_r0.8.0):
-  // forward_backward_pipelining_without_interleaving (1F1B) and ..._with_interleaving (interleaved 1F1B).
-  need(p.runtime != Runtime::kMegatron || p.pp_schedule == PpSchedule::k1F1B ||
-           p.pp_schedule == PpSchedule::kInterleaved1F1B,
-       "--pp-schedule", "megatron runs 1f1b or interleaved-1f1b (virtual pipeline stages)");
-  need(p.runtime != Runtime::kDeepSpeed || p.pp_schedule == PpSchedule::k1F1B, "--pp-schedule",
-       "deepspeed's PipelineEngine runs its own 1F1B schedule (TrainSchedule); use --pp-schedule 1f1b");
+  // Which runtimes pipeline, with which ZeRO stages and schedules: the capability table (capabilities.hpp).
 }
 
 void resolve_pipeline(Plan& p, const ModelGraph& model) {

@@ -555,11 +555,11 @@ TEST_CASE("CLI --from: an emitted torchtitan TOML read back gives the same plan"
                     "torchtitan-toml", dir / "t.toml");
   CHECK(simulate_from(dir, (dir / "t.toml").string()) == rec);
   // A pp 4 interleaved 1F1B plan: [parallelism] pipeline_parallel_* read back as the same plan.
-  const Json pipe =
-      plan_emitting(dir,
-                    "--fix runtime=fsdp2 --fix pp=4 --fix pp_schedule=interleaved-1f1b --fix tp=1 "
-                    "--fix ac=full --fix fp8=none --fix prefetch=1 --fix wrap=1",
-                    "torchtitan-toml", dir / "pp.toml");
+  const Json pipe = plan_emitting(
+      dir,
+      "--fix runtime=fsdp2 --fix pp=4 --fix pp_schedule=interleaved-1f1b --fix virtual_stages=2 "
+      "--fix tp=1 --fix ac=full --fix fp8=none --fix prefetch=1 --fix wrap=1",
+      "torchtitan-toml", dir / "pp.toml");
   REQUIRE(pipe["pp"] == 4);
   const std::string toml = ptest::read_text(dir / "pp.toml");
   INFO(toml);
@@ -625,8 +625,8 @@ TEST_CASE("CLI --from: emitted torchtitan 0.3.0 configs read back give the same 
       // (pipeline_parallel_degree / _schedule / _microbatch_size, local_batch_size = micro-batch x
       // micro-batches), and the same with the plan's own split of the 32 blocks over the 8 stages
       // (module_fqns_per_model_part).
-      "--fix runtime=fsdp2 --fix pp=4 --fix pp_schedule=interleaved-1f1b --fix tp=1 --fix ac=full "
-      "--fix fp8=none",
+      "--fix runtime=fsdp2 --fix pp=4 --fix pp_schedule=interleaved-1f1b --fix virtual_stages=2 --fix tp=1 "
+      "--fix ac=full --fix fp8=none",
       "--fix runtime=fsdp2 --fix pp=4 --fix pp_schedule=interleaved-1f1b --fix pp_layers=3,4,4,4,4,4,4,5 "
       "--fix tp=1 --fix ac=full --fix fp8=none",
   };
