@@ -10,6 +10,7 @@
 #include <regex>
 #include <sstream>
 
+#include "planner/report/evidence.hpp"
 #include "simulator/model/model.hpp"
 #include "simulator/plan/plan.hpp"
 
@@ -153,6 +154,18 @@ void validate_record(const Json& rec, const std::string& file, const std::string
     vr.id = id;
     vr.group = fmt::format("{} | {} | {} | {}", source, mj.dump(), cj.dump(), gpus);
     for (const Knob& k : plan_knobs()) vr.knobs.push_back(k.get(p));
+    vr.plan = p;
+    vr.gpu = cluster.spec().gpu.model;
+    vr.arch = to_string(cluster.spec().gpu.arch);
+    vr.features = model_features(model.spec());
+    vr.predicted_reserved_bytes = r.peak_reserved_bytes;
+    vr.overhead_bytes = r.overhead.total();
+    vr.capacity_bytes = r.capacity_bytes;
+    vr.predicted_mfu = r.mfu;
+    vr.predicted_tokens_per_s = r.tokens_per_s_per_gpu;
+    vr.scope_time = scope_time;
+    vr.scope_memory = scope_memory;
+    vr.file = file;
     out.records.push_back(std::move(vr));
     if (pp_rank >= p.pp) {
       bad_rank = fmt::format("{} is not a rank of pp {}", pp_rank, p.pp);

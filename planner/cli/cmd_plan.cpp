@@ -10,6 +10,7 @@
 #include "planner/cli/commands.hpp"
 #include "planner/cli/common.hpp"
 #include "planner/emit.hpp"
+#include "planner/report/evidence.hpp"
 #include "planner/report/html.hpp"
 #include "planner/report/margin.hpp"
 #include "planner/report/report.hpp"
@@ -25,7 +26,7 @@ struct PlanArgs {
   std::string seq;
   std::vector<std::string> fixes, emits;
   int top = 10, threads = 0;
-  double headroom = -1;
+  double headroom = -1, risk = -1;
   std::string json, html, from;
 };
 
@@ -75,6 +76,11 @@ Command add_plan_command(CLI::App& app) {
   sub->add_option("--headroom", a->headroom,
                   fmt::format("fraction of GPU memory kept free (default {:.2f}: {})", kDefaultHeadroom,
                               kDefaultHeadroomRule));
+  sub->add_option(
+      "--risk", a->risk,
+      "accepted probability of running out of memory, e.g. 0.01: sets the headroom at which every "
+      "accepted plan's OOM probability is at most this (docs/model.md \"Out-of-memory "
+      "probability\"); instead of --headroom");
   sub->add_option("--json", a->json, "write the JSON result to FILE or - for stdout");
   sub->add_option("--html", a->html, "write a self-contained HTML report of the ranked plans to FILE");
   sub->add_option("--emit", a->emits,
@@ -145,6 +151,18 @@ Command add_plan_command(CLI::App& app) {
         opts.threads = a->threads;
         opts.headroom = a->headroom >= 0 ? a->headroom : kDefaultHeadroom;
         if (opts.headroom >= 1) throw InputError::flag("--headroom", "must be in [0, 1)");
+        std::string headroom_rule = a->headroom >= 0 ? "--headroom" : kDefaultHeadroomRule;
+        if (a->risk != -1) {
+          if (a->headroom >= 0) throw InputError::flag("--risk", "give --risk or --headroom, not both");
+          if (!(a->risk > 0 && a->risk < 1))
+            throw InputError::flag("--risk", fmt::format("must be a probability in (0, 1), got {}", a->risk));
+          opts.headroom = risk_headroom(a->risk);
+          headroom_rule = fmt::format(
+              "--risk {}: at this headroom every accepted plan's probability of running out of memory is at "
+              "most "
+              "{}",
+              a->risk, format_probability(a->risk));
+        }
         const bool tty = ::isatty(2);
         auto start = std::chrono::steady_clock::now();
         bool shown = false;
@@ -270,6 +288,8 @@ Command add_plan_command(CLI::App& app) {
                       {"rule", kThroughputTieRule}}},
                     {"pareto", pareto},
                     {"headroom", o.headroom},
+                    {"headroom_rule", headroom_rule},
+                    {"risk", a->risk != -1 ? Json(a->risk) : Json(nullptr)},
                     {"search",
                      {{"considered", o.stats.considered},
                       {"evaluated", o.stats.evaluated},
@@ -298,6 +318,7 @@ Command add_plan_command(CLI::App& app) {
               "simulations/s)\n\n",
               o.stats.considered, o.stats.evaluated, o.stats.fitting, 100 * (1 - o.headroom), o.stats.seconds,
               o.stats.seconds > 0 ? static_cast<double>(o.stats.evaluated) / o.stats.seconds : 0.0);
+          if (a->risk != -1) s += fmt::format("headroom {:.1f} % ({})\n\n", 100 * o.headroom, headroom_rule);
           if (!o.plans.empty()) {
             s += "  # runtime   zero  shard  tp  mbs accum ac        wrap  pf red   other              step "
                  "(s)  tok/s/GPU     vs rec  MFU%   peak mem   headroom   exposed  binding\n";
@@ -312,6 +333,8 @@ Command add_plan_command(CLI::App& app) {
                  fmt::format(" --gpus {} ", l.cluster->gpus()) + plan_to_flags(o.plans[0].plan) + "\n";
             s += o.explanation + "\n";
             s += margin_statement(o.plans[0]) + "\n";
+            for (const auto& w : evidence_warnings(o.plans[0], l.model->spec(), l.cluster->spec()))
+              s += "warning: " + w + "\n";
           } else {
             s += o.explanation + "\n";
           }
