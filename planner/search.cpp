@@ -522,10 +522,12 @@ std::string explain(const SearchOutcome& out, const std::vector<Result>& results
                      to_string(rec.plan.reduce()));
   if (!out.tie_rule.empty() && out.fastest)
     e += fmt::format(
-        "\ntie-break: {} plans are within the model's {:.1f} % throughput error of the fastest ({}, {:.0f} "
-        "tokens/s/GPU, {:+.1f} %); chosen by the rule \"{}\"",
-        out.tied, 100 * out.tie_tolerance, plan_family(out.fastest->plan), out.fastest->tokens_per_s_per_gpu,
-        100 * (out.fastest->tokens_per_s_per_gpu / rec.tokens_per_s_per_gpu - 1), out.tie_rule);
+        "\ntie-break: {} plans are within the model's {:.1f} % throughput error of the fastest ({}{}, "
+        "{:.0f} tokens/s/GPU; the recommendation is {:.1f} % slower); chosen by the rule \"{}\"",
+        out.tied, 100 * out.tie_tolerance,
+        out.plans.size() > 1 && out.plans[1].plan == out.fastest->plan ? "row 2: " : "not listed, --top 1: ",
+        plan_family(out.fastest->plan), out.fastest->tokens_per_s_per_gpu,
+        100 * (1 - rec.tokens_per_s_per_gpu / out.fastest->tokens_per_s_per_gpu), out.tie_rule);
   else if (out.tied > 1)
     e += fmt::format(
         "\nthe fastest plan; {} plans are within the model's {:.1f} % throughput error of it and all rank "
@@ -553,7 +555,8 @@ std::string explain(const SearchOutcome& out, const std::vector<Result>& results
                                 deltas(rec, *n, limit)));
   for (const auto& m : moves) e += "\n  " + m;
   for (std::size_t i = 1; i < out.plans.size() && i < 4; ++i)
-    e += fmt::format("\n  vs {} ({}): {}", out.alternatives[i].family,
+    e += fmt::format("\n  vs row {}, {}{} ({} of the fastest): {}", i + 1,
+                     out.alternatives[i].role == "fastest" ? "the fastest, " : "", out.alternatives[i].family,
                      out.alternatives[i].within_error ? "within error" : "beyond error",
                      deltas(rec, out.plans[i], limit));
   return e;
@@ -853,25 +856,44 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
       Simulator sim(model, cluster, costs, opts.simulator);
       out.plans.push_back(sim.run(rec.plan, true));
     }
-    out.alternatives.push_back({plan_family(rec.plan), 0, true});
-    // The other families: each represented by its own tie-rule choice, faster first.
-    std::map<std::string, std::vector<const Result*>> families;
-    for (const Result* r : all) families[plan_family(r->plan)].push_back(r);
+    // The table: the recommendation, then the fastest plan when it is another plan (the one a tie-break line
+    // names), then the fastest plan of every other family, faster first. Each row's difference is taken to
+    // the fastest plan, and `within_error` is exactly |that difference| < the tolerance: the rows marked a
+    // tie are the plans choose_plan could have recommended.
+    auto row = [&](const Result& r, const char* role) {
+      const double d_fast = r.tokens_per_s_per_gpu / top_tps - 1;
+      out.alternatives.push_back({plan_family(r.plan), r.tokens_per_s_per_gpu / rec.tokens_per_s_per_gpu - 1,
+                                  top_tps - r.tokens_per_s_per_gpu < opts.tie_tolerance * top_tps, d_fast,
+                                  role});
+    };
+    row(rec, wi == 0 ? "recommended, fastest" : "recommended");
+    const bool fastest_row = wi != 0 && opts.top >= 2;
+    if (fastest_row) {
+      out.plans.push_back(*all[0]);
+      row(*all[0], "fastest");
+    }
+    // The other families, each by its fastest plan whose reserved memory was replayed (the fitting plans of a
+    // listed family's first replays are: stage 3c replays down from its fastest until one fits).
+    std::map<std::string, const Result*> best;
+    for (const Result* r : all) {
+      const std::string f = plan_family(r->plan);
+      const Result*& b = best[f];
+      const bool better_pick = !b || (r->allocator.replayed && !b->allocator.replayed) ||
+                               (r->allocator.replayed == b->allocator.replayed &&
+                                r->tokens_per_s_per_gpu > b->tokens_per_s_per_gpu);
+      if (better_pick) b = r;
+    }
     std::vector<const Result*> reps;
-    for (const auto& [name, members] : families)
-      if (name != out.alternatives[0].family)
-        reps.push_back(members[choose_plan(members, opts.tie_tolerance).first]);
+    for (const auto& [name, r] : best)
+      if (name != plan_family(rec.plan) && !(fastest_row && name == plan_family(all[0]->plan)))
+        reps.push_back(r);
     std::stable_sort(reps.begin(), reps.end(), [](const Result* a, const Result* b) {
       return a->tokens_per_s_per_gpu > b->tokens_per_s_per_gpu;
     });
     for (const Result* r : reps) {
       if (static_cast<int>(out.plans.size()) >= std::max(1, opts.top)) break;
-      const double d = r->tokens_per_s_per_gpu / rec.tokens_per_s_per_gpu - 1;
-      const double scale = std::max(r->tokens_per_s_per_gpu, rec.tokens_per_s_per_gpu);
       out.plans.push_back(*r);
-      out.alternatives.push_back(
-          {plan_family(r->plan), d,
-           std::abs(r->tokens_per_s_per_gpu - rec.tokens_per_s_per_gpu) < opts.tie_tolerance * scale});
+      row(*r, "best of its family");
     }
     // Pareto front over (tokens/s up, headroom up, network bytes down): in (tokens/s desc, headroom desc,
     // network asc) order a plan is dominated iff a plan already on the front dominates it.
@@ -933,10 +955,16 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
     out.explanation +=
         out.plans.size() == 1
             ? fmt::format("\n{} plans fit; only the recommendation is listed (--top 1)", out.stats.fitting)
-            : fmt::format(
-                  "\n{} plans fit; listed: the recommendation and the best plan of {} other famil{} "
-                  "(runtime x TP x AC x HSDP; --top)",
-                  out.stats.fitting, out.plans.size() - 1, out.plans.size() == 2 ? "y" : "ies");
+            : [&] {
+                const std::size_t families =
+                    out.plans.size() - 1 -
+                    (out.plans.size() > 1 && out.fastest && out.plans[1].plan == out.fastest->plan);
+                return fmt::format(
+                    "\n{} plans fit; listed: the recommendation{}{} the fastest plan of {} other famil{} "
+                    "(runtime x TP x PP x CP x EP x AC x HSDP; --top)",
+                    out.stats.fitting, out.plans.size() - 1 > families ? ", the fastest plan" : "",
+                    families ? " and" : ",", families, families == 1 ? "y" : "ies");
+              }();
   out.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

@@ -30,24 +30,28 @@ struct PlanArgs {
   std::string json, html, from;
 };
 
-// One table row; `alt` says how it compares with the recommendation (row 1).
+// One table row; `alt` says how it compares with the fastest plan (every difference is to the fastest, and
+// `~` marks exactly the rows within the tie tolerance of it: the plans the tie rule could have recommended).
 std::string plan_row(const Result& r, const Alternative& alt, int rank) {
   std::string extra;  // knobs away from the defaults that the columns do not show
   if (r.plan.compile) extra += "compile ";
   if (r.plan.async_tp) extra += "async-tp ";
   if (r.plan.fp8 != Fp8::kNone) extra += std::string("fp8=") + to_string(r.plan.fp8) + " ";
-  if (r.plan.cp > 1) extra += "cp" + std::to_string(r.plan.cp) + " ";
-  if (r.plan.ep > 1) extra += "ep" + std::to_string(r.plan.ep) + " ";
-  const std::string vs = rank == 1
-                             ? std::string("      rec")
-                             : fmt::format("{:>+8.1f}%{}", 100 * alt.delta_rel, alt.within_error ? "~" : " ");
+  if (r.plan.offload != Offload::kNone) extra += std::string("offload=") + to_string(r.plan.offload) + " ";
+  const std::string vs = alt.delta_fastest == 0 ? std::string("fastest ")
+                                                : fmt::format("{:>+7.1f}%{}", 100 * alt.delta_fastest,
+                                                              alt.within_error ? "~" : " ");
   return fmt::format(
-      "{:>3} {:<9} {:>4} {:>6} {:>3} {:>4} {:>5} {:<9} {:>4} {:>3} {:<5} {:<17} {:>9.3f} {:>10.0f} {:>10} "
-      "{:>6.1f} {:>10} {:>10} {:>9.3f}  {}\n",
-      rank, to_string(r.plan.runtime), r.plan.zero, r.plan.shard_group, r.plan.tp, r.plan.mbs,
-      r.plan.grad_accum, to_string(r.plan.ac), r.plan.wrap, r.plan.prefetch, to_string(r.plan.reduce()),
-      extra.empty() ? "-" : extra.substr(0, extra.size() - 1), r.step_s, r.tokens_per_s_per_gpu, vs,
-      100 * r.mfu, format_bytes(static_cast<double>(r.peak_reserved_bytes + r.overhead.total())),
+      "{:>3} {:<9} {:>4} {:>6} {:>3} {:>3} {:>3} {:<22} {:>4} {:>5} {:<9} {:>4} {:>3} {:<5} {:<17} {:>9.3f} "
+      "{:>10.0f} {:>10} {:>6.1f} {:>10} {:>10} {:>9.3f}  {}\n",
+      rank, to_string(r.plan.runtime), r.plan.zero, r.plan.shard_group, r.plan.tp, r.plan.cp, r.plan.ep,
+      r.plan.pp > 1 ? fmt::format("{} {} v{}", r.plan.pp, to_string(r.plan.pp_schedule),
+                                  std::max(1, r.plan.virtual_stages))
+                    : std::string("1"),
+      r.plan.mbs, r.plan.grad_accum, to_string(r.plan.ac), r.plan.wrap, r.plan.prefetch,
+      to_string(r.plan.reduce()), extra.empty() ? "-" : extra.substr(0, extra.size() - 1), r.step_s,
+      r.tokens_per_s_per_gpu, vs, 100 * r.mfu,
+      format_bytes(static_cast<double>(r.peak_reserved_bytes + r.overhead.total())),
       format_bytes(static_cast<double>(r.headroom_bytes())), r.exposed_comm_s, binding_constraint(r));
 }
 }  // namespace
@@ -251,8 +255,10 @@ Command add_plan_command(CLI::App& app) {
           Json alternatives = Json::array();
           for (std::size_t i = 0; i < o.plans.size(); ++i)
             alternatives.push_back({{"family", o.alternatives[i].family},
+                                    {"role", o.alternatives[i].role},
                                     {"tokens_per_s_per_gpu", o.plans[i].tokens_per_s_per_gpu},
                                     {"delta_vs_recommended", o.alternatives[i].delta_rel},
+                                    {"delta_vs_fastest", o.alternatives[i].delta_fastest},
                                     {"within_error", o.alternatives[i].within_error},
                                     {"flags", plan_to_flags(o.plans[i].plan)}});
           Json pareto = Json::array();
@@ -320,15 +326,22 @@ Command add_plan_command(CLI::App& app) {
               o.stats.seconds > 0 ? static_cast<double>(o.stats.evaluated) / o.stats.seconds : 0.0);
           if (a->risk != -1) s += fmt::format("headroom {:.1f} % ({})\n\n", 100 * o.headroom, headroom_rule);
           if (!o.plans.empty()) {
-            s += "  # runtime   zero  shard  tp  mbs accum ac        wrap  pf red   other              step "
-                 "(s)  tok/s/GPU     vs rec  MFU%   peak mem   headroom   exposed  binding\n";
+            s += fmt::format(
+                "{:>3} {:<9} {:>4} {:>6} {:>3} {:>3} {:>3} {:<22} {:>4} {:>5} {:<9} {:>4} {:>3} {:<5} {:<17} "
+                "{:>9} "
+                "{:>10} {:>10} {:>6} {:>10} {:>10} {:>9}  {}\n",
+                "#", "runtime", "zero", "shard", "tp", "cp", "ep", "pp (schedule, V)", "mbs", "accum", "ac",
+                "wrap", "pf", "red", "other", "step (s)", "tok/s/GPU", "vs fastest", "MFU%", "peak mem",
+                "headroom", "exposed", "binding");
             for (std::size_t i = 0; i < o.plans.size(); ++i)
               s += plan_row(o.plans[i], o.alternatives[i], static_cast<int>(i + 1));
             s += fmt::format(
-                "(row 1: the recommendation; rows 2+: the best plan of each other family; ~: within the "
+                "(row 1: the recommendation; {}the fastest plan of each other family (runtime x TP x PP x CP "
+                "x "
+                "EP x AC x HSDP); vs fastest: tokens/s against the fastest fitting plan, ~: within the "
                 "model's "
-                "{:.1f} % throughput error, a tie)\n",
-                100 * o.tie_tolerance);
+                "{:.1f} % throughput error of it, a tie)\n",
+                o.fastest ? "row 2: the fastest plan; then " : "rows 2+: ", 100 * o.tie_tolerance);
             s += "\nrecommended: shardplan simulate --model " + a->in.model + " --cluster " + a->in.cluster +
                  fmt::format(" --gpus {} ", l.cluster->gpus()) + plan_to_flags(o.plans[0].plan) + "\n";
             s += o.explanation + "\n";
