@@ -443,34 +443,69 @@ std::string binding_constraint(const Result& r) {
   return "compute";
 }
 
-// What would help a plan that does not fit, naming only settings the closest plan does not have yet.
-static std::string no_fit_advice(const Plan& c, bool persistent_bound, double persistent_bytes,
-                                 double need_gpus, int nvlink_domain_gpus) {
-  std::vector<std::string> tips;
-  if (persistent_bound) {
-    tips.push_back(fmt::format("shard over more GPUs (about {:.0f}+ GPUs for ZeRO-3)", need_gpus));
-    if (c.zero < 3) tips.push_back(fmt::format("--zero 3 (the closest uses --zero {})", c.zero));
-    if (c.offload == Offload::kNone)
-      tips.push_back("offload to the host (--offload params, or --offload optimizer with deepspeed)");
-    else if (c.offload == Offload::kOptimizer)
-      tips.push_back("offload the parameters too (--offload params with --zero 3)");
-    if (c.tp < nvlink_domain_gpus)
-      tips.push_back(fmt::format("more tensor parallelism (the closest uses --tp {})", c.tp));
-  } else {
-    if (c.ac != AcMode::kFull)
-      tips.push_back(fmt::format("--ac full (the closest uses --ac {})", to_string(c.ac)));
-    if (c.mbs > 1) tips.push_back(fmt::format("a smaller --mbs (the closest uses {})", c.mbs));
-    if (c.tp < nvlink_domain_gpus)
-      tips.push_back(fmt::format("more tensor parallelism (the closest uses --tp {})", c.tp));
-    if (tips.empty())
-      tips.push_back(fmt::format("more GPUs or a shorter --seq (the closest uses {})", c.seq));
+// What would help a plan that does not fit: each setting the closest plan does not have yet, simulated on it
+// (the closest plan with that one change, resolved and replayed), and named as advice only with what it does:
+// fits, or how far over the limit it still is. A change the runtime cannot make, or one that saves nothing
+// (ZeRO-3 where the state is already sharded as far as it goes), is left out.
+static std::string no_fit_advice(const ModelGraph& model, const Cluster& cluster, const CostModel& costs,
+                                 const Result& closest, Bytes limit, bool persistent_bound,
+                                 double persistent_bytes, double need_gpus) {
+  const Plan& c = closest.plan;
+  const int domain = cluster.spec().node.nvlink_domain_gpus;
+  std::vector<std::pair<std::string, Plan>> tries;
+  auto add = [&](const std::string& what, const std::function<void(Plan&)>& change) {
+    Plan q = c;
+    change(q);
+    if (!(q == c)) tries.push_back({what, q});
+  };
+  if (c.zero < 3) add("--zero 3", [](Plan& q) { q.zero = 3, q.reshard_after_forward.reset(); });
+  if (c.ac != AcMode::kFull) add("--ac full", [](Plan& q) { q.ac = AcMode::kFull; });
+  if (c.mbs > 1)
+    add(fmt::format("--mbs {} (x2 accumulation)", c.mbs / 2),
+        [](Plan& q) { q.grad_accum *= q.mbs / (q.mbs / 2), q.mbs /= 2; });
+  if (c.tp * 2 <= domain && cluster.gpus() % (c.tp * 2) == 0)
+    add(fmt::format("--tp {}", c.tp * 2), [](Plan& q) { q.tp *= 2, q.shard_group = 0; });
+  if (c.offload == Offload::kNone) {
+    if (c.runtime == Runtime::kDeepSpeed)
+      add("--offload optimizer", [](Plan& q) { q.offload = Offload::kOptimizer; });
+    add("--zero 3 --offload params", [](Plan& q) { q.zero = 3, q.offload = Offload::kParams; });
   }
-  std::string joined;
-  for (std::size_t i = 0; i < tips.size(); ++i)
-    joined += (i == 0 ? "" : i + 1 == tips.size() ? " or " : ", ") + tips[i];
-  return persistent_bound ? fmt::format("persistent state alone ({:.1f} GiB per GPU) leaves no room: {}",
-                                        persistent_bytes / static_cast<double>(kGiB), joined)
-                          : "activations and transients dominate: " + joined;
+  Simulator sim(model, cluster, costs);
+  const double g = static_cast<double>(kGiB);
+  const double closest_used = static_cast<double>(closest.peak_reserved_bytes + closest.overhead.total());
+  std::vector<std::string> fits, short_of;
+  for (auto& [what, q] : tries) {
+    Plan r;
+    try {
+      r = resolve_plan(q, model, cluster);
+    } catch (const InputError&) {
+      continue;  // the runtime or the model cannot take this change
+    }
+    const Result& res = sim.run(r);
+    const double used = static_cast<double>(res.peak_reserved_bytes + res.overhead.total());
+    if (used >= closest_used - 0.01 * g) continue;  // saves nothing: not advice
+    if (used <= static_cast<double>(limit))
+      fits.push_back(fmt::format("{} ({:.1f} GiB)", what, used / g));
+    else
+      short_of.push_back(fmt::format("{} ({:.1f} GiB over)", what, (used - static_cast<double>(limit)) / g));
+  }
+  auto join = [](const std::vector<std::string>& v) {
+    std::string j;
+    for (std::size_t i = 0; i < v.size(); ++i) j += (i == 0 ? "" : i + 1 == v.size() ? " or " : ", ") + v[i];
+    return j;
+  };
+  std::string s = persistent_bound
+                      ? fmt::format("persistent state alone ({:.1f} GiB per GPU) leaves little room",
+                                    persistent_bytes / g)
+                      : std::string("activations and transients dominate");
+  if (!fits.empty()) s += "; the closest plan fits with " + join(fits);
+  if (!short_of.empty()) s += std::string(fits.empty() ? "; " : "; not enough alone: ") + join(short_of);
+  if (fits.empty()) {
+    if (short_of.empty()) s += "; no single change to the closest plan saves memory";
+    s += persistent_bound ? fmt::format("; shard over more GPUs (about {:.0f}+ for ZeRO-3)", need_gpus)
+                          : fmt::format("; more GPUs or a shorter --seq (the closest uses {})", c.seq);
+  }
+  return s;
 }
 
 namespace {
@@ -939,8 +974,8 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
       const double persistent = static_cast<double>(c.persistent_bytes);
       const double need_gpus =
           std::ceil(static_cast<double>(cluster.gpus()) * persistent / (0.6 * static_cast<double>(limit)));
-      out.binding_hint = no_fit_advice(c.plan, persistent > 0.6 * static_cast<double>(limit), persistent,
-                                       need_gpus, cluster.spec().node.nvlink_domain_gpus);
+      out.binding_hint = no_fit_advice(model, cluster, costs, c, limit,
+                                       persistent > 0.6 * static_cast<double>(limit), persistent, need_gpus);
       out.explanation = fmt::format(
           "no plan fits: the closest ({}) needs {} more than the {:.2f} GiB limit; {}", plan_to_flags(c.plan),
           fmt::format("{:.2f} GiB", static_cast<double>(out.closest_over_bytes) / static_cast<double>(kGiB)),

@@ -60,7 +60,8 @@ Command add_plan_command(CLI::App& app) {
   auto* sub = app.add_subcommand("plan", "search sharding plans and recommend one");
   auto a = std::make_shared<PlanArgs>();
   add_input_options(sub, a->in, true);
-  sub->add_option("--global-batch", a->global_batch, "sequences per optimizer step (or the --from file's)");
+  CLI::Option* global_batch_opt = sub->add_option("--global-batch", a->global_batch,
+                                                  "sequences per optimizer step (or the --from file's)");
   sub->add_option(
       "--from", a->from,
       "your own config (DeepSpeed .json, torchtitan 0.3.0 .py[:FUNCTION] or 2024-2025 .toml, accelerate FSDP "
@@ -91,7 +92,10 @@ Command add_plan_command(CLI::App& app) {
                   "fsdp2:FILE, deepspeed:FILE, torchtitan:FILE (torchtitan 0.3.0 Python config) or "
                   "torchtitan-toml:FILE (2024-2025 TOML) for the recommended plan");
   return {
-      sub, [a]() {
+      sub, [a, global_batch_opt]() {
+        // A --global-batch given as 0 or less is a bad value, not a missing flag.
+        if (global_batch_opt->count() > 0 && a->global_batch < 1)
+          throw InputError::flag("--global-batch", fmt::format("must be >= 1, got {}", a->global_batch));
         Loaded l = load_inputs(a->in);
         // --from: the user's file fixes every knob the search does not vary (its runtime, precision, offload,
         // ...) unless --fix names it; the searched knobs (zero, shard group, tp, mbs, ac, ...) are searched.
@@ -145,6 +149,45 @@ Command add_plan_command(CLI::App& app) {
           if (l.cluster->gpus() % t)
             throw InputError::flag("--fix tp",
                                    fmt::format("tp {} does not divide the {} GPUs", t, l.cluster->gpus()));
+        }
+        // A pinned value that no candidate can take is bad input (exit 2), not a search without result (or a
+        // detour to pipelined plans that ignore it): each value of a searched knob --fix lists is enumerated
+        // alone, with the other pins, and refused with the reason that rejected most of its candidates.
+        const bool pipelined_only =
+            !space.pp.empty() && std::find(space.pp.begin(), space.pp.end(), 1) == space.pp.end();
+        for (const auto& f : a->fixes) {
+          const auto eq = f.find('=');
+          if (eq == std::string::npos || pipelined_only) continue;
+          std::string key = f.substr(0, eq);
+          std::replace(key.begin(), key.end(), '-', '_');
+          const Knob* k = find_knob(key);
+          const auto& searched = SearchSpace::searched_keys();
+          if (!k || std::string(k->key) == "pp" ||
+              std::find(searched.begin(), searched.end(), k->key) == searched.end())
+            continue;
+          for (std::size_t pos = eq + 1;;) {
+            const std::size_t c = f.find(',', pos);
+            const std::string v = f.substr(pos, c == std::string::npos ? std::string::npos : c - pos);
+            SearchSpace one = space;
+            one.fix(std::string(k->key) + "=" + v);
+            SearchStats st;
+            if (enumerate_candidates(*l.model, *l.cluster, one, st).empty()) {
+              std::string reason;
+              std::int64_t most = 0;
+              for (const auto& [r, n] : st.rejections.count)
+                if (n > most) reason = r, most = n;
+              const std::string example = reason.empty() ? "" : st.rejections.example.at(reason);
+              const auto cut = example.find("  (");
+              throw InputError::flag(
+                  "--fix " + std::string(k->key),
+                  fmt::format(
+                      "{} = {}: no plan can take it ({} of {} candidates: {})", k->key, v, most,
+                      st.considered,
+                      cut == std::string::npos ? reason : example.substr(cut + 3, example.size() - cut - 4)));
+            }
+            if (c == std::string::npos) break;
+            pos = c + 1;
+          }
         }
         if (a->top < 1) throw InputError::flag("--top", "must be >= 1");
         if (a->threads < 0) throw InputError::flag("--threads", "must be >= 0");
@@ -201,49 +244,54 @@ Command add_plan_command(CLI::App& app) {
 
         // Build all outputs before writing any.
         std::vector<std::pair<std::string, std::string>> files;
-        std::string emit_lines;  // printed on stderr once the outputs are built
+        std::string emit_lines;            // printed on stderr once the outputs are built
+        std::vector<std::string> refused;  // --emit targets the recommendation cannot be written as
         if (!o.plans.empty())
-          for (const auto& [kind, file] : emits) {
-            // A plan of another runtime is emitted for the target only after re-simulating it there (its
-            // memory and time differ); a plan the target cannot run is refused with resolve_plan's reason.
-            const Result& best = o.plans[0];
-            // Megatron / NeMo are configured by their own arguments, which no emitter writes.
-            if (best.plan.runtime == Runtime::kMegatron)
-              throw InputError::flag("--emit",
-                                     "the recommended plan runs megatron, which has no emitter (set its "
-                                     "tp/pp/cp and the distributed optimizer in Megatron/NeMo)");
-            Plan target = best.plan;
-            std::vector<std::string> file_notes;
-            const Runtime rt = emit_target_runtime(kind);
-            if (target.runtime != rt) {
-              target.runtime = rt;
-              try {
-                target = resolve_plan(target, *l.model, *l.cluster);
-              } catch (const InputError& e) {
-                throw InputError::flag(
-                    "--emit",
-                    fmt::format("cannot emit the recommended {} plan as {}: {} (pin "
-                                "--fix runtime={} to search {} plans)",
-                                to_string(best.plan.runtime), kind, e.what(), to_string(rt), to_string(rt)));
+          for (const auto& [kind, file] : emits) try {
+              // A plan of another runtime is emitted for the target only after re-simulating it there (its
+              // memory and time differ); a plan the target cannot run is refused with resolve_plan's reason.
+              const Result& best = o.plans[0];
+              // Megatron / NeMo are configured by their own arguments, which no emitter writes.
+              if (best.plan.runtime == Runtime::kMegatron)
+                throw InputError::flag("--emit",
+                                       "the recommended plan runs megatron, which has no emitter (set its "
+                                       "tp/pp/cp and the distributed optimizer in Megatron/NeMo)");
+              Plan target = best.plan;
+              std::vector<std::string> file_notes;
+              const Runtime rt = emit_target_runtime(kind);
+              if (target.runtime != rt) {
+                target.runtime = rt;
+                try {
+                  target = resolve_plan(target, *l.model, *l.cluster);
+                } catch (const InputError& e) {
+                  throw InputError::flag(
+                      "--emit", fmt::format("cannot emit the recommended {} plan as {}: {} (pin "
+                                            "--fix runtime={} to search {} plans)",
+                                            to_string(best.plan.runtime), kind, e.what(), to_string(rt),
+                                            to_string(rt)));
+                }
+                const Result r = simulate(*l.model, *l.cluster, *l.costs, target);
+                const Bytes used = r.peak_reserved_bytes + r.overhead.total();
+                file_notes.push_back(fmt::format(
+                    "the recommended plan is {}; re-simulated under {}: step {:.3f} s (was {:.3f} "
+                    "s), peak {} of {} "
+                    "({}): shardplan simulate --model {} --cluster {} --gpus {} {}",
+                    to_string(best.plan.runtime), to_string(rt), r.step_s, best.step_s,
+                    format_bytes(static_cast<double>(used)),
+                    format_bytes(static_cast<double>(r.capacity_bytes)),
+                    r.headroom_bytes() >= 0 ? "fits" : "does NOT fit", a->in.model, a->in.cluster,
+                    l.cluster->gpus(), plan_to_flags(target)));
+                emit_lines += "emit " + kind + ": " + file_notes.back() + "\n";
               }
-              const Result r = simulate(*l.model, *l.cluster, *l.costs, target);
-              const Bytes used = r.peak_reserved_bytes + r.overhead.total();
-              file_notes.push_back(
-                  fmt::format("the recommended plan is {}; re-simulated under {}: step {:.3f} s (was {:.3f} "
-                              "s), peak {} of {} "
-                              "({}): shardplan simulate --model {} --cluster {} --gpus {} {}",
-                              to_string(best.plan.runtime), to_string(rt), r.step_s, best.step_s,
-                              format_bytes(static_cast<double>(used)),
-                              format_bytes(static_cast<double>(r.capacity_bytes)),
-                              r.headroom_bytes() >= 0 ? "fits" : "does NOT fit", a->in.model, a->in.cluster,
-                              l.cluster->gpus(), plan_to_flags(target)));
-              emit_lines += "emit " + kind + ": " + file_notes.back() + "\n";
+              for (const auto& note : emit_notes(kind, target))
+                emit_lines += "emit " + kind + ": " + note + "\n";
+              files.push_back({file, emit(kind, target, *l.model, l.cluster->gpus(),
+                                          l.cluster->spec().node.gpus, file_notes)});
+            } catch (const InputError& e) {
+              // One target the plan cannot be emitted as: the table, the JSON, the HTML and the other targets
+              // are still written; the refusal is named on stderr and the exit status is 2.
+              refused.push_back(fmt::format("--emit {}:{}: {}", kind, file, e.what()));
             }
-            for (const auto& note : emit_notes(kind, target))
-              emit_lines += "emit " + kind + ": " + note + "\n";
-            files.push_back({file, emit(kind, target, *l.model, l.cluster->gpus(),
-                                        l.cluster->spec().node.gpus, file_notes)});
-          }
         if (!a->html.empty()) files.push_back({a->html, html_plan_report(o, *l.model, *l.cluster)});
         if (!a->json.empty()) {
           Json plans = Json::array();
@@ -358,6 +406,8 @@ Command add_plan_command(CLI::App& app) {
         }
         std::cerr << emit_lines;
         for (const auto& [file, text] : files) write_output(file, text);
+        for (const auto& r : refused) std::cerr << "shardplan: error: " << r << "\n";
+        if (!refused.empty()) return 2;
         return o.plans.empty() ? 1 : 0;
       }};
 }

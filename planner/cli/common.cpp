@@ -41,7 +41,14 @@ void add_plan_options(CLI::App* app, PlanFlags& f) {
                     : k.kind == KnobKind::kDouble ? "NUMBER"
                                                   : "TEXT");
   }
-  app->add_option("--global-batch", f.global_batch, "sequences per optimizer step (sets --grad-accum)");
+  app->add_option_function<std::int64_t>(
+         "--global-batch",
+         [&f](std::int64_t v) {
+           f.global_batch = v;
+           f.global_batch_given = true;
+         },
+         "sequences per optimizer step (sets --grad-accum)")
+      ->type_name("INT");
   app->add_option(
       "--from", f.from,
       "the plan of your own config: a DeepSpeed ds_config .json, a torchtitan 0.3.0 .py[:FUNCTION] or "
@@ -102,7 +109,7 @@ Plan plan_from_flags(const PlanFlags& f) {
       }
   for (const Knob& k : plan_knobs())
     if (auto it = f.given.find(k.key); it != f.given.end()) set_knob(k, p, it->second, k.flag);
-  if (f.global_batch < 0)
+  if (f.global_batch < 0 || (f.global_batch_given && f.global_batch < 1))
     throw InputError::flag("--global-batch", "must be >= 1, got " + std::to_string(f.global_batch));
   if (f.global_batch > 0 && f.given.count("grad_accum"))
     throw InputError::flag("--global-batch", "give --global-batch or --grad-accum, not both");

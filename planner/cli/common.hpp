@@ -19,8 +19,9 @@ namespace shardplan::cli {
 /// defaults.
 struct PlanFlags {
   std::map<std::string, std::string> given;
-  std::int64_t global_batch = 0;  ///< --global-batch (derives grad_accum; not a plan knob)
-  std::string from;               ///< --from FILE: the user's framework config (planner/importers.hpp)
+  std::int64_t global_batch = 0;    ///< --global-batch (derives grad_accum; not a plan knob)
+  bool global_batch_given = false;  ///< --global-batch was on the command line (0 is then a bad value)
+  std::string from;                 ///< --from FILE: the user's framework config (planner/importers.hpp)
   /// The imported --from file, read once (its unmodelled keys are printed on stderr when it is read).
   mutable std::shared_ptr<const ImportedConfig> imported;
 };

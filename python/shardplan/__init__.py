@@ -10,6 +10,8 @@ the arguments accepted and the error messages are the CLI's; every failure raise
     >>> r["fits"], r["memory"]["peak_reserved_bytes"]
 """
 
+import difflib as _difflib
+import keyword as _keyword
 import json as _json
 import os as _os
 
@@ -68,7 +70,15 @@ def _arguments(command, args, kwargs):
             raise Error("--json: the module returns the JSON document; leave --json out")
         if value is None:
             continue
-        name, positional, takes_value, _ = table.get(key, ("--" + key, False, True, False))
+        if key not in table:
+            # The CLI would refuse the flag; say so in Python's spelling, with the closest keyword.
+            python_names = sorted(k.replace("-", "_") + ("_" if _keyword.iskeyword(k) else "") for k in table)
+            spelled = str(raw_key)
+            close = _difflib.get_close_matches(spelled.replace("-", "_").strip("_"), python_names, n=1, cutoff=0.6)
+            raise Error("%s: unexpected keyword argument %r; %s"
+                        % (command, spelled, "did you mean %r?" % close[0] if close
+                           else "the keywords are " + ", ".join(python_names)))
+        name, positional, takes_value, _ = table[key]
         values = list(value) if isinstance(value, (list, tuple)) else [value]
         for v in values:
             if positional:
