@@ -4,8 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <iostream>
+#include <mutex>
+#include <thread>
 
 #include "planner/cli/commands.hpp"
 #include "planner/cli/common.hpp"
@@ -210,21 +215,60 @@ Command add_plan_command(CLI::App& app) {
               "{}",
               a->risk, format_probability(a->risk));
         }
+        // Progress on stderr for a search that takes more than 2 s (SHARDPLAN_PROGRESS_AFTER_S overrides the
+        // delay, for tests): a watcher thread prints what the search reports (the first pass's share of its
+        // simulations) and the time, as one updating line on a terminal, else one line every 10 s, and says
+        // when it is done. Nothing for a quick search.
         const bool tty = ::isatty(2);
-        auto start = std::chrono::steady_clock::now();
-        bool shown = false;
-        if (tty)
-          opts.progress = [&](double f) {
-            double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-            if (el < 0.5 && f < 1) return;
+        double after_s = 2.0;
+        if (const char* env = std::getenv("SHARDPLAN_PROGRESS_AFTER_S")) after_s = std::atof(env);
+        std::atomic<double> fraction{0};
+        opts.progress = [&fraction](double f) { fraction = f; };
+        std::mutex mu;
+        std::condition_variable cv;
+        bool done = false, shown = false;
+        const auto start = std::chrono::steady_clock::now();
+        auto elapsed = [&] {
+          return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        };
+        std::thread watcher([&] {
+          std::unique_lock<std::mutex> lock(mu);
+          double next = after_s;
+          while (!cv.wait_until(lock, start + std::chrono::duration<double>(next), [&] { return done; })) {
+            const std::string line =
+                fmt::format("shardplan: searching: {:.0f} % of the first pass simulated, {:.1f} s",
+                            100 * fraction.load(), elapsed());
+            if (tty)
+              std::cerr << "\r" << line << std::flush;
+            else
+              std::cerr << line << "\n";
             shown = true;
-            int w = 40, fill = static_cast<int>(f * w);
-            std::cerr << "\r[" << std::string(static_cast<std::size_t>(fill), '#')
-                      << std::string(static_cast<std::size_t>(w - fill), ' ') << "] "
-                      << static_cast<int>(100 * f) << "% " << std::flush;
-          };
-        SearchOutcome o = search_plans(*l.model, *l.cluster, *l.costs, space, opts);
-        if (shown) std::cerr << "\r" << std::string(50, ' ') << "\r";
+            next = elapsed() + (tty ? 0.5 : 10.0);
+          }
+        });
+        SearchOutcome o;
+        try {
+          o = search_plans(*l.model, *l.cluster, *l.costs, space, opts);
+        } catch (...) {
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            done = true;
+          }
+          cv.notify_all();
+          watcher.join();
+          throw;
+        }
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          done = true;
+        }
+        cv.notify_all();
+        watcher.join();
+        if (shown)
+          std::cerr << (tty ? "\r" : "")
+                    << fmt::format("shardplan: search done: {} plans simulated in {:.1f} s",
+                                   o.stats.evaluated, o.stats.seconds)
+                    << "\n";
         if (o.plans.empty() && !o.closest) {
           // Every candidate was structurally invalid: the pinned knobs admit no plan (bad input).
           // Name the reason that rejected the most candidates (its example's message).

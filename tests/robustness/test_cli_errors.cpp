@@ -363,3 +363,46 @@ TEST_CASE("a run record's relative model and cluster paths are the record file's
   CHECK(r.code == 0);
   CHECK(r.out.find("peak_reserved_bytes") != std::string::npos);
 }
+
+TEST_CASE("plan prints a progress line on stderr when the search takes longer than the delay",
+          "[robustness][cli][progress]") {
+  auto dir = scratch_dir();
+  // The delay is 2 s; SHARDPLAN_PROGRESS_AFTER_S=0 makes every search long enough to show it.
+  ::setenv("SHARDPLAN_PROGRESS_AFTER_S", "0", 1);
+  const auto r =
+      run_cli({"plan", "--model", "llama3-8b", "--gpus", "8", "--global-batch", "16", "--top", "2"}, dir);
+  ::unsetenv("SHARDPLAN_PROGRESS_AFTER_S");
+  CHECK(r.code == 0);
+  CHECK(r.err.find("shardplan: searching: ") != std::string::npos);
+  CHECK(r.err.find("shardplan: search done: ") != std::string::npos);
+  CHECK(r.out.find("shardplan: search") == std::string::npos);  // stdout keeps the report only
+  // A quick search (well under 2 s here: one pinned plan) prints nothing.
+  const auto q = run_cli({"plan",
+                          "--model",
+                          "llama3-8b",
+                          "--gpus",
+                          "8",
+                          "--global-batch",
+                          "8",
+                          "--fix",
+                          "runtime=fsdp2",
+                          "--fix",
+                          "zero=3",
+                          "--fix",
+                          "tp=1",
+                          "--fix",
+                          "mbs=1",
+                          "--fix",
+                          "ac=full",
+                          "--fix",
+                          "wrap=1",
+                          "--fix",
+                          "prefetch=1",
+                          "--fix",
+                          "reduce_dtype=fp32",
+                          "--fix",
+                          "reshard_after_forward=true"},
+                         dir);
+  CHECK(q.code == 0);
+  CHECK(q.err.find("shardplan: search") == std::string::npos);
+}
