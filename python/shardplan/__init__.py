@@ -17,7 +17,7 @@ import os as _os
 
 from . import _shardplan
 
-__all__ = ["Error", "memory", "simulate", "plan", "validate", "command_line"]
+__all__ = ["Error", "memory", "simulate", "plan", "validate", "compare", "command_line"]
 __version__ = "0.1.0"
 
 
@@ -144,3 +144,16 @@ def validate(*records, **kwargs):
     if records:
         kwargs["records"] = list(records) + list(kwargs.get("records") or [])
     return _run_json("validate", args, kwargs)
+
+
+def compare(*plans, **kwargs):
+    """Several plans side by side: ``shardplan compare ... -- PLAN...`` as a dict (``shardplan.compare/1``).
+
+    ``plans`` are plan knobs (``"tp=2 ac=full compile"``), CLI flags (``"--tp 2 --ac full"``), report JSON files
+    or framework configs; a dict as the first argument holds keyword arguments, as for the others."""
+    args = None
+    if plans and isinstance(plans[0], dict):
+        args, plans = plans[0], plans[1:]
+    if plans:
+        kwargs["plans"] = list(plans) + list(kwargs.get("plans") or [])
+    return _run_json("compare", args, kwargs)
