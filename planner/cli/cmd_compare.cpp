@@ -155,13 +155,14 @@ Command add_compare_command(CLI::App& app) {
         std::vector<std::string> labels;
         for (std::size_t i = 0; i < a->plans.size(); ++i) {
           PlanFlags f = plan_argument(a->plans[i], i);
-          // The compare-wide batch for plans that state neither their own nor an accumulation (a report's plan
-          // states its accumulation).
+          // The compare-wide batch for plans that state neither their own nor an accumulation (a report's
+          // plan states its accumulation).
           if (!f.global_batch_given && !f.given.count("grad_accum") && a->global_batch > 0)
             f.global_batch = a->global_batch;
           Plan p;
           try {
-            p = resolve_plan(plan_from_flags(f), *l.model, *l.cluster, global_batch_from_flags(f));
+            p = resolve_plan(plan_from_flags(f, l.cluster->spec().gpu.arch, l.model->spec().tied_embeddings),
+                             *l.model, *l.cluster, global_batch_from_flags(f));
           } catch (const InputError& e) {
             const InputError blamed = blame_from_file(f, e);
             if (!blamed.file().empty()) throw blamed;

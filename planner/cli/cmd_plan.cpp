@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "planner/cli/commands.hpp"
@@ -32,7 +33,7 @@ struct PlanArgs {
   std::vector<std::string> fixes, emits;
   int top = 10, threads = 0;
   double headroom = -1, risk = -1;
-  std::string json, html, from;
+  std::string json, html, from, framework;
 };
 
 // One table row; `alt` says how it compares with the fastest plan (every difference is to the fastest, and
@@ -73,6 +74,9 @@ Command add_plan_command(CLI::App& app) {
       ".yaml): its choices of the "
       "knobs that are not searched are kept (as --fix), the searched ones are searched");
   sub->add_option("--seq", a->seq, "sequence length (default: the model's)");
+  sub->add_option("--framework", a->framework,
+                  "the framework version whose defaults pin the knobs you do not: torchtitan@YYYY-MM-DD, "
+                  "torchtitan@0.1.0..0.3.0, torch@VERSION, deepspeed@VERSION (`shardplan list frameworks`)");
   std::string fix_help = "pin a knob: KEY=VALUE, or KEY=V1,V2 for a searched knob (searched:";
   for (const auto& k : SearchSpace::searched_keys()) fix_help += " " + k;
   fix_help += "; every other knob takes one value applied to every candidate:";
@@ -122,6 +126,48 @@ Command add_plan_command(CLI::App& app) {
                 key != "grad_accum" && !fixed(key))
               fixes.push_back(key + "=" + value);
           if (a->global_batch == 0) a->global_batch = c->global_batch;
+        }
+        // The framework version's defaults (--framework, or the version the --from file's layout dates it to)
+        // pin the knobs neither --fix nor the file sets. Rows that hold only for part of the searched layouts
+        // (torchtitan's root unit: FSDP2, ZeRO 2/3, no TP/PP) cannot be pinned for every candidate: named.
+        {
+          PlanFlags pf;
+          pf.from = a->from;
+          pf.framework = a->framework;
+          bool inferred = false;
+          if (const auto fw = framework_of(pf, inferred)) {
+            std::set<std::string> explicit_keys;
+            for (const auto& f : fixes) {
+              std::string key = f.substr(0, f.find('='));
+              std::replace(key.begin(), key.end(), '-', '_');
+              if (const Knob* k = find_knob(key)) explicit_keys.insert(k->key);
+            }
+            Plan probe;
+            probe.ac =
+                AcMode::kSelective;  // sac_sdpa_ops matters only under selective AC: pinning it is harmless
+            std::string line = "shardplan: " + fw->spec() +
+                               (inferred ? " (" + imported_config(pf)->framework_reason + ")" : "");
+            std::vector<std::string> skipped;
+            int n = 0;
+            for (const auto& d :
+                 framework_defaults(*fw, probe, l.cluster->spec().gpu.arch, l.model->spec().tied_embeddings,
+                                    !inferred, explicit_keys)) {
+              if (searched_condition(*d.rule)) {
+                skipped.push_back(d.knob + "=" + d.value);
+                continue;
+              }
+              fixes.push_back(d.knob + "=" + d.value);
+              line += (n++ ? ", " : ": ") + d.knob + "=" + d.value;
+            }
+            if (n == 0) line += ": its defaults are the plan's";
+            if (!skipped.empty()) {
+              line +=
+                  "; not pinned in the search (they hold for FSDP2 ZeRO-2/3 plans without TP or PP only; "
+                  "simulate the recommendation with --framework for them):";
+              for (const auto& k : skipped) line += " " + k;
+            }
+            std::cerr << line << "\n";
+          }
         }
         if (a->global_batch == 0)
           throw InputError::flag("--global-batch", "required (or a --from file that states it)");
