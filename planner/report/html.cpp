@@ -265,6 +265,19 @@ std::string memory_chart(const Result& r, const MemoryCurve& full, double t1_s, 
   std::vector<double> xs;
   xs.reserve(m.t_s.size());
   for (double t : m.t_s) xs.push_back(t * tu.factor);
+  // A high point that a free at the same instant ends (a task's allocations and frees, the peak among them)
+  // would be a zero-width spike: it is held for one pixel, so the area visibly reaches the peak.
+  {
+    const double px = (f.x.d1 - f.x.d0) / f.area.w;
+    auto total = [](const std::array<double, kMemCategories>& a) {
+      double t = 0;
+      for (double v : a) t += v;
+      return t;
+    };
+    for (std::size_t i = 0; i + 1 < xs.size(); ++i)
+      if (xs[i + 1] - xs[i] < px && total(m.by_cat[i]) > total(m.by_cat[i + 1])) xs[i + 1] = xs[i] + px;
+    for (std::size_t i = 1; i < xs.size(); ++i) xs[i] = std::max(xs[i], xs[i - 1]);
+  }
   std::vector<svg::Series> series;
   for (int k = 0; k < kMemCategories; ++k) {
     svg::Series s{to_string(static_cast<MemCategory>(k)), kCategoryColor[static_cast<std::size_t>(k)], {}};
