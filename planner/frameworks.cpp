@@ -8,7 +8,6 @@
 #include <stdexcept>
 
 #include "core/error.hpp"
-#include "simulator/plan/knobs.hpp"
 
 namespace shardplan {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/json_reader.hpp"
-#include "simulator/plan/plan_types.hpp"
+#include "simulator/plan/plan.hpp"
 #include "topologies/cluster.hpp"
 
 namespace shardplan {

@@ -18,7 +18,7 @@ std::vector<Command> add_commands(CLI::App& app) {
   app.set_version_flag("--version", "shardplan 0.1.0");
   return {add_list_command(app),     add_show_command(app),     add_collective_command(app),
           add_memory_command(app),   add_simulate_command(app), add_plan_command(app),
-          add_validate_command(app), add_compare_command(app), add_calibrate_command(app)};
+          add_validate_command(app), add_compare_command(app),  add_calibrate_command(app)};
 }
 
 std::string parse_error_message(const CLI::App& app, const std::vector<std::string>& args,

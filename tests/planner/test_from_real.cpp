@@ -55,7 +55,7 @@ TEST_CASE("tools/framework_defaults.json is the table the binary has (the conver
   }
 }
 
-TEST_CASE("--framework sets a version's defaults for the knobs not given", "[frameworks][cli]") {
+TEST_CASE("framework: --framework sets a version's defaults for the knobs not given", "[frameworks][cli]") {
   auto dir = ptest::temp_dir("framework");
   auto plan_of = [&](const std::string& flags) {
     REQUIRE(
@@ -100,7 +100,7 @@ TEST_CASE("--framework sets a version's defaults for the knobs not given", "[fra
   CHECK(load_json_file((dir / "p.json").string())["recommended"]["plan"]["fp32_norm"] == true);
 }
 
-TEST_CASE("--from real torchtitan TOMLs of 2024-2026: every layout read, dated and said", "[from][real]") {
+TEST_CASE("from: real torchtitan TOMLs of 2024-2026: every layout read, dated and said", "[from][real]") {
   // December 2024's llama3_405b.toml: TP 8 under [training], async TP under [experimental], float8 by
   // enable_float8_linear (before 2025-04 the [parallelism] section did not exist).
   Run dec = memory_from("torchtitan-2024-10-22-llama3_405b.toml", "llama3.1-405b", 128);
@@ -149,7 +149,7 @@ TEST_CASE("--from real torchtitan TOMLs of 2024-2026: every layout read, dated a
   CHECK_FALSE(has(e, "dump_folder"));
 }
 
-TEST_CASE("--from torchtitan Python configs: 0.3.0 and the token-sized micro-batches after it",
+TEST_CASE("from: torchtitan Python configs: 0.3.0 and the token-sized micro-batches after it",
           "[from][real]") {
   // After 0.3.0 (73aed7f6c) a micro-batch is num_tokens_per_microbatch_per_dp_rank tokens of
   // max_context_length sequences: llama3_8b's 1 x 8192, not 0.3.0's defaults (seq 2048, mbs 8).
@@ -173,7 +173,8 @@ TEST_CASE("--from torchtitan Python configs: 0.3.0 and the token-sized micro-bat
   CHECK(has(old.err, "ChunkedLossWrapper"));
 }
 
-TEST_CASE("--from real DeepSpeed configs: \"auto\" resolved as transformers does, or said", "[from][real]") {
+TEST_CASE("from: real DeepSpeed configs: auto values resolved as transformers does, or said",
+          "[from][real]") {
   // accelerate's ZeRO-3 test config: bf16/fp16 "auto" (transformers fills them from --bf16 / --fp16), the
   // micro-batch "auto" (per_device_train_batch_size, default 8), buckets "auto" (hidden-size formulas).
   Run z3 = memory_from("accelerate-ds_config_zero3.json");
@@ -198,7 +199,7 @@ TEST_CASE("--from real DeepSpeed configs: \"auto\" resolved as transformers does
   CHECK(has(auto_mbs.err, "train_micro_batch_size_per_gpu \"auto\""));
 }
 
-TEST_CASE("--from real accelerate YAMLs: FSDP, DeepSpeed and DDP", "[from][real]") {
+TEST_CASE("from: real accelerate YAMLs: FSDP, DeepSpeed and DDP", "[from][real]") {
   Run fsdp = memory_from("alignment-handbook-fsdp.yaml");
   INFO(fsdp.err);
   REQUIRE(fsdp.rc <= 1);

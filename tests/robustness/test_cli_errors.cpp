@@ -307,8 +307,9 @@ TEST_CASE("a misspelled flag or subcommand gets a did-you-mean", "[robustness][c
   CHECK(r.err.find("did you mean") == std::string::npos);
 }
 
-TEST_CASE("--fix values no plan can take and --global-batch 0 are bad input, not \"no plan fits\"",
-          "[robustness][cli]") {
+TEST_CASE(
+    "plan --fix values no plan can take and --global-batch 0 are bad input, not a plan that does not fit",
+    "[robustness][cli]") {
   auto dir = scratch_dir();
   // Mixtral has 8 experts: ep 3 divides nothing. Before, the search fell back to pipelined plans with ep 1
   // and answered "no plan fits" (exit 1).
