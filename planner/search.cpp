@@ -379,8 +379,8 @@ void explain_nothing_fits(Context& c, const Pruner& pr, std::vector<Result>& res
   const double persistent = static_cast<double>(r.persistent_bytes);
   const double need_gpus =
       std::ceil(static_cast<double>(c.cluster.gpus()) * persistent / (0.6 * static_cast<double>(c.limit)));
-  out.binding_hint = no_fit_advice(r.plan, persistent > 0.6 * static_cast<double>(c.limit), persistent,
-                                   need_gpus, c.cluster.spec().node.nvlink_domain_gpus);
+  out.binding_hint = no_fit_advice(c.model, c.cluster, c.costs, r, c.limit,
+                                   persistent > 0.6 * static_cast<double>(c.limit), persistent, need_gpus);
   out.explanation =
       fmt::format("no plan fits: the closest ({}) needs {:.2f} GiB more than the {:.2f} GiB limit; {}",
                   plan_to_flags(r.plan), gib(static_cast<double>(out.closest_over_bytes)),
@@ -431,10 +431,16 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
     out.explanation +=
         out.plans.size() == 1
             ? fmt::format("\n{} plans fit; only the recommendation is listed (--top 1)", out.stats.fitting)
-            : fmt::format(
-                  "\n{} plans fit; listed: the recommendation and the best plan of {} other famil{} "
-                  "(runtime x TP x AC x HSDP; --top)",
-                  out.stats.fitting, out.plans.size() - 1, out.plans.size() == 2 ? "y" : "ies");
+            : [&] {
+                const std::size_t families =
+                    out.plans.size() - 1 -
+                    (out.plans.size() > 1 && out.fastest && out.plans[1].plan == out.fastest->plan);
+                return fmt::format(
+                    "\n{} plans fit; listed: the recommendation{}{} the fastest plan of {} other famil{} "
+                    "(runtime x TP x PP x CP x EP x AC x HSDP; --top)",
+                    out.stats.fitting, out.plans.size() - 1 > families ? ", the fastest plan" : "",
+                    families ? " and" : ",", families, families == 1 ? "y" : "ies");
+              }();
   out.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

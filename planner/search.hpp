@@ -131,16 +131,21 @@ struct SearchOptions {
   SimulatorOptions simulator;  ///< how each plan is simulated (steady-state extension on by default)
 };
 
-/// One listed plan besides the recommendation: the best plan of its family (runtime x TP x AC x HSDP or not).
+/// One listed plan: the recommendation, the fastest plan (when it is not the recommendation), or the fastest
+/// plan of another family (runtime x TP x PP x CP x EP x AC x HSDP or not).
 struct Alternative {
-  std::string family;         ///< "fsdp1 tp1 ac=selective fsdp"
-  double delta_rel = 0;       ///< tokens/s relative to the recommendation (-0.03 = 3 % slower)
-  bool within_error = false;  ///< |delta| below the throughput tie tolerance
+  std::string family;    ///< "fsdp1 tp1 ac=selective fsdp"
+  double delta_rel = 0;  ///< tokens/s relative to the recommendation (-0.03 = 3 % slower)
+  /// Within the throughput tie tolerance of the fastest plan, exactly as choose_plan counts a tie:
+  /// (fastest - this) < tolerance x fastest, i.e. |delta_fastest| < tolerance.
+  bool within_error = false;
+  double delta_fastest = 0;  ///< tokens/s relative to the fastest fitting plan (<= 0)
+  std::string role;          ///< "recommended", "recommended, fastest", "fastest", "best of its family"
 };
 
 struct SearchOutcome {
-  /// plans[0] is the recommendation (the tie rule below); then the best plan of every other family, faster
-  /// first; at most `top`.
+  /// plans[0] is the recommendation (the tie rule below); then the fastest plan when it is another one; then
+  /// the fastest plan of every other family, faster first; at most `top`.
   std::vector<Result> plans;
   std::vector<Alternative> alternatives;  ///< parallel to plans (plans[0]: its own family, delta 0)
   /// The rule that chose the recommendation over the fastest plan ("" when the fastest is recommended).

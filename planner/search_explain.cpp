@@ -58,10 +58,12 @@ std::string explain(const SearchOutcome& out, const std::vector<Result>& results
                      to_string(rec.plan.reduce()));
   if (!out.tie_rule.empty() && out.fastest)
     e += fmt::format(
-        "\ntie-break: {} plans are within the model's {:.1f} % throughput error of the fastest ({}, {:.0f} "
-        "tokens/s/GPU, {:+.1f} %); chosen by the rule \"{}\"",
-        out.tied, 100 * out.tie_tolerance, plan_family(out.fastest->plan), out.fastest->tokens_per_s_per_gpu,
-        100 * (out.fastest->tokens_per_s_per_gpu / rec.tokens_per_s_per_gpu - 1), out.tie_rule);
+        "\ntie-break: {} plans are within the model's {:.1f} % throughput error of the fastest ({}{}, "
+        "{:.0f} tokens/s/GPU; the recommendation is {:.1f} % slower); chosen by the rule \"{}\"",
+        out.tied, 100 * out.tie_tolerance,
+        out.plans.size() > 1 && out.plans[1].plan == out.fastest->plan ? "row 2: " : "not listed, --top 1: ",
+        plan_family(out.fastest->plan), out.fastest->tokens_per_s_per_gpu,
+        100 * (1 - rec.tokens_per_s_per_gpu / out.fastest->tokens_per_s_per_gpu), out.tie_rule);
   else if (out.tied > 1)
     e += fmt::format(
         "\nthe fastest plan; {} plans are within the model's {:.1f} % throughput error of it and all rank "
@@ -89,39 +91,76 @@ std::string explain(const SearchOutcome& out, const std::vector<Result>& results
                                 deltas(rec, *n, limit)));
   for (const auto& m : moves) e += "\n  " + m;
   for (std::size_t i = 1; i < out.plans.size() && i < 4; ++i)
-    e += fmt::format("\n  vs {} ({}): {}", out.alternatives[i].family,
+    e += fmt::format("\n  vs row {}, {}{} ({} of the fastest): {}", i + 1,
+                     out.alternatives[i].role == "fastest" ? "the fastest, " : "", out.alternatives[i].family,
                      out.alternatives[i].within_error ? "within error" : "beyond error",
                      deltas(rec, out.plans[i], limit));
   return e;
 }
 
-std::string no_fit_advice(const Plan& c, bool persistent_bound, double persistent_bytes, double need_gpus,
-                          int nvlink_domain_gpus) {
-  std::vector<std::string> tips;
-  if (persistent_bound) {
-    tips.push_back(fmt::format("shard over more GPUs (about {:.0f}+ GPUs for ZeRO-3)", need_gpus));
-    if (c.zero < 3) tips.push_back(fmt::format("--zero 3 (the closest uses --zero {})", c.zero));
-    if (c.offload == Offload::kNone)
-      tips.push_back("offload to the host (--offload params, or --offload optimizer with deepspeed)");
-    else if (c.offload == Offload::kOptimizer)
-      tips.push_back("offload the parameters too (--offload params with --zero 3)");
-    if (c.tp < nvlink_domain_gpus)
-      tips.push_back(fmt::format("more tensor parallelism (the closest uses --tp {})", c.tp));
-  } else {
-    if (c.ac != AcMode::kFull)
-      tips.push_back(fmt::format("--ac full (the closest uses --ac {})", to_string(c.ac)));
-    if (c.mbs > 1) tips.push_back(fmt::format("a smaller --mbs (the closest uses {})", c.mbs));
-    if (c.tp < nvlink_domain_gpus)
-      tips.push_back(fmt::format("more tensor parallelism (the closest uses --tp {})", c.tp));
-    if (tips.empty())
-      tips.push_back(fmt::format("more GPUs or a shorter --seq (the closest uses {})", c.seq));
+// What would help a plan that does not fit: each setting the closest plan does not have yet, simulated on it
+// (the closest plan with that one change, resolved and replayed), and named as advice only with what it does:
+// fits, or how far over the limit it still is. A change the runtime cannot make, or one that saves nothing
+// (ZeRO-3 where the state is already sharded as far as it goes), is left out.
+std::string no_fit_advice(const ModelGraph& model, const Cluster& cluster, const CostModel& costs,
+                          const Result& closest, Bytes limit, bool persistent_bound, double persistent_bytes,
+                          double need_gpus) {
+  const Plan& c = closest.plan;
+  const int domain = cluster.spec().node.nvlink_domain_gpus;
+  std::vector<std::pair<std::string, Plan>> tries;
+  auto add = [&](const std::string& what, const std::function<void(Plan&)>& change) {
+    Plan q = c;
+    change(q);
+    if (!(q == c)) tries.push_back({what, q});
+  };
+  if (c.zero < 3) add("--zero 3", [](Plan& q) { q.zero = 3, q.reshard_after_forward.reset(); });
+  if (c.ac != AcMode::kFull) add("--ac full", [](Plan& q) { q.ac = AcMode::kFull; });
+  if (c.mbs > 1)
+    add(fmt::format("--mbs {} (x2 accumulation)", c.mbs / 2),
+        [](Plan& q) { q.grad_accum *= q.mbs / (q.mbs / 2), q.mbs /= 2; });
+  if (c.tp * 2 <= domain && cluster.gpus() % (c.tp * 2) == 0)
+    add(fmt::format("--tp {}", c.tp * 2), [](Plan& q) { q.tp *= 2, q.shard_group = 0; });
+  if (c.offload == Offload::kNone) {
+    if (c.runtime == Runtime::kDeepSpeed)
+      add("--offload optimizer", [](Plan& q) { q.offload = Offload::kOptimizer; });
+    add("--zero 3 --offload params", [](Plan& q) { q.zero = 3, q.offload = Offload::kParams; });
   }
-  std::string joined;
-  for (std::size_t i = 0; i < tips.size(); ++i)
-    joined += (i == 0 ? "" : i + 1 == tips.size() ? " or " : ", ") + tips[i];
-  return persistent_bound ? fmt::format("persistent state alone ({:.1f} GiB per GPU) leaves no room: {}",
-                                        persistent_bytes / static_cast<double>(kGiB), joined)
-                          : "activations and transients dominate: " + joined;
+  Simulator sim(model, cluster, costs);
+  const double g = static_cast<double>(kGiB);
+  const double closest_used = static_cast<double>(closest.peak_reserved_bytes + closest.overhead.total());
+  std::vector<std::string> fits, short_of;
+  for (auto& [what, q] : tries) {
+    Plan r;
+    try {
+      r = resolve_plan(q, model, cluster);
+    } catch (const InputError&) {
+      continue;  // the runtime or the model cannot take this change
+    }
+    const Result& res = sim.run(r);
+    const double used = static_cast<double>(res.peak_reserved_bytes + res.overhead.total());
+    if (used >= closest_used - 0.01 * g) continue;  // saves nothing: not advice
+    if (used <= static_cast<double>(limit))
+      fits.push_back(fmt::format("{} ({:.1f} GiB)", what, used / g));
+    else
+      short_of.push_back(fmt::format("{} ({:.1f} GiB over)", what, (used - static_cast<double>(limit)) / g));
+  }
+  auto join = [](const std::vector<std::string>& v) {
+    std::string j;
+    for (std::size_t i = 0; i < v.size(); ++i) j += (i == 0 ? "" : i + 1 == v.size() ? " or " : ", ") + v[i];
+    return j;
+  };
+  std::string s = persistent_bound
+                      ? fmt::format("persistent state alone ({:.1f} GiB per GPU) leaves little room",
+                                    persistent_bytes / g)
+                      : std::string("activations and transients dominate");
+  if (!fits.empty()) s += "; the closest plan fits with " + join(fits);
+  if (!short_of.empty()) s += std::string(fits.empty() ? "; " : "; not enough alone: ") + join(short_of);
+  if (fits.empty()) {
+    if (short_of.empty()) s += "; no single change to the closest plan saves memory";
+    s += persistent_bound ? fmt::format("; shard over more GPUs (about {:.0f}+ for ZeRO-3)", need_gpus)
+                          : fmt::format("; more GPUs or a shorter --seq (the closest uses {})", c.seq);
+  }
+  return s;
 }
 
 namespace {

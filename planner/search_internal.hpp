@@ -63,9 +63,11 @@ void rank(const Context& c, const std::vector<Result>& results, SearchOutcome& o
 // ---- explanations (search_explain.cpp) ----
 
 std::string explain(const SearchOutcome& out, const std::vector<Result>& results, Bytes limit);
-/// What would help the closest plan fit (settings it does not have yet).
-std::string no_fit_advice(const Plan& c, bool persistent_bound, double persistent_bytes, double need_gpus,
-                          int nvlink_domain_gpus);
+/// What would help the closest plan fit: each setting it does not have yet, simulated on it, named only with
+/// what it does (fits, or how far over the limit it still is).
+std::string no_fit_advice(const ModelGraph& model, const Cluster& cluster, const CostModel& costs,
+                          const Result& closest, Bytes limit, bool persistent_bound, double persistent_bytes,
+                          double need_gpus);
 /// Why no candidate passed the structural checks, and what would give one (fewer GPUs, PP x CP, another
 /// batch); mentions --fix only when the space has pinned keys.
 std::string no_candidate_advice(const ModelGraph& model, const Cluster& cluster, const SearchSpace& sp,

@@ -105,26 +105,45 @@ namespace search_detail {
 
 namespace {
 
-// The best plan of every other family (each family's own tie-rule choice), faster first, up to `top`.
-void list_families(const Context& c, const std::vector<const Result*>& all, const Result& rec,
-                   SearchOutcome& out) {
-  std::map<std::string, std::vector<const Result*>> families;
-  for (const Result* r : all) families[plan_family(r->plan)].push_back(r);
+// The table (SearchOutcome::plans): the recommendation, then the fastest plan when it is another plan (the
+// one a tie-break line names), then the fastest plan of every other family, faster first, up to `top`. Each
+// row's difference is taken to the fastest plan, and `within_error` is exactly |that difference| < the
+// tolerance: the rows marked a tie are the plans choose_plan could have recommended.
+void list_rows(const Context& c, const std::vector<const Result*>& all, const Result& rec,
+               bool rec_is_fastest, SearchOutcome& out) {
+  const double top_tps = all[0]->tokens_per_s_per_gpu;
+  auto row = [&](const Result& r, const char* role) {
+    out.alternatives.push_back({plan_family(r.plan), r.tokens_per_s_per_gpu / rec.tokens_per_s_per_gpu - 1,
+                                top_tps - r.tokens_per_s_per_gpu < c.opts.tie_tolerance * top_tps,
+                                r.tokens_per_s_per_gpu / top_tps - 1, role});
+  };
+  row(rec, rec_is_fastest ? "recommended, fastest" : "recommended");
+  const bool fastest_row = !rec_is_fastest && c.opts.top >= 2;
+  if (fastest_row) {
+    out.plans.push_back(*all[0]);
+    row(*all[0], "fastest");
+  }
+  // The other families, each by its fastest plan whose reserved memory was replayed (the fitting plans of a
+  // listed family's first replays are: the replay stage replays down from its fastest until one fits).
+  std::map<std::string, const Result*> best;
+  for (const Result* r : all) {
+    const Result*& b = best[plan_family(r->plan)];
+    const bool better_pick =
+        !b || (r->allocator.replayed && !b->allocator.replayed) ||
+        (r->allocator.replayed == b->allocator.replayed && r->tokens_per_s_per_gpu > b->tokens_per_s_per_gpu);
+    if (better_pick) b = r;
+  }
   std::vector<const Result*> reps;
-  for (const auto& [name, members] : families)
-    if (name != out.alternatives[0].family)
-      reps.push_back(members[choose_plan(members, c.opts.tie_tolerance).first]);
+  for (const auto& [name, r] : best)
+    if (name != plan_family(rec.plan) && !(fastest_row && name == plan_family(all[0]->plan)))
+      reps.push_back(r);
   std::stable_sort(reps.begin(), reps.end(), [](const Result* a, const Result* b) {
     return a->tokens_per_s_per_gpu > b->tokens_per_s_per_gpu;
   });
   for (const Result* r : reps) {
     if (static_cast<int>(out.plans.size()) >= std::max(1, c.opts.top)) break;
-    const double d = r->tokens_per_s_per_gpu / rec.tokens_per_s_per_gpu - 1;
-    const double scale = std::max(r->tokens_per_s_per_gpu, rec.tokens_per_s_per_gpu);
     out.plans.push_back(*r);
-    out.alternatives.push_back(
-        {plan_family(r->plan), d,
-         std::abs(r->tokens_per_s_per_gpu - rec.tokens_per_s_per_gpu) < c.opts.tie_tolerance * scale});
+    row(*r, "best of its family");
   }
 }
 
@@ -179,8 +198,7 @@ void rank(const Context& c, const std::vector<Result>& results, SearchOutcome& o
   // nothing (same plan, same numbers).
   Simulator sim(c.model, c.cluster, c.costs, c.opts.simulator);
   out.plans.push_back(sim.run(rec.plan, true));
-  out.alternatives.push_back({plan_family(rec.plan), 0, true});
-  list_families(c, all, rec, out);
+  list_rows(c, all, out.plans.back(), wi == 0, out);
   pareto_front(all, out);
 }
 

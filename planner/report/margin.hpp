@@ -90,7 +90,12 @@ int memory_risk_level(const Result& r);
 /// "fits with 12.4 % headroom (9.80 GiB); reserved-memory error has been <= 31.5 % (median 16.4 %) in 12
 /// runs: low risk"
 std::string margin_statement(const Result& r);
-/// {headroom_fraction, headroom_bytes, error: {term, runs, median_abs, worst_abs}, risk: low|moderate|high}
+/// {headroom_fraction, headroom_bytes, error: {term, runs, median_abs, worst_abs}, risk: low|moderate|high,
+/// oom_probability, oom_model: {runs, regime, regime_runs, regime_weight, bandwidth, method}, statement}
 Json margin_json(const Result& r);
+/// The regime and distribution behind a result's OOM probability (planner/report/evidence.hpp).
+Json oom_model_json(const Result& r);
+/// "0.35 %", "< 0.01 %", "12.0 %"
+std::string format_probability(double p);
 
 }  // namespace shardplan

@@ -232,6 +232,7 @@ PipelineRun run_pipeline(const PipelineInputs& in) {
   out.rank_peak_activation_bytes.assign(static_cast<std::size_t>(pp), 0);
   out.rank_peak.assign(static_cast<std::size_t>(pp), RankPeak{});
   out.rank_sends.assign(static_cast<std::size_t>(pp), 0);
+  out.rank_actions.assign(static_cast<std::size_t>(pp), {});
   std::vector<int> in_flight(static_cast<std::size_t>(S), 0);
   std::vector<int> grads_done(static_cast<std::size_t>(S), 0);  // B or W actions run (weight gradients made)
   std::vector<Bytes> act_now(static_cast<std::size_t>(pp), 0), accum_now(act_now), held(act_now);
@@ -322,6 +323,7 @@ PipelineRun run_pipeline(const PipelineInputs& in) {
         now.micro_batch = a.micro_batch;
         now.op = a.op;
         if (now.peak_bytes > out.rank_peak[R].peak_bytes) out.rank_peak[R] = now;
+        out.rank_actions[R].push_back({a, start, end, now});
 
         if (a.op == PipeOp::kForward) {
           fwd_end[idx(a.stage, a.micro_batch)] = end;

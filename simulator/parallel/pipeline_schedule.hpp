@@ -88,6 +88,14 @@ struct PipelineRun {
   std::vector<Bytes> rank_peak_activation_bytes;  ///< max over time of the saved activations on a rank
   std::vector<RankPeak> rank_peak;                ///< each rank's memory peak over its action sequence
   std::vector<int> rank_sends;                    ///< sends (activations + gradients) each rank makes
+  /// Every action as it ran, per rank in its order: its span and the rank's memory while it ran (the
+  /// composition rank_peak is the largest of), for charts of the whole step.
+  struct TimedAction {
+    PipeAction action;
+    double start_s = 0, end_s = 0;
+    RankPeak memory;
+  };
+  std::vector<std::vector<TimedAction>> rank_actions;
 };
 /// Runs the schedule's order: each rank executes its actions in order; an action starts when its rank is
 /// free and its input has arrived (the previous stage's forward, or the next stage's backward, plus p2p_s

@@ -36,9 +36,10 @@ struct StageSim {
   Bytes accum_grad_bytes = 0;    ///< unsharded gradients accumulated over the micro-batches (FSDP under PP)
   Bytes recv_bytes = 0;          ///< point-to-point receive buffers held through the step
   Bytes sharded_grad_bytes = 0;  ///< sharded gradients made by the reduction after the last micro-batch
-  double tp_ag_block_s = 0, tp_rs_block_s = 0;  ///< TP collectives on the compute stream, one micro-batch
-  WorkingSet tail_work;                         ///< the optimizer's transients
-  double reduce_s = 0;                          ///< gradient reduction after the stage's last backward
+  double tp_ag_block_s = 0, tp_rs_block_s = 0;    ///< TP collectives on the compute stream, one micro-batch
+  double tp_fwd_block_s = 0, tp_bwd_block_s = 0;  ///< the same, in the forward / the backward
+  WorkingSet tail_work;                           ///< the optimizer's transients
+  double reduce_s = 0;                            ///< gradient reduction after the stage's last backward
   double post_step_s = 0;  ///< after the optimizer (DeepSpeed ZeRO-1: updated parameters all-gathered)
   double fwd_compute_s = 0, bwd_compute_s = 0;  ///< compute-stream time of one micro-batch
   int blocks = 0;
@@ -256,6 +257,8 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     }
     x.fwd_compute_s = fwd_compute;
     x.bwd_compute_s = bwd_compute;
+    x.tp_fwd_block_s = tp_fwd;
+    x.tp_bwd_block_s = tp_bwd;
     x.cost.fwd_s = fwd_compute + tp_fwd;
     x.cost.bwd_s = bwd_compute + tp_bwd;
     x.cost.bwd_weight_s = std::min(weight_grad, x.cost.bwd_s);
@@ -351,7 +354,8 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
   std::vector<Bytes> rank_reserved(static_cast<std::size_t>(p.pp), 0);
   std::vector<char> rank_tail(static_cast<std::size_t>(p.pp), 0);  // the peak is the optimizer's
   std::vector<double> rank_step(static_cast<std::size_t>(p.pp), 0), rank_exposed(rank_step),
-      rank_opt(rank_step);
+      rank_opt(rank_step), rank_tail_start(rank_step), rank_post(rank_step);
+  std::vector<Bytes> rank_tail_bytes(static_cast<std::size_t>(p.pp), 0);
   for (int rank = 0; rank < p.pp; ++rank) {
     const auto R = static_cast<std::size_t>(rank);
     std::vector<int> mine = rank_stages(p, rank);
@@ -369,6 +373,8 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     rank_step[R] = std::max(comm_free, compute_end) + opt + post;
     rank_exposed[R] = run.rank_gather_wait_s[R] + (std::max(comm_free, compute_end) - compute_end) + post;
     rank_opt[R] = opt;
+    rank_tail_start[R] = std::max(comm_free, compute_end);
+    rank_post[R] = post;
 
     // Memory: the peak over the rank's action sequence (run_pipeline: held state, unsharded gradients between
     // a stage's first and last backward, the micro-batches' saved activations as the schedule's order holds
@@ -390,6 +396,7 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
       rank_reserved[R] = std::max(rank_reserved[R], x.res.peak_reserved_bytes - x.res.peak_bytes);
     }
     const RankPeak& pk = run.rank_peak[R];
+    rank_tail_bytes[R] = held_all + tail;
     const bool tail_peak = held_all + tail > pk.peak_bytes;
     rank_tail[R] = tail_peak;
     const WorkingSet& w = tail_peak ? tail_ws : pk.work;
@@ -541,11 +548,60 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     d.bwd_s = x.cost.bwd_s;
     sum->stage_detail.push_back(d);
   }
-  r.pipeline = std::move(sum);
+  r.pipeline = sum;  // filled further below for detail runs (the spans of the whole step)
+  sum->slowest_rank = slowest;
   if (detail) {
+    // The whole step for the charts: every rank's actions with its memory, the busiest rank's optimizer tail,
+    // and the slowest rank's exposed communication as the Result counts it (exposed_comm_s): the first
+    // forwards' waits on the parameter all-gathers at their start, each action's blocking TP collectives at
+    // its end (a backward split into I and W shares its TP time by duration), the reductions that outlast
+    // the compute and the post-step gathers.
+    for (int rank = 0; rank < p.pp; ++rank)
+      for (const PipelineRun::TimedAction& t : run.rank_actions[static_cast<std::size_t>(rank)]) {
+        PipelineSpan sp;
+        sp.rank = rank;
+        sp.stage = t.action.stage;
+        sp.micro_batch = t.action.micro_batch;
+        sp.op = t.action.op == PipeOp::kForward         ? 'F'
+                : t.action.op == PipeOp::kBackward      ? 'B'
+                : t.action.op == PipeOp::kBackwardInput ? 'I'
+                                                        : 'W';
+        sp.start_s = t.start_s;
+        sp.end_s = t.end_s;
+        sp.held_bytes = t.memory.held_bytes;
+        sp.accum_grad_bytes = t.memory.accum_grad_bytes;
+        sp.saved_act_bytes = t.memory.saved_act_bytes;
+        sp.work_bytes = t.memory.work.total();
+        sum->spans.push_back(sp);
+      }
+    sum->tail_start_s = rank_tail_start[B];
+    sum->tail_bytes = rank_tail_bytes[B];
+    auto ex = std::make_shared<std::vector<std::pair<double, double>>>();
+    std::vector<char> first_seen(static_cast<std::size_t>(S), 0);
+    for (const PipelineRun::TimedAction& t : run.rank_actions[Sl]) {
+      const StageSim& x = st[sidx(t.action.stage)];
+      double tp = 0;
+      if (t.action.op == PipeOp::kForward) {
+        tp = x.tp_fwd_block_s;
+        if (!first_seen[sidx(t.action.stage)]) {
+          first_seen[sidx(t.action.stage)] = 1;
+          const double wait = (t.end_s - t.start_s) - x.cost.fwd_s;
+          if (wait > 0) ex->push_back({t.start_s, t.start_s + wait});
+        }
+      } else if (t.action.op == PipeOp::kBackward) {
+        tp = x.tp_bwd_block_s;
+      } else if (x.cost.bwd_s > 0) {
+        const double part = t.action.op == PipeOp::kBackwardInput ? x.cost.bwd_input_s : x.cost.bwd_weight_s;
+        tp = x.tp_bwd_block_s * part / x.cost.bwd_s;
+      }
+      if (tp > 0) ex->push_back({t.end_s - tp, t.end_s});
+    }
+    if (rank_tail_start[Sl] > run.rank_end_s[Sl]) ex->push_back({run.rank_end_s[Sl], rank_tail_start[Sl]});
+    if (rank_post[Sl] > 0) ex->push_back({rank_step[Sl] - rank_post[Sl], rank_step[Sl]});
+    std::sort(ex->begin(), ex->end());
     const StageSim& x = st[sidx(rank_stages(p, busiest)[0])];
     r.detail = x.res.detail;
-    r.exposed_intervals = x.res.exposed_intervals;
+    r.exposed_intervals = ex;
   }
 }
 
