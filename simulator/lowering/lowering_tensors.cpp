@@ -180,8 +180,8 @@ double Lowering::dropped_bytes(const Layer& l, double tokens) const {
 bool Lowering::eager_transients(const SimUnit& un) const {
   if (p_.compile || p_.runtime == Runtime::kMegatron) return false;
   for (const Layer* l : un.layers)
-    if (l->act_eager_transient_split_bytes_per_token > 0 || l->act_eager_output_bytes_per_token > 0)
-      return true;
+    for (const ActTensor& a : l->activations)
+      if (a.per_token > 0 && (a.life == ActLife::kTransient || a.life == ActLife::kOutput)) return true;
   return false;
 }
 
@@ -198,7 +198,6 @@ std::int32_t Lowering::forward_activations(int u) {
   // (before the residual add) and dropped tensors die once this layer has saved the sum, and its own output
   // is made.
   const double T = static_cast<double>(p_.mbs) * static_cast<double>(p_.seq) / p_.cp;
-  const double scale = T * bc_ / 2.0;  // the per-token figures are at 16-bit compute
   const bool sel = p_.ac == AcMode::kSelective, full = p_.ac == AcMode::kFull;
   const std::size_t n = un.layers.size();
   struct Step {
@@ -218,12 +217,16 @@ std::int32_t Lowering::forward_activations(int u) {
                              : 0.0;
     st.saved = i + 1 == n ? rest : std::min(rest, static_cast<Bytes>(saved));
     used += st.saved;
-    st.temps = static_cast<Bytes>(scale * l.act_eager_transient_split_bytes_per_token / p_.tp);
+    // The layer's temporaries (the rotary's) and its output before the residual add, which under selective
+    // AC is not a temporary when the policy saves it (w2's).
+    double temps = 0, out = 0;
+    for (const ActTensor& a : l.activations) {
+      if (a.life == ActLife::kTransient) temps += act_bytes_per_token(a, p_);
+      if (a.life == ActLife::kOutput && !(sel_l && a.sac == ActSac::kSave)) out += act_bytes_per_token(a, p_);
+    }
+    st.temps = static_cast<Bytes>(T * temps);
     st.dropped = static_cast<Bytes>(dropped_bytes(l, T));
-    // Under selective AC a saved row-parallel output (w2's) is not a temporary.
-    const double out =
-        l.act_eager_output_bytes_per_token - (sel_l ? l.act_selective_row_output_bytes_per_token : 0);
-    st.out = static_cast<Bytes>(scale * std::max(0.0, out));
+    st.out = static_cast<Bytes>(T * out);
     st.dropped_held = l.kind == LayerKind::kNorm;
     return st;
   };

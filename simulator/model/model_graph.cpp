@@ -34,6 +34,55 @@ const char* to_string(LayerKind k) {
   return "?";
 }
 
+const char* to_string(ActDtype v) {
+  switch (v) {
+    case ActDtype::kCompute:
+      return "compute";
+    case ActDtype::kFp32:
+      return "fp32";
+    case ActDtype::kInt64:
+      return "int64";
+    case ActDtype::kBool:
+      return "bool";
+  }
+  return "?";
+}
+const char* to_string(ActSplit v) {
+  return v == ActSplit::kTp ? "tp" : v == ActSplit::kSequence ? "sequence" : "none";
+}
+const char* to_string(ActSac v) {
+  return v == ActSac::kSave ? "save" : v == ActSac::kHalf ? "half" : "recompute";
+}
+const char* to_string(ActRole v) {
+  switch (v) {
+    case ActRole::kPlain:
+      return "plain";
+    case ActRole::kSdpaOut:
+      return "sdpa_out";
+    case ActRole::kSdpaLse:
+      return "sdpa_lse";
+    case ActRole::kBlockInput:
+      return "block_input";
+  }
+  return "?";
+}
+const char* to_string(ActOnly v) {
+  return v == ActOnly::kFp32Norm ? "fp32_norm" : v == ActOnly::kTp ? "tp" : "always";
+}
+const char* to_string(ActLife v) {
+  switch (v) {
+    case ActLife::kSaved:
+      return "saved";
+    case ActLife::kTransient:
+      return "transient";
+    case ActLife::kOutput:
+      return "output";
+    case ActLife::kUntracked:
+      return "untracked";
+  }
+  return "?";
+}
+
 double Layer::active_parameters() const {
   double dense = 0, routed = 0;
   for (const auto& t : tensors) (t.expert ? routed : dense) += static_cast<double>(t.numel());
@@ -61,6 +110,46 @@ std::int64_t Layer::parameters() const {
 
 namespace {
 
+// ---- activation lists (simulator/model/activations.hpp) ----
+ActTensor& act(Layer& l, std::string name, double per_token, ActSplit split,
+               ActDtype dtype = ActDtype::kCompute) {
+  l.activations.emplace_back();
+  ActTensor& a = l.activations.back();
+  a.name = std::move(name);
+  a.per_token = per_token;
+  a.split = split;
+  a.dtype = dtype;
+  return a;
+}
+/// A tensor no regime without AC saves (a GEMM output the next op consumes, a temporary).
+ActTensor& unsaved(ActTensor& a, ActLife life) {
+  a.eager = a.compiled = false;
+  a.life = life;
+  return a;
+}
+/// A GEMM's output: call `call` of l.gemms[gemm]; op-level SAC saves it by the block's mm parity
+/// (selective_mm_parity), counted at half where the parity is not tracked.
+ActTensor& gemm_out(ActTensor& a, std::size_t gemm, int call = 0) {
+  a.gemm = static_cast<std::int16_t>(gemm);
+  a.call = static_cast<std::int16_t>(call);
+  a.sac = ActSac::kHalf;
+  return a;
+}
+ActTensor* find_act(Layer& l, const std::string& name) {
+  for (auto& a : l.activations)
+    if (a.name == name) return &a;
+  return nullptr;
+}
+/// Marks the layer's input as its block's input: the checkpoint's saved tensor under full AC, and the
+/// checkpointed function's input, which op-level SAC keeps (torch/utils/checkpoint.py saves the inputs of the
+/// checkpointed block).
+void mark_block_input(Layer& l) {
+  ActTensor* in = find_act(l, "input");
+  if (!in) return;
+  in->sac = ActSac::kSave;
+  in->role = ActRole::kBlockInput;
+}
+
 Layer make_norm(const ModelSpec& s, std::string name, int block, LayerKind kind = LayerKind::kNorm) {
   Layer l;
   l.name = std::move(name);
@@ -79,6 +168,19 @@ Layer make_norm(const ModelSpec& s, std::string name, int block, LayerKind kind 
   // multiply by the weight) instead of the fused kernel's bf16 input: 4h more (tools/reference/
   // saved_per_block.py: 45.59 h vs 37.59 h per Llama block, two norms, h = 256 and 384).
   if (s.norm == NormKind::kRmsNorm) l.act_fp32_norm_bytes_per_token = 4 * h;
+  // The list. torch 2.15 nn.RMSNorm -> F.rms_norm -> at::_fused_rms_norm on CUDA (weight dtype == input
+  // dtype), whose FusedRmsNormBackward0 saves the input, the weight and the fp32 rstd per token
+  // (tools/autograd/derivatives.yaml; docs/model.md "Checked against the real code"). Op-level SAC recomputes
+  // norms (no norm op is in torchtitan's save list). The Python fp32 RMSNorm (--fp32-norm, eager) saves the
+  // fp32 copy of its input (pow, the multiply by rsqrt) and the bf16 normalised tensor (the multiply by the
+  // weight) instead of the bf16 input: the same sizes as "input" + "input.float()".
+  act(l, "input", h, ActSplit::kSequence);
+  if (s.norm == NormKind::kRmsNorm) {
+    ActTensor& f = act(l, "input.float()", h, ActSplit::kSequence, ActDtype::kFp32);
+    f.compiled = false;  // inductor saves the same tensors as for nn.RMSNorm
+    f.only = ActOnly::kFp32Norm;
+  }
+  act(l, "rstd", 1, ActSplit::kSequence, ActDtype::kFp32);
   l.elementwise_bytes_per_token = 4 * h;  // fused: read and write bf16
   // Eager RMSNorm/LayerNorm in fp32: x.float() 6h, pow 8h, mean 4h, x * rsqrt 12h, type_as 6h, * weight 6h.
   l.eager_elementwise_bytes_per_token = 42 * h;
@@ -133,6 +235,33 @@ Layer make_mla(const ModelSpec& s, int block, Layer l) {
   l.act_selective_split_bytes_per_token = 2.0 * o + 4.0 * a + 0.5 * (2.0 * q + 2.0 * kv_b);
   l.sdpa_out_bytes_per_token = 2.0 * o;
   l.sdpa_lse_bytes_per_token = 4.0 * a;
+  // The list, in forward order (HF DeepseekV3Attention.forward). GEMMs: [wq_a, wq_b] or [wq], wkv_a, wkv_b,
+  // wo (l.gemms). The low-rank side is replicated under TP and not divided by sequence parallelism either;
+  // it is counted with the sequence-split part (a small error).
+  const double Q = static_cast<double>(q), O = static_cast<double>(o), A = static_cast<double>(a);
+  std::size_t gi = 0;
+  act(l, "input", H, ActSplit::kSequence);
+  if (rq > 0) {
+    gemm_out(act(l, "wq_a.out", RQ, ActSplit::kSequence), gi++);  // q_a_layernorm's input
+    act(l, "q_norm.rstd", 1, ActSplit::kSequence, ActDtype::kFp32);
+    act(l, "q_norm.out", RQ, ActSplit::kSequence);  // q_b_proj's input
+  }
+  gemm_out(unsaved(act(l, rq > 0 ? "wq_b.out" : "wq.out", Q, ActSplit::kTp), ActLife::kUntracked), gi++);
+  gemm_out(act(l, "wkv_a.out", static_cast<double>(kv_a), ActSplit::kSequence), gi++);  // latent + rotary key
+  act(l, "kv_norm.rstd", 1, ActSplit::kSequence, ActDtype::kFp32);
+  act(l, "kv_norm.out", RKV, ActSplit::kSequence);  // kv_b_proj's input
+  gemm_out(unsaved(act(l, "wkv_b.out", static_cast<double>(kv_b), ActSplit::kTp), ActLife::kUntracked), gi++);
+  // SDPA's inputs (nope and roped parts assembled) and its outputs.
+  act(l, "q", Q, ActSplit::kTp);
+  act(l, "k", Q, ActSplit::kTp);
+  act(l, "v", O, ActSplit::kTp);
+  ActTensor& out = act(l, "sdpa.out", O, ActSplit::kTp);
+  out.role = ActRole::kSdpaOut;
+  out.sac = ActSac::kSave;
+  ActTensor& lse = act(l, "sdpa.lse", A, ActSplit::kTp, ActDtype::kFp32);
+  lse.role = ActRole::kSdpaLse;
+  lse.sac = ActSac::kSave;
+  gemm_out(unsaved(act(l, "wo.out", H, ActSplit::kNone), ActLife::kUntracked), gi++);
   // Rotary on the rope part of q (a·dr) and on the shared key (dr); the two norms (fused: read + write bf16);
   // assembling K from the nope part and the broadcast rotary key (write 2·a·dqk); residual add 6h.
   const double rope = static_cast<double>(a * m.qk_rope_head_dim + m.qk_rope_head_dim);
@@ -143,6 +272,62 @@ Layer make_mla(const ModelSpec& s, int block, Layer l) {
   l.eager_elementwise_bytes_per_token = 24.0 * rope + 42.0 * norms + 2.0 * static_cast<double>(q) + 6.0 * H;
   (void)block;
   return l;
+}
+
+// The attention layer's tensors in forward order: torchtitan 0.3.0 models/common/attention.py (wq, wk, wv,
+// optional q/k norms, apply_rotary_emb, SDPA, wo) and models/common/rope.py apply_rotary_emb (complex form:
+// `xq_ = view_as_complex(xq.float()...)`, `view_as_real(xq_ * freqs_cis)`, `.type_as(xq)`); what aten saves:
+// mm saves its input (the layer's input, one tensor for wq, wk and wv), SDPA saves q, k, v, its output and
+// log-sum-exp (torch 2.15 derivatives.yaml, _scaled_dot_product_{flash,cudnn,efficient}_attention), wo's mm
+// saves the SDPA output (flash's output is laid out [b, s, h, d]: the transpose and contiguous() copy
+// nothing).
+void attention_activations(const ModelSpec& s, Layer& l) {
+  const double h = static_cast<double>(s.hidden), q = static_cast<double>(s.heads * s.head_dim),
+               kv = static_cast<double>(s.kv_heads * s.head_dim);
+  const bool rotary = s.positions == PositionKind::kRotary, qk_norm = s.qk_norm != QkNormKind::kNone;
+  act(l, "input", h, ActSplit::kSequence);
+  if (s.fused_qkv) {
+    // Phi-3 qkv_proj: one output whose V slice SDPA saves (counted as V alone: the q and k slices the saved
+    // view keeps alive are not); the rotary's temporaries are its fp32 copies and products only.
+    gemm_out(unsaved(act(l, "wqkv.out", q + 2 * kv, ActSplit::kTp), ActLife::kUntracked), 0);
+  } else {
+    // Without q/k norms and with rotary positions the projections' outputs are the rotary's inputs, which die
+    // when apply_rotary_emb returns; a q/k norm saves them (and its output is the rotary's input); without
+    // rotary SDPA saves them.
+    const bool saved = qk_norm || !rotary;
+    for (const char* n : {"wq.out", "wk.out"}) {
+      ActTensor& a = gemm_out(act(l, n, n[1] == 'q' ? q : kv, ActSplit::kTp), n[1] == 'q' ? 0 : 1);
+      if (!saved) unsaved(a, ActLife::kTransient);
+    }
+  }
+  ActTensor& v = act(l, s.fused_qkv ? "wqkv.out[v]" : "wv.out", kv, ActSplit::kTp);  // SDPA's V
+  if (!s.fused_qkv) gemm_out(v, 2);
+  if (qk_norm) {
+    // q_norm / k_norm (Qwen3, Gemma 3 per head; OLMo 2 over the projection): an fp32 rstd per head and token.
+    act(l, "q_norm.rstd", s.heads, ActSplit::kTp, ActDtype::kFp32);
+    act(l, "k_norm.rstd", s.kv_heads, ActSplit::kTp, ActDtype::kFp32);
+    // Their outputs are the rotary's inputs (temporaries), or without rotary SDPA's q and k.
+    for (const char* n : {"q_norm.out", "k_norm.out"}) {
+      ActTensor& a = act(l, n, n[0] == 'q' ? q : kv, ActSplit::kTp);
+      if (rotary) unsaved(a, ActLife::kTransient);
+    }
+  }
+  if (rotary) {
+    for (const char* n : {"xq.float()", "xk.float()", "xq_ * freqs_cis", "xk_ * freqs_cis"}) {
+      const bool is_q = n[1] == 'q';
+      unsaved(act(l, n, is_q ? q : kv, ActSplit::kTp, ActDtype::kFp32), ActLife::kTransient);
+    }
+    act(l, "rope.q", q, ActSplit::kTp);  // type_as: the rotated q and k that SDPA saves
+    act(l, "rope.k", kv, ActSplit::kTp);
+  }
+  ActTensor& out =
+      act(l, "sdpa.out", static_cast<double>(s.heads) * static_cast<double>(l.v_head_dim()), ActSplit::kTp);
+  out.role = ActRole::kSdpaOut;
+  out.sac = ActSac::kSave;
+  ActTensor& lse = act(l, "sdpa.lse", s.heads, ActSplit::kTp, ActDtype::kFp32);
+  lse.role = ActRole::kSdpaLse;
+  lse.sac = ActSac::kSave;
+  gemm_out(unsaved(act(l, "wo.out", h, ActSplit::kNone), ActLife::kOutput), l.gemms.size() - 1);
 }
 
 Layer make_attention(const ModelSpec& s, int block) {
@@ -219,6 +404,7 @@ Layer make_attention(const ModelSpec& s, int block) {
   if (s.positions == PositionKind::kRotary)
     l.act_eager_transient_split_bytes_per_token = (s.fused_qkv ? 8.0 : 10.0) * static_cast<double>(q + kv);
   l.act_eager_output_bytes_per_token = 2.0 * static_cast<double>(h);
+  attention_activations(s, l);
   return l;
 }
 
@@ -245,6 +431,49 @@ void add_mlp_tensors(const ModelSpec& s, Layer& l, const std::string& prefix, st
       l.tensors.push_back({prefix + "b_fc2", h, 1, TpSplit::kReplicated});
     }
   }
+}
+
+// The MLP's tensors in forward order: torchtitan 0.3.0 models/common/feed_forward.py FeedForward.forward,
+// `w2(F.silu(w1(x)) * w3(x))`: mm saves its input (the layer's input for w1 and w3, the product for w2),
+// silu saves its input (w1's output), mul saves both operands (SiLU(w1 x) and w3's output) (torch 2.15
+// derivatives.yaml). GELU MLPs (fc2(gelu(fc1(x)))): gelu saves its input, fc2's mm the GELU output. A MoE
+// layer: the router's fp32 probabilities, the shared experts' MLP and the routed experts' (per token top_k of
+// them); torch.compile's partitioner recomputes SwiGLU's SiLU (measured on dense blocks only).
+void mlp_activations(const ModelSpec& s, Layer& l, std::int64_t f, std::int64_t fs) {
+  const bool moe = l.kind == LayerKind::kMoe;
+  const double h = static_cast<double>(s.hidden);
+  act(l, "input", h, ActSplit::kSequence);
+  std::size_t gi = 0;
+  if (moe) {
+    // The router's logits upcast to fp32 for the softmax, which saves its output.
+    act(l, "router.probs", s.moe.experts, ActSplit::kSequence, ActDtype::kFp32);
+    ++gi;
+  }
+  auto one_mlp = [&](const std::string& prefix, double width, bool expert) {
+    auto e = [&](ActTensor& a) -> ActTensor& {
+      a.expert = expert;
+      return a;
+    };
+    if (s.mlp != MlpKind::kGelu) {
+      const std::string gate = s.fused_gate_up ? "w_gate_up.out[gate]" : "w_gate.out";
+      const std::string up = s.fused_gate_up ? "w_gate_up.out[up]" : "w_up.out";
+      e(gemm_out(act(l, prefix + gate, width, ActSplit::kTp), gi, 0));
+      e(gemm_out(act(l, prefix + up, width, ActSplit::kTp), gi, 1));
+      e(act(l, prefix + "silu.out", width, ActSplit::kTp)).compiled = moe;
+      e(act(l, prefix + "mul.out", width, ActSplit::kTp));
+    } else {
+      e(gemm_out(act(l, prefix + "w_fc1.out", width, ActSplit::kTp), gi));
+      e(act(l, prefix + "gelu.out", width, ActSplit::kTp));
+    }
+    gi += 2;  // the column and the row GEMM
+  };
+  if (fs > 0) one_mlp("shared.", static_cast<double>(fs), false);
+  one_mlp(moe ? "experts." : "",
+          moe ? static_cast<double>(s.moe.top_k) * static_cast<double>(f) : static_cast<double>(f), moe);
+  // The output projection's output (the routed experts' combined, for a MoE layer), before the residual add.
+  gemm_out(unsaved(act(l, s.mlp != MlpKind::kGelu ? "w_down.out" : "w_fc2.out", h, ActSplit::kNone),
+                   moe ? ActLife::kUntracked : ActLife::kOutput),
+           gi - 1);
 }
 
 // A dense MLP, or a mixture of experts: router (+ routing bias), `experts` routed MLPs of which each token
@@ -318,6 +547,7 @@ Layer make_mlp(const ModelSpec& s, int block) {
   // attention's output projection). A routed MoE writes its experts' outputs into a zeroed buffer instead
   // (index_add_): not modelled.
   if (!moe) l.act_eager_output_bytes_per_token = 2.0 * static_cast<double>(h);
+  mlp_activations(s, l, f, fs);
   return l;
 }
 
@@ -361,6 +591,34 @@ void selective_mm_parity(const ModelSpec& s, Layer& attn, Layer& mlp) {
   // (its backward needs the projection's input), so a saved w2 / wo output is dropped (tools/reference/
   // saved_per_block.py: 13.44 h compiled vs 15.44 h eager per block, the 2h of w2's output).
   mlp.act_selective_unread_replicated_bytes_per_token = unread;
+  // The same on the tensor lists: each GEMM call's output tensor saved or recomputed by its parity, and after
+  // each row-parallel GEMM the sequence-parallel reduce-scatter's output (T/tp x h; only with TP > 1), which
+  // the policy saves whatever the GEMM's parity (reduce_scatter_tensor is in its save list) and which, like
+  // the output projection's output, only a residual add reads.
+  long long n = 0;
+  for (Layer* l : {&attn, &mlp}) {
+    for (std::size_t i = 0; i < l->gemms.size(); ++i) {
+      const Gemm& g = l->gemms[i];
+      for (int c = 0; c < static_cast<int>(g.count); ++c) {
+        const bool save = ++n % 2 == 1;
+        for (ActTensor& a : l->activations)
+          if (a.gemm == static_cast<int>(i) && a.call == c) {
+            a.sac = save ? ActSac::kSave : ActSac::kRecompute;
+            a.sac_compiled_unread = g.tp == TpSplit::kRow && i + 1 == l->gemms.size();
+          }
+      }
+    }
+    for (std::size_t i = 0; i < l->gemms.size(); ++i)
+      if (l->gemms[i].tp == TpSplit::kRow)
+        for (int c = 0; c < static_cast<int>(l->gemms[i].count); ++c) {
+          ActTensor& rs =
+              act(*l, "reduce_scatter.out", static_cast<double>(l->gemms[i].n), ActSplit::kSequence);
+          unsaved(rs, ActLife::kUntracked);
+          rs.sac = ActSac::kSave;
+          rs.sac_compiled_unread = true;
+          rs.only = ActOnly::kTp;
+        }
+  }
 }
 
 }  // namespace
@@ -408,6 +666,7 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
     if (s.norm_placement == NormPlacement::kPre) {
       Layer first_norm = make_norm(s, p + "attention_norm", b);
       if (first_is_ckpt) first_norm.act_selective_replicated_bytes_per_token = ckpt_in;
+      if (first_is_ckpt) mark_block_input(first_norm);
       Layer attn = make_attention(s, b), mlp = make_mlp(s, b);
       // Dense Llama-style blocks (separate or fused q/k/v, no latent attention, no experts): the exact
       // matmul parity of the selective policy.
@@ -437,6 +696,7 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
       Layer& f = ls.front();
       f.act_selective_replicated_bytes_per_token =
           f.kind == LayerKind::kNorm ? ckpt_in : f.act_selective_replicated_bytes_per_token + ckpt_in;
+      mark_block_input(f);
     }
     auto v = block_in;
     for (auto& l : ls) {
@@ -460,6 +720,7 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
     prologue.push_back(make_norm(s, p + "enorm", b));
     prologue.push_back(make_norm(s, p + "hnorm", b));
     prologue.front().act_selective_replicated_bytes_per_token = 2.0 * static_cast<double>(s.hidden);
+    mark_block_input(prologue.front());
     Layer eh;
     eh.name = p + "eh_proj";
     eh.kind = LayerKind::kMlp;
@@ -468,6 +729,7 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
     eh.gemms.push_back({s.hidden, 2 * s.hidden, 1, TpSplit::kColumn});
     eh.act_split_bytes_per_token = 4.0 * static_cast<double>(s.hidden);  // the concatenated input
     eh.act_selective_split_bytes_per_token = eh.act_split_bytes_per_token;
+    act(eh, "input", 2.0 * static_cast<double>(s.hidden), ActSplit::kTp).sac = ActSac::kSave;
     eh.elementwise_bytes_per_token = eh.eager_elementwise_bytes_per_token =
         8.0 * static_cast<double>(s.hidden);
     prologue.push_back(std::move(eh));
@@ -481,6 +743,7 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
     mh.block = b;
     mh.gemms.push_back({s.vocab, s.hidden, 1, TpSplit::kColumn});  // the shared head's weight, no new tensor
     mh.act_replicated_bytes_per_token = mh.act_selective_replicated_bytes_per_token = 2.0 * s.hidden;
+    act(mh, "input", static_cast<double>(s.hidden), ActSplit::kSequence).sac = ActSac::kSave;
     mh.elementwise_bytes_per_token = mh.eager_elementwise_bytes_per_token =
         14.0 * static_cast<double>(s.vocab);
     auto hv = add(std::move(mh));
@@ -498,6 +761,8 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
   head.gemms.push_back({s.vocab, s.hidden, 1, TpSplit::kColumn});
   head.act_replicated_bytes_per_token = 2.0 * s.hidden;  // head input
   head.act_selective_replicated_bytes_per_token = 2.0 * s.hidden;
+  // The output projection's mm saves its input (the final norm's output).
+  act(head, "input", static_cast<double>(s.hidden), ActSplit::kSequence).sac = ActSac::kSave;
   auto hv = add(head);
   boost::add_edge(fn, hv, g);
   Layer loss;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/json_reader.hpp"
+#include "simulator/model/activations.hpp"
 #include "simulator/model/model_spec.hpp"
 
 namespace shardplan {
@@ -72,6 +73,8 @@ struct Layer {
   double attended_positions(std::int64_t seq) const;
   /// Mixture of experts: routed experts and how many each token uses (0 for dense layers).
   int moe_experts = 0, moe_top_k = 0;
+  /// The activation tensors the layer's forward saves and creates, in forward order (activations.hpp).
+  std::vector<ActTensor> activations;
   /// Saved-for-backward bytes per token in bf16 compute, TP = 1, no recomputation, split into the part that
   /// TP without sequence parallelism also divides (`tp_split`) and the part it replicates (`tp_replicated`,
   /// h-sized tensors that sequence parallelism divides).
