@@ -97,7 +97,7 @@ void Lowering::build_tensor_lists() {
     const bool full = p_.ac == AcMode::kFull && un.blocks > 0;
     const bool sel = p_.ac == AcMode::kSelective && un.blocks > 0;
     if (full) {
-      add_run(t.saved, block_input_bytes(s, p_, T), un.blocks);  // each block's input
+      for (const Layer* l : un.layers) add_run(t.saved, block_input_bytes(*l, p_, T));  // each block's input
       const int first_block = un.layers.front()->block;
       for (const Layer* l : un.layers)
         if (l->block == first_block) layer_saved(t.recompute, *l, false);
@@ -211,10 +211,7 @@ std::int32_t Lowering::forward_activations(int u) {
     Step st{};
     const Bytes rest = std::max<Bytes>(0, un.act_bytes - used);
     // Full AC: a block's first layer saves the block's input (the checkpoint's), the others nothing.
-    const double saved = !full_l ? layer_saved_bytes(l, p_, T, sel_l)
-                         : i == 0 || un.layers[i - 1]->block != l.block
-                             ? block_input_bytes(in_.model.spec(), p_, T)
-                             : 0.0;
+    const double saved = !full_l ? layer_saved_bytes(l, p_, T, sel_l) : block_input_bytes(l, p_, T);
     st.saved = i + 1 == n ? rest : std::min(rest, static_cast<Bytes>(saved));
     used += st.saved;
     // The layer's temporaries (the rotary's) and its output before the residual add, which under selective

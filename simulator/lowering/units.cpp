@@ -88,7 +88,7 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
   for (std::size_t ui = 0; ui < units.size(); ++ui) {
     SimUnit& u = units[ui];
     std::int64_t flat = 0, fp8_shard = 0, expert_flat = 0;
-    double gemm = 0, attn = 0, elem = 0, act_none = 0, act_sel = 0, act_full = 0;
+    double gemm = 0, attn = 0, elem = 0, act_none = 0, act_sel = 0, act_full = 0, block_inputs = 0;
     double score_fwd = 0, score_bwd = 0;            // materialised attention cores (attention_core.cpp)
     double cast_fwd_bytes = 0, cast_bwd_bytes = 0;  // float8 scaling and casting of the linears' operands
     for (const Layer* l : u.layers) {
@@ -190,9 +190,10 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
       act_none += saved;
       act_sel += layer_saved_bytes(*l, p, T, l->block >= 0);
       if (l->block < 0) act_full += saved;
+      block_inputs += block_input_bytes(*l, p, T);
     }
     // Full AC keeps each block's input (layers outside blocks keep what they save without recomputation).
-    act_full += static_cast<double>(u.blocks) * block_input_bytes(s, p, T);
+    act_full += block_inputs;
     if (rt.padding == Padding::kFlatUnit) u.shard_elems = ceil_div(flat, F);
     if (ep) {
       // Every expert of a layer has the same tensors and ep divides the expert count (resolve_plan): this
@@ -225,7 +226,7 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
         // One block at a time: what its recomputed forward saves again; the block's input is the checkpoint's
         // own saved tensor (act_full), which the recomputed first norm saves without a copy.
         u.recompute_bytes =
-            u.blocks > 0 ? static_cast<Bytes>(std::max(0.0, act_none / u.blocks - block_input_bytes(s, p, T)))
+            u.blocks > 0 ? static_cast<Bytes>(std::max(0.0, act_none / u.blocks - block_inputs / u.blocks))
                          : 0;
         break;
     }
@@ -255,13 +256,14 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
         const bool in_block = l.block >= 0;
         const bool block_end = in_block && (i + 1 == u.layers.size() || u.layers[i + 1]->block != l.block);
         if (block_end && (full || sel)) {  // the block's recomputation
-          double none = 0, kept = 0;
+          double none = 0, kept = 0, input = 0;
           for (const Layer* m : u.layers)
             if (m->block == l.block) {
               none += layer_saved_bytes(*m, p, T, false);
               kept += full ? 0.0 : layer_saved_bytes(*m, p, T, true);
+              input += block_input_bytes(*m, p, T);
             }
-          live += full ? std::max(0.0, none - block_input_bytes(s, p, T)) : none - kept;
+          live += full ? std::max(0.0, none - input) : none - kept;
         }
         double g = 0, g_experts = 0;
         for (const auto& ten : l.tensors) {

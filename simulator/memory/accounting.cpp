@@ -155,12 +155,15 @@ Bytes activation_bytes(const ModelGraph& model, const Plan& p) {
   const double T = static_cast<double>(p.mbs) * static_cast<double>(p.seq) / p.cp;  // this rank's tokens
   const double bc = p.compute_bytes();
   double total = 0;
+  double block_inputs = 0;  // full AC: what each block keeps
   for (const Layer* l : model.order()) {
-    if (p.ac == AcMode::kFull && l->block >= 0) continue;  // block inputs added below
+    if (p.ac == AcMode::kFull && l->block >= 0) {
+      block_inputs += block_input_bytes(*l, p, T);
+      continue;
+    }
     total += layer_saved_bytes(*l, p, T, p.ac == AcMode::kSelective && l->block >= 0);
   }
-  if (p.ac == AcMode::kFull)
-    total += static_cast<double>(model.blocks()) * block_input_bytes(model.spec(), p, T);
+  total += block_inputs;
   // The saved log-softmax output of the loss (in the loss dtype, vocab-parallel under TP); a compiled loss
   // saves the logits in the compute dtype and two fp32 per-token statistics (Lowering::loss_forward_effects).
   // (under TP the compiled loss-parallel graph saves one fp32 T x V/tp buffer and a bool per token instead)

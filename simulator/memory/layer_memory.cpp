@@ -151,8 +151,11 @@ double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool sele
          (selective ? 0.0 : score_saved_bytes(l, p, tokens));
 }
 
-double block_input_bytes(const ModelSpec& s, const Plan& p, double tokens) {
-  return tokens * static_cast<double>(s.hidden) / sequence_parallel_divisor(p) * p.compute_bytes();
+double block_input_bytes(const Layer& l, const Plan& p, double tokens) {
+  double b = 0;
+  for (const ActTensor& a : l.activations)
+    if (a.role == ActRole::kBlockInput) b += act_bytes_per_token(a, p);
+  return tokens * b;
 }
 
 }  // namespace shardplan

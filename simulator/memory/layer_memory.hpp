@@ -41,8 +41,8 @@ double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool sele
 /// accumulated gradient, into which each weight gradient is added and freed as soon as it is written (the
 /// output projection's then lives only next to its input gradient, not through the later ops).
 double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens, bool accumulated = false);
-/// What full activation checkpointing keeps per block: the block's input, hidden x tokens in the compute
-/// dtype.
-double block_input_bytes(const ModelSpec& s, const Plan& p, double tokens);
+/// What full activation checkpointing keeps of a layer: its block's input (the ActRole::kBlockInput tensor,
+/// hidden x tokens in the compute dtype) if it is the block's first layer, else 0.
+double block_input_bytes(const Layer& l, const Plan& p, double tokens);
 
 }  // namespace shardplan

@@ -247,14 +247,14 @@ TEST_CASE("eager forward transients: the complex rotary's temporaries and the pr
     if (l->block != 0) continue;
     if (l->kind == LayerKind::kAttention) attn = l;
     if (l->kind == LayerKind::kMlp) mlp = l;
-    if (l->kind == LayerKind::kNorm) CHECK(l->act_eager_transient_split_bytes_per_token == 0);
+    if (l->kind == LayerKind::kNorm) CHECK(test::act_life_bytes(*l, ActLife::kTransient) == 0);
   }
   REQUIRE(attn);
   REQUIRE(mlp);
-  CHECK(attn->act_eager_transient_split_bytes_per_token == 51200.0);
-  CHECK(attn->act_eager_output_bytes_per_token == 8192.0);
-  CHECK(mlp->act_eager_transient_split_bytes_per_token == 0);
-  CHECK(mlp->act_eager_output_bytes_per_token == 8192.0);
+  CHECK(test::act_life_bytes(*attn, ActLife::kTransient) == 51200.0);
+  CHECK(test::act_life_bytes(*attn, ActLife::kOutput) == 8192.0);
+  CHECK(test::act_life_bytes(*mlp, ActLife::kTransient) == 0);
+  CHECK(test::act_life_bytes(*mlp, ActLife::kOutput) == 8192.0);
 
   // In the lowering: blocks.0's forward allocates and frees, within its own task, one tensor of the rotary's
   // temporaries (2,048 tokens x 51,200 B), then two of 2,048 x 8,192 B; compiled it does not, and without
