@@ -1,7 +1,8 @@
 // The lowering's working state (internal to simulator/lowering*.cpp): one Lowering per plan walks the step in
 // CPU issue order and appends tasks and memory effects to the Program. lowering.cpp holds the step's order
-// (forward, backward, optimizer, the loss's tensors); lowering_comm.cpp the parameter gathers, gradient
-// reductions, tensor- parallel collectives and offload copies.
+// (forward, optimizer, the loss's tensors); lowering_backward.cpp the backward; lowering_comm.cpp the
+// parameter gathers, gradient reductions, tensor- parallel collectives and offload copies;
+// lowering_tensors.cpp what each allocation is made of.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -173,10 +174,8 @@ class Lowering {
   /// Adds the TP collectives of one pass of unit `u` before its compute task and returns the task the compute
   /// must wait for (-1 if none). The GEMMs need the all-gathered input, so the blocking share runs while the
   /// compute stream waits (exposed); async TP hides the rest behind the GEMMs (a task that runs alongside the
-  /// compute). `ag_s` / `rs_s` are one pass's all-gather and reduce-scatter time; `n_ag` / `n_rs` how many
-  /// collectives they are; `ag_bytes` / `rs_bytes` their buffer bytes.
-  std::int32_t tp_collectives(int u, int mb, bool backward, double ag_s, double rs_s, int n_ag, int n_rs,
-                              double ag_bytes, double rs_bytes);
+  /// compute). `pass`: the pass's all-gather and reduce-scatter times, counts and buffer bytes (tp_pass).
+  std::int32_t tp_collectives(int u, int mb, bool backward, const TpPass& pass);
 
   // ---- context and expert parallelism (lowering_cp_ep.cpp) ----
   /// Adds the unit's ring-attention exchange and MoE all-to-alls of one pass after `gate` (the TP gate, or
@@ -196,8 +195,40 @@ class Lowering {
   /// under full AC all of it, under selective AC what the policy drops, without AC nothing.
   double dropped_bytes(const Layer& l, double tokens) const;
 
-  // ---- backward ----
+  // ---- backward (lowering_backward.cpp) ----
   void backward(int mb, bool last_mb);
+  /// What one backward carries from unit to unit.
+  struct BackwardStep {
+    int mb = 0;
+    bool sync = true;  ///< gradients are reduced in this micro-batch (not under no-sync accumulation)
+    double grad_bytes_per_elem = 0;
+    double bucket_acc = 0;       ///< Megatron: elements of the grad-buffer bucket being filled
+    std::vector<int> bucket_of;  ///< Megatron: each unit's grad-buffer bucket
+  };
+  /// One unit's backward, from stage to stage.
+  struct UnitBackward {
+    int u = 0;
+    bool regather = false;   ///< FSDP2's grouped head: gathered again for the norm's backward
+    std::int32_t task = -1;  ///< the compute task
+    Bytes ugrad = 0;         ///< autograd's unsharded gradients (.grad), compute dtype
+    Bytes emb_extra = 0;     ///< TP: the embedding's Partial gradient beyond its vocab shard
+    std::int32_t emb_extra_id = -1, loss_grad = -1;
+  };
+  /// Megatron: the reduction of the grad-buffer bucket `b` once it is full, after `after`.
+  void reduce_bucket(BackwardStep& st, std::int32_t after, int b);
+  /// The all-gathers ahead of unit `u`'s backward (FSDP's backward prefetch), after `after`.
+  void backward_prefetch(int u, int mb, std::int32_t after);
+  /// Unit u's parameters gathered for its backward and the next units prefetched; returns what its compute
+  /// waits for.
+  std::int32_t backward_gather(UnitBackward& ub, const BackwardStep& st);
+  /// The TP / CP / EP collectives and the compute task of unit u's backward (and recomputation).
+  std::int32_t backward_compute(int u, int mb, std::int32_t ready);
+  /// Unit u's backward memory: its recomputation, the loss's backward, the workspace, the saved tensors
+  /// consumed and the unsharded gradients written.
+  void backward_memory(UnitBackward& ub, BackwardStep& st, std::int32_t ready);
+  /// The post-backward: reshard, then reduce the unit's gradients (reduce-scatter, grad-buffer bucket or
+  /// all-reduce).
+  void post_backward(UnitBackward& ub, BackwardStep& st);
 
   void reduce_scatter(int u, int mb, Bytes ugrad, double grad_bytes_per_elem);
 

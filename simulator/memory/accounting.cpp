@@ -71,14 +71,6 @@ OffloadSplit offload_split(const Plan& p) {
   return o;
 }
 
-Bytes allocation_bytes(Bytes request_bytes) {
-  // c10/cuda/CUDACachingAllocator.cpp (torch 2.15) round_size: requests below kMinBlockSize (512 B) take 512,
-  // others round up to a multiple of 512 (without roundup_power2_divisions, the default).
-  return request_bytes <= 0 ? 0
-                            : (request_bytes + kAllocationQuantumBytes - 1) / kAllocationQuantumBytes *
-                                  kAllocationQuantumBytes;
-}
-
 std::int64_t optimizer_step_tensors(const ModelGraph& model, const Plan& p) {
   // torch/optim/adam.py (torch 2.15; AdamW subclasses Adam) _init_group: state["step"] is a 0-dim tensor on
   // the parameter's device when `fused` or `capturable`, a CPU tensor otherwise ("Deliberately host `step` on
