@@ -14,7 +14,10 @@ void Lowering::run() {
   prog.labels.clear();
   prog.labels.push_back("task");
   ut_.assign(static_cast<std::size_t>(U_), UnitTensors{});
-  fwd_extra_.assign(static_cast<std::size_t>(U_), -1);
+  fwd_events_.assign(static_cast<std::size_t>(U_), {});
+  fwd_pre_.assign(static_cast<std::size_t>(U_), 0);
+  fwd_events_done_.assign(static_cast<std::size_t>(U_), 0);
+  next_act_group_ = -1;
   if (in_.tensors) {  // without: every span is empty and each allocation is one tensor
     build_tensor_lists();
     initial_tensors();

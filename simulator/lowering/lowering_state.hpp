@@ -77,9 +77,6 @@ class Lowering {
     /// The shards of the parameters whose gradients the unit's post-backward reduces: params_shard, but of
     /// an FSDP2 tied group (SimUnit::tied_peer) only the unit's own parameters.
     Span reduced_shard;
-    /// Per layer i of the unit, its saved tensors (`saved`, split by layer) and what selective AC drops of
-    /// the no-AC saved set: layer_spans_[first_layer_span + 2i] and [... + 2i + 1].
-    std::uint32_t first_layer_span = 0;
   };
   void build_tensor_lists();
   void add_run(Span& s, double weight, int count = 1);
@@ -188,12 +185,24 @@ class Lowering {
   /// Allocates unit `u`'s saved activations of one forward (group act_id_) and, in eager mode, the layers'
   /// forward transients around them (docs/model.md "Eager forward transients"); returns the group.
   std::int32_t forward_activations(int u);
-  /// Whether the forward's eager transients are lowered: eager PyTorch module code (not torch.compile, not
-  /// Megatron-core's fused Transformer Engine kernels) and a unit with layers that have them.
-  bool eager_transients(const SimUnit& un) const;
-  /// What an eager block layer's forward makes of its no-AC saved set and frees while it runs, for `tokens`:
-  /// under full AC all of it, under selective AC what the policy drops, without AC nothing.
-  double dropped_bytes(const Layer& l, double tokens) const;
+  /// This rank's tokens of one micro-batch (seq / cp of each sequence).
+  double act_tokens() const { return static_cast<double>(p_.mbs) * static_cast<double>(p_.seq) / p_.cp; }
+  /// Whether the forward is lowered tensor by tensor in the eager order (eager PyTorch module code; not
+  /// torch.compile, whose order and temporaries are inductor's, nor Megatron-core's fused Transformer Engine
+  /// kernels).
+  bool eager_forward() const { return !p_.compile && p_.runtime != Runtime::kMegatron; }
+  /// The unit's saved tensors as the lists give them (UnitTensors::saved) and, under full AC, one block's
+  /// recomputed ones (UnitTensors::recompute).
+  void activation_spans(int u);
+  /// One step of the eager forward's activation walk: a saved tensor (into the unit's group, or the next
+  /// unit's: the input it makes), or a dropped tensor allocated / freed (slot: its index among them).
+  struct ActEvent {
+    enum class Kind : std::uint8_t { kSaved, kNextSaved, kAlloc, kFree } kind;
+    Bytes bytes;
+    std::int32_t slot;
+  };
+  /// Unit u's eager forward walk (computed once per lowering; docs/model.md "Eager forward transients").
+  const std::vector<ActEvent>& forward_events(int u);
 
   // ---- backward (lowering_backward.cpp) ----
   void backward(int mb, bool last_mb);
@@ -256,10 +265,13 @@ class Lowering {
   std::vector<std::pair<std::int32_t, Bytes>> grad_groups_;  ///< freed by zero_grad
   std::vector<Run> runs_;
   std::vector<UnitTensors> ut_;
-  /// Per unit, the planner walk's forward transient over the saved group (forward_activations), once known.
-  std::vector<Bytes> fwd_extra_;
-  std::vector<Span>
-      layer_spans_;             ///< per layer of every unit: saved, dropped (UnitTensors::first_layer_span)
+  /// Per unit, its forward walk (forward_events, empty until computed) and the bytes of its saved group the
+  /// previous unit allocated (its first layer's input, made by the previous unit's last residual add).
+  std::vector<std::vector<ActEvent>> fwd_events_;
+  std::vector<Bytes> fwd_pre_;
+  std::vector<char> fwd_events_done_;
+  /// The group of the next unit's saved tensors, begun by this unit's walk (-1: none).
+  std::int32_t next_act_group_ = -1;
   Span all_local_, all_shard_;  ///< every parameter of the model: TP-local / as sharded (flat: per unit)
   Span optimizer_params_;       ///< the tensors the optimizer steps: one per parameter, or flat partitions
   std::vector<std::int32_t> limiter_queue_;  ///< what the gather limiter waits on, in issue order

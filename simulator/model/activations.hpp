@@ -54,13 +54,17 @@ enum class ActOnly : std::uint8_t {
   kTp,        ///< only with TP > 1 (the sequence-parallel reduce-scatter outputs)
 };
 
-/// When the forward frees it where no regime keeps it (the eager forward's interleaving, docs/model.md "Eager
-/// forward transients"); a tensor a regime keeps lives until its backward.
+/// When an eager forward frees it where the regime does not keep it: when Python drops the last reference
+/// (docs/model.md "Eager forward transients"; checked against the reference lane's traces of a Llama 3 8B
+/// block without AC, under selective and under full AC). A tensor the regime keeps lives until its backward.
 enum class ActLife : std::uint8_t {
-  kSaved,  ///< a tensor autograd may save; where the regime drops it, alive while the layer runs (a norm's
-           ///< output until the next layer has run)
-  kTransient,  ///< an eager forward temporary, freed when the layer returns (the complex rotary's copies)
-  kOutput,     ///< the layer's output before the residual add, freed once the next layer has saved the sum
+  kLayer,   ///< a local of the layer's forward: freed when it returns (its input, SDPA's q, k, v and output)
+  kAtOnce,  ///< held by nothing but autograd: freed as soon as it is made (rstd, the log-sum-exp)
+  kTransient,  ///< freed once the layer's tensor `consumer` has been made (-1: when the layer returns): the
+               ///< rotary's temporaries when apply_rotary_emb returns, an MLP operand once its consumer ran
+  kBlock,      ///< the residual stream between a block's two residual adds: freed when the block returns
+  kOutput,     ///< the layer's output before the residual add: freed once the sum (the next layer's input)
+               ///< exists
   kUntracked,  ///< where not saved, not lowered (a reduce-scatter output feeding the residual add)
 };
 
@@ -85,7 +89,12 @@ struct ActTensor {
   bool sac_compiled_unread = false;
   ActRole role = ActRole::kPlain;
   ActOnly only = ActOnly::kAlways;
-  ActLife life = ActLife::kSaved;
+  ActLife life = ActLife::kLayer;
+  /// ActLife::kTransient: the index in the layer's list of the tensor after which it dies.
+  std::int16_t consumer = -1;
+  /// The layer's input: made by the previous layer (a norm's output, a residual add), so the lowering
+  /// allocates it there, before the previous layer's output dies.
+  bool input = false;
   ActStream stream = ActStream::kCompute;
   bool expert = false;  ///< a routed expert's tensor (per token: the top_k experts it passes through)
   /// The layer GEMM whose output it is (index into Layer::gemms, and which of its `count` calls); -1: not a

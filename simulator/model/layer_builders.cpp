@@ -13,6 +13,38 @@ ActTensor& act(Layer& l, std::string name, double per_token, ActSplit split,
                ActDtype dtype = ActDtype::kCompute) {
   return add_activation(l, std::move(name), per_token, split, dtype);
 }
+/// The layer's input, made by the previous layer (ActTensor::input).
+ActTensor& input(Layer& l, double per_token, ActSplit split) {
+  ActTensor& a = act(l, "input", per_token, split);
+  a.input = true;
+  return a;
+}
+/// Where a regime drops a tensor, it dies once the layer's tensor `consumer` has been made.
+void dies_after(Layer& l, const std::string& name, const std::string& consumer) {
+  std::int16_t at = -1;
+  for (std::size_t i = 0; i < l.activations.size(); ++i)
+    if (l.activations[i].name == consumer) at = static_cast<std::int16_t>(i);
+  for (ActTensor& a : l.activations)
+    if (a.name == name) {
+      a.life = ActLife::kTransient;
+      a.consumer = at;
+    }
+}
+/// An fp32 statistic (rstd): held by nothing but autograd, so where a regime does not save it, freed as soon
+/// as it is made (the lane's traces under selective and full AC).
+void statistic(Layer& l, std::string name, double per_token, ActSplit split) {
+  act(l, std::move(name), per_token, split, ActDtype::kFp32).life = ActLife::kAtOnce;
+}
+/// SDPA's saved output and log-sum-exp (the log-sum-exp, like a statistic, dies at once where not saved).
+void sdpa_outputs(Layer& l, double out_per_token, double heads) {
+  ActTensor& out = act(l, "sdpa.out", out_per_token, ActSplit::kTp);
+  out.role = ActRole::kSdpaOut;
+  out.sac = ActSac::kSave;
+  ActTensor& lse = act(l, "sdpa.lse", heads, ActSplit::kTp, ActDtype::kFp32);
+  lse.role = ActRole::kSdpaLse;
+  lse.sac = ActSac::kSave;
+  lse.life = ActLife::kAtOnce;
+}
 /// A tensor no regime without AC saves (a GEMM output the next op consumes, a temporary).
 ActTensor& unsaved(ActTensor& a, ActLife life) {
   a.eager = a.compiled = false;
@@ -32,6 +64,7 @@ ActTensor* find_act(Layer& l, const std::string& name) {
     if (a.name == name) return &a;
   return nullptr;
 }
+
 }  // namespace
 
 ActTensor& add_activation(Layer& l, std::string name, double per_token, ActSplit split, ActDtype dtype) {
@@ -71,13 +104,13 @@ Layer make_norm(const ModelSpec& s, std::string name, int block, LayerKind kind)
   // (the multiply by the weight) instead of the bf16 input: the sizes of "input", "input.float()" and "rstd",
   // 4h more (tools/reference/saved_per_block.py: 45.59 h vs 37.59 h per Llama block, two norms, h = 256 and
   // 384). Compiled, inductor saves the same tensors as for nn.RMSNorm.
-  act(l, "input", h, ActSplit::kSequence);
+  input(l, h, ActSplit::kSequence);
   if (s.norm == NormKind::kRmsNorm) {
     ActTensor& f = act(l, "input.float()", h, ActSplit::kSequence, ActDtype::kFp32);
     f.compiled = false;
     f.only = ActOnly::kFp32Norm;
   }
-  act(l, "rstd", 1, ActSplit::kSequence, ActDtype::kFp32);
+  statistic(l, "rstd", 1, ActSplit::kSequence);
   l.elementwise_bytes_per_token = 4 * h;  // fused: read and write bf16
   // Eager RMSNorm/LayerNorm in fp32: x.float() 6h, pow 8h, mean 4h, x * rsqrt 12h, type_as 6h, * weight 6h.
   l.eager_elementwise_bytes_per_token = 42 * h;
@@ -129,27 +162,22 @@ Layer make_mla(const ModelSpec& s, int block, Layer l) {
   // and every second matmul output (counted at half: the block's mm parity is not tracked here).
   const double Q = static_cast<double>(q), O = static_cast<double>(o), A = static_cast<double>(a);
   std::size_t gi = 0;
-  act(l, "input", H, ActSplit::kSequence);
+  input(l, H, ActSplit::kSequence);
   if (rq > 0) {
     gemm_out(act(l, "wq_a.out", RQ, ActSplit::kSequence), gi++);  // q_a_layernorm's input
-    act(l, "q_norm.rstd", 1, ActSplit::kSequence, ActDtype::kFp32);
+    statistic(l, "q_norm.rstd", 1, ActSplit::kSequence);
     act(l, "q_norm.out", RQ, ActSplit::kSequence);  // q_b_proj's input
   }
   gemm_out(unsaved(act(l, rq > 0 ? "wq_b.out" : "wq.out", Q, ActSplit::kTp), ActLife::kUntracked), gi++);
   gemm_out(act(l, "wkv_a.out", static_cast<double>(kv_a), ActSplit::kSequence), gi++);  // latent + rotary key
-  act(l, "kv_norm.rstd", 1, ActSplit::kSequence, ActDtype::kFp32);
+  statistic(l, "kv_norm.rstd", 1, ActSplit::kSequence);
   act(l, "kv_norm.out", RKV, ActSplit::kSequence);  // kv_b_proj's input
   gemm_out(unsaved(act(l, "wkv_b.out", static_cast<double>(kv_b), ActSplit::kTp), ActLife::kUntracked), gi++);
   // SDPA's inputs (nope and roped parts assembled) and its outputs.
   act(l, "q", Q, ActSplit::kTp);
   act(l, "k", Q, ActSplit::kTp);
   act(l, "v", O, ActSplit::kTp);
-  ActTensor& out = act(l, "sdpa.out", O, ActSplit::kTp);
-  out.role = ActRole::kSdpaOut;
-  out.sac = ActSac::kSave;
-  ActTensor& lse = act(l, "sdpa.lse", A, ActSplit::kTp, ActDtype::kFp32);
-  lse.role = ActRole::kSdpaLse;
-  lse.sac = ActSac::kSave;
+  sdpa_outputs(l, O, A);
   gemm_out(unsaved(act(l, "wo.out", H, ActSplit::kNone), ActLife::kUntracked), gi++);
   // Rotary on the rope part of q (a·dr) and on the shared key (dr); the two norms (fused: read + write bf16);
   // assembling K from the nope part and the broadcast rotary key (write 2·a·dqk); residual add 6h.
@@ -179,7 +207,7 @@ void attention_activations(const ModelSpec& s, Layer& l) {
   const double h = static_cast<double>(s.hidden), q = static_cast<double>(s.heads * s.head_dim),
                kv = static_cast<double>(s.kv_heads * s.head_dim);
   const bool rotary = s.positions == PositionKind::kRotary, qk_norm = s.qk_norm != QkNormKind::kNone;
-  act(l, "input", h, ActSplit::kSequence);
+  input(l, h, ActSplit::kSequence);
   if (s.fused_qkv) {
     // Phi-3 qkv_proj: one output whose V slice SDPA saves (counted as V alone: the q and k slices the saved
     // view keeps alive are not); the rotary's temporaries are its fp32 copies and products only.
@@ -198,8 +226,8 @@ void attention_activations(const ModelSpec& s, Layer& l) {
   if (!s.fused_qkv) gemm_out(v, 2);
   if (qk_norm) {
     // q_norm / k_norm (Qwen3, Gemma 3 per head; OLMo 2 over the projection): an fp32 rstd per head and token.
-    act(l, "q_norm.rstd", s.heads, ActSplit::kTp, ActDtype::kFp32);
-    act(l, "k_norm.rstd", s.kv_heads, ActSplit::kTp, ActDtype::kFp32);
+    statistic(l, "q_norm.rstd", s.heads, ActSplit::kTp);
+    statistic(l, "k_norm.rstd", s.kv_heads, ActSplit::kTp);
     // Their outputs are the rotary's inputs (temporaries), or without rotary SDPA's q and k.
     for (const char* n : {"q_norm.out", "k_norm.out"}) {
       ActTensor& a = act(l, n, n[0] == 'q' ? q : kv, ActSplit::kTp);
@@ -214,14 +242,19 @@ void attention_activations(const ModelSpec& s, Layer& l) {
     act(l, "rope.q", q, ActSplit::kTp);  // type_as: the rotated q and k that SDPA saves
     act(l, "rope.k", kv, ActSplit::kTp);
   }
-  ActTensor& out =
-      act(l, "sdpa.out", static_cast<double>(s.heads) * static_cast<double>(l.v_head_dim()), ActSplit::kTp);
-  out.role = ActRole::kSdpaOut;
-  out.sac = ActSac::kSave;
-  ActTensor& lse = act(l, "sdpa.lse", s.heads, ActSplit::kTp, ActDtype::kFp32);
-  lse.role = ActRole::kSdpaLse;
-  lse.sac = ActSac::kSave;
+  sdpa_outputs(l, static_cast<double>(s.heads) * static_cast<double>(l.v_head_dim()), s.heads);
   gemm_out(unsaved(act(l, "wo.out", h, ActSplit::kNone), ActLife::kOutput), l.gemms.size() - 1);
+  // Where a regime drops them (the lane's traces of a Llama 3 8B block under selective and full AC): the
+  // rotary's temporaries die when apply_rotary_emb returns (after the rotated k), a q/k norm's input once its
+  // output exists, the statistics at once, the rest when the attention returns.
+  if (rotary)
+    for (const char* n : {"wq.out", "wk.out", "q_norm.out", "k_norm.out", "xq.float()", "xk.float()",
+                          "xq_ * freqs_cis", "xk_ * freqs_cis"})
+      dies_after(l, n, "rope.k");
+  if (qk_norm) {
+    dies_after(l, "wq.out", "q_norm.out");
+    dies_after(l, "wk.out", "k_norm.out");
+  }
 }
 
 Layer make_attention(const ModelSpec& s, int block) {
@@ -320,7 +353,7 @@ void add_mlp_tensors(const ModelSpec& s, Layer& l, const std::string& prefix, st
 void mlp_activations(const ModelSpec& s, Layer& l, std::int64_t f, std::int64_t fs) {
   const bool moe = l.kind == LayerKind::kMoe;
   const double h = static_cast<double>(s.hidden);
-  act(l, "input", h, ActSplit::kSequence);
+  input(l, h, ActSplit::kSequence);
   std::size_t gi = 0;
   if (moe) {
     // The router's logits upcast to fp32 for the softmax, which saves its output.
@@ -353,6 +386,21 @@ void mlp_activations(const ModelSpec& s, Layer& l, std::int64_t f, std::int64_t 
   gemm_out(unsaved(act(l, s.mlp != MlpKind::kGelu ? "w_down.out" : "w_fc2.out", h, ActSplit::kNone),
                    moe ? ActLife::kUntracked : ActLife::kOutput),
            gi - 1);
+  if (moe) return;
+  // Where a regime drops them, each operand dies once its consumer exists (the lane's traces of a Llama 3 8B
+  // block under full AC: w1's output after SiLU, SiLU's and w3's after the product, the product after w2);
+  // the layer's input when it returns.
+  if (s.mlp != MlpKind::kGelu) {
+    const std::string gate = s.fused_gate_up ? "w_gate_up.out[gate]" : "w_gate.out";
+    const std::string up = s.fused_gate_up ? "w_gate_up.out[up]" : "w_up.out";
+    dies_after(l, gate, "silu.out");
+    dies_after(l, "silu.out", "mul.out");
+    dies_after(l, up, "mul.out");
+    dies_after(l, "mul.out", "w_down.out");
+  } else {
+    dies_after(l, "w_fc1.out", "gelu.out");
+    dies_after(l, "gelu.out", "w_fc2.out");
+  }
 }
 
 // A dense MLP, or a mixture of experts: router (+ routing bias), `experts` routed MLPs of which each token

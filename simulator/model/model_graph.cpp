@@ -66,6 +66,112 @@ using detail::make_mlp;
 using detail::make_norm;
 using detail::mark_block_input;
 
+namespace {
+
+using VertexId = LayerGraph::vertex_descriptor;
+
+/// One transformer block: norms where the family puts them (pre: Llama; post: OLMo 2; sandwich: Gemma 2/3),
+/// after `prologue` layers (the MTP module's input norms and projection). The block's first layer's input is
+/// the checkpoint's (mark_block_input). Returns the block's last layer.
+VertexId add_block(LayerGraph& g, const ModelSpec& s, int b, VertexId block_in, std::vector<Layer> prologue) {
+  auto add = [&](Layer l) { return boost::add_vertex(std::move(l), g); };
+  const std::string p = "blocks." + std::to_string(b) + ".";
+  for (auto& l : prologue) {
+    auto v = add(std::move(l));
+    boost::add_edge(block_in, v, g);
+    block_in = v;
+  }
+  const bool first_is_ckpt = prologue.empty();
+  if (s.norm_placement == NormPlacement::kPre) {
+    Layer first_norm = make_norm(s, p + "attention_norm", b);
+    if (first_is_ckpt) mark_block_input(first_norm);
+    Layer attn = make_attention(s, b), mlp = make_mlp(s, b);
+    // Dense Llama-style blocks (separate or fused q/k/v, no latent attention, no experts): the exact
+    // matmul parity of the selective policy.
+    if (!s.mla.enabled() && mlp.kind == LayerKind::kMlp && first_is_ckpt)
+      detail::selective_mm_parity(attn, mlp);
+    auto n1 = add(std::move(first_norm));
+    auto at = add(std::move(attn));
+    // The second norm's input is the residual stream h = x + attention(...), which the block's second
+    // residual add reads: where a regime drops it, it lives until the block returns (the lane's traces).
+    Layer second_norm = make_norm(s, p + "ffn_norm", b);
+    second_norm.activations.front().life = ActLife::kBlock;
+    auto n2 = add(std::move(second_norm));
+    auto ml = add(std::move(mlp));
+    boost::add_edge(block_in, n1, g);
+    boost::add_edge(n1, at, g);
+    boost::add_edge(block_in, n2, g);  // residual
+    boost::add_edge(at, n2, g);
+    boost::add_edge(n2, ml, g);
+    boost::add_edge(at, ml, g);  // residual
+    return ml;
+  }
+  const bool sandwich = s.norm_placement == NormPlacement::kSandwich;
+  std::vector<Layer> ls;
+  if (sandwich) ls.push_back(make_norm(s, p + "attention_norm", b));
+  ls.push_back(make_attention(s, b));
+  ls.push_back(make_norm(s, p + "post_attention_norm", b));
+  if (sandwich) ls.push_back(make_norm(s, p + "ffn_norm", b));
+  ls.push_back(make_mlp(s, b));
+  ls.push_back(make_norm(s, p + "post_ffn_norm", b));
+  if (first_is_ckpt) {
+    // A leading norm's or attention's input is the checkpoint's.
+    mark_block_input(ls.front());
+  }
+  auto v = block_in;
+  for (auto& l : ls) {
+    auto w = add(std::move(l));
+    boost::add_edge(v, w, g);
+    v = w;
+  }
+  return v;
+}
+
+/// DeepSeek-V3 multi-token prediction module k (paper §2.2; HF checkpoint layers 61+): RMSNorm of the main
+/// model's hidden state (hnorm) and of the next token's embedding (enorm), eh_proj [h, 2h] on their
+/// concatenation, one transformer block, a final norm, and the output head shared with the main model (its
+/// logits and loss: the head GEMM and the cross-entropy traffic are counted in the module's projection
+/// layer). Returns the module's head; `prev` is the main blocks' output.
+VertexId add_mtp_module(LayerGraph& g, const ModelSpec& s, int k, VertexId prev) {
+  auto add = [&](Layer l) { return boost::add_vertex(std::move(l), g); };
+  const int b = s.layers + k;
+  const std::string p = "mtp." + std::to_string(k) + ".";
+  std::vector<Layer> prologue;
+  prologue.push_back(make_norm(s, p + "enorm", b));
+  prologue.push_back(make_norm(s, p + "hnorm", b));
+  mark_block_input(prologue.front());
+  Layer eh;
+  eh.name = p + "eh_proj";
+  eh.kind = LayerKind::kMlp;
+  eh.block = b;
+  eh.tensors.push_back({"weight", s.hidden, 2 * s.hidden, TpSplit::kColumn});
+  eh.gemms.push_back({s.hidden, 2 * s.hidden, 1, TpSplit::kColumn});
+  // eh_proj's mm saves its input, the concatenation [enorm(e), hnorm(h)] (2h), kept under SAC too.
+  ActTensor& in = add_activation(eh, "input", 2.0 * static_cast<double>(s.hidden), ActSplit::kTp);
+  in.sac = ActSac::kSave;
+  in.input = true;
+  eh.elementwise_bytes_per_token = eh.eager_elementwise_bytes_per_token = 8.0 * static_cast<double>(s.hidden);
+  prologue.push_back(std::move(eh));
+  auto out = add_block(g, s, b, prev, std::move(prologue));
+  Layer head = make_norm(s, p + "norm", b);
+  auto nv = add(std::move(head));
+  boost::add_edge(out, nv, g);
+  Layer mh;
+  mh.name = p + "head";
+  mh.kind = LayerKind::kMlp;
+  mh.block = b;
+  mh.gemms.push_back({s.vocab, s.hidden, 1, TpSplit::kColumn});  // the shared head's weight, no new tensor
+  ActTensor& mh_in = add_activation(mh, "input", static_cast<double>(s.hidden), ActSplit::kSequence);
+  mh_in.sac = ActSac::kSave;
+  mh_in.input = true;
+  mh.elementwise_bytes_per_token = mh.eager_elementwise_bytes_per_token = 14.0 * static_cast<double>(s.vocab);
+  auto hv = add(std::move(mh));
+  boost::add_edge(nv, hv, g);
+  return hv;
+}
+
+}  // namespace
+
 ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
   validate_model_spec(s, s.name);
   ModelGraph m;
@@ -94,99 +200,10 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
     boost::add_edge(prev, v, g);
     prev = v;
   }
-  // One transformer block: norms where the family puts them (pre: Llama; post: OLMo 2; sandwich: Gemma 2/3),
-  // after `prologue` layers (the MTP module's input norms and projection). The block's first layer's input is
-  // the checkpoint's (mark_block_input).
-  auto add_block = [&](int b, LayerGraph::vertex_descriptor block_in, std::vector<Layer> prologue) {
-    const std::string p = "blocks." + std::to_string(b) + ".";
-    for (auto& l : prologue) {
-      auto v = add(std::move(l));
-      boost::add_edge(block_in, v, g);
-      block_in = v;
-    }
-    const bool first_is_ckpt = prologue.empty();
-    if (s.norm_placement == NormPlacement::kPre) {
-      Layer first_norm = make_norm(s, p + "attention_norm", b);
-      if (first_is_ckpt) mark_block_input(first_norm);
-      Layer attn = make_attention(s, b), mlp = make_mlp(s, b);
-      // Dense Llama-style blocks (separate or fused q/k/v, no latent attention, no experts): the exact
-      // matmul parity of the selective policy.
-      if (!s.mla.enabled() && mlp.kind == LayerKind::kMlp && first_is_ckpt)
-        detail::selective_mm_parity(attn, mlp);
-      auto n1 = add(std::move(first_norm));
-      auto at = add(std::move(attn));
-      auto n2 = add(make_norm(s, p + "ffn_norm", b));
-      auto ml = add(std::move(mlp));
-      boost::add_edge(block_in, n1, g);
-      boost::add_edge(n1, at, g);
-      boost::add_edge(block_in, n2, g);  // residual
-      boost::add_edge(at, n2, g);
-      boost::add_edge(n2, ml, g);
-      boost::add_edge(at, ml, g);  // residual
-      return ml;
-    }
-    const bool sandwich = s.norm_placement == NormPlacement::kSandwich;
-    std::vector<Layer> ls;
-    if (sandwich) ls.push_back(make_norm(s, p + "attention_norm", b));
-    ls.push_back(make_attention(s, b));
-    ls.push_back(make_norm(s, p + "post_attention_norm", b));
-    if (sandwich) ls.push_back(make_norm(s, p + "ffn_norm", b));
-    ls.push_back(make_mlp(s, b));
-    ls.push_back(make_norm(s, p + "post_ffn_norm", b));
-    if (first_is_ckpt) {
-      // A leading norm's or attention's input is the checkpoint's.
-      mark_block_input(ls.front());
-    }
-    auto v = block_in;
-    for (auto& l : ls) {
-      auto w = add(std::move(l));
-      boost::add_edge(v, w, g);
-      v = w;
-    }
-    return v;
-  };
-  for (int b = 0; b < s.layers; ++b) prev = add_block(b, prev, {});
-  std::vector<LayerGraph::vertex_descriptor> mtp_tails;
-  // DeepSeek-V3 multi-token prediction (paper §2.2; HF checkpoint layers 61+): per module, RMSNorm of the
-  // main model's hidden state (hnorm) and of the next token's embedding (enorm), eh_proj [h, 2h] on their
-  // concatenation, one transformer block, a final norm, and the output head shared with the main model (its
-  // logits and loss: the head GEMM and the cross-entropy traffic are counted in the module's projection
-  // layer).
-  for (int k = 0; k < s.mtp_layers; ++k) {
-    const int b = s.layers + k;
-    const std::string p = "mtp." + std::to_string(k) + ".";
-    std::vector<Layer> prologue;
-    prologue.push_back(make_norm(s, p + "enorm", b));
-    prologue.push_back(make_norm(s, p + "hnorm", b));
-    mark_block_input(prologue.front());
-    Layer eh;
-    eh.name = p + "eh_proj";
-    eh.kind = LayerKind::kMlp;
-    eh.block = b;
-    eh.tensors.push_back({"weight", s.hidden, 2 * s.hidden, TpSplit::kColumn});
-    eh.gemms.push_back({s.hidden, 2 * s.hidden, 1, TpSplit::kColumn});
-    // eh_proj's mm saves its input, the concatenation [enorm(e), hnorm(h)] (2h), kept under SAC too.
-    add_activation(eh, "input", 2.0 * static_cast<double>(s.hidden), ActSplit::kTp).sac = ActSac::kSave;
-    eh.elementwise_bytes_per_token = eh.eager_elementwise_bytes_per_token =
-        8.0 * static_cast<double>(s.hidden);
-    prologue.push_back(std::move(eh));
-    auto out = add_block(b, prev, std::move(prologue));
-    Layer head = make_norm(s, p + "norm", b);
-    auto nv = add(std::move(head));
-    boost::add_edge(out, nv, g);
-    Layer mh;
-    mh.name = p + "head";
-    mh.kind = LayerKind::kMlp;
-    mh.block = b;
-    mh.gemms.push_back({s.vocab, s.hidden, 1, TpSplit::kColumn});  // the shared head's weight, no new tensor
-    add_activation(mh, "input", static_cast<double>(s.hidden), ActSplit::kSequence).sac = ActSac::kSave;
-    mh.elementwise_bytes_per_token = mh.eager_elementwise_bytes_per_token =
-        14.0 * static_cast<double>(s.vocab);
-    auto hv = add(std::move(mh));
-    boost::add_edge(nv, hv, g);
-    mtp_tails.push_back(hv);
-    // The next module and the main model's final norm read the main blocks' output: `prev` stays.
-  }
+  for (int b = 0; b < s.layers; ++b) prev = add_block(g, s, b, prev, {});
+  // The next module and the main model's final norm read the main blocks' output: `prev` stays.
+  std::vector<VertexId> mtp_tails;
+  for (int k = 0; k < s.mtp_layers; ++k) mtp_tails.push_back(add_mtp_module(g, s, k, prev));
   auto fn = add(make_norm(s, "norm", -1, LayerKind::kFinalNorm));
   boost::add_edge(prev, fn, g);
   for (auto t : mtp_tails) boost::add_edge(t, fn, g);  // order: MTP modules run before the main head
@@ -196,7 +213,9 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
   if (!s.tied_embeddings) head.tensors.push_back({"weight", s.vocab, s.hidden, TpSplit::kColumn});
   head.gemms.push_back({s.vocab, s.hidden, 1, TpSplit::kColumn});
   // The output projection's mm saves its input (the final norm's output).
-  add_activation(head, "input", static_cast<double>(s.hidden), ActSplit::kSequence).sac = ActSac::kSave;
+  ActTensor& head_in = add_activation(head, "input", static_cast<double>(s.hidden), ActSplit::kSequence);
+  head_in.sac = ActSac::kSave;
+  head_in.input = true;
   auto hv = add(head);
   boost::add_edge(fn, hv, g);
   Layer loss;

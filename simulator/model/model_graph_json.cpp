@@ -47,10 +47,14 @@ const char* to_string(ActOnly v) {
 }
 const char* to_string(ActLife v) {
   switch (v) {
-    case ActLife::kSaved:
-      return "saved";
+    case ActLife::kLayer:
+      return "layer";
+    case ActLife::kAtOnce:
+      return "at_once";
     case ActLife::kTransient:
       return "transient";
+    case ActLife::kBlock:
+      return "block";
     case ActLife::kOutput:
       return "output";
     case ActLife::kUntracked:
@@ -89,6 +93,8 @@ Json activations_to_json(const std::vector<ActTensor>& acts) {
     if (a.only != ActOnly::kAlways) j["only"] = to_string(a.only);
     if (a.expert) j["expert"] = true;
     if (a.gemm >= 0) j["gemm"] = {a.gemm, a.call};
+    if (a.consumer >= 0) j["consumer"] = a.consumer;
+    if (a.input) j["input"] = true;
     out.push_back(j);
   }
   return out;
@@ -118,9 +124,12 @@ std::vector<ActTensor> activations_from_json(const Json& arr, const std::string&
                         o.pointer("role"));
     a.only = parse_enum(o.str("only", "always"), {ActOnly::kAlways, ActOnly::kFp32Norm, ActOnly::kTp}, file,
                         o.pointer("only"));
-    a.life = parse_enum(o.str("life", "saved"),
-                        {ActLife::kSaved, ActLife::kTransient, ActLife::kOutput, ActLife::kUntracked}, file,
-                        o.pointer("life"));
+    a.life = parse_enum(o.str("life", "layer"),
+                        {ActLife::kLayer, ActLife::kAtOnce, ActLife::kTransient, ActLife::kBlock,
+                         ActLife::kOutput, ActLife::kUntracked},
+                        file, o.pointer("life"));
+    a.consumer = static_cast<std::int16_t>(o.integer("consumer", -1, -1, 1 << 14));
+    a.input = o.boolean("input", false);
     if (o.str("stream", "compute") != "compute")
       o.fail("stream", "expected \"compute\" (activations are allocated on the default stream)");
     a.expert = o.boolean("expert", false);
@@ -193,7 +202,9 @@ std::vector<ActTensor> legacy_activations(const LegacyActivations& g) {
                sel = std::max(0.0, g.sel_split - base), common = std::min(compiled, sel);
   add("legacy.split", common, ActSplit::kTp, true, true, ActSac::kSave);
   add("legacy.split.no_ac", compiled - common, ActSplit::kTp, true, true, ActSac::kRecompute);
-  add("legacy.split.selective", sel - common, ActSplit::kTp, false, false, ActSac::kSave);
+  // (Saved by op-level SAC only: not lowered as a tensor the other regimes make and drop.)
+  if (ActTensor* a = add("legacy.split.selective", sel - common, ActSplit::kTp, false, false, ActSac::kSave))
+    a->life = ActLife::kUntracked;
   add("legacy.split.eager", eager - compiled, ActSplit::kTp, true, false, ActSac::kRecompute);
   add("legacy.replicated", g.rep, ActSplit::kSequence, true, true, ActSac::kRecompute);
   if (ActTensor* a = add("legacy.fp32_norm", g.fp32_norm, ActSplit::kSequence, true, false,
@@ -203,10 +214,14 @@ std::vector<ActTensor> legacy_activations(const LegacyActivations& g) {
   // the rest sequence-split.
   const double row_unread = std::min(g.unread, g.row_output), rest_unread = g.unread - row_unread;
   const double rest = std::max(0.0, g.sel_rep - g.row_output - rest_unread);
-  add("legacy.replicated.selective", rest, ActSplit::kSequence, false, false, ActSac::kSave);
+  if (ActTensor* a =
+          add("legacy.replicated.selective", rest, ActSplit::kSequence, false, false, ActSac::kSave))
+    a->life = ActLife::kUntracked;
   if (ActTensor* a = add("legacy.replicated.selective.unread", rest_unread, ActSplit::kSequence, false, false,
-                         ActSac::kSave))
+                         ActSac::kSave)) {
     a->sac_compiled_unread = true;
+    a->life = ActLife::kUntracked;
+  }
   // A saved row-parallel output is also the layer's output before the residual add (not a temporary where
   // the policy saves it).
   for (const bool unread : {false, true})

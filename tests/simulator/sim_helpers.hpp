@@ -41,7 +41,7 @@ inline ModelSpec small_llama(int layers = 4, std::int64_t vocab = 32000) {
 inline double act_life_bytes(const Layer& l, ActLife life) {
   double b = 0;
   for (const ActTensor& a : l.activations)
-    if (a.life == life) b += a.per_token * act_dtype_bytes(a.dtype, 2.0);
+    if (a.life == life && !a.eager) b += a.per_token * act_dtype_bytes(a.dtype, 2.0);
   return b;
 }
 
