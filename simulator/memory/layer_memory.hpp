@@ -19,12 +19,20 @@ std::int64_t tp_local_cols(const Tensor& t, int tp);
 /// FSDP1 pads the unit's flat parameter instead: use ceil_div(sum of local elements, F).
 std::int64_t tensor_shard_elems(const Tensor& t, int tp, int shard_group, Padding padding);
 
+/// What plan p's activation checkpointing keeps of one activation tensor for backward, in a layer where
+/// op-level selective AC applies (`selective`: a block layer under --ac selective) or where nothing is
+/// recomputed: 1 saved, 0 not (recomputed, or not there: a condition of ActTensor::only unmet), 0.5 an mm
+/// output whose parity is not tracked (ActSac::kHalf).
+double act_saved_share(const ActTensor& a, const Plan& p, bool selective);
+/// What tensor parallelism divides a tensor of that split rule by under plan p.
+double act_split_divisor(ActSplit split, const Plan& p);
+/// Bytes of one activation tensor per token of this rank under plan p: its dtype (the compute dtype's bytes,
+/// or fixed), divided as its split rule says, the memory-efficient SDPA log-sum-exp's padding of the queries.
+double act_bytes_per_token(const ActTensor& a, const Plan& p);
 /// Activation bytes one layer saves for backward over `tokens` tokens, with nothing recomputed or under
-/// selective (op-level) recomputation; full AC keeps only the block input (block_input_bytes). TP with
-/// sequence parallelism divides the replicated part too.
-/// The attention kernel's saved O and log-sum-exp per token for the plan's SDPA backend (16-bit compute,
-/// TP-split; 0 for layers without attention).
-double sdpa_saved_bytes_per_token(const Layer& l, const Plan& p);
+/// selective (op-level) recomputation: the sum over its tensor list of what the regime keeps, plus a
+/// materialised attention core's score tensors without recomputation. Full AC keeps only the block input
+/// (block_input_bytes).
 double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective);
 /// The transient bytes of one layer's backward at its worst op beyond its saved tensors and the gradient
 /// flowing in: for an attention or MLP layer (ending in a row-parallel output projection) the output
@@ -34,8 +42,8 @@ double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool sele
 /// accumulated gradient, into which each weight gradient is added and freed as soon as it is written (the
 /// output projection's then lives only next to its input gradient, not through the later ops).
 double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens, bool accumulated = false);
-/// What full activation checkpointing keeps per block: the block's input, hidden x tokens in the compute
-/// dtype.
-double block_input_bytes(const ModelSpec& s, const Plan& p, double tokens);
+/// What full activation checkpointing keeps of a layer: its block's input (the ActRole::kBlockInput tensor,
+/// hidden x tokens in the compute dtype) if it is the block's first layer, else 0.
+double block_input_bytes(const Layer& l, const Plan& p, double tokens);
 
 }  // namespace shardplan

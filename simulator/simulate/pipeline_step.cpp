@@ -219,8 +219,7 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     }
     // Tensor-parallel collectives recur every micro-batch: the blocking share waits on the compute stream
     // (all of it without async TP, the all-gathers with it), as the lowering's tp_collectives charges them.
-    // The share is Lowering::tp_collectives' own: all of it without async TP, async_tp_exposed with it.
-    const double tp_share = p.async_tp ? costs.constants().async_tp_exposed : 1.0;
+    const double tp_share = costs.constants().tp_exposed_share(p.async_tp);
     double tp_fwd = 0, tp_bwd = 0, weight_grad = 0;
     for (const SimUnit& u : sim.units()) {
       // Full activation checkpointing recomputes the forward's collectives in the backward (as the lowering).

@@ -109,8 +109,12 @@ TEST_CASE("DeepSpeed AutoTP: activations without sequence parallelism, TP collec
   CHECK(sequence_parallel_divisor(dr) == 1);
   // Full AC keeps each block's input: T x h x 2 bytes, divided by tp under sequence parallelism only.
   const double T = 4096, h = static_cast<double>(s.model.spec().hidden);
-  CHECK(block_input_bytes(s.model.spec(), fr, T) == Approx(T * h * 2 / 2));
-  CHECK(block_input_bytes(s.model.spec(), dr, T) == Approx(T * h * 2));
+  const Layer* first = nullptr;  // the first block's first layer holds the block input
+  for (const Layer* l : s.model.order())
+    if (l->block == 0 && !first) first = l;
+  REQUIRE(first);
+  CHECK(block_input_bytes(*first, fr, T) == Approx(T * h * 2 / 2));
+  CHECK(block_input_bytes(*first, dr, T) == Approx(T * h * 2));
   CHECK(Simulator::activation_bytes(s.model, dr) > Simulator::activation_bytes(s.model, fr));
   CHECK(runtime_traits(dr).tp_all_reduce);
   CHECK_FALSE(runtime_traits(fr).tp_all_reduce);
