@@ -89,6 +89,12 @@ struct PipelineRun {
   std::vector<RankPeak> rank_peak;                ///< each rank's memory peak over its action sequence
   std::vector<int> rank_sends;                    ///< sends (activations + gradients) each rank makes
 };
+/// Bytes of one micro-batch's activation (or activation gradient) sent between two stages: mbs x seq x
+/// hidden in the compute dtype, the sequence-parallel shard with TP (torchtitan's block outputs are
+/// sequence-sharded; Megatron's with sequence parallelism) and the rank's seq / cp share with context
+/// parallelism.
+double pipeline_send_bytes(const Plan& p, std::int64_t hidden);
+
 /// Runs the schedule's order: each rank executes its actions in order; an action starts when its rank is
 /// free and its input has arrived (the previous stage's forward, or the next stage's backward, plus p2p_s
 /// when the two stages sit on different ranks). Throws std::logic_error if the order deadlocks.
