@@ -109,6 +109,28 @@ double sdpa_saved_bytes_per_token(const Layer& l, const Plan& p) {
   return l.sdpa_out_bytes_per_token + lse;
 }
 
+namespace {
+
+/// Bytes per token (16-bit figures) of a layer's input that its column-parallel projections save all-gathered
+/// over the whole sequence: torchtitan's TP plan (models/llama3/parallelize.py apply_tp: SequenceParallel
+/// norms, ColwiseParallel(input_layouts=Shard(1)) q/k/v, w1/w3 and the head) all-gathers the norm's
+/// sequence shard into a Replicate input, which the linears save for their weight gradients (reference lane,
+/// Llama 3 70B TP 8, 4,096 tokens: two 64 MiB all_gather_into_tensor outputs saved per block, and the
+/// head's 256 MiB gathered input at 16,384 tokens, freed in backward). Megatron saves the sequence shard and
+/// all-gathers it again in backward (core_r0.8.0 tensor_parallel/layers.py
+/// LinearWithGradAccumulationAndAsyncCommunication: ctx.save_for_backward(input) before the gather), and
+/// DeepSpeed has no sequence parallelism: zero there. Under op-level SAC the all-gather's output is not on
+/// torchtitan's save list (it is recomputed); full AC's recomputed block saves it again.
+double gathered_input_bytes_per_token(const Layer& l, const Plan& p) {
+  if (p.tp <= 1 || (p.runtime != Runtime::kFsdp2 && p.runtime != Runtime::kFsdp1)) return 0;
+  if (l.kind != LayerKind::kAttention && l.kind != LayerKind::kMlp && l.kind != LayerKind::kLmHead) return 0;
+  for (const Gemm& g : l.gemms)
+    if (g.tp == TpSplit::kColumn) return 2.0 * static_cast<double>(g.k);
+  return 0;
+}
+
+}  // namespace
+
 double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective) {
   const bool sel = selective;
   // The attention kernel's O and log-sum-exp are in both split figures; its log-sum-exp padding, and under
@@ -123,6 +145,11 @@ double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool sele
   // the partial sum over the whole sequence (not divided by TP), and the policy also saves the reduce-scatter
   // outputs that follow the layer's row-parallel GEMMs (divided by TP).
   double full = 0, scatter = 0;
+  if (!sel) {
+    const double gathered = std::min(rep, gathered_input_bytes_per_token(l, p));
+    rep -= gathered;
+    full += gathered;
+  }
   if (sel) {
     full = l.act_selective_row_output_bytes_per_token;
     rep -= full;
