@@ -89,8 +89,10 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
     SimUnit& u = units[ui];
     std::int64_t flat = 0, fp8_shard = 0, expert_flat = 0;
     double gemm = 0, attn = 0, elem = 0, act_none = 0, act_sel = 0, act_full = 0;
+    double column_gemm = 0;  // the forward time of the column-parallel GEMMs (TP backward overlap)
     double score_fwd = 0, score_bwd = 0;            // materialised attention cores (attention_core.cpp)
     double cast_fwd_bytes = 0, cast_bwd_bytes = 0;  // float8 scaling and casting of the linears' operands
+    double cast_first_mb_bytes = 0;                 // once per step: Transformer Engine's cached weights
     for (const Layer* l : u.layers) {
       // torchao converts the blocks' dense linear layers; embedding, LM head, attention core and MoE experts
       // stay.
@@ -131,6 +133,7 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
         // The busiest EP rank's routed experts see `moe_imbalance` times the mean tokens
         // (expert_parallel.cpp).
         const double imbalance = ep && g.expert ? p.moe_imbalance : 1.0;
+        const double gemm_before = gemm;
         if (fp8_layer) {
           gemm += g.count * costs.gemm_fp8_s(T, n, k, fp8_ratio);
           // Bytes per element moved by the casts (docs/model.md "Float8"): tensorwise = amax pass (read 2) +
@@ -142,7 +145,26 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
           const double X = shared ? (column_input_cast ? 0.0 : T * k) : T * k * g.count;
           if (shared) column_input_cast = true;
           const double Y = T * n * g.count, W = n * k * g.count;
-          if (p.fp8 == Fp8::kTensorwise) {
+          if (p.runtime == Runtime::kMegatron) {
+            // Transformer Engine (v1.8, transformer_engine/pytorch/module/{linear,layernorm_linear,
+            // layernorm_mlp,base}.py) under delayed scaling: the amax is an output of the cast kernel (no
+            // amax pass) and operands are cast with their transposes in one kernel (fp8_cast_transpose_fused:
+            // read 2, write 2). Inputs: the column-parallel ones come in fp8 out of TE's fused LayerNorm
+            // (LayerNormLinear / LayerNormMLP), the MLP's second out of its fused activation, and backward
+            // transposes each for wgrad (tex.fp8_transpose: read 1, write 1); the attention output
+            // projection's input is cast with its transpose (4 bytes; with sequence parallelism cast alone,
+            // 3, and transposed in backward, 2). Output gradients: cast with the transpose
+            // (grad_output_preprocess, 4 bytes), except the MLP's first GEMM's under GELU, fused into the
+            // activation's backward (fp8_cast_transpose_bgrad_dgelu_fused). Weights: cast with their
+            // transposes once per step: Megatron-core (core_r0.8.0
+            // transformer/custom_layers/transformer_engine.py) passes is_first_microbatch and TE's
+            // get_fp8_workspace updates its cached fp8 weight only then.
+            const bool proj_input = !shared && l->kind == LayerKind::kAttention;
+            const bool gelu_fused = shared && l->kind == LayerKind::kMlp && s.mlp == MlpKind::kGelu;
+            cast_fwd_bytes += proj_input ? (t > 1 ? 3 : 4) * X : 0.0;
+            cast_bwd_bytes += (gelu_fused ? 0.0 : 4 * Y) + (proj_input && t == 1 ? 0.0 : 2 * X);
+            cast_first_mb_bytes += 4 * W;
+          } else if (p.fp8 == Fp8::kTensorwise) {
             const double x_fwd = shared && t > 1 ? X / t : X;
             cast_fwd_bytes += 5 * x_fwd + (p.fp8_all_gather ? 0 : 5 * W);
             cast_bwd_bytes += 5 * X + (p.fp8_all_gather ? 2 * W : 5 * W) + 7 * Y;
@@ -155,6 +177,7 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
         } else {
           gemm += g.count * costs.gemm_s(T, n, k, fp32);
         }
+        if (g.tp == TpSplit::kColumn && !g.expert) column_gemm += gemm - gemm_before;
         u.flops_fwd += 2.0 * T * n * k * g.count;
       }
       if (l->attn_heads > 0) {
@@ -337,6 +360,22 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
       // of each reduce-scatter a 16-bit all-gather of the output gradient.
       u.tp_bwd_ag_s = rs * coll(CollectiveKind::kAllGather, buf, tpg);
       u.tp_bwd_s = ag * coll(CollectiveKind::kReduceScatter, buf, tpg) + u.tp_bwd_ag_s;
+      if (p.runtime == Runtime::kMegatron && u.blocks > 0) {
+        // Megatron-core's column-parallel linears save their input's sequence shard and all-gather it again
+        // in backward, asynchronously beside the input-gradient GEMM, then reduce-scatter the input gradient
+        // asynchronously beside the weight-gradient GEMM (core_r0.8.0 tensor_parallel/layers.py
+        // LinearWithGradAccumulationAndAsyncCommunication.backward: all_gather_into_tensor(async_op=True),
+        // handle.wait() after the dgrad GEMM; reduce_scatter_tensor(async_op=True) waited after wgrad;
+        // Transformer Engine v1.8 module/linear.py _Linear.backward, "Overlap input AG with dgrad" and
+        // "Overlap dgrad-RS/AR with wgrad"). Each stays exposed only beyond its GEMM (the column GEMMs'
+        // dgrad and wgrad each cost what their forward does); the row-parallel linears' output-gradient
+        // all-gather runs before their dgrad and stays exposed.
+        const double regather = ag * coll(CollectiveKind::kAllGather, ag_buf, tpg);
+        const double reduce = ag * coll(CollectiveKind::kReduceScatter, buf, tpg);
+        const double exposed_regather = std::max(0.0, regather - column_gemm);
+        u.tp_bwd_ag_s += exposed_regather;
+        u.tp_bwd_s = u.tp_bwd_ag_s + std::max(0.0, reduce - column_gemm);
+      }
     }
     for (const Layer* l : u.layers) {
       if (p.cp > 1) add_cp_cost(u, context_parallel_layer_cost(*l, cluster, costs, p, T));
@@ -344,6 +383,7 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
     }
     const double cast_fwd = costs.memory_s(cast_fwd_bytes), cast_bwd = costs.memory_s(cast_bwd_bytes);
     u.fwd_s = gemm + attn + elem + cast_fwd + score_fwd;
+    u.fwd_first_mb_s = costs.memory_s(cast_first_mb_bytes);
     u.bwd_s = 2 * gemm + K.attention_bwd_ratio * attn + 2 * elem + cast_bwd + score_bwd;
     if (p.ac == AcMode::kFull && u.blocks > 0)
       u.recompute_s = u.fwd_s;

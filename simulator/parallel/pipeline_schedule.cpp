@@ -196,6 +196,34 @@ std::vector<std::vector<PipeAction>> pipeline_order(PpSchedule s, int pp, int vi
   return out;
 }
 
+Residency fsdp_residency(const std::vector<PipeAction>& order, int max_active_stages) {
+  Residency r;
+  r.unshard.resize(order.size());
+  r.reshard.resize(order.size());
+  std::vector<int> active;  // insertion order, as torch's dict
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    // next_stage_indices(max_active_stages, compute_actions[i:]): the next distinct stages, in order.
+    std::vector<int> window;
+    for (std::size_t j = i; j < order.size() && static_cast<int>(window.size()) < max_active_stages; ++j)
+      if (std::find(window.begin(), window.end(), order[j].stage) == window.end())
+        window.push_back(order[j].stage);
+    for (auto it = active.begin(); it != active.end();) {
+      if (std::find(window.begin(), window.end(), *it) == window.end()) {
+        r.reshard[i].push_back(*it);
+        it = active.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (int s : window)
+      if (std::find(active.begin(), active.end(), s) == active.end()) {
+        r.unshard[i].push_back(s);
+        active.push_back(s);
+      }
+  }
+  return r;
+}
+
 double pipeline_send_bytes(const Plan& p, std::int64_t hidden) {
   return static_cast<double>(p.mbs) * static_cast<double>(p.seq) * static_cast<double>(hidden) *
          p.compute_bytes() / p.tp / p.cp;

@@ -206,7 +206,8 @@ void stage_memory(const Simulator& sim, const ModelGraph& model, const Plan& p, 
   // the micro-batches run; they join the optimizer's tail.
   const bool no_sync = ctx.torch_stages && rt.reduce_scatter && !rt.grads_persistent;
   x.sharded_grad_bytes = no_sync ? x.res.persistent_split[1] : 0;
-  x.cost.held_bytes = x.res.persistent_bytes - x.sharded_grad_bytes + x.gathered_bytes + recv;
+  x.cost.held_bytes = x.res.persistent_bytes - x.sharded_grad_bytes + recv;
+  x.cost.gathered_bytes = x.gathered_bytes;
   x.cost.accum_grad_bytes = x.accum_grad_bytes;
   working_sets(sim.program(), sim.units(), no_sync, no_sync ? grad_acc_bytes / bc : 0.0, bwd_recv,
                x.cost.fwd_work, x.cost.bwd_work, x.cost.bwd_first_work, x.tail_work);
@@ -271,21 +272,28 @@ StageSim simulate_stage(const ModelGraph& model, const Cluster& cluster, const C
                            (p.loss() == LossImpl::kCompiled && p.tp > 1);
     x.cost.act_bytes += static_cast<Bytes>(TV * (f32_saved ? 4.0 : p.compute_bytes()));  // compiled: logits
   }
-  x.fwd_compute_s = t.fwd_compute;
+  // Work only the step's first micro-batch does (Transformer Engine's fp8 weight casts, cached for the later
+  // micro-batches of each model chunk: Megatron's is_first_microbatch_for_model_chunk): the stage's first
+  // forward only.
+  double first_mb = 0;
+  for (const SimUnit& u : sim.units()) first_mb += u.fwd_first_mb_s;
+  x.fwd_compute_s = t.fwd_compute - first_mb;
   x.bwd_compute_s = t.bwd_compute;
-  x.cost.fwd_s = t.fwd_compute + tp_fwd;
+  x.cost.fwd_s = x.fwd_compute_s + tp_fwd;
   x.cost.bwd_s = t.bwd_compute + tp_bwd;
   x.cost.bwd_weight_s = std::min(weight_grad, x.cost.bwd_s);
   x.cost.bwd_input_s = x.cost.bwd_s - x.cost.bwd_weight_s;
   // The first forward of the step waits on the parameter all-gathers (reshard_after_forward=False: later
   // micro-batches reuse the unsharded parameters).
-  x.cost.first_fwd_extra_s = std::max(0.0, t.fwd_end - x.cost.fwd_s);
+  x.cost.first_fwd_s = first_mb;
+  x.cost.first_fwd_extra_s = std::max(0.0, t.fwd_end - x.cost.fwd_s - first_mb);
   const auto& c = x.res.comm;
   if (rt.gathers_params || rt.param_gather_before_forward)
     x.cost.gather_s = c[static_cast<int>(CommKind::kAllGather)].time_s;
   stage_memory(sim, model, p, ctx, rt, s, x);
   x.reduce_s =
       c[static_cast<int>(CommKind::kReduceScatter)].time_s + c[static_cast<int>(CommKind::kAllReduce)].time_s;
+  x.cost.reduce_s = x.reduce_s;
   if (rt.param_all_gather_after_step) x.post_step_s = c[static_cast<int>(CommKind::kAllGather)].time_s;
   return x;
 }

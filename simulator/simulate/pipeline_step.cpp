@@ -4,6 +4,7 @@
 #include "simulator/simulate/pipeline_step.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "simulator/memory/memory.hpp"
@@ -31,26 +32,21 @@ struct RankStep {
   bool tail_peak = false;  ///< the peak is the optimizer's
 };
 
-/// Rank `rank`'s time: the gradient reductions start after each stage's last backward, one after the other
-/// on the data-parallel communicator (torch 2.15: REDUCE_GRAD after a stage's last backward in the
-/// multi-stage runtime, perform_reduce_grad after the schedule in single-stage ones), then the optimizer
-/// step and what follows it.
+/// Rank `rank`'s time: its compute (the schedule's run, which includes the waits on all-gathers and, for
+/// torch's FSDP stages, on each stage's gradient reduction), the data-parallel stream's last reduction, then
+/// the optimizer step and what follows it.
 void rank_time(const Plan& p, const std::vector<StageSim>& st, const PipelineRun& run, int rank,
                RankStep& o) {
-  std::vector<int> mine = rank_stages(p, rank);
-  std::sort(mine.begin(), mine.end(), [&](int a, int b) {
-    return run.stage_last_backward_end_s[at(a)] < run.stage_last_backward_end_s[at(b)];
-  });
-  double comm_free = 0, post = 0;
-  for (int s : mine) {
-    const StageSim& x = st[at(s)];
-    comm_free = std::max(comm_free, run.stage_last_backward_end_s[at(s)]) + x.reduce_s;
-    o.optimizer_s += x.res.optimizer_s;
-    post += x.post_step_s;
+  double post = 0;
+  for (int s : rank_stages(p, rank)) {
+    o.optimizer_s += st[at(s)].res.optimizer_s;
+    post += st[at(s)].post_step_s;
   }
   const double compute_end = run.rank_end_s[at(rank)];
-  o.step_s = std::max(comm_free, compute_end) + o.optimizer_s + post;
-  o.exposed_s = run.rank_gather_wait_s[at(rank)] + (std::max(comm_free, compute_end) - compute_end) + post;
+  const double end = std::max(run.rank_dp_end_s[at(rank)], compute_end);
+  o.step_s = end + o.optimizer_s + post;
+  o.exposed_s =
+      run.rank_gather_wait_s[at(rank)] + run.rank_reduce_wait_s[at(rank)] + (end - compute_end) + post;
 }
 
 /// Rank `rank`'s memory: the peak over its action sequence (run_pipeline: held state, unsharded gradients
@@ -59,16 +55,16 @@ void rank_time(const Plan& p, const std::vector<StageSim>& st, const PipelineRun
 void rank_memory(const Plan& p, const std::vector<StageSim>& st, const PipelineRun& run, int rank,
                  RankStep& o) {
   auto& bd = o.breakdown;
-  Bytes held_all = 0, tail = 0, sharded_grads = 0, reserved_extra = 0;
+  Bytes held_all = 0, gathered_all = 0, tail = 0, sharded_grads = 0, reserved_extra = 0;
   WorkingSet tail_ws;
   for (int s : rank_stages(p, rank)) {
     const StageSim& x = st[at(s)];
     bd[static_cast<int>(MemCategory::kParams)] += x.res.persistent_split[0];
     bd[static_cast<int>(MemCategory::kGrads)] += x.res.persistent_split[1];
     bd[static_cast<int>(MemCategory::kOptimizer)] += x.res.persistent_split[2];
-    bd[static_cast<int>(MemCategory::kGathered)] += x.gathered_bytes;
     bd[static_cast<int>(MemCategory::kCommBuffers)] += x.recv_bytes;
-    held_all += x.cost.held_bytes + x.sharded_grad_bytes;
+    gathered_all += x.gathered_bytes;
+    held_all += x.cost.held_bytes + x.gathered_bytes + x.sharded_grad_bytes;
     sharded_grads += x.sharded_grad_bytes;
     if (x.tail_work.total() > tail) tail = x.tail_work.total(), tail_ws = x.tail_work;
     reserved_extra = std::max(reserved_extra, x.res.peak_reserved_bytes - x.res.peak_bytes);
@@ -76,6 +72,7 @@ void rank_memory(const Plan& p, const std::vector<StageSim>& st, const PipelineR
   const RankPeak& pk = run.rank_peak[at(rank)];
   o.tail_peak = held_all + tail > pk.peak_bytes;
   const WorkingSet& w = o.tail_peak ? tail_ws : pk.work;
+  bd[static_cast<int>(MemCategory::kGathered)] += o.tail_peak ? gathered_all : pk.gathered_bytes;
   if (!o.tail_peak) {
     bd[static_cast<int>(MemCategory::kGrads)] += pk.accum_grad_bytes - sharded_grads;
     bd[static_cast<int>(MemCategory::kActivations)] += pk.saved_act_bytes;
@@ -153,7 +150,7 @@ void fill_time(const ModelGraph& model, const Cluster& cluster, const Plan& p, c
   for (int s : rank_stages(p, slowest)) {
     const StageSim& x = st[at(s)];
     const auto& c = x.res.comm;
-    compute += m * (x.fwd_compute_s + x.bwd_compute_s);
+    compute += m * (x.fwd_compute_s + x.bwd_compute_s) + x.cost.first_fwd_s;
     for (int k = 0; k < kCommKinds; ++k) {
       // Tensor-parallel collectives run every micro-batch; the data-parallel ones once per step.
       const bool per_mb =
@@ -227,6 +224,51 @@ std::shared_ptr<PipelineSummary> summary(const Plan& p, const std::vector<StageS
   return sum;
 }
 
+/// The schedule's inputs: the stages' costs, each boundary's send time, and how the runtime posts receives,
+/// waits on reductions and keeps stages unsharded.
+PipelineInputs pipeline_inputs(const Cluster& cluster, const CostModel& costs, const Plan& p,
+                               const StageContext& ctx, const std::vector<StageSim>& st) {
+  PipelineInputs in;
+  in.schedule = p.pp_schedule;
+  in.pp = p.pp;
+  in.virtual_stages = p.virtual_stages;
+  in.micro_batches = p.grad_accum;
+  for (const StageSim& x : st) in.stages.push_back(x.cost);
+  // Point-to-point: pipeline rank r's GPUs are r x gpus / pp onward (pp outermost in the mesh: torchtitan's
+  // ParallelDims, Megatron's rank order tp-cp-ep-dp-pp), so a boundary's send crosses NVLink inside an NVLink
+  // domain and the NIC between domains: NCCL send/recv on that pair (collectives/p2p.cpp). Each TP rank
+  // sends its own shard to its peer over its own rail.
+  const int G = cluster.gpus(), D = std::max(1, cluster.spec().node.nvlink_domain_gpus);
+  for (int s = 0; s + 1 < p.stages(); ++s) {
+    const int a = stage_rank(p, s), b = stage_rank(p, s + 1);
+    const int ga = a * (G / p.pp), gb = b * (G / p.pp), stride = std::max(1, std::abs(gb - ga));
+    const bool crosses = ga / D != gb / D;
+    const GroupView pair = cluster.group(2, crosses ? std::max(stride, D) : stride);
+    in.edge_p2p_s.push_back(a == b ? 0.0
+                                   : costs.collective_s(CollectiveKind::kSendRecv, ctx.send_bytes, pair));
+  }
+  // Receives: torch's single-stage schedules (Schedule1F1B, ScheduleGPipe) issue each receive just before
+  // the compute that waits on it; its multi-stage runtime (_add_send_recv) places them as soon as the sender
+  // is scheduled. Megatron's interleaved schedule posts the next receive ahead with overlap_p2p_comm (the
+  // NeMo recipes' setting: NeMo-Framework-Launcher conf/training/*/*.yaml at 1a7171d7), its 1F1B exchanges
+  // in place (batch_p2p_comm, then torch.cuda.synchronize: core_r0.8.0 p2p_communication.py _communicate);
+  // DeepSpeed's PipelineEngine receives in its own instruction before the pass.
+  const bool multi = p.pp_schedule != PpSchedule::k1F1B && p.pp_schedule != PpSchedule::kGpipe;
+  in.recv_posting =
+      multi && p.runtime != Runtime::kDeepSpeed ? RecvPosting::kAhead : RecvPosting::kAtConsumer;
+  // torch FSDP / DDP stages: the compute stream waits on a stage's gradient reduction right after issuing it
+  // (torch 2.15 _PipelineScheduleRuntime: WAIT_REDUCE_GRAD follows REDUCE_GRAD unless defer_reduce_grad_wait,
+  // stage.py wait_for_gradient_reduction -> FSDPState._end_backward_iteration: current_stream.wait_event on
+  // the post-reduce events; single-stage schedules: perform_reduce_grad after the last backward; earlier
+  // torch (2.5-2.8) called _root_post_backward_final_callback after the stage's last backward, the same
+  // wait). Megatron reduces bucket by bucket beside the compute (overlap_grad_reduce).
+  in.reduce_waits = ctx.torch_stages;
+  // torch's multi-stage runtime keeps at most max_active_stages = 3 FSDP stages unsharded per rank
+  // (_add_unshard_reshard); single-stage schedules hold their one stage.
+  in.max_active_stages = ctx.torch_stages && multi && ctx.traits.gathers_params ? 3 : 0;
+  return in;
+}
+
 }  // namespace
 
 void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, const CostModel& costs,
@@ -241,19 +283,7 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     st.push_back(
         simulate_stage(model, cluster, costs, p, ctx, s, first[at(s)], first[at(s) + 1], per_stage[at(s)]));
 
-  // Point-to-point: the peer is gpus / pp ranks away (pp outermost in the mesh). A two-rank all-gather of
-  // twice the tensor moves exactly one tensor each way over that link (NCCL's ring over two ranks is one send
-  // and one receive per rank), so its time is the send's with NCCL's latency and the link's bandwidth.
-  const GroupView peer = cluster.group(2, cluster.gpus() / p.pp);
-  const double p2p_s = costs.collective_s(CollectiveKind::kAllGather, 2 * ctx.send_bytes, peer);
-
-  PipelineInputs pin;
-  pin.schedule = p.pp_schedule;
-  pin.pp = p.pp;
-  pin.virtual_stages = p.virtual_stages;
-  pin.micro_batches = p.grad_accum;
-  pin.p2p_s = p2p_s;
-  for (const StageSim& x : st) pin.stages.push_back(x.cost);
+  PipelineInputs pin = pipeline_inputs(cluster, costs, p, ctx, st);
   const PipelineRun run = run_pipeline(pin);
 
   std::vector<RankStep> ranks(at(p.pp));
@@ -268,6 +298,8 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
   // The Result: memory of the busiest rank, time of the slowest.
   fill_memory(cluster, p, st, run, ranks[at(busiest)], busiest, allocator_replay, r);
   fill_time(model, cluster, p, ctx.traits, st, run, ranks[at(slowest)], slowest, r);
+  double p2p_s = 0;
+  for (double e : pin.edge_p2p_s) p2p_s = std::max(p2p_s, e);
   r.pipeline = summary(p, st, run, ranks, busiest, p2p_s, ctx.send_bytes);
   if (detail) {
     const StageSim& x = st[at(rank_stages(p, busiest)[0])];
