@@ -295,11 +295,11 @@ TEST_CASE("TP 8 with sequence parallelism holds 1/8 of the TP 1 activations but 
   // / columns, the norms' inputs and the block inputs by sequence; the vocab-parallel loss holds T·V/8
   // logits. The embedding saves nothing. Three stay whole: torchtitan's plan all-gathers the inputs of the
   // column-parallel projections (q/k/v and gate/up: 2h each per block) and of the head over the sequence, and
-  // the linears save the gathered tensor (reference lane, Llama 3 70B TP 8): (2 x 32 + 1) x T x 2h x (1 - 1/8)
-  // = 65 x 4096 x 8192 x 7/8 = 1,908,408,320 bytes more. Up to per-unit integer rounding (≤ 1 byte per unit
-  // and per logits effect) the rest is 1/8, except at the peak (the loss backward): loss parallel holds four
-  // fp32 T x V/8 buffers where the eager loss holds three (torch/distributed/tensor/parallel/loss.py), one
-  // more 4·T·V/8 = 4 · 4096 · 4000 = 65,536,000 bytes.
+  // the linears save the gathered tensor (reference lane, Llama 3 70B TP 8): (2 x 32 + 1) x T x 2h x (1 -
+  // 1/8) = 65 x 4096 x 8192 x 7/8 = 1,908,408,320 bytes more. Up to per-unit integer rounding (≤ 1 byte per
+  // unit and per logits effect) the rest is 1/8, except at the peak (the loss backward): loss parallel holds
+  // four fp32 T x V/8 buffers where the eager loss holds three (torch/distributed/tensor/parallel/loss.py),
+  // one more 4·T·V/8 = 4 · 4096 · 4000 = 65,536,000 bytes.
   Setup s("llama2-7b", "dgx-h100", 8);
   Plan p;
   p.seq = 4096;
