@@ -30,7 +30,7 @@ void Lowering::build_tensor_lists() {
   ut_.assign(static_cast<std::size_t>(U_), UnitTensors{});
   const auto& s = in_.model.spec();
   const double T = static_cast<double>(p_.mbs) * static_cast<double>(p_.seq);
-  const double rep_div = p_.tp > 1 ? p_.tp : 1;
+  const double rep_div = sequence_parallel_divisor(p_);
   // The two size classes of a block's saved tensors (docs/mechanics.md §2.2): tokens x hidden (norm inputs,
   // q / attention output, residual-stream tensors; divided by TP under sequence parallelism) and tokens x
   // the TP-local FFN width (gate / up projections, the activation, its product).

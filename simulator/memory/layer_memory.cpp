@@ -26,6 +26,12 @@ std::int64_t tensor_shard_elems(const Tensor& t, int tp, int shard_group, Paddin
 }
 
 double sequence_parallel_divisor(const Plan& p) {
+  // DeepSpeed's tensor parallelism has no sequence parallelism: AutoTP's LinearAllreduce all-reduces the
+  // row-parallel outputs, so the norms, the residual stream and the column-parallel inputs are whole on every
+  // TP rank (deepspeed 0.19.8 module_inject/layers.py; the 2022 Megatron-DeepSpeed the BLOOM rows ran
+  // predates Megatron's sequence parallelism). The all-reduce takes the time of the reduce-scatter plus
+  // all-gather pair sequence parallelism runs instead (a ring all-reduce is the two), so only memory differs.
+  if (p.runtime == Runtime::kDeepSpeed) return 1;
   return p.tp > 1 ? p.tp : 1;
 }
 
