@@ -59,6 +59,7 @@ class PipelineExecutor {
   std::vector<int> in_flight_, grads_done_;  // grads_done: B or W actions run (weight gradients made)
   std::vector<Bytes> act_now_, accum_now_, held_, gathered_now_;
   std::vector<double> dp_free_, prev_end_, prev2_end_;  // per rank; the ends of its last two actions
+  std::vector<std::vector<double>> starts_, ends_;      // per rank: its actions' start and end times so far
   PipelineRun out_;
 };
 
@@ -81,6 +82,8 @@ PipelineExecutor::PipelineExecutor(const PipelineInputs& in)
   accum_now_ = held_ = gathered_now_ = act_now_;
   dp_free_.assign(at(pp_), 0);
   prev_end_ = prev2_end_ = dp_free_;
+  starts_.assign(at(pp_), {});
+  ends_.assign(at(pp_), {});
   out_.rank_busy_s.assign(at(pp_), 0);
   out_.rank_end_s.assign(at(pp_), 0);
   out_.rank_gather_wait_s.assign(at(pp_), 0);
@@ -151,6 +154,14 @@ double PipelineExecutor::arrival(int rank, double produced, double send_s) const
   // The receive runs from when it is posted (after the rank's previous action, or the one before it) and
   // the sender's data is there.
   const auto R = at(rank);
+  if (in_.recv_posting == RecvPosting::kAsap) {
+    // The receiver's action in progress when the data is produced, if any, holds the receive back to its end.
+    const auto& st = starts_[R];
+    const auto it = std::upper_bound(st.begin(), st.end(), produced);
+    const std::size_t k = static_cast<std::size_t>(it - st.begin());
+    const double busy_until = k > 0 ? ends_[R][k - 1] : 0.0;
+    return std::max(produced, busy_until) + send_s;
+  }
   const double posted = in_.recv_posting == RecvPosting::kAtConsumer ? prev_end_[R] : prev2_end_[R];
   return std::max(produced, posted) + send_s;
 }
@@ -279,6 +290,8 @@ PipelineRun PipelineExecutor::run() {
         out_.rank_gather_wait_s[R] += start - free;
         stage_ready[R] = kNotYet;
         const double end = start + dur;
+        starts_[R].push_back(start);
+        ends_[R].push_back(end);
         out_.rank_end_s[R] = end;
         out_.rank_busy_s[R] += busy;
         account_memory(r, a);

@@ -86,11 +86,15 @@ enum class RecvPosting : std::uint8_t {
   /// schedules: Schedule1F1B / ScheduleGPipe _step_microbatches wait on the receive right after issuing it;
   /// Megatron's 1F1B without interleaving; DeepSpeed's PipelineEngine).
   kAtConsumer,
-  /// One action ahead: the transfer overlaps the rank's previous action (torch's multi-stage runtime places
-  /// each RECV as soon as its sender is scheduled, _add_send_recv; Megatron's interleaved schedule with
-  /// overlap_p2p_comm posts the next receive before the current backward and waits before the next
-  /// forward).
+  /// One action ahead: the transfer overlaps the rank's previous action (Megatron's interleaved schedule with
+  /// overlap_p2p_comm posts the next receive after the current forward, before the current backward, and
+  /// waits before the next forward).
   kAhead,
+  /// As soon as the sender has produced it: the receive is issued at that point of the receiver's program, so
+  /// it starts when the data is there or, if the receiver is computing then, when that action ends (torch's
+  /// multi-stage runtime: _add_send_recv appends each RECV to the receiver's list when its sender's action is
+  /// scheduled, in the lowering's lock-step over the ranks).
+  kAsap,
 };
 struct PipelineInputs {
   PpSchedule schedule = PpSchedule::k1F1B;

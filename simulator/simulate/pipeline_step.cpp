@@ -249,13 +249,16 @@ PipelineInputs pipeline_inputs(const Cluster& cluster, const CostModel& costs, c
   }
   // Receives: torch's single-stage schedules (Schedule1F1B, ScheduleGPipe) issue each receive just before
   // the compute that waits on it; its multi-stage runtime (_add_send_recv) places them as soon as the sender
-  // is scheduled. Megatron's interleaved schedule posts the next receive ahead with overlap_p2p_comm (the
-  // NeMo recipes' setting: NeMo-Framework-Launcher conf/training/*/*.yaml at 1a7171d7), its 1F1B exchanges
-  // in place (batch_p2p_comm, then torch.cuda.synchronize: core_r0.8.0 p2p_communication.py _communicate);
-  // DeepSpeed's PipelineEngine receives in its own instruction before the pass.
+  // is scheduled (kAsap: the lowered order puts RECV_F right before the consumer in the warm-up, where the
+  // rank waits anyway, and one or two actions ahead in the steady state). Megatron's interleaved schedule
+  // posts the next receive ahead with overlap_p2p_comm (the NeMo recipes' setting: NeMo-Framework-Launcher
+  // conf/training/*/*.yaml at 1a7171d7), its 1F1B exchanges in place (batch_p2p_comm, then
+  // torch.cuda.synchronize: core_r0.8.0 p2p_communication.py _communicate); DeepSpeed's PipelineEngine
+  // receives in its own instruction before the pass.
   const bool multi = p.pp_schedule != PpSchedule::k1F1B && p.pp_schedule != PpSchedule::kGpipe;
-  in.recv_posting =
-      multi && p.runtime != Runtime::kDeepSpeed ? RecvPosting::kAhead : RecvPosting::kAtConsumer;
+  in.recv_posting = !multi || p.runtime == Runtime::kDeepSpeed ? RecvPosting::kAtConsumer
+                    : ctx.torch_stages                         ? RecvPosting::kAsap
+                                                               : RecvPosting::kAhead;
   // torch FSDP / DDP stages: the compute stream waits on a stage's gradient reduction right after issuing it
   // (torch 2.15 _PipelineScheduleRuntime: WAIT_REDUCE_GRAD follows REDUCE_GRAD unless defer_reduce_grad_wait,
   // stage.py wait_for_gradient_reduction -> FSDPState._end_backward_iteration: current_stream.wait_event on

@@ -104,6 +104,18 @@ TEST_CASE("receives posted just before the consumer expose every send; posted ah
   // arrives max(4+d, 1) + d = 4+2d, its B1 max(7+d, 2) + d = 7+2d: [7+2d, 9+2d].
   in.recv_posting = RecvPosting::kAhead;
   CHECK(makespan(in) == Approx(9 + 2 * d));
+  // As soon as produced (torch's runtime): rank 1's F1 data (ready at 2) waits for F0 in progress [1+d, 2+d],
+  // arrives at 2+2d, before rank 1 is free; rank 0's B1 data (7+d) finds rank 0 idle since B0 (6+2d): the
+  // same 9 + 2d.
+  in.recv_posting = RecvPosting::kAsap;
+  CHECK(makespan(in) == Approx(9 + 2 * d));
+  // A sender that finishes while the receiver computes a long action: the transfer waits for that action.
+  PipelineInputs g = stages(PpSchedule::kGpipe, 2, 1, 2, 1, 2, d);
+  g.stages[1].fwd_s = 3;  // rank 1: F0 [1+d, 4+d]; rank 0's F1 ends at 2, inside it
+  g.recv_posting = RecvPosting::kAsap;
+  const PipelineRun run = run_pipeline(g);
+  // F1 on rank 1 starts at max(4+d (free), max(2, 4+d) + d) = 4+2d and ends 7+2d; its backwards follow.
+  CHECK(run.rank_end_s[1] == Approx(7 + 2 * d + 2 + 2));
 }
 
 TEST_CASE("torch FSDP stages: the compute waits on each stage's gradient reduction",

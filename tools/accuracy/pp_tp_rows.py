@@ -22,7 +22,7 @@ MECHANISMS = [
     ("TP bwd overlap", "Megatron / TE column-parallel backward: the input re-gather beside the dgrad GEMM, the "
      "dgrad reduce-scatter beside the wgrad GEMM (core_r0.8.0 tensor_parallel/layers.py)"),
     ("p2p", "each stage boundary's send over its own link (NVLink or the NIC, NCCL send/recv) and posted as the "
-     "schedule posts its receives (at the consumer, or one action ahead)"),
+     "schedule posts its receives (at the consumer, as soon as produced, or one action ahead)"),
     ("RS wait", "torch FSDP stages: the compute waits on each stage's gradient reduction (WAIT_REDUCE_GRAD)"),
     ("residency", "torch's multi-stage runtime keeps 3 FSDP stages unsharded (max_active_stages), re-gathering "
      "the others"),
