@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates docs/accuracy.md from the committed run records (uncalibrated predictions): the published runs, then
+# Regenerates docs/accuracy.md from the committed run records (uncalibrated predictions): the published runs, their
+# TP and PP records before and after issue 28's pipeline and 3-D time mechanisms, then
 # the reference lane's records (tools/reference/data/records.json) as their own section, followed by their errors per
 # category (runtime, model family, AC mode, FSDP2 prefetch: tools/reference/categories.py, standard-library python3),
 # then the Llama 3 405B recipe (simulated, set against the paper's MFU). The published runs' part ends with the
@@ -18,7 +19,11 @@ if [[ $# -ge 2 ]]; then evidence=$2; elif [[ $# -ge 1 ]]; then evidence=${out%.m
   --reference-lane tools/reference/data/records.json --evidence "$evidence"
 section=$(mktemp)
 rows=$(mktemp)
-trap 'rm -f "$section" "$rows"' EXIT
+dev=$(mktemp)
+trap 'rm -f "$section" "$rows" "$dev"' EXIT
+# The TP and PP records before and after issue 28's mechanisms (tools/accuracy/pp_tp_rows.py, standard library).
+"$bin" validate tests/data/runs/published_dev.json --json "$dev" --quiet > /dev/null
+python3 tools/accuracy/pp_tp_rows.py "$dev" tools/accuracy/before_issue28.json tests/data/runs/published_dev.json >> "$out"
 "$bin" validate tools/reference/data/records.json --markdown "$section" \
   --markdown-section "Reference lane: the real PyTorch step, fake process group (tools/reference/)" --quiet
 cat "$section" >> "$out"

@@ -194,21 +194,22 @@ def scope_of(rec, cluster):
                "are not counted")
     elif src == "bigscience-workshop/bigscience":
         # The materialised attention core is expressed (--attention fused-softmax); it adds 1.4-6.8 % to these steps.
-        why = ("2022 Megatron-DeepSpeed: the materialised attention core is modelled (attention fused-softmax), "
-               "and it is a small share of these steps; what else makes this stack slower is not identified: the "
-               "published 96-108 TFLOPs per A100 (chronicles-prequel 'Best TFLOPs', TP 8) is about a third of "
-               "peak, below the GEMM efficiency fitted on 2023-2025 stacks; Megatron's hidden dropout "
+        why = ("2022 Megatron-DeepSpeed: the materialised attention core (attention fused-softmax) and the TP "
+               "without sequence parallelism (norms, residual adds and their saved tensors over the whole "
+               "sequence on every TP rank) are modelled; what else makes this stack slower is not identified: "
+               "the published 96-108 TFLOPs per A100 (chronicles-prequel 'Best TFLOPs', TP 8) is about a third "
+               "of peak, below the GEMM efficiency fitted on 2023-2025 stacks; Megatron's hidden dropout "
                "(0.1, fused bias-dropout-add) is not counted")
     elif src == "NVIDIA/NeMo":
-        # Expressed as runtime megatron (docs/model.md "Megatron-core runtime"); every row is predicted slower than
-        # measured (-6.5 .. -38.6 %, median 20.9 %, when counted in scope), a one-sided error of the kernels, not of
-        # the runtime's schedule: the llama2-7b row is predicted at 4.97 s with fp8 tensorwise, 6.18 s in bf16
-        # (43 % bf16 MFU), against 3.89 s measured.
-        why = ("NeMo 24.07 on Transformer Engine: TE's fp8 GEMMs (delayed scaling, the cast fused with the amax "
-               "and the transpose, weights cast once per step) and fused kernels are expressed as torchao "
-               "tensorwise float8 and the default bf16 efficiencies, which are fitted on cuBLAS / torchao / "
-               "flash-attention runs; TE kernels need a calibration profile (all 15 rows are predicted too slow, "
-               "-6.5 to -38.6 %); the SFT rows' packed sequences are not modelled")
+        # Expressed as runtime megatron (docs/model.md "Megatron-core runtime"). Transformer Engine's fp8 casts
+        # (weights once per step, fused amax / LayerNorm / activation casts) and Megatron's TP backward overlap
+        # are modelled from their source (issue 28); before them every row was predicted 6.5-38.6 % slow, now
+        # -30.6 .. +7.5 % (docs/accuracy.md, "Pipeline- and tensor-parallel records").
+        why = ("NeMo 24.07 on Transformer Engine: its fp8 casts and Megatron's TP backward overlap are modelled "
+               "from their source, but TE's kernels are not measured here: cuDNN fused attention and the fp8 "
+               "GEMMs run at the default efficiencies fitted on cuBLAS / torchao / flash-attention runs, and "
+               "ub_tp_comm_overlap's userbuffers overlap is expressed as async TP's fitted exposed share; the SFT "
+               "rows' packed sequences are not modelled")
     other = rec["parallel"].get("other") or {}
     if src == "pytorch/torchtitan" and "chunked" in str(other.get("loss") or ""):
         # torchtitan PR 996 (c14ab776c): the cross-entropy over chunks of the sequence, each chunk's fp32 logits

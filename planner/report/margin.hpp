@@ -45,7 +45,7 @@ struct MemoryErrorStats {
 /// With the activations replayed as the layers' tensor lists give them (real sizes in forward order, each
 /// dropped tensor freed when Python drops it; docs/model.md "Activations: one list of tensors per layer"):
 /// median 0.73 %, worst 9.50 % (33 runs).
-inline constexpr MemoryErrorStats kReservedMemoryError{"peak_reserved_bytes", 33, 0.0073, 0.0950};
+inline constexpr MemoryErrorStats kReservedMemoryError{"peak_reserved_bytes", 33, 0.0091, 0.0950};
 
 /// Default planner headroom (fraction of GPU memory `plan` keeps free). Rule: the largest under-prediction of
 /// peak reserved memory over the in-scope records of tests/data/runs/published_dev.json, (measured -

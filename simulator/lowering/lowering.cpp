@@ -245,7 +245,7 @@ void Lowering::forward(int mb) {
     Task t;
     t.type = TaskType::kCompute;
     t.lane = kLaneCompute;
-    t.duration_s = un.fwd_s;
+    t.duration_s = un.fwd_s + (mb == 0 ? un.fwd_first_mb_s : 0.0);
     t.cpu_s = K_.unit_hook_cpu_s +
               K_.kernel_launch_s * fw::kForwardLaunchesPerLayer * static_cast<double>(un.layers.size());
     t.deps = {ready, tp, param_ag[static_cast<std::size_t>(u)]};

@@ -18,7 +18,7 @@ struct ActUse {
 
 ActUse act_use(const ActTensor& a, const Plan& p, double tokens, bool selective, bool full) {
   ActUse r;
-  if ((a.only == ActOnly::kFp32Norm && !p.fp32_norm) || (a.only == ActOnly::kTp && p.tp <= 1)) return r;
+  if (!act_exists(a, p)) return r;
   const double b = tokens * act_bytes_per_token(a, p);
   // Full AC: the checkpointed block keeps its input alone; the recomputation makes the rest again in
   // backward.

@@ -101,6 +101,28 @@ bool partition_units(const UnitContext& c, std::vector<SimUnit>& units) {
   return per_module_groups;
 }
 
+/// Transformer Engine (v1.8,
+/// transformer_engine/pytorch/module/{linear,layernorm_linear,layernorm_mlp,base}.py) under delayed scaling,
+/// the float8 cast bytes of one GEMM (X input, Y output-gradient, W weight elements): the amax is an output
+/// of the cast kernel (no amax pass) and operands are cast with their transposes in one kernel
+/// (fp8_cast_transpose_fused: read 2, write 2). Inputs: the column-parallel ones come in fp8 out of TE's
+/// fused LayerNorm (LayerNormLinear / LayerNormMLP), the MLP's second out of its fused activation, and
+/// backward transposes each for wgrad (tex.fp8_transpose: read 1, write 1); the attention output projection's
+/// input is cast with its transpose (4 bytes; with sequence parallelism cast alone, 3, and transposed in
+/// backward, 2). Output gradients: cast with the transpose (grad_output_preprocess, 4 bytes), except the
+/// MLP's first GEMM's under GELU, fused into the activation's backward
+/// (fp8_cast_transpose_bgrad_dgelu_fused). Weights: cast with their transposes once per step: Megatron-core
+/// (core_r0.8.0 transformer/custom_layers/transformer_engine.py) passes is_first_microbatch and TE's
+/// get_fp8_workspace updates its cached fp8 weight only then.
+void te_fp8_cast_bytes(UnitSums& m, const Layer& l, const ModelSpec& s, bool shared, int t, double X,
+                       double Y, double W) {
+  const bool proj_input = !shared && l.kind == LayerKind::kAttention;
+  const bool gelu_fused = shared && l.kind == LayerKind::kMlp && s.mlp == MlpKind::kGelu;
+  m.cast_fwd_bytes += proj_input ? (t > 1 ? 3 : 4) * X : 0.0;
+  m.cast_bwd_bytes += (gelu_fused ? 0.0 : 4 * Y) + (proj_input && t == 1 ? 0.0 : 2 * X);
+  m.cast_first_mb_bytes += 4 * W;
+}
+
 /// One pass over the unit's layers: parameter and shard elements, GEMM / attention / elementwise time, float8
 /// casts, and the activations saved per AC mode.
 UnitSums unit_layers(UnitContext& c, SimUnit& u) {
@@ -157,6 +179,7 @@ UnitSums unit_layers(UnitContext& c, SimUnit& u) {
       // The busiest EP rank's routed experts see `moe_imbalance` times the mean tokens
       // (expert_parallel.cpp).
       const double imbalance = ep && g.expert ? p.moe_imbalance : 1.0;
+      const double gemm_before = gemm;
       if (fp8_layer) {
         gemm += g.count * costs.gemm_fp8_s(T, n, k, fp8_ratio);
         // Bytes per element moved by the casts (docs/model.md "Float8"): tensorwise = amax pass (read 2) +
@@ -168,7 +191,9 @@ UnitSums unit_layers(UnitContext& c, SimUnit& u) {
         const double X = shared ? (column_input_cast ? 0.0 : T * k) : T * k * g.count;
         if (shared) column_input_cast = true;
         const double Y = T * n * g.count, W = n * k * g.count;
-        if (p.fp8 == Fp8::kTensorwise) {
+        if (p.runtime == Runtime::kMegatron) {
+          te_fp8_cast_bytes(m, *l, s, shared, t, X, Y, W);
+        } else if (p.fp8 == Fp8::kTensorwise) {
           const double x_fwd = shared && t > 1 ? X / t : X;
           cast_fwd_bytes += 5 * x_fwd + (p.fp8_all_gather ? 0 : 5 * W);
           cast_bwd_bytes += 5 * X + (p.fp8_all_gather ? 2 * W : 5 * W) + 7 * Y;
@@ -181,6 +206,7 @@ UnitSums unit_layers(UnitContext& c, SimUnit& u) {
       } else {
         gemm += g.count * costs.gemm_s(T, n, k, fp32);
       }
+      if (g.tp == TpSplit::kColumn && !g.expert) m.column_gemm += gemm - gemm_before;
       u.flops_fwd += 2.0 * T * n * k * g.count;
     }
     if (l->attn_heads > 0) {
@@ -259,7 +285,7 @@ void unit_activations(const UnitContext& c, SimUnit& u, UnitSums& m) {
 
 /// Tensor-parallel collectives (sequence parallel): per block an all-gather before and a reduce-scatter
 /// after attention and the MLP; the head all-gathers its input, the embedding reduce-scatters its output.
-void unit_tp_collectives(UnitContext& c, SimUnit& u) {
+void unit_tp_collectives(UnitContext& c, SimUnit& u, const UnitSums& m) {
   const Plan& p = c.p;
   const auto& s = c.s;
   const int t = c.t;
@@ -307,6 +333,21 @@ void unit_tp_collectives(UnitContext& c, SimUnit& u) {
     // of each reduce-scatter a 16-bit all-gather of the output gradient.
     u.tp_bwd_ag_s = rs * coll(CollectiveKind::kAllGather, buf, tpg);
     u.tp_bwd_s = ag * coll(CollectiveKind::kReduceScatter, buf, tpg) + u.tp_bwd_ag_s;
+    if (p.runtime == Runtime::kMegatron && u.blocks > 0) {
+      // Megatron-core's column-parallel linears save their input's sequence shard and all-gather it again in
+      // backward, asynchronously beside the input-gradient GEMM, then reduce-scatter the input gradient
+      // asynchronously beside the weight-gradient GEMM (core_r0.8.0 tensor_parallel/layers.py
+      // LinearWithGradAccumulationAndAsyncCommunication.backward: all_gather_into_tensor(async_op=True),
+      // handle.wait() after the dgrad GEMM; reduce_scatter_tensor(async_op=True) waited after wgrad;
+      // Transformer Engine v1.8 module/linear.py _Linear.backward, "Overlap input AG with dgrad" and
+      // "Overlap dgrad-RS/AR with wgrad"). Each stays exposed only beyond its GEMM (the column GEMMs' dgrad
+      // and wgrad each cost what their forward does); the row-parallel linears' output-gradient all-gather
+      // runs before their dgrad and stays exposed.
+      const double regather = ag * coll(CollectiveKind::kAllGather, ag_buf, tpg);
+      const double reduce = ag * coll(CollectiveKind::kReduceScatter, buf, tpg);
+      u.tp_bwd_ag_s += std::max(0.0, regather - m.column_gemm);
+      u.tp_bwd_s = u.tp_bwd_ag_s + std::max(0.0, reduce - m.column_gemm);
+    }
   }
 }
 
@@ -330,6 +371,7 @@ void unit_times_and_gathers(UnitContext& c, SimUnit& u, const UnitSums& m, std::
   }
   const double cast_fwd = costs.memory_s(m.cast_fwd_bytes), cast_bwd = costs.memory_s(m.cast_bwd_bytes);
   u.fwd_s = gemm + attn + elem + cast_fwd + score_fwd;
+  u.fwd_first_mb_s = costs.memory_s(m.cast_first_mb_bytes);
   u.bwd_s = 2 * gemm + K.attention_bwd_ratio * attn + 2 * elem + cast_bwd + score_bwd;
   if (p.ac == AcMode::kFull && u.blocks > 0)
     u.recompute_s = u.fwd_s;
@@ -438,7 +480,7 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
     UnitSums m = unit_layers(c, u);
     unit_activations(c, u, m);
     unit_workspace(c, u, backward_extra(c, u));
-    unit_tp_collectives(c, u);
+    unit_tp_collectives(c, u, m);
     unit_times_and_gathers(c, u, m, ui, units.size());
   }
   if (per_module_groups) link_module_groups(units, p);

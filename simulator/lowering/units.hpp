@@ -47,6 +47,9 @@ struct SimUnit {
   int group_first = -1;
   /// Compute of one forward / backward / recomputation, without the TP collectives (seconds).
   double fwd_s = 0, bwd_s = 0, recompute_s = 0;
+  /// Compute the step's first micro-batch's forward adds to fwd_s (seconds): Transformer Engine's fp8 weight
+  /// casts, made once per step and cached for the later micro-batches (Megatron's is_first_microbatch).
+  double fwd_first_mb_s = 0;
   /// Tensor-parallel collectives of one forward and one backward (seconds), and their buffer bytes per
   /// forward.
   double tp_fwd_s = 0, tp_bwd_s = 0;

@@ -58,6 +58,8 @@ struct UnitSums {
   double gemm = 0, attn = 0, elem = 0, act_none = 0, act_sel = 0, act_full = 0, block_inputs = 0;
   double score_fwd = 0, score_bwd = 0;            ///< materialised attention cores (attention_core.cpp)
   double cast_fwd_bytes = 0, cast_bwd_bytes = 0;  ///< float8 scaling and casting of the linears' operands
+  double cast_first_mb_bytes = 0;                 ///< once per step: Transformer Engine's cached fp8 weights
+  double column_gemm = 0;  ///< forward time of the dense column-parallel GEMMs (TP backward overlap)
 };
 
 /// Transients of every layer's backward beside the op-level ones of unit_workspace: float8's copies, the CP

@@ -102,9 +102,27 @@ double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens,
   return std::max(at_activation, at_column_input_grad);
 }
 
+bool act_exists(const ActTensor& a, const Plan& p) {
+  switch (a.only) {
+    case ActOnly::kAlways:
+      return true;
+    case ActOnly::kFp32Norm:
+      return p.fp32_norm;
+    case ActOnly::kTp:
+      return p.tp > 1;
+    case ActOnly::kTpGathered:
+      return p.tp > 1 && tp_saves_gathered_input(p.runtime);
+  }
+  return true;
+}
+
 double act_saved_share(const ActTensor& a, const Plan& p, bool selective) {
-  if (a.only == ActOnly::kFp32Norm && !p.fp32_norm) return 0;
-  if (a.only == ActOnly::kTp && p.tp <= 1) return 0;
+  if (!act_exists(a, p)) return 0;
+  // The linears save the all-gathered copy instead of this shard (add_tp_gathered_input); the checkpoint
+  // still keeps a block input.
+  if (a.saved_gathered && a.role != ActRole::kBlockInput && p.tp > 1 && tp_saves_gathered_input(p.runtime) &&
+      !selective)
+    return 0;
   if (!selective) return (p.compile ? a.compiled : a.eager) ? 1 : 0;
   // Op-level SAC (torchtitan 0.3.0 SelectiveAC): the SDPA op's outputs only when its save list has the plan's
   // SDPA op (Plan::sac_saves_sdpa); compiled, only what backward reads (docs/model.md "Compiled saved

@@ -29,6 +29,8 @@ double act_split_divisor(ActSplit split, const Plan& p);
 /// Bytes of one activation tensor per token of this rank under plan p: its dtype (the compute dtype's bytes,
 /// or fixed), divided as its split rule says, the memory-efficient SDPA log-sum-exp's padding of the queries.
 double act_bytes_per_token(const ActTensor& a, const Plan& p);
+/// Whether the tensor exists at all under plan p (ActTensor::only).
+bool act_exists(const ActTensor& a, const Plan& p);
 /// Activation bytes one layer saves for backward over `tokens` tokens, with nothing recomputed or under
 /// selective (op-level) recomputation: the sum over its tensor list of what the regime keeps, plus a
 /// materialised attention core's score tensors without recomputation. Full AC keeps only the block input

@@ -50,8 +50,10 @@ enum class ActRole : std::uint8_t {
 /// A condition under which the tensor exists at all.
 enum class ActOnly : std::uint8_t {
   kAlways,
-  kFp32Norm,  ///< only with --fp32-norm (torchtitan's Python fp32 RMSNorm before 3b39d7ab0), eager
-  kTp,        ///< only with TP > 1 (the sequence-parallel reduce-scatter outputs)
+  kFp32Norm,    ///< only with --fp32-norm (torchtitan's Python fp32 RMSNorm before 3b39d7ab0), eager
+  kTp,          ///< only with TP > 1 (the sequence-parallel reduce-scatter outputs)
+  kTpGathered,  ///< only where the runtime's TP plan saves a column-parallel input all-gathered over the
+                ///< sequence (tp_saves_gathered_input: torchtitan's ColwiseParallel from a Shard(1) input)
 };
 
 /// When an eager forward frees it where the regime does not keep it: when Python drops the last reference
@@ -95,6 +97,10 @@ struct ActTensor {
   /// The layer's input: made by the previous layer (a norm's output, a residual add), so the lowering
   /// allocates it there, before the previous layer's output dies.
   bool input = false;
+  /// The layer's input that its column-parallel linears save: where the runtime's TP plan all-gathers it
+  /// first (ActOnly::kTpGathered), they save the gathered copy (the layer's "all_gather.out") instead of
+  /// this sequence shard, which is then not saved (unless it is the checkpoint's block input).
+  bool saved_gathered = false;
   ActStream stream = ActStream::kCompute;
   bool expert = false;  ///< a routed expert's tensor (per token: the top_k experts it passes through)
   /// The layer GEMM whose output it is (index into Layer::gemms, and which of its `count` calls); -1: not a

@@ -77,6 +77,23 @@ ActTensor& add_activation(Layer& l, std::string name, double per_token, ActSplit
   return a;
 }
 
+// Reference lane, Llama 3 70B TP 8 (tools/reference/configs.txt): two 64 MiB all_gather_into_tensor outputs
+// saved per block at 4,096 tokens (q/k/v's and w1/w3's inputs) and the head's 256 MiB gathered input at
+// 16,384 tokens, each freed by its layer's backward (docs/model.md "Tensor parallelism").
+void add_tp_gathered_input(Layer& l) {
+  ActTensor* in = find_act(l, "input");
+  if (!in || in->split != ActSplit::kSequence) return;
+  bool column_reads_input = false;
+  for (const Gemm& g : l.gemms)
+    if (g.tp == TpSplit::kColumn && static_cast<double>(g.k) == in->per_token) column_reads_input = true;
+  if (!column_reads_input) return;
+  in->saved_gathered = true;
+  const double width = in->per_token;
+  ActTensor& gathered = act(l, "all_gather.out", width, ActSplit::kNone);
+  gathered.only = ActOnly::kTpGathered;
+  gathered.sac = ActSac::kRecompute;  // not on torchtitan's save list: op-level SAC recomputes the gather
+}
+
 // torch/utils/checkpoint.py (torch 2.15): the non-reentrant checkpoint saves the block's inputs; under full
 // AC that is all the block keeps, under op-level SAC it is kept beside the policy's saved outputs.
 void mark_block_input(Layer& l) {
@@ -311,6 +328,7 @@ Layer make_attention(const ModelSpec& s, int block) {
   l.eager_elementwise_bytes_per_token = (s.positions == PositionKind::kRotary ? 24.0 * (q + kv) : 0.0) +
                                         6.0 * static_cast<double>(h) + 42.0 * qk_norm_elems;
   attention_activations(s, l);
+  add_tp_gathered_input(l);
   return l;
 }
 
@@ -455,6 +473,7 @@ Layer make_mlp(const ModelSpec& s, int block) {
     l.eager_elementwise_bytes_per_token = 4.0 * fa + 6.0 * h;
   }
   mlp_activations(s, l, f, fs);
+  if (!moe) add_tp_gathered_input(l);
   return l;
 }
 

@@ -21,6 +21,11 @@ Layer make_norm(const ModelSpec& s, std::string name, int block, LayerKind kind 
 Layer make_attention(const ModelSpec& s, int block);
 /// The MLP of block `block`: dense (SwiGLU or GELU) or a mixture of experts.
 Layer make_mlp(const ModelSpec& s, int block);
+/// A layer whose column-parallel linears read its input (attention without a latent, a dense MLP, the head):
+/// adds the all-gathered copy of that input the linears save under torchtitan's TP plan
+/// (ActOnly::kTpGathered, whole sequence, recomputed by op-level SAC) and marks the input
+/// ActTensor::saved_gathered.
+void add_tp_gathered_input(Layer& l);
 /// torchtitan's op-level selective AC on a dense attention + MLP pair that makes a checkpointed block: the
 /// exact mm parity of its save list.
 void selective_mm_parity(Layer& attn, Layer& mlp);

@@ -216,6 +216,7 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
   ActTensor& head_in = add_activation(head, "input", static_cast<double>(s.hidden), ActSplit::kSequence);
   head_in.sac = ActSac::kSave;
   head_in.input = true;
+  detail::add_tp_gathered_input(head);
   auto hv = add(head);
   boost::add_edge(fn, hv, g);
   Layer loss;

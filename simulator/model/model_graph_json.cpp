@@ -43,7 +43,10 @@ const char* to_string(ActRole v) {
   return "?";
 }
 const char* to_string(ActOnly v) {
-  return v == ActOnly::kFp32Norm ? "fp32_norm" : v == ActOnly::kTp ? "tp" : "always";
+  return v == ActOnly::kFp32Norm     ? "fp32_norm"
+         : v == ActOnly::kTp         ? "tp"
+         : v == ActOnly::kTpGathered ? "tp_gathered"
+                                     : "always";
 }
 const char* to_string(ActLife v) {
   switch (v) {
@@ -95,6 +98,7 @@ Json activations_to_json(const std::vector<ActTensor>& acts) {
     if (a.gemm >= 0) j["gemm"] = {a.gemm, a.call};
     if (a.consumer >= 0) j["consumer"] = a.consumer;
     if (a.input) j["input"] = true;
+    if (a.saved_gathered) j["saved_gathered"] = true;
     out.push_back(j);
   }
   return out;
@@ -122,7 +126,8 @@ std::vector<ActTensor> activations_from_json(const Json& arr, const std::string&
     a.role = parse_enum(o.str("role", "plain"),
                         {ActRole::kPlain, ActRole::kSdpaOut, ActRole::kSdpaLse, ActRole::kBlockInput}, file,
                         o.pointer("role"));
-    a.only = parse_enum(o.str("only", "always"), {ActOnly::kAlways, ActOnly::kFp32Norm, ActOnly::kTp}, file,
+    a.only = parse_enum(o.str("only", "always"),
+                        {ActOnly::kAlways, ActOnly::kFp32Norm, ActOnly::kTp, ActOnly::kTpGathered}, file,
                         o.pointer("only"));
     a.life = parse_enum(o.str("life", "layer"),
                         {ActLife::kLayer, ActLife::kAtOnce, ActLife::kTransient, ActLife::kBlock,
@@ -130,6 +135,7 @@ std::vector<ActTensor> activations_from_json(const Json& arr, const std::string&
                         file, o.pointer("life"));
     a.consumer = static_cast<std::int16_t>(o.integer("consumer", -1, -1, 1 << 14));
     a.input = o.boolean("input", false);
+    a.saved_gathered = o.boolean("saved_gathered", false);
     if (o.str("stream", "compute") != "compute")
       o.fail("stream", "expected \"compute\" (activations are allocated on the default stream)");
     a.expert = o.boolean("expert", false);
@@ -244,6 +250,24 @@ std::vector<ActTensor> legacy_activations(const LegacyActivations& g) {
                          false, false, ActSac::kRecompute))
     a->life = ActLife::kOutput;
   return std::move(l.activations);
+}
+
+/// The earlier format's replicated figure holds the input that an attention's, a dense MLP's or the head's
+/// column-parallel linears save (its width in 16-bit elements per token): split out as the layer's "input",
+/// so that a TP plan which saves it all-gathered does so here too (add_tp_gathered_input).
+void split_legacy_input(Layer& l) {
+  if (l.kind != LayerKind::kAttention && l.kind != LayerKind::kMlp && l.kind != LayerKind::kLmHead) return;
+  ActTensor* rep = nullptr;
+  for (ActTensor& a : l.activations)
+    if (a.name == "legacy.replicated") rep = &a;
+  for (const Gemm& g : l.gemms) {
+    const double width = static_cast<double>(g.k);
+    if (g.tp != TpSplit::kColumn || !rep || rep->per_token < width) continue;
+    rep->per_token -= width;
+    detail::add_activation(l, "input", width, ActSplit::kSequence);  // lowered where legacy.replicated was
+    detail::add_tp_gathered_input(l);
+    return;
+  }
 }
 
 /// A graph of the earlier format has no block-input tensor (its selective figures include the checkpoint's
@@ -407,7 +431,10 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
         lo.fail("activations", "give either \"activations\" or the per-token keys of the earlier format");
     } else {
       read_legacy(lo, legacy);
-      if (legacy.any) l.activations = legacy_activations(legacy);
+      if (legacy.any) {
+        l.activations = legacy_activations(legacy);
+        split_legacy_input(l);
+      }
     }
     l.elementwise_bytes_per_token = lo.number("elementwise_bytes_per_token", 0.0, 0.0, 1e12);
     l.eager_elementwise_bytes_per_token =

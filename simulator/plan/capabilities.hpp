@@ -101,6 +101,17 @@ inline bool tp_sequence_parallel(Runtime r) {
   return has(r, Feature::kSequenceParallel);
 }
 
+/// The runtime's column-parallel linears save their input all-gathered over the whole sequence: torchtitan's
+/// TP plan (0.3.0 models/llama3/parallelize.py apply_tp: SequenceParallel norms,
+/// ColwiseParallel(input_layouts =Shard(1)) for q/k/v, w1/w3 and the head) redistributes the norm's sequence
+/// shard to Replicate before the linear, and autograd saves the linear's (gathered) input. Megatron-core
+/// saves the shard and all-gathers it again in backward (core_r0.8.0 tensor_parallel/layers.py
+/// LinearWithGradAccumulationAndAsyncCommunication: ctx.save_for_backward(input) before the gather);
+/// DeepSpeed AutoTP has no sequence parallelism.
+inline bool tp_saves_gathered_input(Runtime r) {
+  return tp_sequence_parallel(r) && r != Runtime::kMegatron;
+}
+
 /// docs/capabilities.md: the table as Markdown (a test compares the committed file with it).
 std::string capability_table_markdown();
 

@@ -119,4 +119,34 @@ std::vector<int> rank_stages(const Plan& p, int rank) {
   return out;
 }
 
+int stage_rank(const Plan& p, int stage) {
+  if (v_style(p.pp_schedule)) return stage < p.pp ? stage : 2 * p.pp - 1 - stage;
+  return stage % p.pp;
+}
+
+std::vector<std::size_t> stage_layer_starts(const Plan& p, const ModelGraph& model) {
+  const int S = p.stages();
+  const std::vector<int> per_stage = stage_blocks(p, model.blocks());
+  const auto& order = model.order();
+  std::vector<int> stage_of_block;
+  for (int s = 0; s < S; ++s)
+    for (int b = 0; b < per_stage[static_cast<std::size_t>(s)]; ++b) stage_of_block.push_back(s);
+  std::vector<std::size_t> first(static_cast<std::size_t>(S) + 1, order.size());
+  int block_seen = -1, block_count = -1, cur = 0;
+  first[0] = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const Layer* l = order[i];
+    int st = cur;
+    if (l->block >= 0) {
+      if (l->block != block_seen) block_seen = l->block, ++block_count;
+      st = stage_of_block[static_cast<std::size_t>(block_count)];
+    } else if (block_count >= 0) {
+      st = S - 1;
+    }
+    while (cur < st) first[static_cast<std::size_t>(++cur)] = i;
+  }
+  while (cur < S - 1) first[static_cast<std::size_t>(++cur)] = order.size();
+  return first;
+}
+
 }  // namespace shardplan
