@@ -5,7 +5,6 @@
 #include <string>
 
 #include "core/json_reader.hpp"
-#include "generated/margin_stats.hpp"  // from planner/report/margin_stats.json
 #include "simulator/simulate/simulate.hpp"
 
 namespace shardplan {
@@ -24,9 +23,8 @@ struct MemoryErrorStats {
 /// validate` gives on the committed records (bash tools/margin_stats.sh regenerates it), read at build time
 /// (cmake/EmbedMarginStats.cmake); the test "planner/report/margin_stats.json is what validate gives on the
 /// committed records" fails when it is stale. docs/accuracy.md has the rows behind it, git log the history.
-inline constexpr MemoryErrorStats kReservedMemoryError{
-    margin_stats::kReservedTerm, margin_stats::kReservedRuns, margin_stats::kReservedMedianAbs,
-    margin_stats::kReservedWorstAbs};
+/// Defined in the generated source (constant-initialised, like every value below that is read from the JSON).
+extern const MemoryErrorStats kReservedMemoryError;
 
 /// Default planner headroom (fraction of GPU memory `plan` keeps free). Rule: the largest under-prediction of
 /// peak reserved memory over the in-scope records of tests/data/runs/published_dev.json, (measured -
@@ -34,7 +32,7 @@ inline constexpr MemoryErrorStats kReservedMemoryError{
 /// the device's memory for every measured run the prediction has missed. default_headroom() computes the
 /// rule; the value, the under-prediction and its record are in planner/report/margin_stats.json (generated,
 /// see kReservedMemoryError).
-inline constexpr double kDefaultHeadroom = margin_stats::kDefaultHeadroom;
+extern const double kDefaultHeadroom;
 inline constexpr const char* kDefaultHeadroomRule =
     "the largest under-prediction of reserved memory on the committed runs, rounded up to a whole percent";
 /// The rule above applied to a validation report's peak_reserved_bytes rows (in scope only).
@@ -50,16 +48,20 @@ struct ThroughputErrorStats {
   double mape;        ///< mean |relative error|
 };
 /// Generated data (planner/report/margin_stats.json, see kReservedMemoryError).
-inline constexpr ThroughputErrorStats kThroughputError{
-    margin_stats::kThroughputTerm, margin_stats::kThroughputRuns, margin_stats::kThroughputMedianAbs,
-    margin_stats::kThroughputMape};
+extern const ThroughputErrorStats kThroughputError;
 /// The planner's tie tolerance. Rule: two plans whose predicted tokens/s per GPU differ by less than the
 /// median |error| of the tokens/s prediction over the in-scope validation records, |a - b| / max(a, b) <
 /// this, are a tie (the model cannot tell them apart). A test recomputes it with the real simulator and fails
 /// when stale.
-inline constexpr double kThroughputTieTolerance = kThroughputError.median_abs;
+extern const double kThroughputTieTolerance;  ///< = kThroughputError.median_abs
 inline constexpr const char* kThroughputTieRule =
     "predicted tokens/s within the median |error| of the tokens/s prediction on the committed runs";
+
+namespace margin_stats {
+/// The largest under-prediction of reserved memory behind kDefaultHeadroom, and its record's id.
+extern const double kLargestUnderPrediction;
+extern const char* const kLargestUnderPredictionRecord;
+}  // namespace margin_stats
 
 /// How the plan's headroom compares with the measured reserved-memory error: 0 low (survives the worst
 /// error), 1 moderate (survives the median error), 2 high.
