@@ -4,8 +4,9 @@
 #   bash tools/setup.sh [PROFILE...]     (default: build)
 #   build   compiler, CMake, Ninja, ccache, the libraries of the `shardplan` CLI and Catch2 (header-only; the build
 #           folder is configured with its tests) -- README line 1
-#   test    + what tools/test.sh runs: python3-venv/-dev (the pinned environment, the Python module),
-#           clang-format, chromium (the HTML reports rendered), zlib (the screenshots decoded)
+#   python  + python3-venv/-dev: a venv, and the headers the Python module (`pip install .`) builds against
+#   test    + what tools/test.sh runs: python (the pinned environment, the module), clang-format, chromium (the
+#           HTML reports rendered), zlib (the screenshots decoded)
 #   mpi     + Open MPI (shardplan-calibrate's MPI bootstrap and its `mpirun -np 2` test)
 #   fuzz    + clang/LLVM (libFuzzer harnesses, tools/ci/fuzz.sh)
 # ccache is set up for the builds by tools/build.sh (CCACHE_BASEDIR = the checkout, so a checkout's build trees
@@ -13,6 +14,7 @@
 set -euo pipefail
 declare -A profile=(
   [build]="build-essential cmake ninja-build ccache libboost-graph-dev nlohmann-json3-dev libfmt-dev libcli11-dev catch2"
+  [python]="python3 python3-venv python3-dev"
   [test]="python3 python3-venv python3-dev clang-format chromium zlib1g-dev"
   [mpi]="libopenmpi-dev openmpi-bin"
   [fuzz]="clang llvm"
@@ -20,7 +22,7 @@ declare -A profile=(
 (($#)) || set -- build
 pkgs=()
 for p in "$@"; do
-  [[ -n "${profile[$p]:-}" ]] || { echo "tools/setup.sh: unknown profile '$p' (build, test, mpi, fuzz)" >&2; exit 2; }
+  [[ -n "${profile[$p]:-}" ]] || { echo "tools/setup.sh: unknown profile '$p' (build, python, test, mpi, fuzz)" >&2; exit 2; }
   read -ra more <<<"${profile[$p]}"
   pkgs+=("${more[@]}")
 done

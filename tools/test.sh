@@ -89,10 +89,13 @@ fi
 # answers them -- then tests/python compares it with the CLI built above, byte for byte.
 python_module() {
   wait "$venv_pid" || { cat "$logs/venv.out" >&2; return 1; }
-  local start
+  local start cxx
   start=$(date +%s)
-  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$modvenv/bin/python" -m pip --disable-pip-version-check --no-input -q \
-    install --no-build-isolation --no-deps . || return 1
+  # build/'s compiler by the same name: scikit-build-core would otherwise take Python's sysconfig CXX
+  # (x86_64-linux-gnu-g++ on Debian), which ccache hashes as another compiler.
+  cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' build/CMakeCache.txt)
+  CXX=$cxx CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$modvenv/bin/python" -m pip --disable-pip-version-check \
+    --no-input -q install --no-build-isolation --no-deps . || return 1
   echo "tools/test.sh: pip install . took $(( $(date +%s) - start )) s" >&2
   SHARDPLAN_BIN=$PWD/build/planner/shardplan "$modvenv/bin/python" -m unittest discover -s tests/python \
     -p 'test_*.py' -v
