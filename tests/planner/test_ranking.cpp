@@ -41,19 +41,10 @@ std::pair<std::size_t, std::string> choose(const std::vector<Result>& v) {
 TEST_CASE("the throughput tie tolerance is the median tokens/s error on the committed records",
           "[ranking][validate]") {
   // Rule (planner/report/margin.hpp, docs/model.md): the median |relative error| of tokens/s per GPU over the
-  // in-scope records of tests/data/runs/published_dev.json (docs/accuracy.md: 6.8 %, MAPE 7.6 %, 147
-  // records, published_runs_dev2.json's torchtitan PR rows included; 6.0 %, 7.3 %, 132 before them).
-  // Recomputed with the real simulator: a model or data change that moves it makes kThroughputError stale.
-  ValidationReport v = validate_files({std::string(SHARDPLAN_TEST_DATA) + "/runs/published_dev.json"});
-  bool found = false;
-  for (const auto& s : v.summary()) {
-    if (s.term != kThroughputError.term) continue;
-    found = true;
-    CHECK(s.n == kThroughputError.runs);
-    CHECK(s.median_abs == Approx(kThroughputError.median_abs).margin(0.0005));
-    CHECK(s.mape == Approx(kThroughputError.mape).margin(0.0005));
-  }
-  CHECK(found);
+  // in-scope records of tests/data/runs/published_dev.json. kThroughputError is generated data
+  // (planner/report/margin_stats.json); "planner/report/margin_stats.json is what validate gives on the
+  // committed records" (test_validate.cpp) recomputes it with the real simulator.
+  CHECK(kThroughputError.term == std::string("tokens_per_s_per_gpu"));
   CHECK(kThroughputTieTolerance == kThroughputError.median_abs);
 }
 

@@ -259,11 +259,16 @@ TEST_CASE("activation checkpointing: full << selective <= none, with derived siz
   //          attention Q 2q + K,V 4kv + O 2q + LSE 4a = 8192 + 16384 + 8192 + 128        = 32,896
   //          SwiGLU 8f                                                                  = 88,064
   //          ⇒ 153,736 per block
-  //   selective (torchtitan op-level SAC: attention outputs and every second matmul output kept, norms
-  //   recomputed):
-  //          block input 2h = 8,192; attention: half of the o-proj output h = 4,096, O 2q + LSE 4a + half of
-  //          (Q 2q + K,V 4kv) = 8,320 + 12,288 = 20,608; MLP: half of down output h = 4,096, half of gate/up
-  //          2f = 22,016                                                                  ⇒  59,008 per block
+  //   selective (torchtitan 0.3.0 op-level SAC, simulator/model/model_graph.cpp selective_mm_parity: the
+  //   block's matmuls counted in execution order from 1 and the odd ones saved -- wq, wv, w1 (gate), w2
+  //   (down) -- while wk, wo, w3 (up) are recomputed; attention's output O and LSE saved; norms recomputed):
+  //          block input (the checkpoint, held by the first norm) 2h                      =  8,192
+  //          attention: wq output 2q 8,192 + wv output 2kv 8,192 + O 2q 8,192 + LSE 4a 128 = 24,704
+  //          MLP: gate output 2f 22,016 + down output 2h 8,192                            = 30,208
+  //          ⇒ 63,104 per block
+  //   (59,008 is what the generic rule "half of every matmul output" of make_attention / make_mlp would give:
+  //   8,192 + (4,096 + 20,608) + (4,096 + 22,016); the exact parity replaces it for dense Llama blocks, and
+  //   the per-layer values are checked below.)
   //   full:  block input 2h                                                            =   8,192
   // Head unit (final norm 2h + 4, head input 2h) = 16,388. The activation peak is in the loss backward, where
   // the saved fp32 log-softmax (4V), the nll gradient (4V) and the fp32 logits gradient (4V) are alive: 12V =
@@ -272,6 +277,13 @@ TEST_CASE("activation checkpointing: full << selective <= none, with derived siz
   //   selective 32· 63,104 + 16,388 + 384,000 = 2,419,716
   //   full      32·  8,192 + 16,388 + 384,000 =   662,532
   Setup s("llama2-7b", "dgx-h100", 8);
+  // The selective bytes per token of block 0, as its layers' tensor lists give them (TP 1).
+  Plan p1;
+  p1.seq = 4096;
+  double block0_selective = 0;
+  for (const Layer* l : s.model.order())
+    if (l->block == 0) block0_selective += layer_saved_bytes(*l, p1, 1.0, true);
+  CHECK(block0_selective == 63'104);
   const double T = 4096;
   Plan p;
   p.seq = 4096;
