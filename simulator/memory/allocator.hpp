@@ -137,6 +137,7 @@ class CachingAllocator {
     int stream = 0;
     std::int64_t gc_count_base = 0;  // pool's get_free_block count when the block entered the free set
     std::int32_t segment = -1;       // expandable segment index, -1 for a cudaMalloc segment
+    std::int32_t whole_index = -1;   // position in Pool::whole while a free, unsplit cudaMalloc segment
     bool small = false;              // pool
     bool allocated = false;
     bool mapped = true;
@@ -168,6 +169,12 @@ class CachingAllocator {
     std::pmr::set<SizeKey> blocks;                // free, mapped blocks
     std::pmr::set<AddrKey> unmapped;              // unmapped virtual ranges of expandable segments
     std::int64_t get_free_blocks_call_count = 0;  // ages free blocks for garbage collection
+    // The free blocks that are whole cudaMalloc segments (not split, not expandable): what
+    // release_cached_blocks frees. PyTorch finds them by walking `blocks`; the index gives the same set
+    // without the walk, so a retry at the capacity costs what it releases, not the size of the cache. A
+    // cudaMalloc block's neighbours never change while it is free (free neighbours are merged at once), so
+    // its split state is fixed from insert_free to its erase.
+    std::vector<BlockId> whole;
   };
   // Node memory for the free-block sets: one free list per node size, O(1) allocate/deallocate, memory kept
   // for the allocator's lifetime (so a warm replay does not touch the heap).
@@ -208,6 +215,7 @@ class CachingAllocator {
   void delete_block(BlockId id);
   void insert_free(BlockId id);
   void erase_free(BlockId id);
+  void unlist_whole(BlockId id);  // drops a block leaving the free set from Pool::whole
   void insert_unmapped(BlockId id);
   void erase_unmapped(BlockId id);
   bool get_free_block(Params& p);

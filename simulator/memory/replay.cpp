@@ -11,13 +11,9 @@ bool AllocatorReplay::malloc_group(const MemEffect& e, std::int32_t task, int st
     throw std::logic_error("allocator replay: an allocation of " + std::to_string(e.delta_bytes) +
                            " bytes is not " + std::to_string(n) + " equal tensors");
   const Bytes size = e.delta_bytes / n;
-  bool ok = true;
   for (int k = 0; k < n; ++k) {
     const BlockId b = alloc_.malloc(size, e.pool);
-    if (b == kNoBlock) {
-      ok = false;
-      continue;
-    }
+    if (b == kNoBlock) return false;  // OutOfMemoryError: the run ends here
     const AllocatorStats& s = alloc_.stats();
     if (s.reserved_peak_malloc_index == s.malloc_calls - 1) {
       out_.reserved_peak_task = task;
@@ -34,7 +30,7 @@ bool AllocatorReplay::malloc_group(const MemEffect& e, std::int32_t task, int st
     nodes_[static_cast<std::size_t>(node)] = {b, head};
     head = node;
   }
-  return ok;
+  return true;
 }
 
 void AllocatorReplay::free_group(std::int32_t group) {
@@ -58,10 +54,14 @@ const ReplayOutcome& AllocatorReplay::run(const Program& prog, const AllocatorCo
   nodes_.clear();
   free_nodes_ = -1;
   auto valid = [&](std::int32_t g) { return g >= 0 && g < prog.tensors; };
+  auto done = [&]() -> const ReplayOutcome& {
+    out_.stats = alloc_.stats();
+    return out_;
+  };
   for (const MemEffect& e : prog.initial)
     if (valid(e.tensor) && e.delta_bytes > 0 &&
-        !(prog.optimizer_state_lazy && e.category == MemCategory::kOptimizer))
-      malloc_group(e, -1, 0);
+        !(prog.optimizer_state_lazy && e.category == MemCategory::kOptimizer) && !malloc_group(e, -1, 0))
+      return done();
   bool state_created = !prog.optimizer_state_lazy;
   for (int step = 1; step <= steps; ++step) {
     if (step > 1)
@@ -77,21 +77,22 @@ const ReplayOutcome& AllocatorReplay::run(const Program& prog, const AllocatorCo
       if (!state_created && t.type == TaskType::kOptimizer) {
         state_created = true;
         for (const MemEffect& e : prog.initial)
-          if (valid(e.tensor) && e.delta_bytes > 0 && e.category == MemCategory::kOptimizer)
-            malloc_group(e, task, step);
+          if (valid(e.tensor) && e.delta_bytes > 0 && e.category == MemCategory::kOptimizer &&
+              !malloc_group(e, task, step))
+            return done();
       }
       for (std::uint32_t k = t.first_effect; k < t.first_effect + t.n_effects; ++k) {
         const MemEffect& e = prog.effects[k];
         if (!valid(e.tensor)) continue;
-        if (e.delta_bytes > 0)
-          malloc_group(e, task, step);
-        else if (e.delta_bytes < 0)
+        if (e.delta_bytes > 0) {
+          if (!malloc_group(e, task, step)) return done();
+        } else if (e.delta_bytes < 0) {
           free_group(e.tensor);
+        }
       }
     }
   }
-  out_.stats = alloc_.stats();
-  return out_;
+  return done();
 }
 
 }  // namespace shardplan

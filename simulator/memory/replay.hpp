@@ -24,8 +24,11 @@ class AllocatorReplay {
  public:
   /// Replays `prog` for `steps` consecutive steps: Program::initial first (optimizer state, when
   /// Program::optimizer_state_lazy, at the first optimizer task of step 1, as torch.optim creates it), then
-  /// the step's effects `steps` times; Program::carried groups pass from one step to the next. An allocation
-  /// that fails (OOM under `config.capacity_bytes`) is skipped and counted in the stats.
+  /// the step's effects `steps` times; Program::carried groups pass from one step to the next. The first
+  /// allocation that fails (OOM under `config.capacity_bytes`) ends the replay, as PyTorch's malloc raises
+  /// OutOfMemoryError there (CUDACachingAllocator.cpp malloc: TORCH_CHECK_WITH(OutOfMemoryError, ...) after
+  /// the one release_cached_blocks retry): the stats are those up to it (num_ooms 1), and the peaks of a
+  /// replay that ran out are not the step's (replay again without a capacity for the demand).
   const ReplayOutcome& run(const Program& prog, const AllocatorConfig& config, int steps = 2);
 
  private:

@@ -313,3 +313,26 @@ TEST_CASE("eager forward transients: the complex rotary's temporaries and the pr
   CHECK(without.peak_bytes == with.peak_bytes);
   CHECK(with.peak_reserved_bytes >= without.peak_reserved_bytes);
 }
+
+TEST_CASE("allocator replay: the first allocation that fails ends the replay, as PyTorch raises there",
+          "[simulator][replay]") {
+  // A plan replayed against a capacity below its allocated peak: PyTorch's malloc frees its cache, retries
+  // once and raises OutOfMemoryError (CUDACachingAllocator.cpp malloc); the replay stops at that allocation:
+  // one OOM, and no malloc after it.
+  Setup s("llama3-8b", "dgx-h100", 8);
+  Plan p;
+  p.seq = 8192;
+  p.grad_accum = 2;
+  const Plan rp = s.resolve(p);
+  Simulator sim(s.model, *s.cluster, *s.costs);
+  sim.run(rp);
+  AllocatorReplay replay;
+  const AllocatorStats full = replay.run(sim.program(), AllocatorConfig{}).stats;
+  AllocatorConfig cfg;
+  cfg.capacity_bytes = full.allocated_peak_bytes / 2;
+  const AllocatorStats capped = replay.run(sim.program(), cfg).stats;
+  CHECK(capped.num_ooms == 1);
+  CHECK(capped.malloc_calls == capped.first_oom_malloc_index + 1);
+  CHECK(capped.malloc_calls < full.malloc_calls);
+  CHECK(capped.reserved_peak_bytes <= cfg.capacity_bytes);
+}
