@@ -380,8 +380,7 @@ void Lowering::backward(int mb, bool last_mb) {
       for (const Layer* l : un.layers)
         if (l->kind == LayerKind::kEmbedding)
           for (const auto& ten : l->tensors)
-            emb_full_elems +=
-                static_cast<double>(ten.numel() - tp_local_rows(ten, p_.tp) * tp_local_cols(ten, p_.tp));
+            emb_full_elems += static_cast<double>(ten.numel() - tp_local_elems(ten, p_.tp));
     // (its own tensor group, freed right after the unit's reduce-scatter has freed the other gradients)
     const Bytes emb_extra = B(emb_full_elems * bc_);
     std::int32_t emb_extra_id = -1;

@@ -37,7 +37,13 @@ struct Tensor {
   TpSplit tp = TpSplit::kReplicated;
   /// A routed expert's weight: each token passes through top_k of the layer's `moe_experts` experts.
   bool expert = false;
-  std::int64_t numel() const { return dim0 * dim1; }
+  /// Grouped experts: how many [dim0 x dim1] slices are stacked on a leading dimension, one per expert, as
+  /// the frameworks hold them (torchtitan 0.3.0 GroupedExperts w1 [experts, hidden_dim, dim], w2, w3;
+  /// Hugging Face's gpt-oss GptOssExperts gate_up_proj; one parameter per weight, not one per expert). 1 for
+  /// a plain tensor. FSDP2 shards the stacked dimension, or dim0 when the experts are fewer than the ranks
+  /// (layer_memory.cpp tensor_shard_elems); expert parallelism gives each rank stack / ep slices.
+  std::int64_t stack = 1;
+  std::int64_t numel() const { return stack * dim0 * dim1; }
 };
 
 /// One forward GEMM per token: [tokens x k] @ [k x n]; `count` = how many such GEMMs a token goes through
@@ -116,9 +122,9 @@ struct Layer {
   std::int64_t parameters() const;
   /// Parameters one token passes through: routed experts count top_k / experts of their weights.
   double active_parameters() const;
-  /// The layer's tensors grouped by shape (dim0, dim1, TP split, expert): `tensors[index]` stands for
-  /// `count` identical tensors (a MoE layer's 3 x 128 expert weights are two groups). Filled by ModelGraph;
-  /// the per-tensor sums of memory.cpp and units.cpp walk the groups (for_each_tensor_group).
+  /// The layer's tensors grouped by shape (stack, dim0, dim1, TP split, expert): `tensors[index]` stands for
+  /// `count` identical tensors (a MoE layer's grouped gate and up weights are one group of two). Filled by
+  /// ModelGraph; the per-tensor sums of memory.cpp and units.cpp walk the groups (for_each_tensor_group).
   struct TensorGroup {
     std::uint32_t index = 0, count = 0;
   };

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "sim_helpers.hpp"
+#include "simulator/memory/layer_memory.hpp"
 
 using namespace shardplan;
 
@@ -430,19 +431,38 @@ TEST_CASE("bad family inputs: one clear error", "[simulator][model][hf]") {
   CHECK_THROWS_WITH(parse_hf_config(d, "d.json"), Catch::Contains("/v_head_dim"));
 }
 
-TEST_CASE("tensor groups: a MoE layer's identical expert weights are summed as groups with a count",
+TEST_CASE("grouped experts: one 3-D parameter per expert weight, FSDP2's shard of it as torchtitan places it",
           "[simulator][model]") {
-  // Qwen3-30B-A3B: each MoE layer has a router [128 x 2048] and 128 experts of gate / up [768 x 2048] and
-  // down [2048 x 768]: three groups (1, 256, 128) for 385 tensors.
+  // Qwen3-30B-A3B: each MoE layer has a router [128 x 2048] and, as torchtitan 0.3.0's GroupedExperts holds
+  // them, w1 (gate) and w3 (up) [128 x 768 x 2048] and w2 (down) [128 x 2048 x 768]: four tensors in two
+  // groups (the router; gate and up, one shape).
   const ModelGraph m = load_model("qwen3-30b-a3b");
   const Layer* moe = nullptr;
   for (const Layer* l : m.order())
     if (l->moe_experts > 0 && !moe) moe = l;
   REQUIRE(moe);
-  REQUIRE(moe->tensors.size() == 385);
+  REQUIRE(moe->tensors.size() == 4);
+  CHECK(moe->tensors[1].stack == 128);
+  CHECK(moe->tensors[1].numel() == 128 * 768 * 2048);
   std::vector<std::int64_t> counts;
   moe->for_each_tensor_group([&](const Tensor&, std::int64_t n) { counts.push_back(n); });
-  CHECK(counts == std::vector<std::int64_t>{1, 256, 128});
+  CHECK(counts == std::vector<std::int64_t>{1, 2, 1});
+  // FSDP2 (torchtitan distributed/fsdp.py): Shard(0) over the experts while the ranks (x EP) do not exceed
+  // them: 64 ranks -> ceil(128 / 64) = 2 experts of 768 x 2048 each; 256 ranks -> Shard(1), every expert's
+  // dim 0 split: 128 x ceil(768 / 256) x 2048 = 128 x 3 x 2048; 96 ranks: ceil(128 / 96) = 2 experts, padded
+  // (96 x 2 = 192 slots for 128).
+  const Tensor& w1 = moe->tensors[1];
+  CHECK(tensor_shard_elems(w1, 1, 64, Padding::kPerTensorDim0) == 2 * 768 * 2048);
+  CHECK(tensor_shard_elems(w1, 1, 256, Padding::kPerTensorDim0) == 128 * 3 * 2048);
+  CHECK(tensor_shard_elems(w1, 1, 96, Padding::kPerTensorDim0) == 2 * 768 * 2048);
+  // Expert parallelism 8: the rank holds 16 experts, sharded over its expert-FSDP ranks: 8 -> 2 experts; 32
+  // (8 x 32 = 256 > 128) -> Shard(1): 16 x ceil(768 / 32) x 2048. DeepSpeed pads the flat numel.
+  CHECK(rank_shard_elems(w1, 1, 1, 8, Padding::kPerTensorDim0, 8) == 2 * 768 * 2048);
+  CHECK(rank_shard_elems(w1, 1, 1, 32, Padding::kPerTensorDim0, 8) == 16 * 24 * 2048);
+  CHECK(rank_shard_elems(w1, 1, 1, 5, Padding::kPerTensor, 8) == (16LL * 768 * 2048 + 4) / 5);
+  CHECK(rank_local_elems(w1, 2, 1, 8) == 2 * 16 * 768 * 2048);
+  // The grouped tensors carry the same parameters: 48 blocks x (router + 3 x 128 x 768 x 2048) as before.
+  CHECK(m.parameters() == 30'532'122'624);
   // Every layer: the grouped walk sums the same elements and tensors as the tensor-by-tensor one (a copy
   // without groups walks each tensor once).
   for (const Layer* l : m.order()) {
