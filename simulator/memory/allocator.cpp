@@ -649,6 +649,25 @@ void CachingAllocator::unmap_block(BlockId id) {
   ++stats_.num_device_free;
 }
 
+void CachingAllocator::describe_state(std::vector<std::int64_t>& out) const {
+  scratch_order_.clear();
+  for (std::size_t i = 0; i < blocks_.size(); ++i)
+    if (blocks_[i].live) scratch_order_.push_back(static_cast<BlockId>(i));
+  std::sort(scratch_order_.begin(), scratch_order_.end(), [this](BlockId a, BlockId b) {
+    return blocks_[static_cast<std::size_t>(a)].ptr < blocks_[static_cast<std::size_t>(b)].ptr;
+  });
+  out.clear();
+  out.push_back(next_address_);
+  for (BlockId id : scratch_order_) {
+    const Block& b = blocks_[static_cast<std::size_t>(id)];
+    out.push_back(b.ptr);
+    out.push_back(b.size);
+    out.push_back(b.stream);
+    out.push_back((b.allocated ? 1 : 0) | (b.mapped ? 2 : 0) | (b.small ? 4 : 0) | (b.is_split() ? 8 : 0));
+    out.push_back(b.segment);
+  }
+}
+
 Bytes CachingAllocator::cached_bytes() const {
   Bytes total = 0;
   for (const Pool* pool : {&small_, &large_})

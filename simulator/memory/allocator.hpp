@@ -110,6 +110,20 @@ class CachingAllocator {
   /// Empties the allocator, sets a new config, zeroes the stats; keeps container capacity.
   void reset(const AllocatorConfig& config);
 
+  /// Writes the allocator's placement state to `out` (replacing its contents): every block (address, size,
+  /// stream, pool, allocated, mapped, segment) in address order and the next segment's address. Two states
+  /// with equal descriptions place every later request sequence alike, up to block ids. O(blocks log blocks).
+  void describe_state(std::vector<std::int64_t>& out) const;
+  /// Model address of a live block.
+  Bytes block_address(BlockId id) const { return blocks_[static_cast<std::size_t>(id)].ptr; }
+  /// Counts `mallocs` and `frees` calls that a caller skipped because they would repeat, exactly, calls just
+  /// made from the same state (AllocatorReplay's steady micro-batches): the call counters and the next
+  /// malloc's index stay those of the full sequence.
+  void count_repeated_calls(std::int64_t mallocs, std::int64_t frees) {
+    stats_.malloc_calls += mallocs;
+    stats_.free_calls += frees;
+  }
+
   // PyTorch's constants (c10/cuda/CUDACachingAllocator.cpp, commit 001074d2, file scope).
   static constexpr Bytes kMinBlockSize = 512;      ///< all sizes are rounded to at least 512 bytes
   static constexpr Bytes kSmallSize = 1048576;     ///< largest "small" allocation is 1 MiB
@@ -246,7 +260,8 @@ class CachingAllocator {
   AllocatorStats stats_;
   std::vector<Block> blocks_;
   std::vector<BlockId> recycled_;
-  std::vector<BlockId> scratch_;     // release_blocks' to-unmap list
+  std::vector<BlockId> scratch_;                // release_blocks' to-unmap list
+  mutable std::vector<BlockId> scratch_order_;  // describe_state's blocks in address order
   std::vector<Bytes> segment_base_;  // base address of each expandable segment (index = Block::segment)
   std::int64_t malloc_index_ = -1;   // index of the malloc() in progress
   Bytes next_address_ = 0;
