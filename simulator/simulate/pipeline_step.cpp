@@ -37,8 +37,10 @@ struct StageSim {
   Bytes recv_bytes = 0;          ///< point-to-point receive buffers held through the step
   Bytes sharded_grad_bytes = 0;  ///< sharded gradients made by the reduction after the last micro-batch
   double tp_ag_block_s = 0, tp_rs_block_s = 0;  ///< TP collectives on the compute stream, one micro-batch
-  WorkingSet tail_work;                         ///< the optimizer's transients
-  double reduce_s = 0;                          ///< gradient reduction after the stage's last backward
+  double ep_block_s = 0,
+         cp_block_s = 0;   ///< EP all-to-alls and CP ring waits on the compute stream, likewise
+  WorkingSet tail_work;    ///< the optimizer's transients
+  double reduce_s = 0;     ///< gradient reduction after the stage's last backward
   double post_step_s = 0;  ///< after the optimizer (DeepSpeed ZeRO-1: updated parameters all-gathered)
   double fwd_compute_s = 0, bwd_compute_s = 0;  ///< compute-stream time of one micro-batch
   int blocks = 0;
@@ -220,10 +222,22 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     // (all of it without async TP, the all-gathers with it), as the lowering's tp_collectives charges them.
     // The share is Lowering::tp_collectives' own: all of it without async TP, async_tp_exposed with it.
     const double tp_share = p.async_tp ? costs.constants().async_tp_exposed : 1.0;
-    double tp_fwd = 0, tp_bwd = 0, weight_grad = 0;
+    double tp_fwd = 0, tp_bwd = 0, weight_grad = 0, ep_fwd = 0, ep_bwd = 0, cp_fwd = 0, cp_bwd = 0;
+    // Selective AC without the plan's SDPA op in its save list recomputes ring attention
+    // (lowering_cp_ep.cpp).
+    const bool recompute_attention =
+        p.ac == AcMode::kFull || (p.ac == AcMode::kSelective && !p.sac_saves_sdpa());
     for (const SimUnit& u : sim.units()) {
       // Full activation checkpointing recomputes the forward's collectives in the backward (as the lowering).
       const double re = p.ac == AcMode::kFull && u.blocks > 0 ? 1.0 : 0.0;
+      // Expert parallelism's token all-to-alls recur every micro-batch and block the compute stream (the
+      // experts wait for their tokens, the next layer for the combine; Lowering::cp_ep_collectives): the
+      // forward's dispatch and combine, the backward's mirrored pair and, under full AC, the recomputed
+      // forward's. Context parallelism's ring blocks with the share the attention does not hide.
+      ep_fwd += u.a2a_s;
+      ep_bwd += (1 + re) * u.a2a_s;
+      cp_fwd += u.cp_fwd_exposed_s;
+      cp_bwd += u.cp_bwd_exposed_s + (recompute_attention && u.blocks > 0 ? u.cp_fwd_exposed_s : 0.0);
       tp_fwd += tp_share * u.tp_fwd_s;
       tp_bwd += tp_share * (u.tp_bwd_s + re * u.tp_fwd_s);
       x.tp_ag_block_s += tp_share * ((1 + re) * u.tp_fwd_ag_s + u.tp_bwd_ag_s);
@@ -256,8 +270,10 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     }
     x.fwd_compute_s = fwd_compute;
     x.bwd_compute_s = bwd_compute;
-    x.cost.fwd_s = fwd_compute + tp_fwd;
-    x.cost.bwd_s = bwd_compute + tp_bwd;
+    x.ep_block_s = ep_fwd + ep_bwd;
+    x.cp_block_s = cp_fwd + cp_bwd;
+    x.cost.fwd_s = fwd_compute + tp_fwd + ep_fwd + cp_fwd;
+    x.cost.bwd_s = bwd_compute + tp_bwd + ep_bwd + cp_bwd;
     x.cost.bwd_weight_s = std::min(weight_grad, x.cost.bwd_s);
     x.cost.bwd_input_s = x.cost.bwd_s - x.cost.bwd_weight_s;
     // The first forward of the step waits on the parameter all-gathers (reshard_after_forward=False: later
@@ -471,17 +487,22 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     const auto& c = x.res.comm;
     compute += m * (x.fwd_compute_s + x.bwd_compute_s);
     for (int k = 0; k < kCommKinds; ++k) {
-      // Tensor-parallel collectives run every micro-batch; the data-parallel ones once per step.
-      const bool per_mb =
-          k == static_cast<int>(CommKind::kTpAllGather) || k == static_cast<int>(CommKind::kTpReduceScatter);
+      // Tensor-parallel collectives, EP all-to-alls and CP rings run every micro-batch; the data-parallel
+      // ones once per step.
+      const bool per_mb = k == static_cast<int>(CommKind::kTpAllGather) ||
+                          k == static_cast<int>(CommKind::kTpReduceScatter) ||
+                          k == static_cast<int>(CommKind::kAllToAll) ||
+                          k == static_cast<int>(CommKind::kCpRing);
       const double n = per_mb ? m : 1;
       CommStats& o = r.comm[static_cast<std::size_t>(k)];
       o.bytes_per_rank += c[static_cast<std::size_t>(k)].bytes_per_rank * n;
       o.time_s += c[static_cast<std::size_t>(k)].time_s * n;
-      // The TP collectives' blocking share is part of every forward and backward on the pipeline's
-      // timeline (StageCost::fwd_s, bwd_s): exposed in full.
+      // The blocking share of the TP collectives, EP all-to-alls and CP rings is part of every forward and
+      // backward on the pipeline's timeline (StageCost::fwd_s, bwd_s): exposed in full.
       const double blocking = k == static_cast<int>(CommKind::kTpAllGather)       ? x.tp_ag_block_s
                               : k == static_cast<int>(CommKind::kTpReduceScatter) ? x.tp_rs_block_s
+                              : k == static_cast<int>(CommKind::kAllToAll)        ? x.ep_block_s
+                              : k == static_cast<int>(CommKind::kCpRing)          ? x.cp_block_s
                                                                                   : 0.0;
       o.exposed_s += blocking * n;
       tp_exposed += blocking * n;
