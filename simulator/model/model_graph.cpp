@@ -169,6 +169,8 @@ Layer make_attention(const ModelSpec& s, int block) {
     l.tensors.push_back({"bv", kv, 1, TpSplit::kColumn});
     if (!s.qkv_bias_only) l.tensors.push_back({"bo", h, 1, TpSplit::kReplicated});
   }
+  // gpt-oss attention sinks: one learned logit per head (GptOssAttention.sinks), split with the heads by TP.
+  if (s.attn_sinks) l.tensors.push_back({"sinks", s.heads, 1, TpSplit::kColumn});
   // q/k norms: one head_dim weight each (Qwen3, Gemma 3), or over the whole projection (OLMo 2: TP would
   // split them with the projection; they are tiny and kept replicated).
   double qk_norm_elems = 0;  // elements of q and k that pass through a norm
@@ -234,8 +236,12 @@ void add_mlp_tensors(const ModelSpec& s, Layer& l, const std::string& prefix, st
     }
     l.tensors.push_back({prefix + "w_down", h, f, TpSplit::kRow});
     if (s.mlp_bias) {
-      l.tensors.push_back({prefix + "b_gate", f, 1, TpSplit::kColumn});
-      l.tensors.push_back({prefix + "b_up", f, 1, TpSplit::kColumn});
+      if (s.fused_gate_up) {
+        l.tensors.push_back({prefix + "b_gate_up", 2 * f, 1, TpSplit::kColumn});  // gpt-oss gate_up_proj_bias
+      } else {
+        l.tensors.push_back({prefix + "b_gate", f, 1, TpSplit::kColumn});
+        l.tensors.push_back({prefix + "b_up", f, 1, TpSplit::kColumn});
+      }
       l.tensors.push_back({prefix + "b_down", h, 1, TpSplit::kReplicated});
     }
   } else {
@@ -548,7 +554,7 @@ void ModelGraph::finalize() {
   boost::topological_sort(graph_, std::back_inserter(topo));
   order_.clear();
   for (auto it = topo.rbegin(); it != topo.rend(); ++it) order_.push_back(&graph_[*it]);
-  parameters_ = embedding_parameters_ = largest_tensor_ = 0;
+  parameters_ = embedding_parameters_ = largest_tensor_ = checkpoint_bytes_ = 0;
   active_parameters_ = 0;
   int last_block = -1;
   blocks_ = 0;
@@ -558,7 +564,16 @@ void ModelGraph::finalize() {
     active_parameters_ += l->active_parameters();
     if (l->kind == LayerKind::kEmbedding || l->kind == LayerKind::kPositionEmbedding)
       embedding_parameters_ += p;
-    for (const auto& t : l->tensors) largest_tensor_ = std::max(largest_tensor_, t.numel());
+    for (const auto& t : l->tensors) {
+      largest_tensor_ = std::max(largest_tensor_, t.numel());
+      // MXFP4 (transformers integrations/mxfp4.py, the checkpoint's *_blocks and *_scales): each row's input
+      // dimension in blocks of 32 values, 16 bytes of 4-bit values and one 8-bit scale per block.
+      const bool mxfp4 = spec_.moe.mxfp4_experts && t.expert && t.dim1 > 1;
+      const std::int64_t b =
+          mxfp4 ? mul_checked(t.stack * t.dim0, ceil_div(t.dim1, 32) * 17, "checkpoint bytes")
+                : mul_checked(t.numel(), 2, "checkpoint bytes");
+      checkpoint_bytes_ = add_checked(checkpoint_bytes_, b, "checkpoint bytes");
+    }
     if (l->block >= 0 && l->block != last_block) ++blocks_, last_block = l->block;
   }
 }

@@ -190,13 +190,18 @@ class ModelGraph {
   double attention_model_flops_per_token(std::int64_t seq) const;
   /// Largest parameter count of a single tensor.
   std::int64_t largest_tensor() const { return largest_tensor_; }
+  /// Bytes of the parameters as the released checkpoint stores them: 16-bit, except routed experts' weight
+  /// matrices stored as MXFP4 (ModelSpec::moe.mxfp4_experts, gpt-oss: 4.25 bits per value). What loading
+  /// the checkpoint quantised takes; training dequantises (the simulated parameters follow the plan's
+  /// precision).
+  std::int64_t checkpoint_bytes() const { return checkpoint_bytes_; }
 
  private:
   void finalize();
   ModelSpec spec_;
   LayerGraph graph_;
   std::vector<const Layer*> order_;
-  std::int64_t parameters_ = 0, embedding_parameters_ = 0, largest_tensor_ = 0;
+  std::int64_t parameters_ = 0, embedding_parameters_ = 0, largest_tensor_ = 0, checkpoint_bytes_ = 0;
   double active_parameters_ = 0;
   int blocks_ = 0;
 };
