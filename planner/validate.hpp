@@ -29,6 +29,17 @@ struct ValidationSkip {
 struct ValidationRecord {
   std::string id, group;
   std::vector<std::string> knobs;
+  /// What the evidence of a prediction needs (planner/report/evidence.hpp): the resolved plan, the GPU, the
+  /// model's structural features, the predicted memory against the device, the predicted MFU and tokens/s,
+  /// and the record's scope notes.
+  Plan plan;
+  std::string gpu, arch;               ///< "H100 80GB HBM3", to_string(GpuArch)
+  std::vector<std::string> features;   ///< model_features() of the record's model
+  Bytes predicted_reserved_bytes = 0;  ///< uncapped (the demand), without the runtime overhead
+  Bytes overhead_bytes = 0, capacity_bytes = 0;
+  double predicted_mfu = 0, predicted_tokens_per_s = 0;
+  std::string scope_time, scope_memory;  ///< out_of_scope.throughput / .memory ("" in scope)
+  std::string file;                      ///< the records file it came from
 };
 
 /// Two records of one group whose resolved plans differ in exactly one knob, compared on one term both

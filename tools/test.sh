@@ -12,9 +12,10 @@ python3 tools/ci/includes.py
 ctest --test-dir build --output-on-failure -j"$(nproc)"
 python3 -m unittest discover -s tests/realrun -p 'test_*.py' -v 2>&1 | tail -n 5
 python3 -m unittest discover -s tests/tools -p 'test_*.py' -v 2>&1 | tail -n 5
-# The Python tests that need the project's environment (tools/pyenv.sh: torch, torchao, torchtitan, deepspeed):
-# the reference lane (tests/reference) and the emitted configs run by the real frameworks (tests/emit:
-# DeepSpeedConfig accepts the ds_config, the FSDP2 script trains 2 steps on the CPU with torchrun and gloo).
+# The Python tests that need the project's environment (tools/pyenv.sh: torch, torchao, torchtitan, deepspeed,
+# transformers): the reference lane (tests/reference) and the emitted configs run by the real frameworks (tests/emit:
+# DeepSpeedConfig accepts the ds_config, the FSDP2 script trains 2 steps of transformers and torchtitan models on the
+# CPU with torchrun and gloo and builds the simulated units).
 # In CI (CI=true) an environment that cannot be created fails the run; elsewhere these tests are skipped.
 if SHARDPLAN_PYTHON=$(bash tools/pyenv.sh); then
   export SHARDPLAN_PYTHON SHARDPLAN_BIN="${SHARDPLAN_BIN:-build/planner/shardplan}"

@@ -7,10 +7,14 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <set>
 
+#include "planner/report/evidence.hpp"
+#include "planner/report/margin.hpp"
 #include "planner/report/svg.hpp"
+#include "simulator/plan/plan.hpp"
 
 namespace shardplan {
 namespace {
@@ -59,6 +63,7 @@ svg .mem-gpu { fill: none; stroke: #2a4d7a; stroke-width: 1.5; } svg .mem-peak {
 svg .exposed-band { fill: rgba(198,40,40,.13); } svg .gantt-exposed rect:not(.row-bg) { fill: #c62828; }
 svg .identity { stroke: #333; stroke-width: 1.2; fill: none; } svg .band { fill: rgba(46,125,50,.12); stroke: none; }
 svg .point { stroke: rgba(0,0,0,.55); stroke-width: .6; fill-opacity: .85; }
+svg .point-label { font-size: 10.5px; fill: #4b5563; }
 svg .bar-label { font-size: 12.5px; } svg .bar-value { font-size: 12px; } svg .mem-over { fill: #c62828; }
 .note { color: var(--muted); font-size: 12.5px; }
 @media print {
@@ -260,6 +265,19 @@ std::string memory_chart(const Result& r, const MemoryCurve& full, double t1_s, 
   std::vector<double> xs;
   xs.reserve(m.t_s.size());
   for (double t : m.t_s) xs.push_back(t * tu.factor);
+  // A high point that a free at the same instant ends (a task's allocations and frees, the peak among them)
+  // would be a zero-width spike: it is held for one pixel, so the area visibly reaches the peak.
+  {
+    const double px = (f.x.d1 - f.x.d0) / f.area.w;
+    auto total = [](const std::array<double, kMemCategories>& a) {
+      double t = 0;
+      for (double v : a) t += v;
+      return t;
+    };
+    for (std::size_t i = 0; i + 1 < xs.size(); ++i)
+      if (xs[i + 1] - xs[i] < px && total(m.by_cat[i]) > total(m.by_cat[i + 1])) xs[i + 1] = xs[i] + px;
+    for (std::size_t i = 1; i < xs.size(); ++i) xs[i] = std::max(xs[i], xs[i - 1]);
+  }
   std::vector<svg::Series> series;
   for (int k = 0; k < kMemCategories; ++k) {
     svg::Series s{to_string(static_cast<MemCategory>(k)), kCategoryColor[static_cast<std::size_t>(k)], {}};
@@ -269,6 +287,17 @@ std::string memory_chart(const Result& r, const MemoryCurve& full, double t1_s, 
     series.push_back(std::move(s));
   }
   svg::stacked_area(c, f, xs, series);
+  // What the chart draws against what the report says (the tests compare them).
+  double drawn = 0;
+  for (const auto& a : m.by_cat) {
+    double t = 0;
+    for (double v : a) t += std::max(0.0, v);
+    drawn = std::max(drawn, t);
+  }
+  c.open_group(
+      "memory-peak-data",
+      fmt::format("data-drawn-peak-bytes=\"{:.0f}\" data-report-peak-bytes=\"{}\"", drawn, r.peak_bytes));
+  c.close_group();
 
   const double g = static_cast<double>(kGiB);
   const double usable = cap - static_cast<double>(r.overhead.total());
@@ -339,6 +368,26 @@ std::size_t task_kind(const Task& t) {
   if (t.type == TaskType::kCopy) return 5;
   if (t.type == TaskType::kCompute) return t.backward ? 1 : 0;
   return 7;
+}
+
+/// The exposed-communication lane: the intervals (axis units) at their true share of each pixel column, with
+/// the drawn and the reported exposed time as data attributes and a label (what the tests compare).
+void exposed_lane(svg::Canvas& c, const svg::Frame& f, double y, double h, const std::string& name,
+                  const std::vector<std::pair<double, double>>& intervals, const TimeUnit& tu,
+                  double report_s) {
+  double total = 0;
+  for (auto [a, b] : intervals) total += b - a;
+  c.open_group(
+      "gantt-exposed",
+      fmt::format("data-lane=\"{}\" data-exposed-s=\"{:.9g}\" data-report-exposed-s=\"{:.9g}\" "
+                  "data-px-per-s=\"{:.9g}\"",
+                  escape(name), total / tu.factor, report_s, f.area.w / (f.x.d1 - f.x.d0) * tu.factor));
+  c.text(f.area.x - 8, y + h / 2 + 4, name, "row-label", "end");
+  c.rect(f.area.x, y, f.area.w, h, {}, "row-bg");
+  svg::share_bars(c, f, y, h, intervals, "exposed",
+                  fmt::format("exposed communication: {} {} of the step ({:.1f} %)", num(total, 3), tu.name,
+                              f.x.d1 > 0 ? 100 * total / f.x.d1 : 0.0));
+  c.close_group();
 }
 
 /// The allocated-memory curve on the GPU's time axis in a band [y0, y0 + h) under the Gantt lanes: a step
@@ -450,23 +499,12 @@ std::string gantt_chart(const Result& r) {
         fmt::format("time in the step ({})", tu.name), svg::nice_ticks(0, end_s * tu.factor, 12), {}, true};
     svg::Axis ay{"", {}, {}, false};
     svg::axes(c, f, ax, ay);
-    // Exposed bands behind the rows, merged to pixels.
-    std::vector<svg::Span> ex;
-    for (auto [a, b] : exposed)
-      ex.push_back({a * tu.factor, b * tu.factor, "",
-                    fmt::format("exposed communication: {} {}", num((b - a) * tu.factor, 3), tu.name)});
+    // Exposed communication at its true share of each pixel column (svg::share_bars): behind the rows as a
+    // light band, and as its own lane. Drawn length = the simulator's exposed intervals = the report's.
+    std::vector<std::pair<double, double>> ex_units;
+    for (auto [a, b] : exposed) ex_units.push_back({a * tu.factor, b * tu.factor});
     c.open_group("exposed-bands");
-    {
-      std::vector<std::pair<double, double>> px;
-      for (const auto& s : ex) {
-        const double x0 = f.x(s.a), x1 = f.x(s.b);
-        if (!px.empty() && x0 - px.back().second < min_px)
-          px.back().second = std::max(px.back().second, x1);
-        else
-          px.push_back({x0, x1});
-      }
-      for (auto [x0, x1] : px) c.rect(x0, f.area.y, std::max(x1 - x0, 0.8), f.area.h, {}, "exposed-band");
-    }
+    svg::share_bars(c, f, f.area.y, f.area.h, ex_units, "exposed-band", "exposed communication");
     c.close_group();
     int row = 0;
     for (int l = 0; l < lanes; ++l) {
@@ -478,7 +516,7 @@ std::string gantt_chart(const Result& r) {
                          : fmt::format("lane {}", l),
                      rows[static_cast<std::size_t>(l)], "gantt-row", min_px);
     }
-    svg::gantt_row(c, f, top + row * (row_h + gap), row_h, "exposed comm", ex, "gantt-exposed", min_px);
+    exposed_lane(c, f, top + row * (row_h + gap), row_h, "exposed comm", ex_units, tu, r.exposed_comm_s);
     if (mem_h > 0) memory_band(c, f, r, tu, top + (row + 1) * (row_h + gap), mem_h);
     c.text(
         f.area.right(), H - 8,
@@ -487,6 +525,206 @@ std::string gantt_chart(const Result& r) {
         "tick-label", "end");
     if (c.elements() <= kHtmlMaxSvgElements || min_px > 64) return c.str();
   }
+}
+
+// ------------------------------------------------------------------------------------------- pipeline
+
+/// A pipeline plan's whole step (PipelineSummary::spans): one lane per pipeline rank with each stage's
+/// forward and backward micro-batches, the slowest rank's exposed communication at its true share (what
+/// exposed_comm_s counts), and the busiest rank's allocated memory under the lanes, reaching its peak.
+std::string pipeline_gantt(const Result& r) {
+  const PipelineSummary& ps = *r.pipeline;
+  const double end_s = std::max(r.step_s, 1e-9);
+  const TimeUnit tu = time_unit(end_s);
+  const double row_h = 26, gap = 8, top = 44, mem_h = 110;
+  const int lanes = ps.pp + 1;
+  const double rows_h = lanes * (row_h + gap) + mem_h + gap;
+  const double H = top + rows_h + 52;
+  svg::Frame f;
+  f.area = {kLeft, top, kChartW - kLeft - kRight, rows_h - gap};
+  f.x = {0, end_s * tu.factor, f.area.x, f.area.right(), false};
+  f.y = {0, 1, f.area.bottom(), f.area.y, false};
+  const std::array<std::pair<char, const char*>, 4> colors = {
+      {{'F', "#5b8fd0"}, {'B', "#2a4d7a"}, {'I', "#4e79a7"}, {'W', "#76b7b2"}}};
+  auto color = [&](char op) {
+    for (auto [o, col] : colors)
+      if (o == op) return col;
+    return "#7f7f7f";
+  };
+  auto op_name = [](char op) {
+    return op == 'F'   ? "forward"
+           : op == 'B' ? "backward"
+           : op == 'I' ? "input-gradient backward"
+                       : "weight-gradient backward";
+  };
+  std::vector<std::vector<svg::Span>> rows(static_cast<std::size_t>(ps.pp));
+  std::array<bool, 4> used{};
+  for (const PipelineSpan& sp : ps.spans) {
+    if (sp.rank < 0 || sp.rank >= ps.pp) continue;
+    for (std::size_t k = 0; k < colors.size(); ++k) used[k] = used[k] || colors[k].first == sp.op;
+    rows[static_cast<std::size_t>(sp.rank)].push_back(
+        {sp.start_s * tu.factor, sp.end_s * tu.factor, color(sp.op),
+         fmt::format("stage {}, micro-batch {}: {} {} {} from {} {}", sp.stage, sp.micro_batch,
+                     op_name(sp.op), num((sp.end_s - sp.start_s) * tu.factor, 3), tu.name,
+                     num(sp.start_s * tu.factor, 3), tu.name)});
+  }
+  std::vector<std::pair<double, double>> ex;
+  if (r.exposed_intervals)
+    for (auto [a, b] : *r.exposed_intervals) ex.push_back({a * tu.factor, b * tu.factor});
+  for (double min_px = 1.5;; min_px *= 2) {
+    svg::Canvas c(
+        kChartW, H,
+        "Pipeline timeline of the whole step: each pipeline rank's micro-batches, the slowest rank's "
+        "exposed communication, the busiest rank's memory",
+        "chart gantt pipeline");
+    std::vector<svg::LegendItem> items;
+    for (std::size_t k = 0; k < colors.size(); ++k)
+      if (used[k]) items.push_back({op_name(colors[k].first), colors[k].second, {}});
+    items.push_back({"exposed communication", "#c62828", {}});
+    svg::legend(c, f.area.x, 10, f.area.w, items);
+    svg::axes(c, f,
+              svg::Axis{fmt::format("time in the step ({})", tu.name),
+                        svg::nice_ticks(0, end_s * tu.factor, 12),
+                        {},
+                        true},
+              svg::Axis{"", {}, {}, false});
+    for (int k = 0; k < ps.pp; ++k)
+      svg::gantt_row(c, f, top + k * (row_h + gap), row_h,
+                     fmt::format("rank {}{}", k, k == ps.busiest_rank ? " (peak)" : ""),
+                     rows[static_cast<std::size_t>(k)], "gantt-row", min_px);
+    exposed_lane(c, f, top + ps.pp * (row_h + gap), row_h, fmt::format("exposed, rank {}", ps.slowest_rank),
+                 ex, tu, r.exposed_comm_s);
+    // The busiest rank's memory: each action's total while it runs, held between actions at the next one's
+    // state without its working set, the optimizer's tail after the last.
+    {
+      const double y0 = top + lanes * (row_h + gap), h = mem_h;
+      std::vector<const PipelineSpan*> mine;
+      for (const PipelineSpan& sp : ps.spans)
+        if (sp.rank == ps.busiest_rank) mine.push_back(&sp);
+      double top_bytes =
+          std::max({static_cast<double>(r.peak_bytes), static_cast<double>(ps.tail_bytes), 1.0});
+      for (const PipelineSpan* sp : mine) top_bytes = std::max(top_bytes, static_cast<double>(sp->total()));
+      const double drawn_peak = [&] {
+        double d = static_cast<double>(ps.tail_bytes);
+        for (const PipelineSpan* sp : mine) d = std::max(d, static_cast<double>(sp->total()));
+        return d;
+      }();
+      top_bytes *= 1.08;
+      auto y_of = [&](double b) { return y0 + h - h * b / top_bytes; };
+      c.open_group("gantt-memory",
+                   fmt::format("data-lane=\"allocated memory, rank {}\" data-drawn-peak-bytes=\"{:.0f}\" "
+                               "data-report-peak-bytes=\"{}\"",
+                               ps.busiest_rank, drawn_peak, r.peak_bytes));
+      c.rect(f.area.x, y0, f.area.w, h, {}, "row-bg");
+      c.text(f.area.x - 8, y0 + h / 2 - 6, fmt::format("rank {} memory", ps.busiest_rank), "row-label",
+             "end");
+      c.text(f.area.x - 8, y0 + h / 2 + 9, fmt::format("0–{}", gib(top_bytes, 0)), "tick-label", "end");
+      std::string d;
+      double last_x = f.area.x;
+      for (std::size_t i = 0; i < mine.size(); ++i) {
+        const PipelineSpan& sp = *mine[i];
+        const double x0 = f.x(sp.start_s * tu.factor), x1 = f.x(sp.end_s * tu.factor);
+        const double between = static_cast<double>(sp.held_bytes + sp.accum_grad_bytes + sp.saved_act_bytes);
+        d += d.empty() ? fmt::format("M{:.1f} {:.1f}", f.area.x, y_of(between)) : "";
+        d += fmt::format(" H{:.1f} V{:.1f} H{:.1f} V{:.1f}", x0, y_of(static_cast<double>(sp.total())),
+                         std::max(x1, x0 + 0.5), y_of(between));
+        last_x = std::max(x1, x0 + 0.5);
+      }
+      if (!mine.empty()) {
+        const double xt = std::max(last_x, f.x(ps.tail_start_s * tu.factor));
+        d += fmt::format(" H{:.1f} V{:.1f} H{:.1f}", xt, y_of(static_cast<double>(ps.tail_bytes)),
+                         f.area.right());
+        c.path(d, {}, "mem-gpu", "allocated memory of the busiest pipeline rank over the step");
+      }
+      // The reported peak, at the action (or the optimizer tail) that sets it.
+      double peak_x = f.x(ps.tail_start_s * tu.factor);
+      for (const PipelineSpan* sp : mine)
+        if (sp->total() == r.peak_bytes) {
+          peak_x = f.x(sp->start_s * tu.factor);
+          break;
+        }
+      c.line(peak_x, y0, peak_x, y0 + h, "mem-peak");
+      const bool left = peak_x > f.area.x + f.area.w * 0.62;
+      c.text(peak_x + (left ? -6 : 6), y0 + 13,
+             fmt::format("peak {} — {}", gib(static_cast<double>(r.peak_bytes)), r.peak_phase), "peak-label",
+             left ? "end" : "start");
+      c.close_group();
+    }
+    if (c.elements() <= kHtmlMaxSvgElements || min_px > 64) return c.str();
+  }
+}
+
+/// The busiest pipeline rank's memory over the whole step, stacked by what holds it (the composition its
+/// peak is the largest of), with the capacity lines: it reaches the reported peak.
+std::string pipeline_memory_chart(const Result& r, double H) {
+  const PipelineSummary& ps = *r.pipeline;
+  const double end_s = std::max(r.step_s, 1e-9);
+  const TimeUnit tu = time_unit(end_s);
+  svg::Frame f;
+  f.area = {kLeft, 46, kChartW - kLeft - kRight, H - 46 - 58};
+  const double cap = static_cast<double>(r.capacity_bytes), g = static_cast<double>(kGiB);
+  std::vector<double> xs;
+  std::vector<svg::Series> series = {{"held (state, parameters, buffers)", "#4e79a7", {}},
+                                     {"accumulated gradients", "#f28e2b", {}},
+                                     {"saved activations", "#e15759", {}},
+                                     {"working set", "#76b7b2", {}}};
+  auto push = [&](double t, double a, double b, double c2, double d) {
+    xs.push_back(t * tu.factor);
+    series[0].ys.push_back(a / g), series[1].ys.push_back(b / g), series[2].ys.push_back(c2 / g),
+        series[3].ys.push_back(d / g);
+  };
+  double drawn = 0;
+  for (const PipelineSpan& sp : ps.spans) {
+    if (sp.rank != ps.busiest_rank) continue;
+    push(sp.start_s, static_cast<double>(sp.held_bytes), static_cast<double>(sp.accum_grad_bytes),
+         static_cast<double>(sp.saved_act_bytes), static_cast<double>(sp.work_bytes));
+    push(sp.end_s, static_cast<double>(sp.held_bytes), static_cast<double>(sp.accum_grad_bytes),
+         static_cast<double>(sp.saved_act_bytes), 0);
+    drawn = std::max(drawn, static_cast<double>(sp.total()));
+  }
+  // The optimizer's tail: held state plus its transients (held_bytes of the spans excludes the sharded
+  // gradients the reduction makes; the tail's figure includes them).
+  const double held = series[0].ys.empty() ? 0 : series[0].ys.back() * g;
+  push(ps.tail_start_s, held, 0, 0, std::max(0.0, static_cast<double>(ps.tail_bytes) - held));
+  push(end_s, held, 0, 0, 0);
+  drawn = std::max(drawn, static_cast<double>(ps.tail_bytes));
+  double ymax = std::max({drawn, cap, static_cast<double>(r.peak_reserved_bytes)}) * 1.04 / g, ymin = 0;
+  svg::nice_range(ymin, ymax, 8, false);
+  f.x = {0, end_s * tu.factor, f.area.x, f.area.right(), false};
+  f.y = {0, ymax, f.area.bottom(), f.area.y, false};
+  svg::Canvas c(
+      kChartW, H,
+      fmt::format("Memory allocated on pipeline rank {} (the busiest) over the whole step, stacked by "
+                  "what holds it",
+                  ps.busiest_rank),
+      "chart memory pipeline");
+  std::vector<svg::LegendItem> items;
+  for (const auto& se : series) items.push_back({se.name, se.color, {}});
+  svg::legend(c, f.area.x, 10, f.area.w, items);
+  svg::axes(
+      c, f,
+      svg::Axis{
+          fmt::format("time in the step ({})", tu.name), svg::nice_ticks(0, end_s * tu.factor, 12), {}, true},
+      svg::Axis{"allocated memory (GiB)", svg::nice_ticks(0, ymax, 8), [](double v) { return num(v, 1); },
+                true});
+  svg::stacked_area(c, f, xs, series);
+  c.open_group(
+      "memory-peak-data",
+      fmt::format("data-drawn-peak-bytes=\"{:.0f}\" data-report-peak-bytes=\"{}\"", drawn, r.peak_bytes));
+  c.close_group();
+  const double usable = cap - static_cast<double>(r.overhead.total());
+  svg::hline(c, f, cap / g, "capacity", "GPU capacity " + gib(cap));
+  svg::hline(c, f, usable / g, "usable",
+             fmt::format("usable: capacity − CUDA context & NCCL ({}) = {}",
+                         gib(static_cast<double>(r.overhead.total())), gib(usable)),
+             true);
+  if (r.peak_reserved_bytes > r.peak_bytes)
+    svg::hline(c, f, static_cast<double>(r.peak_reserved_bytes) / g, "reserved",
+               "peak reserved " + gib(static_cast<double>(r.peak_reserved_bytes)));
+  svg::hline(c, f, static_cast<double>(r.peak_bytes) / g, "peak",
+             fmt::format("peak allocated {} — {}", gib(static_cast<double>(r.peak_bytes)), r.peak_phase),
+             true);
+  return c.str();
 }
 
 // ------------------------------------------------------------------------------------------- tables
@@ -546,10 +784,15 @@ std::string kv_table(const Json& obj, const std::string& cls) {
 }
 
 std::string plan_short(const Plan& p) {
-  return fmt::format("{} zero{} shard{}{} tp{} mbs{}×{} ac={} wrap{} pf{}{}{}", to_string(p.runtime), p.zero,
-                     p.shard_group, p.replicas > 1 ? fmt::format("×{}", p.replicas) : "", p.tp, p.mbs,
-                     p.grad_accum, to_string(p.ac), p.wrap, p.prefetch, p.reshard() ? "" : " no-reshard",
-                     p.reduce() == Dtype::kBf16 ? " rd=bf16" : "");
+  const std::string pipe =
+      p.pp > 1 ? fmt::format(" pp{} {} V{}", p.pp, to_string(p.pp_schedule), std::max(1, p.virtual_stages))
+               : "";
+  const std::string cp_ep =
+      (p.cp > 1 ? fmt::format(" cp{}", p.cp) : std::string()) + (p.ep > 1 ? fmt::format(" ep{}", p.ep) : "");
+  return fmt::format("{} zero{} shard{}{} tp{}{}{} mbs{}×{} ac={} wrap{} pf{}{}{}", to_string(p.runtime),
+                     p.zero, p.shard_group, p.replicas > 1 ? fmt::format("×{}", p.replicas) : "", p.tp, pipe,
+                     cp_ep, p.mbs, p.grad_accum, to_string(p.ac), p.wrap, p.prefetch,
+                     p.reshard() ? "" : " no-reshard", p.reduce() == Dtype::kBf16 ? " rd=bf16" : "");
 }
 
 /// The sections shared by the simulate and plan reports: key numbers, memory, Gantt, tables, plan and inputs.
@@ -583,36 +826,60 @@ std::string step_sections(const Result& r, const ReportInputs& in, const std::st
       "The caching allocator's rounding shows as the reserved line; CUDA context and NCCL buffers as the gap "
       "between "
       "the usable and the capacity lines.";
-  b += "<section><h2>Timeline</h2><figure>" + gantt_chart(r) +
-       "<figcaption>Kernels per lane (CUDA stream / NCCL communicator). Red bands: a collective runs while "
-       "the compute "
-       "lane is idle (exposed communication). Tasks narrower than a pixel are merged; hover for "
-       "details. Under the lanes: memory allocated by the framework as the GPU runs, each task's "
-       "allocations and frees placed at its kernel's start (the charts below place them when the CPU "
-       "issues the kernel), with the reported peak marked at its task.</figcaption>"
-       "</figure></section>\n";
-  b += "<section><h2>Memory as the CPU issues the step</h2>";
-  if (issue_s > 0 && issue_s < 0.5 * end_s) {
-    // The CPU runs ahead of the GPU: every allocation happens early. Show that window first, then the whole
-    // step.
-    double t1 = issue_s * 1.04, lo = 0;
-    svg::nice_range(lo, t1, 12, false);
-    t1 = std::min(t1, end_s);
+  if (r.pipeline && !r.pipeline->spans.empty()) {
+    const PipelineSummary& ps = *r.pipeline;
     b +=
-        "<figure>" + memory_chart(r, curve, t1, true, 400) +
+        "<section><h2>Timeline of the whole step</h2><figure>" + pipeline_gantt(r) +
         fmt::format(
-            "<figcaption>The first {} of the step: the CPU issues kernels ahead of the GPU, and with them "
-            "every allocation and free of the step, so memory moves only in this window. Memory allocated by "
-            "the framework on the busiest GPU (torch.cuda.memory_allocated), replayed per category in CPU "
-            "issue order.</figcaption></figure>",
-            escape(seconds(t1)));
-    b += "<figure>" + memory_chart(r, curve, end_s, false, 300) + "<figcaption>" + whole_caption +
-         "</figcaption></figure>";
+            "<figcaption>All {} pipeline ranks over the {} step ({} schedule, {} stages, {} micro-batches, "
+            "bubble {:.1f} %): each stage's forward and backward of every micro-batch (hover for stage and "
+            "micro-batch; bars narrower than a pixel are merged). Red: the exposed communication of rank {} "
+            "(the slowest, whose step the report gives) at its true share of each pixel: the first forwards' "
+            "waits on the parameter all-gathers, the tensor-parallel collectives of every action, the "
+            "reductions that outlast the compute. Under the lanes: the allocated memory of rank {} (the "
+            "busiest).</figcaption></figure></section>\n",
+            ps.pp, seconds(r.step_s), to_string(ps.schedule), ps.stages, ps.micro_batches,
+            100 * ps.bubble_fraction, ps.slowest_rank, ps.busiest_rank);
+    b +=
+        "<section><h2>Memory of the busiest pipeline rank</h2><figure>" + pipeline_memory_chart(r, 400) +
+        "<figcaption>Allocated memory of the busiest pipeline rank while each action runs (held state, the "
+        "unsharded gradients accumulated between a stage's first and last backward, the other micro-batches' "
+        "saved activations, the running action's working set), then the optimizer's tail. Its top is the "
+        "reported peak allocated memory; the reserved line adds the caching allocator's "
+        "rounding.</figcaption>"
+        "</figure></section>\n";
   } else {
-    b += "<figure>" + memory_chart(r, curve, end_s, false, 440) + "<figcaption>" + whole_caption +
-         "</figcaption></figure>";
+    b += "<section><h2>Timeline</h2><figure>" + gantt_chart(r) +
+         "<figcaption>Kernels per lane (CUDA stream / NCCL communicator). Red bands: a collective runs while "
+         "the compute "
+         "lane is idle (exposed communication). Tasks narrower than a pixel are merged; hover for "
+         "details. Under the lanes: memory allocated by the framework as the GPU runs, each task's "
+         "allocations and frees placed at its kernel's start (the charts below place them when the CPU "
+         "issues the kernel), with the reported peak marked at its task.</figcaption>"
+         "</figure></section>\n";
+    b += "<section><h2>Memory as the CPU issues the step</h2>";
+    if (issue_s > 0 && issue_s < 0.5 * end_s) {
+      // The CPU runs ahead of the GPU: every allocation happens early. Show that window first, then the whole
+      // step.
+      double t1 = issue_s * 1.04, lo = 0;
+      svg::nice_range(lo, t1, 12, false);
+      t1 = std::min(t1, end_s);
+      b += "<figure>" + memory_chart(r, curve, t1, true, 400) +
+           fmt::format(
+               "<figcaption>The first {} of the step: the CPU issues kernels ahead of the GPU, and with them "
+               "every allocation and free of the step, so memory moves only in this window. Memory allocated "
+               "by "
+               "the framework on the busiest GPU (torch.cuda.memory_allocated), replayed per category in CPU "
+               "issue order.</figcaption></figure>",
+               escape(seconds(t1)));
+      b += "<figure>" + memory_chart(r, curve, end_s, false, 300) + "<figcaption>" + whole_caption +
+           "</figcaption></figure>";
+    } else {
+      b += "<figure>" + memory_chart(r, curve, end_s, false, 440) + "<figcaption>" + whole_caption +
+           "</figcaption></figure>";
+    }
+    b += "</section>\n";
   }
-  b += "</section>\n";
   b += "<section class=\"cols\"><div><h2>Memory breakdown at the peak</h2>" + breakdown_table(r) + "</div>";
   b += "<div><h2>Communication</h2>" + comm_table(r) +
        fmt::format(
@@ -708,10 +975,31 @@ std::string plans_chart(const SearchOutcome& o) {
   return c.str();
 }
 
+/// Why the recommendation is not a Pareto point that beats it on both charted axes: such a point is within
+/// the tie tolerance of the fastest plan (or choose_plan would have taken it), and the first tie rule
+/// separating the two decided.
+std::string pareto_note(const SearchOutcome& o, const Result& r) {
+  const Result& rec = o.plans[0];
+  if (!(r.tokens_per_s_per_gpu > rec.tokens_per_s_per_gpu && r.headroom_bytes() > rec.headroom_bytes()))
+    return r.tokens_per_s_per_gpu > rec.tokens_per_s_per_gpu ? "faster than #1, less headroom"
+                                                             : "more headroom than #1, slower";
+  const TieKeys a = tie_keys(rec), b = tie_keys(r);
+  const std::array<int, 4> ka = {a.memory_risk, a.parallel_dims, a.runtime_rank, a.non_default_knobs},
+                           kb = {b.memory_risk, b.parallel_dims, b.runtime_rank, b.non_default_knobs};
+  for (std::size_t i = 0; i < ka.size(); ++i)
+    if (ka[i] != kb[i])
+      return fmt::format(
+          "faster and more headroom than #1, within the model's {:.1f} % error: a tie, which #1 "
+          "wins by the rule \"{}\"",
+          100 * o.tie_tolerance, tie_rule_names()[i]);
+  return "faster and more headroom than #1, within the model's error; #1 has fewer network bytes per GPU";
+}
+
 /// The Pareto front of the search: memory headroom (x) against tokens/s per GPU (y), each point a plan no
 /// fitting plan beats on tokens/s, headroom and network bytes per GPU together (the third axis in the
-/// tooltip). The recommendation and the listed alternatives (family bests) are marked over the front.
-std::string pareto_chart(const SearchOutcome& o) {
+/// tooltip). The listed plans are marked #k over the front; every other point is labelled Pk and listed in
+/// the table below the chart with why it is not the recommendation when it beats #1 on both axes.
+std::string pareto_chart(const SearchOutcome& o, std::vector<const Result*>& labelled) {
   const double H = 380, left = 90, top = 30, right = 300, bottom = 60;
   svg::Canvas c(kChartW, H, "Pareto front: tokens per second per GPU against memory headroom",
                 "chart pareto");
@@ -746,8 +1034,22 @@ std::string pareto_chart(const SearchOutcome& o) {
                        static_cast<double>(r.headroom_bytes()) / static_cast<double>(kGiB),
                        1e-9 * network_bytes_per_gpu(r));
   };
-  for (const auto& r : o.pareto)
-    c.circle(f.x(hx(r)), f.y(r.tokens_per_s_per_gpu), 3.5, "#9aa3ad", "point", tip(r, "Pareto"));
+  labelled.clear();
+  for (const auto& r : o.pareto) {
+    const bool listed =
+        std::any_of(o.plans.begin(), o.plans.end(), [&](const Result& p) { return p.plan == r.plan; });
+    const double x = f.x(hx(r)), y = f.y(r.tokens_per_s_per_gpu);
+    if (listed) {
+      c.circle(x, y, 3.5, "#9aa3ad", "point", tip(r, "Pareto (listed)"));
+      continue;
+    }
+    labelled.push_back(&r);
+    const std::string name = fmt::format("P{}", labelled.size());
+    c.open_group("pareto-point", fmt::format("data-label=\"{}\"", name));
+    c.circle(x, y, 3.5, "#9aa3ad", "point", tip(r, name));
+    c.text(x + 6, y + 12, name, "point-label");
+    c.close_group();
+  }
   for (std::size_t i = o.plans.size(); i-- > 0;) {
     const Result& r = o.plans[i];
     const double x = f.x(hx(r)), y = f.y(r.tokens_per_s_per_gpu);
@@ -759,12 +1061,32 @@ std::string pareto_chart(const SearchOutcome& o) {
   c.circle(lx, top + 10, 8, "#c62828", "legend");
   c.text(lx + 14, top + 14, "#1 recommended", "bar-value");
   c.circle(lx, top + 34, 5.5, "#4e79a7", "legend");
-  c.text(lx + 14, top + 38, "#2+ best of another family", "bar-value");
+  c.text(lx + 14, top + 38, "#2+ listed plans (table)", "bar-value");
   c.circle(lx, top + 58, 3.5, "#9aa3ad", "legend");
   c.text(lx + 14, top + 62, fmt::format("Pareto front ({} plans)", o.pareto.size()), "bar-value");
-  c.text(lx, top + 86, "(tokens/s, headroom, network", "bar-value");
-  c.text(lx, top + 102, " bytes per GPU: hover a point)", "bar-value");
+  c.text(lx, top + 86, "Pk: a front plan not listed,", "bar-value");
+  c.text(lx, top + 102, " described below the chart", "bar-value");
   return c.str();
+}
+
+/// The table of the Pareto points the chart labels Pk.
+std::string pareto_table(const SearchOutcome& o, const std::vector<const Result*>& labelled) {
+  if (labelled.empty()) return "";
+  std::string b =
+      "<table class=\"pareto\"><tr><th>point</th><th>plan</th><th class=\"n\">tokens/s/GPU</th><th "
+      "class=\"n\">headroom</th><th class=\"n\">network per GPU</th><th>against #1</th></tr>\n";
+  for (std::size_t i = 0; i < labelled.size(); ++i) {
+    const Result& r = *labelled[i];
+    b += fmt::format(
+        "<tr><td>P{}</td><td>{}</td><td class=\"n\">{:.0f}</td><td class=\"n\">{}</td><td "
+        "class=\"n\">{:.2f} GB</td><td>{}</td></tr>\n",
+        i + 1,
+        escape(plan_short(r.plan) + (r.plan.compile ? " compile" : "") +
+               (r.plan.async_tp ? " async-tp" : "")),
+        r.tokens_per_s_per_gpu, gib(static_cast<double>(r.headroom_bytes())), 1e-9 * network_bytes_per_gpu(r),
+        escape(pareto_note(o, r)));
+  }
+  return b + "</table>\n";
 }
 
 }  // namespace
@@ -794,30 +1116,33 @@ std::string html_plan_report(const SearchOutcome& o, const ModelGraph& model, co
     b += "</section>\n";
   } else {
     b += "<section><h2>Recommendation and alternatives</h2><figure>" + plans_chart(o) +
-         "<figcaption>Bars: predicted tokens/s per GPU (#1 is the recommendation, #2+ the best plan of each "
-         "other "
-         "family: runtime × TP × AC × HSDP). Beside: peak reserved memory plus "
+         "<figcaption>Bars: predicted tokens/s per GPU (#1 is the recommendation; then the fastest plan "
+         "when the tie rules chose another; then the fastest plan of each other family: runtime × TP × PP × "
+         "CP × EP × AC × HSDP). Beside: peak reserved memory plus "
          "runtime overhead as a share of GPU memory, and the constraint that binds the "
          "plan.</figcaption></figure>";
-    if (!o.pareto.empty())
-      b +=
-          "<figure>" + pareto_chart(o) +
-          "<figcaption>Pareto front of the fitting plans over tokens/s per GPU, memory headroom and network "
-          "bytes per "
-          "GPU per step (grey); the recommendation (#1) and the best plan of each other family (#2+). Plans "
-          "within "
-          "the model's throughput error of each other are a tie (see the explanation).</figcaption></figure>";
+    if (!o.pareto.empty()) {
+      std::vector<const Result*> labelled;
+      const std::string chart = pareto_chart(o, labelled);  // fills `labelled` for the table below
+      b += "<figure>" + chart +
+           "<figcaption>Pareto front of the fitting plans over tokens/s per GPU, memory headroom and network "
+           "bytes per GPU per step (grey); the listed plans (#k, the table above). Every other front plan is "
+           "labelled Pk and described below, with why it is not the recommendation where it beats #1 on both "
+           "axes (the third axis, network bytes, or a tie within the model's throughput error decided by the "
+           "tie rules).</figcaption></figure>" +
+           pareto_table(o, labelled);
+    }
     b += "<table class=\"plans\"><tr><th>#</th><th>plan</th><th class=\"n\">tokens/s/GPU</th><th "
          "class=\"n\">step (s)</th>"
-         "<th class=\"n\">vs #1</th><th class=\"n\">MFU</th><th class=\"n\">peak + "
+         "<th class=\"n\">vs fastest</th><th class=\"n\">MFU</th><th class=\"n\">peak + "
          "overhead</th><th>binding</th></tr>\n";
     for (std::size_t i = 0; i < o.plans.size(); ++i) {
       const Result& r = o.plans[i];
-      const std::string vs =
-          i == 0 || i >= o.alternatives.size()
-              ? std::string("—")
-              : fmt::format("{:+.1f} % ({})", 100 * o.alternatives[i].delta_rel,
-                            o.alternatives[i].within_error ? "within error" : "beyond error");
+      const std::string vs = i >= o.alternatives.size() ? std::string("—")
+                             : o.alternatives[i].delta_fastest == 0
+                                 ? std::string("fastest")
+                                 : fmt::format("{:+.1f} % ({})", 100 * o.alternatives[i].delta_fastest,
+                                               o.alternatives[i].within_error ? "a tie" : "beyond error");
       b += fmt::format(
           "<tr><td>{}</td><td>{}</td><td class=\"n\">{:.0f}</td><td class=\"n\">{:.4f}</td>"
           "<td class=\"n\">{}</td><td class=\"n\">{:.1f} %</td><td class=\"n\">{}</td><td>{}</td></tr>\n",
@@ -839,8 +1164,8 @@ std::string html_plan_report(const SearchOutcome& o, const ModelGraph& model, co
          "<th>example</th></tr>";
     for (const auto& [reason, count] : o.stats.rejections.count) {
       auto ex = o.stats.rejections.example.find(reason);
-      b += fmt::format("<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td></tr>", escape(reason), count,
-                       escape(ex == o.stats.rejections.example.end() ? "" : ex->second));
+      b += fmt::format("<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td></tr>", escape(to_string(reason)),
+                       count, escape(ex == o.stats.rejections.example.end() ? "" : ex->second));
     }
     b += "</table></section>\n";
   }
@@ -852,6 +1177,141 @@ std::string html_plan_report(const SearchOutcome& o, const ModelGraph& model, co
     b += json_block("shardplan-plans", doc);
   }
   return page(fmt::format("shardplan plan — {}", model.spec().name), b);
+}
+
+// ------------------------------------------------------------------------------------------- compare
+
+namespace {
+
+/// Horizontal bars, one per plan: `value` of each, labelled with `text`.
+std::string compare_bars(const std::vector<Result>& rs, const std::vector<std::string>& labels,
+                         const std::string& title, const std::string& axis,
+                         const std::function<double(const Result&)>& value,
+                         const std::function<std::string(const Result&)>& text, double reference,
+                         const std::string& reference_label) {
+  const double row_h = 30, top = 36, left = 90;
+  const double H = top + static_cast<double>(rs.size()) * row_h + 52;
+  svg::Canvas c(kChartW / 2 - 10, H, title, "chart compare");
+  double hi = reference;
+  for (const Result& r : rs) hi = std::max(hi, value(r));
+  double lo = 0;
+  hi = std::max(hi, 1e-12);
+  svg::nice_range(lo, hi, 5, false);
+  svg::Frame f;
+  f.area = {left, top, kChartW / 2 - 10 - left - 90, static_cast<double>(rs.size()) * row_h};
+  f.x = {0, hi, f.area.x, f.area.right(), false};
+  f.y = {0, 1, f.area.bottom(), f.area.y, false};
+  c.text(f.area.x, 20, title, "axis-title");
+  svg::axes(c, f, svg::Axis{axis, svg::nice_ticks(0, hi, 5), [](double v) { return num(v, 1); }, true},
+            svg::Axis{"", {}, {}, false});
+  for (std::size_t i = 0; i < rs.size(); ++i) {
+    const double y = top + static_cast<double>(i) * row_h;
+    c.open_group("compare-bar", fmt::format("data-plan=\"{}\"", escape(labels[i])));
+    c.text(left - 10, y + row_h / 2 + 4, labels[i], "bar-label", "end");
+    const double w = f.x(value(rs[i])) - f.area.x;
+    c.rect(f.area.x, y + 6, std::max(0.0, w), row_h - 12, rs[i].fits ? "#4e79a7" : "#c62828", "bar",
+           text(rs[i]));
+    c.text(f.area.x + std::max(0.0, w) + 6, y + row_h / 2 + 4, text(rs[i]), "bar-value");
+    c.close_group();
+  }
+  if (reference > 0) {
+    const double x = f.x(reference);
+    c.line(x, f.area.y, x, f.area.bottom(), "capacity-line", "#c62828");
+    c.text(x, f.area.y - 4, reference_label, "ref-label", "end");
+  }
+  return c.str();
+}
+
+}  // namespace
+
+std::string html_compare_report(const std::vector<Result>& rs, const std::vector<std::string>& labels,
+                                const std::vector<std::string>& arguments, const ReportInputs& in) {
+  std::string b;
+  b += "<h1>" +
+       escape(fmt::format("Compare {} plans: {} on {} × {}", rs.size(), in.model->spec().name,
+                          in.cluster->gpus(), in.cluster->spec().gpu.model)) +
+       "</h1>";
+  b += "<p class=\"sub\">" +
+       escape(fmt::format("{} · simulated with {}", in.cluster->spec().name,
+                          in.calibration.empty() ? "datasheet defaults" : "calibration " + in.calibration)) +
+       "</p>\n";
+  // What each plan is, and the knobs that differ.
+  b += "<section><h2>Plans</h2><table class=\"compare\"><tr><th></th>";
+  for (const auto& l : labels) b += "<th>" + escape(l) + "</th>";
+  b += "</tr>\n<tr><td>given as</td>";
+  for (const auto& a : arguments) b += "<td><code>" + escape(a) + "</code></td>";
+  b += "</tr>\n";
+  for (const Knob& k : plan_knobs()) {
+    std::vector<std::string> v;
+    for (const Result& r : rs) v.push_back(k.get(r.plan));
+    if (std::all_of(v.begin(), v.end(), [&](const std::string& x) { return x == v.front(); })) continue;
+    b += "<tr><td>" + escape(k.key) + "</td>";
+    for (const auto& x : v) b += "<td>" + escape(x.empty() ? "-" : x) + "</td>";
+    b += "</tr>\n";
+  }
+  auto row = [&](const std::string& name, const std::function<std::string(const Result&)>& cell) {
+    b += "<tr><td>" + escape(name) + "</td>";
+    for (const Result& r : rs) b += "<td class=\"n\">" + cell(r) + "</td>";
+    b += "</tr>\n";
+  };
+  row("fits", [](const Result& r) {
+    return std::string(r.fits ? "<span class=\"badge ok\">fits</span>"
+                              : "<span class=\"badge bad\">does not fit</span>");
+  });
+  row("peak allocated", [](const Result& r) { return escape(gib(static_cast<double>(r.peak_bytes))); });
+  row("peak reserved + overhead", [](const Result& r) {
+    return escape(gib(static_cast<double>(r.peak_reserved_bytes + r.overhead.total())));
+  });
+  row("headroom", [](const Result& r) { return escape(gib(static_cast<double>(r.headroom_bytes()))); });
+  row("OOM probability", [](const Result& r) { return escape(format_probability(oom_probability(r))); });
+  row("step", [](const Result& r) { return escape(seconds(r.step_s)); });
+  row("tokens/s per GPU",
+      [](const Result& r) { return escape(fmt::format("{:.0f}", r.tokens_per_s_per_gpu)); });
+  row("MFU", [](const Result& r) { return escape(fmt::format("{:.1f} %", 100 * r.mfu)); });
+  row("exposed communication", [](const Result& r) { return escape(seconds(r.exposed_comm_s)); });
+  row("network per GPU per step",
+      [](const Result& r) { return escape(fmt::format("{:.2f} GB", 1e-9 * network_bytes_per_gpu(r))); });
+  row("binding", [](const Result& r) { return escape(binding_constraint(r)); });
+  b += "</table></section>\n";
+  // Bars.
+  const double cap = static_cast<double>(rs.front().capacity_bytes) / static_cast<double>(kGiB);
+  b += "<section class=\"cols\"><div><figure>" +
+       compare_bars(
+           rs, labels, "Throughput", "tokens/s per GPU",
+           [](const Result& r) { return r.tokens_per_s_per_gpu; },
+           [](const Result& r) { return fmt::format("{:.0f}", r.tokens_per_s_per_gpu); }, 0, "") +
+       "</figure></div><div><figure>" +
+       compare_bars(
+           rs, labels, "Memory", "peak reserved + overhead (GiB)",
+           [](const Result& r) {
+             return static_cast<double>(r.peak_reserved_bytes + r.overhead.total()) /
+                    static_cast<double>(kGiB);
+           },
+           [](const Result& r) {
+             return fmt::format("{} (OOM {})",
+                                gib(static_cast<double>(r.peak_reserved_bytes + r.overhead.total())),
+                                format_probability(oom_probability(r)));
+           },
+           cap, "GPU " + gib(static_cast<double>(rs.front().capacity_bytes), 0)) +
+       "</figure></div></section>\n";
+  // Warnings.
+  std::string warnings;
+  for (std::size_t i = 0; i < rs.size(); ++i)
+    for (const auto& w : evidence_warnings(rs[i], in.model->spec(), in.cluster->spec()))
+      warnings += "<li><b>" + escape(labels[i]) + "</b>: " + escape(w) + "</li>";
+  if (!warnings.empty())
+    b += "<section><h2>Where the predictions leave the evidence</h2><ul>" + warnings + "</ul></section>\n";
+  // Each plan's timeline.
+  for (std::size_t i = 0; i < rs.size(); ++i) {
+    if (!rs[i].detail) continue;
+    b += "<section><h2>" + escape(fmt::format("{}: timeline", labels[i])) + "</h2><figure>" +
+         (rs[i].pipeline && !rs[i].pipeline->spans.empty() ? pipeline_gantt(rs[i]) : gantt_chart(rs[i])) +
+         "</figure></section>\n";
+  }
+  Json doc = {{"schema", "shardplan.compare/1"}, {"plans", Json::array()}};
+  for (const Result& r : rs) doc["plans"].push_back(report_json(r, in));
+  b += json_block("shardplan-compare", doc);
+  return page(fmt::format("shardplan compare — {}", in.model->spec().name), b);
 }
 
 // ------------------------------------------------------------------------------------------- validation

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "planner/report/evidence.hpp"
 #include "planner/report/margin.hpp"
 
 namespace shardplan {
@@ -149,7 +150,8 @@ Json report_json(const Result& r, const ReportInputs& in) {
                 {"tokens_per_s_per_gpu", r.tokens_per_s_per_gpu},
                 {"mfu", r.mfu},
                 {"model_flops_per_token", r.model_flops_per_token}}},
-              {"comm", comm}};
+              {"comm", comm},
+              {"warnings", evidence_warnings(r, spec, cl)}};
   if (r.pipeline) add_pipeline_json(*r.pipeline, out);
   if (r.plan.cp > 1 || r.plan.ep > 1) out["parallelism"] = parallelism_json(r);
   return out;
@@ -222,6 +224,9 @@ std::string report_text(const Result& r, const ReportInputs& in, bool with_time)
     }
   }
   s += pipeline_text;
+  // Where the prediction leaves the measured evidence (`memory` prints no time, so none of its warnings).
+  for (const auto& w : evidence_warnings(r, in.model->spec(), in.cluster->spec()))
+    if (with_time || w.rfind("time:", 0) != 0) s += "warning: " + w + "\n";
   return s;
 }
 

@@ -68,14 +68,6 @@ OffloadSplit offload_split(const Plan& p) {
   return o;
 }
 
-Bytes allocation_bytes(Bytes request_bytes) {
-  // c10/cuda/CUDACachingAllocator.cpp (torch 2.15) round_size: requests below kMinBlockSize (512 B) take 512,
-  // others round up to a multiple of 512 (without roundup_power2_divisions, the default).
-  return request_bytes <= 0 ? 0
-                            : (request_bytes + kAllocationQuantumBytes - 1) / kAllocationQuantumBytes *
-                                  kAllocationQuantumBytes;
-}
-
 std::int64_t optimizer_step_tensors(const ModelGraph& model, const Plan& p) {
   // torch/optim/adam.py (torch 2.15; AdamW subclasses Adam) _init_group: state["step"] is a 0-dim tensor on
   // the parameter's device when `fused` or `capturable`, a CPU tensor otherwise ("Deliberately host `step` on
@@ -159,12 +151,15 @@ Bytes activation_bytes(const ModelGraph& model, const Plan& p) {
   const double T = static_cast<double>(p.mbs) * static_cast<double>(p.seq) / p.cp;  // this rank's tokens
   const double bc = p.compute_bytes();
   double total = 0;
+  double block_inputs = 0;  // full AC: what each block keeps
   for (const Layer* l : model.order()) {
-    if (p.ac == AcMode::kFull && l->block >= 0) continue;  // block inputs added below
+    if (p.ac == AcMode::kFull && l->block >= 0) {
+      block_inputs += block_input_bytes(*l, p, T);
+      continue;
+    }
     total += layer_saved_bytes(*l, p, T, p.ac == AcMode::kSelective && l->block >= 0);
   }
-  if (p.ac == AcMode::kFull)
-    total += static_cast<double>(model.blocks()) * block_input_bytes(model.spec(), p, T);
+  total += block_inputs;
   // The saved log-softmax output of the loss (in the loss dtype, vocab-parallel under TP); a compiled loss
   // saves the logits in the compute dtype and two fp32 per-token statistics (Lowering::loss_forward_effects).
   // (under TP the compiled loss-parallel graph saves one fp32 T x V/tp buffer and a bool per token instead)

@@ -93,8 +93,7 @@ void CachingAllocator::reset(const AllocatorConfig& config) {
 Bytes CachingAllocator::round_size(Bytes size_bytes) {
   // round_size(): sizes below kMinBlockSize become kMinBlockSize, others round up to a multiple of it
   // (roundup_power2_divisions is not modelled: its default, 0 divisions, takes this branch).
-  if (size_bytes < kMinBlockSize) return kMinBlockSize;
-  return kMinBlockSize * ceil_div(size_bytes, kMinBlockSize);
+  return std::max(kMinBlockSize, allocation_bytes(size_bytes));
 }
 
 Bytes CachingAllocator::allocation_size(Bytes rounded_bytes) {

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "core/units.hpp"
+#include "simulator/engine/engine.hpp"
 
 namespace shardplan {
 
@@ -125,7 +126,8 @@ class CachingAllocator {
   }
 
   // PyTorch's constants (c10/cuda/CUDACachingAllocator.cpp, commit 001074d2, file scope).
-  static constexpr Bytes kMinBlockSize = 512;      ///< all sizes are rounded to at least 512 bytes
+  static constexpr Bytes kMinBlockSize =
+      kAllocationQuantumBytes;                     ///< all sizes are rounded to at least 512 bytes
   static constexpr Bytes kSmallSize = 1048576;     ///< largest "small" allocation is 1 MiB
   static constexpr Bytes kSmallBuffer = 2097152;   ///< "small" allocations are packed in 2 MiB blocks
   static constexpr Bytes kLargeBuffer = 20971520;  ///< "large" allocations may be packed in 20 MiB blocks

@@ -1,8 +1,10 @@
-"""The script `--emit fsdp2` writes trains: two optimizer steps of a tiny model of the same family on the CPU
-(gloo, torchrun with 2 ranks) for a ZeRO-3 HSDP plan with selective AC and a ZeRO-2 TP plan, with both module
-namings (Hugging Face and torchtitan), and a float8 plan with CPU offload (torchao's emulated float8 GEMMs,
-CPUOffloadPolicy unpinned); the loss stays finite and the parameters change. A plan of another runtime is
-re-simulated under FSDP2 (said on stderr and in the file), or refused."""
+"""The script `--emit fsdp2` writes trains with --tiny: two optimizer steps of the script's own tiny model on the CPU
+(gloo, torchrun with 2 ranks) for a ZeRO-3 HSDP plan with selective AC and explicit prefetch, a ZeRO-2 TP plan with
+both module namings (Hugging Face and torchtitan), a float8 plan with CPU offload (torchao's emulated float8 GEMMs,
+CPUOffloadPolicy unpinned), ZeRO-0 and the attention / loop / allocator knobs; the loss stays finite and the
+parameters change. A plan of another runtime is re-simulated under FSDP2 (said on stderr and in the file), or
+refused. The real models (transformers, torchtitan) and the comparison with the simulated units:
+test_fsdp2_real_models.py."""
 import json
 import re
 import subprocess
@@ -50,9 +52,11 @@ class Fsdp2ScriptTest(unittest.TestCase):
         self.assertTrue(plan["reshard"])
         self.assertEqual((plan["param_dtype"], plan["reduce_dtype"]), ("bfloat16", "float32"))
         self.assertIn("count[mode] % 2 == 0", read(path))  # every second matmul recomputed, as simulated
-        for source in ("hf", "titan"):
-            out = self.train(path, source)
-            self.assertEqual(out["mesh"], [2, 1, 1])  # the HSDP structure at 2 ranks: 2 replicas of 1
+        # One naming here: test_fsdp2_real_models runs HSDP and selective AC on the real models of both sources.
+        out = self.train(path, "titan")
+        self.assertEqual(out["mesh"], [2, 1, 1])  # the HSDP structure at 2 ranks: 2 replicas of 1
+        self.assertEqual(out["built"]["meshes"]["dp"], {"shape": [2, 1], "dim_names": ["dp_replicate", "dp_shard"]})
+        self.assertEqual({a["mode"] for a in out["built"]["ac"]}, {"selective"})
 
     def test_zero2_tp2(self):
         path, _ = common.emit("fsdp2", ["runtime=fsdp2", "zero=2", "tp=2", "shard_group=8", "ac=full", "mbs=1"])
@@ -82,12 +86,19 @@ class Fsdp2ScriptTest(unittest.TestCase):
         self.assertFalse(out["cpu_offload_policy"])
 
     def test_zero0_replicate_bf16_true(self):
-        # ZeRO-0 = replicate() over all 16 ranks, parameters and Adam state in bf16.
-        path, _ = common.emit("fsdp2", ["runtime=fsdp2", "zero=0", "tp=1", "precision=bf16-true"], model="gpt2-xl")
+        # ZeRO-0 over 8 data-parallel ranks x TP 2, parameters and Adam state in bf16: fully_shard over a
+        # (replicate, shard 1) mesh as torchtitan runs DDP (torch's replicate() dropped the TP DTensors between
+        # forwards, so no gradient reached the parameters). At 2 ranks: TP 2, one replica.
+        path, _ = common.emit("fsdp2", ["runtime=fsdp2", "zero=0", "tp=2", "precision=bf16-true"])
         plan = self.plan_dict(path)
-        self.assertEqual((plan["zero"], plan["replicas"], plan["shard_group"]), (0, 1, 16))
+        self.assertEqual((plan["zero"], plan["replicas"], plan["shard_group"], plan["tp"]), (0, 1, 8, 2))
         self.assertEqual(plan["precision"], "bf16-true")
-        self.train(path, "titan")
+        out = self.train(path, "titan")
+        self.assertEqual(out["mesh"], [1, 1, 2])
+        units = [u for u in out["built"]["fsdp_units"] if u["params"]]
+        self.assertEqual({u["reshard_after_forward"] for u in units}, {False})
+        self.assertEqual({u["local_elems"] == u["tp_local_elems"] for u in units}, {True})  # nothing sharded
+        self.assertIn("colwise", out["built"]["tp_plan"].values())
 
     def test_attention_loop_and_allocator_knobs(self):
         # Hugging Face eager attention with dropout, a bf16 loss over logits kept through backward, gradients
@@ -112,8 +123,8 @@ class Fsdp2ScriptTest(unittest.TestCase):
         text = read(path)
         self.assertLess(text.index('os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"'),
                         text.index("import torch"))
-        for source in ("hf", "titan"):
-            self.train(path, source)
+        # The tiny model's own eager core (one naming; test_fsdp2_real_models runs transformers' eager attention).
+        self.train(path, "hf")
 
     def test_fused_softmax_attention_is_refused(self):
         # Megatron's fused scale-mask-softmax core is neither of the script's attentions: exit 2, one line.

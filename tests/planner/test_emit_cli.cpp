@@ -345,7 +345,8 @@ TEST_CASE("emitters: a ZeRO-0 (plain data parallel) plan is emitted as DDP / rep
   CHECK(titan.find("data_parallel_shard_degree=1,\n") != std::string::npos);
   const std::string py = emit_fsdp2(p, e.s.model, 8);
   INFO(py);
-  // ZeRO-0: the script takes the replicate() branch (PLAN zero 0), over all 16 ranks.
+  // ZeRO-0: the script runs fully_shard over a (replicate 16, shard 1) mesh (PLAN zero 0), as torchtitan
+  // does.
   CHECK(py.find("PLAN = dict(zero=0, reshard=False, replicas=1, shard_group=16, tp=1,") != std::string::npos);
 }
 
@@ -362,6 +363,35 @@ TEST_CASE("emitters: an fsdp2 snippet for a tp > 1 plan applies tensor paralleli
   INFO(py);
   // 16 GPUs / tp 2 = 8 data-parallel ranks sharding; the script's apply_tp runs for PLAN tp > 1.
   CHECK(py.find("replicas=1, shard_group=8, tp=2,") != std::string::npos);
+}
+
+TEST_CASE("emitters: the fsdp2 script carries the simulated units", "[emit]") {
+  // SIM_UNITS: build_units' partition (the embedding, one unit per block at --wrap 1, the head) with each
+  // unit's TP-local parameter elements split by TP dim; tests/emit compares the units the script builds with
+  // them.
+  EmitSetup e;
+  Plan p;
+  p.tp = 2;
+  p.wrap = 1;
+  p.seq = 4096;
+  p = e.resolve(p);
+  const std::vector<EmitUnit> units = simulated_units(p, e.s.model, *e.s.cluster, *e.s.costs);
+  REQUIRE(units.size() == 32 + 2);
+  CHECK(units.front().name == "embedding");
+  CHECK(units[1].name == "blocks.0");
+  CHECK(units.back().name == "head");
+  std::int64_t global = 0;
+  for (const EmitUnit& u : units) {
+    CHECK(u.elems == u.tp_dim0 + u.tp_dim1 + u.tp_replicated);
+    global += (u.tp_dim0 + u.tp_dim1) * p.tp + u.tp_replicated;
+  }
+  CHECK(global == e.s.model.parameters());
+  const std::string py = emit_fsdp2(p, e.s.model, 8, {}, units);
+  INFO(py);
+  CHECK(py.find("SIM_UNITS = [\n    dict(name=\"embedding\", blocks=0, elems=") != std::string::npos);
+  CHECK(py.find("TITAN_FLAVOR = (\"llama3\", \"8B\")\n") != std::string::npos);
+  // A library call without the units writes None (the CLI always passes them).
+  CHECK(emit_fsdp2(p, e.s.model, 8).find("SIM_UNITS = None\n") != std::string::npos);
 }
 
 TEST_CASE("CLI: the printed 'recommended: shardplan simulate ...' line reproduces an offload plan", "[cli]") {
@@ -525,11 +555,11 @@ TEST_CASE("CLI --from: an emitted torchtitan TOML read back gives the same plan"
                     "torchtitan-toml", dir / "t.toml");
   CHECK(simulate_from(dir, (dir / "t.toml").string()) == rec);
   // A pp 4 interleaved 1F1B plan: [parallelism] pipeline_parallel_* read back as the same plan.
-  const Json pipe =
-      plan_emitting(dir,
-                    "--fix runtime=fsdp2 --fix pp=4 --fix pp_schedule=interleaved-1f1b --fix tp=1 "
-                    "--fix ac=full --fix fp8=none --fix prefetch=1 --fix wrap=1",
-                    "torchtitan-toml", dir / "pp.toml");
+  const Json pipe = plan_emitting(
+      dir,
+      "--fix runtime=fsdp2 --fix pp=4 --fix pp_schedule=interleaved-1f1b --fix virtual_stages=2 "
+      "--fix tp=1 --fix ac=full --fix fp8=none --fix prefetch=1 --fix wrap=1",
+      "torchtitan-toml", dir / "pp.toml");
   REQUIRE(pipe["pp"] == 4);
   const std::string toml = ptest::read_text(dir / "pp.toml");
   INFO(toml);
@@ -595,8 +625,8 @@ TEST_CASE("CLI --from: emitted torchtitan 0.3.0 configs read back give the same 
       // (pipeline_parallel_degree / _schedule / _microbatch_size, local_batch_size = micro-batch x
       // micro-batches), and the same with the plan's own split of the 32 blocks over the 8 stages
       // (module_fqns_per_model_part).
-      "--fix runtime=fsdp2 --fix pp=4 --fix pp_schedule=interleaved-1f1b --fix tp=1 --fix ac=full "
-      "--fix fp8=none",
+      "--fix runtime=fsdp2 --fix pp=4 --fix pp_schedule=interleaved-1f1b --fix virtual_stages=2 --fix tp=1 "
+      "--fix ac=full --fix fp8=none",
       "--fix runtime=fsdp2 --fix pp=4 --fix pp_schedule=interleaved-1f1b --fix pp_layers=3,4,4,4,4,4,4,5 "
       "--fix tp=1 --fix ac=full --fix fp8=none",
   };

@@ -214,14 +214,17 @@ TEST_CASE("accuracy doc is up to date", "[validate][docs]") {
     return;
   }
   auto dir = ptest::temp_dir("accuracy");
-  const fs::path md = dir / "accuracy.md";
-  // tools/accuracy.sh itself (the published runs, the reference lane's section and its per-category table,
-  // the Llama 3 405B recipe), with this build's binary, writing to a temporary file.
-  const int rc = ptest::run_shell("cd " + quote(src.string()) + " && SHARDPLAN_BIN=" + quote(SHARDPLAN_BIN) +
-                                  " bash tools/accuracy.sh " + quote(md.string()) + " >/dev/null 2>" +
-                                  quote((dir / "err.txt").string()));
+  const fs::path md = dir / "accuracy.md", evidence = dir / "evidence.json";
+  // tools/accuracy.sh itself (the published runs with the coverage and OOM-probability sections, the
+  // reference lane's section and its per-category table, the Llama 3 405B recipe), with this build's binary,
+  // writing to temporary files; the evidence it writes is planner/evidence.json, embedded in the binary.
+  const int rc =
+      ptest::run_shell("cd " + quote(src.string()) + " && SHARDPLAN_BIN=" + quote(SHARDPLAN_BIN) +
+                       " bash tools/accuracy.sh " + quote(md.string()) + " " + quote(evidence.string()) +
+                       " >/dev/null 2>" + quote((dir / "err.txt").string()));
   INFO(ptest::read_text(dir / "err.txt"));
   REQUIRE(rc == 0);
+  CHECK(ptest::read_text(src / "planner" / "evidence.json") == ptest::read_text(evidence));
   const std::string want = ptest::read_text(doc), got = ptest::read_text(md);
   if (want != got) {
     // Point at the first differing line.

@@ -271,7 +271,8 @@ TEST_CASE("family structure: fused projections, q/k norms, norm placement", "[si
   // Qwen3-8B attention saves, per token (TP-split part): Q 2q, K and V 2kv each, O 2q, LSE 4a, and the q/k
   // norms' inputs 2(q + kv) with an fp32 rstd per head 4(a + kv): q = 4096, kv = 1024, a = 32:
   //   8192 + 4096 + 8192 + 128 + 10,240 + 160 = 31,008 bytes.
-  CHECK(layer(load_model("qwen3-8b"), "blocks.0.attention").act_split_bytes_per_token == 31008.0);
+  CHECK(test::act_eager_saved_bytes(layer(load_model("qwen3-8b"), "blocks.0.attention"), ActSplit::kTp) ==
+        31008.0);
 }
 
 TEST_CASE("sliding and chunked windows: which layers are local, and the positions attended",
@@ -353,8 +354,8 @@ TEST_CASE("DeepSeek-V3: MLA projections, dense first blocks, shared and routed e
   // Saved per token, TP-split: Q and K 2·a·192 each, V and O 2·a·128 each, LSE 4a: 4·24576 + 4·16384 + 512
   // = 164,352. Replicated: x 2h, q latent 2·1536 + rstd 4, normed 2·1536, kv_a output 2·576, rstd 4, normed
   // latent 2·512: 14,336 + 3,076 + 3,072 + 1,152 + 4 + 1,024 = 22,664.
-  CHECK(attn->act_split_bytes_per_token == 164352.0);
-  CHECK(attn->act_replicated_bytes_per_token == 22664.0);
+  CHECK(test::act_eager_saved_bytes(*attn, ActSplit::kTp) == 164352.0);
+  CHECK(test::act_eager_saved_bytes(*attn, ActSplit::kSequence) == 22664.0);
   CHECK(dense->kind == LayerKind::kMlp);
   CHECK(dense->parameters() == 3LL * 7168 * 18432);
   CHECK(moe->kind == LayerKind::kMoe);
@@ -368,7 +369,7 @@ TEST_CASE("DeepSeek-V3: MLA projections, dense first blocks, shared and routed e
   CHECK((moe->gemms[4].k == 2048 && moe->gemms[4].count == 8));
   // Saved SwiGLU activations: 8 bytes per token per unit of width a token passes through, 8·2048 + 2048:
   // 8·18,432 = 147,456.
-  CHECK(moe->act_split_bytes_per_token == 147456.0);
+  CHECK(test::act_eager_saved_bytes(*moe, ActSplit::kTp) == 147456.0);
   // Active: routed experts count 8/256: per MoE block the routed part 11,274,289,152 becomes 352,321,536, so
   // active = 671,026,419,200 − 58·(11,274,289,152 − 352,321,536) = 671,026,419,200
   //   − 633,474,121,728 = 37,552,297,472 (the report's "37B activated").

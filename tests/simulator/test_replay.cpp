@@ -247,18 +247,20 @@ TEST_CASE("eager forward transients: the complex rotary's temporaries and the pr
     if (l->block != 0) continue;
     if (l->kind == LayerKind::kAttention) attn = l;
     if (l->kind == LayerKind::kMlp) mlp = l;
-    if (l->kind == LayerKind::kNorm) CHECK(l->act_eager_transient_split_bytes_per_token == 0);
+    if (l->kind == LayerKind::kNorm) CHECK(test::act_life_bytes(*l, ActLife::kTransient) == 0);
   }
   REQUIRE(attn);
   REQUIRE(mlp);
-  CHECK(attn->act_eager_transient_split_bytes_per_token == 51200.0);
-  CHECK(attn->act_eager_output_bytes_per_token == 8192.0);
-  CHECK(mlp->act_eager_transient_split_bytes_per_token == 0);
-  CHECK(mlp->act_eager_output_bytes_per_token == 8192.0);
+  CHECK(test::act_life_bytes(*attn, ActLife::kTransient) == 51200.0);
+  CHECK(test::act_life_bytes(*attn, ActLife::kOutput) == 8192.0);
+  CHECK(test::act_life_bytes(*mlp, ActLife::kTransient) == 0);
+  CHECK(test::act_life_bytes(*mlp, ActLife::kOutput) == 8192.0);
 
-  // In the lowering: blocks.0's forward allocates and frees, within its own task, one tensor of the rotary's
-  // temporaries (2,048 tokens x 51,200 B), then two of 2,048 x 8,192 B; compiled it does not, and without
-  // tensor lists it is one transient (the same peak).
+  // In the lowering: blocks.0's forward allocates and frees, within its own task, each of the rotary's
+  // temporaries in the lane's order (2,048 tokens x wq's 8,192 B, wk's 2,048, xq.float()'s 16,384,
+  // xk.float()'s 4,096 and the complex products' 16,384 and 4,096 per token), then the outputs of wo and w2
+  // (2,048 x 8,192 B each); compiled it does not, and without tensor lists it is one transient (the same
+  // peak).
   Bytes kept = 0;  // activations the forward task allocates and does not free
   auto transients = [&](const Plan& p, bool tensors) {
     Simulator sim(s.model, *s.cluster, *s.costs);
@@ -292,19 +294,24 @@ TEST_CASE("eager forward transients: the complex rotary's temporaries and the pr
   Plan p;
   p.seq = 2048;
   p.ac = AcMode::kNone;
-  CHECK(transients(p, true) == std::vector<Bytes>{2048 * 51200, 2048 * 8192, 2048 * 8192});
+  const std::vector<Bytes> rotary = {2048 * 8192,  2048 * 2048, 2048 * 16384, 2048 * 4096,
+                                     2048 * 16384, 2048 * 4096, 2048 * 8192,  2048 * 8192};
+  CHECK(transients(p, true) == rotary);
   // The planner's walk: one transient, the unit's layer-by-layer peak over its saved tensors.
   CHECK(transients(p, false).size() == 1);
   p.compile = true;
   CHECK(transients(p, true).empty());
   p.compile = false;
-  // Full AC: the checkpointed forward keeps only the block's input (2,048 x 8,192 B); every layer's no-AC
-  // saved set, the temporaries and the outputs are freed within the task.
+  // Full AC: the checkpointed forward keeps only the block's input (2,048 x 8,192 B; here the next block's,
+  // which this block's last residual add makes); every layer's no-AC saved set, the temporaries and the
+  // outputs are freed within the task: the first norm's rstd (its input is the checkpoint's), the
+  // attention's 13 tensors, the second norm's input (the residual stream, at the block's end) and rstd, the
+  // MLP's 6: 22.
   p.ac = AcMode::kFull;
   const std::vector<Bytes> full = transients(p, true);
   CHECK(kept == 2048 * 8192);
-  CHECK(std::count(full.begin(), full.end(), Bytes{2048 * 51200}) == 1);
-  CHECK(full.size() > 3);
+  CHECK(std::count(full.begin(), full.end(), Bytes{2048 * 16384}) == 2);  // the fp32 q copy and product
+  CHECK(full.size() == 22);
 
   // The planner's walk lowers the same peak as the replay's tensors, and the replay's reserved is never below
   // the walk's per-stream lower bound.

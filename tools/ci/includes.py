@@ -77,7 +77,7 @@ def check(files, table):
 
 
 def main():
-    files = subprocess.check_output(["git", "ls-files", "*.cpp", "*.hpp", "*.cu"], cwd=ROOT, text=True).split()
+    files = subprocess.check_output(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.cpp", "*.hpp", "*.cu"], cwd=ROOT, text=True).split()
     errors = check(files, rooms())
     for e in errors:
         print(e)
