@@ -408,7 +408,7 @@ std::vector<EmitUnit> simulated_units(const Plan& p, const ModelGraph& model, co
     // expert parallelism (emit refuses ep > 1), so every expert tensor is in `elems` too.
     for (const Layer* l : u.layers)
       l->for_each_tensor_group([&](const Tensor& t, std::int64_t count) {
-        const std::int64_t n = tp_local_rows(t, p.tp) * tp_local_cols(t, p.tp) * count;
+        const std::int64_t n = tp_local_elems(t, p.tp) * count;  // every slice of a grouped expert weight
         const TpSplit split = p.tp > 1 ? t.tp : TpSplit::kReplicated;  // TP 1 splits nothing
         (split == TpSplit::kColumn ? e.tp_dim0 : split == TpSplit::kRow ? e.tp_dim1 : e.tp_replicated) += n;
       });

@@ -1,5 +1,6 @@
 // search_plans: the stages in order, each one function. Enumerate and check (search_enumerate.cpp) ->
-// memory lower bound (prune) -> simulate on worker threads -> pipelined layouts (the same three stages) ->
+// memory lower bound (prune) -> simulate on worker threads -> (MoE models) the other expert-parallel degrees
+// on each EP-1 family's bases -> pipelined layouts (the same three stages) ->
 // compile / async TP / float8 variants of the plans that decide each family -> every schedule x virtual
 // stages on the fastest pipelined layouts -> caching-allocator replay of the plans the output can name ->
 // rank (search_rank.cpp) -> explain (search_explain.cpp).
@@ -115,6 +116,72 @@ SearchSpace layout_space(const SearchSpace& sp) {
   l.async_tp = {sp.async_tp.front()};
   l.fp8 = {sp.fp8.front()};
   return l;
+}
+
+/// Expert parallelism (issue 30): the EP degree changes a MoE plan's all-to-alls, its experts' FSDP traffic
+/// and their unsharded size, not the rest of its layout, so the layout is searched at EP 1 and the other
+/// degrees are tried on each family's bases (stage 3a), as compile and async TP are. The whole product cost
+/// up to nine times the simulations (Qwen3-235B-A22B on 2,048 H100: 36,763). A listed --fix ep is searched
+/// on every layout.
+bool refine_ep(const Context& c) {
+  return c.space.ep.empty() && has_experts(c.model);
+}
+
+/// The EP-1 plans of one family whose other EP degrees are simulated: its kRefine fastest that fit, its
+/// kRefine fastest over all (EP shrinks the unsharded experts: a faster plan that does not fit at EP 1 may
+/// fit with EP), its kRefine fastest that keep the median reserved-memory error as headroom, its tie-rule
+/// choice, and the fastest (fitting, and over all) of each gradient-reduction dtype x ZeRO stage (they set
+/// the data-parallel traffic that EP shrinks for the experts); a family none of whose plans fit, its kRefine
+/// smallest.
+std::vector<const Result*> ep_bases(const Context& c, std::vector<const Result*> members) {
+  std::stable_sort(members.begin(), members.end(), [](const Result* a, const Result* b) {
+    return a->tokens_per_s_per_gpu > b->tokens_per_s_per_gpu;
+  });
+  std::vector<const Result*> fit, safe, picks;
+  const double safe_limit = static_cast<double>(c.limit) * (1.0 - kReservedMemoryError.median_abs);
+  for (const Result* m : members) {
+    if (under_limit(*m, c.limit)) fit.push_back(m);
+    if (static_cast<double>(used_bytes(*m)) <= safe_limit) safe.push_back(m);
+  }
+  auto add = [&](const Result* m) {
+    if (std::find(picks.begin(), picks.end(), m) == picks.end()) picks.push_back(m);
+  };
+  for (const auto* list : {&fit, &members, &safe})
+    for (std::size_t i = 0; i < std::min(kRefine, list->size()); ++i) add((*list)[i]);
+  if (!fit.empty()) add(fit[choose_plan(fit, c.opts.tie_tolerance).first]);
+  std::map<std::pair<int, int>, const Result*> fit_per_reduction, per_reduction;
+  for (const Result* m : fit)
+    fit_per_reduction.emplace(std::pair{static_cast<int>(m->plan.reduce()), m->plan.zero}, m);
+  for (const Result* m : members)
+    per_reduction.emplace(std::pair{static_cast<int>(m->plan.reduce()), m->plan.zero}, m);
+  for (const auto* per : {&fit_per_reduction, &per_reduction})
+    for (const auto& [key, m] : *per) add(m);
+  if (fit.empty()) {
+    std::stable_sort(members.begin(), members.end(),
+                     [](const Result* a, const Result* b) { return used_bytes(*a) < used_bytes(*b); });
+    for (std::size_t i = 0; i < std::min(kRefine, members.size()); ++i) add(members[i]);
+  }
+  return picks;
+}
+
+/// Stage 3a: the other EP degrees (SearchSpace::ep's rule for the plan's dp_shard x cp) on each EP-1
+/// family's bases (ep_bases). Every EP degree makes families of its own (plan_family), so each reported EP
+/// family is the best of these.
+void ep_stage(Context& c, Pruner& pr, std::vector<Result>& results) {
+  if (!refine_ep(c)) return;
+  std::map<std::string, std::vector<const Result*>> families;
+  for (const Result& r : results) families[plan_family(r.plan)].push_back(&r);
+  std::vector<Plan> todo;
+  for (const auto& [name, members] : families)
+    for (const Result* base : ep_bases(c, members))
+      for (int ep : ep_degrees(c.model, c.space, base->plan.fsdp_ranks())) {
+        if (ep == 1) continue;
+        Plan q = base->plan;
+        q.ep = ep;
+        ++c.stats.considered;
+        if (auto r = structural_check(c.model, c.cluster, c.space, q, c.stats)) todo.push_back(std::move(*r));
+      }
+  append(results, simulate_all(c, pr.survivors(std::move(todo)), false));
 }
 
 /// Stage 4: pipeline parallelism, when --fix pp lists degrees > 1 or a pipeline knob is pinned, on clusters
@@ -413,9 +480,12 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
             space,    opts,    static_cast<Bytes>(static_cast<double>(capacity) * (1.0 - opts.headroom)),
             out.stats};
   Pruner pr{c, std::nullopt, 0};
-  // Stages 1-3: the layouts without PP, checked, bounded and simulated.
-  std::vector<Result> results = simulate_all(
-      c, pr.survivors(enumerate_candidates(model, cluster, layout_space(space), out.stats)), true);
+  // Stages 1-3: the layouts without PP, checked, bounded and simulated (MoE models at EP 1 unless --fix ep).
+  SearchSpace layouts = layout_space(space);
+  if (refine_ep(c)) layouts.ep = {1};
+  std::vector<Result> results =
+      simulate_all(c, pr.survivors(enumerate_candidates(model, cluster, layouts, out.stats)), true);
+  ep_stage(c, pr, results);        // stage 3a
   pipeline_stage(c, pr, results);  // stage 4
   refine_stage(c, pr, results);    // stage 5
   schedule_stage(c, pr, results);  // stage 6

@@ -57,7 +57,8 @@ struct SearchSpace {
   /// smallest CP degree that does.
   std::vector<int> cp;
   /// Expert parallelism; empty: {1} for dense models; for MoE models the powers of two dividing the expert
-  /// count and dp_shard x cp.
+  /// count and dp_shard x cp, searched on the fastest plans of each EP-1 family (search.cpp stage 3a); a list
+  /// (--fix ep=...) is searched on every layout.
   std::vector<int> ep;
   /// The non-searched knobs of every candidate (precision, seq, loss_dtype, ...).
   Plan base;

@@ -82,7 +82,14 @@ bool activations_overflow(const ModelGraph& model, const Cluster& cluster, const
   }
 }
 
-// Expert-parallel degrees for a dp_shard x cp group (SearchSpace::ep).
+}  // namespace
+
+bool has_experts(const ModelGraph& model) {
+  for (const Layer* l : model.order())
+    if (l->moe_experts > 0) return true;
+  return false;
+}
+
 std::vector<int> ep_degrees(const ModelGraph& model, const SearchSpace& sp, int fsdp_ranks) {
   if (!sp.ep.empty()) return sp.ep;
   int experts = 0;
@@ -93,6 +100,8 @@ std::vector<int> ep_degrees(const ModelGraph& model, const SearchSpace& sp, int 
     if (experts % ep == 0 && fsdp_ranks % ep == 0) out.push_back(ep);
   return out;
 }
+
+namespace {
 
 /// Shard groups of a layout: divisors of dp that respect node boundaries (within a node: powers of two
 /// dividing the node's data-parallel ranks; across: whole nodes).

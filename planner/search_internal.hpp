@@ -34,6 +34,11 @@ double gib(double bytes);
 
 /// The space with its defaults filled in (--fix fp8_all_gather=true alone searches fp8 tensorwise).
 SearchSpace normalized(const SearchSpace& space);
+/// Whether the model has mixture-of-experts layers.
+bool has_experts(const ModelGraph& model);
+/// Expert-parallel degrees for a dp_shard x cp group of `fsdp_ranks`: SearchSpace::ep's rule (the listed
+/// degrees, else 1 and the powers of two dividing the expert count and the group).
+std::vector<int> ep_degrees(const ModelGraph& model, const SearchSpace& sp, int fsdp_ranks);
 /// Context-parallel degrees at one (tp, pp): SearchSpace::cp's rule.
 std::vector<int> cp_degrees(const ModelGraph& model, const Cluster& cluster, const SearchSpace& sp, int tp,
                             int pp);

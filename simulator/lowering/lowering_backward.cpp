@@ -117,8 +117,7 @@ void Lowering::backward_memory(UnitBackward& ub, BackwardStep& st, std::int32_t 
     for (const Layer* l : un.layers)
       if (l->kind == LayerKind::kEmbedding)
         for (const auto& ten : l->tensors)
-          emb_full_elems +=
-              static_cast<double>(ten.numel() - tp_local_rows(ten, p_.tp) * tp_local_cols(ten, p_.tp));
+          emb_full_elems += static_cast<double>(ten.numel() - tp_local_elems(ten, p_.tp));
   // (its own tensor group, freed right after the unit's reduce-scatter has freed the other gradients)
   ub.emb_extra = B(emb_full_elems * bc_);
   // FSDP2 tied embeddings (SimUnit::tied_grad_elems; the reference lane's trace of MPT 7B): the head's

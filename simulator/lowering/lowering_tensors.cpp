@@ -29,6 +29,13 @@ void Lowering::build_tensor_lists() {
   runs_.clear();
   ut_.assign(static_cast<std::size_t>(U_), UnitTensors{});
   const auto& s = in_.model.spec();
+  // A parameter as this rank holds it: TP-local, and sharded as the runtime pads it; a grouped expert weight
+  // under expert parallelism with the rank's experts only, sharded over the expert-FSDP ranks.
+  auto local_elems = [&](const Tensor& ten) { return rank_local_elems(ten, 1, p_.tp, p_.ep); };
+  auto shard_elems = [&](const Tensor& ten) {
+    const int group = ten.expert && p_.ep > 1 ? std::max(1, p_.shard_group / p_.ep) : p_.shard_group;
+    return rank_shard_elems(ten, 1, p_.tp, group, rt_.padding, p_.ep);
+  };
   const double T = act_tokens();
   const ScorePasses score = score_passes(p_, false);
   for (int u = 0; u < U_; ++u) {
@@ -41,8 +48,7 @@ void Lowering::build_tensor_lists() {
                           : un.owns_merged_root ? &unit(U_ - 1)
                                                 : nullptr;
     for (const Layer* l : un.layers)
-      for (const auto& ten : l->tensors)
-        add_run(t.params_local, static_cast<double>(tp_local_rows(ten, p_.tp) * tp_local_cols(ten, p_.tp)));
+      for (const auto& ten : l->tensors) add_run(t.params_local, static_cast<double>(local_elems(ten)));
     if (rt_.padding == Padding::kFlatUnit) {
       add_run(t.params_shard, static_cast<double>(un.shard_elems));
       t.reduced_shard = t.params_shard;
@@ -50,14 +56,10 @@ void Lowering::build_tensor_lists() {
       for (const SimUnit* v : {&un, peer})
         if (v)
           for (const Layer* l : v->layers)
-            for (const auto& ten : l->tensors)
-              add_run(t.params_shard,
-                      static_cast<double>(tensor_shard_elems(ten, p_.tp, p_.shard_group, rt_.padding)));
+            for (const auto& ten : l->tensors) add_run(t.params_shard, static_cast<double>(shard_elems(ten)));
       if (peer && !un.owns_merged_root) {
         for (const Layer* l : un.layers)
-          for (const auto& ten : l->tensors)
-            add_run(t.reduced_shard,
-                    static_cast<double>(tensor_shard_elems(ten, p_.tp, p_.shard_group, rt_.padding)));
+          for (const auto& ten : l->tensors) add_run(t.reduced_shard, static_cast<double>(shard_elems(ten)));
       } else {
         t.reduced_shard = t.params_shard;
       }
@@ -82,16 +84,14 @@ void Lowering::build_tensor_lists() {
   // (A span's runs are contiguous: one list at a time.)
   for (int u = 0; u < U_; ++u)
     for (const Layer* l : unit(u).layers)
-      for (const auto& ten : l->tensors)
-        add_run(all_local_, static_cast<double>(tp_local_rows(ten, p_.tp) * tp_local_cols(ten, p_.tp)));
+      for (const auto& ten : l->tensors) add_run(all_local_, static_cast<double>(local_elems(ten)));
   for (int u = 0; u < U_; ++u) {
     if (rt_.padding == Padding::kFlatUnit) {
       add_run(all_shard_, static_cast<double>(unit(u).shard_elems));
       continue;
     }
     for (const Layer* l : unit(u).layers)
-      for (const auto& ten : l->tensors)
-        add_run(all_shard_, static_cast<double>(tensor_shard_elems(ten, p_.tp, p_.shard_group, rt_.padding)));
+      for (const auto& ten : l->tensors) add_run(all_shard_, static_cast<double>(shard_elems(ten)));
   }
   // The optimizer's tensors: torch.optim keeps state per parameter (FSDP: this rank's shard of each; DDP:
   // each whole parameter); DeepSpeed steps flat fp32 partitions (one per parameter group).

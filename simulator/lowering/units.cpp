@@ -153,14 +153,14 @@ UnitSums unit_layers(UnitContext& c, SimUnit& u) {
           static_cast<std::int64_t>(s.hidden);  // the tied weight, vocab-parallel under TP
     // Identical tensors (a MoE layer's experts) as one group times its count: the same sums.
     l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
-      const std::int64_t n = tp_local_rows(ten, t) * tp_local_cols(ten, t) * count;
+      const std::int64_t n = tp_local_elems(ten, t) * count;
       if (cast_by_autocast) u.autocast_copy_elems += ep && ten.expert ? n / p.ep : n;
       if (ep && ten.expert) {  // summed over all experts here, this rank's experts / ep after the loop
         u.expert_elems += n;
         if (rt.padding == Padding::kFlatUnit)
           expert_flat += n;
-        else
-          u.expert_shard_elems += tensor_shard_elems(ten, t, Fe, rt.padding) * count;
+        else  // this rank's shard already (its experts only)
+          u.expert_shard_elems += rank_shard_elems(ten, count, t, Fe, rt.padding, p.ep);
         return;
       }
       u.elems += n;
@@ -262,8 +262,7 @@ void unit_activations(const UnitContext& c, SimUnit& u, UnitSums& m) {
     // Every expert of a layer has the same tensors and ep divides the expert count (resolve_plan): this
     // rank's experts are exactly 1 / ep of them.
     u.expert_elems /= p.ep;
-    u.expert_shard_elems =
-        rt.padding == Padding::kFlatUnit ? ceil_div(expert_flat / p.ep, Fe) : u.expert_shard_elems / p.ep;
+    if (rt.padding == Padding::kFlatUnit) u.expert_shard_elems = ceil_div(expert_flat / p.ep, Fe);
     u.elems += u.expert_elems;
   }
   switch (p.ac) {
@@ -451,7 +450,7 @@ void share_root_or_tied_group(const UnitContext& c, std::vector<SimUnit>& units)
     std::int64_t tied = 0;
     for (const Layer* l : emb.layers)
       if (l->kind == LayerKind::kEmbedding)
-        for (const auto& ten : l->tensors) tied += tp_local_rows(ten, t) * tp_local_cols(ten, t);
+        for (const auto& ten : l->tensors) tied += tp_local_elems(ten, t);
     emb.tied_grad_elems = head.tied_grad_elems = tied;
     emb.reduced_gathered_elems = emb.gathered_elems;
     emb.reduced_shard_elems = emb.shard_elems;

@@ -96,8 +96,7 @@ void unit_workspace(const UnitContext& c, SimUnit& u, double extra) {
       }
       double g = 0, g_experts = 0;
       for (const auto& ten : l.tensors) {
-        const double e = static_cast<double>(tp_local_rows(ten, t) * tp_local_cols(ten, t)) /
-                         (ep && ten.expert ? p.ep : 1);
+        const double e = static_cast<double>(tp_local_elems(ten, t)) / (ep && ten.expert ? p.ep : 1);
         g += e;
         if (ten.expert) g_experts += e;
       }

@@ -20,14 +20,11 @@ StateElems state_elems(const ModelGraph& model, const Plan& p) {
   // Identical tensors (a MoE layer's experts) are summed as one group times its count: the same integers.
   for (const Layer* l : model.order()) {
     l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
-      const std::int64_t n =
-          mul_checked(mul_checked(tp_local_rows(ten, t), tp_local_cols(ten, t), "tensor elements"), count,
-                      "tensor elements");
-      if (ep && ten.expert) {
+      const std::int64_t n = mul_checked(tp_local_elems(ten, t), count, "tensor elements");
+      if (ep && ten.expert) {  // all experts' elements (this rank's: / ep below); this rank's shard
         expert_local = add_checked(expert_local, n);
         if (rt.padding != Padding::kFlatUnit)
-          expert_shard = add_checked(
-              expert_shard, mul_checked(tensor_shard_elems(ten, t, Fe, rt.padding), count, "shard elements"));
+          expert_shard = add_checked(expert_shard, rank_shard_elems(ten, count, t, Fe, rt.padding, p.ep));
         return;
       }
       local = add_checked(local, n);
@@ -40,7 +37,7 @@ StateElems state_elems(const ModelGraph& model, const Plan& p) {
     shard = ceil_div(local, F);  // one padded flat parameter, approximately
   if (ep) {
     expert_local /= p.ep;
-    expert_shard = rt.padding == Padding::kFlatUnit ? ceil_div(expert_local, Fe) : expert_shard / p.ep;
+    if (rt.padding == Padding::kFlatUnit) expert_shard = ceil_div(expert_local, Fe);
   }
   const bool ds = p.runtime == Runtime::kDeepSpeed;
   // DeepSpeed ZeRO-1/2 partition one flat group padded to 2 x F (nccl_start_alignment_factor, §1.8).
@@ -79,10 +76,12 @@ std::int64_t optimizer_step_tensors(const ModelGraph& model, const Plan& p) {
   // Megatron's distributed optimizer steps flat shard tensors with Apex/TE FusedAdam (step per group).
   if (p.runtime == Runtime::kDeepSpeed || p.runtime == Runtime::kMegatron || !p.fused_optimizer) return 0;
   std::int64_t n = 0, experts = 0;
+  // A rank holds 1/ep of per-expert tensors; a grouped expert weight is one tensor on every rank.
   for (const Layer* l : model.order())
-    l->for_each_tensor_group(
-        [&](const Tensor& ten, std::int64_t count) { (p.ep > 1 && ten.expert ? experts : n) += count; });
-  return n + experts / p.ep;  // a rank holds 1/ep of the routed experts' tensors
+    l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
+      (p.ep > 1 && ten.expert && ten.stack == 1 ? experts : n) += count;
+    });
+  return n + experts / p.ep;
 }
 
 std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p) {
@@ -106,16 +105,21 @@ std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p) {
     for (const Layer* l : model.order()) {
       l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
         const bool expert = p.ep > 1 && ten.expert;
-        const std::int64_t local = mul_checked(tp_local_rows(ten, p.tp), tp_local_cols(ten, p.tp), "tensor");
+        // A grouped expert weight is one tensor of the rank's stack / ep experts (counted whole below);
+        // per-expert tensors are all listed here and the rank's 1/ep of them taken after the loop.
+        const bool grouped = expert && ten.stack > 1;
+        const std::int64_t local = grouped ? rank_local_elems(ten, 1, p.tp, p.ep) : tp_local_elems(ten, p.tp);
         const std::int64_t shard =
-            tensor_shard_elems(ten, p.tp, expert ? p.efsdp_ranks() : p.fsdp_ranks(), Padding::kPerTensorDim0);
+            grouped ? rank_shard_elems(ten, 1, p.tp, p.efsdp_ranks(), Padding::kPerTensorDim0, p.ep)
+                    : tensor_shard_elems(ten, p.tp, expert ? p.efsdp_ranks() : p.fsdp_ranks(),
+                                         Padding::kPerTensorDim0);
         const Bytes pb =
             allocation_bytes(mul_checked(p.zero >= 2 ? shard : local, b.params, "parameter bytes"));
         const Bytes ob = 2 * allocation_bytes(mul_checked(p.zero >= 1 ? shard : local, b.optimizer / 2,
                                                           "optimizer bytes"));
         // `count` identical tensors: `count` allocations of the same rounded size each.
-        (expert ? expert_params : params) += mul_checked(pb, count, "parameter bytes");
-        (expert ? expert_optimizer : optimizer) += mul_checked(ob, count, "optimizer bytes");
+        (expert && !grouped ? expert_params : params) += mul_checked(pb, count, "parameter bytes");
+        (expert && !grouped ? expert_optimizer : optimizer) += mul_checked(ob, count, "optimizer bytes");
       });
     }
     out[0] = params + expert_params / p.ep;

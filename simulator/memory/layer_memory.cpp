@@ -18,11 +18,41 @@ std::int64_t tp_local_cols(const Tensor& t, int tp) {
   return t.tp == TpSplit::kRow ? t.dim1 / tp : t.dim1;
 }
 
-std::int64_t tensor_shard_elems(const Tensor& t, int tp, int shard_group, Padding padding) {
+std::int64_t tp_local_elems(const Tensor& t, int tp) {
+  return mul_checked(t.stack, mul_checked(tp_local_rows(t, tp), tp_local_cols(t, tp), "tensor elements"),
+                     "tensor elements");
+}
+
+std::int64_t tensor_shard_elems(const Tensor& t, int tp, int shard_group, Padding padding,
+                                std::int64_t stack) {
   const std::int64_t rows = tp_local_rows(t, tp), cols = tp_local_cols(t, tp);
-  if (padding == Padding::kPerTensorDim0)
-    return mul_checked(ceil_div(rows, shard_group), cols, "shard elements");
-  return ceil_div(mul_checked(rows, cols, "tensor elements"), shard_group);
+  const std::int64_t e = stack > 0 ? stack : t.stack;
+  if (padding == Padding::kPerTensorDim0) {
+    if (e == 1) return mul_checked(ceil_div(rows, shard_group), cols, "shard elements");
+    // A grouped expert weight [e, rows, cols]: torchtitan 0.3.0 (distributed/fsdp.py, the MoE blocks'
+    // fully_shard) shards the experts (Shard(0), padded to a multiple of the ranks) unless the ranks times
+    // the EP degree exceed the experts (efsdp x ep > num_experts, i.e. ranks > e, the rank's experts), then
+    // each expert's dim 0 (Shard(1) of the 3-D weight) "to avoid padding".
+    if (shard_group > e)
+      return mul_checked(e, mul_checked(ceil_div(rows, shard_group), cols, "shard"), "shard");
+    return mul_checked(ceil_div(e, shard_group), mul_checked(rows, cols, "shard elements"), "shard elements");
+  }
+  return ceil_div(mul_checked(e, mul_checked(rows, cols, "tensor elements"), "tensor elements"), shard_group);
+}
+
+std::int64_t rank_local_elems(const Tensor& t, std::int64_t count, int tp, int ep) {
+  const std::int64_t n = mul_checked(tp_local_elems(t, tp), count, "tensor elements");
+  return t.expert && ep > 1 ? n / ep : n;
+}
+
+std::int64_t rank_shard_elems(const Tensor& t, std::int64_t count, int tp, int shard_group, Padding padding,
+                              int ep) {
+  if (!t.expert || ep <= 1)
+    return mul_checked(tensor_shard_elems(t, tp, shard_group, padding), count, "shard elements");
+  if (t.stack > 1)  // ep divides the experts (resolve_plan)
+    return mul_checked(tensor_shard_elems(t, tp, shard_group, padding, t.stack / ep), count,
+                       "shard elements");
+  return mul_checked(tensor_shard_elems(t, tp, shard_group, padding), count, "shard elements") / ep;
 }
 
 double sequence_parallel_divisor(const Plan& p) {

@@ -15,9 +15,19 @@ double sequence_parallel_divisor(const Plan& p);
 /// The TP-local shape of a tensor: column-parallel tensors split dim 0, row-parallel ones dim 1.
 std::int64_t tp_local_rows(const Tensor& t, int tp);
 std::int64_t tp_local_cols(const Tensor& t, int tp);
+/// TP-local elements of a tensor (every slice of a grouped expert weight).
+std::int64_t tp_local_elems(const Tensor& t, int tp);
 /// Elements of this rank's shard of one tensor under per-tensor padding (FSDP2: dim 0; DeepSpeed: numel).
-/// FSDP1 pads the unit's flat parameter instead: use ceil_div(sum of local elements, F).
-std::int64_t tensor_shard_elems(const Tensor& t, int tp, int shard_group, Padding padding);
+/// FSDP1 pads the unit's flat parameter instead: use ceil_div(sum of local elements, F). A grouped expert
+/// weight counts `stack` of its slices (t.stack by default; expert parallelism: the rank's t.stack / ep).
+std::int64_t tensor_shard_elems(const Tensor& t, int tp, int shard_group, Padding padding,
+                                std::int64_t stack = 0);
+/// This rank's elements of `count` identical tensors: TP-local (rank_local_elems) and its shard over
+/// `shard_group` ranks (rank_shard_elems). An expert tensor under expert parallelism (ep > 1) counts the
+/// rank's experts only: a grouped weight its stack / ep slices, per-expert tensors count / ep of them.
+std::int64_t rank_local_elems(const Tensor& t, std::int64_t count, int tp, int ep);
+std::int64_t rank_shard_elems(const Tensor& t, std::int64_t count, int tp, int shard_group, Padding padding,
+                              int ep);
 
 /// What plan p's activation checkpointing keeps of one activation tensor for backward, in a layer where
 /// op-level selective AC applies (`selective`: a block layer under --ac selective) or where nothing is

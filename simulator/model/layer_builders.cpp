@@ -297,6 +297,8 @@ Layer make_attention(const ModelSpec& s, int block) {
     l.tensors.push_back({"bv", kv, 1, TpSplit::kColumn});
     if (!s.qkv_bias_only) l.tensors.push_back({"bo", h, 1, TpSplit::kReplicated});
   }
+  // gpt-oss attention sinks: one learned logit per head (GptOssAttention.sinks), split with the heads by TP.
+  if (s.attn_sinks) l.tensors.push_back({"sinks", s.heads, 1, TpSplit::kColumn});
   // q/k norms: one head_dim weight each (Qwen3, Gemma 3), or over the whole projection (OLMo 2: TP would
   // split them with the projection; they are tiny and kept replicated).
   double qk_norm_elems = 0;  // elements of q and k that pass through a norm
@@ -343,8 +345,12 @@ void add_mlp_tensors(const ModelSpec& s, Layer& l, const std::string& prefix, st
     }
     l.tensors.push_back({prefix + "w_down", h, f, TpSplit::kRow});
     if (s.mlp_bias) {
-      l.tensors.push_back({prefix + "b_gate", f, 1, TpSplit::kColumn});
-      l.tensors.push_back({prefix + "b_up", f, 1, TpSplit::kColumn});
+      if (s.fused_gate_up) {
+        l.tensors.push_back({prefix + "b_gate_up", 2 * f, 1, TpSplit::kColumn});  // gpt-oss gate_up_proj_bias
+      } else {
+        l.tensors.push_back({prefix + "b_gate", f, 1, TpSplit::kColumn});
+        l.tensors.push_back({prefix + "b_up", f, 1, TpSplit::kColumn});
+      }
       l.tensors.push_back({prefix + "b_down", h, 1, TpSplit::kReplicated});
     }
   } else {
@@ -444,9 +450,14 @@ Layer make_mlp(const ModelSpec& s, int block) {
     l.gemms.push_back({s.moe.experts, h, 1, TpSplit::kReplicated});
     first_expert = l.tensors.size();
   }
-  for (int e = 0; e < experts; ++e) add_mlp_tensors(s, l, moe ? "experts." + std::to_string(e) + "." : "", f);
+  // The routed experts as grouped tensors, one per weight with the experts stacked on dim 0 (torchtitan 0.3.0
+  // models/common/moe.py GroupedExperts: w1_EFD, w2_EDF, w3_EFD of [num_experts, ...]), not one per expert.
+  add_mlp_tensors(s, l, moe ? "experts." : "", f);
   if (moe) {
-    for (std::size_t i = first_expert; i < l.tensors.size(); ++i) l.tensors[i].expert = true;
+    for (std::size_t i = first_expert; i < l.tensors.size(); ++i) {
+      l.tensors[i].expert = true;
+      l.tensors[i].stack = experts;
+    }
     l.moe_experts = s.moe.experts;
     l.moe_top_k = s.moe.top_k;
   }

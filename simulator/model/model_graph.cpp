@@ -56,7 +56,8 @@ double Layer::attended_positions(std::int64_t seq) const {
 std::int64_t Layer::parameters() const {
   std::int64_t n = 0;
   for (const auto& t : tensors)
-    n = add_checked(n, mul_checked(t.dim0, t.dim1, "tensor size"), "layer parameters");
+    n = add_checked(n, mul_checked(t.stack, mul_checked(t.dim0, t.dim1, "tensor size"), "tensor size"),
+                    "layer parameters");
   return n;
 }
 
@@ -244,7 +245,8 @@ void Layer::group_tensors() {
     const Tensor& t = tensors[i];
     auto same = [&](const TensorGroup& g) {
       const Tensor& r = tensors[g.index];
-      return r.dim0 == t.dim0 && r.dim1 == t.dim1 && r.tp == t.tp && r.expert == t.expert;
+      return r.stack == t.stack && r.dim0 == t.dim0 && r.dim1 == t.dim1 && r.tp == t.tp &&
+             r.expert == t.expert;
     };
     auto it = std::find_if(tensor_groups.begin(), tensor_groups.end(), same);
     if (it != tensor_groups.end())
@@ -260,7 +262,7 @@ void ModelGraph::finalize() {
   boost::topological_sort(graph_, std::back_inserter(topo));
   order_.clear();
   for (auto it = topo.rbegin(); it != topo.rend(); ++it) order_.push_back(&graph_[*it]);
-  parameters_ = embedding_parameters_ = largest_tensor_ = 0;
+  parameters_ = embedding_parameters_ = largest_tensor_ = checkpoint_bytes_ = 0;
   active_parameters_ = 0;
   int last_block = -1;
   blocks_ = 0;
@@ -270,7 +272,16 @@ void ModelGraph::finalize() {
     active_parameters_ += l->active_parameters();
     if (l->kind == LayerKind::kEmbedding || l->kind == LayerKind::kPositionEmbedding)
       embedding_parameters_ += p;
-    for (const auto& t : l->tensors) largest_tensor_ = std::max(largest_tensor_, t.numel());
+    for (const auto& t : l->tensors) {
+      largest_tensor_ = std::max(largest_tensor_, t.numel());
+      // MXFP4 (transformers integrations/mxfp4.py, the checkpoint's *_blocks and *_scales): each row's input
+      // dimension in blocks of 32 values, 16 bytes of 4-bit values and one 8-bit scale per block.
+      const bool mxfp4 = spec_.moe.mxfp4_experts && t.expert && t.dim1 > 1;
+      const std::int64_t b =
+          mxfp4 ? mul_checked(t.stack * t.dim0, ceil_div(t.dim1, 32) * 17, "checkpoint bytes")
+                : mul_checked(t.numel(), 2, "checkpoint bytes");
+      checkpoint_bytes_ = add_checked(checkpoint_bytes_, b, "checkpoint bytes");
+    }
     if (l->block >= 0 && l->block != last_block) ++blocks_, last_block = l->block;
   }
 }

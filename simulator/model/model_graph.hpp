@@ -38,7 +38,13 @@ struct Tensor {
   TpSplit tp = TpSplit::kReplicated;
   /// A routed expert's weight: each token passes through top_k of the layer's `moe_experts` experts.
   bool expert = false;
-  std::int64_t numel() const { return dim0 * dim1; }
+  /// Grouped experts: how many [dim0 x dim1] slices are stacked on a leading dimension, one per expert, as
+  /// the frameworks hold them (torchtitan 0.3.0 GroupedExperts w1 [experts, hidden_dim, dim], w2, w3;
+  /// Hugging Face's gpt-oss GptOssExperts gate_up_proj; one parameter per weight, not one per expert). 1 for
+  /// a plain tensor. FSDP2 shards the stacked dimension, or dim0 when the experts are fewer than the ranks
+  /// (layer_memory.cpp tensor_shard_elems); expert parallelism gives each rank stack / ep slices.
+  std::int64_t stack = 1;
+  std::int64_t numel() const { return stack * dim0 * dim1; }
 };
 
 /// One forward GEMM per token: [tokens x k] @ [k x n]; `count` = how many such GEMMs a token goes through
@@ -83,9 +89,9 @@ struct Layer {
   std::int64_t parameters() const;
   /// Parameters one token passes through: routed experts count top_k / experts of their weights.
   double active_parameters() const;
-  /// The layer's tensors grouped by shape (dim0, dim1, TP split, expert): `tensors[index]` stands for
-  /// `count` identical tensors (a MoE layer's 3 x 128 expert weights are two groups). Filled by ModelGraph;
-  /// the per-tensor sums of memory.cpp and units.cpp walk the groups (for_each_tensor_group).
+  /// The layer's tensors grouped by shape (stack, dim0, dim1, TP split, expert): `tensors[index]` stands for
+  /// `count` identical tensors (a MoE layer's grouped gate and up weights are one group of two). Filled by
+  /// ModelGraph; the per-tensor sums of memory.cpp and units.cpp walk the groups (for_each_tensor_group).
   struct TensorGroup {
     std::uint32_t index = 0, count = 0;
   };
@@ -151,13 +157,18 @@ class ModelGraph {
   double attention_model_flops_per_token(std::int64_t seq) const;
   /// Largest parameter count of a single tensor.
   std::int64_t largest_tensor() const { return largest_tensor_; }
+  /// Bytes of the parameters as the released checkpoint stores them: 16-bit, except routed experts' weight
+  /// matrices stored as MXFP4 (ModelSpec::moe.mxfp4_experts, gpt-oss: 4.25 bits per value). What loading
+  /// the checkpoint quantised takes; training dequantises (the simulated parameters follow the plan's
+  /// precision).
+  std::int64_t checkpoint_bytes() const { return checkpoint_bytes_; }
 
  private:
   void finalize();
   ModelSpec spec_;
   LayerGraph graph_;
   std::vector<const Layer*> order_;
-  std::int64_t parameters_ = 0, embedding_parameters_ = 0, largest_tensor_ = 0;
+  std::int64_t parameters_ = 0, embedding_parameters_ = 0, largest_tensor_ = 0, checkpoint_bytes_ = 0;
   double active_parameters_ = 0;
   int blocks_ = 0;
 };

@@ -321,7 +321,9 @@ Json ModelGraph::to_graph_json() const {
     const Layer& l = graph_[v];
     Json tensors = Json::array(), gemms = Json::array();
     for (const auto& t : l.tensors) {
-      Json jt = {{"name", t.name}, {"shape", {t.dim0, t.dim1}}, {"tp", tp_name(t.tp)}};
+      Json jt = {{"name", t.name},
+                 {"shape", t.stack > 1 ? Json{t.stack, t.dim0, t.dim1} : Json{t.dim0, t.dim1}},
+                 {"tp", tp_name(t.tp)}};
       if (t.expert) jt["expert"] = true;
       tensors.push_back(jt);
     }
@@ -379,13 +381,22 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
         Tensor tensor;
         tensor.name = to.str("name");
         const Json& shape = to.raw("shape");
-        if (!shape.is_array() || shape.empty() || shape.size() > 2)
-          to.fail("shape", "expected [rows] or [rows, cols]");
-        tensor.dim0 = json_integer(shape[0], file, to.pointer("shape") + "/0", 1, kMaxDim * 64);
-        tensor.dim1 =
-            shape.size() > 1 ? json_integer(shape[1], file, to.pointer("shape") + "/1", 1, kMaxDim * 64) : 1;
+        if (!shape.is_array() || shape.empty() || shape.size() > 3)
+          to.fail("shape", "expected [rows], [rows, cols] or, for grouped experts, [experts, rows, cols]");
+        // A 3-D shape is a grouped expert weight: its leading dimension stacks the experts.
+        const std::size_t d0 = shape.size() == 3 ? 1 : 0;
+        if (shape.size() == 3)
+          tensor.stack = json_integer(shape[0], file, to.pointer("shape") + "/0", 1, kMaxDim);
+        tensor.dim0 =
+            json_integer(shape[d0], file, to.pointer("shape") + "/" + std::to_string(d0), 1, kMaxDim * 64);
+        tensor.dim1 = shape.size() > d0 + 1
+                          ? json_integer(shape[d0 + 1], file,
+                                         to.pointer("shape") + "/" + std::to_string(d0 + 1), 1, kMaxDim * 64)
+                          : 1;
         tensor.tp = parse_tp(to.str("tp", "replicated"), file, to.pointer("tp"));
         tensor.expert = to.boolean("expert", false);
+        if (tensor.stack > 1 && !tensor.expert)
+          to.fail("shape", "a 3-D shape stacks experts: it needs \"expert\": true");
         to.finish();
         l.tensors.push_back(tensor);
       }
@@ -440,11 +451,15 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
     l.eager_elementwise_bytes_per_token =
         lo.number("eager_elementwise_bytes_per_token", l.elementwise_bytes_per_token, 0.0, 1e12);
     lo.finish();
-    if (l.moe_experts == 0)
-      for (std::size_t t = 0; t < l.tensors.size(); ++t)
-        if (l.tensors[t].expert)
-          throw InputError(file, lo.pointer("tensors") + "/" + std::to_string(t) + "/expert",
-                           "an expert tensor needs the layer's \"moe\": {\"experts\", \"top_k\"}");
+    for (std::size_t t = 0; t < l.tensors.size(); ++t) {
+      if (l.moe_experts == 0 && l.tensors[t].expert)
+        throw InputError(file, lo.pointer("tensors") + "/" + std::to_string(t) + "/expert",
+                         "an expert tensor needs the layer's \"moe\": {\"experts\", \"top_k\"}");
+      if (l.tensors[t].stack > 1 && l.tensors[t].stack != l.moe_experts)
+        throw InputError(file, lo.pointer("tensors") + "/" + std::to_string(t) + "/shape/0",
+                         "a grouped expert weight stacks the layer's " + std::to_string(l.moe_experts) +
+                             " experts, not " + std::to_string(l.tensors[t].stack));
+    }
     boost::add_vertex(std::move(l), m.graph_);
   }
   const auto n = static_cast<std::int64_t>(layers.size());

@@ -141,9 +141,22 @@ void add_unit_costs(const std::vector<SimUnit>& units, const Plan& p, const Cost
   // Tensor-parallel collectives recur every micro-batch: the blocking share waits on the compute stream
   // (all of it without async TP, the all-gathers with it), as the lowering's tp_collectives charges them.
   const double tp_share = costs.constants().tp_exposed_share(p.async_tp);
+  // Selective AC without the plan's SDPA op in its save list recomputes ring attention
+  // (lowering_cp_ep.cpp).
+  const bool recompute_attention =
+      p.ac == AcMode::kFull || (p.ac == AcMode::kSelective && !p.sac_saves_sdpa());
+  double ep_fwd = 0, ep_bwd = 0, cp_fwd = 0, cp_bwd = 0;
   for (const SimUnit& u : units) {
     // Full activation checkpointing recomputes the forward's collectives in the backward (as the lowering).
     const double re = p.ac == AcMode::kFull && u.blocks > 0 ? 1.0 : 0.0;
+    // Expert parallelism's token all-to-alls recur every micro-batch and block the compute stream (the
+    // experts wait for their tokens, the next layer for the combine; Lowering::cp_ep_collectives): the
+    // forward's dispatch and combine, the backward's mirrored pair and, under full AC, the recomputed
+    // forward's. Context parallelism's ring blocks with the share the attention does not hide.
+    ep_fwd += u.a2a_s;
+    ep_bwd += (1 + re) * u.a2a_s;
+    cp_fwd += u.cp_fwd_exposed_s;
+    cp_bwd += u.cp_bwd_exposed_s + (recompute_attention && u.blocks > 0 ? u.cp_fwd_exposed_s : 0.0);
     tp_fwd += tp_share * u.tp_fwd_s;
     tp_bwd += tp_share * (u.tp_bwd_s + re * u.tp_fwd_s);
     x.tp_ag_block_s += tp_share * ((1 + re) * u.tp_fwd_ag_s + u.tp_bwd_ag_s);
@@ -165,6 +178,10 @@ void add_unit_costs(const std::vector<SimUnit>& units, const Plan& p, const Cost
       x.accum_grad_bytes += static_cast<Bytes>(static_cast<double>(u.elems) * grad_acc_bytes);
     x.cost.act_bytes += u.act_bytes;
   }
+  x.ep_block_s = ep_fwd + ep_bwd;
+  x.cp_block_s = cp_fwd + cp_bwd;
+  x.ep_cp_fwd_block_s = ep_fwd + cp_fwd;
+  x.ep_cp_bwd_block_s = ep_bwd + cp_bwd;
 }
 
 /// The stage's memory as the pipeline holds it: receive buffers, what one micro-batch keeps, the working
@@ -280,8 +297,8 @@ StageSim simulate_stage(const ModelGraph& model, const Cluster& cluster, const C
   x.bwd_compute_s = t.bwd_compute;
   x.tp_fwd_block_s = tp_fwd;
   x.tp_bwd_block_s = tp_bwd;
-  x.cost.fwd_s = x.fwd_compute_s + tp_fwd;
-  x.cost.bwd_s = t.bwd_compute + tp_bwd;
+  x.cost.fwd_s = x.fwd_compute_s + tp_fwd + x.ep_cp_fwd_block_s;
+  x.cost.bwd_s = t.bwd_compute + tp_bwd + x.ep_cp_bwd_block_s;
   x.cost.bwd_weight_s = std::min(weight_grad, x.cost.bwd_s);
   x.cost.bwd_input_s = x.cost.bwd_s - x.cost.bwd_weight_s;
   // The first forward of the step waits on the parameter all-gathers (reshard_after_forward=False: later

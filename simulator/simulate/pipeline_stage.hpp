@@ -21,8 +21,12 @@ struct StageSim {
   Bytes sharded_grad_bytes = 0;  ///< sharded gradients made by the reduction after the last micro-batch
   double tp_ag_block_s = 0, tp_rs_block_s = 0;    ///< TP collectives on the compute stream, one micro-batch
   double tp_fwd_block_s = 0, tp_bwd_block_s = 0;  ///< the same, in the forward / the backward
-  WorkingSet tail_work;                           ///< the optimizer's transients
-  double reduce_s = 0;                            ///< gradient reduction after the stage's last backward
+  /// EP all-to-alls and CP ring waits on the compute stream, one micro-batch (forward and backward), and
+  /// their forward's / backward's share.
+  double ep_block_s = 0, cp_block_s = 0;
+  double ep_cp_fwd_block_s = 0, ep_cp_bwd_block_s = 0;
+  WorkingSet tail_work;    ///< the optimizer's transients
+  double reduce_s = 0;     ///< gradient reduction after the stage's last backward
   double post_step_s = 0;  ///< after the optimizer (DeepSpeed ZeRO-1: updated parameters all-gathered)
   double fwd_compute_s = 0, bwd_compute_s = 0;  ///< compute-stream time of one micro-batch
   int blocks = 0;

@@ -157,17 +157,22 @@ void fill_time(const ModelGraph& model, const Cluster& cluster, const Plan& p, c
     const auto& c = x.res.comm;
     compute += m * (x.fwd_compute_s + x.bwd_compute_s) + x.cost.first_fwd_s;
     for (int k = 0; k < kCommKinds; ++k) {
-      // Tensor-parallel collectives run every micro-batch; the data-parallel ones once per step.
-      const bool per_mb =
-          k == static_cast<int>(CommKind::kTpAllGather) || k == static_cast<int>(CommKind::kTpReduceScatter);
+      // Tensor-parallel collectives, EP all-to-alls and CP rings run every micro-batch; the data-parallel
+      // ones once per step.
+      const bool per_mb = k == static_cast<int>(CommKind::kTpAllGather) ||
+                          k == static_cast<int>(CommKind::kTpReduceScatter) ||
+                          k == static_cast<int>(CommKind::kAllToAll) ||
+                          k == static_cast<int>(CommKind::kCpRing);
       const double n = per_mb ? m : 1;
       CommStats& out = r.comm[at(k)];
       out.bytes_per_rank += c[at(k)].bytes_per_rank * n;
       out.time_s += c[at(k)].time_s * n;
-      // The TP collectives' blocking share is part of every forward and backward on the pipeline's
-      // timeline (StageCost::fwd_s, bwd_s): exposed in full.
+      // The blocking share of the TP collectives, EP all-to-alls and CP rings is part of every forward and
+      // backward on the pipeline's timeline (StageCost::fwd_s, bwd_s): exposed in full.
       const double blocking = k == static_cast<int>(CommKind::kTpAllGather)       ? x.tp_ag_block_s
                               : k == static_cast<int>(CommKind::kTpReduceScatter) ? x.tp_rs_block_s
+                              : k == static_cast<int>(CommKind::kAllToAll)        ? x.ep_block_s
+                              : k == static_cast<int>(CommKind::kCpRing)          ? x.cp_block_s
                                                                                   : 0.0;
       out.exposed_s += blocking * n;
       tp_exposed += blocking * n;
@@ -265,7 +270,7 @@ void step_spans(const Plan& p, const std::vector<StageSim>& st, const PipelineRu
     if (t.start_s > t.free_s) exposed.push_back({t.free_s, t.start_s});
     double tp = 0;
     if (t.action.op == PipeOp::kForward) {
-      tp = x.tp_fwd_block_s;
+      tp = x.tp_fwd_block_s + x.ep_cp_fwd_block_s;
       // A stage's first forward waits inside its span on the initial all-gathers (run_pipeline's timing).
       if (!first_seen[at(t.action.stage)]) {
         first_seen[at(t.action.stage)] = 1;
@@ -273,10 +278,10 @@ void step_spans(const Plan& p, const std::vector<StageSim>& st, const PipelineRu
         if (wait > 0) exposed.push_back({t.start_s, t.start_s + wait});
       }
     } else if (t.action.op == PipeOp::kBackward) {
-      tp = x.tp_bwd_block_s;
+      tp = x.tp_bwd_block_s + x.ep_cp_bwd_block_s;
     } else if (x.cost.bwd_s > 0) {
       const double part = t.action.op == PipeOp::kBackwardInput ? x.cost.bwd_input_s : x.cost.bwd_weight_s;
-      tp = x.tp_bwd_block_s * part / x.cost.bwd_s;
+      tp = (x.tp_bwd_block_s + x.ep_cp_bwd_block_s) * part / x.cost.bwd_s;
     }
     if (tp > 0) exposed.push_back({t.end_s - tp, t.end_s});
     if (t.reduce_wait_end_s > t.end_s) exposed.push_back({t.end_s, t.reduce_wait_end_s});
