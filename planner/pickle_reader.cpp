@@ -150,6 +150,8 @@ class Reader {
     stack_.push_back(n);
   }
   void step(unsigned char op, std::size_t at);
+  /// The opcodes that push one str, int, float, bool or None; false for any other.
+  bool push_scalar(unsigned char op, std::size_t at);
 
   const std::string& b_;
   const std::string& file_;
@@ -158,6 +160,56 @@ class Reader {
   std::vector<std::size_t> marks_;
   std::map<std::uint64_t, NodePtr> memo_;
 };
+
+bool Reader::push_scalar(unsigned char op, std::size_t at) {
+  switch (op) {
+    case 'X':
+      stack_.push_back(scalar(take(le(4))));
+      return true;  // BINUNICODE
+    case 0x8c:
+      stack_.push_back(scalar(take(u8())));
+      return true;  // SHORT_BINUNICODE
+    case 0x8d:
+      stack_.push_back(scalar(take(le(8))));
+      return true;  // BINUNICODE8
+    case 'J':
+      stack_.push_back(scalar(static_cast<std::int32_t>(le(4))));
+      return true;  // BININT
+    case 'K':
+      stack_.push_back(scalar(static_cast<std::int64_t>(u8())));
+      return true;  // BININT1
+    case 'M':
+      stack_.push_back(scalar(static_cast<std::int64_t>(le(2))));
+      return true;  // BININT2
+    case 0x8a:
+      long_int(u8(), at);
+      return true;  // LONG1
+    case 0x8b:
+      long_int(le(4), at);
+      return true;  // LONG4
+    case 'G': {     // BINFLOAT, big-endian IEEE 754 double
+      need(8);
+      std::uint64_t v = 0;
+      for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<unsigned char>(b_[pos_ + i]);
+      pos_ += 8;
+      double d;
+      std::memcpy(&d, &v, 8);
+      stack_.push_back(scalar(d));
+      return true;
+    }
+    case 'N':
+      stack_.push_back(scalar(nullptr));
+      return true;  // NONE
+    case 0x88:
+      stack_.push_back(scalar(true));
+      return true;  // NEWTRUE
+    case 0x89:
+      stack_.push_back(scalar(false));
+      return true;  // NEWFALSE
+    default:
+      return false;
+  }
+}
 
 void Reader::step(unsigned char op, std::size_t at) {
   if (const char* name = refused_name(op))
@@ -224,49 +276,6 @@ void Reader::step(unsigned char op, std::size_t at) {
       tuple(std::move(items));
       return;
     }
-    case 'X':
-      stack_.push_back(scalar(take(le(4))));
-      return;  // BINUNICODE
-    case 0x8c:
-      stack_.push_back(scalar(take(u8())));
-      return;  // SHORT_BINUNICODE
-    case 0x8d:
-      stack_.push_back(scalar(take(le(8))));
-      return;  // BINUNICODE8
-    case 'J':
-      stack_.push_back(scalar(static_cast<std::int32_t>(le(4))));
-      return;  // BININT
-    case 'K':
-      stack_.push_back(scalar(static_cast<std::int64_t>(u8())));
-      return;  // BININT1
-    case 'M':
-      stack_.push_back(scalar(static_cast<std::int64_t>(le(2))));
-      return;  // BININT2
-    case 0x8a:
-      long_int(u8(), at);
-      return;  // LONG1
-    case 0x8b:
-      long_int(le(4), at);
-      return;    // LONG4
-    case 'G': {  // BINFLOAT, big-endian IEEE 754 double
-      need(8);
-      std::uint64_t v = 0;
-      for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<unsigned char>(b_[pos_ + i]);
-      pos_ += 8;
-      double d;
-      std::memcpy(&d, &v, 8);
-      stack_.push_back(scalar(d));
-      return;
-    }
-    case 'N':
-      stack_.push_back(scalar(nullptr));
-      return;  // NONE
-    case 0x88:
-      stack_.push_back(scalar(true));
-      return;  // NEWTRUE
-    case 0x89:
-      stack_.push_back(scalar(false));
-      return;  // NEWFALSE
     case 0x94:
       memo_put(memo_.size(), at);
       return;  // MEMOIZE
@@ -289,6 +298,7 @@ void Reader::step(unsigned char op, std::size_t at) {
       pop_mark(at);
       return;  // POP_MARK
     default:
+      if (push_scalar(op, at)) return;
       fail(at, fmt::format("opcode 0x{:02x} is not in the data-only subset this reader takes (dict, list, "
                            "tuple, str, int, float, bool, None)",
                            op));
