@@ -443,11 +443,7 @@ void explain_nothing_fits(Context& c, const Pruner& pr, std::vector<Result>& res
   }
   const Result& r = *out.closest;
   out.closest_over_bytes = used_bytes(r) - c.limit;
-  const double persistent = static_cast<double>(r.persistent_bytes);
-  const double need_gpus =
-      std::ceil(static_cast<double>(c.cluster.gpus()) * persistent / (0.6 * static_cast<double>(c.limit)));
-  out.binding_hint = no_fit_advice(c.model, c.cluster, c.costs, r, c.limit,
-                                   persistent > 0.6 * static_cast<double>(c.limit), persistent, need_gpus);
+  out.binding_hint = fit_advice(c.model, c.cluster, c.costs, r, c.limit);
   out.explanation =
       fmt::format("no plan fits: the closest ({}) needs {:.2f} GiB more than the {:.2f} GiB limit; {}",
                   plan_to_flags(r.plan), gib(static_cast<double>(out.closest_over_bytes)),
@@ -468,6 +464,15 @@ void count_over_limit(Context& c, const std::vector<Result>& results) {
 }  // namespace search_detail
 
 using namespace search_detail;
+
+std::string fit_advice(const ModelGraph& model, const Cluster& cluster, const CostModel& costs,
+                       const Result& r, Bytes limit) {
+  const double persistent = static_cast<double>(r.persistent_bytes);
+  const double need_gpus =
+      std::ceil(static_cast<double>(cluster.gpus()) * persistent / (0.6 * static_cast<double>(limit)));
+  return search_detail::no_fit_advice(model, cluster, costs, r, limit,
+                                      persistent > 0.6 * static_cast<double>(limit), persistent, need_gpus);
+}
 
 SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, const CostModel& costs,
                            const SearchSpace& space_in, const SearchOptions& opts) {

@@ -168,6 +168,11 @@ struct SearchOutcome {
   double headroom = 0;
 };
 
+/// What would make a plan that does not fit under `limit` (peak reserved + runtime overhead) fit: the advice
+/// `plan` gives for the closest plan when nothing fits (each single change simulated on `r`, named with what
+/// it does). `validate --oom-message / --memory-snapshot` gives it for the stated plan of a run that ran out.
+std::string fit_advice(const ModelGraph& model, const Cluster& cluster, const CostModel& costs,
+                       const Result& r, Bytes limit);
 /// Which constraint binds a plan: "memory" (headroom < 10 %), "exposed comm", "compute" ...
 std::string binding_constraint(const Result& r);
 

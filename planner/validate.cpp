@@ -64,21 +64,6 @@ Measured parse_torchtitan_log(const std::string& path, int warmup_steps) {
   return out;
 }
 
-double predicted_term(const std::string& term, const Result& r) {
-  if (term == "peak_allocated_bytes" || term == "peak_active_bytes") return static_cast<double>(r.peak_bytes);
-  // A measured max_memory_reserved cannot exceed what the device has: when the cache reaches it, the caching
-  // allocator frees its cached blocks and retries (the run goes on if the allocated peak fits). So the
-  // prediction compared with a measurement is the demand capped at the device's memory.
-  const Bytes device_cap = std::max(r.capacity_bytes - r.overhead.total(), r.peak_bytes);
-  if (term == "peak_reserved_bytes") return static_cast<double>(std::min(r.peak_reserved_bytes, device_cap));
-  if (term == "peak_device_bytes")
-    return static_cast<double>(std::min(r.peak_reserved_bytes, device_cap) + r.overhead.total());
-  if (term == "step_s") return r.step_s;
-  if (term == "tokens_per_s_per_gpu") return r.tokens_per_s_per_gpu;
-  if (term == "mfu") return r.mfu;
-  return 0;
-}
-
 const std::vector<std::string>& known_terms() {
   static const std::vector<std::string> t = {"peak_allocated_bytes",
                                              "peak_active_bytes",
@@ -200,6 +185,21 @@ void validate_record(const Json& rec, const std::string& file, const std::string
 }
 
 }  // namespace
+
+double predicted_term(const std::string& term, const Result& r) {
+  if (term == "peak_allocated_bytes" || term == "peak_active_bytes") return static_cast<double>(r.peak_bytes);
+  // A measured max_memory_reserved cannot exceed what the device has: when the cache reaches it, the caching
+  // allocator frees its cached blocks and retries (the run goes on if the allocated peak fits). So the
+  // prediction compared with a measurement is the demand capped at the device's memory.
+  const Bytes device_cap = std::max(r.capacity_bytes - r.overhead.total(), r.peak_bytes);
+  if (term == "peak_reserved_bytes") return static_cast<double>(std::min(r.peak_reserved_bytes, device_cap));
+  if (term == "peak_device_bytes")
+    return static_cast<double>(std::min(r.peak_reserved_bytes, device_cap) + r.overhead.total());
+  if (term == "step_s") return r.step_s;
+  if (term == "tokens_per_s_per_gpu") return r.tokens_per_s_per_gpu;
+  if (term == "mfu") return r.mfu;
+  return 0;
+}
 
 namespace {
 std::vector<ValidationReport::Summary> summarise(const std::vector<ValidationRow>& rows, bool all) {

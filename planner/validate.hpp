@@ -74,6 +74,11 @@ struct ValidationReport {
   std::vector<Summary> summary_by_source(const std::string& term) const;
 };
 
+/// The prediction compared with a measured term (peak_allocated_bytes, peak_active_bytes,
+/// peak_reserved_bytes, peak_device_bytes, step_s, tokens_per_s_per_gpu, mfu): reserved capped at what the
+/// device has (the caching allocator frees its cache and retries before it runs out), 0 for an unknown term.
+double predicted_term(const std::string& term, const Result& r);
+
 /// Validates every record in the files (a record, a list, or {"records": [...]}); `hooks` (a calibration
 /// profile's) may be null. Records the tool cannot express are listed in `skipped` with the reason.
 ValidationReport validate_files(const std::vector<std::string>& files,

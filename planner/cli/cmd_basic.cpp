@@ -278,15 +278,7 @@ struct SimArgs {
 
 int run_simulation(const SimArgs& a, bool with_time) {
   Loaded l = load_inputs(a.in);
-  Plan p;
-  try {
-    p = resolve_plan(plan_from_flags(a.flags, l.cluster->spec().gpu.arch, l.model->spec().tied_embeddings),
-                     *l.model, *l.cluster, global_batch_from_flags(a.flags));
-  } catch (const InputError& e) {
-    throw blame_from_file(a.flags, e);
-  }
-  check_from_consistency(a.flags, p);
-  check_from_model(a.flags, *l.model);
+  const Plan p = resolve_flags_plan(a.flags, l);
   Simulator sim(*l.model, *l.cluster, *l.costs);
   const bool detail = !a.trace.empty() || !a.html.empty();
   const Result& r = sim.run(p, detail);

@@ -8,9 +8,11 @@
 
 #include "planner/cli/commands.hpp"
 #include "planner/cli/common.hpp"
+#include "planner/measured_memory.hpp"
 #include "planner/report/evidence.hpp"
 #include "planner/report/html.hpp"
 #include "planner/report/report.hpp"
+#include "planner/search.hpp"
 #include "planner/validate.hpp"
 
 namespace shardplan::cli {
@@ -222,6 +224,49 @@ std::string markdown(const ValidationReport& v, const std::vector<std::string>& 
   }
   return s;
 }
+/// `validate --oom-message FILE` / `--memory-snapshot FILE` with the plan flags: the measurement read first
+/// (a bad file is refused before anything is simulated), then the stated plan simulated and compared. Exit 0.
+struct MeasuredArgs {
+  Inputs in;
+  PlanFlags flags;
+  std::string oom_message, memory_snapshot, json;
+};
+
+int run_measured_memory(const MeasuredArgs& a) {
+  if (a.in.model.empty())
+    throw InputError::flag("--model", "required with --oom-message / --memory-snapshot (the run's model)");
+  std::optional<OomMessage> oom;
+  std::optional<MemorySnapshot> snap;
+  if (!a.oom_message.empty()) oom = read_oom_message(a.oom_message);
+  if (!a.memory_snapshot.empty()) snap = read_memory_snapshot(a.memory_snapshot);
+  Loaded l = load_inputs(a.in);
+  const Plan p = resolve_flags_plan(a.flags, l);
+  Simulator sim(*l.model, *l.cluster, *l.costs);
+  const Result r = sim.run(p);
+  std::vector<MemoryComparison> cs;
+  if (oom) cs.push_back(compare_oom_message(*oom, r, kDefaultHeadroom));
+  if (snap)
+    for (const SnapshotDevice& d : snap->devices) cs.push_back(compare_snapshot(d, r, kDefaultHeadroom));
+  std::string text = fmt::format("plan: {}\n", plan_to_flags(r.plan));
+  Json comparisons = Json::array();
+  for (MemoryComparison& c : cs) {
+    add_fit_advice(c, *l.model, *l.cluster, *l.costs, r);
+    text += memory_comparison_text(c);
+    comparisons.push_back(memory_comparison_json(c));
+  }
+  if (oom && oom->messages > 1)
+    text += fmt::format("note: {} holds {} out-of-memory messages; the first was read\n", a.oom_message,
+                        oom->messages);
+  Json j = {{"schema", "shardplan.measured-memory/1"},
+            {"plan", plan_to_flags(r.plan)},
+            {"model", l.model->spec().name},
+            {"cluster", l.cluster->spec().name},
+            {"gpus", l.cluster->gpus()},
+            {"comparisons", comparisons}};
+  if (a.json != "-") std::cout << text;
+  write_output(a.json, j.dump(1) + "\n");
+  return 0;
+}
 }  // namespace
 
 Command add_validate_command(CLI::App& app) {
@@ -234,8 +279,18 @@ Command add_validate_command(CLI::App& app) {
     bool quiet = false;
   };
   auto a = std::make_shared<Args>();
-  sub->add_option("records", a->files, "run-record files (a record, a list, or {records: [...]})")
-      ->required();
+  sub->add_option("records", a->files, "run-record files (a record, a list, or {records: [...]})");
+  auto m = std::make_shared<MeasuredArgs>();
+  sub->add_option(
+      "--oom-message", m->oom_message,
+      "a PyTorch CUDA out-of-memory message (a log or traceback holding \"Tried to allocate ...\"): "
+      "compared with the prediction for the plan the flags state (--model, --cluster, --gpus, plan "
+      "flags), with the plan changes that would fit");
+  sub->add_option("--memory-snapshot", m->memory_snapshot,
+                  "a PyTorch memory snapshot pickle (torch.cuda.memory._dump_snapshot; read as data, never "
+                  "executed): compared like --oom-message");
+  add_input_options(sub, m->in, false, false);
+  add_plan_options(sub, m->flags);
   sub->add_option("--calibration", a->calibration, "calibration profile");
   sub->add_option("--json", a->json, "write the JSON result to FILE or - for stdout");
   sub->add_option("--markdown", a->markdown, "write the accuracy table as Markdown to FILE");
@@ -256,7 +311,18 @@ Command add_validate_command(CLI::App& app) {
       "--evidence", a->evidence,
       "write the evidence of these records (shardplan.evidence/1: reserved-memory errors, coverage, "
       "best MFU per GPU architecture) to FILE: planner/evidence.json, embedded at build time");
-  return {sub, [a]() {
+  return {sub, [a, m]() {
+            if (!m->oom_message.empty() || !m->memory_snapshot.empty()) {
+              if (!a->files.empty())
+                throw InputError::flag("records",
+                                       "give run records or --oom-message / --memory-snapshot, not both");
+              m->json = a->json;
+              m->in.calibration = a->calibration;
+              return run_measured_memory(*m);
+            }
+            if (a->files.empty())
+              throw InputError::flag("records",
+                                     "give run-record files, or --oom-message / --memory-snapshot");
             CalibrationHooks hooks;
             if (!a->calibration.empty()) hooks = load_calibration_hooks(a->calibration);
             ValidationReport v = validate_files(a->files, a->calibration.empty() ? nullptr : &hooks);

@@ -11,10 +11,10 @@
 
 namespace shardplan::cli {
 
-void add_input_options(CLI::App* app, Inputs& in, bool with_calibration) {
-  app->add_option("--model", in.model,
-                  "model preset name, model spec JSON, graph JSON or Hugging Face config.json")
-      ->required();
+void add_input_options(CLI::App* app, Inputs& in, bool with_calibration, bool model_required) {
+  auto* model = app->add_option("--model", in.model,
+                                "model preset name, model spec JSON, graph JSON or Hugging Face config.json");
+  if (model_required) model->required();
   app->add_option("--cluster", in.cluster, "cluster preset name or cluster JSON")->capture_default_str();
   app->add_option("--gpus", in.gpus, "total GPUs (default: one node)");
   if (with_calibration)
@@ -211,6 +211,19 @@ Loaded load_inputs(const Inputs& in) {
   l.calibration = in.calibration;
   l.costs = std::make_unique<CostModel>(*l.cluster, std::nullopt, std::move(hooks));
   return l;
+}
+
+Plan resolve_flags_plan(const PlanFlags& f, const Loaded& l) {
+  Plan p;
+  try {
+    p = resolve_plan(plan_from_flags(f, l.cluster->spec().gpu.arch, l.model->spec().tied_embeddings),
+                     *l.model, *l.cluster, global_batch_from_flags(f));
+  } catch (const InputError& e) {
+    throw blame_from_file(f, e);
+  }
+  check_from_consistency(f, p);
+  check_from_model(f, *l.model);
+  return p;
 }
 
 void write_output(const std::string& path, const std::string& text) {

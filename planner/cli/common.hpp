@@ -33,7 +33,8 @@ struct Inputs {
   std::optional<int> gpus;                               ///< unset: one node
 };
 
-void add_input_options(CLI::App* app, Inputs& in, bool with_calibration);
+/// `model_required` false: --model may be left out (a command that simulates only with some other option).
+void add_input_options(CLI::App* app, Inputs& in, bool with_calibration, bool model_required = true);
 void add_plan_options(CLI::App* app, PlanFlags& f);
 /// Builds the Plan from flags (unresolved): the --from file's knobs first, explicit flags over them, then the
 /// version-dependent defaults of --framework (or of the version the --from file's layout dates it to) for
@@ -67,6 +68,9 @@ struct Loaded {
 };
 /// Loads model, cluster (gpus default: one node) and the cost model (with calibration hooks when given).
 Loaded load_inputs(const Inputs& in);
+/// The plan the flags state, resolved on the loaded model and cluster: plan_from_flags, resolve_plan (a bad
+/// knob blamed on the --from file's field when it came from there), and the --from file's consistency checks.
+Plan resolve_flags_plan(const PlanFlags& f, const Loaded& l);
 CalibrationHooks load_calibration_hooks(const std::string& path);
 
 /// Writes text to FILE atomically, or to stdout for "-". Empty path: nothing.
