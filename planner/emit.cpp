@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "core/json_reader.hpp"
+#include "planner/emit_target.hpp"
 #include "simulator/cost/cost.hpp"
 #include "simulator/lowering/lowering.hpp"
 #include "simulator/plan/plan.hpp"
@@ -226,7 +227,8 @@ std::string titan_fqn_parts(const Plan& p, const ModelGraph& model) {
 }  // namespace
 
 Runtime emit_target_runtime(const std::string& kind) {
-  return kind == "deepspeed" ? Runtime::kDeepSpeed : Runtime::kFsdp2;  // torchtitan runs FSDP2
+  const auto t = parse_emit_target(kind);
+  return t ? target_runtime(*t) : Runtime::kFsdp2;  // torchtitan runs FSDP2
 }
 
 std::optional<TorchtitanFlavor> torchtitan_flavor(const ModelSpec& m) {
@@ -434,7 +436,7 @@ std::vector<EmitUnit> simulated_units(const Plan& p, const ModelGraph& model, co
     // expert parallelism (emit refuses ep > 1), so every expert tensor is in `elems` too.
     for (const Layer* l : u.layers)
       l->for_each_tensor_group([&](const Tensor& t, std::int64_t count) {
-        const std::int64_t n = tp_local_rows(t, p.tp) * tp_local_cols(t, p.tp) * count;
+        const std::int64_t n = tp_local_elems(t, p.tp) * count;  // every slice of a grouped expert weight
         const TpSplit split = p.tp > 1 ? t.tp : TpSplit::kReplicated;  // TP 1 splits nothing
         (split == TpSplit::kColumn ? e.tp_dim0 : split == TpSplit::kRow ? e.tp_dim1 : e.tp_replicated) += n;
       });
@@ -789,13 +791,11 @@ std::pair<std::string, std::string> parse_emit_spec(const std::string& spec) {
   auto c = spec.find(':');
   std::string kind = spec.substr(0, c);
   if (c == std::string::npos || c + 1 >= spec.size())
-    throw InputError::flag(
-        "--emit",
-        "expected KIND:FILE (fsdp2, deepspeed, torchtitan or torchtitan-toml), got \"" + spec + "\"");
-  if (kind != "fsdp2" && kind != "deepspeed" && kind != "torchtitan" && kind != "torchtitan-toml")
-    throw InputError::flag(
-        "--emit",
-        "unknown kind \"" + kind + "\"; expected one of: fsdp2, deepspeed, torchtitan, torchtitan-toml");
+    throw InputError::flag("--emit",
+                           "expected KIND:FILE (" + emit_target_names() + "), got \"" + spec + "\"");
+  if (!parse_emit_target(kind))
+    throw InputError::flag("--emit",
+                           "unknown kind \"" + kind + "\"; expected one of: " + emit_target_names());
   return {kind, spec.substr(c + 1)};
 }
 

@@ -1,7 +1,11 @@
-// The plan search (timeloop-style ask/tell): a SearchSpace yields candidate Plans; each is checked for
-// structural validity, then against a cheap memory lower bound, and only survivors are simulated fully.
-// Every rejection is counted by reason with one example kept. Evaluation runs on several threads; the
-// outcome does not depend on the thread count.
+// The plan search (timeloop-style, staged by cost): enumerate the candidates a SearchSpace allows (only the
+// knobs and combinations each runtime's capability table has), check each structurally (capability table,
+// batch arithmetic, resolve_plan), prune by the memory lower bound (memory_lower_bound), simulate the
+// survivors on several threads, refine the fastest plans of each family with compile / async TP / float8, try
+// every pipeline schedule x virtual stages on the fastest pipelined layouts, replay the plans the output can
+// name through the caching allocator, rank (the tie rule) and explain. Every
+// rejection is counted by a typed reason with one example kept. The outcome does not depend on the thread
+// count.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -18,7 +22,8 @@ namespace shardplan {
 
 /// Which knobs are searched, and which are pinned by --fix KEY=VALUE. The searched knobs have a list of
 /// values here; every other knob of the knob table (simulator/plan/knobs.hpp) is pinned to its value in
-/// `base`, applied to every candidate.
+/// `base`, applied to every candidate. Values a runtime does not have (simulator/plan/capabilities.hpp) are
+/// not enumerated for it.
 struct SearchSpace {
   std::vector<Runtime> runtimes = {Runtime::kFsdp2};
   std::vector<int> zero = {0, 1, 2, 3};
@@ -31,30 +36,41 @@ struct SearchSpace {
   std::vector<Offload> offload = {Offload::kNone};
   std::vector<int> shard_groups;  ///< empty: all node-aligned divisors of dp
   std::vector<bool> reshard_after_forward = {true, false};
-  /// torch.compile and async TP (the latter only for tp > 1); `plan` searches both, a bare SearchSpace
-  /// neither.
+  /// torch.compile and async TP (the latter only for tp > 1 and, where the runtime's async TP is an inductor
+  /// pass, only compiled); `plan` searches both, a bare SearchSpace neither.
   std::vector<bool> compile = {false};
   std::vector<bool> async_tp = {false};
-  /// Float8 linears: searched only when --fix fp8=V1,V2 lists values.
+  /// Float8 linears: searched only when --fix fp8=V1,V2 lists values (--fix fp8_all_gather=true alone means
+  /// tensorwise).
   std::vector<Fp8> fp8 = {Fp8::kNone};
-  /// Pipeline-parallel degrees (--fix pp=1,4,16). Empty: PP plans (1f1b and interleaved 1F1B with two stages
-  /// per rank, FSDP2) are searched only on large clusters or when no plan fits without PP.
+  /// Pipeline-parallel degrees (--fix pp=1,4,16). Empty: PP plans are searched on large clusters, when no
+  /// plan fits without PP, or when a pipeline knob is pinned (pp_schedule, virtual_stages, pp_layers).
   std::vector<int> pp;
+  /// Pipeline schedules (--fix pp_schedule=S1,S2); empty: every schedule the runtime has.
+  std::vector<PpSchedule> pp_schedules;
+  /// Stages per pipeline rank (--fix virtual_stages=V1,V2); empty: 1 for gpipe and 1f1b, 2 for zbv and
+  /// dualpipev, and for interleaved-1f1b 2, 4, 8, ... up to (blocks + 2) / pp (one block per stage).
+  std::vector<int> virtual_stages;
   /// Context parallelism; empty: {1}, plus 2, 4, 8, 16 (while tp x cp fits the GPUs) when the sequence is
-  /// 16k tokens or longer or one sequence's activations (full AC) do not fit one GPU.
+  /// 16k tokens or longer or one sequence's activations (full AC) do not fit one GPU; and, when no TP degree
+  /// gives a data-parallel degree dividing the global batch (with at least pp micro-batches under PP), the
+  /// smallest CP degree that does.
   std::vector<int> cp;
   /// Expert parallelism; empty: {1} for dense models; for MoE models the powers of two dividing the expert
-  /// count and dp_shard x cp.
+  /// count and dp_shard x cp, searched on the fastest plans of each EP-1 family (search.cpp stage 3a); a list
+  /// (--fix ep=...) is searched on every layout.
   std::vector<int> ep;
   /// Optimizers: searched only when --fix optimizer=V1,V2 lists values (every layout is then tried with each;
   /// empty: base.optimizer only).
   std::vector<Optimizer> optimizers;
-  /// The non-searched knobs of every candidate (precision, seq, fp8, compile, async_tp, loss_dtype, ...).
+  /// The non-searched knobs of every candidate (precision, seq, loss_dtype, ...).
   Plan base;
   /// Set by --fix grad_accum=N: candidates whose global batch needs another accumulation are rejected.
   std::optional<int> grad_accum;
   std::int64_t seq = 0;           ///< 0: base.seq (itself 0 = the model's default)
   std::int64_t global_batch = 0;  ///< sequences per step; required
+  /// The run-record keys given to fix(), in order (the no-plan message mentions --fix only when one was).
+  std::vector<std::string> fixed_keys;
   /// Applies one --fix KEY=VALUE (KEY=V1,V2 for searched knobs); InputError for unknown keys or values.
   void fix(const std::string& key_value);
   /// The run-record keys of the searched knobs (the others take one value).
@@ -69,9 +85,33 @@ struct Evaluation {
   Bytes capacity_bytes = 0;
 };
 
+/// Why a candidate was not recommended, in the order of the search's stages.
+enum class Rejection : std::uint8_t {
+  kCapability,            ///< the runtime lacks a knob or combination (simulator/plan/capabilities.hpp)
+  kFp32Reduce,            ///< fp32 precision with a bf16 gradient reduction
+  kBatchArithmetic,       ///< the global batch is not a multiple of dp x mbs
+  kGradAccumPinned,       ///< --fix grad_accum differs from what the global batch needs
+  kPipelineMicroBatches,  ///< fewer micro-batches than pipeline ranks
+  kPipelineStages,        ///< pp x virtual stages exceed the model's blocks + 2
+  kInvalidPlan,           ///< any other refusal of resolve_plan (its flag and sentence in the example)
+  kMemoryBound,           ///< memory_lower_bound over the limit
+  kSimulatedPeak,         ///< simulated peak reserved + overhead over the limit
+};
+inline constexpr int kRejections = static_cast<int>(Rejection::kSimulatedPeak) + 1;
+/// "global batch not a multiple of dp x mbs", ... (the text reports and JSON key the counts by).
+const char* to_string(Rejection r);
+
 struct Rejections {
-  std::map<std::string, std::int64_t> count;   ///< reason -> how many
-  std::map<std::string, std::string> example;  ///< reason -> one example (plan flags and detail)
+  std::map<Rejection, std::int64_t> count;   ///< reason -> how many
+  std::map<Rejection, std::string> example;  ///< reason -> one example (plan flags and detail)
+  /// kCapability by the feature the runtime lacks.
+  std::map<Feature, std::int64_t> capability;
+  void add(Rejection r, const std::string& example);
+  /// add() with the example built only for the first of its reason.
+  template <class F>
+  void add_lazy(Rejection r, F example) {
+    if (count[r]++ == 0) this->example[r] = example();
+  }
 };
 
 struct SearchStats {
@@ -88,22 +128,28 @@ struct SearchStats {
 struct SearchOptions {
   int threads = 0;  ///< 0: hardware concurrency
   int top = 10;
-  double headroom = 0.05;                          ///< fraction of GPU memory kept free
+  /// Fraction of GPU memory kept free: docs/model.md "Default planner headroom" (planner/report/margin.hpp).
+  double headroom = kDefaultHeadroom;
   double tie_tolerance = kThroughputTieTolerance;  ///< relative tokens/s difference below which plans tie
   std::function<void(double fraction)> progress;   ///< called from one thread, may be empty
   SimulatorOptions simulator;  ///< how each plan is simulated (steady-state extension on by default)
 };
 
-/// One listed plan besides the recommendation: the best plan of its family (runtime x TP x AC x HSDP or not).
+/// One listed plan: the recommendation, the fastest plan (when it is not the recommendation), or the fastest
+/// plan of another family (runtime x TP x PP x CP x EP x AC x HSDP or not).
 struct Alternative {
-  std::string family;         ///< "fsdp1 tp1 ac=selective fsdp"
-  double delta_rel = 0;       ///< tokens/s relative to the recommendation (-0.03 = 3 % slower)
-  bool within_error = false;  ///< |delta| below the throughput tie tolerance
+  std::string family;    ///< "fsdp1 tp1 ac=selective fsdp"
+  double delta_rel = 0;  ///< tokens/s relative to the recommendation (-0.03 = 3 % slower)
+  /// Within the throughput tie tolerance of the fastest plan, exactly as choose_plan counts a tie:
+  /// (fastest - this) < tolerance x fastest, i.e. |delta_fastest| < tolerance.
+  bool within_error = false;
+  double delta_fastest = 0;  ///< tokens/s relative to the fastest fitting plan (<= 0)
+  std::string role;          ///< "recommended", "recommended, fastest", "fastest", "best of its family"
 };
 
 struct SearchOutcome {
-  /// plans[0] is the recommendation (the tie rule below); then the best plan of every other family, faster
-  /// first; at most `top`.
+  /// plans[0] is the recommendation (the tie rule below); then the fastest plan when it is another one; then
+  /// the fastest plan of every other family, faster first; at most `top`.
   std::vector<Result> plans;
   std::vector<Alternative> alternatives;  ///< parallel to plans (plans[0]: its own family, delta 0)
   /// The rule that chose the recommendation over the fastest plan ("" when the fastest is recommended).
@@ -119,9 +165,17 @@ struct SearchOutcome {
   std::optional<Result> closest;
   Bytes closest_over_bytes = 0;
   std::string binding_hint;  ///< the knob that would help most when nothing fits
+  /// When no candidate passed the structural checks: what would give one (other GPU counts, PP x CP, another
+  /// batch), or the pinned knobs' refusal; "" otherwise.
+  std::string no_candidate;
   double headroom = 0;
 };
 
+/// What would make a plan that does not fit under `limit` (peak reserved + runtime overhead) fit: the advice
+/// `plan` gives for the closest plan when nothing fits (each single change simulated on `r`, named with what
+/// it does). `validate --oom-message / --memory-snapshot` gives it for the stated plan of a run that ran out.
+std::string fit_advice(const ModelGraph& model, const Cluster& cluster, const CostModel& costs,
+                       const Result& r, Bytes limit);
 /// Which constraint binds a plan: "memory" (headroom < 10 %), "exposed comm", "compute" ...
 std::string binding_constraint(const Result& r);
 
@@ -129,9 +183,15 @@ std::string binding_constraint(const Result& r);
 SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, const CostModel& costs,
                            const SearchSpace& space, const SearchOptions& opts);
 
-/// Enumerates the structurally valid candidates of a space (resolved Plans); rejected ones are counted.
+/// Enumerates the structurally valid candidates without pipeline parallelism (resolved Plans); rejected ones
+/// are counted. Empty when --fix pp lists no 1.
 std::vector<Plan> enumerate_candidates(const ModelGraph& model, const Cluster& cluster,
                                        const SearchSpace& space, SearchStats& stats);
+/// The same for pipelined plans of degrees `pps` (each > 1): the runtimes that pipeline, their ZeRO stages
+/// under PP, schedules x virtual stages (capability table), at least pp micro-batches per step.
+std::vector<Plan> enumerate_pipeline_candidates(const ModelGraph& model, const Cluster& cluster,
+                                                const SearchSpace& space, const std::vector<int>& pps,
+                                                SearchStats& stats);
 
 /// The tie-break keys of a plan, compared in this order (lower is better): memory risk (headroom against the
 /// measured memory error), parallel dimensions used (TP, HSDP), runtime preference (FSDP2, FSDP1, DeepSpeed),

@@ -10,6 +10,8 @@
 #include <regex>
 #include <sstream>
 
+#include "core/embedded.hpp"
+#include "planner/report/evidence.hpp"
 #include "simulator/model/model.hpp"
 #include "simulator/plan/plan.hpp"
 
@@ -62,21 +64,6 @@ Measured parse_torchtitan_log(const std::string& path, int warmup_steps) {
   return out;
 }
 
-double predicted_term(const std::string& term, const Result& r) {
-  if (term == "peak_allocated_bytes" || term == "peak_active_bytes") return static_cast<double>(r.peak_bytes);
-  // A measured max_memory_reserved cannot exceed what the device has: when the cache reaches it, the caching
-  // allocator frees its cached blocks and retries (the run goes on if the allocated peak fits). So the
-  // prediction compared with a measurement is the demand capped at the device's memory.
-  const Bytes device_cap = std::max(r.capacity_bytes - r.overhead.total(), r.peak_bytes);
-  if (term == "peak_reserved_bytes") return static_cast<double>(std::min(r.peak_reserved_bytes, device_cap));
-  if (term == "peak_device_bytes")
-    return static_cast<double>(std::min(r.peak_reserved_bytes, device_cap) + r.overhead.total());
-  if (term == "step_s") return r.step_s;
-  if (term == "tokens_per_s_per_gpu") return r.tokens_per_s_per_gpu;
-  if (term == "mfu") return r.mfu;
-  return 0;
-}
-
 const std::vector<std::string>& known_terms() {
   static const std::vector<std::string> t = {"peak_allocated_bytes",
                                              "peak_active_bytes",
@@ -107,11 +94,18 @@ void validate_record(const Json& rec, const std::string& file, const std::string
   std::string source =
       o.has("source") ? (o.raw("source").is_string() ? o.str("source") : o.raw("source").dump()) : "";
   if (source.size() > 120) source = fmt::format("{}...", source.substr(0, 117));
+  // A model or cluster named by a relative path is the record file's neighbour, wherever validate runs from
+  // (as measured.torchtitan_log below); a preset name stays a name.
+  auto beside_record = [&file](const std::string& name) {
+    if (!looks_like_path(name) || name.empty() || name[0] == '/') return name;
+    const auto slash = file.find_last_of('/');
+    return slash == std::string::npos ? name : file.substr(0, slash + 1) + name;
+  };
   const Json& mj = o.raw("model");
-  ModelGraph model =
-      mj.is_string() ? load_model(mj.get<std::string>()) : load_model_json(mj, file, o.pointer("model"));
+  ModelGraph model = mj.is_string() ? load_model(beside_record(mj.get<std::string>()))
+                                    : load_model_json(mj, file, o.pointer("model"));
   const Json& cj = o.raw("cluster");
-  ClusterSpec cspec = cj.is_string() ? load_cluster_spec(cj.get<std::string>())
+  ClusterSpec cspec = cj.is_string() ? load_cluster_spec(beside_record(cj.get<std::string>()))
                                      : load_cluster_json(cj, file, o.pointer("cluster"));
   const int gpus = static_cast<int>(o.integer("gpus", 1, 1 << 24));
   Plan plan = plan_from_json(o.object("plan"));
@@ -153,6 +147,18 @@ void validate_record(const Json& rec, const std::string& file, const std::string
     vr.id = id;
     vr.group = fmt::format("{} | {} | {} | {}", source, mj.dump(), cj.dump(), gpus);
     for (const Knob& k : plan_knobs()) vr.knobs.push_back(k.get(p));
+    vr.plan = p;
+    vr.gpu = cluster.spec().gpu.model;
+    vr.arch = to_string(cluster.spec().gpu.arch);
+    vr.features = model_features(model.spec());
+    vr.predicted_reserved_bytes = r.peak_reserved_bytes;
+    vr.overhead_bytes = r.overhead.total();
+    vr.capacity_bytes = r.capacity_bytes;
+    vr.predicted_mfu = r.mfu;
+    vr.predicted_tokens_per_s = r.tokens_per_s_per_gpu;
+    vr.scope_time = scope_time;
+    vr.scope_memory = scope_memory;
+    vr.file = file;
     out.records.push_back(std::move(vr));
     if (pp_rank >= p.pp) {
       bad_rank = fmt::format("{} is not a rank of pp {}", pp_rank, p.pp);
@@ -179,6 +185,21 @@ void validate_record(const Json& rec, const std::string& file, const std::string
 }
 
 }  // namespace
+
+double predicted_term(const std::string& term, const Result& r) {
+  if (term == "peak_allocated_bytes" || term == "peak_active_bytes") return static_cast<double>(r.peak_bytes);
+  // A measured max_memory_reserved cannot exceed what the device has: when the cache reaches it, the caching
+  // allocator frees its cached blocks and retries (the run goes on if the allocated peak fits). So the
+  // prediction compared with a measurement is the demand capped at the device's memory.
+  const Bytes device_cap = std::max(r.capacity_bytes - r.overhead.total(), r.peak_bytes);
+  if (term == "peak_reserved_bytes") return static_cast<double>(std::min(r.peak_reserved_bytes, device_cap));
+  if (term == "peak_device_bytes")
+    return static_cast<double>(std::min(r.peak_reserved_bytes, device_cap) + r.overhead.total());
+  if (term == "step_s") return r.step_s;
+  if (term == "tokens_per_s_per_gpu") return r.tokens_per_s_per_gpu;
+  if (term == "mfu") return r.mfu;
+  return 0;
+}
 
 namespace {
 std::vector<ValidationReport::Summary> summarise(const std::vector<ValidationRow>& rows, bool all) {

@@ -29,6 +29,17 @@ struct ValidationSkip {
 struct ValidationRecord {
   std::string id, group;
   std::vector<std::string> knobs;
+  /// What the evidence of a prediction needs (planner/report/evidence.hpp): the resolved plan, the GPU, the
+  /// model's structural features, the predicted memory against the device, the predicted MFU and tokens/s,
+  /// and the record's scope notes.
+  Plan plan;
+  std::string gpu, arch;               ///< "H100 80GB HBM3", to_string(GpuArch)
+  std::vector<std::string> features;   ///< model_features() of the record's model
+  Bytes predicted_reserved_bytes = 0;  ///< uncapped (the demand), without the runtime overhead
+  Bytes overhead_bytes = 0, capacity_bytes = 0;
+  double predicted_mfu = 0, predicted_tokens_per_s = 0;
+  std::string scope_time, scope_memory;  ///< out_of_scope.throughput / .memory ("" in scope)
+  std::string file;                      ///< the records file it came from
 };
 
 /// Two records of one group whose resolved plans differ in exactly one knob, compared on one term both
@@ -62,6 +73,11 @@ struct ValidationReport {
   /// In-scope rows of one term, per source.
   std::vector<Summary> summary_by_source(const std::string& term) const;
 };
+
+/// The prediction compared with a measured term (peak_allocated_bytes, peak_active_bytes,
+/// peak_reserved_bytes, peak_device_bytes, step_s, tokens_per_s_per_gpu, mfu): reserved capped at what the
+/// device has (the caching allocator frees its cache and retries before it runs out), 0 for an unknown term.
+double predicted_term(const std::string& term, const Result& r);
 
 /// Validates every record in the files (a record, a list, or {"records": [...]}); `hooks` (a calibration
 /// profile's) may be null. Records the tool cannot express are listed in `skipped` with the reason.

@@ -1,18 +1,29 @@
 #!/usr/bin/env bash
-# Regenerates docs/accuracy.md from the committed run records (uncalibrated predictions): the published runs, then
+# Regenerates docs/accuracy.md from the committed run records (uncalibrated predictions): the published runs, their
+# TP and PP records before and after issue 28's pipeline and 3-D time mechanisms, then
 # the reference lane's records (tools/reference/data/records.json) as their own section, followed by their errors per
 # category (runtime, model family, AC mode, FSDP2 prefetch: tools/reference/categories.py, standard-library python3),
-# then the Llama 3 405B recipe (simulated, set against the paper's MFU). Usage: tools/accuracy.sh [OUT] (default
-# docs/accuracy.md); SHARDPLAN_BIN names the binary (default ./build/planner/shardplan).
-# tests/planner/test_validate.cpp runs this script and compares its output with docs/accuracy.md byte for byte.
+# then the Llama 3 405B recipe (simulated, set against the paper's MFU). The published runs' part ends with the
+# coverage table and the out-of-memory probability's calibration, from the evidence the same run writes to
+# planner/evidence.json (embedded in the binary: the warnings and the OOM probability read it).
+# Usage: tools/accuracy.sh [OUT [EVIDENCE]] (default docs/accuracy.md and planner/evidence.json; with OUT alone
+# the evidence goes to OUT without .md plus .evidence.json); SHARDPLAN_BIN names the binary (default
+# ./build/planner/shardplan). tests/planner/test_validate.cpp runs this script and compares both outputs with
+# the committed ones byte for byte.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${SHARDPLAN_BIN:-./build/planner/shardplan}
 out=${1:-docs/accuracy.md}
-"$bin" validate tests/data/runs/published_dev.json --markdown "$out" --quiet
+if [[ $# -ge 2 ]]; then evidence=$2; elif [[ $# -ge 1 ]]; then evidence=${out%.md}.evidence.json; else evidence=planner/evidence.json; fi
+"$bin" validate tests/data/runs/published_dev.json --markdown "$out" --quiet \
+  --reference-lane tools/reference/data/records.json --evidence "$evidence"
 section=$(mktemp)
 rows=$(mktemp)
-trap 'rm -f "$section" "$rows"' EXIT
+dev=$(mktemp)
+trap 'rm -f "$section" "$rows" "$dev"' EXIT
+# The TP and PP records before and after issue 28's mechanisms (tools/accuracy/pp_tp_rows.py, standard library).
+"$bin" validate tests/data/runs/published_dev.json --json "$dev" --quiet > /dev/null
+python3 tools/accuracy/pp_tp_rows.py "$dev" tools/accuracy/before_issue28.json tests/data/runs/published_dev.json >> "$out"
 "$bin" validate tools/reference/data/records.json --markdown "$section" \
   --markdown-section "Reference lane: the real PyTorch step, fake process group (tools/reference/)" --quiet
 cat "$section" >> "$out"
@@ -32,7 +43,7 @@ row() {  # schedule label, V for the first-principles bubble (0: none), AC, then
   # simulate exits 1 when the plan does not fit: the row says so.
   { recipe --ac "$ac" "$@" || true; } | awk -v label="$label" -v v="$v" -v ac="$ac" '
     /^step / { step = $2; compute = $5; exposed = $9 }
-    /MFU/ { mfu = $(NF - 1) }
+    /^throughput .*MFU/ { mfu = $(NF - 1) }
     /^  tp_all_gather|^  tp_reduce_scatter/ { tp += $(NF - 1) }
     /^  all_gather|^  reduce_scatter|^  all_reduce/ { dp += $(NF - 1) }
     /^  peak reserved/ { reserved = $3 " " $4 }

@@ -194,21 +194,22 @@ def scope_of(rec, cluster):
                "are not counted")
     elif src == "bigscience-workshop/bigscience":
         # The materialised attention core is expressed (--attention fused-softmax); it adds 1.4-6.8 % to these steps.
-        why = ("2022 Megatron-DeepSpeed: the materialised attention core is modelled (attention fused-softmax), "
-               "and it is a small share of these steps; what else makes this stack slower is not identified: the "
-               "published 96-108 TFLOPs per A100 (chronicles-prequel 'Best TFLOPs', TP 8) is about a third of "
-               "peak, below the GEMM efficiency fitted on 2023-2025 stacks; Megatron's hidden dropout "
+        why = ("2022 Megatron-DeepSpeed: the materialised attention core (attention fused-softmax) and the TP "
+               "without sequence parallelism (norms, residual adds and their saved tensors over the whole "
+               "sequence on every TP rank) are modelled; what else makes this stack slower is not identified: "
+               "the published 96-108 TFLOPs per A100 (chronicles-prequel 'Best TFLOPs', TP 8) is about a third "
+               "of peak, below the GEMM efficiency fitted on 2023-2025 stacks; Megatron's hidden dropout "
                "(0.1, fused bias-dropout-add) is not counted")
     elif src == "NVIDIA/NeMo":
-        # Expressed as runtime megatron (docs/model.md "Megatron-core runtime"); every row is predicted slower than
-        # measured (-6.5 .. -38.6 %, median 20.9 %, when counted in scope), a one-sided error of the kernels, not of
-        # the runtime's schedule: the llama2-7b row is predicted at 4.97 s with fp8 tensorwise, 6.18 s in bf16
-        # (43 % bf16 MFU), against 3.89 s measured.
-        why = ("NeMo 24.07 on Transformer Engine: TE's fp8 GEMMs (delayed scaling, the cast fused with the amax "
-               "and the transpose, weights cast once per step) and fused kernels are expressed as torchao "
-               "tensorwise float8 and the default bf16 efficiencies, which are fitted on cuBLAS / torchao / "
-               "flash-attention runs; TE kernels need a calibration profile (all 15 rows are predicted too slow, "
-               "-6.5 to -38.6 %); the SFT rows' packed sequences are not modelled")
+        # Expressed as runtime megatron (docs/model.md "Megatron-core runtime"). Transformer Engine's fp8 casts
+        # (weights once per step, fused amax / LayerNorm / activation casts) and Megatron's TP backward overlap
+        # are modelled from their source (issue 28); before them every row was predicted 6.5-38.6 % slow, now
+        # -30.6 .. +7.5 % (docs/accuracy.md, "Pipeline- and tensor-parallel records").
+        why = ("NeMo 24.07 on Transformer Engine: its fp8 casts and Megatron's TP backward overlap are modelled "
+               "from their source, but TE's kernels are not measured here: cuDNN fused attention and the fp8 "
+               "GEMMs run at the default efficiencies fitted on cuBLAS / torchao / flash-attention runs, and "
+               "ub_tp_comm_overlap's userbuffers overlap is expressed as async TP's fitted exposed share; the SFT "
+               "rows' packed sequences are not modelled")
     other = rec["parallel"].get("other") or {}
     if src == "pytorch/torchtitan" and "chunked" in str(other.get("loss") or ""):
         # torchtitan PR 996 (c14ab776c): the cross-entropy over chunks of the sequence, each chunk's fp32 logits
@@ -663,6 +664,20 @@ def map_measured(rec, notes):
 # --------------------------------------------------------------------------------------------------
 # One record
 # --------------------------------------------------------------------------------------------------
+# The version-dependent defaults: ONE table, planner/frameworks.cpp, written to tools/framework_defaults.json by
+# `shardplan list frameworks --json` (tests/planner/test_frameworks.cpp keeps the file equal to the binary's table).
+# Each rule holds for torchtitan commit dates from `from` (inclusive) to `to` (exclusive) and carries the note the
+# records state; the converter reads the dates and notes from it rather than keeping a copy.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "framework_defaults.json"), encoding="utf-8") as _f:
+    RULES = {r["id"]: r for r in json.load(_f)["rules"]}
+
+
+def rule_holds(rule_id, date):
+    """Whether the rule's value holds at this torchtitan date (an empty bound is open)."""
+    r = RULES[rule_id]
+    return (not r["from"] or date >= r["from"]) and (not r["to"] or date < r["to"])
+
+
 def row_date(rec):
     """The run's date: source.date (published_runs_dev.json) or source.row_date (published_runs_dev2.json, the PR
     commit's date); "9999" when neither is given (no date rule applies)."""
@@ -747,13 +762,11 @@ def map_torchtitan_pr(rec, plan, notes, cluster):
         plan["allocator"] = "expandable"
         notes.append("allocator expandable: the PR's command line sets PYTORCH_CUDA_ALLOC_CONF="
                      "expandable_segments:True (%s)" % env)
-    elif d >= "2024-10-22":
+    elif rule_holds("allocator_expandable", d):
         plan["allocator"] = "expandable"
-        notes.append("allocator expandable: torchtitan's launch script of this date sets PYTORCH_CUDA_ALLOC_CONF="
-                     "expandable_segments:True (run_llama_train.sh from a5e57e4a9, 2024-10-22; run_train.sh)")
+        notes.append(RULES["allocator_expandable"]["note"])
     else:
-        notes.append("allocator default: torchtitan's run_llama_train.sh of this date does not set "
-                     "expandable_segments (added in a5e57e4a9, 2024-10-22)")
+        notes.append(RULES["allocator_default"]["note"])
     # SDPA backend. Before 6a3a9da95 (2025-10-09) torchtitan calls F.scaled_dot_product_attention without a
     # backend list outside context parallelism (models/llama/model.py at these commits), so torch's default
     # order decides: flash on A100; on H100 flash too, except in the torch nightlies that put cuDNN first
@@ -765,10 +778,9 @@ def map_torchtitan_pr(rec, plan, notes, cluster):
         plan["sdpa_backend"] = "cudnn"
         notes.append("sdpa_backend cudnn: the PR's log prints torch's cuDNN SDPA backward warning (the source "
                      "build of 2024-10-21 put cuDNN first on H100)")
-    elif d >= "2025-10-09" and h100:
+    elif rule_holds("sdpa_cudnn_hopper", d) and h100:
         plan["sdpa_backend"] = "cudnn"
-        notes.append("sdpa_backend cudnn: torchtitan 6a3a9da95 (2025-10-09) puts cuDNN attention first "
-                     "(models/attention.py ScaledDotProductAttention)")
+        notes.append(RULES["sdpa_cudnn_hopper"]["note"])
     else:
         plan["sdpa_backend"] = "flash"
         notes.append("sdpa_backend flash: torchtitan of this date passes no backend list and torch's default "
@@ -777,10 +789,9 @@ def map_torchtitan_pr(rec, plan, notes, cluster):
                      "assumed, the PR does not print the torch version)" % ("H100" if h100 else "A100"))
     # SAC save list: mm, efficient and flash attention, reduce_scatter, max (abs for float8 at 2271b6386) at
     # every dev2 commit; the cuDNN op joined in b39377f9f (2025-12-01).
-    if plan.get("ac") == "selective":
+    if plan.get("ac") == "selective" and rule_holds("sac_sdpa_ops", d):
         plan["sac_sdpa_ops"] = "flash-efficient"
-        notes.append("sac_sdpa_ops flash-efficient: torchtitan's _save_list before b39377f9f (2025-12-01) holds "
-                     "the flash and efficient SDPA ops only (parallelize_llama.py at the PR's commit)")
+        notes.append(RULES["sac_sdpa_ops"]["note"])
     if "pr615" in rid:
         # train.py at 466586975: `loss = torch.compile(loss_fn)(model(input_ids), labels)` with training.compile,
         # loss_fn doing `pred.flatten(0, 1).float()`: the loss is compiled, as the plan's compile default.
@@ -821,7 +832,7 @@ def map_torchtitan_root(rec, plan, notes, date):
     reshards every block). `date` is the torchtitan's date; rows from 2025-06 on are left alone (the torch they
     ran is not known to clamp the root)."""
     if plan["runtime"] != "fsdp2" or plan["zero"] < 2 or plan["tp"] != 1 or plan.get("pp", 1) != 1 \
-            or date >= "2025-06-01":
+            or not rule_holds("root_params", date):
         return
     rid = rec["id"]
     other = rec["parallel"].get("other") or {}
@@ -834,13 +845,10 @@ def map_torchtitan_root(rec, plan, notes, date):
                      "own (baad09c3b)")
     else:
         plan["root_params"] = "embedding-head"
-        notes.append("root_params embedding-head: torchtitan of this date leaves tok_embeddings, norm and output "
-                     "in the root fully_shard(model), which FSDP2 before pytorch PR 154704 (2025-06) never "
-                     "reshards after forward (units of their own since 83e694105, 2025-07-28)")
+        notes.append(RULES["root_params"]["note"])
     if plan["zero"] == 3 and "always" not in str(other.get("reshard_after_forward_policy") or ""):
         plan["keep_last_block"] = True
-        notes.append("keep_last_block: torchtitan's default policy of this date does not reshard the last block "
-                     "after forward (reshard_after_forward = layer_id < len(layers) - 1)")
+        notes.append(RULES["keep_last_block"]["note"])
 
 
 def convert(rec):
@@ -951,47 +959,41 @@ def convert(rec):
                      "these commits unless noted)")
     if src == "pytorch/torchtitan" and "pr165" in rec["id"]:
         notes.append("tokens/s = midpoint of the published WPS range; 'SAC' op- vs layer-level not stated")
-    if src == "pytorch/torchtitan" and row_date(rec) < "2024-06-12":
+    if src == "pytorch/torchtitan" and rule_holds("hold_logits", row_date(rec)):
         # torchtitan's train loop of spring 2024 ran `pred = model(input_ids); loss = loss_fn(pred, labels);
         # loss.backward()` with the model returning `self.output(h).float()` (train.py and models/llama/model.py
         # at 40f8fd007, 2024-06-06); `del pred` (comment: "need to free to before bwd to avoid peaking memory")
         # came with e29b6b4d4 (2024-06-12, PR 391).
         plan["hold_logits"] = True
-        notes.append("hold_logits: torchtitan's loop of this date keeps `pred` (fp32 logits) alive through "
-                     "backward; `del pred` was added in e29b6b4d4 (2024-06-12)")
+        notes.append(RULES["hold_logits"]["note"])
     # FSDP2's reduce-scatter input was allocated under the reduce-scatter stream, and the sharded gradients were
     # views of the reduce-scatter output, until pytorch PR 129721 ("[FSDP2] Ran reduce-scatter copy-in in
     # default stream", description and its before/after logs of 2024-06-27; _fsdp_collectives.py foreach_reduce
     # at pytorch 415cc262). A run dated before that day ran a PyTorch without it; the July 2024 runs (PRs 382,
     # 467) are taken to include it (PR 132445 of 2024-08-01 builds on its "After"). Stated on every torchtitan
     # run of such a date (FSDP1 ignores it), so runs that differ in the runtime alone still pair up.
-    if src == "pytorch/torchtitan" and row_date(rec) < "2024-06-27":
+    if src == "pytorch/torchtitan" and rule_holds("rs_input_rs_stream", row_date(rec)):
         plan["rs_input_rs_stream"] = True
-        notes.append("rs_input_rs_stream: FSDP2 of this date allocates the reduce-scatter input on the "
-                     "reduce-scatter stream (moved to the default stream by pytorch PR 129721, 2024-06-27; "
-                     "FSDP1 ignores the knob)")
+        notes.append(RULES["rs_input_rs_stream"]["note"])
     # torchtitan torch.compiles the cross-entropy loss with training.compile since bbb1b616e (2025-04-02,
     # components/loss.py build_cross_entropy_loss; commit message: it reduces memory); the plan's default with
     # compile is that compiled loss (loss_impl compiled). Runs of an earlier torchtitan compiled the blocks
     # only and ran the eager fp32 loss; every run of such a torchtitan states it, with or without compile (so
     # its runs that differ in compile alone still pair up in validate's knob pairs).
-    if src == "pytorch/torchtitan" and row_date(rec) < "2025-04-02":
+    if src == "pytorch/torchtitan" and rule_holds("loss_impl", row_date(rec)):
         plan["loss_impl"] = "eager"
-        notes.append("loss_impl eager: torchtitan of this date runs the eager loss (with compile, the blocks "
-                     "only are compiled); the loss is compiled with the model since bbb1b616e (2025-04-02, "
-                     "components/loss.py)")
+        notes.append(RULES["loss_impl"]["note"])
     # torchtitan's RMSNorm was a Python module computing in fp32 (`self._norm(x.float()).type_as(x) *
     # self.weight`; torchtrain/models/llama/model.py at 83c879f18, the PR 165 commit, and torchtitan/models/
     # norms.py until 3b39d7ab0, 2025-03-19, "Switch RMSNorm implementation to native PyTorch version"): eager,
     # each norm saves an fp32 copy of its input (tools/reference/saved_per_block.py). Compiled blocks save the
     # same as with nn.RMSNorm, so the knob changes nothing with compile; it is stated on every run of such a
     # torchtitan (runs that differ in compile alone still pair up).
-    if src == "pytorch/torchtitan" and row_date(rec) < "2025-03-19" \
+    if src == "pytorch/torchtitan" and rule_holds("fp32_norm", row_date(rec)) \
             and "fused_rmsnorm" not in str(other.get("norm_type") or ""):
         plan["fp32_norm"] = True
-        notes.append("fp32_norm: torchtitan of this date normalises in fp32 in a Python RMSNorm (models/norms.py "
-                     "until 3b39d7ab0, 2025-03-19)")
-    elif src == "pytorch/torchtitan" and row_date(rec) < "2025-03-19":
+        notes.append(RULES["fp32_norm"]["note"])
+    elif src == "pytorch/torchtitan" and rule_holds("fp32_norm", row_date(rec)):
         notes.append("no fp32_norm: the run sets norm_type fused_rmsnorm (torchtitan's Triton fused RMSNorm, which "
                      "saves its bf16 input and the rstd, not an fp32 copy)")
     # torchtitan's AdamW was foreach (`--optimizer.fused` default False, config_manager.py at 40f8fd007 and
@@ -1002,10 +1004,9 @@ def convert(rec):
         if isinstance(fused, bool):
             plan["fused_optimizer"] = fused
             notes.append("fused_optimizer %s: published (optimizer.fused = %s)" % (str(fused).lower(), fused))
-        elif row_date(rec) < "2025-02-24":
+        elif rule_holds("fused_optimizer", row_date(rec)):
             plan["fused_optimizer"] = False
-            notes.append("fused_optimizer false: torchtitan of this date runs foreach AdamW (optimizer.fused "
-                         "default False; fused became the default in 6e4988550, 2025-02-24)")
+            notes.append(RULES["fused_optimizer"]["note"])
     if src == "pytorch/torchtitan" and "github_pr_description" in str(rec["source"].get("type") or ""):
         map_torchtitan_pr(rec, plan, notes, cluster)
     if src == "pytorch/torchtitan":

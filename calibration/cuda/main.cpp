@@ -10,7 +10,7 @@
 #include <string>
 
 #ifdef SHARDPLAN_WITH_MPI
-#include <mpi.h>
+#include "calibration/cuda/mpi_bootstrap.hpp"
 #endif
 
 #include "calibration/adamw_reference.hpp"
@@ -95,7 +95,10 @@ int run(int argc, char** argv) {
   }
   int mpi_rank = 0, nodes = 1;
 #ifdef SHARDPLAN_WITH_MPI
-  MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank);
+  // Collective: every rank gets here (the checks above are the same on every rank).
+  const cuda::MpiTopology topo = cuda::mpi_topology(MPI_COMM_WORLD);
+  mpi_rank = topo.rank;
+  nodes = topo.nodes;
 #endif
   CalibrationProfile profile;
   if (resume && std::filesystem::exists(output)) profile = CalibrationProfile::load(output);
@@ -120,8 +123,7 @@ int run(int argc, char** argv) {
   nccl.deadline_s = deadline_s;
   if (what == "nccl" || what == "all") {
 #ifdef SHARDPLAN_WITH_MPI
-    int world = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    const int world = topo.size;
     if (world > 1) {
       nccl.group_sizes = {world};
       std::vector<BenchmarkEntry> mpi =

@@ -10,11 +10,7 @@
 #include <vector>
 
 #ifdef SHARDPLAN_WITH_MPI
-#include <mpi.h>
-#include <unistd.h>
-
-#include <cstdlib>
-#include <set>
+#include "calibration/cuda/mpi_bootstrap.hpp"
 #endif
 
 #include "calibration/adamw_math.hpp"
@@ -309,32 +305,18 @@ std::unique_ptr<CollectiveComm> make_local_nccl_comm(int ranks) {
 
 #ifdef SHARDPLAN_WITH_MPI
 std::unique_ptr<CollectiveComm> make_mpi_nccl_comm() {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  // Node count from distinct host names; the GPU is the process' local rank on its node.
-  char host[MPI_MAX_PROCESSOR_NAME] = {};
-  int len = 0;
-  MPI_Get_processor_name(host, &len);
-  std::vector<char> all(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
-  MPI_Allgather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
-                MPI_COMM_WORLD);
-  std::set<std::string> hosts;
-  int local_rank = 0;
-  for (int r = 0; r < size; ++r) {
-    const std::string h(&all[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
-    hosts.insert(h);
-    if (r < rank && h == host) ++local_rank;
-  }
+  // Rank, size, local rank (the GPU) and node count, and rank 0's unique id on every rank
+  // (mpi_bootstrap.hpp).
   ncclUniqueId id;
-  if (rank == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
-  SP_CUDA(cudaSetDevice(local_rank));
+  const MpiTopology t = mpi_bootstrap(MPI_COMM_WORLD, &id, sizeof id, [](void* p) {
+    check_nccl(ncclGetUniqueId(static_cast<ncclUniqueId*>(p)), "ncclGetUniqueId");
+  });
+  SP_CUDA(cudaSetDevice(t.local_rank));
   std::vector<Local> locals(1);
-  locals[0].device = local_rank;
-  locals[0].rank = rank;
-  check_nccl(ncclCommInitRank(&locals[0].comm, size, id, rank), "ncclCommInitRank");
-  return std::make_unique<NcclComm>(std::move(locals), size, static_cast<int>(hosts.size()));
+  locals[0].device = t.local_rank;
+  locals[0].rank = t.rank;
+  check_nccl(ncclCommInitRank(&locals[0].comm, t.size, id, t.rank), "ncclCommInitRank");
+  return std::make_unique<NcclComm>(std::move(locals), t.size, t.nodes);
 }
 #endif
 

@@ -2,6 +2,7 @@
 // parse the same command lines with the same CLI11 app, so they accept the same arguments and fail alike.
 #include "planner/cli/api.hpp"
 
+#include <algorithm>
 #include <iostream>
 #include <mutex>
 #include <sstream>
@@ -17,7 +18,41 @@ std::vector<Command> add_commands(CLI::App& app) {
   app.set_version_flag("--version", "shardplan 0.1.0");
   return {add_list_command(app),     add_show_command(app),     add_collective_command(app),
           add_memory_command(app),   add_simulate_command(app), add_plan_command(app),
-          add_validate_command(app), add_calibrate_command(app)};
+          add_validate_command(app), add_compare_command(app),  add_calibrate_command(app)};
+}
+
+std::string parse_error_message(const CLI::App& app, const std::vector<std::string>& args,
+                                const std::string& what) {
+  // The subcommand: the first argument that names one.
+  const CLI::App* sub = nullptr;
+  for (const auto& a : args) {
+    for (const CLI::App* s : app.get_subcommands([](const CLI::App*) { return true; }))
+      if (s->get_name() == a) sub = s;
+    if (sub) break;
+  }
+  std::vector<std::string> names;
+  const CLI::App* scope = sub ? sub : &app;
+  for (const CLI::Option* o : scope->get_options())
+    for (const auto& l : o->get_lnames()) names.push_back("--" + l);
+  if (!sub)
+    for (const CLI::App* s : app.get_subcommands([](const CLI::App*) { return true; }))
+      names.push_back(s->get_name());
+  std::string hints;
+  for (const auto& a : args) {
+    if (a == "--") break;
+    const bool flag = a.rfind("--", 0) == 0 && a.size() > 2;
+    if (!flag && (sub || a.empty() || a[0] == '-')) continue;
+    const std::string word = a.substr(0, a.find('='));
+    if (std::find(names.begin(), names.end(), word) != names.end()) continue;
+    if (!flag && sub == nullptr) {  // an unknown subcommand
+      const std::string m = did_you_mean_list(word, names);
+      if (!m.empty()) hints += "; " + word + ": did you mean " + m + "?";
+      break;
+    }
+    const std::string m = did_you_mean_list(word, names);
+    if (!m.empty()) hints += "; " + word + ": did you mean " + m + "?";
+  }
+  return what + hints;
 }
 
 namespace {
@@ -49,7 +84,7 @@ CommandOutput run_command(const std::vector<std::string>& args) {
   } catch (const CLI::CallForVersion&) {
     throw CommandError("--version is for the command line; run `shardplan --version`", 2);
   } catch (const CLI::ParseError& e) {
-    throw CommandError(e.what(), 2);
+    throw CommandError(parse_error_message(app, args, e.what()), 2);
   }
   std::ostringstream out;
   CaptureStdout capture(out);

@@ -33,6 +33,11 @@ struct CommandOutput {
 /// runs.
 CommandOutput run_command(const std::vector<std::string>& args);
 
+/// The message for a command line CLI11 refused: its own, plus a did-you-mean for every `--flag` the chosen
+/// subcommand does not have ("--gpu: did you mean --gpus?"). `args` without the program name.
+std::string parse_error_message(const CLI::App& app, const std::vector<std::string>& args,
+                                const std::string& what);
+
 /// One option of a subcommand, for callers that build command lines (the Python module maps keyword
 /// arguments).
 struct OptionInfo {

@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "planner/cli/commands.hpp"
 #include "planner/cli/common.hpp"
+#include "planner/frameworks.hpp"
 #include "planner/report/html.hpp"
 #include "planner/report/report.hpp"
 #include "simulator/collectives/collectives.hpp"
@@ -18,10 +19,32 @@
 namespace shardplan::cli {
 
 Command add_list_command(CLI::App& app) {
-  auto* sub = app.add_subcommand("list", "list model or cluster presets");
+  auto* sub =
+      app.add_subcommand("list", "list model or cluster presets, or the frameworks' version defaults");
   auto what = std::make_shared<std::string>();
-  sub->add_option("what", *what, "models | clusters")->required();
-  return {sub, [what]() {
+  auto json = std::make_shared<bool>(false);
+  sub->add_option("what", *what, "models | clusters | frameworks")->required();
+  sub->add_flag("--json", *json,
+                "frameworks: the table as JSON (shardplan.frameworks/1; tools/framework_defaults.json)");
+  return {sub, [what, json]() {
+            if (*what == "frameworks") {
+              if (*json) {
+                std::cout << version_rules_json().dump(1) << "\n";
+                return 0;
+              }
+              std::cout
+                  << "Version-dependent defaults (--framework FRAMEWORK@VERSION; --from infers torchtitan's "
+                     "from a config's layout):\n";
+              for (const VersionRule& r : version_rules())
+                std::cout << fmt::format("  {:<10} {:<18} {:<16} {:>10} .. {:<10} {:<16}{} {}\n", r.framework,
+                                         r.knob, r.value, *r.from ? r.from : "", *r.to ? r.to : "",
+                                         r.condition, r.launcher ? " (launcher)" : "", r.source);
+              std::cout << "torchtitan releases:";
+              for (const auto& [rel, date] : torchtitan_releases())
+                std::cout << " " << rel << " (" << date << ")";
+              std::cout << "\n";
+              return 0;
+            }
             std::vector<std::string> names;
             if (*what == "models") {
               for (const auto& n : model_preset_names()) {
@@ -35,7 +58,8 @@ Command add_list_command(CLI::App& app) {
                 std::cout << fmt::format("{:<14} {}\n", n, c.description);
               }
             } else {
-              throw InputError::flag("list", "expected \"models\" or \"clusters\", got \"" + *what + "\"");
+              throw InputError::flag(
+                  "list", "expected \"models\", \"clusters\" or \"frameworks\", got \"" + *what + "\"");
             }
             return 0;
           }};
@@ -254,14 +278,7 @@ struct SimArgs {
 
 int run_simulation(const SimArgs& a, bool with_time) {
   Loaded l = load_inputs(a.in);
-  Plan p;
-  try {
-    p = resolve_plan(plan_from_flags(a.flags), *l.model, *l.cluster, global_batch_from_flags(a.flags));
-  } catch (const InputError& e) {
-    throw blame_from_file(a.flags, e);
-  }
-  check_from_consistency(a.flags, p);
-  check_from_model(a.flags, *l.model);
+  const Plan p = resolve_flags_plan(a.flags, l);
   Simulator sim(*l.model, *l.cluster, *l.costs);
   const bool detail = !a.trace.empty() || !a.html.empty();
   const Result& r = sim.run(p, detail);

@@ -4,11 +4,15 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <optional>
 
 #include "planner/cli/commands.hpp"
 #include "planner/cli/common.hpp"
+#include "planner/measured_memory.hpp"
+#include "planner/report/evidence.hpp"
 #include "planner/report/html.hpp"
 #include "planner/report/report.hpp"
+#include "planner/search.hpp"
 #include "planner/validate.hpp"
 
 namespace shardplan::cli {
@@ -52,6 +56,89 @@ std::string markdown_section(const ValidationReport& v, const std::vector<std::s
     s += "\n| record not expressible | reason |\n|---|---|\n";
     for (const auto& k : v.skipped) s += fmt::format("| {} | {} |\n", k.id, k.reason);
   }
+  return s;
+}
+
+/// docs/accuracy.md's coverage and out-of-memory sections, from the evidence of this validation.
+std::string evidence_markdown(const ValidationReport& v, const Evidence& e) {
+  std::string s =
+      "\n## Coverage: measured rows per GPU architecture and plan feature\n\n"
+      "What the warnings of `memory`, `simulate` and `plan` (JSON `warnings`) are checked against "
+      "(`planner/evidence.json`, written with this page). Time: in-scope records with a measured tokens/s or "
+      "step time on that architecture, per feature of their resolved plan. Memory: in-scope records with a "
+      "measured memory term, any GPU, plus the reference lane's configurations. A prediction whose plan has "
+      "a "
+      "feature with no row in its column gets a warning; so does an MFU above the architecture's best "
+      "measured "
+      "and a model feature the reference lane never ran.\n\n";
+  std::vector<std::string> archs;
+  for (const auto& a : e.archs) archs.push_back(a.arch);
+  std::vector<std::string> features;
+  for (const auto& c : e.coverage)
+    if (std::find(features.begin(), features.end(), c.feature) == features.end())
+      features.push_back(c.feature);
+  std::sort(features.begin(), features.end());
+  s += "| feature |";
+  for (const auto& a : archs) s += " time: " + a + " |";
+  s += " memory |\n|---|";
+  for (std::size_t i = 0; i < archs.size(); ++i) s += "--:|";
+  s += "--:|\n";
+  for (const auto& f : features) {
+    s += "| " + f + " |";
+    for (const auto& a : archs) {
+      const Evidence::Cell* c = e.cell(a, f);
+      s += fmt::format(" {} |", c ? c->time : 0);
+    }
+    const Evidence::Cell* c = e.cell("any", f);
+    s += fmt::format(" {} |\n", c ? c->memory : 0);
+  }
+  s += "\n| architecture | GPU | in-scope throughput records | out of scope | best measured MFU | record | "
+       "why out "
+       "of scope |\n|---|---|--:|--:|--:|---|---|\n";
+  for (const auto& a : e.archs)
+    s += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", a.arch, a.gpu, a.time_records,
+                     a.out_of_scope_records, a.best_mfu > 0 ? fmt::format("{:.1f} %", 100 * a.best_mfu) : "-",
+                     a.best_mfu_id.empty() ? "-" : a.best_mfu_id,
+                     a.out_of_scope_reason.empty() ? "-" : a.out_of_scope_reason);
+  s += fmt::format("\nReference lane: {} configurations; model features run:", e.reference_records);
+  for (const auto& [f, n] : e.reference_features) s += fmt::format(" {} ({})", f, n);
+  s += ".\n";
+
+  const OomCalibration c = oom_calibration(v, e);
+  s += fmt::format(
+      "\n## Out-of-memory probability\n\n"
+      "`memory.margin.oom_probability` (docs/model.md \"Out-of-memory probability\"): the probability that "
+      "the "
+      "run's reserved memory exceeds the GPU's memory less the runtime overhead, from the {} in-scope "
+      "measured "
+      "reserved-memory errors above (kernel-smoothed, the plan's regime weighted in).\n\n"
+      "### Calibration, leave one out\n\n"
+      "For each of those runs and each probability level p = 2.5 %, 7.5 %, ..., 97.5 %: the GPU memory at "
+      "which the distribution *without that run* gives it probability p, and whether its measured reserved "
+      "memory exceeded that memory (it would have run out). Calibrated: in each bin about the mean predicted "
+      "share ran out.\n\n| predicted p | cases | mean predicted | ran out of memory | share |\n"
+      "|---|--:|--:|--:|--:|\n",
+      e.reserved.size());
+  for (const auto& b : c.levels)
+    s += fmt::format("| {:.0f}-{:.0f} % | {} | {:.1f} % | {} | {:.1f} % |\n", 100 * b.lo, 100 * b.hi, b.cases,
+                     100 * b.mean_p, b.oom, b.cases ? 100.0 * b.oom / b.cases : 0.0);
+  s += "\n### Every development record on its own GPU\n\n"
+       "The probability each development record gets on the GPU it ran on (leave one out for the runs that "
+       "measured reserved memory). Every one of them ran: no record of the development set reports running "
+       "out "
+       "of memory, so the bins below can only show over-confident \"would not fit\" predictions, not missed "
+       "out-of-memory runs.\n\n| predicted p | records | mean predicted | ran out of memory |\n"
+       "|---|--:|--:|--:|\n";
+  for (const auto& b : c.actual)
+    s += fmt::format("| {:.0f}-{:.0f} % | {} | {:.2f} % | {} |\n", 100 * b.lo, 100 * b.hi, b.cases,
+                     100 * b.mean_p, b.oom);
+  s += "\n| record | predicted use of GPU memory | OOM probability | outcome |\n|---|--:|--:|---|\n";
+  for (const auto& r : c.runs)
+    s += fmt::format("| {}{}{} | {:.1f} % | {} | {} |\n", r.id,
+                     r.measured_reserved ? " (reserved measured)" : "",
+                     r.memory_in_scope ? "" : " (memory out of scope)", 100 * r.used_fraction,
+                     r.p < 0.0001 ? std::string("< 0.01 %") : fmt::format("{:.2f} %", 100 * r.p),
+                     r.oom ? "out of memory" : "ran");
   return s;
 }
 
@@ -137,6 +224,49 @@ std::string markdown(const ValidationReport& v, const std::vector<std::string>& 
   }
   return s;
 }
+/// `validate --oom-message FILE` / `--memory-snapshot FILE` with the plan flags: the measurement read first
+/// (a bad file is refused before anything is simulated), then the stated plan simulated and compared. Exit 0.
+struct MeasuredArgs {
+  Inputs in;
+  PlanFlags flags;
+  std::string oom_message, memory_snapshot, json;
+};
+
+int run_measured_memory(const MeasuredArgs& a) {
+  if (a.in.model.empty())
+    throw InputError::flag("--model", "required with --oom-message / --memory-snapshot (the run's model)");
+  std::optional<OomMessage> oom;
+  std::optional<MemorySnapshot> snap;
+  if (!a.oom_message.empty()) oom = read_oom_message(a.oom_message);
+  if (!a.memory_snapshot.empty()) snap = read_memory_snapshot(a.memory_snapshot);
+  Loaded l = load_inputs(a.in);
+  const Plan p = resolve_flags_plan(a.flags, l);
+  Simulator sim(*l.model, *l.cluster, *l.costs);
+  const Result r = sim.run(p);
+  std::vector<MemoryComparison> cs;
+  if (oom) cs.push_back(compare_oom_message(*oom, r, kDefaultHeadroom));
+  if (snap)
+    for (const SnapshotDevice& d : snap->devices) cs.push_back(compare_snapshot(d, r, kDefaultHeadroom));
+  std::string text = fmt::format("plan: {}\n", plan_to_flags(r.plan));
+  Json comparisons = Json::array();
+  for (MemoryComparison& c : cs) {
+    add_fit_advice(c, *l.model, *l.cluster, *l.costs, r);
+    text += memory_comparison_text(c);
+    comparisons.push_back(memory_comparison_json(c));
+  }
+  if (oom && oom->messages > 1)
+    text += fmt::format("note: {} holds {} out-of-memory messages; the first was read\n", a.oom_message,
+                        oom->messages);
+  Json j = {{"schema", "shardplan.measured-memory/1"},
+            {"plan", plan_to_flags(r.plan)},
+            {"model", l.model->spec().name},
+            {"cluster", l.cluster->spec().name},
+            {"gpus", l.cluster->gpus()},
+            {"comparisons", comparisons}};
+  if (a.json != "-") std::cout << text;
+  write_output(a.json, j.dump(1) + "\n");
+  return 0;
+}
 }  // namespace
 
 Command add_validate_command(CLI::App& app) {
@@ -144,13 +274,23 @@ Command add_validate_command(CLI::App& app) {
       app.add_subcommand("validate", "compare predictions with measured runs (shardplan.run/1 records)");
   struct Args {
     std::vector<std::string> files;
-    std::string calibration, json, markdown, markdown_section, html;
+    std::string calibration, json, markdown, markdown_section, html, reference_lane, evidence;
     double max_error = -1, max_median_error = -1;
     bool quiet = false;
   };
   auto a = std::make_shared<Args>();
-  sub->add_option("records", a->files, "run-record files (a record, a list, or {records: [...]})")
-      ->required();
+  sub->add_option("records", a->files, "run-record files (a record, a list, or {records: [...]})");
+  auto m = std::make_shared<MeasuredArgs>();
+  sub->add_option(
+      "--oom-message", m->oom_message,
+      "a PyTorch CUDA out-of-memory message (a log or traceback holding \"Tried to allocate ...\"): "
+      "compared with the prediction for the plan the flags state (--model, --cluster, --gpus, plan "
+      "flags), with the plan changes that would fit");
+  sub->add_option("--memory-snapshot", m->memory_snapshot,
+                  "a PyTorch memory snapshot pickle (torch.cuda.memory._dump_snapshot; read as data, never "
+                  "executed): compared like --oom-message");
+  add_input_options(sub, m->in, false, false);
+  add_plan_options(sub, m->flags);
   sub->add_option("--calibration", a->calibration, "calibration profile");
   sub->add_option("--json", a->json, "write the JSON result to FILE or - for stdout");
   sub->add_option("--markdown", a->markdown, "write the accuracy table as Markdown to FILE");
@@ -164,7 +304,25 @@ Command add_validate_command(CLI::App& app) {
   sub->add_option("--max-median-error", a->max_median_error,
                   "exit 1 if any term's median |relative error| over in-scope records exceeds this");
   sub->add_flag("--quiet", a->quiet, "print only the summary");
-  return {sub, [a]() {
+  sub->add_option("--reference-lane", a->reference_lane,
+                  "the reference lane's records (tools/reference/data/records.json): with --markdown, the "
+                  "coverage and out-of-memory sections; with --evidence, its model features");
+  sub->add_option(
+      "--evidence", a->evidence,
+      "write the evidence of these records (shardplan.evidence/1: reserved-memory errors, coverage, "
+      "best MFU per GPU architecture) to FILE: planner/evidence.json, embedded at build time");
+  return {sub, [a, m]() {
+            if (!m->oom_message.empty() || !m->memory_snapshot.empty()) {
+              if (!a->files.empty())
+                throw InputError::flag("records",
+                                       "give run records or --oom-message / --memory-snapshot, not both");
+              m->json = a->json;
+              m->in.calibration = a->calibration;
+              return run_measured_memory(*m);
+            }
+            if (a->files.empty())
+              throw InputError::flag("records",
+                                     "give run-record files, or --oom-message / --memory-snapshot");
             CalibrationHooks hooks;
             if (!a->calibration.empty()) hooks = load_calibration_hooks(a->calibration);
             ValidationReport v = validate_files(a->files, a->calibration.empty() ? nullptr : &hooks);
@@ -215,15 +373,21 @@ Command add_validate_command(CLI::App& app) {
                            {"summary_all", terms_all},           {"skipped", skipped}, {"failed", failed}}
                               .dump(1) +
                           "\n";
+            std::optional<ValidationReport> lane;
+            if (!a->reference_lane.empty()) lane = validate_files({a->reference_lane});
+            std::optional<Evidence> ev;
+            if (lane || !a->evidence.empty()) ev = evidence_from(v, lane ? &*lane : nullptr);
             std::string md = a->markdown.empty() ? ""
                              : a->markdown_section.empty()
-                                 ? markdown(v, a->files)
+                                 ? markdown(v, a->files) + (lane ? evidence_markdown(v, *ev) : "")
                                  : markdown_section(v, a->files, a->markdown_section);
+            const std::string evidence_json = a->evidence.empty() ? "" : evidence_to_json(*ev).dump(1) + "\n";
             std::string html = a->html.empty() ? "" : html_validate_report(v);
             if (a->json != "-") std::cout << text;
             write_output(a->json, json);
             write_output(a->markdown, md);
             write_output(a->html, html);
+            write_output(a->evidence, evidence_json);
             return failed ? 1 : 0;
           }};
 }

@@ -18,6 +18,7 @@ Command add_memory_command(CLI::App& app);
 Command add_simulate_command(CLI::App& app);
 Command add_plan_command(CLI::App& app);
 Command add_validate_command(CLI::App& app);
+Command add_compare_command(CLI::App& app);
 Command add_calibrate_command(CLI::App& app);  ///< calibration/ owns this: import-nccl-tests, show
 
 }  // namespace shardplan::cli

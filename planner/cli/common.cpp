@@ -2,6 +2,7 @@
 #include "planner/cli/common.hpp"
 
 #include <iostream>
+#include <set>
 
 #include "calibration/profile.hpp"
 #include "core/atomic_file.hpp"
@@ -10,10 +11,10 @@
 
 namespace shardplan::cli {
 
-void add_input_options(CLI::App* app, Inputs& in, bool with_calibration) {
-  app->add_option("--model", in.model,
-                  "model preset name, model spec JSON, graph JSON or Hugging Face config.json")
-      ->required();
+void add_input_options(CLI::App* app, Inputs& in, bool with_calibration, bool model_required) {
+  auto* model = app->add_option("--model", in.model,
+                                "model preset name, model spec JSON, graph JSON or Hugging Face config.json");
+  if (model_required) model->required();
   app->add_option("--cluster", in.cluster, "cluster preset name or cluster JSON")->capture_default_str();
   app->add_option("--gpus", in.gpus, "total GPUs (default: one node)");
   if (with_calibration)
@@ -41,7 +42,18 @@ void add_plan_options(CLI::App* app, PlanFlags& f) {
                     : k.kind == KnobKind::kDouble ? "NUMBER"
                                                   : "TEXT");
   }
-  app->add_option("--global-batch", f.global_batch, "sequences per optimizer step (sets --grad-accum)");
+  app->add_option_function<std::int64_t>(
+         "--global-batch",
+         [&f](std::int64_t v) {
+           f.global_batch = v;
+           f.global_batch_given = true;
+         },
+         "sequences per optimizer step (sets --grad-accum)")
+      ->type_name("INT");
+  app->add_option("--framework", f.framework,
+                  "the framework version whose defaults the plan takes for the knobs you do not set: "
+                  "torchtitan@YYYY-MM-DD, torchtitan@0.1.0..0.3.0, torch@VERSION, deepspeed@VERSION "
+                  "(`shardplan list frameworks`; a --from file's layout implies its torchtitan version)");
   app->add_option(
       "--from", f.from,
       "the plan of your own config: a DeepSpeed ds_config .json, a torchtitan 0.3.0 .py[:FUNCTION] or "
@@ -52,12 +64,15 @@ const ImportedConfig* imported_config(const PlanFlags& f) {
   if (f.from.empty()) return nullptr;
   if (!f.imported) {
     f.imported = std::make_shared<const ImportedConfig>(import_config(f.from));
-    if (!f.imported->unmodelled.empty()) {
-      std::string line = "shardplan: --from " + f.from + ": not modelled (changes memory or time):";
-      for (std::size_t i = 0; i < f.imported->unmodelled.size(); ++i)
-        line += (i ? ", " : " ") + f.imported->unmodelled[i];
-      std::cerr << line << "\n";
-    }
+    auto line = [&](const char* what, const std::vector<std::string>& items) {
+      if (items.empty()) return;
+      std::string s = "shardplan: --from " + f.from + ": " + what + ":";
+      for (std::size_t i = 0; i < items.size(); ++i) s += (i ? "; " : " ") + items[i];
+      std::cerr << s << "\n";
+    };
+    line("not modelled (changes memory or time)", f.imported->unmodelled);
+    line("not read (keys the reader does not know; they may change memory or time)", f.imported->unread);
+    line("assumed", f.imported->assumed);
   }
   return f.imported.get();
 }
@@ -92,9 +107,19 @@ void check_from_model(const PlanFlags& f, const ModelGraph& model) {
             << "\n";
 }
 
-Plan plan_from_flags(const PlanFlags& f) {
+std::optional<FrameworkVersion> framework_of(const PlanFlags& f, bool& inferred) {
+  inferred = false;
+  if (!f.framework.empty()) return parse_framework(f.framework, "--framework");
+  const ImportedConfig* c = imported_config(f);
+  if (!c || c->framework.empty()) return std::nullopt;
+  inferred = true;
+  return parse_framework(c->framework, "--from " + f.from);
+}
+
+Plan plan_from_flags(const PlanFlags& f, GpuArch arch, bool tied_embeddings) {
   Plan p;
-  if (const ImportedConfig* c = imported_config(f))
+  const ImportedConfig* c = imported_config(f);
+  if (c)
     for (const auto& [key, value] : c->knobs)
       if (!f.given.count(key)) {
         const Knob* k = find_knob(key);
@@ -102,7 +127,27 @@ Plan plan_from_flags(const PlanFlags& f) {
       }
   for (const Knob& k : plan_knobs())
     if (auto it = f.given.find(k.key); it != f.given.end()) set_knob(k, p, it->second, k.flag);
-  if (f.global_batch < 0)
+  // The framework version's defaults for every knob neither the flags nor the file set.
+  bool inferred = false;
+  if (const auto fw = framework_of(f, inferred)) {
+    std::set<std::string> explicit_keys;
+    for (const auto& [k, v] : f.given) explicit_keys.insert(k);
+    if (c)
+      for (const auto& [k, v] : c->knobs) explicit_keys.insert(k);
+    const auto applied = framework_defaults(*fw, p, arch, tied_embeddings, !inferred, explicit_keys);
+    std::string line = "shardplan: " + fw->spec() +
+                       (inferred ? " (" + c->framework_reason + "; --framework to choose another)" : "");
+    if (applied.empty()) line += ": its defaults are the plan's";
+    for (std::size_t i = 0; i < applied.size(); ++i) {
+      const Knob* k = find_knob(applied[i].knob);
+      if (const std::string why = k->set(p, applied[i].value); !why.empty())
+        throw InputError::flag("--framework", applied[i].knob + ": " + why);
+      line += (i ? ", " : ": ") + applied[i].knob + "=" + applied[i].value;
+    }
+    if (fw->framework == "deepspeed") line += " (no DeepSpeed version-dependent default is modelled yet)";
+    std::cerr << line << "\n";
+  }
+  if (f.global_batch < 0 || (f.global_batch_given && f.global_batch < 1))
     throw InputError::flag("--global-batch", "must be >= 1, got " + std::to_string(f.global_batch));
   if (f.global_batch > 0 && f.given.count("grad_accum"))
     throw InputError::flag("--global-batch", "give --global-batch or --grad-accum, not both");
@@ -166,6 +211,19 @@ Loaded load_inputs(const Inputs& in) {
   l.calibration = in.calibration;
   l.costs = std::make_unique<CostModel>(*l.cluster, std::nullopt, std::move(hooks));
   return l;
+}
+
+Plan resolve_flags_plan(const PlanFlags& f, const Loaded& l) {
+  Plan p;
+  try {
+    p = resolve_plan(plan_from_flags(f, l.cluster->spec().gpu.arch, l.model->spec().tied_embeddings),
+                     *l.model, *l.cluster, global_batch_from_flags(f));
+  } catch (const InputError& e) {
+    throw blame_from_file(f, e);
+  }
+  check_from_consistency(f, p);
+  check_from_model(f, *l.model);
+  return p;
 }
 
 void write_output(const std::string& path, const std::string& text) {

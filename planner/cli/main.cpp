@@ -21,7 +21,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "shardplan: " << e.what() << "\n";
+    std::cerr << "shardplan: "
+              << cli::parse_error_message(app, std::vector<std::string>(argv + 1, argv + argc), e.what())
+              << "\n";
     return 2;
   }
   try {

@@ -1,5 +1,6 @@
-// HTML reports: one page per simulate / plan / validate run, with inline SVG charts drawn by svg.hpp and the
-// tables of the text report. No scripts beyond an inert JSON block, nothing fetched from the network.
+// HTML reports: one page per simulate / plan run, with inline SVG charts drawn by svg.hpp and the tables of
+// the text report (html_detail.hpp: shared pieces and charts; compare and validate pages in html_compare.cpp,
+// html_validate.cpp). No scripts beyond an inert JSON block, nothing fetched from the network.
 #include "planner/report/html.hpp"
 
 #include <fmt/format.h>
@@ -7,554 +8,22 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <set>
 
+#include "planner/report/evidence.hpp"
+#include "planner/report/html_detail.hpp"
+#include "planner/report/margin.hpp"
 #include "planner/report/svg.hpp"
+#include "simulator/plan/plan.hpp"
 
 namespace shardplan {
+
+using namespace html_detail;
+
 namespace {
 
-using svg::escape;
-using svg::num;
-
-constexpr double kChartW = 1300;  // SVG user units; the page is laid out for a 1400 px wide window
-constexpr double kLeft = 150, kRight = 30;
-
-// Category colours (colour-blind-friendly Tableau 10), in MemCategory order.
-constexpr std::array<const char*, kMemCategories> kCategoryColor = {
-    "#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#bab0ac"};
-
-const char* kCss = R"css(
-:root { --fg:#1d2330; --muted:#5b6472; --line:#d9dde3; --bg:#ffffff; --panel:#f6f7f9; --bad:#c62828; --good:#2e7d32; }
-* { box-sizing: border-box; }
-body { margin: 0 auto; padding: 18px 28px 40px; max-width: 1380px; color: var(--fg); background: var(--bg);
-       font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; }
-h1 { font-size: 22px; margin: 4px 0 2px; } h2 { font-size: 17px; margin: 26px 0 8px; border-bottom: 1px solid var(--line); padding-bottom: 4px; }
-p.sub { color: var(--muted); margin: 0 0 12px; }
-.cards { display: flex; flex-wrap: wrap; gap: 10px; margin: 12px 0; }
-.card { background: var(--panel); border: 1px solid var(--line); border-radius: 6px; padding: 8px 14px; min-width: 150px; }
-.card .k { color: var(--muted); font-size: 12px; } .card .v { font-size: 19px; font-weight: 600; }
-.badge { display: inline-block; padding: 1px 9px; border-radius: 10px; color: #fff; font-weight: 600; font-size: 13px; }
-.badge.ok { background: var(--good); } .badge.bad { background: var(--bad); }
-table { border-collapse: collapse; margin: 6px 0 10px; font-variant-numeric: tabular-nums; }
-th, td { border-bottom: 1px solid var(--line); padding: 3px 10px; text-align: left; vertical-align: top; }
-th { background: var(--panel); font-weight: 600; } td.n, th.n { text-align: right; }
-.cols { display: flex; flex-wrap: wrap; gap: 28px; align-items: flex-start; }
-.swatch-inline { display: inline-block; width: 11px; height: 11px; border-radius: 2px; margin-right: 6px; vertical-align: -1px; }
-pre { background: var(--panel); border: 1px solid var(--line); padding: 8px; overflow: auto; max-height: 360px; font-size: 12px; }
-figure { margin: 6px 0 14px; } figcaption { color: var(--muted); font-size: 12.5px; margin-top: 2px; }
-svg.chart { width: 100%; height: auto; display: block; max-width: 1300px; }
-svg text { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; fill: #1d2330; }
-svg .tick-label { font-size: 12px; fill: #4a5260; } svg .axis-title { font-size: 13px; font-weight: 600; }
-svg .grid { stroke: #e6e8ec; stroke-width: 1; } svg .tick, svg .domain { stroke: #555c66; stroke-width: 1; }
-svg .row-label { font-size: 12.5px; } svg .legend-label { font-size: 12.5px; }
-svg .row-bg { fill: #f3f4f6; } svg .swatch { stroke: rgba(0,0,0,.25); stroke-width: .5; }
-svg .capacity .ref { stroke: #c62828; stroke-width: 2; } svg .capacity .ref-label { fill: #c62828; font-weight: 600; font-size: 12px; }
-svg .usable .ref { stroke: #c62828; stroke-width: 1.2; stroke-dasharray: 6 4; } svg .usable .ref-label { fill: #c62828; font-size: 12px; }
-svg .reserved .ref { stroke: #333; stroke-width: 1.2; stroke-dasharray: 2 3; } svg .reserved .ref-label { fill: #333; font-size: 12px; }
-svg .peak-marker { stroke: #fff; stroke-width: 1.5; } svg .peak-label { font-size: 12.5px; font-weight: 600; }
-svg .ref-label, svg .peak-label { paint-order: stroke; stroke: rgba(255,255,255,.85); stroke-width: 3px; stroke-linejoin: round; }
-svg .mem-gpu { fill: none; stroke: #2a4d7a; stroke-width: 1.5; } svg .mem-peak { stroke: #c62828; stroke-width: 1.2; stroke-dasharray: 4 3; }
-svg .exposed-band { fill: rgba(198,40,40,.13); } svg .gantt-exposed rect:not(.row-bg) { fill: #c62828; }
-svg .identity { stroke: #333; stroke-width: 1.2; fill: none; } svg .band { fill: rgba(46,125,50,.12); stroke: none; }
-svg .point { stroke: rgba(0,0,0,.55); stroke-width: .6; fill-opacity: .85; }
-svg .bar-label { font-size: 12.5px; } svg .bar-value { font-size: 12px; } svg .mem-over { fill: #c62828; }
-.note { color: var(--muted); font-size: 12.5px; }
-@media print {
-  body { max-width: none; padding: 0 6mm; font-size: 11px; }
-  h2 { break-after: avoid; } section, figure, table { break-inside: avoid; }
-  .card { padding: 4px 8px; } .noprint { display: none; }
-  * { -webkit-print-color-adjust: exact; print-color-adjust: exact; }
-  pre { max-height: none; white-space: pre-wrap; }
-}
-)css";
-
-std::string page(const std::string& title, const std::string& body) {
-  return "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-         "<title>" +
-         escape(title) + "</title>\n<style>" + kCss + "</style>\n</head>\n<body>\n" + body +
-         "<p class=\"note\">Generated by shardplan. Self-contained: no network "
-         "resources.</p>\n</body>\n</html>\n";
-}
-
-std::string gib(double bytes, int decimals = 2) {
-  return fmt::format("{:.{}f} GiB", bytes / static_cast<double>(kGiB), decimals);
-}
-
-std::string card(const std::string& k, const std::string& v) {
-  return "<div class=\"card\"><div class=\"k\">" + escape(k) + "</div><div class=\"v\">" + v + "</div></div>";
-}
-
-/// A JSON value as table text: strings bare, the rest as JSON.
-std::string json_cell(const Json& v) {
-  return escape(v.is_string() ? v.get<std::string>() : v.dump());
-}
-
-/// Embeds JSON in a non-executed script block (machine-readable copy of the report).
-std::string json_block(const std::string& id, const Json& j) {
-  std::string s = j.dump();
-  std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '<')
-      out += "\\u003c";
-    else
-      out += s[i];
-  }
-  return "<script type=\"application/json\" id=\"" + escape(id) + "\">" + out + "</script>\n";
-}
-
-// Time axis in seconds or milliseconds, whichever reads better for the step.
-struct TimeUnit {
-  double factor;
-  const char* name;
-};
-TimeUnit time_unit(double span_s) {
-  return span_s < 2.0 ? TimeUnit{1e3, "ms"} : TimeUnit{1.0, "s"};
-}
-/// "1.307 s", "38 ms", "0.42 ms": a duration for text.
-std::string seconds(double s) {
-  if (s >= 1) return fmt::format("{:.3f} s", s);
-  const double ms = s * 1e3;
-  return num(ms, ms >= 100 ? 0 : ms >= 10 ? 1 : 2) + " ms";
-}
-
-// ------------------------------------------------------------------------------------------- memory replay
-
-/// Memory per category over the step, replayed from the program's effects in CPU issue order at issue time
-/// (how torch.cuda.memory_allocated moves). A task that allocates then frees contributes its high point too.
-struct MemoryCurve {
-  std::vector<double> t_s;
-  std::vector<std::array<double, kMemCategories>> by_cat;
-  double max_total = 0;
-};
-
-MemoryCurve replay_memory(const Program& prog, const Timeline& tl) {
-  MemoryCurve m;
-  std::array<double, kMemCategories> cur{};
-  for (int c = 0; c < kMemCategories; ++c)
-    cur[static_cast<std::size_t>(c)] = static_cast<double>(tl.current[static_cast<std::size_t>(c)]);
-  for (const MemEffect& e : prog.effects)
-    cur[static_cast<std::size_t>(e.category)] -= static_cast<double>(e.delta_bytes);
-  auto total = [](const std::array<double, kMemCategories>& a) {
-    double s = 0;
-    for (double v : a) s += v;
-    return s;
-  };
-  auto push = [&](double t, const std::array<double, kMemCategories>& a) {
-    m.t_s.push_back(t);
-    m.by_cat.push_back(a);
-    m.max_total = std::max(m.max_total, total(a));
-  };
-  push(0.0, cur);
-  const std::size_t n = std::min(prog.tasks.size(), tl.timing.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    const Task& t = prog.tasks[i];
-    if (t.n_effects == 0) continue;
-    auto hi = cur;
-    double hi_total = total(cur);
-    for (std::uint32_t e = t.first_effect; e < t.first_effect + t.n_effects && e < prog.effects.size(); ++e) {
-      cur[static_cast<std::size_t>(prog.effects[e].category)] +=
-          static_cast<double>(prog.effects[e].delta_bytes);
-      const double tot = total(cur);
-      if (tot > hi_total) hi = cur, hi_total = tot;
-    }
-    const double at = tl.timing[i].issue_s;
-    if (hi != cur) push(at, hi);
-    push(at, cur);
-  }
-  push(std::max(tl.end_s, m.t_s.back()), cur);
-  return m;
-}
-
-/// Keeps, per pixel column, the highest point and the last one (so peaks survive and steps stay right).
-MemoryCurve downsample(const MemoryCurve& m, const svg::Scale& x, double px_per_bucket) {
-  if (m.t_s.size() < 2) return m;
-  MemoryCurve out;
-  out.max_total = m.max_total;
-  auto total = [](const std::array<double, kMemCategories>& a) {
-    double s = 0;
-    for (double v : a) s += v;
-    return s;
-  };
-  std::size_t i = 0;
-  while (i < m.t_s.size()) {
-    const double bucket = std::floor(x(m.t_s[i]) / px_per_bucket);
-    std::size_t j = i, best = i;
-    while (j < m.t_s.size() && std::floor(x(m.t_s[j]) / px_per_bucket) == bucket) {
-      if (total(m.by_cat[j]) > total(m.by_cat[best])) best = j;
-      ++j;
-    }
-    const std::size_t last = j - 1;
-    if (i == 0 && best != 0) {  // keep the starting state
-      out.t_s.push_back(m.t_s[0]);
-      out.by_cat.push_back(m.by_cat[0]);
-    }
-    if (best != last) {
-      out.t_s.push_back(m.t_s[best]);
-      out.by_cat.push_back(m.by_cat[best]);
-    }
-    out.t_s.push_back(m.t_s[last]);
-    out.by_cat.push_back(m.by_cat[last]);
-    i = j;
-  }
-  return out;
-}
-
-/// The part of the curve within [0, t1_s], ending with the state at t1_s.
-MemoryCurve clip(const MemoryCurve& m, double t1_s) {
-  MemoryCurve out;
-  out.max_total = m.max_total;
-  for (std::size_t i = 0; i < m.t_s.size() && m.t_s[i] <= t1_s; ++i) {
-    out.t_s.push_back(m.t_s[i]);
-    out.by_cat.push_back(m.by_cat[i]);
-  }
-  if (!out.t_s.empty() && out.t_s.back() < t1_s) {
-    out.t_s.push_back(t1_s);
-    out.by_cat.push_back(out.by_cat.back());
-  }
-  return out;
-}
-
-/// The CPU issues kernels (and so allocates and frees) ahead of the GPU: the time of the last memory effect.
-double last_effect_s(const MemoryCurve& m) {
-  return m.t_s.size() >= 2 ? m.t_s[m.t_s.size() - 2] : 0.0;
-}
-
-/// Memory over [0, t1_s] as a stacked area by category, with the capacity lines and the peak.
-std::string memory_chart(const Result& r, const MemoryCurve& full, double t1_s, bool zoom, double H) {
-  const TimeUnit tu = time_unit(t1_s);
-  svg::Frame f;
-  f.area = {kLeft, 46, kChartW - kLeft - kRight, H - 46 - 58};
-  const double cap = static_cast<double>(r.capacity_bytes);
-  double ymax = std::max({full.max_total, cap, static_cast<double>(r.peak_reserved_bytes)}) * 1.04 /
-                static_cast<double>(kGiB);
-  double ymin = 0;
-  svg::nice_range(ymin, ymax, 8, false);
-  f.x = {0, t1_s * tu.factor, f.area.x, f.area.right(), false};
-  f.y = {0, ymax, f.area.bottom(), f.area.y, false};
-  svg::Scale xs_s = f.x;  // the same scale over seconds, for bucketing
-  xs_s.d1 = t1_s;
-  const MemoryCurve m = downsample(clip(full, t1_s), xs_s, 1.0);
-
-  svg::Canvas c(kChartW, H,
-                zoom ? "Memory allocated while the CPU issues the step (zoomed), stacked by category"
-                     : "Memory allocated on the busiest GPU over one step, stacked by category",
-                zoom ? "chart memory-zoom" : "chart memory");
-  std::vector<svg::LegendItem> items;
-  for (int k = 0; k < kMemCategories; ++k)
-    items.push_back(
-        {to_string(static_cast<MemCategory>(k)), kCategoryColor[static_cast<std::size_t>(k)], {}});
-  svg::legend(c, f.area.x, 10, f.area.w, items);
-
-  svg::Axis ax{fmt::format("{}time in the step ({})", zoom ? "CPU issue " : "", tu.name),
-               svg::nice_ticks(0, t1_s * tu.factor, 12),
-               {},
-               true};
-  svg::Axis ay{"allocated memory (GiB)", svg::nice_ticks(0, ymax, 8), [](double v) { return num(v, 1); },
-               true};
-  svg::axes(c, f, ax, ay);
-
-  std::vector<double> xs;
-  xs.reserve(m.t_s.size());
-  for (double t : m.t_s) xs.push_back(t * tu.factor);
-  std::vector<svg::Series> series;
-  for (int k = 0; k < kMemCategories; ++k) {
-    svg::Series s{to_string(static_cast<MemCategory>(k)), kCategoryColor[static_cast<std::size_t>(k)], {}};
-    s.ys.reserve(m.by_cat.size());
-    for (const auto& a : m.by_cat)
-      s.ys.push_back(std::max(0.0, a[static_cast<std::size_t>(k)]) / static_cast<double>(kGiB));
-    series.push_back(std::move(s));
-  }
-  svg::stacked_area(c, f, xs, series);
-
-  const double g = static_cast<double>(kGiB);
-  const double usable = cap - static_cast<double>(r.overhead.total());
-  svg::hline(c, f, cap / g, "capacity", "GPU capacity " + gib(cap));
-  svg::hline(c, f, usable / g, "usable",
-             fmt::format("usable: capacity − CUDA context & NCCL ({}) = {}",
-                         gib(static_cast<double>(r.overhead.total())), gib(usable)),
-             true);
-  if (r.peak_reserved_bytes > r.peak_bytes)
-    svg::hline(c, f, static_cast<double>(r.peak_reserved_bytes) / g, "reserved",
-               "peak reserved " + gib(static_cast<double>(r.peak_reserved_bytes)));
-  // The peak: where the engine found it (issue time of the peak task).
-  if (r.peak_time_s <= t1_s) {
-    const double px = f.x(r.peak_time_s * tu.factor), py = f.y(static_cast<double>(r.peak_bytes) / g);
-    c.open_group("peak");
-    c.line(px, py, px, f.area.bottom(), "peak-stem", "#1d2330");
-    c.circle(px, py, 5.5, "#1d2330", "peak-marker",
-             fmt::format("peak allocated {} at {} {} — {}", gib(static_cast<double>(r.peak_bytes)),
-                         num(r.peak_time_s * tu.factor, 2), tu.name, r.peak_phase));
-    const bool left = px > f.area.x + f.area.w * 0.62;
-    c.text(px + (left ? -10 : 10), std::max(py - 10, f.area.y + 14),
-           fmt::format("peak {} — {}", gib(static_cast<double>(r.peak_bytes)), r.peak_phase), "peak-label",
-           left ? "end" : "start");
-    c.close_group();
-  }
-  return c.str();
-}
-
-// ------------------------------------------------------------------------------------------- Gantt
-
-struct TaskKind {
-  const char* name;
-  const char* color;
-};
-constexpr std::array<TaskKind, 9> kKinds = {{{"forward", "#5b8fd0"},
-                                             {"backward", "#2a4d7a"},
-                                             {"all_gather", "#59a14f"},
-                                             {"reduce_scatter", "#f28e2b"},
-                                             {"all_reduce", "#b07aa1"},
-                                             {"copy", "#9aa3ad"},
-                                             {"optimizer", "#edc948"},
-                                             {"other", "#7f7f7f"},
-                                             {"exposed communication", "#c62828"}}};
-
-/// The chart colour of a task, from what the lowering recorded (its type, communication kind and pass);
-/// labels are display text only.
-std::size_t task_kind(const Task& t) {
-  if (t.type == TaskType::kOptimizer) return 6;
-  if (t.type == TaskType::kCollective || t.comm_kind != 0xff) {
-    switch (static_cast<CommKind>(t.comm_kind)) {
-      case CommKind::kAllGather:
-      case CommKind::kTpAllGather:
-        return 2;
-      case CommKind::kReduceScatter:
-      case CommKind::kTpReduceScatter:
-        return 3;
-      case CommKind::kAllReduce:
-        return 4;
-      case CommKind::kOffloadCopy:
-        return 5;
-      case CommKind::kCpRing:
-        return 2;
-      case CommKind::kAllToAll:
-        return 4;
-      case CommKind::kOptimizerAllGather:
-        return 2;
-    }
-    return 7;
-  }
-  if (t.type == TaskType::kCopy) return 5;
-  if (t.type == TaskType::kCompute) return t.backward ? 1 : 0;
-  return 7;
-}
-
-/// The allocated-memory curve on the GPU's time axis in a band [y0, y0 + h) under the Gantt lanes: a step
-/// line through Timeline::gpu_samples (per pixel column its highest and its last value), 0 at the bottom, and
-/// the reported peak marked at its task's kernel start, labelled with the phase.
-void memory_band(svg::Canvas& c, const svg::Frame& f, const Result& r, const TimeUnit& tu, double y0,
-                 double h) {
-  const std::vector<MemSample>& mem = r.detail->timeline.gpu_samples;
-  double top_bytes = static_cast<double>(r.peak_bytes);
-  for (const MemSample& m : mem) top_bytes = std::max(top_bytes, static_cast<double>(m.allocated_bytes));
-  top_bytes = std::max(top_bytes * 1.08, 1.0);
-  auto y_of = [&](double b) { return y0 + h - h * b / top_bytes; };
-  c.open_group("gantt-memory", "data-lane=\"allocated memory\"");
-  c.rect(f.area.x, y0, f.area.w, h, {}, "row-bg");
-  c.text(f.area.x - 8, y0 + h / 2 - 6, "allocated", "row-label", "end");
-  c.text(f.area.x - 8, y0 + h / 2 + 9, fmt::format("0–{}", gib(top_bytes, 0)), "tick-label", "end");
-  std::string d;
-  double cur_px = -1, hi = 0, last = 0;
-  auto flush = [&]() {
-    if (cur_px < 0) return;
-    d += fmt::format(" H{:.1f} V{:.1f} V{:.1f}", cur_px, y_of(hi), y_of(last));
-  };
-  for (const MemSample& m : mem) {
-    const double px = std::round(f.x(m.time_s * tu.factor) * 2) / 2;
-    const double b = static_cast<double>(m.allocated_bytes);
-    if (cur_px < 0) {
-      d = fmt::format("M{:.1f} {:.1f}", f.area.x, y_of(b));
-      cur_px = px, hi = last = b;
-    } else if (px != cur_px) {
-      flush();
-      cur_px = px, hi = last = b;
-    } else {
-      hi = std::max(hi, b), last = b;
-    }
-  }
-  flush();
-  if (!d.empty()) {
-    d += fmt::format(" H{:.1f}", f.area.right());
-    c.path(d, {}, "mem-gpu", "memory allocated by the framework, on the GPU's time axis");
-  }
-  const Timeline& tl = r.detail->timeline;
-  if (tl.peak_task >= 0 && static_cast<std::size_t>(tl.peak_task) < tl.timing.size()) {
-    const double px = f.x(tl.timing[static_cast<std::size_t>(tl.peak_task)].start_s * tu.factor);
-    c.line(px, y0, px, y0 + h, "mem-peak");
-    const bool left = px > f.area.x + f.area.w * 0.62;
-    c.text(px + (left ? -6 : 6), y0 + 13,
-           fmt::format("peak {} — {}", gib(static_cast<double>(r.peak_bytes)), r.peak_phase), "peak-label",
-           left ? "end" : "start");
-  }
-  c.close_group();
-}
-
-std::string gantt_chart(const Result& r) {
-  const Program& prog = r.detail->program;
-  const Timeline& tl = r.detail->timeline;
-  const double end_s = std::max({tl.end_s, r.step_s, 1e-9});
-  const TimeUnit tu = time_unit(end_s);
-  const int lanes = static_cast<int>(prog.lane_names.size());
-  std::vector<char> lane_used(static_cast<std::size_t>(std::max(lanes, 1)), 0);
-  lane_used[0] = 1;
-  for (std::size_t i = 0; i < std::min(prog.tasks.size(), tl.timing.size()); ++i)
-    if (prog.tasks[i].lane < lane_used.size() && tl.timing[i].end_s > tl.timing[i].start_s)
-      lane_used[prog.tasks[i].lane] = 1;
-  const int used_lanes = static_cast<int>(std::count(lane_used.begin(), lane_used.end(), 1));
-  const double row_h = 30, gap = 10, top = 44;
-  // Below the lanes, on the same time axis: memory allocated as the GPU runs (Timeline::gpu_samples).
-  const std::vector<MemSample>& mem = tl.gpu_samples;
-  const double mem_h = mem.empty() ? 0 : 110;
-  const double rows_h = (used_lanes + 1) * (row_h + gap) + (mem_h > 0 ? mem_h + gap : 0);
-  const double H = top + rows_h + 52;
-  svg::Frame f;
-  f.area = {kLeft, top, kChartW - kLeft - kRight, rows_h - gap};
-  f.x = {0, end_s * tu.factor, f.area.x, f.area.right(), false};
-  f.y = {0, 1, f.area.bottom(), f.area.y, false};
-
-  // Spans per lane.
-  std::vector<std::vector<svg::Span>> rows(static_cast<std::size_t>(std::max(lanes, 0)));
-  std::array<bool, kKinds.size()> used{};
-  const std::size_t n = std::min(prog.tasks.size(), tl.timing.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    const Task& t = prog.tasks[i];
-    const auto& tm = tl.timing[i];
-    if (!(tm.end_s > tm.start_s) || t.lane >= rows.size()) continue;
-    const std::string& label = t.label < prog.labels.size() ? prog.labels[t.label] : std::string();
-    const std::size_t k = task_kind(t);
-    used[k] = true;
-    rows[t.lane].push_back({tm.start_s * tu.factor, tm.end_s * tu.factor, kKinds[k].color,
-                            fmt::format("{}: {} {} from {} {}", label.empty() ? kKinds[k].name : label,
-                                        num((tm.end_s - tm.start_s) * tu.factor, 3), tu.name,
-                                        num(tm.start_s * tu.factor, 3), tu.name)});
-  }
-  // The simulator's own exposed intervals (a detail run keeps them): the chart draws what the report counts.
-  const std::vector<std::pair<double, double>> exposed =
-      r.exposed_intervals ? *r.exposed_intervals : std::vector<std::pair<double, double>>{};
-  double exposed_total = 0;
-  for (auto [a, b] : exposed) exposed_total += b - a;
-  used[8] = !exposed.empty();
-
-  // Draw; if the element budget is exceeded, merge at a coarser pixel width.
-  for (double min_px = 1.5;; min_px *= 2) {
-    svg::Canvas c(kChartW, H,
-                  "Gantt chart of the step: compute and communication lanes, exposed communication in red",
-                  "chart gantt");
-    std::vector<svg::LegendItem> items;
-    for (std::size_t k = 0; k < kKinds.size(); ++k)
-      if (used[k]) items.push_back({kKinds[k].name, kKinds[k].color, {}});
-    svg::legend(c, f.area.x, 10, f.area.w, items);
-    svg::Axis ax{
-        fmt::format("time in the step ({})", tu.name), svg::nice_ticks(0, end_s * tu.factor, 12), {}, true};
-    svg::Axis ay{"", {}, {}, false};
-    svg::axes(c, f, ax, ay);
-    // Exposed bands behind the rows, merged to pixels.
-    std::vector<svg::Span> ex;
-    for (auto [a, b] : exposed)
-      ex.push_back({a * tu.factor, b * tu.factor, "",
-                    fmt::format("exposed communication: {} {}", num((b - a) * tu.factor, 3), tu.name)});
-    c.open_group("exposed-bands");
-    {
-      std::vector<std::pair<double, double>> px;
-      for (const auto& s : ex) {
-        const double x0 = f.x(s.a), x1 = f.x(s.b);
-        if (!px.empty() && x0 - px.back().second < min_px)
-          px.back().second = std::max(px.back().second, x1);
-        else
-          px.push_back({x0, x1});
-      }
-      for (auto [x0, x1] : px) c.rect(x0, f.area.y, std::max(x1 - x0, 0.8), f.area.h, {}, "exposed-band");
-    }
-    c.close_group();
-    int row = 0;
-    for (int l = 0; l < lanes; ++l) {
-      if (rows[static_cast<std::size_t>(l)].empty() && l != 0) continue;  // lanes this plan does not use
-      const double y = top + row++ * (row_h + gap);
-      svg::gantt_row(c, f, y, row_h,
-                     prog.lane_names.size() > static_cast<std::size_t>(l)
-                         ? prog.lane_names[static_cast<std::size_t>(l)]
-                         : fmt::format("lane {}", l),
-                     rows[static_cast<std::size_t>(l)], "gantt-row", min_px);
-    }
-    svg::gantt_row(c, f, top + row * (row_h + gap), row_h, "exposed comm", ex, "gantt-exposed", min_px);
-    if (mem_h > 0) memory_band(c, f, r, tu, top + (row + 1) * (row_h + gap), mem_h);
-    c.text(
-        f.area.right(), H - 8,
-        fmt::format("exposed communication drawn: {} {} (report: {} {})", num(exposed_total * tu.factor, 2),
-                    tu.name, num(r.exposed_comm_s * tu.factor, 2), tu.name),
-        "tick-label", "end");
-    if (c.elements() <= kHtmlMaxSvgElements || min_px > 64) return c.str();
-  }
-}
-
-// ------------------------------------------------------------------------------------------- tables
-
-std::string breakdown_table(const Result& r) {
-  const double peak = std::max(1.0, static_cast<double>(r.peak_bytes));
-  std::string s =
-      "<table class=\"breakdown\"><tr><th>category</th><th class=\"n\">at the peak</th><th "
-      "class=\"n\">bytes</th>"
-      "<th class=\"n\">share</th></tr>\n";
-  for (int c = 0; c < kMemCategories; ++c) {
-    const double b = static_cast<double>(r.breakdown[static_cast<std::size_t>(c)]);
-    s += fmt::format(
-        "<tr><td><span class=\"swatch-inline\" style=\"background:{}\"></span>{}</td><td class=\"n\">{}</td>"
-        "<td class=\"n\">{}</td><td class=\"n\">{:.1f} %</td></tr>\n",
-        kCategoryColor[static_cast<std::size_t>(c)], to_string(static_cast<MemCategory>(c)), gib(b),
-        static_cast<std::int64_t>(b), 100 * b / peak);
-  }
-  auto row = [&](const std::string& k, double b, const std::string& note) {
-    s += fmt::format("<tr><th>{}</th><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>\n",
-                     escape(k), gib(b), static_cast<std::int64_t>(b), escape(note));
-  };
-  row("peak allocated", static_cast<double>(r.peak_bytes), "max_memory_allocated");
-  row("peak reserved", static_cast<double>(r.peak_reserved_bytes), "max_memory_reserved");
-  row("runtime overhead", static_cast<double>(r.overhead.total()), "CUDA context + NCCL");
-  row("total", static_cast<double>(r.peak_reserved_bytes + r.overhead.total()),
-      fmt::format("of {} → {}", gib(static_cast<double>(r.capacity_bytes)),
-                  r.fits ? "fits" : "does not fit"));
-  row("persistent state", static_cast<double>(r.persistent_bytes),
-      fmt::format("params {} + grads {} + optimizer {}", gib(static_cast<double>(r.persistent_split[0])),
-                  gib(static_cast<double>(r.persistent_split[1])),
-                  gib(static_cast<double>(r.persistent_split[2]))));
-  return s + "</table>\n";
-}
-
-std::string comm_table(const Result& r) {
-  std::string s =
-      "<table class=\"comm\"><tr><th>collective</th><th class=\"n\">sent per rank</th><th "
-      "class=\"n\">count</th>"
-      "<th class=\"n\">time (s)</th><th class=\"n\">exposed (s)</th></tr>\n";
-  for (int k = 0; k < kCommKinds; ++k) {
-    const auto& c = r.comm[static_cast<std::size_t>(k)];
-    if (c.count == 0 && c.bytes_per_rank <= 0) continue;
-    s += fmt::format(
-        "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{:.4f}</td>"
-        "<td class=\"n\">{:.4f}</td></tr>\n",
-        to_string(static_cast<CommKind>(k)), gib(c.bytes_per_rank), c.count, c.time_s, c.exposed_s);
-  }
-  return s + "</table>\n";
-}
-
-std::string kv_table(const Json& obj, const std::string& cls) {
-  std::string s = "<table class=\"" + escape(cls) + "\">";
-  for (auto it = obj.begin(); it != obj.end(); ++it)
-    s += "<tr><th>" + escape(it.key()) + "</th><td>" + json_cell(it.value()) + "</td></tr>";
-  return s + "</table>\n";
-}
-
-std::string plan_short(const Plan& p) {
-  return fmt::format("{} zero{} shard{}{} tp{} mbs{}×{} ac={} wrap{} pf{}{}{}", to_string(p.runtime), p.zero,
-                     p.shard_group, p.replicas > 1 ? fmt::format("×{}", p.replicas) : "", p.tp, p.mbs,
-                     p.grad_accum, to_string(p.ac), p.wrap, p.prefetch, p.reshard() ? "" : " no-reshard",
-                     p.reduce() == Dtype::kBf16 ? " rd=bf16" : "");
-}
-
-/// The sections shared by the simulate and plan reports: key numbers, memory, Gantt, tables, plan and inputs.
 std::string step_sections(const Result& r, const ReportInputs& in, const std::string& heading) {
   const Json rep = report_json(r, in);
   std::string b;
@@ -585,36 +54,60 @@ std::string step_sections(const Result& r, const ReportInputs& in, const std::st
       "The caching allocator's rounding shows as the reserved line; CUDA context and NCCL buffers as the gap "
       "between "
       "the usable and the capacity lines.";
-  b += "<section><h2>Timeline</h2><figure>" + gantt_chart(r) +
-       "<figcaption>Kernels per lane (CUDA stream / NCCL communicator). Red bands: a collective runs while "
-       "the compute "
-       "lane is idle (exposed communication). Tasks narrower than a pixel are merged; hover for "
-       "details. Under the lanes: memory allocated by the framework as the GPU runs, each task's "
-       "allocations and frees placed at its kernel's start (the charts below place them when the CPU "
-       "issues the kernel), with the reported peak marked at its task.</figcaption>"
-       "</figure></section>\n";
-  b += "<section><h2>Memory as the CPU issues the step</h2>";
-  if (issue_s > 0 && issue_s < 0.5 * end_s) {
-    // The CPU runs ahead of the GPU: every allocation happens early. Show that window first, then the whole
-    // step.
-    double t1 = issue_s * 1.04, lo = 0;
-    svg::nice_range(lo, t1, 12, false);
-    t1 = std::min(t1, end_s);
+  if (r.pipeline && !r.pipeline->spans.empty()) {
+    const PipelineSummary& ps = *r.pipeline;
     b +=
-        "<figure>" + memory_chart(r, curve, t1, true, 400) +
+        "<section><h2>Timeline of the whole step</h2><figure>" + pipeline_gantt(r) +
         fmt::format(
-            "<figcaption>The first {} of the step: the CPU issues kernels ahead of the GPU, and with them "
-            "every allocation and free of the step, so memory moves only in this window. Memory allocated by "
-            "the framework on the busiest GPU (torch.cuda.memory_allocated), replayed per category in CPU "
-            "issue order.</figcaption></figure>",
-            escape(seconds(t1)));
-    b += "<figure>" + memory_chart(r, curve, end_s, false, 300) + "<figcaption>" + whole_caption +
-         "</figcaption></figure>";
+            "<figcaption>All {} pipeline ranks over the {} step ({} schedule, {} stages, {} micro-batches, "
+            "bubble {:.1f} %): each stage's forward and backward of every micro-batch (hover for stage and "
+            "micro-batch; bars narrower than a pixel are merged). Red: the exposed communication of rank {} "
+            "(the slowest, whose step the report gives) at its true share of each pixel: the first forwards' "
+            "waits on the parameter all-gathers, the tensor-parallel collectives of every action, the "
+            "reductions that outlast the compute. Under the lanes: the allocated memory of rank {} (the "
+            "busiest).</figcaption></figure></section>\n",
+            ps.pp, seconds(r.step_s), to_string(ps.schedule), ps.stages, ps.micro_batches,
+            100 * ps.bubble_fraction, ps.slowest_rank, ps.busiest_rank);
+    b +=
+        "<section><h2>Memory of the busiest pipeline rank</h2><figure>" + pipeline_memory_chart(r, 400) +
+        "<figcaption>Allocated memory of the busiest pipeline rank while each action runs (held state, the "
+        "unsharded gradients accumulated between a stage's first and last backward, the other micro-batches' "
+        "saved activations, the running action's working set), then the optimizer's tail. Its top is the "
+        "reported peak allocated memory; the reserved line adds the caching allocator's "
+        "rounding.</figcaption>"
+        "</figure></section>\n";
   } else {
-    b += "<figure>" + memory_chart(r, curve, end_s, false, 440) + "<figcaption>" + whole_caption +
-         "</figcaption></figure>";
+    b += "<section><h2>Timeline</h2><figure>" + gantt_chart(r) +
+         "<figcaption>Kernels per lane (CUDA stream / NCCL communicator). Red bands: a collective runs while "
+         "the compute "
+         "lane is idle (exposed communication). Tasks narrower than a pixel are merged; hover for "
+         "details. Under the lanes: memory allocated by the framework as the GPU runs, each task's "
+         "allocations and frees placed at its kernel's start (the charts below place them when the CPU "
+         "issues the kernel), with the reported peak marked at its task.</figcaption>"
+         "</figure></section>\n";
+    b += "<section><h2>Memory as the CPU issues the step</h2>";
+    if (issue_s > 0 && issue_s < 0.5 * end_s) {
+      // The CPU runs ahead of the GPU: every allocation happens early. Show that window first, then the whole
+      // step.
+      double t1 = issue_s * 1.04, lo = 0;
+      svg::nice_range(lo, t1, 12, false);
+      t1 = std::min(t1, end_s);
+      b += "<figure>" + memory_chart(r, curve, t1, true, 400) +
+           fmt::format(
+               "<figcaption>The first {} of the step: the CPU issues kernels ahead of the GPU, and with them "
+               "every allocation and free of the step, so memory moves only in this window. Memory allocated "
+               "by "
+               "the framework on the busiest GPU (torch.cuda.memory_allocated), replayed per category in CPU "
+               "issue order.</figcaption></figure>",
+               escape(seconds(t1)));
+      b += "<figure>" + memory_chart(r, curve, end_s, false, 300) + "<figcaption>" + whole_caption +
+           "</figcaption></figure>";
+    } else {
+      b += "<figure>" + memory_chart(r, curve, end_s, false, 440) + "<figcaption>" + whole_caption +
+           "</figcaption></figure>";
+    }
+    b += "</section>\n";
   }
-  b += "</section>\n";
   b += "<section class=\"cols\"><div><h2>Memory breakdown at the peak</h2>" + breakdown_table(r) + "</div>";
   b += "<div><h2>Communication</h2>" + comm_table(r) +
        fmt::format(
@@ -710,10 +203,31 @@ std::string plans_chart(const SearchOutcome& o) {
   return c.str();
 }
 
+/// Why the recommendation is not a Pareto point that beats it on both charted axes: such a point is within
+/// the tie tolerance of the fastest plan (or choose_plan would have taken it), and the first tie rule
+/// separating the two decided.
+std::string pareto_note(const SearchOutcome& o, const Result& r) {
+  const Result& rec = o.plans[0];
+  if (!(r.tokens_per_s_per_gpu > rec.tokens_per_s_per_gpu && r.headroom_bytes() > rec.headroom_bytes()))
+    return r.tokens_per_s_per_gpu > rec.tokens_per_s_per_gpu ? "faster than #1, less headroom"
+                                                             : "more headroom than #1, slower";
+  const TieKeys a = tie_keys(rec), b = tie_keys(r);
+  const std::array<int, 4> ka = {a.memory_risk, a.parallel_dims, a.runtime_rank, a.non_default_knobs},
+                           kb = {b.memory_risk, b.parallel_dims, b.runtime_rank, b.non_default_knobs};
+  for (std::size_t i = 0; i < ka.size(); ++i)
+    if (ka[i] != kb[i])
+      return fmt::format(
+          "faster and more headroom than #1, within the model's {:.1f} % error: a tie, which #1 "
+          "wins by the rule \"{}\"",
+          100 * o.tie_tolerance, tie_rule_names()[i]);
+  return "faster and more headroom than #1, within the model's error; #1 has fewer network bytes per GPU";
+}
+
 /// The Pareto front of the search: memory headroom (x) against tokens/s per GPU (y), each point a plan no
 /// fitting plan beats on tokens/s, headroom and network bytes per GPU together (the third axis in the
-/// tooltip). The recommendation and the listed alternatives (family bests) are marked over the front.
-std::string pareto_chart(const SearchOutcome& o) {
+/// tooltip). The listed plans are marked #k over the front; every other point is labelled Pk and listed in
+/// the table below the chart with why it is not the recommendation when it beats #1 on both axes.
+std::string pareto_chart(const SearchOutcome& o, std::vector<const Result*>& labelled) {
   const double H = 380, left = 90, top = 30, right = 300, bottom = 60;
   svg::Canvas c(kChartW, H, "Pareto front: tokens per second per GPU against memory headroom",
                 "chart pareto");
@@ -748,8 +262,22 @@ std::string pareto_chart(const SearchOutcome& o) {
                        static_cast<double>(r.headroom_bytes()) / static_cast<double>(kGiB),
                        1e-9 * network_bytes_per_gpu(r));
   };
-  for (const auto& r : o.pareto)
-    c.circle(f.x(hx(r)), f.y(r.tokens_per_s_per_gpu), 3.5, "#9aa3ad", "point", tip(r, "Pareto"));
+  labelled.clear();
+  for (const auto& r : o.pareto) {
+    const bool listed =
+        std::any_of(o.plans.begin(), o.plans.end(), [&](const Result& p) { return p.plan == r.plan; });
+    const double x = f.x(hx(r)), y = f.y(r.tokens_per_s_per_gpu);
+    if (listed) {
+      c.circle(x, y, 3.5, "#9aa3ad", "point", tip(r, "Pareto (listed)"));
+      continue;
+    }
+    labelled.push_back(&r);
+    const std::string name = fmt::format("P{}", labelled.size());
+    c.open_group("pareto-point", fmt::format("data-label=\"{}\"", name));
+    c.circle(x, y, 3.5, "#9aa3ad", "point", tip(r, name));
+    c.text(x + 6, y + 12, name, "point-label");
+    c.close_group();
+  }
   for (std::size_t i = o.plans.size(); i-- > 0;) {
     const Result& r = o.plans[i];
     const double x = f.x(hx(r)), y = f.y(r.tokens_per_s_per_gpu);
@@ -761,12 +289,32 @@ std::string pareto_chart(const SearchOutcome& o) {
   c.circle(lx, top + 10, 8, "#c62828", "legend");
   c.text(lx + 14, top + 14, "#1 recommended", "bar-value");
   c.circle(lx, top + 34, 5.5, "#4e79a7", "legend");
-  c.text(lx + 14, top + 38, "#2+ best of another family", "bar-value");
+  c.text(lx + 14, top + 38, "#2+ listed plans (table)", "bar-value");
   c.circle(lx, top + 58, 3.5, "#9aa3ad", "legend");
   c.text(lx + 14, top + 62, fmt::format("Pareto front ({} plans)", o.pareto.size()), "bar-value");
-  c.text(lx, top + 86, "(tokens/s, headroom, network", "bar-value");
-  c.text(lx, top + 102, " bytes per GPU: hover a point)", "bar-value");
+  c.text(lx, top + 86, "Pk: a front plan not listed,", "bar-value");
+  c.text(lx, top + 102, " described below the chart", "bar-value");
   return c.str();
+}
+
+/// The table of the Pareto points the chart labels Pk.
+std::string pareto_table(const SearchOutcome& o, const std::vector<const Result*>& labelled) {
+  if (labelled.empty()) return "";
+  std::string b =
+      "<table class=\"pareto\"><tr><th>point</th><th>plan</th><th class=\"n\">tokens/s/GPU</th><th "
+      "class=\"n\">headroom</th><th class=\"n\">network per GPU</th><th>against #1</th></tr>\n";
+  for (std::size_t i = 0; i < labelled.size(); ++i) {
+    const Result& r = *labelled[i];
+    b += fmt::format(
+        "<tr><td>P{}</td><td>{}</td><td class=\"n\">{:.0f}</td><td class=\"n\">{}</td><td "
+        "class=\"n\">{:.2f} GB</td><td>{}</td></tr>\n",
+        i + 1,
+        escape(plan_short(r.plan) + (r.plan.compile ? " compile" : "") +
+               (r.plan.async_tp ? " async-tp" : "")),
+        r.tokens_per_s_per_gpu, gib(static_cast<double>(r.headroom_bytes())), 1e-9 * network_bytes_per_gpu(r),
+        escape(pareto_note(o, r)));
+  }
+  return b + "</table>\n";
 }
 
 }  // namespace
@@ -796,30 +344,33 @@ std::string html_plan_report(const SearchOutcome& o, const ModelGraph& model, co
     b += "</section>\n";
   } else {
     b += "<section><h2>Recommendation and alternatives</h2><figure>" + plans_chart(o) +
-         "<figcaption>Bars: predicted tokens/s per GPU (#1 is the recommendation, #2+ the best plan of each "
-         "other "
-         "family: runtime × TP × AC × HSDP). Beside: peak reserved memory plus "
+         "<figcaption>Bars: predicted tokens/s per GPU (#1 is the recommendation; then the fastest plan "
+         "when the tie rules chose another; then the fastest plan of each other family: runtime × TP × PP × "
+         "CP × EP × AC × HSDP). Beside: peak reserved memory plus "
          "runtime overhead as a share of GPU memory, and the constraint that binds the "
          "plan.</figcaption></figure>";
-    if (!o.pareto.empty())
-      b +=
-          "<figure>" + pareto_chart(o) +
-          "<figcaption>Pareto front of the fitting plans over tokens/s per GPU, memory headroom and network "
-          "bytes per "
-          "GPU per step (grey); the recommendation (#1) and the best plan of each other family (#2+). Plans "
-          "within "
-          "the model's throughput error of each other are a tie (see the explanation).</figcaption></figure>";
+    if (!o.pareto.empty()) {
+      std::vector<const Result*> labelled;
+      const std::string chart = pareto_chart(o, labelled);  // fills `labelled` for the table below
+      b += "<figure>" + chart +
+           "<figcaption>Pareto front of the fitting plans over tokens/s per GPU, memory headroom and network "
+           "bytes per GPU per step (grey); the listed plans (#k, the table above). Every other front plan is "
+           "labelled Pk and described below, with why it is not the recommendation where it beats #1 on both "
+           "axes (the third axis, network bytes, or a tie within the model's throughput error decided by the "
+           "tie rules).</figcaption></figure>" +
+           pareto_table(o, labelled);
+    }
     b += "<table class=\"plans\"><tr><th>#</th><th>plan</th><th class=\"n\">tokens/s/GPU</th><th "
          "class=\"n\">step (s)</th>"
-         "<th class=\"n\">vs #1</th><th class=\"n\">MFU</th><th class=\"n\">peak + "
+         "<th class=\"n\">vs fastest</th><th class=\"n\">MFU</th><th class=\"n\">peak + "
          "overhead</th><th>binding</th></tr>\n";
     for (std::size_t i = 0; i < o.plans.size(); ++i) {
       const Result& r = o.plans[i];
-      const std::string vs =
-          i == 0 || i >= o.alternatives.size()
-              ? std::string("—")
-              : fmt::format("{:+.1f} % ({})", 100 * o.alternatives[i].delta_rel,
-                            o.alternatives[i].within_error ? "within error" : "beyond error");
+      const std::string vs = i >= o.alternatives.size() ? std::string("—")
+                             : o.alternatives[i].delta_fastest == 0
+                                 ? std::string("fastest")
+                                 : fmt::format("{:+.1f} % ({})", 100 * o.alternatives[i].delta_fastest,
+                                               o.alternatives[i].within_error ? "a tie" : "beyond error");
       b += fmt::format(
           "<tr><td>{}</td><td>{}</td><td class=\"n\">{:.0f}</td><td class=\"n\">{:.4f}</td>"
           "<td class=\"n\">{}</td><td class=\"n\">{:.1f} %</td><td class=\"n\">{}</td><td>{}</td></tr>\n",
@@ -841,8 +392,8 @@ std::string html_plan_report(const SearchOutcome& o, const ModelGraph& model, co
          "<th>example</th></tr>";
     for (const auto& [reason, count] : o.stats.rejections.count) {
       auto ex = o.stats.rejections.example.find(reason);
-      b += fmt::format("<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td></tr>", escape(reason), count,
-                       escape(ex == o.stats.rejections.example.end() ? "" : ex->second));
+      b += fmt::format("<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td></tr>", escape(to_string(reason)),
+                       count, escape(ex == o.stats.rejections.example.end() ? "" : ex->second));
     }
     b += "</table></section>\n";
   }
@@ -856,169 +407,6 @@ std::string html_plan_report(const SearchOutcome& o, const ModelGraph& model, co
   return page(fmt::format("shardplan plan — {}", model.spec().name), b);
 }
 
-// ------------------------------------------------------------------------------------------- validation
-// report
-
-namespace {
-
-struct TermUnit {
-  double scale;
-  std::string unit;
-};
-TermUnit term_unit(const std::string& term) {
-  if (term.size() > 6 && term.compare(term.size() - 6, 6, "_bytes") == 0)
-    return {1.0 / static_cast<double>(kGiB), "GiB"};
-  if (term == "step_s") return {1.0, "s"};
-  if (term == "tokens_per_s_per_gpu") return {1.0, "tokens/s/GPU"};
-  if (term == "mfu") return {100.0, "%"};
-  return {1.0, ""};
-}
-
-/// About three significant digits, no more decimals than that needs.
-std::string readable(double v) {
-  const double a = std::abs(v);
-  return num(v, a >= 100 ? 0 : a >= 10 ? 1 : a >= 1 ? 2 : 3);
-}
-
-constexpr std::array<const char*, 8> kSourceColor = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
-                                                     "#b07aa1", "#76b7b2", "#edc948", "#9c755f"};
-
-/// A short source name: the part before the first ';' (e.g. "mosaicml/llm-foundry").
-std::string source_key(const std::string& s) {
-  std::string k = s.substr(0, s.find(';'));
-  if (k.size() > 48) k = k.substr(0, 45) + "...";
-  return k.empty() ? "unknown" : k;
-}
-
-std::string scatter(const std::string& term, const std::vector<const ValidationRow*>& rows,
-                    const std::map<std::string, std::size_t>& source_idx) {
-  const TermUnit u = term_unit(term);
-  double lo = 1e300, hi = -1e300;
-  for (const auto* r : rows)
-    for (double v : {r->predicted * u.scale, r->measured * u.scale})
-      if (v > 0) lo = std::min(lo, v), hi = std::max(hi, v);
-  if (!(hi > 0)) lo = 0.1, hi = 1;
-  const bool log = hi / lo > 20;
-  double d0 = log ? lo / 1.15 : 0, d1 = hi * 1.1;
-  svg::nice_range(d0, d1, 6, log);
-  const double W = 640, H = 470;
-  svg::Frame f;
-  f.area = {84, 30, W - 84 - 24, H - 30 - 62};
-  f.x = {d0, d1, f.area.x, f.area.right(), log};
-  f.y = {d0, d1, f.area.bottom(), f.area.y, log};
-  svg::Canvas c(W, H, "Predicted vs measured: " + term, "chart scatter");
-  c.text(f.area.x, 18, fmt::format("{}{}", term, log ? " (log-log)" : ""), "axis-title");
-  auto lab = [log](double v) { return log ? num(v, v < 1 ? 3 : v < 10 ? 1 : 0) : num(v, 2); };
-  const std::string unit = u.unit.empty() ? "" : " (" + u.unit + ")";
-  svg::axes(
-      c, f,
-      svg::Axis{"measured" + unit, log ? svg::log_ticks(d0, d1) : svg::nice_ticks(d0, d1, 6), lab, true},
-      svg::Axis{"predicted" + unit, log ? svg::log_ticks(d0, d1) : svg::nice_ticks(d0, d1, 6), lab, true});
-  // ±10 % band and y = x, sampled so they are right on either scale.
-  std::string band, upper, lower;
-  const int k = 48;
-  std::vector<double> xs, ys;
-  for (int i = 0; i <= k; ++i) {
-    const double t = static_cast<double>(i) / k;
-    const double x = log ? d0 * std::pow(d1 / d0, t) : d0 + (d1 - d0) * t;
-    xs.push_back(x);
-    ys.push_back(x);
-    upper += fmt::format("{}{} {}", i == 0 ? 'M' : 'L', num(f.x(x)),
-                         num(std::max(f.area.y, f.y(std::min(x * 1.1, d1)))));
-  }
-  for (int i = k; i >= 0; --i) {
-    const double x = xs[static_cast<std::size_t>(i)];
-    lower += fmt::format("L{} {}", num(f.x(x)), num(f.y(std::max(x * 0.9, d0))));
-  }
-  c.path(upper + lower + "Z", {}, "band", "±10 % of measured");
-  svg::polyline(c, f, xs, ys, "identity");
-  c.text(f.area.x + 8, f.area.y + 14, "line: predicted = measured; band: ±10 %", "tick-label");
-  c.open_group("points");
-  for (const auto* r : rows) {
-    const double x = r->measured * u.scale, y = r->predicted * u.scale;
-    if (!(x > 0) || !(y > 0) || !std::isfinite(x) || !std::isfinite(y)) continue;
-    const auto it = source_idx.find(source_key(r->source));
-    const std::size_t si =
-        it == source_idx.end() ? kSourceColor.size() - 1 : std::min(it->second, kSourceColor.size() - 1);
-    const double cx = std::clamp(f.x(x), f.area.x, f.area.right()),
-                 cy = std::clamp(f.y(y), f.area.y, f.area.bottom());
-    c.circle(cx, cy, 4.2, kSourceColor[si], "point",
-             fmt::format("{}: predicted {} measured {} {} ({:+.1f} %)", r->id, readable(y), readable(x),
-                         u.unit, 100 * r->rel_error()));
-  }
-  c.close_group();
-  return c.str();
-}
-
-}  // namespace
-
-std::string html_validate_report(const ValidationReport& v) {
-  std::string b;
-  b += "<h1>Validation: predicted vs measured</h1>";
-  b += "<p class=\"sub\">" +
-       escape(fmt::format("{} comparisons, {} record{} skipped", v.rows.size(), v.skipped.size(),
-                          v.skipped.size() == 1 ? "" : "s")) +
-       "</p>\n";
-  const auto summary = v.summary();
-  b +=
-      "<section><h2>Summary per term</h2><table class=\"summary\"><tr><th>term</th><th class=\"n\">n</th>"
-      "<th class=\"n\">median |error|</th><th class=\"n\">MAPE</th><th class=\"n\">worst |error|</th></tr>\n";
-  for (const auto& s : summary)
-    b += fmt::format(
-        "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{:.1f} %</td><td class=\"n\">{:.1f} %</td>"
-        "<td class=\"n\">{:.1f} %</td></tr>\n",
-        escape(s.term), s.n, 100 * s.median_abs, 100 * s.mape, 100 * s.worst_abs);
-  b += "</table></section>\n";
-
-  // Sources get stable colours by first appearance; more than the palette share the last colour.
-  std::map<std::string, std::size_t> source_idx;
-  std::vector<std::string> sources;
-  for (const auto& r : v.rows) {
-    const std::string k = source_key(r.source);
-    if (source_idx.emplace(k, sources.size()).second) sources.push_back(k);
-  }
-  std::vector<std::string> terms;
-  std::map<std::string, std::vector<const ValidationRow*>> by_term;
-  for (const auto& r : v.rows) {
-    if (by_term[r.term].empty()) terms.push_back(r.term);
-    by_term[r.term].push_back(&r);
-  }
-  if (!terms.empty()) {
-    b += "<section><h2>Predicted vs measured</h2><p class=\"sub\">Each point is one run; colour = source. ";
-    for (std::size_t i = 0; i < sources.size(); ++i) {
-      if (i + 1 == kSourceColor.size() && sources.size() > kSourceColor.size()) {
-        b += fmt::format("<span class=\"swatch-inline\" style=\"background:{}\"></span>{} other sources ",
-                         kSourceColor.back(), sources.size() - i);
-        break;
-      }
-      b += fmt::format("<span class=\"swatch-inline\" style=\"background:{}\"></span>{} &nbsp;",
-                       kSourceColor[i], escape(sources[i]));
-    }
-    b += "</p><div class=\"cols\">";
-    for (const auto& t : terms)
-      b += "<figure class=\"scatter\" style=\"width:640px\">" + scatter(t, by_term[t], source_idx) +
-           "</figure>";
-    b += "</div></section>\n";
-  }
-  b += "<section><h2>All comparisons</h2><table class=\"rows\"><tr><th>id</th><th>term</th><th "
-       "class=\"n\">predicted</th>"
-       "<th class=\"n\">measured</th><th class=\"n\">error</th></tr>\n";
-  for (const auto& r : v.rows) {
-    const TermUnit u = term_unit(r.term);
-    b += fmt::format(
-        "<tr><td>{}</td><td>{}</td><td class=\"n\">{} {}</td><td class=\"n\">{} {}</td><td "
-        "class=\"n\">{:+.1f} %</td></tr>\n",
-        escape(r.id), escape(r.term), readable(r.predicted * u.scale), escape(u.unit),
-        readable(r.measured * u.scale), escape(u.unit), 100 * r.rel_error());
-  }
-  b += "</table></section>\n";
-  if (!v.skipped.empty()) {
-    b += "<section><h2>Skipped records</h2><table class=\"skipped\"><tr><th>id</th><th>reason</th></tr>";
-    for (const auto& s : v.skipped)
-      b += "<tr><td>" + escape(s.id) + "</td><td>" + escape(s.reason) + "</td></tr>";
-    b += "</table></section>\n";
-  }
-  return page("shardplan validate", b);
-}
+// ------------------------------------------------------------------------------------------- compare
 
 }  // namespace shardplan

@@ -23,6 +23,12 @@ std::string html_simulate_report(const Result& r, const ReportInputs& in);
 /// memory and Gantt charts from the detail run the search keeps for it (nothing is re-simulated here).
 std::string html_plan_report(const SearchOutcome& o, const ModelGraph& model, const Cluster& cluster);
 
+/// `shardplan compare`: the plans side by side (what differs, memory, OOM probability, time, warnings), bars
+/// of tokens/s and memory per plan, and each plan's timeline (detail runs: the whole step for pipeline
+/// plans).
+std::string html_compare_report(const std::vector<Result>& results, const std::vector<std::string>& labels,
+                                const std::vector<std::string>& arguments, const ReportInputs& in);
+
 /// Predicted vs measured, one scatter per term (log-log where the values span a wide range), with y = x and
 /// ±10 % bands; the summary and the per-row table.
 std::string html_validate_report(const ValidationReport& v);

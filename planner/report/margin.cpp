@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "planner/report/evidence.hpp"
 #include "planner/validate.hpp"
 
 namespace shardplan {
@@ -41,14 +42,32 @@ double default_headroom(const ValidationReport& v) {
   return std::ceil(100 * worst_under - 1e-9) / 100;
 }
 
+std::string format_probability(double p) {
+  if (p < 0.0001) return "< 0.01 %";
+  if (p > 0.9999) return "> 99.99 %";
+  return p < 0.01 ? fmt::format("{:.2f} %", 100 * p) : fmt::format("{:.1f} %", 100 * p);
+}
+
 std::string margin_statement(const Result& r) {
   const auto& e = kReservedMemoryError;
   return fmt::format(
       "{} with {:.1f} % headroom ({:.2f} GiB); the reserved-memory prediction's error has been <= {:.1f} % "
-      "(median {:.1f} %) in {} measured runs: {} risk of running out of memory",
+      "(median {:.1f} %) in {} measured runs: {} risk of running out of memory (probability {})",
       r.fits ? "fits" : "does not fit", 100 * headroom_fraction(r),
       static_cast<double>(r.headroom_bytes()) / static_cast<double>(kGiB), 100 * e.worst_abs,
-      100 * e.median_abs, e.runs, risk(r));
+      100 * e.median_abs, e.runs, risk(r), format_probability(oom_probability(r)));
+}
+
+Json oom_model_json(const Result& r) {
+  const OomModel m = oom_model(builtin_evidence(), r.plan);
+  return {{"runs", m.runs},
+          {"regime", m.regime},
+          {"regime_runs", m.regime_runs},
+          {"regime_weight", m.regime_runs / (m.regime_runs + kRegimePoolingRuns)},
+          {"bandwidth", m.bandwidth},
+          {"method",
+           "P(reserved > capacity - runtime overhead): kernel-smoothed CDF of the measured reserved-memory "
+           "errors at predicted / room - 1, the plan's regime weighted in (docs/model.md)"}};
 }
 
 Json margin_json(const Result& r) {
@@ -58,6 +77,8 @@ Json margin_json(const Result& r) {
           {"error",
            {{"term", e.term}, {"runs", e.runs}, {"median_abs", e.median_abs}, {"worst_abs", e.worst_abs}}},
           {"risk", risk(r)},
+          {"oom_probability", oom_probability(r)},
+          {"oom_model", oom_model_json(r)},
           {"statement", margin_statement(r)}};
 }
 

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "planner/report/evidence.hpp"
 #include "planner/report/margin.hpp"
 
 namespace shardplan {
@@ -94,60 +95,63 @@ Json report_json(const Result& r, const ReportInputs& in) {
         {"count", c.count}};
   }
   const auto& cl = in.cluster->spec();
-  Json out = {
-      {"schema", "shardplan.report/1"},
-      {"inputs",
-       {{"model",
-         {{"name", spec.name}, {"parameters", in.model->parameters()}, {"spec", model_spec_to_json(spec)}}},
-        {"cluster",
-         {{"name", cl.name},
-          {"gpu", cl.gpu.model},
-          {"gpu_memory_bytes", cl.gpu.memory_bytes},
-          {"gpus_per_node", cl.node.gpus}}},
-        {"gpus", in.cluster->gpus()},
-        {"calibration", in.calibration.empty() ? Json(nullptr) : Json(in.calibration)}}},
-      {"plan", plan_to_json(r.plan)},
-      {"fits", r.fits},
-      {"memory",
-       {{"persistent_bytes", r.persistent_bytes},
-        {"persistent",
-         {{"params", r.persistent_split[0]},
-          {"grads", r.persistent_split[1]},
-          {"optimizer", r.persistent_split[2]}}},
-        {"peak_bytes", r.peak_bytes},
-        {"peak_reserved_bytes", r.peak_reserved_bytes},
-        {"first_step_peak_bytes", r.first_step_peak_bytes},
-        {"runtime_overhead_bytes", r.overhead.total()},
-        {"runtime_overhead",
-         {{"cuda_context", r.overhead.cuda_context_bytes}, {"nccl", r.overhead.nccl_bytes}}},
-        {"capacity_bytes", r.capacity_bytes},
-        {"headroom_bytes", r.headroom_bytes()},
-        {"host_bytes_per_node", r.host_bytes_per_node},
-        {"host_capacity_bytes", r.host_capacity_bytes},
-        {"peak_phase", r.peak_phase},
-        {"margin", margin_json(r)},
-        {"peak_time_s", r.peak_time_s},
-        {"breakdown", breakdown},
-        {"allocator",
-         {{"mode", to_string(r.allocator.mode)},
-          {"replayed", r.allocator.replayed},
-          {"peak_allocated_bytes", r.allocator.peak_allocated_bytes},
-          {"peak_reserved_bytes", r.allocator.peak_reserved_bytes},
-          {"fragmentation_bytes", r.allocator.fragmentation_bytes},
-          {"reserved_peak_phase", r.allocator.reserved_peak_phase},
-          {"segments", r.allocator.segments},
-          {"device_allocs", r.allocator.device_allocs},
-          {"alloc_retries", r.allocator.alloc_retries},
-          {"oom", r.allocator.oom}}}}},
-      {"time",
-       {{"step_s", r.step_s},
-        {"compute_s", r.compute_s},
-        {"exposed_comm_s", r.exposed_comm_s},
-        {"optimizer_s", r.optimizer_s},
-        {"tokens_per_s_per_gpu", r.tokens_per_s_per_gpu},
-        {"mfu", r.mfu},
-        {"model_flops_per_token", r.model_flops_per_token}}},
-      {"comm", comm}};
+  Json out = {{"schema", "shardplan.report/1"},
+              {"inputs",
+               {{"model",
+                 {{"name", spec.name},
+                  {"parameters", in.model->parameters()},
+                  {"checkpoint_bytes", in.model->checkpoint_bytes()},
+                  {"spec", model_spec_to_json(spec)}}},
+                {"cluster",
+                 {{"name", cl.name},
+                  {"gpu", cl.gpu.model},
+                  {"gpu_memory_bytes", cl.gpu.memory_bytes},
+                  {"gpus_per_node", cl.node.gpus}}},
+                {"gpus", in.cluster->gpus()},
+                {"calibration", in.calibration.empty() ? Json(nullptr) : Json(in.calibration)}}},
+              {"plan", plan_to_json(r.plan)},
+              {"fits", r.fits},
+              {"memory",
+               {{"persistent_bytes", r.persistent_bytes},
+                {"persistent",
+                 {{"params", r.persistent_split[0]},
+                  {"grads", r.persistent_split[1]},
+                  {"optimizer", r.persistent_split[2]}}},
+                {"peak_bytes", r.peak_bytes},
+                {"peak_reserved_bytes", r.peak_reserved_bytes},
+                {"first_step_peak_bytes", r.first_step_peak_bytes},
+                {"runtime_overhead_bytes", r.overhead.total()},
+                {"runtime_overhead",
+                 {{"cuda_context", r.overhead.cuda_context_bytes}, {"nccl", r.overhead.nccl_bytes}}},
+                {"capacity_bytes", r.capacity_bytes},
+                {"headroom_bytes", r.headroom_bytes()},
+                {"host_bytes_per_node", r.host_bytes_per_node},
+                {"host_capacity_bytes", r.host_capacity_bytes},
+                {"peak_phase", r.peak_phase},
+                {"margin", margin_json(r)},
+                {"peak_time_s", r.peak_time_s},
+                {"breakdown", breakdown},
+                {"allocator",
+                 {{"mode", to_string(r.allocator.mode)},
+                  {"replayed", r.allocator.replayed},
+                  {"peak_allocated_bytes", r.allocator.peak_allocated_bytes},
+                  {"peak_reserved_bytes", r.allocator.peak_reserved_bytes},
+                  {"fragmentation_bytes", r.allocator.fragmentation_bytes},
+                  {"reserved_peak_phase", r.allocator.reserved_peak_phase},
+                  {"segments", r.allocator.segments},
+                  {"device_allocs", r.allocator.device_allocs},
+                  {"alloc_retries", r.allocator.alloc_retries},
+                  {"oom", r.allocator.oom}}}}},
+              {"time",
+               {{"step_s", r.step_s},
+                {"compute_s", r.compute_s},
+                {"exposed_comm_s", r.exposed_comm_s},
+                {"optimizer_s", r.optimizer_s},
+                {"tokens_per_s_per_gpu", r.tokens_per_s_per_gpu},
+                {"mfu", r.mfu},
+                {"model_flops_per_token", r.model_flops_per_token}}},
+              {"comm", comm},
+              {"warnings", evidence_warnings(r, spec, cl)}};
   if (r.pipeline) add_pipeline_json(*r.pipeline, out);
   if (r.plan.cp > 1 || r.plan.ep > 1) out["parallelism"] = parallelism_json(r);
   return out;
@@ -220,6 +224,9 @@ std::string report_text(const Result& r, const ReportInputs& in, bool with_time)
     }
   }
   s += pipeline_text;
+  // Where the prediction leaves the measured evidence (`memory` prints no time, so none of its warnings).
+  for (const auto& w : evidence_warnings(r, in.model->spec(), in.cluster->spec()))
+    if (with_time || w.rfind("time:", 0) != 0) s += "warning: " + w + "\n";
   return s;
 }
 

@@ -333,6 +333,49 @@ std::size_t gantt_row(Canvas& c, const Frame& f, double y, double h, std::string
   return drawn;
 }
 
+double share_bars(Canvas& c, const Frame& f, double y, double h,
+                  const std::vector<std::pair<double, double>>& intervals, std::string_view cls,
+                  std::string_view tooltip) {
+  const auto cols = static_cast<std::size_t>(std::max(1.0, std::ceil(f.area.w)));
+  std::vector<double> cover(cols, 0.0);  // pixels of each column covered
+  for (auto [a, b] : intervals) {
+    double x0 = std::clamp(f.x(a) - f.area.x, 0.0, static_cast<double>(cols));
+    const double x1 = std::clamp(f.x(b) - f.area.x, 0.0, static_cast<double>(cols));
+    while (x0 < x1) {
+      const auto col = std::min(cols - 1, static_cast<std::size_t>(std::floor(x0)));
+      const double edge = std::min(x1, static_cast<double>(col + 1));
+      cover[col] += edge - x0;
+      x0 = edge;
+    }
+  }
+  double covered_px = 0;
+  std::size_t run = 0, run_start = 0;  // a run of fully covered columns
+  // Widths to 1/1000 px (Canvas::rect rounds to 0.1 px, which would drop the sub-pixel bars this draws).
+  const std::string tip = tooltip.empty() ? "" : "<title>" + escape(tooltip) + "</title>";
+  auto bar = [&](double x, double w) {
+    c.raw(fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"{}\">{}</rect>", num(x, 3),
+                      num(y), num(w, 3), num(h), escape(cls), tip));
+  };
+  auto flush = [&] {
+    if (run) bar(f.area.x + static_cast<double>(run_start), static_cast<double>(run));
+    run = 0;
+  };
+  for (std::size_t col = 0; col < cols; ++col) {
+    const double w = std::min(1.0, cover[col]);
+    covered_px += w;
+    if (w >= 1.0 - 1e-9) {
+      if (!run) run_start = col;
+      ++run;
+      continue;
+    }
+    flush();
+    if (w > 0) bar(f.area.x + static_cast<double>(col), w);
+  }
+  flush();
+  const double px_per_unit = f.area.w / (f.x.d1 - f.x.d0);
+  return px_per_unit > 0 ? covered_px / px_per_unit : 0.0;
+}
+
 double legend(Canvas& c, double x, double y, double max_w, const std::vector<LegendItem>& items) {
   c.open_group("legend");
   double cx = x, cy = y;

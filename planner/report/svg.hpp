@@ -120,6 +120,15 @@ struct Span {
 std::size_t gantt_row(Canvas& c, const Frame& f, double y, double h, std::string_view name,
                       std::vector<Span> spans, std::string_view row_cls = "gantt-row", double min_px = 1.5);
 
+/// Intervals at their true share of each pixel column: per column of the frame one bar at the column's left
+/// edge, as wide as the part of the column the intervals cover (columns covered throughout are merged into
+/// one bar), in pixel rows [y, y + h]. The bars' widths sum to the intervals' total length on the x scale
+/// (unlike gantt_row, which widens sub-pixel bars to be seen): a lane of many tiny spans looks as covered as
+/// it is. `intervals` are in data units of f.x, non-overlapping. Returns the covered length in data units.
+double share_bars(Canvas& c, const Frame& f, double y, double h,
+                  const std::vector<std::pair<double, double>>& intervals, std::string_view cls,
+                  std::string_view tooltip);
+
 struct LegendItem {
   std::string name, color;
   std::string cls;  ///< optional extra class on the swatch (e.g. a hatch)

@@ -10,12 +10,14 @@ the arguments accepted and the error messages are the CLI's; every failure raise
     >>> r["fits"], r["memory"]["peak_reserved_bytes"]
 """
 
+import difflib as _difflib
+import keyword as _keyword
 import json as _json
 import os as _os
 
 from . import _shardplan
 
-__all__ = ["Error", "memory", "simulate", "plan", "validate", "command_line"]
+__all__ = ["Error", "memory", "simulate", "plan", "validate", "compare", "command_line"]
 __version__ = "0.1.0"
 
 
@@ -68,7 +70,15 @@ def _arguments(command, args, kwargs):
             raise Error("--json: the module returns the JSON document; leave --json out")
         if value is None:
             continue
-        name, positional, takes_value, _ = table.get(key, ("--" + key, False, True, False))
+        if key not in table:
+            # The CLI would refuse the flag; say so in Python's spelling, with the closest keyword.
+            python_names = sorted(k.replace("-", "_") + ("_" if _keyword.iskeyword(k) else "") for k in table)
+            spelled = str(raw_key)
+            close = _difflib.get_close_matches(spelled.replace("-", "_").strip("_"), python_names, n=1, cutoff=0.6)
+            raise Error("%s: unexpected keyword argument %r; %s"
+                        % (command, spelled, "did you mean %r?" % close[0] if close
+                           else "the keywords are " + ", ".join(python_names)))
+        name, positional, takes_value, _ = table[key]
         values = list(value) if isinstance(value, (list, tuple)) else [value]
         for v in values:
             if positional:
@@ -134,3 +144,16 @@ def validate(*records, **kwargs):
     if records:
         kwargs["records"] = list(records) + list(kwargs.get("records") or [])
     return _run_json("validate", args, kwargs)
+
+
+def compare(*plans, **kwargs):
+    """Several plans side by side: ``shardplan compare ... -- PLAN...`` as a dict (``shardplan.compare/1``).
+
+    ``plans`` are plan knobs (``"tp=2 ac=full compile"``), CLI flags (``"--tp 2 --ac full"``), report JSON files
+    or framework configs; a dict as the first argument holds keyword arguments, as for the others."""
+    args = None
+    if plans and isinstance(plans[0], dict):
+        args, plans = plans[0], plans[1:]
+    if plans:
+        kwargs["plans"] = list(plans) + list(kwargs.get("plans") or [])
+    return _run_json("compare", args, kwargs)

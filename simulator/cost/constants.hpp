@@ -41,6 +41,9 @@ struct ComputeConstants {
   double fp8_rowwise_ratio = 0.55;      // 5 H100 pairs: mean 0.071, worst 0.114
   /// Share of the TP collectives' time left exposed by async TP; fitted on torchtitan's async/plain TP pairs.
   double async_tp_exposed = 0.55;  // 6 H100 async/plain pairs: mean |log speed-up error| 0.023, worst 0.059
+  /// The share of a pass's TP collectives that blocks the compute stream: all of it, async_tp_exposed with
+  /// async TP (Lowering::tp_collectives; the pipeline step's per-micro-batch view).
+  double tp_exposed_share(bool async_tp) const { return async_tp ? async_tp_exposed : 1.0; }
   /// Host (CPU) optimizer: achieved / nominal DRAM bandwidth of DeepSpeed's AVX-512 CPUAdam and torch's CPU
   /// AdamW. ZeRO-Offload reports CPU Adam at 6x PyTorch's CPU Adam and near memory bandwidth (Ren et al.
   /// 2021, arXiv:2101.06840, §5.1, Table 2); taken as 0.5 of nominal (STREAM on two-socket servers reaches

@@ -17,7 +17,7 @@ const char* to_string(MemCategory c) {
 
 Bytes allocator_round(Bytes b) {
   if (b <= 0) return b == 0 ? 0 : -allocator_round(-b);
-  Bytes r = (b + 511) / 512 * 512;
+  Bytes r = allocation_bytes(b);
   if (r >= 10 * kMiB) r = (r + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
   return r;
 }

@@ -150,7 +150,18 @@ struct Timeline {
   }
 };
 
-/// Rounds one allocation the way the PyTorch CUDA caching allocator does (512 B; >= 10 MiB to 2 MiB).
+/// The CUDA caching allocator's request rounding, the one definition every room uses (kMinBlockSize,
+/// c10/cuda/CUDACachingAllocator.cpp, torch 2.15).
+inline constexpr Bytes kAllocationQuantumBytes = 512;
+/// Bytes one request takes from the caching allocator (round_size without roundup_power2_divisions, the
+/// default: requests below 512 B take 512, others round up to a multiple of 512); 0 for 0 (no allocation).
+inline constexpr Bytes allocation_bytes(Bytes request_bytes) {
+  return request_bytes <= 0 ? 0
+                            : (request_bytes + kAllocationQuantumBytes - 1) / kAllocationQuantumBytes *
+                                  kAllocationQuantumBytes;
+}
+/// The walk's estimate of what one allocation takes from the allocator's segments: allocation_bytes, and from
+/// 10 MiB up a whole 2 MiB multiple (large segments); negative for a free.
 Bytes allocator_round(Bytes request_bytes);
 
 /// Runs the program. `initial` holds bytes already allocated per category (persistent state) in pool 0.

@@ -157,10 +157,11 @@ std::int32_t Lowering::unit_collective(std::uint8_t lane, CommKind kind, double 
   return out_.program.add(t);
 }
 
-std::int32_t Lowering::tp_collectives(int u, int mb, bool backward, double ag_s, double rs_s, int n_ag,
-                                      int n_rs, double ag_bytes, double rs_bytes) {
+std::int32_t Lowering::tp_collectives(int u, int mb, bool backward, const TpPass& pass) {
+  const double ag_s = pass.ag_s, rs_s = pass.rs_s, ag_bytes = pass.ag_bytes, rs_bytes = pass.rs_bytes;
+  const int n_ag = pass.n_ag, n_rs = pass.n_rs;
   if (ag_s + rs_s <= 0) return -1;
-  const double exposed_share = p_.async_tp ? K_.async_tp_exposed : 1.0;
+  const double exposed_share = K_.tp_exposed_share(p_.async_tp);
   auto& ag = out_.comm[static_cast<int>(CommKind::kTpAllGather)];
   auto& rs = out_.comm[static_cast<int>(CommKind::kTpReduceScatter)];
   ag.bytes_per_rank += busbw_factor(CollectiveKind::kAllGather, p_.tp) * ag_bytes;

@@ -1,7 +1,8 @@
 // The lowering's working state (internal to simulator/lowering*.cpp): one Lowering per plan walks the step in
 // CPU issue order and appends tasks and memory effects to the Program. lowering.cpp holds the step's order
-// (forward, backward, optimizer, the loss's tensors); lowering_comm.cpp the parameter gathers, gradient
-// reductions, tensor- parallel collectives and offload copies.
+// (forward, optimizer, the loss's tensors); lowering_backward.cpp the backward; lowering_comm.cpp the
+// parameter gathers, gradient reductions, tensor- parallel collectives and offload copies;
+// lowering_tensors.cpp what each allocation is made of.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -76,9 +77,6 @@ class Lowering {
     /// The shards of the parameters whose gradients the unit's post-backward reduces: params_shard, but of
     /// an FSDP2 tied group (SimUnit::tied_peer) only the unit's own parameters.
     Span reduced_shard;
-    /// Per layer i of the unit, its saved tensors (`saved`, split by layer) and what selective AC drops of
-    /// the no-AC saved set: layer_spans_[first_layer_span + 2i] and [... + 2i + 1].
-    std::uint32_t first_layer_span = 0;
   };
   void build_tensor_lists();
   void add_run(Span& s, double weight, int count = 1);
@@ -173,10 +171,8 @@ class Lowering {
   /// Adds the TP collectives of one pass of unit `u` before its compute task and returns the task the compute
   /// must wait for (-1 if none). The GEMMs need the all-gathered input, so the blocking share runs while the
   /// compute stream waits (exposed); async TP hides the rest behind the GEMMs (a task that runs alongside the
-  /// compute). `ag_s` / `rs_s` are one pass's all-gather and reduce-scatter time; `n_ag` / `n_rs` how many
-  /// collectives they are; `ag_bytes` / `rs_bytes` their buffer bytes.
-  std::int32_t tp_collectives(int u, int mb, bool backward, double ag_s, double rs_s, int n_ag, int n_rs,
-                              double ag_bytes, double rs_bytes);
+  /// compute). `pass`: the pass's all-gather and reduce-scatter times, counts and buffer bytes (tp_pass).
+  std::int32_t tp_collectives(int u, int mb, bool backward, const TpPass& pass);
 
   // ---- context and expert parallelism (lowering_cp_ep.cpp) ----
   /// Adds the unit's ring-attention exchange and MoE all-to-alls of one pass after `gate` (the TP gate, or
@@ -189,15 +185,59 @@ class Lowering {
   /// Allocates unit `u`'s saved activations of one forward (group act_id_) and, in eager mode, the layers'
   /// forward transients around them (docs/model.md "Eager forward transients"); returns the group.
   std::int32_t forward_activations(int u);
-  /// Whether the forward's eager transients are lowered: eager PyTorch module code (not torch.compile, not
-  /// Megatron-core's fused Transformer Engine kernels) and a unit with layers that have them.
-  bool eager_transients(const SimUnit& un) const;
-  /// What an eager block layer's forward makes of its no-AC saved set and frees while it runs, for `tokens`:
-  /// under full AC all of it, under selective AC what the policy drops, without AC nothing.
-  double dropped_bytes(const Layer& l, double tokens) const;
+  /// This rank's tokens of one micro-batch (seq / cp of each sequence).
+  double act_tokens() const { return static_cast<double>(p_.mbs) * static_cast<double>(p_.seq) / p_.cp; }
+  /// Whether the forward is lowered tensor by tensor in the eager order (eager PyTorch module code; not
+  /// torch.compile, whose order and temporaries are inductor's, nor Megatron-core's fused Transformer Engine
+  /// kernels).
+  bool eager_forward() const { return !p_.compile && p_.runtime != Runtime::kMegatron; }
+  /// The unit's saved tensors as the lists give them (UnitTensors::saved) and, under full AC, one block's
+  /// recomputed ones (UnitTensors::recompute).
+  void activation_spans(int u);
+  /// One step of the eager forward's activation walk: a saved tensor (into the unit's group, or the next
+  /// unit's: the input it makes), or a dropped tensor allocated / freed (slot: its index among them).
+  struct ActEvent {
+    enum class Kind : std::uint8_t { kSaved, kNextSaved, kAlloc, kFree } kind;
+    Bytes bytes;
+    std::int32_t slot;
+  };
+  /// Unit u's eager forward walk (computed once per lowering; docs/model.md "Eager forward transients").
+  const std::vector<ActEvent>& forward_events(int u);
 
-  // ---- backward ----
+  // ---- backward (lowering_backward.cpp) ----
   void backward(int mb, bool last_mb);
+  /// What one backward carries from unit to unit.
+  struct BackwardStep {
+    int mb = 0;
+    bool sync = true;  ///< gradients are reduced in this micro-batch (not under no-sync accumulation)
+    double grad_bytes_per_elem = 0;
+    double bucket_acc = 0;       ///< Megatron: elements of the grad-buffer bucket being filled
+    std::vector<int> bucket_of;  ///< Megatron: each unit's grad-buffer bucket
+  };
+  /// One unit's backward, from stage to stage.
+  struct UnitBackward {
+    int u = 0;
+    bool regather = false;   ///< FSDP2's grouped head: gathered again for the norm's backward
+    std::int32_t task = -1;  ///< the compute task
+    Bytes ugrad = 0;         ///< autograd's unsharded gradients (.grad), compute dtype
+    Bytes emb_extra = 0;     ///< TP: the embedding's Partial gradient beyond its vocab shard
+    std::int32_t emb_extra_id = -1, loss_grad = -1;
+  };
+  /// Megatron: the reduction of the grad-buffer bucket `b` once it is full, after `after`.
+  void reduce_bucket(BackwardStep& st, std::int32_t after, int b);
+  /// The all-gathers ahead of unit `u`'s backward (FSDP's backward prefetch), after `after`.
+  void backward_prefetch(int u, int mb, std::int32_t after);
+  /// Unit u's parameters gathered for its backward and the next units prefetched; returns what its compute
+  /// waits for.
+  std::int32_t backward_gather(UnitBackward& ub, const BackwardStep& st);
+  /// The TP / CP / EP collectives and the compute task of unit u's backward (and recomputation).
+  std::int32_t backward_compute(int u, int mb, std::int32_t ready);
+  /// Unit u's backward memory: its recomputation, the loss's backward, the workspace, the saved tensors
+  /// consumed and the unsharded gradients written.
+  void backward_memory(UnitBackward& ub, BackwardStep& st, std::int32_t ready);
+  /// The post-backward: reshard, then reduce the unit's gradients (reduce-scatter, grad-buffer bucket or
+  /// all-reduce).
+  void post_backward(UnitBackward& ub, BackwardStep& st);
 
   void reduce_scatter(int u, int mb, Bytes ugrad, double grad_bytes_per_elem);
 
@@ -231,10 +271,13 @@ class Lowering {
   std::vector<std::pair<std::int32_t, Bytes>> grad_groups_;  ///< freed by zero_grad
   std::vector<Run> runs_;
   std::vector<UnitTensors> ut_;
-  /// Per unit, the planner walk's forward transient over the saved group (forward_activations), once known.
-  std::vector<Bytes> fwd_extra_;
-  std::vector<Span>
-      layer_spans_;             ///< per layer of every unit: saved, dropped (UnitTensors::first_layer_span)
+  /// Per unit, its forward walk (forward_events, empty until computed) and the bytes of its saved group the
+  /// previous unit allocated (its first layer's input, made by the previous unit's last residual add).
+  std::vector<std::vector<ActEvent>> fwd_events_;
+  std::vector<Bytes> fwd_pre_;
+  std::vector<char> fwd_events_done_;
+  /// The group of the next unit's saved tensors, begun by this unit's walk (-1: none).
+  std::int32_t next_act_group_ = -1;
   Span all_local_, all_shard_;  ///< every parameter of the model: TP-local / as sharded (flat: per unit)
   Span optimizer_params_;       ///< the tensors the optimizer steps: one per parameter, or flat partitions
   std::vector<std::int32_t> limiter_queue_;  ///< what the gather limiter waits on, in issue order

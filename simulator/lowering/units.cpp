@@ -2,14 +2,19 @@
 // docs/model.md "Float8", tensor parallelism §2.1).
 #include "simulator/lowering/units.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/checked.hpp"
 #include "simulator/cost/cost.hpp"
+#include "simulator/lowering/units_stages.hpp"
 #include "simulator/memory/memory.hpp"
 #include "simulator/parallel/parallel.hpp"
 
 namespace shardplan {
+
+using detail::UnitContext;
+using detail::UnitSums;
 
 namespace {
 void add_cp_cost(SimUnit& u, const CpLayerCost& c) {
@@ -29,27 +34,35 @@ void add_ep_cost(SimUnit& u, const EpLayerCost& c) {
 }
 }  // namespace
 
-void build_units(const ModelGraph& model, const Cluster& cluster, const CostModel& costs, const Plan& p,
-                 const RuntimeTraits& rt, std::vector<SimUnit>& units) {
-  units.clear();
-  const auto& s = model.spec();
-  // FSDP shards the dense parameters over dp_shard x cp and one EP rank's experts over dp_shard x cp / ep
-  // (torchtitan's fsdp and efsdp meshes); with cp = ep = 1 both are the shard group.
-  const int t = p.tp, F = p.fsdp_ranks(), Fe = p.efsdp_ranks();
-  const bool ep = p.ep > 1;
-  const bool fp32 = p.precision == Precision::kFp32;
-  const double bc = p.compute_bytes();
-  // Tokens of one micro-batch on this rank: context parallelism gives each rank seq / cp of every sequence.
-  const double T = static_cast<double>(p.mbs) * static_cast<double>(p.seq) / p.cp;
-  const double rep_div = sequence_parallel_divisor(p);
-  const auto& K = costs.constants();
-  const double fp8_ratio = p.fp8 == Fp8::kRowwise ? K.fp8_rowwise_ratio : K.fp8_tensorwise_ratio;
-  const GroupView tpg = cluster.group(t, 1);
-  CollectiveMemo coll(costs);  // every block unit repeats the same TP collectives
-  const double f_local = static_cast<double>(s.ffn_hidden) / t;
+TpPass tp_pass(const SimUnit& u, bool backward, bool recompute) {
+  TpPass t;
+  if (!backward) {
+    t.ag_s = u.tp_fwd_ag_s;
+    t.rs_s = u.tp_fwd_s - u.tp_fwd_ag_s;
+    t.n_ag = u.tp_ag_count;
+    t.n_rs = u.tp_rs_count;
+    t.ag_bytes = u.tp_ag_bytes;
+    t.rs_bytes = u.tp_rs_bytes;
+    return t;
+  }
+  t.ag_s = u.tp_bwd_ag_s + (recompute ? u.tp_fwd_ag_s : 0.0);
+  t.rs_s = (u.tp_bwd_s - u.tp_bwd_ag_s) + (recompute ? u.tp_fwd_s - u.tp_fwd_ag_s : 0.0);
+  t.n_ag = u.tp_rs_count + (recompute ? u.tp_ag_count : 0);
+  t.n_rs = u.tp_ag_count + (recompute ? u.tp_rs_count : 0);
+  t.ag_bytes = u.tp_rs_bytes + (recompute ? u.tp_ag_bytes : 0.0);
+  t.rs_bytes = u.tp_ag_mirror_bytes + (recompute ? u.tp_rs_bytes : 0.0);
+  return t;
+}
 
-  // Partition layers into units: the embedding unit, one unit per `wrap` blocks, and the head unit (from the
-  // final norm on). Names are for reports only.
+namespace {
+
+/// Partitions the layers into units: the embedding unit, one unit per `wrap` blocks, and the head unit (from
+/// the final norm on). Names are for reports only. Returns whether FSDP2 runs a group of several blocks per
+/// module (each block a unit of its own whose gather brings the whole group).
+bool partition_units(const UnitContext& c, std::vector<SimUnit>& units) {
+  const ModelGraph& model = c.model;
+  const Plan& p = c.p;
+  const RuntimeTraits& rt = c.rt;
   units.reserve(model.order().size() + 2);
   auto new_unit = [&](std::string name) {
     units.emplace_back();
@@ -85,308 +98,332 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
     if (l->kind == LayerKind::kLoss) cur->has_loss = true;
   }
 
-  for (std::size_t ui = 0; ui < units.size(); ++ui) {
-    SimUnit& u = units[ui];
-    std::int64_t flat = 0, fp8_shard = 0, expert_flat = 0;
-    double gemm = 0, attn = 0, elem = 0, act_none = 0, act_sel = 0, act_full = 0;
-    double score_fwd = 0, score_bwd = 0;            // materialised attention cores (attention_core.cpp)
-    double cast_fwd_bytes = 0, cast_bwd_bytes = 0;  // float8 scaling and casting of the linears' operands
-    for (const Layer* l : u.layers) {
-      // torchao converts the blocks' dense linear layers; embedding, LM head, attention core and MoE experts
-      // stay.
-      const bool fp8_layer = p.fp8 != Fp8::kNone && l->block >= 0 &&
-                             (l->kind == LayerKind::kAttention || l->kind == LayerKind::kMlp);
-      const bool cast_by_autocast = l->kind != LayerKind::kEmbedding &&
-                                    l->kind != LayerKind::kPositionEmbedding && l->kind != LayerKind::kNorm &&
-                                    l->kind != LayerKind::kFinalNorm;
-      if (l->kind == LayerKind::kLmHead && s.tied_embeddings)
-        u.autocast_copy_elems +=
-            (static_cast<std::int64_t>(s.vocab) + t - 1) / t *
-            static_cast<std::int64_t>(s.hidden);  // the tied weight, vocab-parallel under TP
-      // Identical tensors (a MoE layer's experts) as one group times its count: the same sums.
-      l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
-        const std::int64_t n = tp_local_rows(ten, t) * tp_local_cols(ten, t) * count;
-        if (cast_by_autocast) u.autocast_copy_elems += ep && ten.expert ? n / p.ep : n;
-        if (ep && ten.expert) {  // summed over all experts here, this rank's experts / ep after the loop
-          u.expert_elems += n;
-          if (rt.padding == Padding::kFlatUnit)
-            expert_flat += n;
-          else
-            u.expert_shard_elems += tensor_shard_elems(ten, t, Fe, rt.padding) * count;
-          return;
-        }
-        u.elems += n;
+  return per_module_groups;
+}
+
+/// Transformer Engine (v1.8,
+/// transformer_engine/pytorch/module/{linear,layernorm_linear,layernorm_mlp,base}.py) under delayed scaling,
+/// the float8 cast bytes of one GEMM (X input, Y output-gradient, W weight elements): the amax is an output
+/// of the cast kernel (no amax pass) and operands are cast with their transposes in one kernel
+/// (fp8_cast_transpose_fused: read 2, write 2). Inputs: the column-parallel ones come in fp8 out of TE's
+/// fused LayerNorm (LayerNormLinear / LayerNormMLP), the MLP's second out of its fused activation, and
+/// backward transposes each for wgrad (tex.fp8_transpose: read 1, write 1); the attention output projection's
+/// input is cast with its transpose (4 bytes; with sequence parallelism cast alone, 3, and transposed in
+/// backward, 2). Output gradients: cast with the transpose (grad_output_preprocess, 4 bytes), except the
+/// MLP's first GEMM's under GELU, fused into the activation's backward
+/// (fp8_cast_transpose_bgrad_dgelu_fused). Weights: cast with their transposes once per step: Megatron-core
+/// (core_r0.8.0 transformer/custom_layers/transformer_engine.py) passes is_first_microbatch and TE's
+/// get_fp8_workspace updates its cached fp8 weight only then.
+void te_fp8_cast_bytes(UnitSums& m, const Layer& l, const ModelSpec& s, bool shared, int t, double X,
+                       double Y, double W) {
+  const bool proj_input = !shared && l.kind == LayerKind::kAttention;
+  const bool gelu_fused = shared && l.kind == LayerKind::kMlp && s.mlp == MlpKind::kGelu;
+  m.cast_fwd_bytes += proj_input ? (t > 1 ? 3 : 4) * X : 0.0;
+  m.cast_bwd_bytes += (gelu_fused ? 0.0 : 4 * Y) + (proj_input && t == 1 ? 0.0 : 2 * X);
+  m.cast_first_mb_bytes += 4 * W;
+}
+
+/// One pass over the unit's layers: parameter and shard elements, GEMM / attention / elementwise time, float8
+/// casts, and the activations saved per AC mode.
+UnitSums unit_layers(UnitContext& c, SimUnit& u) {
+  const auto& s = c.s;
+  const Plan& p = c.p;
+  const RuntimeTraits& rt = c.rt;
+  const CostModel& costs = c.costs;
+  const int t = c.t, F = c.F, Fe = c.Fe;
+  const bool ep = c.ep, fp32 = c.fp32;
+  const double T = c.T, rep_div = c.rep_div, fp8_ratio = c.fp8_ratio, bc = c.bc;
+  UnitSums m;
+  std::int64_t &flat = m.flat, &fp8_shard = m.fp8_shard, &expert_flat = m.expert_flat;
+  double &gemm = m.gemm, &attn = m.attn, &elem = m.elem, &act_none = m.act_none, &act_sel = m.act_sel,
+         &act_full = m.act_full, &block_inputs = m.block_inputs;
+  double &score_fwd = m.score_fwd, &score_bwd = m.score_bwd;
+  double &cast_fwd_bytes = m.cast_fwd_bytes, &cast_bwd_bytes = m.cast_bwd_bytes;
+  for (const Layer* l : u.layers) {
+    // torchao converts the blocks' dense linear layers; embedding, LM head, attention core and MoE experts
+    // stay.
+    const bool fp8_layer = p.fp8 != Fp8::kNone && l->block >= 0 &&
+                           (l->kind == LayerKind::kAttention || l->kind == LayerKind::kMlp);
+    const bool cast_by_autocast = l->kind != LayerKind::kEmbedding &&
+                                  l->kind != LayerKind::kPositionEmbedding && l->kind != LayerKind::kNorm &&
+                                  l->kind != LayerKind::kFinalNorm;
+    if (l->kind == LayerKind::kLmHead && s.tied_embeddings)
+      u.autocast_copy_elems +=
+          (static_cast<std::int64_t>(s.vocab) + t - 1) / t *
+          static_cast<std::int64_t>(s.hidden);  // the tied weight, vocab-parallel under TP
+    // Identical tensors (a MoE layer's experts) as one group times its count: the same sums.
+    l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
+      const std::int64_t n = tp_local_elems(ten, t) * count;
+      if (cast_by_autocast) u.autocast_copy_elems += ep && ten.expert ? n / p.ep : n;
+      if (ep && ten.expert) {  // summed over all experts here, this rank's experts / ep after the loop
+        u.expert_elems += n;
         if (rt.padding == Padding::kFlatUnit)
-          flat += n;
-        else
-          u.shard_elems += tensor_shard_elems(ten, t, F, rt.padding) * count;
-        if (fp8_layer && p.fp8_all_gather && ten.dim1 > 1)  // weights, not biases
-          fp8_shard += tensor_shard_elems(ten, t, F, Padding::kPerTensorDim0) * count;
-      });
-      // The column-parallel projections of a layer share one input (q/k/v, gate/up).
-      bool column_input_cast = false;
-      for (const auto& g : l->gemms) {
-        const double n = g.tp == TpSplit::kColumn ? static_cast<double>(g.n) / t : static_cast<double>(g.n);
-        const double k = g.tp == TpSplit::kRow ? static_cast<double>(g.k) / t : static_cast<double>(g.k);
-        // The busiest EP rank's routed experts see `moe_imbalance` times the mean tokens
-        // (expert_parallel.cpp).
-        const double imbalance = ep && g.expert ? p.moe_imbalance : 1.0;
-        if (fp8_layer) {
-          gemm += g.count * costs.gemm_fp8_s(T, n, k, fp8_ratio);
-          // Bytes per element moved by the casts (docs/model.md "Float8"): tensorwise = amax pass (read 2) +
-          // cast (read 2, write 1) per operand, transposes of fp8 copies (read 1, write 1) where backward
-          // needs the other layout; rowwise = row scales fused into the cast (3), column scales need their
-          // own pass (5). An input shared by several projections is cast once; with TP, tensorwise casts the
-          // sequence shard before the all-gather.
-          const bool shared = g.tp == TpSplit::kColumn;
-          const double X = shared ? (column_input_cast ? 0.0 : T * k) : T * k * g.count;
-          if (shared) column_input_cast = true;
-          const double Y = T * n * g.count, W = n * k * g.count;
-          if (p.fp8 == Fp8::kTensorwise) {
-            const double x_fwd = shared && t > 1 ? X / t : X;
-            cast_fwd_bytes += 5 * x_fwd + (p.fp8_all_gather ? 0 : 5 * W);
-            cast_bwd_bytes += 5 * X + (p.fp8_all_gather ? 2 * W : 5 * W) + 7 * Y;
-          } else {
-            cast_fwd_bytes += 3 * X + 3 * W;
-            cast_bwd_bytes += 5 * X + 5 * W + 8 * Y;
-          }
-        } else if (imbalance != 1.0) {
-          gemm += g.count * costs.gemm_s(T * imbalance, n, k, fp32);
-        } else {
-          gemm += g.count * costs.gemm_s(T, n, k, fp32);
-        }
-        u.flops_fwd += 2.0 * T * n * k * g.count;
+          expert_flat += n;
+        else  // this rank's shard already (its experts only)
+          u.expert_shard_elems += rank_shard_elems(ten, count, t, Fe, rt.padding, p.ep);
+        return;
       }
-      if (l->attn_heads > 0) {
-        const double heads = static_cast<double>(l->attn_heads) / t;
-        // Flash attention: QK^T (head_dim) and AV (v_head_dim) over the positions each query attends (causal:
-        // (s + 1) / 2 on average; sliding or chunked windows fewer), 2 FLOPs per MAC.
-        const double flops = 2.0 * T * heads * static_cast<double>(l->attn_head_dim + l->v_head_dim()) *
-                             l->attended_positions(p.seq);
-        // A materialised core runs batched GEMMs over whole s x s rows and memory-bound passes over them
-        // instead; the useful FLOPs counted are the same.
-        if (p.attention == AttentionCore::kFlash) {
-          attn += costs.attention_fwd_s(flops, fp32);
-        } else {
-          const bool alibi =
-              s.positions == PositionKind::kAlibi && p.attention == AttentionCore::kFusedSoftmax;
-          score_fwd += score_core_fwd_s(*l, p, alibi, costs, T);
-          score_bwd += score_core_bwd_s(*l, p, alibi, costs, T);
-        }
-        u.flops_fwd += flops;
-      }
-      // Megatron-core with Transformer Engine runs the elementwise work fused, as compiled code does: the
-      // norm inside TE's LayerNormLinear / LayerNormMLP, rotary embedding (apply_rope_fusion), the MLP
-      // activation (megatron/core/fusions/fused_bias_swiglu.py, fused_bias_gelu.py) and bias-dropout-add
-      // (fused_bias_dropout.py) as single kernels (core_r0.8.0).
-      const bool fused = p.compile || p.runtime == Runtime::kMegatron;
-      double el = fused ? l->elementwise_bytes_per_token : l->eager_elementwise_bytes_per_token;
-      if (l->kind == LayerKind::kLoss)
-        el = el / t;  // vocab-parallel loss
-      else if (l->block >= 0)
-        el = el / rep_div;
-      elem += costs.memory_s(T * el * bc / 2);
-      const double saved = layer_saved_bytes(*l, p, T, false);
-      act_none += saved;
-      act_sel += layer_saved_bytes(*l, p, T, l->block >= 0);
-      if (l->block < 0) act_full += saved;
-    }
-    // Full AC keeps each block's input (layers outside blocks keep what they save without recomputation).
-    act_full += static_cast<double>(u.blocks) * block_input_bytes(s, p, T);
-    if (rt.padding == Padding::kFlatUnit) u.shard_elems = ceil_div(flat, F);
-    if (ep) {
-      // Every expert of a layer has the same tensors and ep divides the expert count (resolve_plan): this
-      // rank's experts are exactly 1 / ep of them.
-      u.expert_elems /= p.ep;
-      u.expert_shard_elems =
-          rt.padding == Padding::kFlatUnit ? ceil_div(expert_flat / p.ep, Fe) : u.expert_shard_elems / p.ep;
-      u.elems += u.expert_elems;
-    }
-    double workspace =
-        T * bc * 2.0 * static_cast<double>(s.hidden);  // outside blocks: dx and the residual sum
-    double extra = 0;  // transients of every layer's backward beside the op-level ones below
-    // Float8: the fp8 copies of one linear's input and output gradient live beside the 16-bit ones.
-    if (u.blocks > 0 && p.fp8 != Fp8::kNone) extra += T * (static_cast<double>(s.hidden) + f_local);
-    if (p.cp > 1) {  // the ring's buffers of one attention layer's backward (context_parallel.cpp)
-      double ring = 0;
-      for (const Layer* l : u.layers)
-        if (l->attn_heads > 0) ring = std::max(ring, context_parallel_workspace_bytes(*l, p, T));
-      extra += ring;
-    }
-    switch (p.ac) {
-      case AcMode::kNone:
-        u.act_bytes = static_cast<Bytes>(act_none);
-        break;
-      case AcMode::kSelective:
-        u.act_bytes = static_cast<Bytes>(u.blocks > 0 ? act_sel : act_none);
-        break;
-      case AcMode::kFull:
-        u.act_bytes = static_cast<Bytes>(u.blocks > 0 ? act_full : act_none);
-        // One block at a time: what its recomputed forward saves again; the block's input is the checkpoint's
-        // own saved tensor (act_full), which the recomputed first norm saves without a copy.
-        u.recompute_bytes =
-            u.blocks > 0 ? static_cast<Bytes>(std::max(0.0, act_none / u.blocks - block_input_bytes(s, p, T)))
-                         : 0;
-        break;
-    }
-    if (u.blocks > 0) {
-      // The unit's backward op by op (docs/model.md "Backward inside a block"): layers in reverse; a layer's
-      // saved tensors are freed when its backward is done and its weight gradients (unsharded, compute dtype)
-      // stay until the post-backward's reduce-scatter. Full AC recomputes a block's forward when the block's
-      // backward starts (the checkpoint's first unpack), selective AC the tensors its policy did not save. At
-      // a layer's worst op live are: the saved tensors of the unit not yet consumed, the gradients written so
-      // far, the gradient flowing in (tokens x hidden) and the layer's own transients
-      // (layer_backward_excess_bytes; norms and other layers: their input gradient and the residual sum).
-      // The lowering emits the excess of this peak over the saved tensors as the backward's workspace and
-      // allocates the gradients once the saved tensors are freed, so the allocator sees the peak at the op
-      // where autograd reaches it and the unit ends with only its gradients.
-      const bool full = p.ac == AcMode::kFull, sel = p.ac == AcMode::kSelective;
-      const double flowing = T * static_cast<double>(s.hidden) * bc / rep_div;
-      // Gradients written into persistent buffers take no new memory; DDP's and ZeRO-1's .grad are in the
-      // gradient dtype (DDP under autocast: fp32, the parameter's), FSDP's unsharded gradients in bc.
-      const double grad_b = rt.grads_persistent           ? 0.0
-                            : rt.grad_kept_until_boundary ? bytes_per_param(p.runtime, p.precision).grads
-                                                          : bc;
-      // peak_accum: the same walk for a backward whose parameters hold an accumulated gradient
-      // (SimUnit::workspace_accum_bytes): the weight gradients written so far are not held.
-      double live = static_cast<double>(u.act_bytes), grads = 0, peak = 0, peak_accum = 0;
-      for (std::size_t i = u.layers.size(); i-- > 0;) {
-        const Layer& l = *u.layers[i];
-        const bool in_block = l.block >= 0;
-        const bool block_end = in_block && (i + 1 == u.layers.size() || u.layers[i + 1]->block != l.block);
-        if (block_end && (full || sel)) {  // the block's recomputation
-          double none = 0, kept = 0;
-          for (const Layer* m : u.layers)
-            if (m->block == l.block) {
-              none += layer_saved_bytes(*m, p, T, false);
-              kept += full ? 0.0 : layer_saved_bytes(*m, p, T, true);
-            }
-          live += full ? std::max(0.0, none - block_input_bytes(s, p, T)) : none - kept;
-        }
-        double g = 0, g_experts = 0;
-        for (const auto& ten : l.tensors) {
-          const double e = static_cast<double>(tp_local_rows(ten, t) * tp_local_cols(ten, t)) /
-                           (ep && ten.expert ? p.ep : 1);
-          g += e;
-          if (ten.expert) g_experts += e;
-        }
-        g *= grad_b;
-        g_experts *= grad_b;
-        double x = layer_backward_excess_bytes(l, p, T);
-        double x_accum = layer_backward_excess_bytes(l, p, T, true);
-        if (x <= 0 && l.kind == LayerKind::kMoe && l.moe_experts > 0 && l.moe_top_k > 0) {
-          // Routed experts run one after the other (Hugging Face MixtralSparseMoeBlock's loop over experts,
-          // the lane's SparseMoe): autograd walks them in reverse, and expert k's backward consumes its saved
-          // tensors (C tokens: input, gate and up outputs, SiLU(gate), product, 8f bytes per token at 16
-          // bits) and writes its weight gradients before the next starts. At expert k's SwiGLU backward live
-          // are the k - 1 earlier experts' gradients without their saved tensors, its own gradient and its
-          // gate/up output gradients (2 C f); linear in k, so the worst is the first or the last expert.
-          // Balanced router: C = T top_k / local experts (under EP the rank's experts receive every EP rank's
-          // tokens).
-          const double local_experts = static_cast<double>(l.moe_experts) / (ep ? p.ep : 1);
-          double f_expert = 0;
-          for (const Gemm& gm : l.gemms)
-            if (gm.expert && gm.tp == TpSplit::kColumn) f_expert = static_cast<double>(gm.n) / t;
-          const double C = T * l.moe_top_k / local_experts;
-          const double saved_e = C * 8.0 * f_expert * bc / 2.0, g_e = g_experts / local_experts;
-          x = (g - g_experts) + 2.0 * flowing +
-              std::max(g_e + 2.0 * C * f_expert * bc,
-                       (local_experts - 1) * (g_e - saved_e) + g_e + 2.0 * C * f_expert * bc);
-        }
-        // Routed experts and layers without a dense output projection (norms: small weight gradients): the
-        // same transients with an accumulated gradient.
-        if (x <= 0) x = g + 2.0 * flowing + (l.kind == LayerKind::kMoe ? 2.0 * T * f_local * bc : 0.0);
-        if (x_accum <= 0) x_accum = x;
-        peak = std::max(peak, live + grads + x + flowing + extra);
-        peak_accum = std::max(peak_accum, live + x_accum + flowing + extra);
-        // Everything the layer saved (after recomputation: the no-AC set) is consumed.
-        live -= in_block && (full || sel) ? layer_saved_bytes(l, p, T, false)
-                                          : layer_saved_bytes(l, p, T, sel && in_block);
-        grads += g;
-      }
-      workspace =
-          std::max(0.0, peak - static_cast<double>(u.act_bytes) - static_cast<double>(u.recompute_bytes));
-      u.workspace_accum_bytes =
-          static_cast<Bytes>(std::min(workspace, std::max(0.0, peak_accum - static_cast<double>(u.act_bytes) -
-                                                                   static_cast<double>(u.recompute_bytes))));
-    } else {
-      workspace += extra;
-    }
-    u.workspace_bytes = static_cast<Bytes>(workspace);
-    if (u.blocks == 0) u.workspace_accum_bytes = u.workspace_bytes;
-    // Tensor-parallel collectives (sequence parallel): per block an all-gather before and a reduce-scatter
-    // after attention and the MLP; the head all-gathers its input, the embedding reduce-scatters its output.
-    if (t > 1) {
-      const double buf = T * static_cast<double>(s.hidden) * bc;
-      int ag = 0, rs = 0;
-      if (u.blocks > 0)
-        ag = rs = 2 * u.blocks;
-      else if (u.has_loss)
-        ag = 1;
+      u.elems += n;
+      if (rt.padding == Padding::kFlatUnit)
+        flat += n;
       else
-        rs = 1;
-      // torchtitan's float8 tensorwise TP plan (Float8ColwiseParallel) casts the block inputs to fp8 before
-      // the sequence-parallel all-gather: 1 byte per element. Rowwise keeps the 16-bit TP plan.
-      const double ag_buf = u.blocks > 0 && p.fp8 == Fp8::kTensorwise ? buf / bc : buf;
-      u.tp_ag_bytes = ag * ag_buf;
-      u.tp_ag_mirror_bytes = ag * buf;
-      u.tp_rs_bytes = rs * buf;
-      u.tp_fwd_ag_s = ag * coll(CollectiveKind::kAllGather, ag_buf, tpg);
-      u.tp_fwd_s = u.tp_fwd_ag_s + rs * coll(CollectiveKind::kReduceScatter, buf, tpg);
-      // Backward: the mirror of each forward all-gather is a 16-bit reduce-scatter of the input gradient, and
-      // of each reduce-scatter a 16-bit all-gather of the output gradient.
-      u.tp_bwd_ag_s = rs * coll(CollectiveKind::kAllGather, buf, tpg);
-      u.tp_bwd_s = ag * coll(CollectiveKind::kReduceScatter, buf, tpg) + u.tp_bwd_ag_s;
+        u.shard_elems += tensor_shard_elems(ten, t, F, rt.padding) * count;
+      if (fp8_layer && p.fp8_all_gather && ten.dim1 > 1)  // weights, not biases
+        fp8_shard += tensor_shard_elems(ten, t, F, Padding::kPerTensorDim0) * count;
+    });
+    // The column-parallel projections of a layer share one input (q/k/v, gate/up).
+    bool column_input_cast = false;
+    for (const auto& g : l->gemms) {
+      const double n = g.tp == TpSplit::kColumn ? static_cast<double>(g.n) / t : static_cast<double>(g.n);
+      const double k = g.tp == TpSplit::kRow ? static_cast<double>(g.k) / t : static_cast<double>(g.k);
+      // The busiest EP rank's routed experts see `moe_imbalance` times the mean tokens
+      // (expert_parallel.cpp).
+      const double imbalance = ep && g.expert ? p.moe_imbalance : 1.0;
+      const double gemm_before = gemm;
+      if (fp8_layer) {
+        gemm += g.count * costs.gemm_fp8_s(T, n, k, fp8_ratio);
+        // Bytes per element moved by the casts (docs/model.md "Float8"): tensorwise = amax pass (read 2) +
+        // cast (read 2, write 1) per operand, transposes of fp8 copies (read 1, write 1) where backward
+        // needs the other layout; rowwise = row scales fused into the cast (3), column scales need their
+        // own pass (5). An input shared by several projections is cast once; with TP, tensorwise casts the
+        // sequence shard before the all-gather.
+        const bool shared = g.tp == TpSplit::kColumn;
+        const double X = shared ? (column_input_cast ? 0.0 : T * k) : T * k * g.count;
+        if (shared) column_input_cast = true;
+        const double Y = T * n * g.count, W = n * k * g.count;
+        if (p.runtime == Runtime::kMegatron) {
+          te_fp8_cast_bytes(m, *l, s, shared, t, X, Y, W);
+        } else if (p.fp8 == Fp8::kTensorwise) {
+          const double x_fwd = shared && t > 1 ? X / t : X;
+          cast_fwd_bytes += 5 * x_fwd + (p.fp8_all_gather ? 0 : 5 * W);
+          cast_bwd_bytes += 5 * X + (p.fp8_all_gather ? 2 * W : 5 * W) + 7 * Y;
+        } else {
+          cast_fwd_bytes += 3 * X + 3 * W;
+          cast_bwd_bytes += 5 * X + 5 * W + 8 * Y;
+        }
+      } else if (imbalance != 1.0) {
+        gemm += g.count * costs.gemm_s(T * imbalance, n, k, fp32);
+      } else {
+        gemm += g.count * costs.gemm_s(T, n, k, fp32);
+      }
+      if (g.tp == TpSplit::kColumn && !g.expert) m.column_gemm += gemm - gemm_before;
+      u.flops_fwd += 2.0 * T * n * k * g.count;
     }
-    for (const Layer* l : u.layers) {
-      if (p.cp > 1) add_cp_cost(u, context_parallel_layer_cost(*l, cluster, costs, p, T));
-      if (ep) add_ep_cost(u, expert_parallel_layer_cost(*l, s, cluster, costs, p, T));
+    if (l->attn_heads > 0) {
+      const double heads = static_cast<double>(l->attn_heads) / t;
+      // Flash attention: QK^T (head_dim) and AV (v_head_dim) over the positions each query attends (causal:
+      // (s + 1) / 2 on average; sliding or chunked windows fewer), 2 FLOPs per MAC.
+      const double flops = 2.0 * T * heads * static_cast<double>(l->attn_head_dim + l->v_head_dim()) *
+                           l->attended_positions(p.seq);
+      // A materialised core runs batched GEMMs over whole s x s rows and memory-bound passes over them
+      // instead; the useful FLOPs counted are the same.
+      if (p.attention == AttentionCore::kFlash) {
+        attn += costs.attention_fwd_s(flops, fp32);
+      } else {
+        const bool alibi = s.positions == PositionKind::kAlibi && p.attention == AttentionCore::kFusedSoftmax;
+        score_fwd += score_core_fwd_s(*l, p, alibi, costs, T);
+        score_bwd += score_core_bwd_s(*l, p, alibi, costs, T);
+      }
+      u.flops_fwd += flops;
     }
-    const double cast_fwd = costs.memory_s(cast_fwd_bytes), cast_bwd = costs.memory_s(cast_bwd_bytes);
-    u.fwd_s = gemm + attn + elem + cast_fwd + score_fwd;
-    u.bwd_s = 2 * gemm + K.attention_bwd_ratio * attn + 2 * elem + cast_bwd + score_bwd;
-    if (p.ac == AcMode::kFull && u.blocks > 0)
-      u.recompute_s = u.fwd_s;
-    else if (p.ac == AcMode::kSelective && u.blocks > 0)
-      // Half the matmuls, the materialised score tensors, and the attention kernel too when the policy does
-      // not save its outputs (cuDNN attention under torchtitan's pre-0.2.1 save list).
-      u.recompute_s = 0.5 * (gemm + cast_fwd) + elem + score_fwd + (p.sac_saves_sdpa() ? 0.0 : attn);
-    // Which units gather, and whether they reshard after forward.
-    u.expert_gathered_elems = rt.gathers_params ? u.expert_shard_elems * Fe : 0;
-    u.gathered_elems = rt.gathers_params ? u.shard_elems * F + u.expert_gathered_elems : 0;
-    u.shard_elems += u.expert_shard_elems;
-    u.fp8_gathered_elems = rt.gathers_params ? fp8_shard * F : 0;
-    u.reshard = p.reshard();
-    if (rt.head_not_resharded && ui + 1 == units.size() && rt.gathers_params)
-      u.reshard = false;  // [norm, output]
-    // torchtitan's "default" policy before 83e694105 (2025-07-28): the last block (the unit before the head)
-    // is not resharded after forward, since its backward comes first (parallelize_llama.py at 5940ddeb5).
-    if (p.keep_last_block && u.blocks > 0 && ui + 2 == units.size()) u.reshard = false;
+    // Megatron-core with Transformer Engine runs the elementwise work fused, as compiled code does: the
+    // norm inside TE's LayerNormLinear / LayerNormMLP, rotary embedding (apply_rope_fusion), the MLP
+    // activation (megatron/core/fusions/fused_bias_swiglu.py, fused_bias_gelu.py) and bias-dropout-add
+    // (fused_bias_dropout.py) as single kernels (core_r0.8.0).
+    const bool fused = p.compile || p.runtime == Runtime::kMegatron;
+    double el = fused ? l->elementwise_bytes_per_token : l->eager_elementwise_bytes_per_token;
+    if (l->kind == LayerKind::kLoss)
+      el = el / t;  // vocab-parallel loss
+    else if (l->block >= 0)
+      el = el / rep_div;
+    elem += costs.memory_s(T * el * bc / 2);
+    const double saved = layer_saved_bytes(*l, p, T, false);
+    act_none += saved;
+    act_sel += layer_saved_bytes(*l, p, T, l->block >= 0);
+    if (l->block < 0) act_full += saved;
+    block_inputs += block_input_bytes(*l, p, T);
   }
-  if (per_module_groups) {
-    // Groups of `wrap` consecutive block units, each all-gathering the group's parameters.
-    for (std::size_t first = 0; first < units.size();) {
-      if (units[first].blocks == 0) {
-        ++first;
-        continue;
-      }
-      std::size_t end = first;
-      std::int64_t g = 0, sh = 0, f8 = 0;
-      for (int k = 0; k < p.wrap && end < units.size() && units[end].blocks > 0; ++k, ++end) {
-        g += units[end].gathered_elems;
-        sh += units[end].shard_elems;
-        f8 += units[end].fp8_gathered_elems;
-      }
-      for (std::size_t k = first; k < end; ++k) {
-        SimUnit& m = units[k];
-        m.group_extra_gathered_elems = g - m.gathered_elems;
-        m.group_extra_shard_elems = sh - m.shard_elems;
-        m.group_extra_fp8_elems = f8 - m.fp8_gathered_elems;
-        m.group_first = static_cast<int>(first);
-      }
-      first = end;
+  return m;
+}
+
+/// The unit's saved activations per AC mode (SimUnit::act_bytes, recompute_bytes), and its shard sizes
+/// once the layers are summed (FSDP1's flat padding, this EP rank's experts).
+void unit_activations(const UnitContext& c, SimUnit& u, UnitSums& m) {
+  const Plan& p = c.p;
+  const RuntimeTraits& rt = c.rt;
+  const int F = c.F, Fe = c.Fe;
+  const bool ep = c.ep;
+  double &act_full = m.act_full, &block_inputs = m.block_inputs, &act_none = m.act_none, &act_sel = m.act_sel;
+  const std::int64_t flat = m.flat, expert_flat = m.expert_flat;
+  // Full AC keeps each block's input (layers outside blocks keep what they save without recomputation).
+  act_full += block_inputs;
+  if (rt.padding == Padding::kFlatUnit) u.shard_elems = ceil_div(flat, F);
+  if (ep) {
+    // Every expert of a layer has the same tensors and ep divides the expert count (resolve_plan): this
+    // rank's experts are exactly 1 / ep of them.
+    u.expert_elems /= p.ep;
+    if (rt.padding == Padding::kFlatUnit) u.expert_shard_elems = ceil_div(expert_flat / p.ep, Fe);
+    u.elems += u.expert_elems;
+  }
+  switch (p.ac) {
+    case AcMode::kNone:
+      u.act_bytes = static_cast<Bytes>(act_none);
+      break;
+    case AcMode::kSelective:
+      u.act_bytes = static_cast<Bytes>(u.blocks > 0 ? act_sel : act_none);
+      break;
+    case AcMode::kFull:
+      u.act_bytes = static_cast<Bytes>(u.blocks > 0 ? act_full : act_none);
+      // One block at a time: what its recomputed forward saves again; the block's input is the checkpoint's
+      // own saved tensor (act_full), which the recomputed first norm saves without a copy.
+      u.recompute_bytes =
+          u.blocks > 0 ? static_cast<Bytes>(std::max(0.0, act_none / u.blocks - block_inputs / u.blocks)) : 0;
+      break;
+  }
+}
+
+/// Tensor-parallel collectives (sequence parallel): per block an all-gather before and a reduce-scatter
+/// after attention and the MLP; the head all-gathers its input, the embedding reduce-scatters its output.
+void unit_tp_collectives(UnitContext& c, SimUnit& u, const UnitSums& m) {
+  const Plan& p = c.p;
+  const auto& s = c.s;
+  const int t = c.t;
+  const double T = c.T, bc = c.bc;
+  const GroupView& tpg = c.tpg;
+  CollectiveMemo& coll = c.coll;
+  if (t > 1 && c.rt.tp_all_reduce) {
+    // DeepSpeed AutoTP (deepspeed 0.19.8 module_inject/layers.py): no sequence parallelism; each block
+    // all-reduces the outputs of its two row-parallel projections (LinearAllreduce, RowParallel) in forward
+    // and the input gradients of its column-parallel projections (ColumnParallel.backward) in backward,
+    // over the full sequence. The embedding's output and the head's input gradient are one all-reduce each.
+    // An all-reduce is reported as its reduce-scatter and all-gather halves (the ring's bytes exactly); no
+    // sequence-parallel all-gather or reduce-scatter is launched (the counts stay 0).
+    const double buf = T * static_cast<double>(s.hidden) * bc;
+    const double ar = coll(CollectiveKind::kAllReduce, buf, tpg);
+    const int fwd = u.blocks > 0 ? 2 * u.blocks : u.has_loss ? 0 : 1;
+    const int bwd = u.blocks > 0 ? 2 * u.blocks : u.has_loss ? 1 : 0;
+    u.tp_ag_bytes = u.blocks > 0 || !u.has_loss ? fwd * buf : 0.0;
+    u.tp_rs_bytes = std::max(fwd, bwd) * buf;
+    u.tp_ag_mirror_bytes = bwd * buf;
+    u.tp_fwd_s = fwd * ar;
+    u.tp_fwd_ag_s = 0.5 * u.tp_fwd_s;
+    u.tp_bwd_s = bwd * ar;
+    u.tp_bwd_ag_s = 0.5 * u.tp_bwd_s;
+  } else if (t > 1) {
+    const double buf = T * static_cast<double>(s.hidden) * bc;
+    int ag = 0, rs = 0;
+    if (u.blocks > 0)
+      ag = rs = 2 * u.blocks;
+    else if (u.has_loss)
+      ag = 1;
+    else
+      rs = 1;
+    // torchtitan's float8 tensorwise TP plan (Float8ColwiseParallel) casts the block inputs to fp8 before
+    // the sequence-parallel all-gather: 1 byte per element. Rowwise keeps the 16-bit TP plan.
+    const double ag_buf = u.blocks > 0 && p.fp8 == Fp8::kTensorwise ? buf / bc : buf;
+    u.tp_ag_count = ag;
+    u.tp_rs_count = rs;
+    u.tp_ag_bytes = ag * ag_buf;
+    u.tp_ag_mirror_bytes = ag * buf;
+    u.tp_rs_bytes = rs * buf;
+    u.tp_fwd_ag_s = ag * coll(CollectiveKind::kAllGather, ag_buf, tpg);
+    u.tp_fwd_s = u.tp_fwd_ag_s + rs * coll(CollectiveKind::kReduceScatter, buf, tpg);
+    // Backward: the mirror of each forward all-gather is a 16-bit reduce-scatter of the input gradient, and
+    // of each reduce-scatter a 16-bit all-gather of the output gradient.
+    u.tp_bwd_ag_s = rs * coll(CollectiveKind::kAllGather, buf, tpg);
+    u.tp_bwd_s = ag * coll(CollectiveKind::kReduceScatter, buf, tpg) + u.tp_bwd_ag_s;
+    if (p.runtime == Runtime::kMegatron && u.blocks > 0) {
+      // Megatron-core's column-parallel linears save their input's sequence shard and all-gather it again in
+      // backward, asynchronously beside the input-gradient GEMM, then reduce-scatter the input gradient
+      // asynchronously beside the weight-gradient GEMM (core_r0.8.0 tensor_parallel/layers.py
+      // LinearWithGradAccumulationAndAsyncCommunication.backward: all_gather_into_tensor(async_op=True),
+      // handle.wait() after the dgrad GEMM; reduce_scatter_tensor(async_op=True) waited after wgrad;
+      // Transformer Engine v1.8 module/linear.py _Linear.backward, "Overlap input AG with dgrad" and
+      // "Overlap dgrad-RS/AR with wgrad"). Each stays exposed only beyond its GEMM (the column GEMMs' dgrad
+      // and wgrad each cost what their forward does); the row-parallel linears' output-gradient all-gather
+      // runs before their dgrad and stays exposed.
+      const double regather = ag * coll(CollectiveKind::kAllGather, ag_buf, tpg);
+      const double reduce = ag * coll(CollectiveKind::kReduceScatter, buf, tpg);
+      u.tp_bwd_ag_s += std::max(0.0, regather - m.column_gemm);
+      u.tp_bwd_s = u.tp_bwd_ag_s + std::max(0.0, reduce - m.column_gemm);
     }
   }
+}
+
+/// CP and EP collectives, the pass times, and which units gather and reshard after forward.
+void unit_times_and_gathers(UnitContext& c, SimUnit& u, const UnitSums& m, std::size_t ui,
+                            std::size_t n_units) {
+  const Plan& p = c.p;
+  const RuntimeTraits& rt = c.rt;
+  const auto& s = c.s;
+  const CostModel& costs = c.costs;
+  const Cluster& cluster = c.cluster;
+  const ComputeConstants& K = c.K;
+  const int F = c.F, Fe = c.Fe;
+  const bool ep = c.ep;
+  const double T = c.T;
+  const double gemm = m.gemm, attn = m.attn, elem = m.elem, score_fwd = m.score_fwd, score_bwd = m.score_bwd;
+  const std::int64_t fp8_shard = m.fp8_shard;
+  for (const Layer* l : u.layers) {
+    if (p.cp > 1) add_cp_cost(u, context_parallel_layer_cost(*l, cluster, costs, p, T));
+    if (ep) add_ep_cost(u, expert_parallel_layer_cost(*l, s, cluster, costs, p, T));
+  }
+  const double cast_fwd = costs.memory_s(m.cast_fwd_bytes), cast_bwd = costs.memory_s(m.cast_bwd_bytes);
+  u.fwd_s = gemm + attn + elem + cast_fwd + score_fwd;
+  u.fwd_first_mb_s = costs.memory_s(m.cast_first_mb_bytes);
+  u.bwd_s = 2 * gemm + K.attention_bwd_ratio * attn + 2 * elem + cast_bwd + score_bwd;
+  if (p.ac == AcMode::kFull && u.blocks > 0)
+    u.recompute_s = u.fwd_s;
+  else if (p.ac == AcMode::kSelective && u.blocks > 0)
+    // Half the matmuls, the materialised score tensors, and the attention kernel too when the policy does
+    // not save its outputs (cuDNN attention under torchtitan's pre-0.2.1 save list).
+    u.recompute_s = 0.5 * (gemm + cast_fwd) + elem + score_fwd + (p.sac_saves_sdpa() ? 0.0 : attn);
+  // Which units gather, and whether they reshard after forward.
+  u.expert_gathered_elems = rt.gathers_params ? u.expert_shard_elems * Fe : 0;
+  u.gathered_elems = rt.gathers_params ? u.shard_elems * F + u.expert_gathered_elems : 0;
+  u.shard_elems += u.expert_shard_elems;
+  u.fp8_gathered_elems = rt.gathers_params ? fp8_shard * F : 0;
+  u.reshard = p.reshard();
+  if (rt.head_not_resharded && ui + 1 == n_units && rt.gathers_params) u.reshard = false;  // [norm, output]
+  // torchtitan's "default" policy before 83e694105 (2025-07-28): the last block (the unit before the head)
+  // is not resharded after forward, since its backward comes first (parallelize_llama.py at 5940ddeb5).
+  if (p.keep_last_block && u.blocks > 0 && ui + 2 == n_units) u.reshard = false;
+}
+
+/// FSDP2 groups of several blocks run per module (partition_units): groups of `wrap` consecutive block units,
+/// each all-gathering the group's parameters.
+void link_module_groups(std::vector<SimUnit>& units, const Plan& p) {
+  // Groups of `wrap` consecutive block units, each all-gathering the group's parameters.
+  for (std::size_t first = 0; first < units.size();) {
+    if (units[first].blocks == 0) {
+      ++first;
+      continue;
+    }
+    std::size_t end = first;
+    std::int64_t g = 0, sh = 0, f8 = 0;
+    for (int k = 0; k < p.wrap && end < units.size() && units[end].blocks > 0; ++k, ++end) {
+      g += units[end].gathered_elems;
+      sh += units[end].shard_elems;
+      f8 += units[end].fp8_gathered_elems;
+    }
+    for (std::size_t k = first; k < end; ++k) {
+      SimUnit& m = units[k];
+      m.group_extra_gathered_elems = g - m.gathered_elems;
+      m.group_extra_shard_elems = sh - m.shard_elems;
+      m.group_extra_fp8_elems = f8 - m.fp8_gathered_elems;
+      m.group_first = static_cast<int>(first);
+    }
+    first = end;
+  }
+}
+
+/// The units outside the blocks that one parameter group spans: FSDP1's (and FSDP2's embedding-head) root,
+/// FSDP2's tied embeddings.
+void share_root_or_tied_group(const UnitContext& c, std::vector<SimUnit>& units) {
+  const Plan& p = c.p;
+  const RuntimeTraits& rt = c.rt;
+  const auto& s = c.s;
+  const int t = c.t, F = c.F;
   if (rt.root_gathered_through_step && rt.gathers_params && units.size() >= 2) {
     // FSDP1 root: embedding and head are one FlatParameter, gathered at the start of forward and kept until
     // the end of backward (docs/mechanics.md §1.9). FSDP2 with --root-params embedding-head: the root
@@ -413,7 +450,7 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
     std::int64_t tied = 0;
     for (const Layer* l : emb.layers)
       if (l->kind == LayerKind::kEmbedding)
-        for (const auto& ten : l->tensors) tied += tp_local_rows(ten, t) * tp_local_cols(ten, t);
+        for (const auto& ten : l->tensors) tied += tp_local_elems(ten, t);
     emb.tied_grad_elems = head.tied_grad_elems = tied;
     emb.reduced_gathered_elems = emb.gathered_elems;
     emb.reduced_shard_elems = emb.shard_elems;
@@ -428,6 +465,25 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
     head.tied_peer = 0;
     emb.reshard = head.reshard = false;
   }
+}
+
+}  // namespace
+
+void build_units(const ModelGraph& model, const Cluster& cluster, const CostModel& costs, const Plan& p,
+                 const RuntimeTraits& rt, std::vector<SimUnit>& units) {
+  units.clear();
+  UnitContext c(model, cluster, costs, p, rt);
+  const bool per_module_groups = partition_units(c, units);
+  for (std::size_t ui = 0; ui < units.size(); ++ui) {
+    SimUnit& u = units[ui];
+    UnitSums m = unit_layers(c, u);
+    unit_activations(c, u, m);
+    unit_workspace(c, u, backward_extra(c, u));
+    unit_tp_collectives(c, u, m);
+    unit_times_and_gathers(c, u, m, ui, units.size());
+  }
+  if (per_module_groups) link_module_groups(units, p);
+  share_root_or_tied_group(c, units);
 }
 
 }  // namespace shardplan

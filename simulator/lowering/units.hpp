@@ -47,12 +47,19 @@ struct SimUnit {
   int group_first = -1;
   /// Compute of one forward / backward / recomputation, without the TP collectives (seconds).
   double fwd_s = 0, bwd_s = 0, recompute_s = 0;
+  /// Compute the step's first micro-batch's forward adds to fwd_s (seconds): Transformer Engine's fp8 weight
+  /// casts, made once per step and cached for the later micro-batches (Megatron's is_first_microbatch).
+  double fwd_first_mb_s = 0;
   /// Tensor-parallel collectives of one forward and one backward (seconds), and their buffer bytes per
   /// forward.
   double tp_fwd_s = 0, tp_bwd_s = 0;
   double tp_ag_bytes = 0, tp_rs_bytes = 0;  ///< forward all-gathers / reduce-scatters (per forward pass)
   double tp_ag_mirror_bytes = 0;  ///< backward reduce-scatters mirroring the forward all-gathers (16-bit)
   double tp_fwd_ag_s = 0, tp_bwd_ag_s = 0;  ///< the all-gather share of tp_fwd_s / tp_bwd_s
+  /// How many all-gathers / reduce-scatters one forward launches (per block one before attention and one
+  /// before the MLP, and the reduce-scatters after them; the head all-gathers its input, the embedding
+  /// reduce-scatters its output).
+  int tp_ag_count = 0, tp_rs_count = 0;
   Bytes act_bytes = 0, recompute_bytes = 0, workspace_bytes = 0;
   /// The backward's workspace when the parameters already hold an accumulated gradient (a pipeline stage's
   /// micro-batches after the first, under no-sync): AccumulateGrad adds each weight gradient into it and
@@ -77,6 +84,18 @@ struct SimUnit {
   double a2a_s = 0, a2a_bytes = 0;
   int a2a_count = 0;
 };
+
+/// One pass's tensor-parallel collectives of a unit, as Lowering::tp_collectives issues them: time of the
+/// all-gathers and of the reduce-scatters, how many, and their buffer bytes.
+struct TpPass {
+  double ag_s = 0, rs_s = 0;
+  int n_ag = 0, n_rs = 0;
+  double ag_bytes = 0, rs_bytes = 0;
+};
+/// The forward's, or the backward's: it mirrors the forward (each all-gather's gradient is reduce-scattered
+/// and each reduce-scatter's all-gathered, in 16 bits), and with `recompute` (full AC recomputing a block)
+/// also runs the forward's again.
+TpPass tp_pass(const SimUnit& u, bool backward, bool recompute);
 
 /// Partitions the model into units and computes each unit's costs.
 void build_units(const ModelGraph& model, const Cluster& cluster, const CostModel& costs, const Plan& p,

@@ -21,14 +21,11 @@ StateElems state_elems(const ModelGraph& model, const Plan& p) {
   // Identical tensors (a MoE layer's experts) are summed as one group times its count: the same integers.
   for (const Layer* l : model.order()) {
     l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
-      const std::int64_t n =
-          mul_checked(mul_checked(tp_local_rows(ten, t), tp_local_cols(ten, t), "tensor elements"), count,
-                      "tensor elements");
-      if (ep && ten.expert) {
+      const std::int64_t n = mul_checked(tp_local_elems(ten, t), count, "tensor elements");
+      if (ep && ten.expert) {  // all experts' elements (this rank's: / ep below); this rank's shard
         expert_local = add_checked(expert_local, n);
         if (rt.padding != Padding::kFlatUnit)
-          expert_shard = add_checked(
-              expert_shard, mul_checked(tensor_shard_elems(ten, t, Fe, rt.padding), count, "shard elements"));
+          expert_shard = add_checked(expert_shard, rank_shard_elems(ten, count, t, Fe, rt.padding, p.ep));
         return;
       }
       local = add_checked(local, n);
@@ -41,7 +38,7 @@ StateElems state_elems(const ModelGraph& model, const Plan& p) {
     shard = ceil_div(local, F);  // one padded flat parameter, approximately
   if (ep) {
     expert_local /= p.ep;
-    expert_shard = rt.padding == Padding::kFlatUnit ? ceil_div(expert_local, Fe) : expert_shard / p.ep;
+    if (rt.padding == Padding::kFlatUnit) expert_shard = ceil_div(expert_local, Fe);
   }
   const bool ds = p.runtime == Runtime::kDeepSpeed;
   // DeepSpeed ZeRO-1/2 partition one flat group padded to 2 x F (nccl_start_alignment_factor, §1.8).
@@ -70,14 +67,6 @@ OffloadSplit offload_split(const Plan& p) {
   o.optimizer = o.grads = true;
   o.params = p.offload == Offload::kParams;
   return o;
-}
-
-Bytes allocation_bytes(Bytes request_bytes) {
-  // c10/cuda/CUDACachingAllocator.cpp (torch 2.15) round_size: requests below kMinBlockSize (512 B) take 512,
-  // others round up to a multiple of 512 (without roundup_power2_divisions, the default).
-  return request_bytes <= 0 ? 0
-                            : (request_bytes + kAllocationQuantumBytes - 1) / kAllocationQuantumBytes *
-                                  kAllocationQuantumBytes;
 }
 
 std::int64_t optimizer_step_tensors(const ModelGraph& model, const Plan& p) {
@@ -119,13 +108,18 @@ std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p) {
     for (const Layer* l : model.order()) {
       l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
         const bool expert = p.ep > 1 && ten.expert;
-        const std::int64_t local = mul_checked(tp_local_rows(ten, p.tp), tp_local_cols(ten, p.tp), "tensor");
+        // A grouped expert weight is one tensor of the rank's stack / ep experts (counted whole below);
+        // per-expert tensors are all listed here and the rank's 1/ep of them taken after the loop.
+        const bool grouped = expert && ten.stack > 1;
+        const std::int64_t local = grouped ? rank_local_elems(ten, 1, p.tp, p.ep) : tp_local_elems(ten, p.tp);
         const std::int64_t shard =
-            tensor_shard_elems(ten, p.tp, expert ? p.efsdp_ranks() : p.fsdp_ranks(), Padding::kPerTensorDim0);
+            grouped ? rank_shard_elems(ten, 1, p.tp, p.efsdp_ranks(), Padding::kPerTensorDim0, p.ep)
+                    : tensor_shard_elems(ten, p.tp, expert ? p.efsdp_ranks() : p.fsdp_ranks(),
+                                         Padding::kPerTensorDim0);
         const Bytes pb =
             allocation_bytes(mul_checked(p.zero >= 2 ? shard : local, b.params, "parameter bytes"));
         // `count` identical tensors: `count` allocations of the same rounded size each.
-        (expert ? expert_params : params) += mul_checked(pb, count, "parameter bytes");
+        (expert && !grouped ? expert_params : params) += mul_checked(pb, count, "parameter bytes");
       });
     }
     out[0] = params + expert_params / p.ep;
@@ -159,12 +153,15 @@ Bytes activation_bytes(const ModelGraph& model, const Plan& p) {
   const double T = static_cast<double>(p.mbs) * static_cast<double>(p.seq) / p.cp;  // this rank's tokens
   const double bc = p.compute_bytes();
   double total = 0;
+  double block_inputs = 0;  // full AC: what each block keeps
   for (const Layer* l : model.order()) {
-    if (p.ac == AcMode::kFull && l->block >= 0) continue;  // block inputs added below
+    if (p.ac == AcMode::kFull && l->block >= 0) {
+      block_inputs += block_input_bytes(*l, p, T);
+      continue;
+    }
     total += layer_saved_bytes(*l, p, T, p.ac == AcMode::kSelective && l->block >= 0);
   }
-  if (p.ac == AcMode::kFull)
-    total += static_cast<double>(model.blocks()) * block_input_bytes(model.spec(), p, T);
+  total += block_inputs;
   // The saved log-softmax output of the loss (in the loss dtype, vocab-parallel under TP); a compiled loss
   // saves the logits in the compute dtype and two fp32 per-token statistics (Lowering::loss_forward_effects).
   // (under TP the compiled loss-parallel graph saves one fp32 T x V/tp buffer and a bool per token instead)

@@ -25,10 +25,6 @@ struct OffloadSplit {
 };
 OffloadSplit offload_split(const Plan& p);
 
-/// The caching allocator's request rounding (kMinBlockSize, c10/cuda/CUDACachingAllocator.cpp).
-inline constexpr Bytes kAllocationQuantumBytes = 512;
-/// Bytes one request of `request_bytes` takes from the caching allocator (rounded up to 512 B; 0 for 0).
-Bytes allocation_bytes(Bytes request_bytes);
 /// AdamW `step` tensors on the device: one per parameter tensor with a fused (or capturable) torch optimizer,
 /// none for the foreach one (a CPU scalar) or DeepSpeed's.
 std::int64_t optimizer_step_tensors(const ModelGraph& model, const Plan& p);

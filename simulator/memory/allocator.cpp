@@ -79,6 +79,7 @@ void CachingAllocator::reset(const AllocatorConfig& config) {
   for (Pool* pool : {&small_, &large_}) {
     pool->blocks.clear();
     pool->unmapped.clear();
+    pool->whole.clear();
     pool->get_free_blocks_call_count = 0;
   }
   blocks_.clear();
@@ -92,8 +93,7 @@ void CachingAllocator::reset(const AllocatorConfig& config) {
 Bytes CachingAllocator::round_size(Bytes size_bytes) {
   // round_size(): sizes below kMinBlockSize become kMinBlockSize, others round up to a multiple of it
   // (roundup_power2_divisions is not modelled: its default, 0 divisions, takes this branch).
-  if (size_bytes < kMinBlockSize) return kMinBlockSize;
-  return kMinBlockSize * ceil_div(size_bytes, kMinBlockSize);
+  return std::max(kMinBlockSize, allocation_bytes(size_bytes));
 }
 
 Bytes CachingAllocator::allocation_size(Bytes rounded_bytes) {
@@ -127,8 +127,23 @@ void CachingAllocator::insert_free(BlockId id) {  // BlockPool::insert_into_bloc
   Pool& pool = pool_of(b.small);
   b.gc_count_base = pool.get_free_blocks_call_count;
   pool.blocks.insert(SizeKey{b.stream, b.size, b.ptr, id});
+  if (b.segment < 0 && !b.is_split()) {
+    b.whole_index = static_cast<std::int32_t>(pool.whole.size());
+    pool.whole.push_back(id);
+  }
+}
+void CachingAllocator::unlist_whole(BlockId id) {
+  Block& b = blocks_[static_cast<std::size_t>(id)];
+  if (b.whole_index < 0) return;
+  auto& whole = pool_of(b.small).whole;
+  const BlockId last = whole.back();
+  whole[static_cast<std::size_t>(b.whole_index)] = last;
+  blocks_[static_cast<std::size_t>(last)].whole_index = b.whole_index;
+  whole.pop_back();
+  b.whole_index = -1;
 }
 void CachingAllocator::erase_free(BlockId id) {
+  unlist_whole(id);
   const Block& b = blocks_[static_cast<std::size_t>(id)];
   pool_of(b.small).blocks.erase(SizeKey{b.stream, b.size, b.ptr, id});
 }
@@ -234,6 +249,7 @@ bool CachingAllocator::get_free_block(Params& p) {
   // Allow an oversized block to be rounded up, but only within kLargeBuffer.
   if (p.size >= max_split_size_ && it->size >= p.size + kLargeBuffer) return false;
   p.block = it->id;
+  unlist_whole(p.block);
   pool.blocks.erase(it);
   return true;
 }
@@ -327,6 +343,7 @@ Bytes CachingAllocator::try_merge_blocks(BlockId dst, BlockId src, Pool& pool) {
   }
   const Bytes subsumed = s.size;
   d.size += subsumed;
+  unlist_whole(src);
   if (s.mapped)
     pool.blocks.erase(SizeKey{s.stream, s.size, s.ptr, src});
   else
@@ -462,6 +479,14 @@ void CachingAllocator::empty_cache() {
 
 void CachingAllocator::release_blocks(Pool& pool) {
   scratch_.clear();
+  if (!config_.expandable_segments) {
+    // Every free block is a cudaMalloc block: free the whole segments among them (release_blocks frees each
+    // block with neither prev nor next). Taken from the index, not by walking the size-ordered set: the same
+    // blocks, and the order does not matter (each release only subtracts its segment).
+    scratch_.assign(pool.whole.begin(), pool.whole.end());
+    for (BlockId id : scratch_) release_block(id);
+    return;
+  }
   for (auto it = pool.blocks.begin(); it != pool.blocks.end();) {
     const BlockId id = it->id;
     ++it;
@@ -623,6 +648,25 @@ void CachingAllocator::unmap_block(BlockId id) {
   ++stats_.num_device_free;
 }
 
+void CachingAllocator::describe_state(std::vector<std::int64_t>& out) const {
+  scratch_order_.clear();
+  for (std::size_t i = 0; i < blocks_.size(); ++i)
+    if (blocks_[i].live) scratch_order_.push_back(static_cast<BlockId>(i));
+  std::sort(scratch_order_.begin(), scratch_order_.end(), [this](BlockId a, BlockId b) {
+    return blocks_[static_cast<std::size_t>(a)].ptr < blocks_[static_cast<std::size_t>(b)].ptr;
+  });
+  out.clear();
+  out.push_back(next_address_);
+  for (BlockId id : scratch_order_) {
+    const Block& b = blocks_[static_cast<std::size_t>(id)];
+    out.push_back(b.ptr);
+    out.push_back(b.size);
+    out.push_back(b.stream);
+    out.push_back((b.allocated ? 1 : 0) | (b.mapped ? 2 : 0) | (b.small ? 4 : 0) | (b.is_split() ? 8 : 0));
+    out.push_back(b.segment);
+  }
+}
+
 Bytes CachingAllocator::cached_bytes() const {
   Bytes total = 0;
   for (const Pool* pool : {&small_, &large_})
@@ -634,7 +678,7 @@ std::string CachingAllocator::check_invariants() const {
   auto at = [this](BlockId id) -> const Block& { return blocks_[static_cast<std::size_t>(id)]; };
   Bytes allocated = 0, reserved = 0, inactive_split = 0;
   std::int64_t live_allocations = 0, segments = 0, expandable = 0, free_mapped = 0, unmapped = 0,
-               inactive_blocks = 0;
+               inactive_blocks = 0, whole_free = 0;
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
     const Block& b = blocks_[i];
     if (!b.live || b.prev != kNoBlock) continue;
@@ -658,6 +702,12 @@ std::string CachingAllocator::check_invariants() const {
         ++live_allocations;
       } else if (x.mapped) {
         ++free_mapped;
+        const bool whole = x.segment < 0 && !x.is_split();
+        const auto& list = pool_of_const(x.small).whole;
+        if (whole != (x.whole_index >= 0 && static_cast<std::size_t>(x.whole_index) < list.size() &&
+                      list[static_cast<std::size_t>(x.whole_index)] == id))
+          return "free block " + std::to_string(id) + " is misfiled in the whole-segment index";
+        whole_free += whole ? 1 : 0;
         if (!pool_of_const(x.small).blocks.count(SizeKey{x.stream, x.size, x.ptr, id}))
           return "free block " + std::to_string(id) + " missing from its pool";
         if (x.segment < 0 && x.is_split()) {
@@ -686,6 +736,8 @@ std::string CachingAllocator::check_invariants() const {
   if (set_sizes != free_mapped)
     return "free sets hold " + std::to_string(set_sizes) + " blocks, segments " + std::to_string(free_mapped);
   if (unmapped_sizes != unmapped) return "unmapped sets disagree with the segments";
+  if (static_cast<std::int64_t>(small_.whole.size() + large_.whole.size()) != whole_free)
+    return "the whole-segment index holds blocks that are not free whole segments";
   if (allocated != stats_.allocated_bytes) return "allocated_bytes disagrees with the live blocks";
   if (live_allocations != stats_.allocations) return "allocation count disagrees with the live blocks";
   if (reserved != stats_.reserved_bytes) return "reserved_bytes disagrees with the segments";

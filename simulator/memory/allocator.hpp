@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "core/units.hpp"
+#include "simulator/engine/engine.hpp"
 
 namespace shardplan {
 
@@ -110,8 +111,23 @@ class CachingAllocator {
   /// Empties the allocator, sets a new config, zeroes the stats; keeps container capacity.
   void reset(const AllocatorConfig& config);
 
+  /// Writes the allocator's placement state to `out` (replacing its contents): every block (address, size,
+  /// stream, pool, allocated, mapped, segment) in address order and the next segment's address. Two states
+  /// with equal descriptions place every later request sequence alike, up to block ids. O(blocks log blocks).
+  void describe_state(std::vector<std::int64_t>& out) const;
+  /// Model address of a live block.
+  Bytes block_address(BlockId id) const { return blocks_[static_cast<std::size_t>(id)].ptr; }
+  /// Counts `mallocs` and `frees` calls that a caller skipped because they would repeat, exactly, calls just
+  /// made from the same state (AllocatorReplay's steady micro-batches): the call counters and the next
+  /// malloc's index stay those of the full sequence.
+  void count_repeated_calls(std::int64_t mallocs, std::int64_t frees) {
+    stats_.malloc_calls += mallocs;
+    stats_.free_calls += frees;
+  }
+
   // PyTorch's constants (c10/cuda/CUDACachingAllocator.cpp, commit 001074d2, file scope).
-  static constexpr Bytes kMinBlockSize = 512;      ///< all sizes are rounded to at least 512 bytes
+  static constexpr Bytes kMinBlockSize =
+      kAllocationQuantumBytes;                     ///< all sizes are rounded to at least 512 bytes
   static constexpr Bytes kSmallSize = 1048576;     ///< largest "small" allocation is 1 MiB
   static constexpr Bytes kSmallBuffer = 2097152;   ///< "small" allocations are packed in 2 MiB blocks
   static constexpr Bytes kLargeBuffer = 20971520;  ///< "large" allocations may be packed in 20 MiB blocks
@@ -137,6 +153,7 @@ class CachingAllocator {
     int stream = 0;
     std::int64_t gc_count_base = 0;  // pool's get_free_block count when the block entered the free set
     std::int32_t segment = -1;       // expandable segment index, -1 for a cudaMalloc segment
+    std::int32_t whole_index = -1;   // position in Pool::whole while a free, unsplit cudaMalloc segment
     bool small = false;              // pool
     bool allocated = false;
     bool mapped = true;
@@ -168,6 +185,12 @@ class CachingAllocator {
     std::pmr::set<SizeKey> blocks;                // free, mapped blocks
     std::pmr::set<AddrKey> unmapped;              // unmapped virtual ranges of expandable segments
     std::int64_t get_free_blocks_call_count = 0;  // ages free blocks for garbage collection
+    // The free blocks that are whole cudaMalloc segments (not split, not expandable): what
+    // release_cached_blocks frees. PyTorch finds them by walking `blocks`; the index gives the same set
+    // without the walk, so a retry at the capacity costs what it releases, not the size of the cache. A
+    // cudaMalloc block's neighbours never change while it is free (free neighbours are merged at once), so
+    // its split state is fixed from insert_free to its erase.
+    std::vector<BlockId> whole;
   };
   // Node memory for the free-block sets: one free list per node size, O(1) allocate/deallocate, memory kept
   // for the allocator's lifetime (so a warm replay does not touch the heap).
@@ -208,6 +231,7 @@ class CachingAllocator {
   void delete_block(BlockId id);
   void insert_free(BlockId id);
   void erase_free(BlockId id);
+  void unlist_whole(BlockId id);  // drops a block leaving the free set from Pool::whole
   void insert_unmapped(BlockId id);
   void erase_unmapped(BlockId id);
   bool get_free_block(Params& p);
@@ -238,7 +262,8 @@ class CachingAllocator {
   AllocatorStats stats_;
   std::vector<Block> blocks_;
   std::vector<BlockId> recycled_;
-  std::vector<BlockId> scratch_;     // release_blocks' to-unmap list
+  std::vector<BlockId> scratch_;                // release_blocks' to-unmap list
+  mutable std::vector<BlockId> scratch_order_;  // describe_state's blocks in address order
   std::vector<Bytes> segment_base_;  // base address of each expandable segment (index = Block::segment)
   std::int64_t malloc_index_ = -1;   // index of the malloc() in progress
   Bytes next_address_ = 0;

@@ -18,15 +18,47 @@ std::int64_t tp_local_cols(const Tensor& t, int tp) {
   return t.tp == TpSplit::kRow ? t.dim1 / tp : t.dim1;
 }
 
-std::int64_t tensor_shard_elems(const Tensor& t, int tp, int shard_group, Padding padding) {
+std::int64_t tp_local_elems(const Tensor& t, int tp) {
+  return mul_checked(t.stack, mul_checked(tp_local_rows(t, tp), tp_local_cols(t, tp), "tensor elements"),
+                     "tensor elements");
+}
+
+std::int64_t tensor_shard_elems(const Tensor& t, int tp, int shard_group, Padding padding,
+                                std::int64_t stack) {
   const std::int64_t rows = tp_local_rows(t, tp), cols = tp_local_cols(t, tp);
-  if (padding == Padding::kPerTensorDim0)
-    return mul_checked(ceil_div(rows, shard_group), cols, "shard elements");
-  return ceil_div(mul_checked(rows, cols, "tensor elements"), shard_group);
+  const std::int64_t e = stack > 0 ? stack : t.stack;
+  if (padding == Padding::kPerTensorDim0) {
+    if (e == 1) return mul_checked(ceil_div(rows, shard_group), cols, "shard elements");
+    // A grouped expert weight [e, rows, cols]: torchtitan 0.3.0 (distributed/fsdp.py, the MoE blocks'
+    // fully_shard) shards the experts (Shard(0), padded to a multiple of the ranks) unless the ranks times
+    // the EP degree exceed the experts (efsdp x ep > num_experts, i.e. ranks > e, the rank's experts), then
+    // each expert's dim 0 (Shard(1) of the 3-D weight) "to avoid padding".
+    if (shard_group > e)
+      return mul_checked(e, mul_checked(ceil_div(rows, shard_group), cols, "shard"), "shard");
+    return mul_checked(ceil_div(e, shard_group), mul_checked(rows, cols, "shard elements"), "shard elements");
+  }
+  return ceil_div(mul_checked(e, mul_checked(rows, cols, "tensor elements"), "tensor elements"), shard_group);
+}
+
+std::int64_t rank_local_elems(const Tensor& t, std::int64_t count, int tp, int ep) {
+  const std::int64_t n = mul_checked(tp_local_elems(t, tp), count, "tensor elements");
+  return t.expert && ep > 1 ? n / ep : n;
+}
+
+std::int64_t rank_shard_elems(const Tensor& t, std::int64_t count, int tp, int shard_group, Padding padding,
+                              int ep) {
+  if (!t.expert || ep <= 1)
+    return mul_checked(tensor_shard_elems(t, tp, shard_group, padding), count, "shard elements");
+  if (t.stack > 1)  // ep divides the experts (resolve_plan)
+    return mul_checked(tensor_shard_elems(t, tp, shard_group, padding, t.stack / ep), count,
+                       "shard elements");
+  return mul_checked(tensor_shard_elems(t, tp, shard_group, padding), count, "shard elements") / ep;
 }
 
 double sequence_parallel_divisor(const Plan& p) {
-  return p.tp > 1 ? p.tp : 1;
+  // Without sequence parallelism (DeepSpeed AutoTP: capabilities.hpp) the activations between the TP regions
+  // are the full sequence on every TP rank.
+  return p.tp > 1 && tp_sequence_parallel(p.runtime) ? p.tp : 1;
 }
 
 double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens, bool accumulated) {
@@ -89,73 +121,91 @@ double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens,
       column = &l.gemms[i];
     }
   if (l.attn_heads > 0 || columns != 1) return at_activation;
-  const double split_saved = tokens * l.act_split_bytes_per_token / t * bc / 2;
+  double split_saved = 0;  // the layer's TP-split tensors saved without AC (up's output, the activation)
+  for (const ActTensor& a : l.activations)
+    if (a.eager && a.split == ActSplit::kTp && a.only == ActOnly::kAlways)
+      split_saved += a.per_token * act_dtype_bytes(a.dtype, bc);
+  split_saved = tokens * split_saved / t;
   const double at_column_input_grad = held_weight_grad + n_local(*column) * k_local(*column) * bc +
                                       tokens * n_local(*column) * bc + tokens * k_local(*column) * bc -
                                       split_saved;
   return std::max(at_activation, at_column_input_grad);
 }
 
-double sdpa_saved_bytes_per_token(const Layer& l, const Plan& p) {
-  if (l.sdpa_lse_bytes_per_token <= 0) return l.sdpa_out_bytes_per_token;
-  // Memory-efficient attention (CUDA) allocates its log-sum-exp over the queries rounded up to 32
-  // (torch/_meta_registrations.py meta__scaled_dot_product_efficient_attention, torch 2.15: ceil(M / 32) *
-  // 32; mem_eff_attention kAlignLSE); flash (CUDA and AOTriton) and cuDNN take exactly the queries ([b, h, s]
-  // and [b, h, s, 1] fp32). The kernel sees each rank's seq / cp queries.
-  double lse = l.sdpa_lse_bytes_per_token;
-  const std::int64_t q_len = std::max<std::int64_t>(1, p.seq / p.cp);
-  if (p.sdpa() == SdpaBackend::kEfficient)
-    lse *= static_cast<double>((q_len + 31) / 32 * 32) / static_cast<double>(q_len);
-  return l.sdpa_out_bytes_per_token + lse;
+bool act_exists(const ActTensor& a, const Plan& p) {
+  switch (a.only) {
+    case ActOnly::kAlways:
+      return true;
+    case ActOnly::kFp32Norm:
+      return p.fp32_norm;
+    case ActOnly::kTp:
+      return p.tp > 1;
+    case ActOnly::kTpGathered:
+      return p.tp > 1 && tp_saves_gathered_input(p.runtime);
+  }
+  return true;
+}
+
+double act_saved_share(const ActTensor& a, const Plan& p, bool selective) {
+  if (!act_exists(a, p)) return 0;
+  // The linears save the all-gathered copy instead of this shard (add_tp_gathered_input); the checkpoint
+  // still keeps a block input.
+  if (a.saved_gathered && a.role != ActRole::kBlockInput && p.tp > 1 && tp_saves_gathered_input(p.runtime) &&
+      !selective)
+    return 0;
+  if (!selective) return (p.compile ? a.compiled : a.eager) ? 1 : 0;
+  // Op-level SAC (torchtitan 0.3.0 SelectiveAC): the SDPA op's outputs only when its save list has the plan's
+  // SDPA op (Plan::sac_saves_sdpa); compiled, only what backward reads (docs/model.md "Compiled saved
+  // tensors"; not measured with TP for the reduce-scatter outputs).
+  if ((a.role == ActRole::kSdpaOut || a.role == ActRole::kSdpaLse) && !p.sac_saves_sdpa()) return 0;
+  if (p.compile && a.sac_compiled_unread) return 0;
+  return a.sac == ActSac::kSave ? 1.0 : a.sac == ActSac::kHalf ? 0.5 : 0.0;
+}
+
+namespace {
+/// act_bytes_per_token before TP's division.
+double act_bytes_undivided(const ActTensor& a, const Plan& p) {
+  double b = a.per_token * act_dtype_bytes(a.dtype, p.compute_bytes());
+  if (a.role == ActRole::kSdpaLse && p.sdpa() == SdpaBackend::kEfficient) {
+    // Memory-efficient attention (CUDA) allocates its log-sum-exp over the queries rounded up to 32
+    // (torch/_meta_registrations.py meta__scaled_dot_product_efficient_attention, torch 2.15: ceil(M / 32) *
+    // 32; mem_eff_attention kAlignLSE); flash (CUDA and AOTriton) and cuDNN take exactly the queries ([b, h,
+    // s] and [b, h, s, 1] fp32). The kernel sees each rank's seq / cp queries.
+    const std::int64_t q_len = std::max<std::int64_t>(1, p.seq / p.cp);
+    b *= static_cast<double>((q_len + 31) / 32 * 32) / static_cast<double>(q_len);
+  }
+  return b;
+}
+}  // namespace
+
+double act_bytes_per_token(const ActTensor& a, const Plan& p) {
+  return act_bytes_undivided(a, p) / act_split_divisor(a.split, p);
+}
+
+double act_split_divisor(ActSplit split, const Plan& p) {
+  return split == ActSplit::kTp ? p.tp : split == ActSplit::kSequence ? sequence_parallel_divisor(p) : 1.0;
 }
 
 double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective) {
-  const bool sel = selective;
-  // The attention kernel's O and log-sum-exp are in both split figures; its log-sum-exp padding, and under
-  // op-level SAC whether they are saved at all, depend on the backend and the policy's save list.
-  const double sdpa_base = l.sdpa_out_bytes_per_token + l.sdpa_lse_bytes_per_token;
-  const double sdpa = sel && !p.sac_saves_sdpa() ? 0.0 : sdpa_saved_bytes_per_token(l, p);
-  double split = sel ? l.act_selective_split_bytes_per_token : l.act_split_bytes_per_token;
-  if (sdpa != sdpa_base) split = std::max(0.0, split + sdpa - sdpa_base);  // a graph JSON may say less
-  double rep = sel ? l.act_selective_replicated_bytes_per_token : l.act_replicated_bytes_per_token;
-  // Op-level SAC under TP with sequence parallelism (docs/model.md "Selective AC under tensor parallelism";
-  // reference lane, Llama 3 8B TP 2: 344.5 MiB per block at 8k tokens): a saved row-parallel GEMM output is
-  // the partial sum over the whole sequence (not divided by TP), and the policy also saves the reduce-scatter
-  // outputs that follow the layer's row-parallel GEMMs (divided by TP).
-  double full = 0, scatter = 0;
-  if (sel) {
-    full = l.act_selective_row_output_bytes_per_token;
-    rep -= full;
-    if (p.tp > 1) scatter = l.act_selective_tp_scatter_bytes_per_token;
+  // Per token, by how TP divides them (each sum divided once: the order of the old per-token figures).
+  double split = 0, seq = 0, none = 0;
+  for (const ActTensor& a : l.activations) {
+    const double share = act_saved_share(a, p, selective);
+    if (share <= 0) continue;
+    const double b = share * act_bytes_undivided(a, p);
+    (a.split == ActSplit::kTp ? split : a.split == ActSplit::kSequence ? seq : none) += b;
   }
-  // torch.compile's saved set (docs/model.md "Compiled saved tensors"; tools/reference/saved_per_block.py):
-  // without recomputation SwiGLU's SiLU(gate) is recomputed in backward; under op-level SAC a saved output
-  // projection's output is not kept, nor (by the same rule: backward never reads them; not measured with TP)
-  // the reduce-scatter outputs, which only feed residual adds. The norms save the same bytes however the
-  // eager module computes them.
-  if (p.compile) {
-    if (sel) {
-      const double unread = l.act_selective_unread_replicated_bytes_per_token;
-      const double from_full = std::min(unread, full);  // the unread output is a row-parallel one
-      full -= from_full;
-      rep -= unread - from_full;
-      scatter = 0;
-    } else {
-      split -= l.act_compiled_fewer_split_bytes_per_token;
-    }
-  } else if (p.fp32_norm && !sel) {
-    rep += l.act_fp32_norm_bytes_per_token;  // eager Python RMSNorm: its fp32 copy of the input
-  }
-  // The per-token figures are for a 16-bit compute dtype: scale by bytes / 2. A materialised attention core
-  // adds its score tensors, which selective recomputation recomputes (Korthikanti et al. 2022 §5: the core
-  // attention is what selective recompute drops).
-  return tokens * (split / p.tp + (rep + scatter) / sequence_parallel_divisor(p) + full) * p.compute_bytes() /
-             2 +
-         (sel ? 0.0 : score_saved_bytes(l, p, tokens));
+  // A materialised attention core adds its score tensors, which selective recomputation recomputes
+  // (Korthikanti et al. 2022 §5: the core attention is what selective recompute drops).
+  return tokens * (split / p.tp + seq / sequence_parallel_divisor(p) + none) +
+         (selective ? 0.0 : score_saved_bytes(l, p, tokens));
 }
 
-double block_input_bytes(const ModelSpec& s, const Plan& p, double tokens) {
-  return tokens * static_cast<double>(s.hidden) / sequence_parallel_divisor(p) * p.compute_bytes();
+double block_input_bytes(const Layer& l, const Plan& p, double tokens) {
+  double b = 0;
+  for (const ActTensor& a : l.activations)
+    if (a.role == ActRole::kBlockInput) b += act_bytes_per_token(a, p);
+  return tokens * b;
 }
 
 }  // namespace shardplan

@@ -8,22 +8,43 @@
 
 namespace shardplan {
 
-/// What TP divides the h-sized (sequence-parallel) activations by: tp with TP (sequence parallelism, as
-/// torchtitan and Megatron run it), 1 without.
+/// What TP divides the h-sized (sequence-parallel) activations by: tp with TP where the runtime runs sequence
+/// parallelism (torchtitan, FSDP1 with DTensor TP, Megatron), 1 without TP or without sequence parallelism
+/// (DeepSpeed AutoTP; capabilities.hpp tp_sequence_parallel).
 double sequence_parallel_divisor(const Plan& p);
 /// The TP-local shape of a tensor: column-parallel tensors split dim 0, row-parallel ones dim 1.
 std::int64_t tp_local_rows(const Tensor& t, int tp);
 std::int64_t tp_local_cols(const Tensor& t, int tp);
+/// TP-local elements of a tensor (every slice of a grouped expert weight).
+std::int64_t tp_local_elems(const Tensor& t, int tp);
 /// Elements of this rank's shard of one tensor under per-tensor padding (FSDP2: dim 0; DeepSpeed: numel).
-/// FSDP1 pads the unit's flat parameter instead: use ceil_div(sum of local elements, F).
-std::int64_t tensor_shard_elems(const Tensor& t, int tp, int shard_group, Padding padding);
+/// FSDP1 pads the unit's flat parameter instead: use ceil_div(sum of local elements, F). A grouped expert
+/// weight counts `stack` of its slices (t.stack by default; expert parallelism: the rank's t.stack / ep).
+std::int64_t tensor_shard_elems(const Tensor& t, int tp, int shard_group, Padding padding,
+                                std::int64_t stack = 0);
+/// This rank's elements of `count` identical tensors: TP-local (rank_local_elems) and its shard over
+/// `shard_group` ranks (rank_shard_elems). An expert tensor under expert parallelism (ep > 1) counts the
+/// rank's experts only: a grouped weight its stack / ep slices, per-expert tensors count / ep of them.
+std::int64_t rank_local_elems(const Tensor& t, std::int64_t count, int tp, int ep);
+std::int64_t rank_shard_elems(const Tensor& t, std::int64_t count, int tp, int shard_group, Padding padding,
+                              int ep);
 
+/// What plan p's activation checkpointing keeps of one activation tensor for backward, in a layer where
+/// op-level selective AC applies (`selective`: a block layer under --ac selective) or where nothing is
+/// recomputed: 1 saved, 0 not (recomputed, or not there: a condition of ActTensor::only unmet), 0.5 an mm
+/// output whose parity is not tracked (ActSac::kHalf).
+double act_saved_share(const ActTensor& a, const Plan& p, bool selective);
+/// What tensor parallelism divides a tensor of that split rule by under plan p.
+double act_split_divisor(ActSplit split, const Plan& p);
+/// Bytes of one activation tensor per token of this rank under plan p: its dtype (the compute dtype's bytes,
+/// or fixed), divided as its split rule says, the memory-efficient SDPA log-sum-exp's padding of the queries.
+double act_bytes_per_token(const ActTensor& a, const Plan& p);
+/// Whether the tensor exists at all under plan p (ActTensor::only).
+bool act_exists(const ActTensor& a, const Plan& p);
 /// Activation bytes one layer saves for backward over `tokens` tokens, with nothing recomputed or under
-/// selective (op-level) recomputation; full AC keeps only the block input (block_input_bytes). TP with
-/// sequence parallelism divides the replicated part too.
-/// The attention kernel's saved O and log-sum-exp per token for the plan's SDPA backend (16-bit compute,
-/// TP-split; 0 for layers without attention).
-double sdpa_saved_bytes_per_token(const Layer& l, const Plan& p);
+/// selective (op-level) recomputation: the sum over its tensor list of what the regime keeps, plus a
+/// materialised attention core's score tensors without recomputation. Full AC keeps only the block input
+/// (block_input_bytes).
 double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective);
 /// The transient bytes of one layer's backward at its worst op beyond its saved tensors and the gradient
 /// flowing in: for an attention or MLP layer (ending in a row-parallel output projection) the output
@@ -33,8 +54,8 @@ double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool sele
 /// accumulated gradient, into which each weight gradient is added and freed as soon as it is written (the
 /// output projection's then lives only next to its input gradient, not through the later ops).
 double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens, bool accumulated = false);
-/// What full activation checkpointing keeps per block: the block's input, hidden x tokens in the compute
-/// dtype.
-double block_input_bytes(const ModelSpec& s, const Plan& p, double tokens);
+/// What full activation checkpointing keeps of a layer: its block's input (the ActRole::kBlockInput tensor,
+/// hidden x tokens in the compute dtype) if it is the block's first layer, else 0.
+double block_input_bytes(const Layer& l, const Plan& p, double tokens);
 
 }  // namespace shardplan

@@ -60,8 +60,9 @@ StateTensors optimizer_state_tensors(const Plan& p, const OptimizerTensor& t) {
       break;
     case Optimizer::kAdafactor:
       if (t.cols > 1 && !t.flat) {
-        s.add(mul_checked(t.rows, sb, "optimizer bytes"));  // row_var [rows, 1]
-        s.add(mul_checked(t.cols, sb, "optimizer bytes"));  // col_var [1, cols]
+        // row_var [..., rows, 1], col_var [..., 1, cols] (a grouped expert weight: one per leading index)
+        s.add(mul_checked(mul_checked(t.stack, t.rows, "optimizer elements"), sb, "optimizer bytes"));
+        s.add(mul_checked(mul_checked(t.stack, t.cols, "optimizer elements"), sb, "optimizer bytes"));
       } else {
         s.add(mul_checked(n, sb, "optimizer bytes"));  // variance
       }
@@ -110,14 +111,27 @@ void for_each_optimizer_tensor(const ModelGraph& model, const Plan& p,
     l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
       const bool expert = p.ep > 1 && ten.expert;
       const std::int64_t rows = tp_local_rows(ten, p.tp), cols = tp_local_cols(ten, p.tp);
+      // A grouped expert weight [stack, rows, cols] holds the rank's stack / ep experts under EP.
+      const std::int64_t e = expert && ten.stack > 1 ? ten.stack / p.ep : ten.stack;
+      const int g = expert ? p.efsdp_ranks() : p.fsdp_ranks();
       OptimizerTensor t;
       t.full_rows = rows;
       t.full_cols = cols;
       t.cols = cols;
-      t.rows = p.zero >= 1 ? ceil_div(rows, expert ? p.efsdp_ranks() : p.fsdp_ranks()) : rows;
-      t.elems = mul_checked(t.rows, cols, "optimizer elements");
-      t.matrix = l->block >= 0 && ten.dim1 > 1;
-      f(t, expert ? count / p.ep : count);  // a rank holds 1/ep of the routed experts' tensors
+      t.rows = rows;
+      t.stack = e;
+      if (p.zero >= 1) {
+        // FSDP2's Shard(0) of dim 0; a grouped weight shards its experts unless the ranks exceed them, then
+        // each expert's rows (Shard(1)), as tensor_shard_elems (layer_memory.cpp).
+        if (e == 1 || g > e)
+          t.rows = ceil_div(rows, g);
+        else
+          t.stack = ceil_div(e, g);
+      }
+      t.elems = mul_checked(mul_checked(t.stack, t.rows, "optimizer elements"), cols, "optimizer elements");
+      t.matrix = l->block >= 0 && ten.dim1 > 1 && ten.stack == 1;
+      // A rank holds 1/ep of the routed experts' per-expert tensors.
+      f(t, expert && ten.stack == 1 ? count / p.ep : count);
     });
   }
 }

@@ -17,11 +17,16 @@ namespace shardplan {
 /// DTensor with Shard(0): ceil(rows / F) padded local rows x columns), DDP (ZeRO-0) a whole parameter, FSDP1
 /// / DeepSpeed / Megatron a flat 1-D partition (rows = elements, cols = 1).
 struct OptimizerTensor {
-  std::int64_t elems = 0;                     ///< local elements
-  std::int64_t rows = 0, cols = 1;            ///< local shape (a vector or a flat partition: cols 1)
+  std::int64_t elems = 0;           ///< local elements
+  std::int64_t rows = 0, cols = 1;  ///< local shape (a vector or a flat partition: cols 1)
+  /// Leading dimension of a grouped expert weight [stack, rows, cols] (the rank's experts, or its Shard(0)
+  /// share of them); 1 for every other tensor. elems = stack x rows x cols.
+  std::int64_t stack = 1;
   std::int64_t full_rows = 0, full_cols = 1;  ///< the whole (TP-local) parameter: what Muon orthogonalises
   /// A 2-D weight inside a transformer block: Muon's; embeddings, the output head, norms and biases get its
-  /// auxiliary AdamW (torch.optim.Muon's documentation, Moonlight, KellerJordan/Muon).
+  /// auxiliary AdamW (torch.optim.Muon's documentation, Moonlight, KellerJordan/Muon). Grouped expert weights
+  /// are 3-D, which torch.optim.Muon refuses (Muon.__init__: "Muon only supports 2D parameters"): they go to
+  /// the auxiliary AdamW too.
   bool matrix = false;
   bool flat = false;  ///< a flat partition (FSDP1, DeepSpeed, Megatron)
 };

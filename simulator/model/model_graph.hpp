@@ -1,7 +1,7 @@
 // ModelGraph: a Boost.Graph of layers (embedding, norms, attention, MLP/MoE, LM head, loss) with, per layer,
 // its parameter tensors (so padding and per-parameter sharding are exact), its forward GEMMs and attention
-// core, the bytes it saves for backward per token, and data-flow edges. Execution order is a topological
-// sort.
+// core, the list of activation tensors it saves and creates (activations.hpp), and data-flow edges.
+// Execution order is a topological sort.
 #pragma once
 #include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/json_reader.hpp"
+#include "simulator/model/activations.hpp"
 #include "simulator/model/model_spec.hpp"
 
 namespace shardplan {
@@ -37,7 +38,13 @@ struct Tensor {
   TpSplit tp = TpSplit::kReplicated;
   /// A routed expert's weight: each token passes through top_k of the layer's `moe_experts` experts.
   bool expert = false;
-  std::int64_t numel() const { return dim0 * dim1; }
+  /// Grouped experts: how many [dim0 x dim1] slices are stacked on a leading dimension, one per expert, as
+  /// the frameworks hold them (torchtitan 0.3.0 GroupedExperts w1 [experts, hidden_dim, dim], w2, w3;
+  /// Hugging Face's gpt-oss GptOssExperts gate_up_proj; one parameter per weight, not one per expert). 1 for
+  /// a plain tensor. FSDP2 shards the stacked dimension, or dim0 when the experts are fewer than the ranks
+  /// (layer_memory.cpp tensor_shard_elems); expert parallelism gives each rank stack / ep slices.
+  std::int64_t stack = 1;
+  std::int64_t numel() const { return stack * dim0 * dim1; }
 };
 
 /// One forward GEMM per token: [tokens x k] @ [k x n]; `count` = how many such GEMMs a token goes through
@@ -72,42 +79,8 @@ struct Layer {
   double attended_positions(std::int64_t seq) const;
   /// Mixture of experts: routed experts and how many each token uses (0 for dense layers).
   int moe_experts = 0, moe_top_k = 0;
-  /// Saved-for-backward bytes per token in bf16 compute, TP = 1, no recomputation, split into the part that
-  /// TP without sequence parallelism also divides (`tp_split`) and the part it replicates (`tp_replicated`,
-  /// h-sized tensors that sequence parallelism divides).
-  double act_split_bytes_per_token = 0, act_replicated_bytes_per_token = 0;
-  /// The same under selective recomputation (torchtitan op-level SAC: GEMM and attention outputs kept).
-  double act_selective_split_bytes_per_token = 0, act_selective_replicated_bytes_per_token = 0;
-  /// The attention kernel's own outputs saved for its backward, per token (16-bit compute, TP-split, part of
-  /// both split figures above): the output O (heads x v_head_dim) and the fp32 log-sum-exp per head. Op-level
-  /// selective AC drops them when its save list lacks the plan's SDPA op (Plan::sac_saves_sdpa).
-  double sdpa_out_bytes_per_token = 0, sdpa_lse_bytes_per_token = 0;
-  /// torch.compile (docs/model.md "Compiled saved tensors"): what inductor's min-cut partitioner saves fewer
-  /// than eager without recomputation (SwiGLU: SiLU(gate) recomputed in backward, 2 bytes x the FFN width;
-  /// TP-split), and under op-level SAC the saved outputs backward never reads (a saved output projection's
-  /// output, which only feeds the residual add; replicated).
-  double act_compiled_fewer_split_bytes_per_token = 0;
-  double act_selective_unread_replicated_bytes_per_token = 0;
-  /// Tensor parallelism under op-level SAC (docs/model.md "Selective AC under tensor parallelism"): the part
-  /// of `act_selective_replicated_bytes_per_token` that is saved row-parallel GEMM outputs. With sequence
-  /// parallelism such an output is the partial sum over the whole sequence, before its reduce-scatter, so TP
-  /// does not divide it. `act_selective_tp_scatter_bytes_per_token`: the outputs of the reduce-scatters after
-  /// the layer's row-parallel GEMMs (saved or not: torchtitan's save list has reduce_scatter_tensor), which
-  /// exist only with TP > 1 and are divided by TP.
-  double act_selective_row_output_bytes_per_token = 0;
-  double act_selective_tp_scatter_bytes_per_token = 0;
-  /// --fp32-norm (torchtitan's Python RMSNorm before 3b39d7ab0): the eager norm's fp32 copy of its input
-  /// (4 bytes per element, saved by pow and the multiply by rsqrt) beside the bf16 tensors counted above.
-  double act_fp32_norm_bytes_per_token = 0;
-  /// Eager forward transients (docs/model.md "Eager forward transients"; reference-lane trace, torchtitan's
-  /// model code): per token, bytes at 16-bit compute and TP = 1, of tensors the layer's eager forward
-  /// allocates besides those it saves. `act_eager_transient_split_bytes_per_token`: alive while the layer
-  /// allocates its saved tensors, freed when it returns (the complex rotary embedding: the q and k projection
-  /// outputs, their fp32 copies and the complex products; TP-split). `act_eager_output_bytes_per_token`: the
-  /// layer's output before the residual add (its row-parallel output projection's), freed once the sum
-  /// exists; not divided by TP (with sequence parallelism it is the partial sum before the reduce-scatter).
-  double act_eager_transient_split_bytes_per_token = 0;
-  double act_eager_output_bytes_per_token = 0;
+  /// The activation tensors the layer's forward saves and creates, in forward order (activations.hpp).
+  std::vector<ActTensor> activations;
   /// Memory-bound forward traffic per token (norms, activations, rotary, residual adds), bytes, when the
   /// elementwise ops are fused (torch.compile); `eager_elementwise_bytes_per_token` is the same work run op
   /// by op in eager mode (fp32 upcasts and every intermediate written and read back).
@@ -116,9 +89,9 @@ struct Layer {
   std::int64_t parameters() const;
   /// Parameters one token passes through: routed experts count top_k / experts of their weights.
   double active_parameters() const;
-  /// The layer's tensors grouped by shape (dim0, dim1, TP split, expert): `tensors[index]` stands for
-  /// `count` identical tensors (a MoE layer's 3 x 128 expert weights are two groups). Filled by ModelGraph;
-  /// the per-tensor sums of memory.cpp and units.cpp walk the groups (for_each_tensor_group).
+  /// The layer's tensors grouped by shape (stack, dim0, dim1, TP split, expert): `tensors[index]` stands for
+  /// `count` identical tensors (a MoE layer's grouped gate and up weights are one group of two). Filled by
+  /// ModelGraph; the per-tensor sums of memory.cpp and units.cpp walk the groups (for_each_tensor_group).
   struct TensorGroup {
     std::uint32_t index = 0, count = 0;
   };
@@ -184,13 +157,18 @@ class ModelGraph {
   double attention_model_flops_per_token(std::int64_t seq) const;
   /// Largest parameter count of a single tensor.
   std::int64_t largest_tensor() const { return largest_tensor_; }
+  /// Bytes of the parameters as the released checkpoint stores them: 16-bit, except routed experts' weight
+  /// matrices stored as MXFP4 (ModelSpec::moe.mxfp4_experts, gpt-oss: 4.25 bits per value). What loading
+  /// the checkpoint quantised takes; training dequantises (the simulated parameters follow the plan's
+  /// precision).
+  std::int64_t checkpoint_bytes() const { return checkpoint_bytes_; }
 
  private:
   void finalize();
   ModelSpec spec_;
   LayerGraph graph_;
   std::vector<const Layer*> order_;
-  std::int64_t parameters_ = 0, embedding_parameters_ = 0, largest_tensor_ = 0;
+  std::int64_t parameters_ = 0, embedding_parameters_ = 0, largest_tensor_ = 0, checkpoint_bytes_ = 0;
   double active_parameters_ = 0;
   int blocks_ = 0;
 };

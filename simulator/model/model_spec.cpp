@@ -102,6 +102,7 @@ ModelSpec parse_model_spec(JsonObj o) {
             (*dl)[i], o.file(), moe->pointer("dense_layers") + "/" + std::to_string(i), 0, kMaxLayers)));
     }
     s.moe.router_bias = moe->boolean("router_bias", false);
+    s.moe.mxfp4_experts = parse_enum(*moe, "checkpoint_format", {{"bf16", false}, {"mxfp4", true}}, false);
     moe->finish();
   }
   if (auto mla = o.optional_object("mla")) {
@@ -130,6 +131,7 @@ ModelSpec parse_model_spec(JsonObj o) {
   s.attn_softcap = o.number("attn_softcap", 0.0, 0.0, 1e6);
   s.final_softcap = o.number("final_softcap", 0.0, 0.0, 1e6);
   s.mtp_layers = static_cast<int>(o.integer("mtp_layers", 0, 0, 16));
+  s.attn_sinks = o.boolean("attn_sinks", false);
   o.finish();
   validate_model_spec(s, o.file());
   return s;
@@ -226,6 +228,7 @@ Json model_spec_to_json(const ModelSpec& s) {
     if (s.moe.interval != 1) m["interval"] = s.moe.interval, m["phase"] = s.moe.phase;
     if (!s.moe.dense_layers.empty()) m["dense_layers"] = s.moe.dense_layers;
     if (s.moe.router_bias) m["router_bias"] = true;
+    if (s.moe.mxfp4_experts) m["checkpoint_format"] = "mxfp4";
     j["moe"] = m;
   }
   if (s.mla.enabled())
@@ -246,6 +249,7 @@ Json model_spec_to_json(const ModelSpec& s) {
   if (s.attn_softcap > 0) j["attn_softcap"] = s.attn_softcap;
   if (s.final_softcap > 0) j["final_softcap"] = s.final_softcap;
   if (s.mtp_layers > 0) j["mtp_layers"] = s.mtp_layers;
+  if (s.attn_sinks) j["attn_sinks"] = true;
   return j;
 }
 
@@ -316,7 +320,7 @@ struct HfReader {
 bool llama_like(const std::string& t) {
   for (const char* n :
        {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "phi3", "olmo2", "gemma2", "gemma3",
-        "gemma3_text", "llama4", "llama4_text", "deepseek_v2", "deepseek_v3"})
+        "gemma3_text", "llama4", "llama4_text", "deepseek_v2", "deepseek_v3", "gpt_oss"})
     if (t == n) return true;
   return false;
 }
@@ -448,6 +452,31 @@ ModelSpec parse_hf_config_text(const Json& j, const std::string& file, const std
       s.global_every = static_cast<int>(r.integer("no_rope_layer_interval", 4));
     }
   }
+  if (type == "gpt_oss") {
+    // transformers models/gpt_oss (GptOssConfig, modeling_gpt_oss.py; openai/gpt-oss-{20b,120b} config.json):
+    // every layer a MoE (GptOssMLP: GptOssTopKRouter weight [experts, h] + bias [experts]; GptOssExperts
+    // gate_up_proj [experts, h, 2f] + gate_up_proj_bias [experts, 2f], down_proj [experts, f, h] +
+    // down_proj_bias [experts, h]: one fused gate/up weight, biases on both), q/k/v/o projections with biases
+    // (attention_bias), a learned sink logit per head (GptOssAttention.sinks [heads]), layer_types
+    // alternating sliding_attention (sliding_window) and full_attention, RMSNorm, untied embeddings.
+    // quantization_config mxfp4: the checkpoint's expert weight matrices are MXFP4 (not their biases, the
+    // router, attention, embeddings or head: modules_to_not_convert).
+    s.moe.experts = static_cast<int>(r.integer("num_local_experts"));
+    s.moe.top_k = static_cast<int>(r.integer("num_experts_per_tok"));
+    s.moe.ffn_hidden = s.ffn_hidden;
+    s.moe.router_bias = true;
+    s.mlp_bias = true;
+    s.fused_gate_up = true;
+    s.attn_sinks = true;
+    s.attn_bias = r.boolean("attention_bias", true);
+    s.window = r.integer("sliding_window", 128);
+    s.local_attention = LocalAttention::kSliding;
+    if (r.has("layer_types")) s.global_every = r.global_every_from_layer_types(s.layers);
+    if (j.contains("quantization_config") && j.at("quantization_config").is_object()) {
+      const Json& q = j.at("quantization_config");
+      s.moe.mxfp4_experts = q.contains("quant_method") && q.at("quant_method") == "mxfp4";
+    }
+  }
   if (deepseek) {
     // DeepseekV3Attention (MLA): q_a_proj, q_a_layernorm, q_b_proj (or q_proj without q_lora_rank),
     // kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj. DeepseekV3DecoderLayer: MoE iff layer_idx >=
@@ -570,7 +599,7 @@ ModelSpec parse_hf_config(const Json& j, const std::string& file) {
         file, "/model_type",
         "unsupported model_type \"" + type +
             "\"; expected one of: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, deepseek_v2, "
-            "deepseek_v3, llama4, gemma2, gemma3, phi3, olmo2, gpt_neox, mpt, bloom, gpt2");
+            "deepseek_v3, llama4, gemma2, gemma3, phi3, olmo2, gpt_oss, gpt_neox, mpt, bloom, gpt2");
   }
   validate_model_spec(s, file);
   return s;

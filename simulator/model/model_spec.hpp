@@ -35,7 +35,13 @@ struct MoeSpec {
   /// Llama 4 interleave step s: interval s, phase s - 1; Qwen3-MoE decoder_sparse_step and mlp_only_layers).
   int first_dense = 0, interval = 1, phase = 0;
   std::vector<int> dense_layers;
-  bool router_bias = false;  ///< a per-expert routing bias (DeepSeek-V3 e_score_correction_bias)
+  bool router_bias =
+      false;  ///< a per-expert routing bias (DeepSeek-V3 e_score_correction_bias, gpt-oss router)
+  /// How the released checkpoint stores the routed experts' weight matrices (not their biases): false = in
+  /// the model's 16-bit dtype, true = MXFP4 (gpt-oss: 4-bit values in blocks of 32 sharing one 8-bit scale,
+  /// 4.25 bits per value; transformers Mxfp4HfQuantizer). Only ModelGraph::checkpoint_bytes reads it:
+  /// training dequantises to bf16 (the quantizer's is_trainable is False; Mxfp4Config(dequantize=True)).
+  bool mxfp4_experts = false;
   bool is_moe_block(int b) const;
   std::int64_t expert_ffn(std::int64_t dense_ffn) const { return ffn_hidden > 0 ? ffn_hidden : dense_ffn; }
 };
@@ -84,6 +90,9 @@ struct ModelSpec {
   /// Multi-token-prediction modules (DeepSeek-V3 num_nextn_predict_layers); 0 = excluded, as the 671B count
   /// is.
   int mtp_layers = 0;
+  /// Attention sinks (gpt-oss): one learned logit per head that joins each softmax's denominator, a
+  /// parameter of `heads` elements per attention layer (transformers GptOssAttention.sinks).
+  bool attn_sinks = false;
   /// The local window of block b, 0 when the block attends globally.
   std::int64_t block_window(int b) const {
     return window > 0 && !(global_every > 0 && (b + 1) % global_every == 0) ? window : 0;

@@ -3,20 +3,10 @@
 #include "simulator/parallel/pipeline_schedule.hpp"
 
 #include <algorithm>
-#include <stdexcept>
-#include <string>
 #include <unordered_map>
 #include <unordered_set>
 
 namespace shardplan {
-
-namespace {
-
-std::string str(std::int64_t v) {
-  return std::to_string(v);
-}
-
-}  // namespace
 
 // ---- schedules ----
 
@@ -206,158 +196,37 @@ std::vector<std::vector<PipeAction>> pipeline_order(PpSchedule s, int pp, int vi
   return out;
 }
 
-// ---- the pipeline's timeline ----
-
-PipelineRun run_pipeline(const PipelineInputs& in) {
-  const int pp = in.pp, S = static_cast<int>(in.stages.size()), m = in.micro_batches;
-  Plan shape;
-  shape.pp = pp;
-  shape.pp_schedule = in.schedule;
-  shape.virtual_stages = in.virtual_stages;
-  std::vector<int> rank_of(static_cast<std::size_t>(S), 0);
-  for (int r = 0; r < pp; ++r)
-    for (int s : rank_stages(shape, r)) rank_of[static_cast<std::size_t>(s)] = r;
-  const auto orders = pipeline_order(in.schedule, pp, in.virtual_stages, m);
-  auto idx = [m](int s, int mb) { return static_cast<std::size_t>(s) * static_cast<std::size_t>(m) + mb; };
-  auto sidx = [](int s) { return static_cast<std::size_t>(s); };
-  constexpr double kNotYet = -1;
-  std::vector<double> fwd_end(static_cast<std::size_t>(S) * m, kNotYet), grad_end(fwd_end);
-  std::vector<char> first_fwd_done(static_cast<std::size_t>(S), 0);
-  PipelineRun out;
-  out.rank_busy_s.assign(static_cast<std::size_t>(pp), 0);
-  out.rank_end_s.assign(static_cast<std::size_t>(pp), 0);
-  out.rank_gather_wait_s.assign(static_cast<std::size_t>(pp), 0);
-  out.stage_last_backward_end_s.assign(static_cast<std::size_t>(S), 0);
-  out.stage_max_in_flight.assign(static_cast<std::size_t>(S), 0);
-  out.rank_peak_activation_bytes.assign(static_cast<std::size_t>(pp), 0);
-  out.rank_peak.assign(static_cast<std::size_t>(pp), RankPeak{});
-  out.rank_sends.assign(static_cast<std::size_t>(pp), 0);
-  std::vector<int> in_flight(static_cast<std::size_t>(S), 0);
-  std::vector<int> grads_done(static_cast<std::size_t>(S), 0);  // B or W actions run (weight gradients made)
-  std::vector<Bytes> act_now(static_cast<std::size_t>(pp), 0), accum_now(act_now), held(act_now);
-  std::vector<std::size_t> next(static_cast<std::size_t>(pp), 0);
-  // Each rank's parameter all-gathers run back to back on its data-parallel stream from the step's start, in
-  // the order of its stages' first forwards.
-  std::vector<double> gather_start(static_cast<std::size_t>(S), 0);
-  for (int r = 0; r < pp; ++r) {
-    double t = 0;
-    std::vector<char> seen(static_cast<std::size_t>(S), 0);
-    for (const PipeAction& a : orders[static_cast<std::size_t>(r)])
-      if (a.op == PipeOp::kForward && !seen[sidx(a.stage)]) {
-        seen[sidx(a.stage)] = 1;
-        gather_start[sidx(a.stage)] = t;
-        t += in.stages[sidx(a.stage)].gather_s;
-      }
-    for (int s : rank_stages(shape, r)) held[static_cast<std::size_t>(r)] += in.stages[sidx(s)].held_bytes;
-  }
-  auto hop = [&](int a, int b) {
-    return rank_of[static_cast<std::size_t>(a)] == rank_of[static_cast<std::size_t>(b)] ? 0.0 : in.p2p_s;
-  };
-  bool progress = true;
-  std::size_t remaining = 0;
-  for (const auto& o : orders) remaining += o.size();
-  while (remaining > 0 && progress) {
-    progress = false;
-    for (int r = 0; r < pp; ++r) {
-      const auto R = static_cast<std::size_t>(r);
-      while (next[R] < orders[R].size()) {
-        const PipeAction& a = orders[R][next[R]];
-        const auto s = static_cast<std::size_t>(a.stage);
-        const StageCost& c = in.stages[s];
-        double ready = 0, dur = 0, busy = 0;
-        if (a.op == PipeOp::kForward) {
-          if (a.stage > 0) {
-            const double prev = fwd_end[idx(a.stage - 1, a.micro_batch)];
-            if (prev < 0) break;
-            ready = prev + hop(a.stage - 1, a.stage);
-          }
-          busy = dur = c.fwd_s;
-          if (!first_fwd_done[s]) {
-            // The first forward ends when its compute does and no earlier than its gathers allow.
-            const double start = std::max(ready, out.rank_end_s[R]);
-            const double gated = gather_start[s] + c.fwd_s + c.first_fwd_extra_s;
-            dur = std::max(c.fwd_s, gated - start);
-            out.rank_gather_wait_s[R] += dur - c.fwd_s;
-          }
-          first_fwd_done[s] = 1;
-        } else if (a.op == PipeOp::kBackwardWeight) {
-          const double ig = grad_end[idx(a.stage, a.micro_batch)];
-          if (ig < 0) break;
-          ready = ig;
-          busy = dur = c.bwd_weight_s;
-        } else {
-          const double f = fwd_end[idx(a.stage, a.micro_batch)];
-          if (f < 0) break;
-          ready = f;
-          if (a.stage + 1 < S) {
-            const double g = grad_end[idx(a.stage + 1, a.micro_batch)];
-            if (g < 0) break;
-            ready = std::max(ready, g + hop(a.stage + 1, a.stage));
-          }
-          busy = dur = a.op == PipeOp::kBackward ? c.bwd_s : c.bwd_input_s;
-        }
-        const double start = std::max(ready, out.rank_end_s[R]);
-        const double end = start + dur;
-        out.rank_end_s[R] = end;
-        out.rank_busy_s[R] += busy;
-
-        // Memory while the action runs: the rank's held state, the unsharded gradients of stages between
-        // their first and last backward, the other micro-batches' saved activations, and the action's
-        // working set (a forward's or backward's own activations included).
-        const bool makes_grads = a.op == PipeOp::kBackward || a.op == PipeOp::kBackwardWeight;
-        const bool growing = a.op == PipeOp::kBackward && grads_done[s] == 0 && c.bwd_first_work.total() > 0;
-        if (makes_grads && grads_done[s] == 0 && !growing) accum_now[R] += c.accum_grad_bytes;
-        RankPeak now;
-        now.held_bytes = held[R];
-        now.accum_grad_bytes = accum_now[R];
-        now.saved_act_bytes = act_now[R];
-        if (a.op == PipeOp::kForward) {
-          now.work = c.fwd_work;
-        } else if (a.op != PipeOp::kBackwardWeight) {
-          now.saved_act_bytes -= c.act_bytes;  // its own activations are part of the backward's working set
-          now.work = growing ? c.bwd_first_work : c.bwd_work;
-        }
-        now.peak_bytes = now.held_bytes + now.accum_grad_bytes + now.saved_act_bytes + now.work.total();
-        now.stage = a.stage;
-        now.micro_batch = a.micro_batch;
-        now.op = a.op;
-        if (now.peak_bytes > out.rank_peak[R].peak_bytes) out.rank_peak[R] = now;
-
-        if (a.op == PipeOp::kForward) {
-          fwd_end[idx(a.stage, a.micro_batch)] = end;
-          if (a.stage + 1 < S && rank_of[s + 1] != static_cast<int>(R)) ++out.rank_sends[R];
-          act_now[R] += c.act_bytes;
-          out.stage_max_in_flight[s] = std::max(out.stage_max_in_flight[s], ++in_flight[s]);
-          out.rank_peak_activation_bytes[R] = std::max(out.rank_peak_activation_bytes[R], act_now[R]);
-        } else {
-          if (a.op != PipeOp::kBackwardWeight) {
-            grad_end[idx(a.stage, a.micro_batch)] = end;
-            if (a.stage > 0 && rank_of[s - 1] != static_cast<int>(R)) ++out.rank_sends[R];
-          }
-          if (growing) accum_now[R] += c.accum_grad_bytes;
-          if (makes_grads) {  // the saved activations die with the weight gradient
-            act_now[R] -= c.act_bytes;
-            --in_flight[s];
-            // After the stage's last one its gradients are reduced and the unsharded ones freed.
-            if (++grads_done[s] == m) accum_now[R] -= c.accum_grad_bytes;
-          }
-          out.stage_last_backward_end_s[s] = std::max(out.stage_last_backward_end_s[s], end);
-        }
-        ++next[R];
-        --remaining;
-        progress = true;
+Residency fsdp_residency(const std::vector<PipeAction>& order, int max_active_stages) {
+  Residency r;
+  r.unshard.resize(order.size());
+  r.reshard.resize(order.size());
+  std::vector<int> active;  // insertion order, as torch's dict
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    // next_stage_indices(max_active_stages, compute_actions[i:]): the next distinct stages, in order.
+    std::vector<int> window;
+    for (std::size_t j = i; j < order.size() && static_cast<int>(window.size()) < max_active_stages; ++j)
+      if (std::find(window.begin(), window.end(), order[j].stage) == window.end())
+        window.push_back(order[j].stage);
+    for (auto it = active.begin(); it != active.end();) {
+      if (std::find(window.begin(), window.end(), *it) == window.end()) {
+        r.reshard[i].push_back(*it);
+        it = active.erase(it);
+      } else {
+        ++it;
       }
     }
+    for (int s : window)
+      if (std::find(active.begin(), active.end(), s) == active.end()) {
+        r.unshard[i].push_back(s);
+        active.push_back(s);
+      }
   }
-  if (remaining > 0)
-    throw std::logic_error("pipeline schedule deadlocked (" + str(remaining) + " actions left)");
-  double busy = 0;
-  for (int r = 0; r < pp; ++r) {
-    out.makespan_s = std::max(out.makespan_s, out.rank_end_s[static_cast<std::size_t>(r)]);
-    busy += out.rank_busy_s[static_cast<std::size_t>(r)];
-  }
-  out.bubble_fraction = out.makespan_s > 0 ? 1.0 - busy / (pp * out.makespan_s) : 0.0;
-  return out;
+  return r;
+}
+
+double pipeline_send_bytes(const Plan& p, std::int64_t hidden) {
+  return static_cast<double>(p.mbs) * static_cast<double>(p.seq) * static_cast<double>(hidden) *
+         p.compute_bytes() / p.tp / p.cp;
 }
 
 }  // namespace shardplan

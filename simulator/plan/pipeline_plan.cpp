@@ -30,25 +30,7 @@ void check_pipeline_mesh(const Plan& p, int gpus) {
   // The mesh is [pp, dp, tp] (torchtitan ParallelDims: pp, dp_replicate, dp_shard, cp, tp; tp innermost).
   need(gpus % (p.tp * p.pp) == 0, "--pp",
        "tp x pp = " + str(p.tp) + " x " + str(p.pp) + " does not divide " + str(gpus) + " GPUs");
-  if (p.pp == 1) return;
-  // torch.distributed.pipelining drives FSDP2 (stage.py backward_maybe_with_nosync: FSDPModule) or DDP;
-  // FSDP1 has no pipeline integration there and torchtitan builds FSDP2 only.
-  need(p.runtime != Runtime::kFsdp1, "--pp",
-       "pipeline parallelism is modelled for fsdp2 (torch.distributed.pipelining) and deepspeed "
-       "(PipelineEngine); use --runtime fsdp2");
-  // deepspeed 0.19.8 deepspeed/runtime/pipe/engine.py: assert zero stage < gradients, "ZeRO-2 and ZeRO-3
-  // are incompatible with pipeline parallelism".
-  need(
-      p.runtime != Runtime::kDeepSpeed || p.zero <= 1, "--pp",
-      "deepspeed's PipelineEngine supports ZeRO stage 0 or 1 only (\"ZeRO-2 and ZeRO-3 are incompatible with "
-      "pipeline parallelism\"); use --zero 1");
-  // Megatron-core's schedules (megatron/core/pipeline_parallel/schedules.py, core_r0.8.0):
-  // forward_backward_pipelining_without_interleaving (1F1B) and ..._with_interleaving (interleaved 1F1B).
-  need(p.runtime != Runtime::kMegatron || p.pp_schedule == PpSchedule::k1F1B ||
-           p.pp_schedule == PpSchedule::kInterleaved1F1B,
-       "--pp-schedule", "megatron runs 1f1b or interleaved-1f1b (virtual pipeline stages)");
-  need(p.runtime != Runtime::kDeepSpeed || p.pp_schedule == PpSchedule::k1F1B, "--pp-schedule",
-       "deepspeed's PipelineEngine runs its own 1F1B schedule (TrainSchedule); use --pp-schedule 1f1b");
+  // Which runtimes pipeline, with which ZeRO stages and schedules: the capability table (capabilities.hpp).
 }
 
 void resolve_pipeline(Plan& p, const ModelGraph& model) {
@@ -135,6 +117,36 @@ std::vector<int> rank_stages(const Plan& p, int rank) {
   std::vector<int> out;
   for (int v = 0; v < V; ++v) out.push_back(rank + v * p.pp);
   return out;
+}
+
+int stage_rank(const Plan& p, int stage) {
+  if (v_style(p.pp_schedule)) return stage < p.pp ? stage : 2 * p.pp - 1 - stage;
+  return stage % p.pp;
+}
+
+std::vector<std::size_t> stage_layer_starts(const Plan& p, const ModelGraph& model) {
+  const int S = p.stages();
+  const std::vector<int> per_stage = stage_blocks(p, model.blocks());
+  const auto& order = model.order();
+  std::vector<int> stage_of_block;
+  for (int s = 0; s < S; ++s)
+    for (int b = 0; b < per_stage[static_cast<std::size_t>(s)]; ++b) stage_of_block.push_back(s);
+  std::vector<std::size_t> first(static_cast<std::size_t>(S) + 1, order.size());
+  int block_seen = -1, block_count = -1, cur = 0;
+  first[0] = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const Layer* l = order[i];
+    int st = cur;
+    if (l->block >= 0) {
+      if (l->block != block_seen) block_seen = l->block, ++block_count;
+      st = stage_of_block[static_cast<std::size_t>(block_count)];
+    } else if (block_count >= 0) {
+      st = S - 1;
+    }
+    while (cur < st) first[static_cast<std::size_t>(++cur)] = i;
+  }
+  while (cur < S - 1) first[static_cast<std::size_t>(++cur)] = order.size();
+  return first;
 }
 
 }  // namespace shardplan

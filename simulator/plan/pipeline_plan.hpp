@@ -26,5 +26,11 @@ std::vector<int> stage_blocks(const Plan& p, int blocks);
 /// interleaved); V style {r, 2 pp - 1 - r} (zbv, dualpipev) — torchtitan
 /// _get_pp_rank_to_stage_indices_mapping.
 std::vector<int> rank_stages(const Plan& p, int rank);
+/// Where each stage's slice of the model's execution order (ModelGraph::order()) begins: p.stages() + 1
+/// indices, the last one order().size(). Blocks go by stage_blocks; layers before the first block (the
+/// embedding) belong to stage 0, layers after the last block (final norm, head, loss) to the last stage.
+std::vector<std::size_t> stage_layer_starts(const Plan& p, const ModelGraph& model);
+/// The pipeline rank that holds stage `stage` (the inverse of rank_stages).
+int stage_rank(const Plan& p, int stage);
 
 }  // namespace shardplan

@@ -1,5 +1,6 @@
 // Plan defaults, validation against the model and the cluster, and the run-record JSON form.
 #include "simulator/model/model.hpp"
+#include "simulator/plan/capabilities.hpp"
 #include "simulator/plan/knobs.hpp"
 #include "simulator/plan/pipeline_plan.hpp"
 #include "simulator/plan/plan_types.hpp"
@@ -110,79 +111,6 @@ std::optional<Offload> parse_offload(const std::string& s) {
 
 static void need(bool ok, const char* knob, const std::string& why) {
   if (!ok) throw InputError::flag(knob, why);
-}
-
-// Offload modes each runtime has (resolved zero and grad_accum):
-// - DeepSpeed: `zero_optimization.offload_optimizer` works from stage 1 up, `offload_param` only in stage 3
-//   (deepspeed/runtime/zero/config.py, ZeRO-Infinity docs: "offload_param ... only valid with stage 3").
-// - FSDP1 `CPUOffload(offload_params=True)` and FSDP2 `fully_shard(offload_policy=CPUOffloadPolicy())` move
-// the
-//   sharded parameters with their gradients (and so the optimizer step and its state) to the host: there is
-//   no optimizer-only mode (torch/distributed/fsdp/api.py CPUOffload, _fully_shard/_fsdp_api.py
-//   CPUOffloadPolicy).
-// - FSDP1 with offloaded parameters does not accumulate gradients outside `no_sync()` (the PyTorch FSDP docs'
-//   limitations: "FSDP does not support gradient accumulation outside no_sync() when using CPU offloading";
-//   _runtime_utils.py replaces the CPU gradient with the newly reduced one).
-// - ZeRO-0 is DDP (FSDP1 NO_SHARD, FSDP2 `replicate`): no offload.
-static void check_offload(const Plan& p) {
-  if (p.offload == Offload::kNone) return;
-  const std::string rt = to_string(p.runtime);
-  need(p.runtime != Runtime::kMegatron, "--offload",
-       "megatron: the distributed optimizer's CPU offload is not modelled; use --offload none");
-  if (p.runtime == Runtime::kDeepSpeed) {
-    if (p.offload == Offload::kOptimizer)
-      need(p.zero >= 1, "--offload",
-           "deepspeed offloads the optimizer (offload_optimizer) from ZeRO stage 1 up; use --zero 1, 2 or 3");
-    else
-      need(p.zero == 3, "--offload",
-           "deepspeed offloads parameters (offload_param) only in ZeRO stage 3; use --zero 3 or --offload "
-           "optimizer");
-    return;
-  }
-  need(p.offload != Offload::kOptimizer, "--offload",
-       rt + " has no optimizer-only offload (its CPU offload moves parameters, gradients and optimizer "
-            "state); use "
-            "--offload params or --runtime deepspeed");
-  need(p.zero >= 1, "--offload",
-       "--zero 0 is plain data parallel (DDP), which has no CPU offload; use --zero 2 or 3 with --offload "
-       "params");
-}
-
-// The optimizers each runtime can run (docs/model.md "Optimizers"):
-// - Megatron-core's distributed optimizer (core_r0.8.0 megatron/core/optimizer/__init__.py
-//   _get_megatron_optimizer_based_on_param_groups) builds Apex/TE FusedAdam (AdamW's decoupled decay) or
-//   FusedSGD only.
-// - FSDP1 and DeepSpeed hand the optimizer flat 1-D shards (FlatParameter, DeepSpeed's fp32 partitions):
-//   torch.optim.Muon raises on a parameter that is not 2-D (torch/optim/_muon.py Muon.__init__); DeepSpeed
-//   0.19.8's own ZeRO Muon (MuonWithAuxAdam, runtime/zero/stage_1_and_2.py: Muon matrices split over
-//   partitions are all-reduced) is not modelled.
-// - torch 2.15's Adafactor fails on FSDP2's sharded DTensor parameters: the column norm of a Shard(0) matrix
-//   is a _NormPartial placement that its in-place square_ / _foreach_mul_ cannot keep (checked on the
-//   reference lane's fake process group); DDP (ZeRO-0) and the flat shards of FSDP1 and DeepSpeed run it.
-// - Muon's gathers are modelled over the data-parallel shard group only: TP- or EP-split matrices would need
-//   another gather (not modelled).
-// - CPU offload runs Adam on the host (DeepSpeedCPUAdam; torch's AdamW on CPU tensors): other optimizers'
-//   host steps are not modelled.
-static void check_optimizer(const Plan& p) {
-  const Optimizer o = p.optimizer;
-  if (o == Optimizer::kAdamW) return;
-  const std::string name = to_string(o);
-  if (p.runtime == Runtime::kMegatron)
-    need(o == Optimizer::kAdam || o == Optimizer::kSgd, "--optimizer",
-         "megatron's distributed optimizer builds Adam (AdamW) or SGD only; use --optimizer adamw, adam or "
-         "sgd");
-  need(o != Optimizer::kMuon || p.runtime == Runtime::kFsdp2, "--optimizer",
-       "muon orthogonalises 2-D matrices; " + std::string(to_string(p.runtime)) +
-           " hands the optimizer flat 1-D shards (DeepSpeed's own ZeRO Muon is not modelled): use --runtime "
-           "fsdp2");
-  need(o != Optimizer::kMuon || (p.tp == 1 && p.ep == 1), "--optimizer",
-       "muon: matrices split by tensor or expert parallelism would need a second gather to orthogonalise "
-       "(not modelled); use --tp 1 --ep 1");
-  need(o != Optimizer::kAdafactor || p.runtime != Runtime::kFsdp2 || p.zero < 2, "--optimizer",
-       "adafactor: torch 2.15's Adafactor fails on FSDP2's sharded DTensor parameters (its column norm is a "
-       "partial placement its in-place ops cannot keep); use --zero 0 or --runtime fsdp1 / deepspeed");
-  need(p.offload == Offload::kNone || o == Optimizer::kAdam, "--offload",
-       "CPU offload runs Adam on the host; the host step of " + name + " is not modelled");
 }
 
 // Context parallelism: torch's load-balanced sharding (torch/distributed/tensor/experimental/_attention.py,
@@ -298,7 +226,6 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
          "tp " + std::to_string(p.tp) + " does not divide the vocabulary " + std::to_string(s.vocab) +
              " (pad the vocabulary)");
   }
-  check_offload(p);  // before the derived checks: an offload mode the runtime lacks is the first thing to say
   check_pipeline_mesh(p, gpus);
   need(p.cp >= 1 && (gpus / (p.tp * p.pp)) % p.cp == 0, "--cp",
        "cp " + std::to_string(p.cp) + " does not divide the " + std::to_string(gpus / (p.tp * p.pp)) +
@@ -306,6 +233,9 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
            std::to_string(p.tp) + " x " + std::to_string(p.pp) + "))");
   // Mesh order: pp, dp_replicate, dp_shard, cp, tp (tp innermost; torchtitan ParallelDims).
   p.dp = gpus / (p.tp * p.cp * p.pp);
+  // What the runtime has (capabilities.hpp): before the derived checks, a knob or combination the runtime
+  // lacks is the first thing to say.
+  check_capabilities(p, p.dp);
   if (p.shard_group == 0) p.shard_group = p.dp;
   need(p.shard_group >= 1 && p.dp % p.shard_group == 0, "--shard-group",
        "shard group " + std::to_string(p.shard_group) + " does not divide the " + std::to_string(p.dp) +
@@ -314,27 +244,10 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   if (p.zero == 0) {
     need(p.shard_group == p.dp, "--shard-group", "ZeRO-0 shards nothing; a shard group makes no sense");
   }
-  if (p.runtime == Runtime::kMegatron) {
-    // Megatron-core: use_distributed_optimizer (ZeRO-1: fp32 main parameters and Adam state sharded, the
-    // gradient buffer reduce-scattered) or plain DDP (the buffer all-reduced); parameters are never sharded.
-    need(p.zero <= 1, "--zero",
-         "megatron shards the optimizer state only: --zero 1 (distributed optimizer) or --zero 0 (DDP)");
-    need(p.replicas == 1, "--shard-group",
-         "megatron runtime: the distributed optimizer shards over all data-parallel ranks (no HSDP)");
-    // Megatron's mixed precision (NeMo megatron_amp_O2): bf16 parameters, fp32 main parameters in the
-    // optimizer; the runtime models that arrangement only.
-    need(p.precision == Precision::kBf16Mixed, "--precision",
-         "megatron runtime models bf16 parameters with fp32 main parameters: use --precision bf16-mixed");
-  } else if (p.runtime != Runtime::kDeepSpeed) {
-    need(p.zero != 1, "--zero",
-         std::string(to_string(p.runtime)) +
-             " has no ZeRO-1 mode; use --zero 2 (SHARD_GRAD_OP) or --runtime deepspeed");
-  } else {
-    need(p.replicas == 1, "--shard-group",
-         "deepspeed runtime: hybrid sharding (HSDP) is modelled for fsdp1/fsdp2 only");
+  // Megatron-core, ZeRO stages, HSDP and precisions per runtime: the capability table above.
+  if (p.runtime == Runtime::kDeepSpeed)
     need(!p.reshard_after_forward.has_value() || *p.reshard_after_forward == (p.zero == 3),
          "--reshard-after-forward", "deepspeed reshards after forward exactly in ZeRO-3");
-  }
   // torchtitan under PP: fully_shard(reshard_after_forward=False) for every stage by default
   // (torchtitan 0.3.0 distributed/fsdp.py get_fsdp_reshard_after_forward_policy: "default" -> `not
   // pp_enabled`), "to avoid per-microbatch all-gathers": SHARD_GRAD_OP semantics, which this plan spells
@@ -367,13 +280,12 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   need(p.prefetch >= 0 && p.prefetch <= 16, "--prefetch", "must be in [0, 16]");
   check_context_parallel(p);
   check_attention_core(p, model);
-  check_optimizer(p);
   check_expert_parallel(p, model);
   // torchtitan's FSDP2 wrapping of 2024 to 2025-07-28 (docs/model.md "FSDP2's root unit"), modelled for FSDP2
   // with parameters gathered per unit, one pipeline stage, no tensor or expert parallelism and an untied head
   // (the configurations those torchtitan versions ran on the records).
   if (p.root_params != RootParams::kNone) {
-    need(p.runtime == Runtime::kFsdp2 && p.zero >= 2, "--root-params",
+    need(p.zero >= 2, "--root-params",
          "the root unit's parameters are an FSDP2 wrapping: needs --runtime fsdp2 with --zero 2 or 3");
     need(p.pp == 1 && p.tp == 1 && p.ep == 1, "--root-params",
          "embedding-head is not modelled with pipeline, tensor or expert parallelism");
@@ -381,7 +293,7 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   }
   if (p.keep_last_block)
     need(
-        p.runtime == Runtime::kFsdp2 && p.zero >= 2 && p.pp == 1, "--keep-last-block",
+        p.zero >= 2 && p.pp == 1, "--keep-last-block",
         "keeping the last block after forward is an FSDP2 wrapping: needs --runtime fsdp2 with --zero 2 or 3 "
         "and --pp 1");
   if (global_batch > 0) {
@@ -400,7 +312,7 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
        "float8 linears need a 16-bit compute dtype (--precision bf16-mixed, bf16 or bf16-true), not fp32");
   if (p.fp8_all_gather) {
     need(p.fp8 == Fp8::kTensorwise, "--fp8-all-gather", "float8 all-gather needs --fp8 tensorwise (torchao)");
-    need(p.runtime == Runtime::kFsdp2 && p.zero >= 2, "--fp8-all-gather",
+    need(p.zero >= 2, "--fp8-all-gather",
          "float8 all-gather is an FSDP2 feature: needs --runtime fsdp2 with --zero 2 or 3 (parameters "
          "gathered)");
   }
@@ -408,10 +320,7 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   need(!(p.sdpa_backend && *p.sdpa_backend != SdpaBackend::kEfficient && p.precision == Precision::kFp32),
        "--sdpa-backend", "flash and cuDNN attention take fp16/bf16 inputs only; fp32 compute runs efficient");
   resolve_pipeline(p, model);
-  need(p.offload != Offload::kParams || p.runtime != Runtime::kFsdp1 || p.grad_accum == 1, "--offload",
-       "fsdp1 with offloaded parameters does not accumulate gradients outside no_sync(); use --grad-accum 1 "
-       "or "
-       "--runtime fsdp2");
+  check_capabilities(p, p.dp);  // again with grad_accum derived (FSDP1's parameter offload and accumulation)
   return p;
 }
 

@@ -1,7 +1,8 @@
 // The plan room's interface: the Plan value and resolve_plan (plan_types.hpp), the knob table (knobs.hpp),
-// each runtime's traits (runtime.hpp) and pipeline parallelism's plan checks and stage split
-// (pipeline_plan.hpp). Other rooms include this header only.
+// each runtime's capability table (capabilities.hpp) and traits (runtime.hpp), and pipeline parallelism's
+// plan checks and stage split (pipeline_plan.hpp). Other rooms include this header only.
 #pragma once
+#include "simulator/plan/capabilities.hpp"
 #include "simulator/plan/knobs.hpp"
 #include "simulator/plan/pipeline_plan.hpp"
 #include "simulator/plan/plan_types.hpp"

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "simulator/plan/capabilities.hpp"
+
 namespace shardplan {
 
 namespace {
@@ -14,6 +16,8 @@ namespace {
 RuntimeTraits megatron_traits(const Plan& p) {
   RuntimeTraits t;
   t.runtime = p.runtime;
+  t.tp_sequence_parallel = tp_sequence_parallel(p.runtime);
+  t.tp_all_reduce = !t.tp_sequence_parallel;
   t.padding = Padding::kFlatUnit;  // one flat buffer sharded by range (bucket ends padded to lcm(dp, 128))
   t.grads_persistent = true;       // the grad buffer (zeroed by zero_grad_buffer, never freed)
   t.reduce_only_at_boundary = true;
@@ -46,6 +50,8 @@ std::vector<int> grad_buffer_bucket_index(const std::vector<std::int64_t>& elems
 RuntimeTraits runtime_traits(const Plan& p) {
   RuntimeTraits t;
   t.runtime = p.runtime;
+  t.tp_sequence_parallel = tp_sequence_parallel(p.runtime);
+  t.tp_all_reduce = !t.tp_sequence_parallel;
   const bool fsdp2 = p.runtime == Runtime::kFsdp2, fsdp1 = p.runtime == Runtime::kFsdp1,
              ds = p.runtime == Runtime::kDeepSpeed;
   if (p.runtime == Runtime::kMegatron) return megatron_traits(p);

@@ -45,6 +45,15 @@ enum class GatherLimiter : std::uint8_t {
 
 struct RuntimeTraits {
   Runtime runtime = Runtime::kFsdp2;
+  // --- tensor parallelism (the capability table, capabilities.hpp) ---
+  /// TP activations between the TP regions split along the sequence (all-gather before, reduce-scatter
+  /// after each region; torchtitan's SequenceParallel, Megatron's sequence_parallel). False: DeepSpeed
+  /// AutoTP, whose activations there are full on every TP rank (memory/layer_memory.cpp
+  /// sequence_parallel_divisor).
+  bool tp_sequence_parallel = true;
+  /// TP collectives are all-reduces: each row-parallel output in forward and each column-parallel input
+  /// gradient in backward (deepspeed 0.19.8 module_inject/layers.py LinearAllreduce / ColumnParallel).
+  bool tp_all_reduce = false;
   // --- parameters ---
   bool gathers_params =
       false;  ///< parameters sharded at rest and all-gathered per unit (ZeRO-3, FSDP ZeRO-2)

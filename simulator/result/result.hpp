@@ -51,6 +51,17 @@ struct PipelineStage {
   int activations_in_flight = 0;  ///< most micro-batches whose activations the stage holds at once
   double fwd_s = 0, bwd_s = 0;    ///< one micro-batch's forward / backward on this stage
 };
+/// One action of a pipeline rank on the step's timeline (detail runs), with the rank's memory while it runs.
+struct PipelineSpan {
+  int rank = 0, stage = 0, micro_batch = 0;
+  char op = 'F';  ///< F forward, B full backward, I input-gradient backward, W weight-gradient backward
+  double start_s = 0, end_s = 0;
+  /// The rank's allocated memory while the action runs (their sum is what the rank's peak is the largest of):
+  /// held through the step (persistent state, unsharded parameters, receive buffers), accumulated unsharded
+  /// gradients, other micro-batches' saved activations, the action's working set.
+  Bytes held_bytes = 0, accum_grad_bytes = 0, saved_act_bytes = 0, work_bytes = 0;
+  Bytes total() const { return held_bytes + accum_grad_bytes + saved_act_bytes + work_bytes; }
+};
 /// What pipeline parallelism adds to a Result (absent when pp == 1).
 struct PipelineSummary {
   PpSchedule schedule = PpSchedule::k1F1B;
@@ -59,7 +70,13 @@ struct PipelineSummary {
   double p2p_bytes_per_step = 0;  ///< bytes the busiest pipeline rank sends to its neighbours per step
   double p2p_s = 0;               ///< time of one send between stages on different ranks
   int busiest_rank = 0;           ///< the pipeline rank whose memory the Result reports
+  int slowest_rank = 0;           ///< the pipeline rank whose step the Result reports (its exposed time)
   std::vector<PipelineStage> stage_detail;
+  /// Detail runs: every action of every rank over the whole step, and the busiest rank's optimizer tail
+  /// (from `tail_start_s`, its memory `tail_bytes`: held state plus the optimizer's transients).
+  std::vector<PipelineSpan> spans;
+  double tail_start_s = 0;
+  Bytes tail_bytes = 0;
 };
 /// What the caching-allocator replay of the step says (simulator/memory/replay.hpp), as
 /// torch.cuda.memory_stats() would after the run's first two steps.

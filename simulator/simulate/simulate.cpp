@@ -52,10 +52,18 @@ const Result& Simulator::run(const Plan& p, bool detail) {
     run_engine(prog_, lanes(), kPools, initial, tl_);
     verify_timeline(prog_, tl_, initial, {});
   };
-  // The allocator replay needs every micro-batch's allocations in order: a replayed run is simulated in full.
-  if (options_.steady_state && !detail && !replay_on_ && p.grad_accum > kSteadyPrefix + 1) {
+  // The allocator replay runs the truncated program's steady micro-batch once per skipped micro-batch, its
+  // tensors renamed per copy (AllocatorReplay, ReplayRepeat): the whole step's allocation sequence.
+  auto repeat_of = [](const SteadyExtension& x) {
+    return ReplayRepeat{x.block_prev, x.block_lo, x.block_hi, x.copies};
+  };
+  if (options_.steady_state && !detail && p.grad_accum > kSteadyPrefix + 1) {
     lower_and_run(kSteadyPrefix);
     ext = find_steady_state(prog_, tl_, blocks_, p.grad_accum, &stats_.last_fallback);
+    if (ext && replay_on_ && !replay_.can_repeat(prog_, repeat_of(*ext))) {
+      ext.reset();
+      stats_.last_fallback = "the steady micro-batch's tensors do not pass on as a copy's would";
+    }
     if (ext) {
       ++stats_.extended;
     } else {
@@ -91,12 +99,14 @@ const Result& Simulator::run(const Plan& p, bool detail) {
     cfg.garbage_collection_threshold = p.allocator_gc_threshold;  // needs capacity_bytes > 0 (below)
     cfg.capacity_bytes = std::max<Bytes>(0, r.capacity_bytes - r.overhead.total());
     if (cfg.capacity_bytes == 0) cfg.capacity_bytes = 1;  // nothing left: every allocation fails
-    const ReplayOutcome* o = &replay_.run(prog_, cfg);
+    const ReplayRepeat rr = ext ? repeat_of(*ext) : ReplayRepeat{};
+    const ReplayRepeat* rep = ext ? &rr : nullptr;
+    const ReplayOutcome* o = &replay_.run(prog_, cfg, 2, rep);
     r.allocator.oom = o->stats.oom();
     r.allocator.alloc_retries = o->stats.num_alloc_retries;
     if (r.allocator.oom) {
       cfg.capacity_bytes = 0;  // unlimited
-      o = &replay_.run(prog_, cfg);
+      o = &replay_.run(prog_, cfg, 2, rep);
     }
     r.allocator.replayed = true;
     r.allocator.peak_allocated_bytes = o->stats.allocated_peak_bytes;
@@ -106,7 +116,7 @@ const Result& Simulator::run(const Plan& p, bool detail) {
     r.allocator.device_allocs = o->stats.num_device_alloc;
     r.allocator.reserved_peak_phase =
         (o->reserved_peak_step > 0 ? "step " + std::to_string(o->reserved_peak_step) + ", " : std::string()) +
-        task_phase(prog_, o->reserved_peak_task, units_);
+        task_phase(prog_, o->reserved_peak_task, units_, o->reserved_peak_copy);
     r.peak_reserved_bytes = std::max(o->stats.reserved_peak_bytes, tl_.peak_bytes);
   } else {
     r.peak_reserved_bytes = reserved_lower_bound(tl_);

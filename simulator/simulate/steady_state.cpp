@@ -79,7 +79,6 @@ std::optional<SteadyExtension> find_steady_state(const Program& prog, const Time
       if (ea.category != eb.category || ea.pool != eb.pool || ea.delta_bytes != eb.delta_bytes)
         return fail("a memory effect differs");
       net[static_cast<std::size_t>(ea.category)] += ea.delta_bytes;
-      pool_net[ea.pool] += allocator_round(ea.delta_bytes);
     }
     const TaskTiming& ta = tm[static_cast<std::size_t>(i)];
     const TaskTiming& tb = tm[static_cast<std::size_t>(i - len)];
@@ -92,6 +91,35 @@ std::optional<SteadyExtension> find_steady_state(const Program& prog, const Time
     if (!same_ref(ta.blocked_by, tb.blocked_by, len, 0) ||
         !same_ref(ta.cpu_waited_for, tb.cpu_waited_for, len, 0))
       return fail("what set a start differs");
+  }
+  // Per allocator pool, the copied micro-batch's rounded net, as the engine counts it (engine.cpp): an
+  // allocation adds count x the rounded size of each of its tensors to its group and pool, a free takes back
+  // its group's whole rounded bytes (a group may be allocated by several effects, before the micro-batch).
+  {
+    std::vector<Bytes> group_rounded(static_cast<std::size_t>(std::max(prog.tensors, 0)), 0);
+    std::vector<std::uint8_t> group_pool(group_rounded.size(), 0);
+    for (std::int32_t i = 0; i < x.block_hi; ++i) {
+      const Task& t = T[static_cast<std::size_t>(i)];
+      const bool copied = i >= x.block_lo;
+      for (std::uint32_t e = t.first_effect; e < t.first_effect + t.n_effects; ++e) {
+        const MemEffect& fx = prog.effects[e];
+        Bytes d = 0;
+        if (fx.tensor >= 0 && static_cast<std::size_t>(fx.tensor) < group_rounded.size()) {
+          const auto g = static_cast<std::size_t>(fx.tensor);
+          if (fx.delta_bytes > 0) {
+            d = fx.count * allocator_round(fx.delta_bytes / std::max<int>(fx.count, 1));
+            group_rounded[g] += d;
+            group_pool[g] = fx.pool;
+          } else if (fx.delta_bytes < 0) {
+            d = -group_rounded[g];
+            group_rounded[g] = 0;
+          }
+          if (copied) pool_net[fx.delta_bytes > 0 ? fx.pool : group_pool[g]] += d;
+        } else if (copied) {
+          pool_net[fx.pool] += allocator_round(fx.delta_bytes);
+        }
+      }
+    }
   }
   // No net allocation: every copy starts from the allocated bytes (per category and allocator pool) that the
   // copied one started from, so it repeats its memory curve and cannot raise a peak.

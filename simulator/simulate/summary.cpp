@@ -16,14 +16,15 @@ std::string peak_phase(const Program& prog, const Timeline& tl, const std::vecto
   return task_phase(prog, tl.peak_task, units);
 }
 
-std::string task_phase(const Program& prog, std::int32_t task, const std::vector<SimUnit>& units) {
+std::string task_phase(const Program& prog, std::int32_t task, const std::vector<SimUnit>& units,
+                       int micro_batch_shift) {
   if (task < 0) return "before the step";
   static const char* kTypes[] = {"compute", "copy", "collective", "optimizer step", "marker"};
   const Task& t = prog.tasks[static_cast<std::size_t>(task)];
   const char* type = kTypes[static_cast<int>(t.type)];
   if (t.unit < 0) return type;
   return std::string(t.backward ? "backward " : "forward ") + units[static_cast<std::size_t>(t.unit)].name +
-         ", micro-batch " + std::to_string(t.micro_batch) + " (" + type + ")";
+         ", micro-batch " + std::to_string(t.micro_batch + micro_batch_shift) + " (" + type + ")";
 }
 
 double model_flops_per_token(const ModelGraph& model, std::int64_t seq) {

@@ -41,7 +41,8 @@ ExposedComm exposed_comm(const Program& prog, const Timeline& tl, std::int32_t l
 /// "forward blocks.3, micro-batch 0 (compute)" for the task that set the peak.
 std::string peak_phase(const Program& prog, const Timeline& tl, const std::vector<SimUnit>& units);
 /// The phase of task `task` ("backward blocks.3, micro-batch 0 (compute)"); `task` < 0: "before the step".
-std::string task_phase(const Program& prog, std::int32_t task, const std::vector<SimUnit>& units);
+std::string task_phase(const Program& prog, std::int32_t task, const std::vector<SimUnit>& units,
+                       int micro_batch_shift = 0);
 
 /// Model FLOPs per token as torchtitan counts them: 6 x (parameters a token passes through, embeddings
 /// excluded) + 12 x layers x attention width x sequence (attention scores and values, forward and backward).

@@ -203,8 +203,9 @@ class TorchtitanConfigTest(unittest.TestCase):
         # pp 4, interleaved 1F1B on 16 GPUs (4 data-parallel ranks, global batch 32: 8 micro-batches of the
         # plan's size per rank and step), once with torchtitan's own split of the stages (2 per rank) and once
         # with the plan's split of the 32 blocks over the 8 stages (module_fqns_per_model_part).
-        pins = ["runtime=fsdp2", "pp=4", "pp_schedule=interleaved-1f1b", "tp=1", "ac=full", "fp8=none",
-                "prefetch=1", "wrap=1"]
+        # virtual_stages is searched (2, 4, 8, ... per rank): pinned to torchtitan's default of 2.
+        pins = ["runtime=fsdp2", "pp=4", "pp_schedule=interleaved-1f1b", "virtual_stages=2", "tp=1", "ac=full",
+                "fp8=none", "prefetch=1", "wrap=1"]
         for extra in ([], ["pp_layers=3,4,4,4,4,4,4,5"]):
             path, _ = common.emit("torchtitan", pins + extra)
             cfg = self.load(path)

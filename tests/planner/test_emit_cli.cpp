@@ -9,6 +9,7 @@
 #include "plan_helpers.hpp"
 #include "planner/emit.hpp"
 #include "planner/report/margin.hpp"
+#include "tests/common/tools.hpp"
 
 using namespace shardplan;
 namespace fs = std::filesystem;
@@ -128,10 +129,7 @@ TEST_CASE("CLI: --emit fsdp2 writes Python that compiles", "[cli][emit][python]"
   INFO(ptest::read_text(r.dir / "err.txt"));
   REQUIRE(r.rc == 0);
   REQUIRE(fs::exists(r.dir / "fsdp2_plan.py"));
-  if (!ptest::have_python3()) {
-    WARN("python3 not found: skipping the py_compile check");
-    return;
-  }
+  if (!ptest::have_python3()) SHARDPLAN_MISSING_TOOL("python3 not found: the py_compile check cannot run");
   const fs::path log = r.dir / "pycompile.txt";
   const int rc = ptest::run_shell("python3 -m py_compile " + quote((r.dir / "fsdp2_plan.py").string()) +
                                   " >" + quote(log.string()) + " 2>&1");
@@ -150,10 +148,8 @@ TEST_CASE("CLI: --emit torchtitan-toml writes TOML that parses", "[cli][emit][py
   INFO(ptest::read_text(r.dir / "err.txt"));
   REQUIRE(r.rc == 0);
   REQUIRE(fs::exists(r.dir / "titan.toml"));
-  if (!ptest::have_python3() || !ptest::have_tomllib()) {
-    WARN("python3 with tomllib (>= 3.11) not found: skipping the TOML parse check");
-    return;
-  }
+  if (!ptest::have_python3() || !ptest::have_tomllib())
+    SHARDPLAN_MISSING_TOOL("python3 with tomllib (>= 3.11) not found: the TOML parse check cannot run");
   const fs::path log = r.dir / "toml.txt";
   const fs::path dump = r.dir / "toml.json";
   const int rc = ptest::run_shell(
@@ -304,18 +300,14 @@ TEST_CASE("emitters: fsdp2 / torchtitan / deepspeed output parses for a grid of 
       CHECK_THROWS_AS(emit("deepspeed", p, e.s.model, 16, 8), InputError);
     }
   }
-  if (!ptest::have_python3()) {
-    WARN("python3 not found: skipping the Python/TOML checks of the grid");
-    return;
-  }
+  if (!ptest::have_python3())
+    SHARDPLAN_MISSING_TOOL("python3 not found: the Python/TOML checks of the grid cannot run");
   const fs::path log = dir / "py.txt";
   int rc = ptest::run_shell("python3 -m py_compile" + py_files + " >" + quote(log.string()) + " 2>&1");
   INFO(ptest::read_text(log));
   CHECK(rc == 0);
-  if (!ptest::have_tomllib()) {
-    WARN("tomllib (python >= 3.11) not found: skipping the TOML checks of the grid");
-    return;
-  }
+  if (!ptest::have_tomllib())
+    SHARDPLAN_MISSING_TOOL("tomllib (python >= 3.11) not found: the TOML checks of the grid cannot run");
   rc = ptest::run_shell(
       "python3 -c \"import tomllib,sys\nfor f in sys.argv[1:]: tomllib.load(open(f,'rb'))\"" + toml_files +
       " >" + quote(log.string()) + " 2>&1");
@@ -460,12 +452,14 @@ TEST_CASE("emitters: float8 plans convert the blocks' linears (torchao) and say 
           return n.rfind("--fp8-all-gather: torchtitan 0.3.0 has no float8 all-gather field", 0) == 0;
         }) == 1);
   CHECK(emit_notes("torchtitan", rw).size() == notes.size() - 2);  // neither all-gather nor tensorwise
-  if (!ptest::have_python3()) return;
+  if (!ptest::have_python3())
+    SHARDPLAN_MISSING_TOOL("python3 not found: the float8 scripts' py_compile check cannot run");
   ptest::write_text(dir / "tw.py", py);
   ptest::write_text(dir / "rw.py", py_rw);
   CHECK(ptest::run_shell("python3 -m py_compile " + quote((dir / "tw.py").string()) + " " +
                          quote((dir / "rw.py").string())) == 0);
-  if (!ptest::have_tomllib()) return;
+  if (!ptest::have_tomllib())
+    SHARDPLAN_MISSING_TOOL("tomllib (python >= 3.11) not found: the float8 TOML check cannot run");
   ptest::write_text(dir / "tw.toml", toml);
   CHECK(ptest::run_shell("python3 -c \"import tomllib,sys; d=tomllib.load(open(sys.argv[1],'rb')); "
                          "assert d['float8']['enable_fsdp_float8_all_gather'] is True\" " +
@@ -555,11 +549,11 @@ TEST_CASE("CLI --from: an emitted torchtitan TOML read back gives the same plan"
                     "torchtitan-toml", dir / "t.toml");
   CHECK(simulate_from(dir, (dir / "t.toml").string()) == rec);
   // A pp 4 interleaved 1F1B plan: [parallelism] pipeline_parallel_* read back as the same plan.
-  const Json pipe =
-      plan_emitting(dir,
-                    "--fix runtime=fsdp2 --fix pp=4 --fix pp_schedule=interleaved-1f1b --fix tp=1 "
-                    "--fix ac=full --fix fp8=none --fix prefetch=1 --fix wrap=1",
-                    "torchtitan-toml", dir / "pp.toml");
+  const Json pipe = plan_emitting(
+      dir,
+      "--fix runtime=fsdp2 --fix pp=4 --fix pp_schedule=interleaved-1f1b --fix virtual_stages=2 "
+      "--fix tp=1 --fix ac=full --fix fp8=none --fix prefetch=1 --fix wrap=1",
+      "torchtitan-toml", dir / "pp.toml");
   REQUIRE(pipe["pp"] == 4);
   const std::string toml = ptest::read_text(dir / "pp.toml");
   INFO(toml);
@@ -625,8 +619,8 @@ TEST_CASE("CLI --from: emitted torchtitan 0.3.0 configs read back give the same 
       // (pipeline_parallel_degree / _schedule / _microbatch_size, local_batch_size = micro-batch x
       // micro-batches), and the same with the plan's own split of the 32 blocks over the 8 stages
       // (module_fqns_per_model_part).
-      "--fix runtime=fsdp2 --fix pp=4 --fix pp_schedule=interleaved-1f1b --fix tp=1 --fix ac=full "
-      "--fix fp8=none",
+      "--fix runtime=fsdp2 --fix pp=4 --fix pp_schedule=interleaved-1f1b --fix virtual_stages=2 --fix tp=1 "
+      "--fix ac=full --fix fp8=none",
       "--fix runtime=fsdp2 --fix pp=4 --fix pp_schedule=interleaved-1f1b --fix pp_layers=3,4,4,4,4,4,4,5 "
       "--fix tp=1 --fix ac=full --fix fp8=none",
   };

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <set>
 #include <vector>
 
 #include "plan_helpers.hpp"
@@ -40,19 +41,10 @@ std::pair<std::size_t, std::string> choose(const std::vector<Result>& v) {
 TEST_CASE("the throughput tie tolerance is the median tokens/s error on the committed records",
           "[ranking][validate]") {
   // Rule (planner/report/margin.hpp, docs/model.md): the median |relative error| of tokens/s per GPU over the
-  // in-scope records of tests/data/runs/published_dev.json (docs/accuracy.md: 6.8 %, MAPE 7.6 %, 147
-  // records, published_runs_dev2.json's torchtitan PR rows included; 6.0 %, 7.3 %, 132 before them).
-  // Recomputed with the real simulator: a model or data change that moves it makes kThroughputError stale.
-  ValidationReport v = validate_files({std::string(SHARDPLAN_TEST_DATA) + "/runs/published_dev.json"});
-  bool found = false;
-  for (const auto& s : v.summary()) {
-    if (s.term != kThroughputError.term) continue;
-    found = true;
-    CHECK(s.n == kThroughputError.runs);
-    CHECK(s.median_abs == Approx(kThroughputError.median_abs).margin(0.0005));
-    CHECK(s.mape == Approx(kThroughputError.mape).margin(0.0005));
-  }
-  CHECK(found);
+  // in-scope records of tests/data/runs/published_dev.json. kThroughputError is generated data
+  // (planner/report/margin_stats.json); "planner/report/margin_stats.json is what validate gives on the
+  // committed records" (test_validate.cpp) recomputes it with the real simulator.
+  CHECK(kThroughputError.term == std::string("tokens_per_s_per_gpu"));
   CHECK(kThroughputTieTolerance == kThroughputError.median_abs);
 }
 
@@ -179,12 +171,14 @@ TEST_CASE("acceptance: Llama-3-8B on 8 H100s, global batch 64 x 8192", "[ranking
 }
 
 TEST_CASE("acceptance: Llama-3-70B on 64 H100s, global batch 256 x 8192", "[ranking][real][acceptance]") {
-  // Expected: FSDP2 with TP 4 inside the node, compile on, no AC. A 70B model at 8,192 tokens needs TP (or
-  // full AC) to fit its activations. Compiled, TP 4 fits without AC (torch.compile's saved set: 67.6 GiB
-  // against the 89 % limit at 11 % headroom); the stage-3b refinement now also compiles families none of
-  // whose eager members fit, which is how that plan is found (before, the search never simulated it and
-  // recommended TP 4 with selective AC). Within the error of the fastest plans (DeepSpeed TP 4 without AC,
-  // +1 %) the runtime rule picks FSDP2, and nothing is faster by more than the error.
+  // Expected: FSDP2 with TP inside the node, compile on. A 70B model at 8,192 tokens needs TP (or full AC) to
+  // fit its activations. Without AC, torchtitan's TP saves the all-gathered inputs of q/k/v and gate/up over
+  // the whole sequence (reference lane, Llama 3 70B TP 8; docs/model.md "Activations"), 2 x T x 2h x (1 -
+  // 1/tp) more per block than their sequence shards: at TP 4 that is 16 GiB over 80 blocks, so the compiled
+  // TP 4 plan without AC (67.6 GiB before) no longer fits, and selective AC (whose policy recomputes the
+  // all-gather) is chosen; DeepSpeed's TP has no sequence parallelism, so it does not fit without AC either.
+  // The stage-3b refinement also compiles families none of whose eager members fit. Within the error of the
+  // fastest plans the runtime rule picks FSDP2, and nothing is faster by more than the error.
   Setup s("llama3-70b", "dgx-h100", 64);
   SearchOptions opts;
   opts.top = 100;
@@ -202,7 +196,7 @@ TEST_CASE("acceptance: Llama-3-70B on 64 H100s, global batch 256 x 8192", "[rank
   // with the first allocator replay at 12 % headroom, TP 4 again with the reference lane's fixes at 9 %);
   // both are within the tie tolerance of each other and of the fastest, which the loop above checks.
   CHECK((rec.plan.tp == 2 || rec.plan.tp == 4));
-  CHECK(rec.plan.ac == AcMode::kNone);
+  CHECK((rec.plan.ac == AcMode::kNone || rec.plan.ac == AcMode::kSelective));
   CHECK(rec.plan.compile);
   CHECK(rec.plan.reduce() ==
         Dtype::kFp32);  // the framework default: bf16 reduction does not pay beyond the error
@@ -213,4 +207,72 @@ TEST_CASE("acceptance: Llama-3-70B on 64 H100s, global batch 256 x 8192", "[rank
                p.headroom_bytes() >= rec.headroom_bytes() &&
                network_bytes_per_gpu(p) <= network_bytes_per_gpu(rec);
   CHECK(covered);
+}
+
+TEST_CASE(
+    "table rows mean what they say: the fastest listed, each family's fastest, ties exactly within "
+    "the tolerance",
+    "[ranking][real][table]") {
+  // Llama-3-8B on 8 A100s, global batch 64 x 8192: the recommendation is a tie-break (FSDP2 over a faster
+  // FSDP1 plan), so the fastest plan is row 2 and the tie-break line names it.
+  Setup s("llama3-8b", "dgx-a100-80g", 8);
+  SearchOptions opts;
+  opts.top = 8;
+  opts.threads = 2;
+  opts.headroom = kDefaultHeadroom;
+  const SearchOutcome o = search_plans(s.model, *s.cluster, *s.costs, cli_space(64), opts);
+  REQUIRE(o.plans.size() >= 3);
+  REQUIRE(o.alternatives.size() == o.plans.size());
+  INFO(o.explanation);
+  double top = 0;
+  for (const Result& r : o.plans) top = std::max(top, r.tokens_per_s_per_gpu);
+  for (std::size_t i = 0; i < o.plans.size(); ++i) {
+    const Alternative& a = o.alternatives[i];
+    const double tps = o.plans[i].tokens_per_s_per_gpu;
+    CHECK(a.delta_fastest == Approx(tps / top - 1).margin(1e-12));
+    // `~` exactly when the row is within the tolerance of the fastest, the same test choose_plan makes.
+    CHECK(a.within_error == (top - tps < o.tie_tolerance * top));
+    CHECK(a.within_error == (std::abs(a.delta_fastest) < o.tie_tolerance));
+  }
+  CHECK(o.alternatives[0].within_error);
+  if (o.fastest) {
+    CHECK(o.plans[1].plan == o.fastest->plan);
+    CHECK(o.alternatives[1].role == "fastest");
+    CHECK(o.explanation.find("(row 2: " + plan_family(o.fastest->plan)) != std::string::npos);
+  }
+  // Rows after the recommendation and the fastest: one per family, faster first, each its family's fastest.
+  const std::size_t first = o.fastest ? 2 : 1;
+  std::set<std::string> families;
+  for (std::size_t i = first; i < o.plans.size(); ++i) {
+    CHECK(families.insert(plan_family(o.plans[i].plan)).second);
+    if (i > first) CHECK(o.plans[i].tokens_per_s_per_gpu <= o.plans[i - 1].tokens_per_s_per_gpu);
+  }
+  // Searched alone, the family of row `first` has no faster fitting plan than the row.
+  const Plan& fam = o.plans[first].plan;
+  SearchSpace only = cli_space(64);
+  only.runtimes = {fam.runtime};
+  only.tp = {fam.tp};
+  only.ac = {fam.ac};
+  only.pp = {1};
+  if (fam.zero == 0) only.zero = {0};
+  only.shard_groups = {fam.shard_group};
+  const SearchOutcome alone = search_plans(s.model, *s.cluster, *s.costs, only, opts);
+  REQUIRE_FALSE(alone.plans.empty());
+  const double alone_top =
+      alone.fastest ? alone.fastest->tokens_per_s_per_gpu : alone.plans[0].tokens_per_s_per_gpu;
+  CHECK(o.plans[first].tokens_per_s_per_gpu == Approx(alone_top).epsilon(1e-9));
+}
+
+TEST_CASE("CLI: pipeline rows show pp, schedule and V; the tie-break names a listed row",
+          "[ranking][cli][table]") {
+  auto dir = ptest::temp_dir("table");
+  REQUIRE(ptest::run_cli("plan --model llama3-8b --gpus 8 --global-batch 32 --seq 4096 --top 3 --fix pp=2 "
+                         "--threads 2",
+                         dir / "out.txt") == 0);
+  const std::string out = ptest::read_text(dir / "out.txt");
+  INFO(out);
+  CHECK(out.find("pp (schedule, V)") != std::string::npos);
+  CHECK((out.find(" 2 1f1b v1 ") != std::string::npos ||
+         out.find(" 2 interleaved-1f1b v2 ") != std::string::npos ||
+         out.find(" 2 gpipe v1 ") != std::string::npos));
 }

@@ -1,5 +1,5 @@
 // `plan --fix optimizer=...`: one value pins the optimizer of every candidate; a list searches each layout
-// with every listed optimizer (combinations a runtime cannot run are rejected with resolve_plan's reason),
+// with every listed optimizer (combinations a runtime cannot run are rejected by the capability table),
 // and a non-AdamW optimizer names its plan family.
 #include <catch2/catch.hpp>
 
@@ -50,7 +50,11 @@ TEST_CASE("search: the optimizer is searched only when --fix lists it", "[search
   for (const Plan& p : both) muon += p.optimizer == Optimizer::kMuon;
   CHECK(muon == base.size() - fsdp1);
   CHECK(both.size() == 2 * base.size() - fsdp1);
-  CHECK(two_stats.rejections.count["--optimizer invalid"] == static_cast<std::int64_t>(fsdp1));
+  // Refused by the capability table (simulator/plan/capabilities.cpp: fsdp1 has no Muon), once per layout.
+  CHECK(two_stats.rejections.capability[Feature::kOptimizerMuon] == static_cast<std::int64_t>(fsdp1));
+  CHECK(two_stats.rejections.count[Rejection::kCapability] -
+            base_stats.rejections.count[Rejection::kCapability] ==
+        static_cast<std::int64_t>(fsdp1));
   for (const Plan& p : both)
     if (p.optimizer == Optimizer::kMuon) CHECK(plan_family(p).find(" muon") != std::string::npos);
 }

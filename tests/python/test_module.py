@@ -158,8 +158,23 @@ class ErrorsAreTheCliErrors(unittest.TestCase):
     def test_parse_errors_carry_the_parser_message(self):
         # Flags the parser rejects: the CLI prints "shardplan: " and CLI11's message.
         self.assertSameError(lambda: shardplan.memory(gpus=8), ["memory", "--gpus", "8"], cli_prefix="shardplan: ")
-        self.assertSameError(lambda: shardplan.memory(model="llama3-8b", no_such_flag=1),
-                             ["memory", "--model", "llama3-8b", "--no-such-flag", "1"], cli_prefix="shardplan: ")
+        # A flag the subcommand does not have: the CLI names the closest one.
+        code, out, err = cli(["memory", "--model", "llama3-8b", "--gpu", "8"])
+        self.assertEqual(code, 2)
+        self.assertIn("--gpu: did you mean --gpus?", err)
+
+    def test_unknown_keywords_are_named_in_python_with_the_closest(self):
+        # A keyword the command does not take is refused in Python's spelling, with the closest keyword.
+        with self.assertRaises(shardplan.Error) as ctx:
+            shardplan.memory(model="llama3-8b", gpu=8)
+        self.assertIn("unexpected keyword argument 'gpu'; did you mean 'gpus'?", str(ctx.exception))
+        self.assertEqual(ctx.exception.exit_code, 2)
+        with self.assertRaises(shardplan.Error) as ctx:
+            shardplan.plan(model="llama3-8b", globalbatch=8)
+        self.assertIn("did you mean 'global_batch'?", str(ctx.exception))
+        with self.assertRaises(shardplan.Error) as ctx:
+            shardplan.simulate(model="llama3-8b", frm="ds.json")
+        self.assertIn("did you mean 'from_'?", str(ctx.exception))
 
     def test_missing_record_file(self):
         self.assertSameError(lambda: shardplan.validate("/nonexistent/runs.json"), ["validate", "/nonexistent/runs.json"])

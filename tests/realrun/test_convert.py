@@ -14,10 +14,11 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import convert_published as cp  # noqa: E402
 
-SHARED = os.environ.get("SHARDPLAN_PUBLISHED_RUNS",
-                        os.path.join(ROOT, "..", "shared", "validation", "published_runs_dev.json"))
-# The second development file (torchtitan PR descriptions: PRs 355, 382, 467, 615, 812, 822, 996, 1881); the
+# The converter's inputs, copied into the repository (tests/data/published/SOURCE.md says from where); the
 # committed output converts both: tools/convert_published.py DEV DEV2 -o tests/data/runs/published_dev.json.
+# DEV2: torchtitan PR descriptions (PRs 355, 382, 467, 615, 812, 822, 996, 1881).
+PUBLISHED = os.path.join(ROOT, "tests", "data", "published")
+SHARED = os.environ.get("SHARDPLAN_PUBLISHED_RUNS", os.path.join(PUBLISHED, "published_runs_dev.json"))
 SHARED2 = os.environ.get("SHARDPLAN_PUBLISHED_RUNS2",
                          os.path.join(os.path.dirname(SHARED), "published_runs_dev2.json"))
 SHARED_FILES = [SHARED, SHARED2]
@@ -34,23 +35,18 @@ MEASURED_KEYS = {"peak_allocated_bytes", "peak_active_bytes", "peak_reserved_byt
 
 
 def load_doc():
-    """Convert the shared file when present, else use the committed output."""
-    if all(os.path.exists(p) for p in SHARED_FILES):
-        data, names = cp.load_inputs(SHARED_FILES)
-        return cp.convert_all(data, names), True
-    with open(COMMITTED, encoding="utf-8") as f:
-        return json.load(f), False
+    """Convert the inputs (missing inputs are an error: the repository carries them)."""
+    data, names = cp.load_inputs(SHARED_FILES)
+    return cp.convert_all(data, names)
 
 
 class ConvertTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.doc, cls.fresh = load_doc()
+        cls.doc = load_doc()
         cls.by_id = {r["id"]: r for r in cls.doc["records"]}
 
     def test_deterministic_and_matches_committed(self):
-        if not self.fresh:
-            self.skipTest("shared published_runs_dev.json not available")
         with tempfile.TemporaryDirectory() as d:
             outs = []
             for i in range(2):

@@ -250,34 +250,46 @@ class ReferenceLaneTest(unittest.TestCase):
         self.assertLess(rs_in[0][0], first_block_bwd)
         self.assertGreater(rs_in[1][0], last_block_bwd)
 
-    def test_eager_forward_transients_are_the_models_figures(self):
-        # docs/model.md "Eager forward transients": in an eager block's forward, what the attention allocates
-        # and frees before SDPA runs (wq's and wk's outputs, their fp32 copies and the complex products of the
-        # rotary) is the graph's act_eager_transient_split_bytes_per_token per token, and the output
-        # projections' outputs that die after the residual adds are act_eager_output_bytes_per_token each.
+    def test_block_activations_are_the_models_tensor_lists(self):
+        # docs/model.md "Activations: one list of tensors per layer": block 0's eager forward (no AC) in the
+        # lane's trace, tensor by tensor against the graph's lists (`show model --graph`, "activations"): what
+        # the block allocates and frees before SDPA (wq's and wk's outputs, the rotary's fp32 copies and complex
+        # products) are the tensors of life "transient"; what it frees after a residual add (wo's and w2's
+        # outputs) those of life "output"; what survives the block is every tensor eager autograd saves
+        # ("eager"), less the block's input (made before the block) plus its output (the next block's input).
+        # Sizes as the lane records them: rounded up to 512 B (kMinBlockSize).
         _, trace = self.get()
         tokens = TINY["seq"]  # mbs 1
         block = [e for e in trace["events"] if e["phase"].startswith("forward layers.0") and "step 1" in e["phase"]]
-        sdpa = next(i for i, e in enumerate(block) if e["op"] == "alloc" and "scaled_dot_product" in e["aten"])
-        first_mm = next(i for i, e in enumerate(block) if e["op"] == "alloc" and e["aten"] == "aten.mm.default")
-        freed = {e["storage"] for e in block[first_mm:sdpa] if e["op"] == "free"}
-        temps = sum(e["bytes"] for e in block[first_mm:sdpa] if e["op"] == "alloc" and e["storage"] in freed)
-        # mm outputs freed within the block after the residual add: wo's and w2's
-        later_freed = {e["storage"] for e in block[sdpa:] if e["op"] == "free"}
-        outs = [e["bytes"] for e in block[sdpa:] if e["op"] == "alloc" and e["aten"] == "aten.mm.default"
-                and e["storage"] in later_freed]
+        start = 1 + max(i for i, e in enumerate(block) if e["category"] == "gathered_params")  # after copy-out
+        block = [e for e in block[start:] if e["category"] == "activations"]
+        sdpa = [i for i, e in enumerate(block) if e["op"] == "alloc" and "scaled_dot_product" in e["aten"]]
+        freed = {e["storage"]: i for i, e in enumerate(block) if e["op"] == "free"}
+        allocs = [(i, e) for i, e in enumerate(block) if e["op"] == "alloc"]
+        temps = sorted(e["bytes"] for i, e in allocs if e["storage"] in freed and freed[e["storage"]] < sdpa[0])
+        outs = sorted(e["bytes"] for i, e in allocs if e["storage"] in freed and freed[e["storage"]] > sdpa[0])
+        # SDPA's outputs 3 and 4 are its RNG state (0-dim philox seed and offset), not in the lists.
+        kept = sorted(e["bytes"] for i, e in allocs if e["storage"] not in freed and i not in sdpa[2:4])
         with tempfile.TemporaryDirectory() as d:
             spec = os.path.join(d, "tiny.json")
             with open(spec, "w") as f:
                 json.dump(TINY, f)
             p = subprocess.run([SHARDPLAN, "show", "--graph", "model", spec], capture_output=True, text=True)
             self.assertEqual(p.returncode, 0, p.stderr)
-        layers = json.loads(p.stdout)["layers"]
-        attn = next(l for l in layers if l["kind"] == "attention" and l["block"] == 0)
-        mlp = next(l for l in layers if l["kind"] == "mlp" and l["block"] == 0)
-        self.assertEqual(temps, attn["act_eager_transient_split_bytes_per_token"] * tokens)  # 10 * (64 + 32) * 32
-        self.assertEqual(outs, [attn["act_eager_output_bytes_per_token"] * tokens,
-                                mlp["act_eager_output_bytes_per_token"] * tokens])
+        layers = [l for l in json.loads(p.stdout)["layers"] if l["block"] == 0]
+        size = {"compute": 2, "fp32": 4, "int64": 8, "bool": 1}
+
+        def rounded(a):
+            return -(-int(a["per_token"] * size[a["dtype"]] * tokens) // 512) * 512
+
+        acts = [a for l in layers for a in l["activations"] if a.get("only", "always") == "always"]
+        self.assertEqual(temps, sorted(rounded(a) for a in acts if a["life"] == "transient" and not a["eager"]))
+        self.assertEqual(outs, sorted(rounded(a) for a in acts if a["life"] == "output"))
+        saved = [rounded(a) for a in acts if a["eager"] and a.get("role") != "block_input"]
+        self.assertEqual(kept, sorted(saved + [TINY["hidden"] * 2 * tokens]))
+        # e.g. the rotary's temporaries: wq 4096, wk 2048, xq.float() 8192, xk.float() 4096, the products 8192
+        # and 4096 (10 bytes per element of q = 64 and k = 32, 32 tokens).
+        self.assertEqual(temps, [2048, 4096, 4096, 4096, 8192, 8192])
 
     def test_shardplan_validate_reads_the_record(self):
         record, _ = self.get()

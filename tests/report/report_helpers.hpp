@@ -62,8 +62,8 @@ inline SearchOutcome sample_outcome(const Bench& b) {
   o.stats.evaluated = static_cast<std::int64_t>(plans.size());
   o.stats.fitting = static_cast<std::int64_t>(o.plans.size());
   o.stats.seconds = 0.25;
-  o.stats.rejections.count["tp does not divide heads"] = 3;
-  o.stats.rejections.example["tp does not divide heads"] = "tp=16";
+  o.stats.rejections.count[Rejection::kInvalidPlan] = 3;
+  o.stats.rejections.example[Rejection::kInvalidPlan] = "tp=16  (--tp: tp 16 does not divide the heads)";
   o.explanation = "#1 beats #2 on tokens/s per GPU (sample outcome built by the test).";
   o.headroom = 0.05;
   return o;

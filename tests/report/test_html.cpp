@@ -148,7 +148,8 @@ TEST_CASE("plan report: bars of the top plans with memory and binding constraint
   CHECK(count_of(svg_of(html, "gantt"), "<g class=\"gantt-row\"") ==
         2u + (rec.replicas > 1 ? 1u : 0u) + (rec.tp > 1 ? 1u : 0u));
   CHECK(html.find("Recommended plan") != std::string::npos);
-  CHECK(html.find("tp does not divide heads") != std::string::npos);
+  CHECK(html.find("refused by resolve_plan") != std::string::npos);
+  CHECK(html.find("tp 16 does not divide the heads") != std::string::npos);
   // The Pareto chart: one grey point per front plan, the recommendation and each alternative marked once.
   const std::string pareto = svg_of(html, "pareto");
   REQUIRE(!pareto.empty());

@@ -280,7 +280,7 @@ TEST_CASE("plan --fix with a value no plan can have exits 2 with one sentence", 
   expect_bad_input(run_cli({"plan", "--model", "llama3-8b", "--gpus", "8", "--global-batch", "8", "--fix",
                             "runtime=fsdp2", "--fix", "offload=optimizer"},
                            dir),
-                   {"no plan satisfies the pinned knobs", "no optimizer-only offload"});
+                   {"no plan satisfies the pinned knobs (runtime, offload)", "no optimizer-only offload"});
 }
 
 TEST_CASE("an unknown measured key lists every valid measured key", "[robustness][cli]") {
@@ -292,4 +292,118 @@ TEST_CASE("an unknown measured key lists every valid measured key", "[robustness
                    {"r.json", "/measured/peak_reserved_bytez", "did you mean \"peak_reserved_bytes\"",
                     "peak_allocated_bytes", "peak_active_bytes", "peak_device_bytes", "step_s",
                     "tokens_per_s_per_gpu", "mfu", "torchtitan_log", "warmup_steps"});
+}
+
+TEST_CASE("a misspelled flag or subcommand gets a did-you-mean", "[robustness][cli]") {
+  auto dir = scratch_dir();
+  expect_bad_input(run_cli({"plan", "--model", "llama3-8b", "--gpu", "8", "--global-batch", "8"}, dir),
+                   {"--gpu: did you mean --gpus?"});
+  expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--mbz", "2"}, dir),
+                   {"--mbz: did you mean --mbs?"});
+  expect_bad_input(run_cli({"simualte", "--model", "llama3-8b"}, dir), {"simualte: did you mean simulate?"});
+  // A value that happens to look like nothing is not given a suggestion.
+  const auto r = run_cli({"memory", "--model", "llama3-8b", "--zzzzzzzzzz", "1"}, dir);
+  CHECK(r.code == 2);
+  CHECK(r.err.find("did you mean") == std::string::npos);
+}
+
+TEST_CASE(
+    "plan --fix values no plan can take and --global-batch 0 are bad input, not a plan that does not fit",
+    "[robustness][cli]") {
+  auto dir = scratch_dir();
+  // Mixtral has 8 experts: ep 3 divides nothing. Before, the search fell back to pipelined plans with ep 1
+  // and answered "no plan fits" (exit 1).
+  expect_bad_input(
+      run_cli({"plan", "--model", "mixtral-8x7b", "--gpus", "8", "--global-batch", "8", "--fix", "ep=3"},
+              dir),
+      {"--fix ep", "ep = 3", "does not divide the 8 experts"});
+  // One bad value of a list is named too.
+  expect_bad_input(
+      run_cli({"plan", "--model", "mixtral-8x7b", "--gpus", "8", "--global-batch", "8", "--fix", "ep=2,3"},
+              dir),
+      {"--fix ep", "ep = 3"});
+  expect_bad_input(run_cli({"plan", "--model", "llama3-8b", "--gpus", "8", "--global-batch", "0"}, dir),
+                   {"--global-batch", "must be >= 1, got 0"});
+  expect_bad_input(run_cli({"simulate", "--model", "llama3-8b", "--global-batch", "0"}, dir),
+                   {"--global-batch", "must be >= 1, got 0"});
+  CHECK(files_in(dir).empty());
+}
+
+TEST_CASE("a refused --emit target does not discard the table, the JSON or the other targets",
+          "[robustness][cli][emit]") {
+  auto dir = scratch_dir();
+  // A pipelined recommendation: the FSDP2 script cannot express pp, torchtitan's config can.
+  const auto r = run_cli({"plan", "--model", "llama3-8b", "--gpus", "8", "--global-batch", "32", "--seq",
+                          "4096", "--fix", "pp=2", "--threads", "2", "--json", "plan.json", "--emit",
+                          "fsdp2:train.py", "--emit", "torchtitan:titan.py"},
+                         dir);
+  INFO(r.err);
+  CHECK(r.code == 2);
+  CHECK(r.out.find("recommended: shardplan simulate") != std::string::npos);
+  CHECK(r.err.find("--emit fsdp2:train.py") != std::string::npos);
+  CHECK(r.err.find("pipeline parallelism") != std::string::npos);
+  CHECK(fs::exists(dir / "plan.json"));
+  CHECK(fs::exists(dir / "titan.py"));
+  CHECK_FALSE(fs::exists(dir / "train.py"));
+}
+
+TEST_CASE("a run record's relative model and cluster paths are the record file's neighbours",
+          "[robustness][cli][validate]") {
+  auto dir = scratch_dir();
+  fs::create_directories(dir / "runs");
+  // The cluster file sits beside the record, not in the directory validate runs from.
+  write_text(dir / "runs" / "my-cluster.json",
+             nlohmann::json::parse(
+                 read_text(fs::path(SHARDPLAN_SOURCE_DIR) / "topologies" / "presets" / "dgx-h100.json"))
+                 .dump());
+  write_text(dir / "runs" / "r.json", R"({"schema": "shardplan.runs/1", "records": [
+    {"id": "x", "model": "llama3-8b", "cluster": "my-cluster.json", "gpus": 8, "plan": {"mbs": 1, "seq": 8192},
+     "measured": {"peak_reserved_bytes": 4e10}}]})");
+  const auto r = run_cli({"validate", "runs/r.json", "--quiet"}, dir);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("peak_reserved_bytes") != std::string::npos);
+}
+
+TEST_CASE("plan prints a progress line on stderr when the search takes longer than the delay",
+          "[robustness][cli][progress]") {
+  auto dir = scratch_dir();
+  // The delay is 2 s; SHARDPLAN_PROGRESS_AFTER_S=0 makes every search long enough to show it.
+  ::setenv("SHARDPLAN_PROGRESS_AFTER_S", "0", 1);
+  const auto r =
+      run_cli({"plan", "--model", "llama3-8b", "--gpus", "8", "--global-batch", "16", "--top", "2"}, dir);
+  ::unsetenv("SHARDPLAN_PROGRESS_AFTER_S");
+  CHECK(r.code == 0);
+  CHECK(r.err.find("shardplan: searching: ") != std::string::npos);
+  CHECK(r.err.find("shardplan: search done: ") != std::string::npos);
+  CHECK(r.out.find("shardplan: search") == std::string::npos);  // stdout keeps the report only
+  // A quick search (well under 2 s here: one pinned plan) prints nothing.
+  const auto q = run_cli({"plan",
+                          "--model",
+                          "llama3-8b",
+                          "--gpus",
+                          "8",
+                          "--global-batch",
+                          "8",
+                          "--fix",
+                          "runtime=fsdp2",
+                          "--fix",
+                          "zero=3",
+                          "--fix",
+                          "tp=1",
+                          "--fix",
+                          "mbs=1",
+                          "--fix",
+                          "ac=full",
+                          "--fix",
+                          "wrap=1",
+                          "--fix",
+                          "prefetch=1",
+                          "--fix",
+                          "reduce_dtype=fp32",
+                          "--fix",
+                          "reshard_after_forward=true"},
+                         dir);
+  CHECK(q.code == 0);
+  CHECK(q.err.find("shardplan: search") == std::string::npos);
 }

@@ -36,6 +36,25 @@ inline ModelSpec small_llama(int layers = 4, std::int64_t vocab = 32000) {
   return s;
 }
 
+/// Bytes per token (16-bit compute, TP = 1) of a layer's activation tensors of lifetime `life`
+/// (activations.hpp).
+inline double act_life_bytes(const Layer& l, ActLife life) {
+  double b = 0;
+  for (const ActTensor& a : l.activations)
+    if (a.life == life && !a.eager) b += a.per_token * act_dtype_bytes(a.dtype, 2.0);
+  return b;
+}
+
+/// Bytes per token (16-bit compute) of the layer's tensors that eager autograd saves without AC, of TP split
+/// rule `split`.
+inline double act_eager_saved_bytes(const Layer& l, ActSplit split) {
+  double b = 0;
+  for (const ActTensor& a : l.activations)
+    if (a.eager && a.split == split && a.only == ActOnly::kAlways)
+      b += a.per_token * act_dtype_bytes(a.dtype, 2.0);
+  return b;
+}
+
 /// Running total of `cat` over the program's memory effects in CPU issue order (the same walk the engine does
 /// for the total); calls f(task, effect, total after the effect).
 template <class F>

@@ -250,6 +250,27 @@ TEST_CASE("allocator: at the capacity, cached blocks are released and the alloca
     CHECK(a.stats().num_alloc_retries == 0);
     CHECK(a.check_invariants().empty());
   }
+  SECTION("release_cached_blocks frees exactly the whole cached segments, not the split ones") {
+    // Segments A 20 MiB (whole, free), B 30 MiB (split: a 12 MiB block live, 18 MiB free), C 30 MiB (live):
+    // 80 MiB reserved of 100. A 25 MiB request fits no cached block (20, 18): cudaMalloc of 26 MiB fails
+    // (106 > 100), release_cached_blocks frees A only, the retry succeeds: 60 + 26 = 86 MiB reserved.
+    AllocatorConfig cfg;
+    cfg.capacity_bytes = 100 * MiB;
+    CachingAllocator a(cfg);
+    const BlockId A = a.malloc(20 * MiB, 0), B = a.malloc(30 * MiB, 0);
+    const BlockId C = a.malloc(30 * MiB, 0);
+    a.free(B);
+    REQUIRE(a.malloc(12 * MiB, 0) != kNoBlock);  // B split: 12 live, 18 free
+    a.free(A);
+    CHECK(a.check_invariants().empty());
+    REQUIRE(a.malloc(25 * MiB, 0) != kNoBlock);
+    CHECK(a.stats().num_alloc_retries == 1);
+    CHECK(a.stats().num_device_free == 1);
+    CHECK(a.stats().reserved_bytes == 86 * MiB);
+    CHECK(a.stats().inactive_split_bytes == 18 * MiB);
+    CHECK(a.check_invariants().empty());
+    (void)C;
+  }
 }
 
 TEST_CASE("allocator: expandable segments", "[simulator][allocator]") {

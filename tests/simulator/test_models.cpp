@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "sim_helpers.hpp"
+#include "simulator/memory/layer_memory.hpp"
 
 using namespace shardplan;
 
@@ -76,6 +77,16 @@ struct Expected {
 //   + 16·5120 + 2·5120 = 52,428,800 + 10,485,760 + 2,013,265,920 + 125,829,120 + 81,920 + 10,240
 //   = 2,202,101,760; 48·block + 2·202048·5120 + 5120 = 105,700,884,480 + 2,068,971,520 + 5,120
 //   = 107,769,861,120. Meta's "109B" includes the vision encoder and projector, which are not modelled.
+// gpt-oss-20b L=24 h=2880 a=64 kv=8 d=64 (q = 4096, kv = 512), every block MoE: 32 experts of f=2880 with
+//   biases (transformers GptOssExperts: gate_up_proj [E, h, 2f] + bias [E, 2f], down_proj [E, f, h] + bias
+//   [E, h]), router weight [E, h] + bias [E], q/k/v/o biases, sinks [a], two RMSNorms; V=201088 untied:
+//   attention = 2·2880·4096 + 2·2880·512 + 4096 + 2·512 + 2880 + 64 = 26,542,080 + 8,064 = 26,550,144;
+//   experts = 32·(2880·5760 + 5760 + 2880·2880 + 2880) = 32·24,891,840 = 796,538,880; router = 32·2880 + 32
+//   = 92,192; block = 26,550,144 + 796,538,880 + 92,192 + 5,760 = 823,186,976;
+//   24·block + 2·201088·2880 + 2880 = 19,756,487,424 + 1,158,266,880 + 2,880 = 20,914,757,184 ("20.9B")
+// gpt-oss-120b L=36, 128 experts: experts = 128·24,891,840 = 3,186,155,520; router = 128·2880 + 128 =
+//   368,768; block = 26,550,144 + 3,186,155,520 + 368,768 + 5,760 = 3,213,080,192; 36·block + 1,158,266,880
+//   + 2,880 = 115,670,886,912 + 1,158,269,760 = 116,829,156,672 ("116.8B")
 const std::vector<Expected> kModels = {
     {"llama2-7b", 6'738'415'616},         {"llama2-13b", 13'015'864'320},
     {"llama2-70b", 68'976'648'192},       {"llama3-8b", 8'030'261'248},
@@ -83,7 +94,8 @@ const std::vector<Expected> kModels = {
     {"mixtral-8x7b", 46'702'792'704},     {"qwen3-8b", 8'190'735'360},
     {"qwen3-32b", 32'762'123'264},        {"qwen3-30b-a3b", 30'532'122'624},
     {"qwen3-235b-a22b", 235'093'634'560}, {"deepseek-v3", 671'026'419'200},
-    {"llama4-scout", 107'769'861'120},
+    {"llama4-scout", 107'769'861'120},    {"gpt-oss-20b", 20'914'757'184},
+    {"gpt-oss-120b", 116'829'156'672},
 };
 }  // namespace
 
@@ -259,7 +271,8 @@ TEST_CASE("family structure: fused projections, q/k norms, norm placement", "[si
   // Qwen3-8B attention saves, per token (TP-split part): Q 2q, K and V 2kv each, O 2q, LSE 4a, and the q/k
   // norms' inputs 2(q + kv) with an fp32 rstd per head 4(a + kv): q = 4096, kv = 1024, a = 32:
   //   8192 + 4096 + 8192 + 128 + 10,240 + 160 = 31,008 bytes.
-  CHECK(layer(load_model("qwen3-8b"), "blocks.0.attention").act_split_bytes_per_token == 31008.0);
+  CHECK(test::act_eager_saved_bytes(layer(load_model("qwen3-8b"), "blocks.0.attention"), ActSplit::kTp) ==
+        31008.0);
 }
 
 TEST_CASE("sliding and chunked windows: which layers are local, and the positions attended",
@@ -341,8 +354,8 @@ TEST_CASE("DeepSeek-V3: MLA projections, dense first blocks, shared and routed e
   // Saved per token, TP-split: Q and K 2·a·192 each, V and O 2·a·128 each, LSE 4a: 4·24576 + 4·16384 + 512
   // = 164,352. Replicated: x 2h, q latent 2·1536 + rstd 4, normed 2·1536, kv_a output 2·576, rstd 4, normed
   // latent 2·512: 14,336 + 3,076 + 3,072 + 1,152 + 4 + 1,024 = 22,664.
-  CHECK(attn->act_split_bytes_per_token == 164352.0);
-  CHECK(attn->act_replicated_bytes_per_token == 22664.0);
+  CHECK(test::act_eager_saved_bytes(*attn, ActSplit::kTp) == 164352.0);
+  CHECK(test::act_eager_saved_bytes(*attn, ActSplit::kSequence) == 22664.0);
   CHECK(dense->kind == LayerKind::kMlp);
   CHECK(dense->parameters() == 3LL * 7168 * 18432);
   CHECK(moe->kind == LayerKind::kMoe);
@@ -356,7 +369,7 @@ TEST_CASE("DeepSeek-V3: MLA projections, dense first blocks, shared and routed e
   CHECK((moe->gemms[4].k == 2048 && moe->gemms[4].count == 8));
   // Saved SwiGLU activations: 8 bytes per token per unit of width a token passes through, 8·2048 + 2048:
   // 8·18,432 = 147,456.
-  CHECK(moe->act_split_bytes_per_token == 147456.0);
+  CHECK(test::act_eager_saved_bytes(*moe, ActSplit::kTp) == 147456.0);
   // Active: routed experts count 8/256: per MoE block the routed part 11,274,289,152 becomes 352,321,536, so
   // active = 671,026,419,200 − 58·(11,274,289,152 − 352,321,536) = 671,026,419,200
   //   − 633,474,121,728 = 37,552,297,472 (the report's "37B activated").
@@ -430,19 +443,38 @@ TEST_CASE("bad family inputs: one clear error", "[simulator][model][hf]") {
   CHECK_THROWS_WITH(parse_hf_config(d, "d.json"), Catch::Contains("/v_head_dim"));
 }
 
-TEST_CASE("tensor groups: a MoE layer's identical expert weights are summed as groups with a count",
+TEST_CASE("grouped experts: one 3-D parameter per expert weight, FSDP2's shard of it as torchtitan places it",
           "[simulator][model]") {
-  // Qwen3-30B-A3B: each MoE layer has a router [128 x 2048] and 128 experts of gate / up [768 x 2048] and
-  // down [2048 x 768]: three groups (1, 256, 128) for 385 tensors.
+  // Qwen3-30B-A3B: each MoE layer has a router [128 x 2048] and, as torchtitan 0.3.0's GroupedExperts holds
+  // them, w1 (gate) and w3 (up) [128 x 768 x 2048] and w2 (down) [128 x 2048 x 768]: four tensors in two
+  // groups (the router; gate and up, one shape).
   const ModelGraph m = load_model("qwen3-30b-a3b");
   const Layer* moe = nullptr;
   for (const Layer* l : m.order())
     if (l->moe_experts > 0 && !moe) moe = l;
   REQUIRE(moe);
-  REQUIRE(moe->tensors.size() == 385);
+  REQUIRE(moe->tensors.size() == 4);
+  CHECK(moe->tensors[1].stack == 128);
+  CHECK(moe->tensors[1].numel() == 128 * 768 * 2048);
   std::vector<std::int64_t> counts;
   moe->for_each_tensor_group([&](const Tensor&, std::int64_t n) { counts.push_back(n); });
-  CHECK(counts == std::vector<std::int64_t>{1, 256, 128});
+  CHECK(counts == std::vector<std::int64_t>{1, 2, 1});
+  // FSDP2 (torchtitan distributed/fsdp.py): Shard(0) over the experts while the ranks (x EP) do not exceed
+  // them: 64 ranks -> ceil(128 / 64) = 2 experts of 768 x 2048 each; 256 ranks -> Shard(1), every expert's
+  // dim 0 split: 128 x ceil(768 / 256) x 2048 = 128 x 3 x 2048; 96 ranks: ceil(128 / 96) = 2 experts, padded
+  // (96 x 2 = 192 slots for 128).
+  const Tensor& w1 = moe->tensors[1];
+  CHECK(tensor_shard_elems(w1, 1, 64, Padding::kPerTensorDim0) == 2 * 768 * 2048);
+  CHECK(tensor_shard_elems(w1, 1, 256, Padding::kPerTensorDim0) == 128 * 3 * 2048);
+  CHECK(tensor_shard_elems(w1, 1, 96, Padding::kPerTensorDim0) == 2 * 768 * 2048);
+  // Expert parallelism 8: the rank holds 16 experts, sharded over its expert-FSDP ranks: 8 -> 2 experts; 32
+  // (8 x 32 = 256 > 128) -> Shard(1): 16 x ceil(768 / 32) x 2048. DeepSpeed pads the flat numel.
+  CHECK(rank_shard_elems(w1, 1, 1, 8, Padding::kPerTensorDim0, 8) == 2 * 768 * 2048);
+  CHECK(rank_shard_elems(w1, 1, 1, 32, Padding::kPerTensorDim0, 8) == 16 * 24 * 2048);
+  CHECK(rank_shard_elems(w1, 1, 1, 5, Padding::kPerTensor, 8) == (16LL * 768 * 2048 + 4) / 5);
+  CHECK(rank_local_elems(w1, 2, 1, 8) == 2 * 16 * 768 * 2048);
+  // The grouped tensors carry the same parameters: 48 blocks x (router + 3 x 128 x 768 x 2048) as before.
+  CHECK(m.parameters() == 30'532'122'624);
   // Every layer: the grouped walk sums the same elements and tensors as the tensor-by-tensor one (a copy
   // without groups walks each tensor once).
   for (const Layer* l : m.order()) {
@@ -486,4 +518,47 @@ TEST_CASE("NeMo GPT-3 and Nemotron presets: exact parameter counts", "[simulator
     INFO(e.name);
     CHECK(load_model(e.name).parameters() == e.params);
   }
+}
+
+TEST_CASE("gpt-oss: sliding and full attention alternate, sinks, biased experts, MXFP4 in the checkpoint",
+          "[simulator][model][hf]") {
+  const ModelGraph m = load_model(std::string(SHARDPLAN_TEST_DATA) + "/hf/gpt-oss-120b.json");
+  // layer_types: sliding_attention at even layers (window 128), full_attention at odd ones.
+  for (const Layer* l : m.order())
+    if (l->attn_heads > 0) CHECK(l->attn_window == (l->block % 2 == 0 ? 128 : 0));
+  const Layer* attn = nullptr;
+  const Layer* moe = nullptr;
+  for (const Layer* l : m.order()) {
+    if (l->attn_heads > 0 && !attn) attn = l;
+    if (l->moe_experts > 0 && !moe) moe = l;
+  }
+  REQUIRE(attn);
+  REQUIRE(moe);
+  auto find = [](const Layer* l, const std::string& name) -> const Tensor* {
+    for (const Tensor& t : l->tensors)
+      if (t.name == name) return &t;
+    return nullptr;
+  };
+  REQUIRE(find(attn, "sinks"));
+  CHECK(find(attn, "sinks")->numel() == 64);
+  CHECK(find(attn, "bo"));
+  CHECK(moe->moe_experts == 128);
+  CHECK(moe->moe_top_k == 4);
+  REQUIRE(find(moe, "experts.w_gate_up"));
+  CHECK(find(moe, "experts.w_gate_up")->stack == 128);
+  CHECK(find(moe, "experts.b_gate_up")->numel() == 128 * 5760);
+  CHECK(find(moe, "experts.b_down")->numel() == 128 * 2880);
+  CHECK(find(moe, "router_bias"));
+  // Every token passes through 4 of the 128 experts: active = all but 124/128 of the experts' parameters.
+  // Per block 3,186,155,520 expert parameters -> 99,567,360 active.
+  CHECK(m.active_parameters() == 116'829'156'672.0 - 36.0 * (3'186'155'520.0 - 99'567'360.0));
+  // The released checkpoint: expert weight matrices in MXFP4 (16 bytes of 4-bit values + a 1-byte scale per
+  // 32 values of a row's input dimension, 2880 = 90 blocks), everything else bf16. 120b: per block
+  // 128·(5760 + 2880)·90·17 = 1,692,057,600 B; 36 blocks 60,914,073,600 B; the other 116,829,156,672 −
+  // 36·128·(2·2880·2880 + 2880·2880) = 2,167,371,072 parameters x 2 B = 4,334,742,144 B: 65,248,815,744 B.
+  CHECK(m.checkpoint_bytes() == 65'248'815'744);
+  // 20b: 24·32·8640·90·17 = 10,152,345,600 + (20,914,757,184 − 19,110,297,600)·2 = 13,761,264,768 B.
+  CHECK(load_model("gpt-oss-20b").checkpoint_bytes() == 13'761'264'768);
+  // A bf16 checkpoint is two bytes a parameter.
+  CHECK(load_model("qwen3-30b-a3b").checkpoint_bytes() == 2 * 30'532'122'624);
 }

@@ -355,3 +355,112 @@ TEST_CASE("pp = 1 leaves the simulation unchanged", "[simulator][pipeline]") {
   CHECK(a.step_s == b.step_s);
   CHECK(s.resolve(p).dp == 8);
 }
+
+TEST_CASE(
+    "expert parallelism under pipeline parallelism: the all-to-alls are in every micro-batch's stage cost",
+    "[simulator][pipeline][ep]") {
+  // Issue 30: the one-micro-batch stage simulations kept the EP all-to-alls out of the stage's forward and
+  // backward, so a pipelined step dropped them (Qwen3-30B-A3B, 16 H100, EP 8, 2 stages: one micro-batch's
+  // all-to-all time reported, none exposed). They block the compute stream (the experts wait for their
+  // tokens): each forward carries the dispatch and combine, each backward the mirrored pair.
+  Setup s("qwen3-30b-a3b", "dgx-h100", 16);
+  Plan p;
+  p.seq = 4096;
+  p.ep = 8;
+  p.pp = 2;
+  const Plan rp = s.resolve(p, 256);
+  const int m = rp.grad_accum;
+  const Result r = s.run(rp);
+  const CommStats& a2a = r.comm[static_cast<int>(CommKind::kAllToAll)];
+  // 48 MoE layers, 24 per stage (the busiest stage's rank holds one stage): 4 all-to-alls per layer and
+  // micro-batch.
+  CHECK(a2a.count == 24 * 4 * m);
+  CHECK(a2a.exposed_s == Approx(a2a.time_s).epsilon(1e-9));
+  CHECK(a2a.exposed_s > 0);
+  // The same all-to-all volume per micro-batch as without PP, over the stage's half of the layers.
+  Plan q = p;
+  q.pp = 1;
+  const Plan rq = s.resolve(q, 256);
+  const Result r1 = s.run(rq);
+  const CommStats& a2a1 = r1.comm[static_cast<int>(CommKind::kAllToAll)];
+  CHECK(a2a.time_s / m == Approx(0.5 * a2a1.time_s / rq.grad_accum).epsilon(1e-6));
+}
+
+TEST_CASE("property: at equal compute, expert parallelism never makes a pipelined step faster than EP 1",
+          "[simulator][pipeline][ep][properties]") {
+  // With moe_imbalance 1 the experts' compute is the same with and without EP (each rank runs its tokens'
+  // share of the expert FLOPs either way); EP adds the blocking all-to-alls to every stage's forward and
+  // backward. What EP can save is data-parallel traffic: the experts are all-gathered and reduced over the
+  // efsdp ranks instead of all of them, and each rank steps a different set of optimizer shards. So: every
+  // stage's forward and backward are at least EP 1's, and the step is at least EP 1's less what the
+  // data-parallel collectives and the optimizer got shorter.
+  auto small_deepseek = [] {
+    ModelSpec sp = load_model("deepseek-v3").spec();
+    sp.name = "deepseek-small";
+    sp.layers = 8;
+    sp.hidden = 2048;
+    sp.heads = 16;
+    sp.kv_heads = 16;
+    sp.ffn_hidden = 10944;
+    sp.vocab = 102400;
+    sp.moe.experts = 64;
+    sp.moe.top_k = 6;
+    sp.moe.ffn_hidden = 1408;
+    sp.moe.shared_experts = 2;
+    sp.moe.first_dense = 1;
+    sp.mla.q_lora_rank = 0;
+    return ModelGraph::from_spec(sp);
+  };
+  struct M {
+    const char* what;
+    ModelGraph model;
+  };
+  std::vector<M> models;
+  models.push_back({"qwen3-30b-a3b", load_model("qwen3-30b-a3b")});
+  models.push_back({"deepseek-small (MLA, 64 experts)", small_deepseek()});
+  int checked = 0;
+  for (const M& mod : models) {
+    Setup s(mod.model, load_cluster_spec("dgx-h100"), 16);
+    for (int pp : {2, 4})
+      for (PpSchedule sched : {PpSchedule::k1F1B, PpSchedule::kGpipe, PpSchedule::kInterleaved1F1B})
+        for (AcMode ac : {AcMode::kNone, AcMode::kFull})
+          for (int ep : {2, 4}) {
+            INFO(mod.what << " pp " << pp << " " << to_string(sched) << " ac " << to_string(ac) << " ep "
+                          << ep);
+            Plan p;
+            p.seq = 4096;
+            p.pp = pp;
+            p.pp_schedule = sched;
+            p.virtual_stages = sched == PpSchedule::kInterleaved1F1B ? 2 : 1;
+            p.ac = ac;
+            p.moe_imbalance = 1.0;
+            Plan base, with;
+            try {
+              base = s.resolve(p, 64);
+              p.ep = ep;
+              with = s.resolve(p, 64);
+            } catch (const InputError&) {
+              continue;  // a stage split this model cannot take
+            }
+            const Result a = s.run(base), b = s.run(with);
+            REQUIRE(a.pipeline);
+            REQUIRE(b.pipeline);
+            for (std::size_t k = 0; k < a.pipeline->stage_detail.size(); ++k) {
+              CHECK(b.pipeline->stage_detail[k].fwd_s >= a.pipeline->stage_detail[k].fwd_s * (1 - 1e-12));
+              CHECK(b.pipeline->stage_detail[k].bwd_s >= a.pipeline->stage_detail[k].bwd_s * (1 - 1e-12));
+            }
+            auto dp_s = [](const Result& r) {
+              double t = 0;
+              for (CommKind k : {CommKind::kAllGather, CommKind::kReduceScatter, CommKind::kAllReduce})
+                t += r.comm[static_cast<int>(k)].time_s;
+              return t;
+            };
+            const double saved =
+                std::max(0.0, dp_s(a) - dp_s(b)) + std::max(0.0, a.optimizer_s - b.optimizer_s);
+            CHECK(b.step_s >= a.step_s - saved - 1e-9);
+            CHECK(b.comm[static_cast<int>(CommKind::kAllToAll)].exposed_s > 0);
+            ++checked;
+          }
+  }
+  CHECK(checked >= 24);
+}

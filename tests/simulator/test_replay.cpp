@@ -247,18 +247,20 @@ TEST_CASE("eager forward transients: the complex rotary's temporaries and the pr
     if (l->block != 0) continue;
     if (l->kind == LayerKind::kAttention) attn = l;
     if (l->kind == LayerKind::kMlp) mlp = l;
-    if (l->kind == LayerKind::kNorm) CHECK(l->act_eager_transient_split_bytes_per_token == 0);
+    if (l->kind == LayerKind::kNorm) CHECK(test::act_life_bytes(*l, ActLife::kTransient) == 0);
   }
   REQUIRE(attn);
   REQUIRE(mlp);
-  CHECK(attn->act_eager_transient_split_bytes_per_token == 51200.0);
-  CHECK(attn->act_eager_output_bytes_per_token == 8192.0);
-  CHECK(mlp->act_eager_transient_split_bytes_per_token == 0);
-  CHECK(mlp->act_eager_output_bytes_per_token == 8192.0);
+  CHECK(test::act_life_bytes(*attn, ActLife::kTransient) == 51200.0);
+  CHECK(test::act_life_bytes(*attn, ActLife::kOutput) == 8192.0);
+  CHECK(test::act_life_bytes(*mlp, ActLife::kTransient) == 0);
+  CHECK(test::act_life_bytes(*mlp, ActLife::kOutput) == 8192.0);
 
-  // In the lowering: blocks.0's forward allocates and frees, within its own task, one tensor of the rotary's
-  // temporaries (2,048 tokens x 51,200 B), then two of 2,048 x 8,192 B; compiled it does not, and without
-  // tensor lists it is one transient (the same peak).
+  // In the lowering: blocks.0's forward allocates and frees, within its own task, each of the rotary's
+  // temporaries in the lane's order (2,048 tokens x wq's 8,192 B, wk's 2,048, xq.float()'s 16,384,
+  // xk.float()'s 4,096 and the complex products' 16,384 and 4,096 per token), then the outputs of wo and w2
+  // (2,048 x 8,192 B each); compiled it does not, and without tensor lists it is one transient (the same
+  // peak).
   Bytes kept = 0;  // activations the forward task allocates and does not free
   auto transients = [&](const Plan& p, bool tensors) {
     Simulator sim(s.model, *s.cluster, *s.costs);
@@ -292,19 +294,24 @@ TEST_CASE("eager forward transients: the complex rotary's temporaries and the pr
   Plan p;
   p.seq = 2048;
   p.ac = AcMode::kNone;
-  CHECK(transients(p, true) == std::vector<Bytes>{2048 * 51200, 2048 * 8192, 2048 * 8192});
+  const std::vector<Bytes> rotary = {2048 * 8192,  2048 * 2048, 2048 * 16384, 2048 * 4096,
+                                     2048 * 16384, 2048 * 4096, 2048 * 8192,  2048 * 8192};
+  CHECK(transients(p, true) == rotary);
   // The planner's walk: one transient, the unit's layer-by-layer peak over its saved tensors.
   CHECK(transients(p, false).size() == 1);
   p.compile = true;
   CHECK(transients(p, true).empty());
   p.compile = false;
-  // Full AC: the checkpointed forward keeps only the block's input (2,048 x 8,192 B); every layer's no-AC
-  // saved set, the temporaries and the outputs are freed within the task.
+  // Full AC: the checkpointed forward keeps only the block's input (2,048 x 8,192 B; here the next block's,
+  // which this block's last residual add makes); every layer's no-AC saved set, the temporaries and the
+  // outputs are freed within the task: the first norm's rstd (its input is the checkpoint's), the
+  // attention's 13 tensors, the second norm's input (the residual stream, at the block's end) and rstd, the
+  // MLP's 6: 22.
   p.ac = AcMode::kFull;
   const std::vector<Bytes> full = transients(p, true);
   CHECK(kept == 2048 * 8192);
-  CHECK(std::count(full.begin(), full.end(), Bytes{2048 * 51200}) == 1);
-  CHECK(full.size() > 3);
+  CHECK(std::count(full.begin(), full.end(), Bytes{2048 * 16384}) == 2);  // the fp32 q copy and product
+  CHECK(full.size() == 22);
 
   // The planner's walk lowers the same peak as the replay's tensors, and the replay's reserved is never below
   // the walk's per-stream lower bound.
@@ -312,4 +319,94 @@ TEST_CASE("eager forward transients: the complex rotary's temporaries and the pr
   const auto [with, without] = with_and_without_replay(s, s.resolve(p));
   CHECK(without.peak_bytes == with.peak_bytes);
   CHECK(with.peak_reserved_bytes >= without.peak_reserved_bytes);
+}
+
+TEST_CASE("allocator replay: the first allocation that fails ends the replay, as PyTorch raises there",
+          "[simulator][replay]") {
+  // A plan replayed against a capacity below its allocated peak: PyTorch's malloc frees its cache, retries
+  // once and raises OutOfMemoryError (CUDACachingAllocator.cpp malloc); the replay stops at that allocation:
+  // one OOM, and no malloc after it.
+  Setup s("llama3-8b", "dgx-h100", 8);
+  Plan p;
+  p.seq = 8192;
+  p.grad_accum = 2;
+  const Plan rp = s.resolve(p);
+  Simulator sim(s.model, *s.cluster, *s.costs);
+  sim.run(rp);
+  AllocatorReplay replay;
+  const AllocatorStats full = replay.run(sim.program(), AllocatorConfig{}).stats;
+  AllocatorConfig cfg;
+  cfg.capacity_bytes = full.allocated_peak_bytes / 2;
+  const AllocatorStats capped = replay.run(sim.program(), cfg).stats;
+  CHECK(capped.num_ooms == 1);
+  CHECK(capped.malloc_calls == capped.first_oom_malloc_index + 1);
+  CHECK(capped.malloc_calls < full.malloc_calls);
+  CHECK(capped.reserved_peak_bytes <= cfg.capacity_bytes);
+}
+
+TEST_CASE(
+    "allocator replay of a truncated step: the steady micro-batch repeated equals the whole step's replay",
+    "[simulator][replay][steady]") {
+  // The simulator lowers micro-batches 0, 1, 2 and the last; the replay runs micro-batch 2 once per skipped
+  // micro-batch (its tensors renamed per copy) and skips the copies once the allocator's state repeats. Every
+  // figure the report takes from the replay must equal the replay of the whole step's program.
+  struct C {
+    const char* what;
+    const char* model;
+    int gpus;
+    Runtime runtime;
+    int zero;
+    AcMode ac;
+    int grad_accum;
+    bool hold_logits, expandable;
+    int ep;
+    double capacity_scale;  // of the device memory; < 1: at the capacity, with retries
+  };
+  for (const C c : {C{"fsdp2 zero3 selective", "llama3-8b", 8, Runtime::kFsdp2, 3, AcMode::kSelective, 16,
+                      false, false, 1, 1.0},
+                    C{"fsdp2 zero2 full, held logits", "llama3-8b", 8, Runtime::kFsdp2, 2, AcMode::kFull, 9,
+                      true, false, 1, 1.0},
+                    C{"fsdp2 zero3 none, expandable", "llama3-8b", 8, Runtime::kFsdp2, 3, AcMode::kNone, 12,
+                      false, true, 1, 1.0},
+                    C{"fsdp1 zero3 selective", "llama3-8b", 8, Runtime::kFsdp1, 3, AcMode::kSelective, 10,
+                      false, false, 1, 1.0},
+                    C{"deepspeed zero2 full", "llama3-8b", 8, Runtime::kDeepSpeed, 2, AcMode::kFull, 11,
+                      false, false, 1, 1.0},
+                    C{"fsdp2 zero3 at the capacity", "llama3-8b", 8, Runtime::kFsdp2, 3, AcMode::kSelective,
+                      16, false, false, 1, 0.62},
+                    C{"qwen3-30b-a3b ep 8", "qwen3-30b-a3b", 16, Runtime::kFsdp2, 3, AcMode::kFull, 8, false,
+                      false, 8, 1.0}}) {
+    INFO(c.what);
+    ClusterSpec spec = load_cluster_spec("dgx-h100");
+    spec.gpu.memory_bytes = static_cast<Bytes>(static_cast<double>(spec.gpu.memory_bytes) * c.capacity_scale);
+    Setup s(load_model(c.model), spec, c.gpus);
+    Plan p;
+    p.runtime = c.runtime;
+    p.zero = c.zero;
+    p.ac = c.ac;
+    p.seq = c.gpus > 8 ? 4096 : 8192;
+    p.grad_accum = c.grad_accum;
+    p.hold_logits = c.hold_logits;
+    p.ep = c.ep;
+    p.allocator = c.expandable ? AllocatorMode::kExpandable : AllocatorMode::kDefault;
+    const Plan rp = s.resolve(p);
+    Simulator extended(s.model, *s.cluster, *s.costs);
+    SimulatorOptions full_options;
+    full_options.steady_state = false;
+    Simulator full(s.model, *s.cluster, *s.costs, full_options);
+    const Result a = extended.run(rp), b = full.run(rp);
+    INFO((extended.stats().last_fallback ? extended.stats().last_fallback : "none"));
+    CHECK(extended.stats().extended == 1);
+    REQUIRE(a.allocator.replayed);
+    CHECK(a.allocator.peak_reserved_bytes == b.allocator.peak_reserved_bytes);
+    CHECK(a.allocator.peak_allocated_bytes == b.allocator.peak_allocated_bytes);
+    CHECK(a.allocator.segments == b.allocator.segments);
+    CHECK(a.allocator.device_allocs == b.allocator.device_allocs);
+    CHECK(a.allocator.alloc_retries == b.allocator.alloc_retries);
+    CHECK(a.allocator.oom == b.allocator.oom);
+    CHECK(a.allocator.reserved_peak_phase == b.allocator.reserved_peak_phase);
+    CHECK(a.peak_reserved_bytes == b.peak_reserved_bytes);
+    CHECK(a.peak_bytes == b.peak_bytes);
+    CHECK(a.fits == b.fits);
+  }
 }

@@ -93,8 +93,8 @@ int main(int argc, char** argv) {
       sp.seq = 8192;
       if (k.pin_pp) {
         sp.pp = {16};
-        sp.base.pp_schedule = PpSchedule::kInterleaved1F1B;
-        sp.base.virtual_stages = 4;
+        sp.pp_schedules = {PpSchedule::kInterleaved1F1B};
+        sp.virtual_stages = {4};
       }
       SearchOptions o;
       o.threads = 2;

@@ -2,7 +2,8 @@
 # Builds the whole CPU suite with AddressSanitizer + UndefinedBehaviorSanitizer in build-asan and runs ctest;
 # any sanitizer report fails the test that triggered it (UBSan does not recover; ASan exits non-zero).
 #
-# usage: tools/ci/sanitize.sh [ctest args...]   (env JOBS = build and test parallelism, default 2)
+# usage: tools/ci/sanitize.sh [ctest args...]   (env JOBS = build and test parallelism, default 2; a build-asan
+#        configured with another compiler is reconfigured from scratch)
 set -euo pipefail
 
 jobs=${JOBS:-2}
@@ -10,11 +11,24 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=$root/build-asan
 
 start=$(date +%s)
-# -O1 -g1 keeps the build and the run lean (line tables are enough for sanitizer reports); -O2 or full -g
-# would only slow the build down. GCC's flow warnings are unreliable on ASan-instrumented code (a false -Wuninitialized inside boost::optional in Boost.Graph), so
-# those two stay warnings here; the ordinary build keeps them as errors.
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-  "-DCMAKE_CXX_FLAGS=-Wno-error=uninitialized -Wno-error=maybe-uninitialized" \
+# clang when installed (tools/setup.sh fuzz; .ci/run installs it): it compiles this instrumented build about a
+# quarter faster than GCC (measured per file at -O1 with ASan + UBSan), and -gline-tables-only keeps the line
+# tables sanitizer reports need. GCC otherwise, with -g1; its flow warnings are unreliable on ASan-instrumented
+# code (a false -Wuninitialized inside boost::optional in Boost.Graph), so those two stay warnings there; the
+# ordinary build keeps them as errors.
+if command -v clang++ >/dev/null; then
+  cxx=$(command -v clang++)
+  compiler=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only")
+else
+  cxx=$(command -v g++)
+  compiler=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1"
+            "-DCMAKE_CXX_FLAGS=-Wno-error=uninitialized -Wno-error=maybe-uninitialized")
+fi
+if [[ -f $build/CMakeCache.txt ]] && ! grep -qx "CMAKE_CXX_COMPILER:[A-Z]*=$cxx" "$build/CMakeCache.txt"; then
+  rm -rf "$build"  # configured with the other compiler
+fi
+compiler+=("-DCMAKE_CXX_COMPILER=$cxx")
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${compiler[@]}" \
   -DSHARDPLAN_SANITIZE=ON -DSHARDPLAN_CUDA=OFF -DSHARDPLAN_TESTS=ON -DSHARDPLAN_TOOLS=OFF >/dev/null
 ninja -C "$build" -j"$jobs"
 built=$(date +%s)

@@ -1,0 +1,180 @@
+// HTML reports, shared pieces: the page with its CSS, cards, JSON blocks, time units, the breakdown and
+// communication tables (html_detail.hpp).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "planner/report/evidence.hpp"
+#include "planner/report/html.hpp"
+#include "planner/report/html_detail.hpp"
+#include "planner/report/margin.hpp"
+#include "planner/report/svg.hpp"
+#include "simulator/plan/plan.hpp"
+
+namespace shardplan::html_detail {
+
+const char* kCss = R"css(
+:root { --fg:#1d2330; --muted:#5b6472; --line:#d9dde3; --bg:#ffffff; --panel:#f6f7f9; --bad:#c62828; --good:#2e7d32; }
+* { box-sizing: border-box; }
+body { margin: 0 auto; padding: 18px 28px 40px; max-width: 1380px; color: var(--fg); background: var(--bg);
+       font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; }
+h1 { font-size: 22px; margin: 4px 0 2px; } h2 { font-size: 17px; margin: 26px 0 8px; border-bottom: 1px solid var(--line); padding-bottom: 4px; }
+p.sub { color: var(--muted); margin: 0 0 12px; }
+.cards { display: flex; flex-wrap: wrap; gap: 10px; margin: 12px 0; }
+.card { background: var(--panel); border: 1px solid var(--line); border-radius: 6px; padding: 8px 14px; min-width: 150px; }
+.card .k { color: var(--muted); font-size: 12px; } .card .v { font-size: 19px; font-weight: 600; }
+.badge { display: inline-block; padding: 1px 9px; border-radius: 10px; color: #fff; font-weight: 600; font-size: 13px; }
+.badge.ok { background: var(--good); } .badge.bad { background: var(--bad); }
+table { border-collapse: collapse; margin: 6px 0 10px; font-variant-numeric: tabular-nums; }
+th, td { border-bottom: 1px solid var(--line); padding: 3px 10px; text-align: left; vertical-align: top; }
+th { background: var(--panel); font-weight: 600; } td.n, th.n { text-align: right; }
+.cols { display: flex; flex-wrap: wrap; gap: 28px; align-items: flex-start; }
+.swatch-inline { display: inline-block; width: 11px; height: 11px; border-radius: 2px; margin-right: 6px; vertical-align: -1px; }
+pre { background: var(--panel); border: 1px solid var(--line); padding: 8px; overflow: auto; max-height: 360px; font-size: 12px; }
+figure { margin: 6px 0 14px; } figcaption { color: var(--muted); font-size: 12.5px; margin-top: 2px; }
+svg.chart { width: 100%; height: auto; display: block; max-width: 1300px; }
+svg text { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; fill: #1d2330; }
+svg .tick-label { font-size: 12px; fill: #4a5260; } svg .axis-title { font-size: 13px; font-weight: 600; }
+svg .grid { stroke: #e6e8ec; stroke-width: 1; } svg .tick, svg .domain { stroke: #555c66; stroke-width: 1; }
+svg .row-label { font-size: 12.5px; } svg .legend-label { font-size: 12.5px; }
+svg .row-bg { fill: #f3f4f6; } svg .swatch { stroke: rgba(0,0,0,.25); stroke-width: .5; }
+svg .capacity .ref { stroke: #c62828; stroke-width: 2; } svg .capacity .ref-label { fill: #c62828; font-weight: 600; font-size: 12px; }
+svg .usable .ref { stroke: #c62828; stroke-width: 1.2; stroke-dasharray: 6 4; } svg .usable .ref-label { fill: #c62828; font-size: 12px; }
+svg .reserved .ref { stroke: #333; stroke-width: 1.2; stroke-dasharray: 2 3; } svg .reserved .ref-label { fill: #333; font-size: 12px; }
+svg .peak-marker { stroke: #fff; stroke-width: 1.5; } svg .peak-label { font-size: 12.5px; font-weight: 600; }
+svg .ref-label, svg .peak-label { paint-order: stroke; stroke: rgba(255,255,255,.85); stroke-width: 3px; stroke-linejoin: round; }
+svg .mem-gpu { fill: none; stroke: #2a4d7a; stroke-width: 1.5; } svg .mem-peak { stroke: #c62828; stroke-width: 1.2; stroke-dasharray: 4 3; }
+svg .exposed-band { fill: rgba(198,40,40,.13); } svg .gantt-exposed rect:not(.row-bg) { fill: #c62828; }
+svg .identity { stroke: #333; stroke-width: 1.2; fill: none; } svg .band { fill: rgba(46,125,50,.12); stroke: none; }
+svg .point { stroke: rgba(0,0,0,.55); stroke-width: .6; fill-opacity: .85; }
+svg .point-label { font-size: 10.5px; fill: #4b5563; }
+svg .bar-label { font-size: 12.5px; } svg .bar-value { font-size: 12px; } svg .mem-over { fill: #c62828; }
+.note { color: var(--muted); font-size: 12.5px; }
+@media print {
+  body { max-width: none; padding: 0 6mm; font-size: 11px; }
+  h2 { break-after: avoid; } section, figure, table { break-inside: avoid; }
+  .card { padding: 4px 8px; } .noprint { display: none; }
+  * { -webkit-print-color-adjust: exact; print-color-adjust: exact; }
+  pre { max-height: none; white-space: pre-wrap; }
+}
+)css";
+std::string page(const std::string& title, const std::string& body) {
+  return "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+         "<title>" +
+         escape(title) + "</title>\n<style>" + kCss + "</style>\n</head>\n<body>\n" + body +
+         "<p class=\"note\">Generated by shardplan. Self-contained: no network "
+         "resources.</p>\n</body>\n</html>\n";
+}
+
+std::string gib(double bytes, int decimals) {
+  return fmt::format("{:.{}f} GiB", bytes / static_cast<double>(kGiB), decimals);
+}
+
+std::string card(const std::string& k, const std::string& v) {
+  return "<div class=\"card\"><div class=\"k\">" + escape(k) + "</div><div class=\"v\">" + v + "</div></div>";
+}
+
+/// A JSON value as table text: strings bare, the rest as JSON.
+std::string json_cell(const Json& v) {
+  return escape(v.is_string() ? v.get<std::string>() : v.dump());
+}
+
+/// Embeds JSON in a non-executed script block (machine-readable copy of the report).
+std::string json_block(const std::string& id, const Json& j) {
+  std::string s = j.dump();
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '<')
+      out += "\\u003c";
+    else
+      out += s[i];
+  }
+  return "<script type=\"application/json\" id=\"" + escape(id) + "\">" + out + "</script>\n";
+}
+
+TimeUnit time_unit(double span_s) {
+  return span_s < 2.0 ? TimeUnit{1e3, "ms"} : TimeUnit{1.0, "s"};
+}
+/// "1.307 s", "38 ms", "0.42 ms": a duration for text.
+std::string seconds(double s) {
+  if (s >= 1) return fmt::format("{:.3f} s", s);
+  const double ms = s * 1e3;
+  return num(ms, ms >= 100 ? 0 : ms >= 10 ? 1 : 2) + " ms";
+}
+
+std::string breakdown_table(const Result& r) {
+  const double peak = std::max(1.0, static_cast<double>(r.peak_bytes));
+  std::string s =
+      "<table class=\"breakdown\"><tr><th>category</th><th class=\"n\">at the peak</th><th "
+      "class=\"n\">bytes</th>"
+      "<th class=\"n\">share</th></tr>\n";
+  for (int c = 0; c < kMemCategories; ++c) {
+    const double b = static_cast<double>(r.breakdown[static_cast<std::size_t>(c)]);
+    s += fmt::format(
+        "<tr><td><span class=\"swatch-inline\" style=\"background:{}\"></span>{}</td><td class=\"n\">{}</td>"
+        "<td class=\"n\">{}</td><td class=\"n\">{:.1f} %</td></tr>\n",
+        kCategoryColor[static_cast<std::size_t>(c)], to_string(static_cast<MemCategory>(c)), gib(b),
+        static_cast<std::int64_t>(b), 100 * b / peak);
+  }
+  auto row = [&](const std::string& k, double b, const std::string& note) {
+    s += fmt::format("<tr><th>{}</th><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>\n",
+                     escape(k), gib(b), static_cast<std::int64_t>(b), escape(note));
+  };
+  row("peak allocated", static_cast<double>(r.peak_bytes), "max_memory_allocated");
+  row("peak reserved", static_cast<double>(r.peak_reserved_bytes), "max_memory_reserved");
+  row("runtime overhead", static_cast<double>(r.overhead.total()), "CUDA context + NCCL");
+  row("total", static_cast<double>(r.peak_reserved_bytes + r.overhead.total()),
+      fmt::format("of {} → {}", gib(static_cast<double>(r.capacity_bytes)),
+                  r.fits ? "fits" : "does not fit"));
+  row("persistent state", static_cast<double>(r.persistent_bytes),
+      fmt::format("params {} + grads {} + optimizer {}", gib(static_cast<double>(r.persistent_split[0])),
+                  gib(static_cast<double>(r.persistent_split[1])),
+                  gib(static_cast<double>(r.persistent_split[2]))));
+  return s + "</table>\n";
+}
+
+std::string comm_table(const Result& r) {
+  std::string s =
+      "<table class=\"comm\"><tr><th>collective</th><th class=\"n\">sent per rank</th><th "
+      "class=\"n\">count</th>"
+      "<th class=\"n\">time (s)</th><th class=\"n\">exposed (s)</th></tr>\n";
+  for (int k = 0; k < kCommKinds; ++k) {
+    const auto& c = r.comm[static_cast<std::size_t>(k)];
+    if (c.count == 0 && c.bytes_per_rank <= 0) continue;
+    s += fmt::format(
+        "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{:.4f}</td>"
+        "<td class=\"n\">{:.4f}</td></tr>\n",
+        to_string(static_cast<CommKind>(k)), gib(c.bytes_per_rank), c.count, c.time_s, c.exposed_s);
+  }
+  return s + "</table>\n";
+}
+
+std::string kv_table(const Json& obj, const std::string& cls) {
+  std::string s = "<table class=\"" + escape(cls) + "\">";
+  for (auto it = obj.begin(); it != obj.end(); ++it)
+    s += "<tr><th>" + escape(it.key()) + "</th><td>" + json_cell(it.value()) + "</td></tr>";
+  return s + "</table>\n";
+}
+
+std::string plan_short(const Plan& p) {
+  const std::string pipe =
+      p.pp > 1 ? fmt::format(" pp{} {} V{}", p.pp, to_string(p.pp_schedule), std::max(1, p.virtual_stages))
+               : "";
+  const std::string cp_ep =
+      (p.cp > 1 ? fmt::format(" cp{}", p.cp) : std::string()) + (p.ep > 1 ? fmt::format(" ep{}", p.ep) : "");
+  return fmt::format("{} zero{} shard{}{} tp{}{}{} mbs{}×{} ac={} wrap{} pf{}{}{}", to_string(p.runtime),
+                     p.zero, p.shard_group, p.replicas > 1 ? fmt::format("×{}", p.replicas) : "", p.tp, pipe,
+                     cp_ep, p.mbs, p.grad_accum, to_string(p.ac), p.wrap, p.prefetch,
+                     p.reshard() ? "" : " no-reshard", p.reduce() == Dtype::kBf16 ? " rd=bf16" : "");
+}
+
+/// The sections shared by the simulate and plan reports: key numbers, memory, Gantt, tables, plan and inputs.
+
+}  // namespace shardplan::html_detail

@@ -1,0 +1,72 @@
+// build_units' stages (internal to simulator/lowering/): the context every stage reads, the sums of one pass
+// over a unit's layers, and the backward workspace stage (units_workspace.cpp).
+#pragma once
+#include <cstdint>
+
+#include "simulator/lowering/units.hpp"
+#include "simulator/memory/memory.hpp"
+
+namespace shardplan::detail {
+
+/// What every stage of build_units reads: the plan's sizes and the cost model.
+struct UnitContext {
+  UnitContext(const ModelGraph& model, const Cluster& cluster, const CostModel& costs, const Plan& p,
+              const RuntimeTraits& rt)
+      : model(model),
+        s(model.spec()),
+        cluster(cluster),
+        costs(costs),
+        p(p),
+        rt(rt),
+        t(p.tp),
+        F(p.fsdp_ranks()),
+        Fe(p.efsdp_ranks()),
+        ep(p.ep > 1),
+        fp32(p.precision == Precision::kFp32),
+        bc(p.compute_bytes()),
+        T(static_cast<double>(p.mbs) * static_cast<double>(p.seq) / p.cp),
+        rep_div(sequence_parallel_divisor(p)),
+        K(costs.constants()),
+        fp8_ratio(p.fp8 == Fp8::kRowwise ? K.fp8_rowwise_ratio : K.fp8_tensorwise_ratio),
+        tpg(cluster.group(t, 1)),
+        coll(costs),
+        f_local(static_cast<double>(model.spec().ffn_hidden) / t) {}
+  const ModelGraph& model;
+  const ModelSpec& s;
+  const Cluster& cluster;
+  const CostModel& costs;
+  const Plan& p;
+  const RuntimeTraits& rt;
+  // FSDP shards the dense parameters over dp_shard x cp and one EP rank's experts over dp_shard x cp / ep
+  // (torchtitan's fsdp and efsdp meshes); with cp = ep = 1 both are the shard group.
+  const int t, F, Fe;
+  const bool ep, fp32;
+  const double bc;
+  /// Tokens of one micro-batch on this rank: context parallelism gives each rank seq / cp of every sequence.
+  const double T;
+  const double rep_div;
+  const ComputeConstants& K;
+  const double fp8_ratio;
+  const GroupView tpg;
+  CollectiveMemo coll;  ///< every block unit repeats the same TP collectives
+  const double f_local;
+};
+
+/// What one pass over a unit's layers sums (unit_layers).
+struct UnitSums {
+  std::int64_t flat = 0, fp8_shard = 0, expert_flat = 0;
+  double gemm = 0, attn = 0, elem = 0, act_none = 0, act_sel = 0, act_full = 0, block_inputs = 0;
+  double score_fwd = 0, score_bwd = 0;            ///< materialised attention cores (attention_core.cpp)
+  double cast_fwd_bytes = 0, cast_bwd_bytes = 0;  ///< float8 scaling and casting of the linears' operands
+  double cast_first_mb_bytes = 0;                 ///< once per step: Transformer Engine's cached fp8 weights
+  double column_gemm = 0;  ///< forward time of the dense column-parallel GEMMs (TP backward overlap)
+};
+
+/// Transients of every layer's backward beside the op-level ones of unit_workspace: float8's copies, the CP
+/// ring's buffers.
+double backward_extra(const UnitContext& c, const SimUnit& u);
+/// The unit's backward workspace: its op-level peak over the saved tensors (SimUnit::workspace_bytes, and
+/// workspace_accum_bytes for a backward into accumulated gradients). `extra`: backward_extra.
+void unit_workspace(const UnitContext& c, SimUnit& u, double extra);
+
+}  // namespace shardplan::detail

@@ -1,0 +1,132 @@
+// The backward workspace of a unit (build_units' stage; docs/model.md "Backward inside a block", "MoE layers'
+// backward"): the op-by-op walk over the unit's layers in reverse, with each layer's saved tensors, gradients
+// and transients, and its peak over the saved tensors.
+#include <algorithm>
+
+#include "simulator/lowering/units_stages.hpp"
+#include "simulator/parallel/parallel.hpp"
+
+namespace shardplan::detail {
+
+namespace {
+
+/// One MoE layer's worst op in backward when its routed experts run one after the other (below); `g` and
+/// `g_experts` are the layer's unsharded gradient bytes and those of its routed experts.
+double moe_backward_excess(const UnitContext& c, const Layer& l, double g, double g_experts, double flowing) {
+  const Plan& p = c.p;
+  const double T = c.T, bc = c.bc;
+  // Routed experts run one after the other (Hugging Face MixtralSparseMoeBlock's loop over experts, the
+  // lane's SparseMoe): autograd walks them in reverse, and expert k's backward consumes its saved tensors (C
+  // tokens: input, gate and up outputs, SiLU(gate), product, 8f bytes per token at 16 bits) and writes its
+  // weight gradients before the next starts. At expert k's SwiGLU backward live are the k - 1 earlier
+  // experts' gradients without their saved tensors, its own gradient and its gate/up output gradients (2 C
+  // f); linear in k, so the worst is the first or the last expert. Balanced router: C = T top_k / local
+  // experts (under EP the rank's experts receive every EP rank's tokens).
+  const double local_experts = static_cast<double>(l.moe_experts) / (c.ep ? p.ep : 1);
+  double f_expert = 0;
+  for (const Gemm& gm : l.gemms)
+    if (gm.expert && gm.tp == TpSplit::kColumn) f_expert = static_cast<double>(gm.n) / c.t;
+  const double C = T * l.moe_top_k / local_experts;
+  const double saved_e = C * 8.0 * f_expert * bc / 2.0, g_e = g_experts / local_experts;
+  return (g - g_experts) + 2.0 * flowing +
+         std::max(g_e + 2.0 * C * f_expert * bc,
+                  (local_experts - 1) * (g_e - saved_e) + g_e + 2.0 * C * f_expert * bc);
+}
+
+}  // namespace
+
+double backward_extra(const UnitContext& c, const SimUnit& u) {
+  const Plan& p = c.p;
+  const auto& s = c.s;
+  const double T = c.T, f_local = c.f_local;
+  double extra = 0;  // transients of every layer's backward beside the op-level ones below
+  // Float8: the fp8 copies of one linear's input and output gradient live beside the 16-bit ones.
+  if (u.blocks > 0 && p.fp8 != Fp8::kNone) extra += T * (static_cast<double>(s.hidden) + f_local);
+  if (p.cp > 1) {  // the ring's buffers of one attention layer's backward (context_parallel.cpp)
+    double ring = 0;
+    for (const Layer* l : u.layers)
+      if (l->attn_heads > 0) ring = std::max(ring, context_parallel_workspace_bytes(*l, p, T));
+    extra += ring;
+  }
+  return extra;
+}
+
+void unit_workspace(const UnitContext& c, SimUnit& u, double extra) {
+  const Plan& p = c.p;
+  const RuntimeTraits& rt = c.rt;
+  const auto& s = c.s;
+  const int t = c.t;
+  const bool ep = c.ep;
+  const double T = c.T, bc = c.bc, rep_div = c.rep_div, f_local = c.f_local;
+  double workspace = T * bc * 2.0 * static_cast<double>(s.hidden);  // outside blocks: dx and the residual sum
+  if (u.blocks > 0) {
+    // The unit's backward op by op (docs/model.md "Backward inside a block"): layers in reverse; a layer's
+    // saved tensors are freed when its backward is done and its weight gradients (unsharded, compute dtype)
+    // stay until the post-backward's reduce-scatter. Full AC recomputes a block's forward when the block's
+    // backward starts (the checkpoint's first unpack), selective AC the tensors its policy did not save. At
+    // a layer's worst op live are: the saved tensors of the unit not yet consumed, the gradients written so
+    // far, the gradient flowing in (tokens x hidden) and the layer's own transients
+    // (layer_backward_excess_bytes; norms and other layers: their input gradient and the residual sum).
+    // The lowering emits the excess of this peak over the saved tensors as the backward's workspace and
+    // allocates the gradients once the saved tensors are freed, so the allocator sees the peak at the op
+    // where autograd reaches it and the unit ends with only its gradients.
+    const bool full = p.ac == AcMode::kFull, sel = p.ac == AcMode::kSelective;
+    const double flowing = T * static_cast<double>(s.hidden) * bc / rep_div;
+    // Gradients written into persistent buffers take no new memory; DDP's and ZeRO-1's .grad are in the
+    // gradient dtype (DDP under autocast: fp32, the parameter's), FSDP's unsharded gradients in bc.
+    const double grad_b = rt.grads_persistent           ? 0.0
+                          : rt.grad_kept_until_boundary ? bytes_per_param(p.runtime, p.precision).grads
+                                                        : bc;
+    // peak_accum: the same walk for a backward whose parameters hold an accumulated gradient
+    // (SimUnit::workspace_accum_bytes): the weight gradients written so far are not held.
+    double live = static_cast<double>(u.act_bytes), grads = 0, peak = 0, peak_accum = 0;
+    for (std::size_t i = u.layers.size(); i-- > 0;) {
+      const Layer& l = *u.layers[i];
+      const bool in_block = l.block >= 0;
+      const bool block_end = in_block && (i + 1 == u.layers.size() || u.layers[i + 1]->block != l.block);
+      if (block_end && (full || sel)) {  // the block's recomputation
+        double none = 0, kept = 0, input = 0;
+        for (const Layer* m : u.layers)
+          if (m->block == l.block) {
+            none += layer_saved_bytes(*m, p, T, false);
+            kept += full ? 0.0 : layer_saved_bytes(*m, p, T, true);
+            input += block_input_bytes(*m, p, T);
+          }
+        live += full ? std::max(0.0, none - input) : none - kept;
+      }
+      double g = 0, g_experts = 0;
+      for (const auto& ten : l.tensors) {
+        const double e = static_cast<double>(tp_local_elems(ten, t)) / (ep && ten.expert ? p.ep : 1);
+        g += e;
+        if (ten.expert) g_experts += e;
+      }
+      g *= grad_b;
+      g_experts *= grad_b;
+      double x = layer_backward_excess_bytes(l, p, T);
+      double x_accum = layer_backward_excess_bytes(l, p, T, true);
+      if (x <= 0 && l.kind == LayerKind::kMoe && l.moe_experts > 0 && l.moe_top_k > 0)
+        x = moe_backward_excess(c, l, g, g_experts, flowing);
+      // Routed experts and layers without a dense output projection (norms: small weight gradients): the
+      // same transients with an accumulated gradient.
+      if (x <= 0) x = g + 2.0 * flowing + (l.kind == LayerKind::kMoe ? 2.0 * T * f_local * bc : 0.0);
+      if (x_accum <= 0) x_accum = x;
+      peak = std::max(peak, live + grads + x + flowing + extra);
+      peak_accum = std::max(peak_accum, live + x_accum + flowing + extra);
+      // Everything the layer saved (after recomputation: the no-AC set) is consumed.
+      live -= in_block && (full || sel) ? layer_saved_bytes(l, p, T, false)
+                                        : layer_saved_bytes(l, p, T, sel && in_block);
+      grads += g;
+    }
+    workspace =
+        std::max(0.0, peak - static_cast<double>(u.act_bytes) - static_cast<double>(u.recompute_bytes));
+    u.workspace_accum_bytes =
+        static_cast<Bytes>(std::min(workspace, std::max(0.0, peak_accum - static_cast<double>(u.act_bytes) -
+                                                                 static_cast<double>(u.recompute_bytes))));
+  } else {
+    workspace += extra;
+  }
+  u.workspace_bytes = static_cast<Bytes>(workspace);
+  if (u.blocks == 0) u.workspace_accum_bytes = u.workspace_bytes;
+}
+
+}  // namespace shardplan::detail

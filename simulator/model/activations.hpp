@@ -1,0 +1,133 @@
+// The activation tensors of one layer: every tensor its forward saves for backward or creates and frees, with
+// its shape per token, dtype, how tensor parallelism divides it, which activation-checkpointing regimes keep
+// it and when it dies otherwise (docs/model.md "Activations: one list of tensors per layer"). The builders in
+// activations.cpp derive each entry from torchtitan 0.3.0's model code and torch 2.15's saved tensors; every
+// per-token sum, unit cost, lower bound and the allocator replay's activation tensors are sums and filters
+// over these lists (simulator/memory/layer_memory.cpp, simulator/lowering/lowering_tensors.cpp).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace shardplan {
+
+/// An activation's element type.
+enum class ActDtype : std::uint8_t {
+  kCompute,  ///< the plan's compute dtype (2 bytes in bf16/fp16, 4 in fp32)
+  kFp32,     ///< 4 bytes whatever the compute dtype (statistics: rstd, log-sum-exp; upcast copies, router
+             ///< logits)
+  kInt64,    ///< 8 bytes (indices, RNG state)
+  kBool,     ///< 1 byte (masks)
+};
+
+/// How tensor parallelism (torchtitan's plans: sequence parallel between the blocks' layers) divides it.
+enum class ActSplit : std::uint8_t {
+  kTp,        ///< head- or FFN-sharded: divided by the TP degree (q, k, v, the SDPA outputs, w1 / w3 outputs)
+  kSequence,  ///< the residual stream: replicated over TP ranks, divided under sequence parallelism (norm
+              ///< inputs, block inputs, reduce-scatter outputs)
+  kNone,  ///< never divided: a row-parallel GEMM's output before its reduce-scatter is the partial sum over
+          ///< the whole sequence
+};
+
+/// What torchtitan's op-level selective AC does with it (torchtitan 0.3.0
+/// distributed/activation_checkpoint.py SelectiveAC: the outputs of the ops in `_get_default_save_ops()` are
+/// MUST_SAVE, except every second mm/linear of a checkpointed block; everything else PREFER_RECOMPUTE).
+enum class ActSac : std::uint8_t {
+  kRecompute,  ///< not saved: recomputed in backward
+  kSave,  ///< saved (an odd mm output, the SDPA op's outputs, a reduce-scatter output, the block's input)
+  kHalf,  ///< an mm output whose parity in the block's mm count is not tracked (MoE, MLA, post-norm and
+          ///< sandwich blocks): counted at half its bytes, the expected share of every-second-mm
+};
+
+/// A role that sizes or keeps the tensor by a rule of its own.
+enum class ActRole : std::uint8_t {
+  kPlain,
+  kSdpaOut,  ///< the SDPA kernel's output O; op-level SAC keeps it only when its save list has the plan's
+             ///< SDPA op
+  kSdpaLse,  ///< its fp32 log-sum-exp per head and query; memory-efficient attention pads the queries to 32
+  kBlockInput,  ///< the transformer block's input: the checkpoint's one saved tensor under full AC
+};
+
+/// A condition under which the tensor exists at all.
+enum class ActOnly : std::uint8_t {
+  kAlways,
+  kFp32Norm,    ///< only with --fp32-norm (torchtitan's Python fp32 RMSNorm before 3b39d7ab0), eager
+  kTp,          ///< only with TP > 1 (the sequence-parallel reduce-scatter outputs)
+  kTpGathered,  ///< only where the runtime's TP plan saves a column-parallel input all-gathered over the
+                ///< sequence (tp_saves_gathered_input: torchtitan's ColwiseParallel from a Shard(1) input)
+};
+
+/// When an eager forward frees it where the regime does not keep it: when Python drops the last reference
+/// (docs/model.md "Eager forward transients"; checked against the reference lane's traces of a Llama 3 8B
+/// block without AC, under selective and under full AC). A tensor the regime keeps lives until its backward.
+enum class ActLife : std::uint8_t {
+  kLayer,   ///< a local of the layer's forward: freed when it returns (its input, SDPA's q, k, v and output)
+  kAtOnce,  ///< held by nothing but autograd: freed as soon as it is made (rstd, the log-sum-exp)
+  kTransient,  ///< freed once the layer's tensor `consumer` has been made (-1: when the layer returns): the
+               ///< rotary's temporaries when apply_rotary_emb returns, an MLP operand once its consumer ran
+  kBlock,      ///< the residual stream between a block's two residual adds: freed when the block returns
+  kOutput,     ///< the layer's output before the residual add: freed once the sum (the next layer's input)
+               ///< exists
+  kUntracked,  ///< where not saved, not lowered (a reduce-scatter output feeding the residual add)
+};
+
+/// The stream whose caching-allocator pool serves it. Every activation is allocated on the default (compute)
+/// stream: functional collectives (TP's reduce-scatters) allocate their outputs on the current stream (torch
+/// 2.15 torch/distributed/_functional_collectives.py).
+enum class ActStream : std::uint8_t { kCompute };
+
+/// One activation tensor of a layer, per token of the layer's input (this rank's tokens under context
+/// parallelism) at TP = 1.
+struct ActTensor {
+  std::string name;      ///< the op output it is ("wq.out", "rope.q", "sdpa.lse"; "input": the layer's input)
+  double per_token = 0;  ///< elements per token
+  ActDtype dtype = ActDtype::kCompute;
+  ActSplit split = ActSplit::kTp;
+  /// Saved for backward without activation checkpointing: by eager autograd (and by full AC's recomputation),
+  /// by inductor's min-cut partitioner under torch.compile (docs/model.md "Compiled saved tensors").
+  bool eager = true, compiled = true;
+  ActSac sac = ActSac::kRecompute;
+  /// Under torch.compile with op-level SAC the partitioner saves only what backward reads: a saved tensor
+  /// read by nothing but a residual add (the output projection's output, a reduce-scatter output) is dropped.
+  bool sac_compiled_unread = false;
+  ActRole role = ActRole::kPlain;
+  ActOnly only = ActOnly::kAlways;
+  ActLife life = ActLife::kLayer;
+  /// ActLife::kTransient: the index in the layer's list of the tensor after which it dies.
+  std::int16_t consumer = -1;
+  /// The layer's input: made by the previous layer (a norm's output, a residual add), so the lowering
+  /// allocates it there, before the previous layer's output dies.
+  bool input = false;
+  /// The layer's input that its column-parallel linears save: where the runtime's TP plan all-gathers it
+  /// first (ActOnly::kTpGathered), they save the gathered copy (the layer's "all_gather.out") instead of
+  /// this sequence shard, which is then not saved (unless it is the checkpoint's block input).
+  bool saved_gathered = false;
+  ActStream stream = ActStream::kCompute;
+  bool expert = false;  ///< a routed expert's tensor (per token: the top_k experts it passes through)
+  /// The layer GEMM whose output it is (index into Layer::gemms, and which of its `count` calls); -1: not a
+  /// GEMM output. Op-level SAC's mm parity walks these.
+  std::int16_t gemm = -1, call = 0;
+};
+
+/// Bytes of one element of `dtype` at a compute dtype of `compute_bytes`.
+inline double act_dtype_bytes(ActDtype dtype, double compute_bytes) {
+  switch (dtype) {
+    case ActDtype::kCompute:
+      return compute_bytes;
+    case ActDtype::kFp32:
+      return 4.0;
+    case ActDtype::kInt64:
+      return 8.0;
+    case ActDtype::kBool:
+      return 1.0;
+  }
+  return compute_bytes;
+}
+
+const char* to_string(ActDtype v);
+const char* to_string(ActSplit v);
+const char* to_string(ActSac v);
+const char* to_string(ActRole v);
+const char* to_string(ActOnly v);
+const char* to_string(ActLife v);
+
+}  // namespace shardplan

@@ -1,0 +1,33 @@
+// The layer builders of ModelGraph::from_spec (internal to simulator/model/): each makes one layer of a
+// transformer spec — its parameter tensors, GEMMs, attention core and its list of activation tensors
+// (activations.hpp), derived from torchtitan 0.3.0's model code and torch 2.15's saved tensors.
+#pragma once
+#include <string>
+
+#include "simulator/model/model_graph.hpp"
+
+namespace shardplan::detail {
+
+/// Appends one activation tensor to `l` (saved without AC by eager and compiled autograd until told
+/// otherwise) and returns it; the reference is valid until the next append.
+ActTensor& add_activation(Layer& l, std::string name, double per_token, ActSplit split,
+                          ActDtype dtype = ActDtype::kCompute);
+/// Marks the layer's "input" tensor as its block's input (ActRole::kBlockInput): the checkpoint's one saved
+/// tensor under full AC, and the checkpointed function's input, which op-level SAC keeps.
+void mark_block_input(Layer& l);
+
+Layer make_norm(const ModelSpec& s, std::string name, int block, LayerKind kind = LayerKind::kNorm);
+/// Attention (multi-head, GQA, multi-head latent) of block `block`.
+Layer make_attention(const ModelSpec& s, int block);
+/// The MLP of block `block`: dense (SwiGLU or GELU) or a mixture of experts.
+Layer make_mlp(const ModelSpec& s, int block);
+/// A layer whose column-parallel linears read its input (attention without a latent, a dense MLP, the head):
+/// adds the all-gathered copy of that input the linears save under torchtitan's TP plan
+/// (ActOnly::kTpGathered, whole sequence, recomputed by op-level SAC) and marks the input
+/// ActTensor::saved_gathered.
+void add_tp_gathered_input(Layer& l);
+/// torchtitan's op-level selective AC on a dense attention + MLP pair that makes a checkpointed block: the
+/// exact mm parity of its save list.
+void selective_mm_parity(Layer& attn, Layer& mlp);
+
+}  // namespace shardplan::detail

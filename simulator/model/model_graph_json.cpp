@@ -1,0 +1,487 @@
+// The project's graph JSON ("shardplan.graph/1", docs/formats.md): ModelGraph written and read back, each
+// layer with its parameter tensors, GEMMs, attention core and its list of activation tensors. Files of the
+// earlier format (per-token saved-byte keys per layer) are read by converting those figures into tensors of
+// the same bytes in every regime (legacy_activations).
+#include <boost/graph/topological_sort.hpp>
+#include <map>
+
+#include "simulator/model/layer_builders.hpp"
+#include "simulator/model/model_graph.hpp"
+
+namespace shardplan {
+
+const char* to_string(ActDtype v) {
+  switch (v) {
+    case ActDtype::kCompute:
+      return "compute";
+    case ActDtype::kFp32:
+      return "fp32";
+    case ActDtype::kInt64:
+      return "int64";
+    case ActDtype::kBool:
+      return "bool";
+  }
+  return "?";
+}
+const char* to_string(ActSplit v) {
+  return v == ActSplit::kTp ? "tp" : v == ActSplit::kSequence ? "sequence" : "none";
+}
+const char* to_string(ActSac v) {
+  return v == ActSac::kSave ? "save" : v == ActSac::kHalf ? "half" : "recompute";
+}
+const char* to_string(ActRole v) {
+  switch (v) {
+    case ActRole::kPlain:
+      return "plain";
+    case ActRole::kSdpaOut:
+      return "sdpa_out";
+    case ActRole::kSdpaLse:
+      return "sdpa_lse";
+    case ActRole::kBlockInput:
+      return "block_input";
+  }
+  return "?";
+}
+const char* to_string(ActOnly v) {
+  return v == ActOnly::kFp32Norm     ? "fp32_norm"
+         : v == ActOnly::kTp         ? "tp"
+         : v == ActOnly::kTpGathered ? "tp_gathered"
+                                     : "always";
+}
+const char* to_string(ActLife v) {
+  switch (v) {
+    case ActLife::kLayer:
+      return "layer";
+    case ActLife::kAtOnce:
+      return "at_once";
+    case ActLife::kTransient:
+      return "transient";
+    case ActLife::kBlock:
+      return "block";
+    case ActLife::kOutput:
+      return "output";
+    case ActLife::kUntracked:
+      return "untracked";
+  }
+  return "?";
+}
+
+namespace {
+
+/// Parses one of an enum's names (to_string), or fails naming the valid ones.
+template <class E>
+E parse_enum(const std::string& s, std::initializer_list<E> values, const std::string& file,
+             const std::string& where) {
+  std::string valid;
+  for (E v : values) {
+    if (s == to_string(v)) return v;
+    valid += (valid.empty() ? "" : ", ") + std::string(to_string(v));
+  }
+  throw InputError(file, where, "unknown value \"" + s + "\"; expected one of: " + valid);
+}
+
+Json activations_to_json(const std::vector<ActTensor>& acts) {
+  Json out = Json::array();
+  for (const ActTensor& a : acts) {
+    Json j = {{"name", a.name},
+              {"per_token", a.per_token},
+              {"dtype", to_string(a.dtype)},
+              {"split", to_string(a.split)},
+              {"eager", a.eager},
+              {"compiled", a.compiled},
+              {"sac", to_string(a.sac)},
+              {"life", to_string(a.life)}};
+    if (a.sac_compiled_unread) j["sac_compiled_unread"] = true;
+    if (a.role != ActRole::kPlain) j["role"] = to_string(a.role);
+    if (a.only != ActOnly::kAlways) j["only"] = to_string(a.only);
+    if (a.expert) j["expert"] = true;
+    if (a.gemm >= 0) j["gemm"] = {a.gemm, a.call};
+    if (a.consumer >= 0) j["consumer"] = a.consumer;
+    if (a.input) j["input"] = true;
+    if (a.saved_gathered) j["saved_gathered"] = true;
+    out.push_back(j);
+  }
+  return out;
+}
+
+std::vector<ActTensor> activations_from_json(const Json& arr, const std::string& file,
+                                             const std::string& at) {
+  if (!arr.is_array()) throw InputError(file, at, "expected an array of activation tensors");
+  std::vector<ActTensor> out;
+  for (std::size_t i = 0; i < arr.size(); ++i) {
+    JsonObj o(arr[i], file, at + "/" + std::to_string(i));
+    ActTensor a;
+    a.name = o.str("name");
+    a.per_token = o.number("per_token", 0.0, 1e12);
+    a.dtype = parse_enum(o.str("dtype", "compute"),
+                         {ActDtype::kCompute, ActDtype::kFp32, ActDtype::kInt64, ActDtype::kBool}, file,
+                         o.pointer("dtype"));
+    a.split = parse_enum(o.str("split", "tp"), {ActSplit::kTp, ActSplit::kSequence, ActSplit::kNone}, file,
+                         o.pointer("split"));
+    a.eager = o.boolean("eager", true);
+    a.compiled = o.boolean("compiled", a.eager);
+    a.sac = parse_enum(o.str("sac", "recompute"), {ActSac::kRecompute, ActSac::kSave, ActSac::kHalf}, file,
+                       o.pointer("sac"));
+    a.sac_compiled_unread = o.boolean("sac_compiled_unread", false);
+    a.role = parse_enum(o.str("role", "plain"),
+                        {ActRole::kPlain, ActRole::kSdpaOut, ActRole::kSdpaLse, ActRole::kBlockInput}, file,
+                        o.pointer("role"));
+    a.only = parse_enum(o.str("only", "always"),
+                        {ActOnly::kAlways, ActOnly::kFp32Norm, ActOnly::kTp, ActOnly::kTpGathered}, file,
+                        o.pointer("only"));
+    a.life = parse_enum(o.str("life", "layer"),
+                        {ActLife::kLayer, ActLife::kAtOnce, ActLife::kTransient, ActLife::kBlock,
+                         ActLife::kOutput, ActLife::kUntracked},
+                        file, o.pointer("life"));
+    a.consumer = static_cast<std::int16_t>(o.integer("consumer", -1, -1, 1 << 14));
+    a.input = o.boolean("input", false);
+    a.saved_gathered = o.boolean("saved_gathered", false);
+    if (o.str("stream", "compute") != "compute")
+      o.fail("stream", "expected \"compute\" (activations are allocated on the default stream)");
+    a.expert = o.boolean("expert", false);
+    if (auto* g = o.raw_optional("gemm")) {
+      if (!g->is_array() || g->size() != 2) o.fail("gemm", "expected [gemm index, call]");
+      a.gemm = static_cast<std::int16_t>(json_integer((*g)[0], file, o.pointer("gemm") + "/0", 0, 1 << 14));
+      a.call = static_cast<std::int16_t>(json_integer((*g)[1], file, o.pointer("gemm") + "/1", 0, 1 << 14));
+    }
+    o.finish();
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+/// The per-token saved-byte figures of the graph JSON before the activation lists (bytes per token at 16-bit
+/// compute and TP = 1).
+struct LegacyActivations {
+  bool any = false;
+  double split = 0, rep = 0, sel_split = 0, sel_rep = 0, sdpa_out = 0, sdpa_lse = 0, compiled_fewer = 0,
+         unread = 0, fp32_norm = 0, row_output = 0, tp_scatter = 0, eager_transient = 0, eager_output = 0;
+};
+
+void read_legacy(JsonObj& lo, LegacyActivations& g) {
+  for (const char* k :
+       {"act_split_bytes_per_token", "act_replicated_bytes_per_token", "act_selective_split_bytes_per_token",
+        "act_selective_replicated_bytes_per_token", "act_compiled_fewer_split_bytes_per_token",
+        "act_selective_unread_replicated_bytes_per_token", "act_fp32_norm_bytes_per_token",
+        "act_selective_row_output_bytes_per_token", "act_selective_tp_scatter_bytes_per_token",
+        "act_eager_transient_split_bytes_per_token", "act_eager_output_bytes_per_token"})
+    g.any = g.any || lo.has(k);
+  g.split = lo.number("act_split_bytes_per_token", 0.0, 0.0, 1e12);
+  g.rep = lo.number("act_replicated_bytes_per_token", 0.0, 0.0, 1e12);
+  g.sel_split = lo.number("act_selective_split_bytes_per_token", g.split, 0.0, 1e12);
+  g.sel_rep = lo.number("act_selective_replicated_bytes_per_token", g.rep, 0.0, 1e12);
+  // What compile saves fewer cannot exceed what the layer saves.
+  g.compiled_fewer = lo.number("act_compiled_fewer_split_bytes_per_token", 0.0, 0.0, g.split);
+  g.unread = lo.number("act_selective_unread_replicated_bytes_per_token", 0.0, 0.0, g.sel_rep);
+  g.fp32_norm = lo.number("act_fp32_norm_bytes_per_token", 0.0, 0.0, 1e12);
+  // Saved row-parallel outputs are part of the selective replicated figure.
+  g.row_output = lo.number("act_selective_row_output_bytes_per_token", 0.0, 0.0, g.sel_rep);
+  g.tp_scatter = lo.number("act_selective_tp_scatter_bytes_per_token", 0.0, 0.0, 1e12);
+  g.eager_transient = lo.number("act_eager_transient_split_bytes_per_token", 0.0, 0.0, 1e12);
+  g.eager_output = lo.number("act_eager_output_bytes_per_token", 0.0, 0.0, 1e12);
+}
+
+/// The earlier per-token figures as tensors that add up to them in every regime: no AC eager (split + the
+/// fp32 norm's copy with --fp32-norm), compiled (split less what compile saves fewer), op-level SAC (the
+/// selective figures, the row-parallel outputs undivided by TP, the reduce-scatter outputs with TP > 1; under
+/// compile less the unread outputs and the reduce-scatter outputs), the SDPA kernel's outputs by backend and
+/// save list, the eager forward's transients and pre-residual output. The 16-bit bytes become elements of the
+/// compute dtype (fp32 for the log-sum-exp and the norm's copy).
+std::vector<ActTensor> legacy_activations(const LegacyActivations& g) {
+  Layer l;
+  auto add = [&](const char* name, double bytes, ActSplit split, bool eager, bool compiled, ActSac sac,
+                 ActDtype dtype = ActDtype::kCompute) -> ActTensor* {
+    if (bytes <= 0) return nullptr;
+    ActTensor& a = detail::add_activation(l, name, bytes / act_dtype_bytes(dtype, 2.0), split, dtype);
+    a.eager = eager;
+    a.compiled = compiled;
+    a.sac = sac;
+    return &a;
+  };
+  const double base = g.sdpa_out + g.sdpa_lse;
+  if (ActTensor* a = add("sdpa.out", g.sdpa_out, ActSplit::kTp, true, true, ActSac::kSave))
+    a->role = ActRole::kSdpaOut;
+  if (ActTensor* a = add("sdpa.lse", g.sdpa_lse, ActSplit::kTp, true, true, ActSac::kSave, ActDtype::kFp32))
+    a->role = ActRole::kSdpaLse;
+  const double eager = std::max(0.0, g.split - base),
+               compiled = std::max(0.0, g.split - g.compiled_fewer - base),
+               sel = std::max(0.0, g.sel_split - base), common = std::min(compiled, sel);
+  add("legacy.split", common, ActSplit::kTp, true, true, ActSac::kSave);
+  add("legacy.split.no_ac", compiled - common, ActSplit::kTp, true, true, ActSac::kRecompute);
+  // (Saved by op-level SAC only: not lowered as a tensor the other regimes make and drop.)
+  if (ActTensor* a = add("legacy.split.selective", sel - common, ActSplit::kTp, false, false, ActSac::kSave))
+    a->life = ActLife::kUntracked;
+  add("legacy.split.eager", eager - compiled, ActSplit::kTp, true, false, ActSac::kRecompute);
+  add("legacy.replicated", g.rep, ActSplit::kSequence, true, true, ActSac::kRecompute);
+  if (ActTensor* a = add("legacy.fp32_norm", g.fp32_norm, ActSplit::kSequence, true, false,
+                         ActSac::kRecompute, ActDtype::kFp32))
+    a->only = ActOnly::kFp32Norm;
+  // The selective replicated figure: the saved row-parallel outputs (never divided; the unread part first),
+  // the rest sequence-split.
+  const double row_unread = std::min(g.unread, g.row_output), rest_unread = g.unread - row_unread;
+  const double rest = std::max(0.0, g.sel_rep - g.row_output - rest_unread);
+  if (ActTensor* a =
+          add("legacy.replicated.selective", rest, ActSplit::kSequence, false, false, ActSac::kSave))
+    a->life = ActLife::kUntracked;
+  if (ActTensor* a = add("legacy.replicated.selective.unread", rest_unread, ActSplit::kSequence, false, false,
+                         ActSac::kSave)) {
+    a->sac_compiled_unread = true;
+    a->life = ActLife::kUntracked;
+  }
+  // A saved row-parallel output is also the layer's output before the residual add (not a temporary where
+  // the policy saves it).
+  for (const bool unread : {false, true})
+    if (ActTensor* a = add(unread ? "legacy.row_output.unread" : "legacy.row_output",
+                           unread ? row_unread : g.row_output - row_unread, ActSplit::kNone, false, false,
+                           ActSac::kSave)) {
+      a->sac_compiled_unread = unread;
+      a->life = ActLife::kOutput;
+    }
+  if (ActTensor* a =
+          add("legacy.tp_scatter", g.tp_scatter, ActSplit::kSequence, false, false, ActSac::kSave)) {
+    a->sac_compiled_unread = true;
+    a->only = ActOnly::kTp;
+    a->life = ActLife::kUntracked;
+  }
+  if (ActTensor* a =
+          add("legacy.eager_transient", g.eager_transient, ActSplit::kTp, false, false, ActSac::kRecompute))
+    a->life = ActLife::kTransient;
+  if (ActTensor* a = add("legacy.eager_output", std::max(0.0, g.eager_output - g.row_output), ActSplit::kNone,
+                         false, false, ActSac::kRecompute))
+    a->life = ActLife::kOutput;
+  return std::move(l.activations);
+}
+
+/// The earlier format's replicated figure holds the input that an attention's, a dense MLP's or the head's
+/// column-parallel linears save (its width in 16-bit elements per token): split out as the layer's "input",
+/// so that a TP plan which saves it all-gathered does so here too (add_tp_gathered_input).
+void split_legacy_input(Layer& l) {
+  if (l.kind != LayerKind::kAttention && l.kind != LayerKind::kMlp && l.kind != LayerKind::kLmHead) return;
+  ActTensor* rep = nullptr;
+  for (ActTensor& a : l.activations)
+    if (a.name == "legacy.replicated") rep = &a;
+  for (const Gemm& g : l.gemms) {
+    const double width = static_cast<double>(g.k);
+    if (g.tp != TpSplit::kColumn || !rep || rep->per_token < width) continue;
+    rep->per_token -= width;
+    detail::add_activation(l, "input", width, ActSplit::kSequence);  // lowered where legacy.replicated was
+    detail::add_tp_gathered_input(l);
+    return;
+  }
+}
+
+/// A graph of the earlier format has no block-input tensor (its selective figures include the checkpoint's
+/// input): each block's first layer gets one, hidden per token, kept by full AC alone.
+void add_legacy_block_inputs(LayerGraph& g, const ModelSpec& s) {
+  std::vector<LayerGraph::vertex_descriptor> topo;
+  boost::topological_sort(g, std::back_inserter(topo));
+  std::map<int, LayerGraph::vertex_descriptor> first;
+  std::map<int, bool> has;
+  for (auto it = topo.rbegin(); it != topo.rend(); ++it) {
+    const Layer& l = g[*it];
+    if (l.block < 0) continue;
+    first.emplace(l.block, *it);
+    for (const ActTensor& a : l.activations) has[l.block] = has[l.block] || a.role == ActRole::kBlockInput;
+  }
+  for (const auto& [block, v] : first) {
+    if (has[block]) continue;
+    ActTensor& a = detail::add_activation(g[v], "legacy.block_input", static_cast<double>(s.hidden),
+                                          ActSplit::kSequence);
+    a.eager = a.compiled = false;
+    a.role = ActRole::kBlockInput;
+  }
+}
+
+const char* tp_name(TpSplit t) {
+  return t == TpSplit::kColumn ? "column" : t == TpSplit::kRow ? "row" : "replicated";
+}
+TpSplit parse_tp(const std::string& s, const std::string& file, const std::string& where) {
+  if (s == "column") return TpSplit::kColumn;
+  if (s == "row") return TpSplit::kRow;
+  if (s == "replicated") return TpSplit::kReplicated;
+  throw InputError(file, where, "unknown tp split \"" + s + "\"; expected one of: column, row, replicated");
+}
+LayerKind parse_kind(const std::string& s, const std::string& file, const std::string& where) {
+  for (LayerKind k :
+       {LayerKind::kEmbedding, LayerKind::kPositionEmbedding, LayerKind::kNorm, LayerKind::kAttention,
+        LayerKind::kMlp, LayerKind::kMoe, LayerKind::kFinalNorm, LayerKind::kLmHead, LayerKind::kLoss})
+    if (s == to_string(k)) return k;
+  throw InputError(
+      file, where,
+      "unknown layer kind \"" + s +
+          "\"; expected one of: embedding, position_embedding, norm, attention, mlp, moe, final_norm, "
+          "lm_head, loss");
+}
+
+}  // namespace
+
+Json ModelGraph::to_graph_json() const {
+  Json layers = Json::array(), edges = Json::array();
+  for (auto v : boost::make_iterator_range(boost::vertices(graph_))) {
+    const Layer& l = graph_[v];
+    Json tensors = Json::array(), gemms = Json::array();
+    for (const auto& t : l.tensors) {
+      Json jt = {{"name", t.name},
+                 {"shape", t.stack > 1 ? Json{t.stack, t.dim0, t.dim1} : Json{t.dim0, t.dim1}},
+                 {"tp", tp_name(t.tp)}};
+      if (t.expert) jt["expert"] = true;
+      tensors.push_back(jt);
+    }
+    for (const auto& g : l.gemms) {
+      Json jg = {{"n", g.n}, {"k", g.k}, {"count", g.count}, {"tp", tp_name(g.tp)}};
+      if (g.expert) jg["expert"] = true;
+      gemms.push_back(jg);
+    }
+    Json jl = {{"name", l.name},
+               {"kind", to_string(l.kind)},
+               {"block", l.block},
+               {"tensors", tensors},
+               {"gemms", gemms},
+               {"activations", activations_to_json(l.activations)},
+               {"elementwise_bytes_per_token", l.elementwise_bytes_per_token},
+               {"eager_elementwise_bytes_per_token", l.eager_elementwise_bytes_per_token}};
+    if (l.moe_experts > 0) jl["moe"] = {{"experts", l.moe_experts}, {"top_k", l.moe_top_k}};
+    if (l.attn_heads > 0) {
+      jl["attention"] = {
+          {"heads", l.attn_heads}, {"kv_heads", l.attn_kv_heads}, {"head_dim", l.attn_head_dim}};
+      if (l.attn_v_head_dim > 0) jl["attention"]["v_head_dim"] = l.attn_v_head_dim;
+      if (l.attn_window > 0) jl["attention"]["window"] = l.attn_window;
+      if (l.attn_chunked) jl["attention"]["chunked"] = true;
+    }
+    layers.push_back(jl);
+  }
+  for (auto e : boost::make_iterator_range(boost::edges(graph_)))
+    edges.push_back({boost::source(e, graph_), boost::target(e, graph_)});
+  return {{"schema", "shardplan.graph/1"},
+          {"spec", model_spec_to_json(spec_)},
+          {"layers", layers},
+          {"edges", edges}};
+}
+
+ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
+  JsonObj o(j, file);
+  std::string schema = o.str("schema");
+  if (schema != "shardplan.graph/1") o.fail("schema", "expected \"shardplan.graph/1\"");
+  ModelGraph m;
+  m.spec_ = parse_model_spec(o.object("spec"));
+  const Json& layers = o.raw("layers");
+  if (!layers.is_array() || layers.empty()) o.fail("layers", "expected a non-empty array of layers");
+  constexpr std::int64_t kMaxDim = std::int64_t{1} << 24;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    JsonObj lo(layers[i], file, "/layers/" + std::to_string(i));
+    Layer l;
+    LegacyActivations legacy;
+    l.name = lo.str("name");
+    l.kind = parse_kind(lo.str("kind"), file, lo.pointer("kind"));
+    l.block = static_cast<int>(lo.integer("block", -1, -1, 1000000));
+    if (auto* ts = lo.raw_optional("tensors")) {
+      if (!ts->is_array()) lo.fail("tensors", "expected an array");
+      for (std::size_t t = 0; t < ts->size(); ++t) {
+        JsonObj to((*ts)[t], file, lo.pointer("tensors") + "/" + std::to_string(t));
+        Tensor tensor;
+        tensor.name = to.str("name");
+        const Json& shape = to.raw("shape");
+        if (!shape.is_array() || shape.empty() || shape.size() > 3)
+          to.fail("shape", "expected [rows], [rows, cols] or, for grouped experts, [experts, rows, cols]");
+        // A 3-D shape is a grouped expert weight: its leading dimension stacks the experts.
+        const std::size_t d0 = shape.size() == 3 ? 1 : 0;
+        if (shape.size() == 3)
+          tensor.stack = json_integer(shape[0], file, to.pointer("shape") + "/0", 1, kMaxDim);
+        tensor.dim0 =
+            json_integer(shape[d0], file, to.pointer("shape") + "/" + std::to_string(d0), 1, kMaxDim * 64);
+        tensor.dim1 = shape.size() > d0 + 1
+                          ? json_integer(shape[d0 + 1], file,
+                                         to.pointer("shape") + "/" + std::to_string(d0 + 1), 1, kMaxDim * 64)
+                          : 1;
+        tensor.tp = parse_tp(to.str("tp", "replicated"), file, to.pointer("tp"));
+        tensor.expert = to.boolean("expert", false);
+        if (tensor.stack > 1 && !tensor.expert)
+          to.fail("shape", "a 3-D shape stacks experts: it needs \"expert\": true");
+        to.finish();
+        l.tensors.push_back(tensor);
+      }
+    }
+    if (auto* gs = lo.raw_optional("gemms")) {
+      if (!gs->is_array()) lo.fail("gemms", "expected an array");
+      for (std::size_t t = 0; t < gs->size(); ++t) {
+        JsonObj go((*gs)[t], file, lo.pointer("gemms") + "/" + std::to_string(t));
+        Gemm gm;
+        gm.n = go.integer("n", 1, kMaxDim * 64);
+        gm.k = go.integer("k", 1, kMaxDim * 64);
+        gm.count = go.number("count", 1.0, 0.0, 1e6);
+        gm.tp = parse_tp(go.str("tp", "replicated"), file, go.pointer("tp"));
+        gm.expert = go.boolean("expert", false);
+        go.finish();
+        l.gemms.push_back(gm);
+      }
+    }
+    if (auto mo = lo.optional_object("moe")) {
+      l.moe_experts = static_cast<int>(mo->integer("experts", 1, 1 << 20));
+      l.moe_top_k = static_cast<int>(mo->integer("top_k", 1, l.moe_experts));
+      mo->finish();
+    }
+    if (auto ao = lo.optional_object("attention")) {
+      l.attn_heads = static_cast<int>(ao->integer("heads", 1, 100000));
+      l.attn_kv_heads = static_cast<int>(ao->integer("kv_heads", l.attn_heads, 1, 100000));
+      l.attn_head_dim = ao->integer("head_dim", 1, kMaxDim);
+      l.attn_v_head_dim = ao->integer("v_head_dim", 0, 0, kMaxDim);
+      l.attn_window = ao->integer("window", 0, 0, kMaxDim);
+      l.attn_chunked = ao->boolean("chunked", false);
+      // Legacy (before the activation lists): the SDPA kernel's saved O and log-sum-exp within the split
+      // saved bytes (absent: 0, nothing that the plan's SDPA backend or SAC save list changes).
+      legacy.sdpa_out = ao->number("sdpa_out_bytes_per_token", 0.0, 0.0, 1e12);
+      legacy.sdpa_lse = ao->number("sdpa_lse_bytes_per_token", 0.0, 0.0, 1e12);
+      legacy.any = legacy.any || ao->has("sdpa_out_bytes_per_token") || ao->has("sdpa_lse_bytes_per_token");
+      if (l.attn_chunked && l.attn_window == 0)
+        ao->fail("chunked", "chunked attention needs a window (chunk size)");
+      ao->finish();
+    }
+    if (auto* as = lo.raw_optional("activations")) {
+      l.activations = activations_from_json(*as, file, lo.pointer("activations"));
+      if (legacy.any)
+        lo.fail("activations", "give either \"activations\" or the per-token keys of the earlier format");
+    } else {
+      read_legacy(lo, legacy);
+      if (legacy.any) {
+        l.activations = legacy_activations(legacy);
+        split_legacy_input(l);
+      }
+    }
+    l.elementwise_bytes_per_token = lo.number("elementwise_bytes_per_token", 0.0, 0.0, 1e12);
+    l.eager_elementwise_bytes_per_token =
+        lo.number("eager_elementwise_bytes_per_token", l.elementwise_bytes_per_token, 0.0, 1e12);
+    lo.finish();
+    for (std::size_t t = 0; t < l.tensors.size(); ++t) {
+      if (l.moe_experts == 0 && l.tensors[t].expert)
+        throw InputError(file, lo.pointer("tensors") + "/" + std::to_string(t) + "/expert",
+                         "an expert tensor needs the layer's \"moe\": {\"experts\", \"top_k\"}");
+      if (l.tensors[t].stack > 1 && l.tensors[t].stack != l.moe_experts)
+        throw InputError(file, lo.pointer("tensors") + "/" + std::to_string(t) + "/shape/0",
+                         "a grouped expert weight stacks the layer's " + std::to_string(l.moe_experts) +
+                             " experts, not " + std::to_string(l.tensors[t].stack));
+    }
+    boost::add_vertex(std::move(l), m.graph_);
+  }
+  const auto n = static_cast<std::int64_t>(layers.size());
+  if (auto* es = o.raw_optional("edges")) {
+    if (!es->is_array()) o.fail("edges", "expected an array of [from, to] pairs");
+    for (std::size_t i = 0; i < es->size(); ++i) {
+      const Json& e = (*es)[i];
+      std::string where = "/edges/" + std::to_string(i);
+      if (!e.is_array() || e.size() != 2) throw InputError(file, where, "expected [from, to]");
+      auto a = json_integer(e[0], file, where + "/0", 0, n - 1),
+           b = json_integer(e[1], file, where + "/1", 0, n - 1);
+      boost::add_edge(static_cast<std::size_t>(a), static_cast<std::size_t>(b), m.graph_);
+    }
+  }
+  o.finish();
+  try {
+    m.finalize();
+  } catch (const boost::not_a_dag&) {
+    throw InputError(file, "/edges", "the layer graph has a cycle");
+  }
+  add_legacy_block_inputs(m.graph_, m.spec_);
+  return m;
+}
+
+}  // namespace shardplan
