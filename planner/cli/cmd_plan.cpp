@@ -46,11 +46,12 @@ std::string plan_row(const Result& r, const Alternative& alt, int rank) {
   if (r.plan.async_tp) extra += "async-tp ";
   if (r.plan.fp8 != Fp8::kNone) extra += std::string("fp8=") + to_string(r.plan.fp8) + " ";
   if (r.plan.offload != Offload::kNone) extra += std::string("offload=") + to_string(r.plan.offload) + " ";
+  if (r.plan.optimizer != Optimizer::kAdamW) extra += std::string("opt=") + to_string(r.plan.optimizer) + " ";
   const std::string vs = alt.delta_fastest == 0 ? std::string("fastest ")
                                                 : fmt::format("{:>+7.1f}%{}", 100 * alt.delta_fastest,
                                                               alt.within_error ? "~" : " ");
   return fmt::format(
-      "{:>3} {:<9} {:>4} {:>6} {:>3} {:>3} {:>3} {:<22} {:>4} {:>5} {:<9} {:>4} {:>3} {:<5} {:<17} {:>9.3f} "
+      "{:>3} {:<9} {:>4} {:>6} {:>3} {:>3} {:>3} {:<22} {:>4} {:>5} {:<9} {:>4} {:>3} {:<5} {:<22} {:>9.3f} "
       "{:>10.0f} {:>10} {:>6.1f} {:>10} {:>10} {:>9.3f}  {}\n",
       rank, to_string(r.plan.runtime), r.plan.zero, r.plan.shard_group, r.plan.tp, r.plan.cp, r.plan.ep,
       r.plan.pp > 1 ? fmt::format("{} {} v{}", r.plan.pp, to_string(r.plan.pp_schedule),
@@ -379,7 +380,7 @@ std::string plan_text(const SearchOutcome& o, const Loaded& l, const PlanArgs& a
   if (a.risk != -1) s += fmt::format("headroom {:.1f} % ({})\n\n", 100 * o.headroom, a.headroom_rule);
   if (!o.plans.empty()) {
     s += fmt::format(
-        "{:>3} {:<9} {:>4} {:>6} {:>3} {:>3} {:>3} {:<22} {:>4} {:>5} {:<9} {:>4} {:>3} {:<5} {:<17} {:>9} "
+        "{:>3} {:<9} {:>4} {:>6} {:>3} {:>3} {:>3} {:<22} {:>4} {:>5} {:<9} {:>4} {:>3} {:<5} {:<22} {:>9} "
         "{:>10} {:>10} {:>6} {:>10} {:>10} {:>9}  {}\n",
         "#", "runtime", "zero", "shard", "tp", "cp", "ep", "pp (schedule, V)", "mbs", "accum", "ac", "wrap",
         "pf", "red", "other", "step (s)", "tok/s/GPU", "vs fastest", "MFU%", "peak mem", "headroom",
