@@ -69,4 +69,9 @@ double backward_extra(const UnitContext& c, const SimUnit& u);
 /// workspace_accum_bytes for a backward into accumulated gradients). `extra`: backward_extra.
 void unit_workspace(const UnitContext& c, SimUnit& u, double extra);
 
+/// One routed-expert GEMM (Layer::gemms entry `g`, `g.expert`) of a MoE layer as the grouped GEMM runs it:
+/// one GEMM per local expert over its share of the rank's tokens·top_k pairs (units.cpp).
+double routed_experts_gemm_s(const CostModel& costs, const Layer& l, const Gemm& g, const Plan& p,
+                             double tokens, double n, double k, bool fp32);
+
 }  // namespace shardplan::detail

@@ -483,6 +483,19 @@ Layer make_mlp(const ModelSpec& s, int block) {
     l.elementwise_bytes_per_token = 4.0 * fa + 6.0 * h;
     l.eager_elementwise_bytes_per_token = 4.0 * fa + 6.0 * h;
   }
+  if (moe) {
+    // Routing's memory-bound traffic per token (torchtitan models/moe/moe.py at 003edbe, MoE.forward), on
+    // top_k·h elements at 16 bits: the gather of the routed input (x[token_indices], read 2 write 2), the
+    // router score applied to it in fp32 (score_before_experts: .to(float32) read 2 write 4, the multiply
+    // read 4 write 4, the cast back read 4 write 2; one fused pass, read 2 write 2, compiled), and the
+    // combine's scatter_add of the experts' outputs into the zeroed output (read 2 and an add into the
+    // output, read 2 write 2). Fused 14·top_k·h, eager 30·top_k·h; backward moves the same (the cost model's
+    // 2x elementwise). The router's fp32 softmax / sigmoid and top-k over `experts` scores are in
+    // mlp_activations' router tensors and small beside these.
+    const double routed = active * h;
+    l.elementwise_bytes_per_token += 14.0 * routed;
+    l.eager_elementwise_bytes_per_token += 30.0 * routed;
+  }
   mlp_activations(s, l, f, fs);
   if (!moe) add_tp_gathered_input(l);
   return l;

@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "sim_helpers.hpp"
 #include "simulator/lowering/units.hpp"
+#include "simulator/lowering/units_stages.hpp"
 #include "simulator/memory/accounting.hpp"
 #include "simulator/parallel/parallel.hpp"
 
@@ -224,4 +225,35 @@ TEST_CASE("cp = 1 and ep = 1 are the plan without them", "[simulator][cp][ep]") 
   const Result b = s.run(p);
   CHECK(b.step_s == a.step_s);
   CHECK(b.peak_bytes == a.peak_bytes);
+}
+
+TEST_CASE("routed experts run one GEMM per local expert over its token group (grouped GEMM)",
+          "[simulator][moe][ep]") {
+  // Qwen3-30B-A3B: 128 experts of width 768, top 8, hidden 2048. A rank with T = 4,096 tokens computes T x 8
+  // token-expert pairs: 256 per expert over all 128 experts without EP, 2,048 per expert over its 16 local
+  // experts with EP 8. Each group's GEMM runs at its own M's efficiency (CostModel::gemm_efficiency); the
+  // FLOPs are the same, so the time ratio is the efficiency ratio, (2048 / 2208) / (256 / 416) for M alone.
+  Setup s("qwen3-30b-a3b", "dgx-h100", 8);
+  const Layer* moe = nullptr;
+  for (const Layer* l : s.model.order())
+    if (l->kind == LayerKind::kMoe && !moe) moe = l;
+  REQUIRE(moe);
+  REQUIRE(moe->moe_experts == 128);
+  REQUIRE(moe->moe_top_k == 8);
+  const Gemm* down = nullptr;
+  for (const Gemm& g : moe->gemms)
+    if (g.expert && g.tp == TpSplit::kRow) down = &g;
+  REQUIRE(down);
+  const double T = 4096, n = static_cast<double>(down->n), k = static_cast<double>(down->k);
+  Plan p1;
+  Plan p8 = p1;
+  p8.ep = 8;
+  const double t1 = detail::routed_experts_gemm_s(*s.costs, *moe, *down, p1, T, n, k, false);
+  const double t8 = detail::routed_experts_gemm_s(*s.costs, *moe, *down, p8, T, n, k, false);
+  // Closed form: 128 GEMMs of M = 256 against 16 of M = 2,048, each 2 M n k FLOPs.
+  CHECK(t1 == Approx(128 * s.costs->gemm_s(256, n, k)).epsilon(1e-12));
+  CHECK(t8 == Approx(16 * s.costs->gemm_s(2048, n, k)).epsilon(1e-12));
+  CHECK(t1 / t8 == Approx((2048.0 / 2208.0) / (256.0 / 416.0)).epsilon(1e-12));
+  // The same FLOPs as top_k GEMMs over T tokens.
+  CHECK(128 * 2.0 * 256 * n * k == Approx(down->count * 2.0 * T * n * k));
 }
