@@ -26,7 +26,7 @@ void Lowering::run() {
     // this group, which needs an id even without tensor lists.
     held_logits_id_ = prog.new_tensor();
   }
-  prog.optimizer_state_lazy = p_.runtime != Runtime::kDeepSpeed && p_.runtime != Runtime::kMegatron;
+  prog.optimizer_state_lazy = !rt_.optimizer_flat_partitions;
   const std::int32_t held_before = held_logits_id_;
   // The micro-batches lowered: all of them, or (steady_prefix) the first few and the last, which keeps its
   // index so that labels and the peak's phase name it as in the full program.
@@ -302,7 +302,7 @@ void Lowering::optimizer_step() {
     const auto& node = in_.cluster.spec().node;
     const double host_Bps = (node.host_memory_Bps > 0 ? node.host_memory_Bps : fw::kDefaultHostMemoryBps) /
                             std::max(1, node.host_gpus) * K_.host_optimizer_efficiency /
-                            (p_.runtime == Runtime::kDeepSpeed ? 1.0 : K_.torch_cpu_adam_slowdown);
+                            (rt_.native_cpu_adam ? 1.0 : K_.torch_cpu_adam_slowdown);
     o.lane = kLaneHost;
     o.duration_s = local_params * kHostAdamBytesPerParam / host_Bps;
   } else {
@@ -315,7 +315,7 @@ void Lowering::optimizer_step() {
   if (p_.optimizer == Optimizer::kMuon) oid = muon_orthogonalise(oid);
   // DeepSpeed offload: the updated 16-bit parameters of this rank's partition go back host -> device (FSDP's
   // offloaded parameters stay on the host until the next all-gather copies them in).
-  if (offload_.optimizer && !offload_.params && p_.runtime == Runtime::kDeepSpeed)
+  if (offload_.optimizer && !offload_.params && rt_.native_cpu_adam)
     oid = pcie_copy(local_params * bc_, oid, -1, -1, false, "h2d updated params");
   if (!p_.fused_optimizer && (p_.optimizer == Optimizer::kAdamW || p_.optimizer == Optimizer::kAdam)) {
     // foreach AdamW: a parameter-sized sqrt temporary in the state dtype

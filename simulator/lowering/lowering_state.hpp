@@ -52,8 +52,7 @@ class Lowering {
         pcie_Bps_(in.cluster.spec().node.pcie_Bps * K_.pcie_efficiency),
         // FSDP offloads the sharded fp32 (bf16-mixed) parameters; ZeRO-Infinity the 16-bit partitions.
         host_param_bytes_(bytes_per_param(p_.runtime, p_.precision).params),
-        host_grad_bytes_(
-            p_.runtime == Runtime::kDeepSpeed ? 4.0 : bytes_per_param(p_.runtime, p_.precision).grads) {}
+        host_grad_bytes_(in.traits.native_cpu_adam ? 4.0 : bytes_per_param(p_.runtime, p_.precision).grads) {}
 
   void run();
 
@@ -190,7 +189,7 @@ class Lowering {
   /// Whether the forward is lowered tensor by tensor in the eager order (eager PyTorch module code; not
   /// torch.compile, whose order and temporaries are inductor's, nor Megatron-core's fused Transformer Engine
   /// kernels).
-  bool eager_forward() const { return !p_.compile && p_.runtime != Runtime::kMegatron; }
+  bool eager_forward() const { return !p_.compile && !rt_.fused_kernels; }
   /// The unit's saved tensors as the lists give them (UnitTensors::saved) and, under full AC, one block's
   /// recomputed ones (UnitTensors::recompute).
   void activation_spans(int u);

@@ -95,7 +95,7 @@ void Lowering::build_tensor_lists() {
   }
   // The optimizer's tensors: torch.optim keeps state per parameter (FSDP: this rank's shard of each; DDP:
   // each whole parameter); DeepSpeed steps flat fp32 partitions (one per parameter group).
-  if (p_.runtime == Runtime::kDeepSpeed || p_.runtime == Runtime::kMegatron)
+  if (rt_.optimizer_flat_partitions)
     add_run(optimizer_params_, 1.0);
   else
     optimizer_params_ = p_.zero >= 1 ? all_shard_ : all_local_;
@@ -190,7 +190,7 @@ void Lowering::initial_tensors() {
   // torch/optim/adamw.py _init_group: per parameter in order, exp_avg then exp_avg_sq (zeros_like).
   // Other optimizers: their state tensors per parameter as optimizer_state_tensors lists them.
   Span state{};
-  if (p_.runtime == Runtime::kDeepSpeed || p_.runtime == Runtime::kMegatron) {
+  if (rt_.optimizer_flat_partitions) {
     state = optimizer_params_;
   } else if (p_.optimizer == Optimizer::kAdamW || p_.optimizer == Optimizer::kAdam) {
     for (std::uint32_t i = 0; i < optimizer_params_.n; ++i) {

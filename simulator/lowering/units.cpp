@@ -211,7 +211,7 @@ UnitSums unit_layers(UnitContext& c, SimUnit& u) {
         const double X = shared ? (column_input_cast ? 0.0 : T * k) : T * k * g.count;
         if (shared) column_input_cast = true;
         const double Y = T * n * g.count, W = n * k * g.count;
-        if (p.runtime == Runtime::kMegatron) {
+        if (rt.te_fp8) {
           te_fp8_cast_bytes(m, *l, s, shared, t, X, Y, W);
         } else if (p.fp8 == Fp8::kTensorwise) {
           const double x_fwd = shared && t > 1 ? X / t : X;
@@ -252,7 +252,7 @@ UnitSums unit_layers(UnitContext& c, SimUnit& u) {
     // norm inside TE's LayerNormLinear / LayerNormMLP, rotary embedding (apply_rope_fusion), the MLP
     // activation (megatron/core/fusions/fused_bias_swiglu.py, fused_bias_gelu.py) and bias-dropout-add
     // (fused_bias_dropout.py) as single kernels (core_r0.8.0).
-    const bool fused = p.compile || p.runtime == Runtime::kMegatron;
+    const bool fused = p.compile || rt.fused_kernels;
     double el = fused ? l->elementwise_bytes_per_token : l->eager_elementwise_bytes_per_token;
     if (l->kind == LayerKind::kLoss)
       el = el / t;  // vocab-parallel loss
@@ -354,7 +354,7 @@ void unit_tp_collectives(UnitContext& c, SimUnit& u, const UnitSums& m) {
     // of each reduce-scatter a 16-bit all-gather of the output gradient.
     u.tp_bwd_ag_s = rs * coll(CollectiveKind::kAllGather, buf, tpg);
     u.tp_bwd_s = ag * coll(CollectiveKind::kReduceScatter, buf, tpg) + u.tp_bwd_ag_s;
-    if (p.runtime == Runtime::kMegatron && u.blocks > 0) {
+    if (c.rt.tp_backward_overlap && u.blocks > 0) {
       // Megatron-core's column-parallel linears save their input's sequence shard and all-gather it again in
       // backward, asynchronously beside the input-gradient GEMM, then reduce-scatter the input gradient
       // asynchronously beside the weight-gradient GEMM (core_r0.8.0 tensor_parallel/layers.py

@@ -75,7 +75,7 @@ std::int64_t optimizer_step_tensors(const ModelGraph& model, const Plan& p) {
   // CPU if both capturable and fused are off"). One per parameter tensor; DeepSpeed's optimizers run on its
   // flat partitions and keep the step count in the parameter group.
   // Megatron's distributed optimizer steps flat shard tensors with Apex/TE FusedAdam (step per group).
-  if (p.runtime == Runtime::kDeepSpeed || p.runtime == Runtime::kMegatron || !p.fused_optimizer) return 0;
+  if (runtime_traits(p).optimizer_flat_partitions || !p.fused_optimizer) return 0;
   // Only Adam-family torch optimizers keep a device `step`: SGD and Lion keep none, Adafactor and torchao's
   // 8-bit AdamW a CPU tensor (torch.tensor(0.0)), bitsandbytes a Python int; Muon none for its matrices (its
   // auxiliary fused AdamW one per other tensor).
@@ -142,7 +142,7 @@ Bytes host_state_bytes_per_rank(const ModelGraph& model, const Plan& p) {
   const BytesPerParam b = bytes_per_param(p.runtime, p.precision);
   // Gradients reach the host as fp32 (DeepSpeed accumulates them there in fp32; FSDP's sharded grads have the
   // fp32 parameters' dtype under bf16-mixed, the parameter dtype otherwise).
-  const Bytes grad_b = p.runtime == Runtime::kDeepSpeed ? 4 : b.grads;
+  const Bytes grad_b = runtime_traits(p).native_cpu_adam ? 4 : b.grads;
   Bytes host = add_checked(optimizer_state_bytes(model, p, /*rounded=*/false),
                            mul_checked(e.grads, grad_b, "host gradient bytes"));
   if (o.params) host = add_checked(host, mul_checked(e.params, b.params, "host parameter bytes"));

@@ -97,8 +97,7 @@ StateTensors optimizer_state_tensors(const Plan& p, const OptimizerTensor& t) {
 void for_each_optimizer_tensor(const ModelGraph& model, const Plan& p,
                                const std::function<void(const OptimizerTensor&, std::int64_t)>& f) {
   const RuntimeTraits rt = runtime_traits(p);
-  if (rt.padding == Padding::kFlatUnit || p.runtime == Runtime::kDeepSpeed ||
-      p.runtime == Runtime::kMegatron) {
+  if (rt.padding == Padding::kFlatUnit || rt.optimizer_flat_partitions) {
     // One flat partition (FSDP1 one FlatParameter shard per unit; taken as one, as state_elems does).
     const std::int64_t n = state_elems(model, p).optimizer;
     OptimizerTensor t;

@@ -28,6 +28,11 @@ RuntimeTraits megatron_traits(const Plan& p) {
   t.grad_bucket_elems = std::max(40e6, 1e6 * static_cast<double>(p.dp));
   t.grad_buffer_reduce_scatter = p.zero == 1;
   t.param_gather_before_forward = p.zero == 1;
+  t.fused_kernels = true;
+  t.te_fp8 = true;
+  t.tp_backward_overlap = true;
+  t.optimizer_flat_partitions = true;
+  t.torch_pipeline_stages = false;
   return t;
 }
 }  // namespace
@@ -106,6 +111,10 @@ RuntimeTraits runtime_traits(const Plan& p) {
   t.ddp_reducer_buckets = fsdp2 && p.zero == 0;
   t.autocast_weight_copies = !ds && !t.gathers_params && p.precision == Precision::kBf16Mixed;
   t.param_all_gather_after_step = ds && p.zero < 3;
+  t.optimizer_flat_partitions = ds;
+  t.native_cpu_adam = ds;
+  t.torch_pipeline_stages = !ds;
+  t.recv_in_own_instruction = ds;
   return t;
 }
 

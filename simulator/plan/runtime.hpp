@@ -114,6 +114,30 @@ struct RuntimeTraits {
   /// (distrib_optimizer.py _dispatch_gather_model_params, _make_forward_pre_hook): the gathers overlap the
   /// first micro-batch's forward.
   bool param_gather_before_forward = false;
+  // --- kernels, optimizer and pipeline engine ---
+  /// Elementwise work runs fused as the runtime's kernels do (Megatron-core with Transformer Engine: the norm
+  /// inside LayerNormLinear / LayerNormMLP, apply_rope_fusion, fused bias-SwiGLU / GELU and bias-dropout-add,
+  /// core_r0.8.0 megatron/core/fusions/): eager PyTorch's per-op traffic and forward transients do not occur.
+  bool fused_kernels = false;
+  /// Float8 through Transformer Engine (delayed scaling: amax fused into the casts, weights cast once per
+  /// step; units.cpp te_fp8_cast_bytes) rather than torchao's Float8Linear.
+  bool te_fp8 = false;
+  /// Megatron-core / TE overlap the column-parallel input re-gather with the dgrad GEMM and the input
+  /// gradient's reduce-scatter with the wgrad GEMM (tensor_parallel/layers.py
+  /// LinearWithGradAccumulationAndAsyncCommunication.backward).
+  bool tp_backward_overlap = false;
+  /// The optimizer steps flat partitions (one per parameter group) made at initialisation, keeping its step
+  /// count in the group (DeepSpeed ZeRO's fp32 partitions, Megatron's distributed optimizer), not
+  /// torch.optim's per-parameter state made lazily at the first step.
+  bool optimizer_flat_partitions = false;
+  /// Gradients reach the host in fp32 under CPU offload (DeepSpeed accumulates them there in fp32) and an
+  /// offloaded optimizer is DeepSpeed's CPUAdam (AVX), which copies the updated 16-bit partition back.
+  bool native_cpu_adam = false;
+  /// The pipeline is torch.distributed.pipelining's stages (FSDP/DDP stages: gradient-reduction waits, the
+  /// multi-stage runtime's residency and receive placement), not Megatron's or DeepSpeed's own engines.
+  bool torch_pipeline_stages = true;
+  /// DeepSpeed's PipelineEngine receives in an instruction of its own just before the pass that needs it.
+  bool recv_in_own_instruction = false;
 };
 
 /// The traits of the plan's runtime at its ZeRO stage and precision (the plan is already resolved).

@@ -258,7 +258,7 @@ StageContext stage_context(const ModelGraph& model, const Plan& p, bool detail, 
   ctx.stage_plan.pp_layers.clear();
   ctx.traits = runtime_traits(ctx.stage_plan);
   ctx.send_bytes = pipeline_send_bytes(p, model.spec().hidden);
-  ctx.torch_stages = p.runtime != Runtime::kDeepSpeed && p.runtime != Runtime::kMegatron;
+  ctx.torch_stages = ctx.traits.torch_pipeline_stages;
   ctx.detail = detail;
   ctx.allocator_replay = allocator_replay;
   return ctx;

@@ -324,9 +324,9 @@ PipelineInputs pipeline_inputs(const Cluster& cluster, const CostModel& costs, c
   // torch.cuda.synchronize: core_r0.8.0 p2p_communication.py _communicate); DeepSpeed's PipelineEngine
   // receives in its own instruction before the pass.
   const bool multi = p.pp_schedule != PpSchedule::k1F1B && p.pp_schedule != PpSchedule::kGpipe;
-  in.recv_posting = !multi || p.runtime == Runtime::kDeepSpeed ? RecvPosting::kAtConsumer
-                    : ctx.torch_stages                         ? RecvPosting::kAsap
-                                                               : RecvPosting::kAhead;
+  in.recv_posting = !multi || ctx.traits.recv_in_own_instruction ? RecvPosting::kAtConsumer
+                    : ctx.torch_stages                           ? RecvPosting::kAsap
+                                                                 : RecvPosting::kAhead;
   // torch FSDP / DDP stages: the compute stream waits on a stage's gradient reduction right after issuing it
   // (torch 2.15 _PipelineScheduleRuntime: WAIT_REDUCE_GRAD follows REDUCE_GRAD unless defer_reduce_grad_wait,
   // stage.py wait_for_gradient_reduction -> FSDPState._end_backward_iteration: current_stream.wait_event on
