@@ -66,6 +66,16 @@ const char* refused_name(unsigned char op) {
 class Reader {
  public:
   Reader(const std::string& bytes, const std::string& file) : b_(bytes), file_(file) {}
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+  /// A pickle may make a list or dict that holds itself (through the memo): the nodes' links are cut here so
+  /// that shared ownership frees every node, cycles included (the value was converted before this).
+  ~Reader() {
+    for (const NodePtr& n : made_) {
+      n->items.clear();
+      n->entries.clear();
+    }
+  }
 
   NodePtr run() {
     while (true) {
@@ -103,7 +113,7 @@ class Reader {
     pos_ += n;
     return s;
   }
-  static NodePtr scalar(Json v) {
+  static NodePtr scalar(Json v) {  // a leaf: never part of a cycle
     auto n = std::make_shared<Node>();
     n->scalar = std::move(v);
     return n;
@@ -144,7 +154,7 @@ class Reader {
     stack_.push_back(it->second);
   }
   void tuple(std::vector<NodePtr> items) {
-    auto n = std::make_shared<Node>();
+    auto n = make_node();
     n->kind = Node::kList;
     n->items = std::move(items);
     stack_.push_back(n);
@@ -157,6 +167,11 @@ class Reader {
   const std::string& file_;
   std::size_t pos_ = 0;
   std::vector<NodePtr> stack_;
+  std::vector<NodePtr> made_;  ///< every node made, for the destructor
+  NodePtr make_node() {
+    made_.push_back(std::make_shared<Node>());
+    return made_.back();
+  }
   std::vector<std::size_t> marks_;
   std::map<std::uint64_t, NodePtr> memo_;
 };
@@ -225,13 +240,13 @@ void Reader::step(unsigned char op, std::size_t at) {
       le(8);
       return;    // FRAME (a length hint; the bytes follow inline)
     case '}': {  // EMPTY_DICT
-      auto n = std::make_shared<Node>();
+      auto n = make_node();
       n->kind = Node::kDict;
       stack_.push_back(n);
       return;
     }
     case ']': {  // EMPTY_LIST
-      auto n = std::make_shared<Node>();
+      auto n = make_node();
       n->kind = Node::kList;
       stack_.push_back(n);
       return;

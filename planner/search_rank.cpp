@@ -202,7 +202,9 @@ void rank(const Context& c, const std::vector<Result>& results, SearchOutcome& o
   // nothing (same plan, same numbers).
   Simulator sim(c.model, c.cluster, c.costs, c.opts.simulator);
   out.plans.push_back(sim.run(rec.plan, true));
-  list_rows(c, all, out.plans.back(), wi == 0, out);
+  // list_rows appends to out.plans: it gets its own copy of the recommendation, not a reference into it.
+  const Result recommended = out.plans.back();
+  list_rows(c, all, recommended, wi == 0, out);
   pareto_front(all, out);
 }
 
