@@ -177,4 +177,17 @@ std::string plan_short(const Plan& p) {
 
 /// The sections shared by the simulate and plan reports: key numbers, memory, Gantt, tables, plan and inputs.
 
+void memory_reference_lines(svg::Canvas& c, const svg::Frame& f, const Result& r, double cap) {
+  const double g = static_cast<double>(kGiB);
+  const double usable = cap - static_cast<double>(r.overhead.total());
+  svg::hline(c, f, cap / g, "capacity", "GPU capacity " + gib(cap));
+  svg::hline(c, f, usable / g, "usable",
+             fmt::format("usable: capacity − CUDA context & NCCL ({}) = {}",
+                         gib(static_cast<double>(r.overhead.total())), gib(usable)),
+             true);
+  if (r.peak_reserved_bytes > r.peak_bytes)
+    svg::hline(c, f, static_cast<double>(r.peak_reserved_bytes) / g, "reserved",
+               "peak reserved " + gib(static_cast<double>(r.peak_reserved_bytes)));
+}
+
 }  // namespace shardplan::html_detail

@@ -74,6 +74,9 @@ void exposed_lane(svg::Canvas& c, const svg::Frame& f, double y, double h, const
 void memory_band(svg::Canvas& c, const svg::Frame& f, const Result& r, const TimeUnit& tu, double y0,
                  double h);
 std::string gantt_chart(const Result& r);
+/// A memory chart's reference lines (GiB axis): the GPU's capacity, what is usable beside the CUDA context
+/// and NCCL, and the peak reserved memory where it is above the allocated peak.
+void memory_reference_lines(svg::Canvas& c, const svg::Frame& f, const Result& r, double cap);
 std::string pipeline_gantt(const Result& r);
 std::string pipeline_memory_chart(const Result& r, double H);
 

@@ -198,15 +198,7 @@ std::string pipeline_memory_chart(const Result& r, double H) {
       "memory-peak-data",
       fmt::format("data-drawn-peak-bytes=\"{:.0f}\" data-report-peak-bytes=\"{}\"", drawn, r.peak_bytes));
   c.close_group();
-  const double usable = cap - static_cast<double>(r.overhead.total());
-  svg::hline(c, f, cap / g, "capacity", "GPU capacity " + gib(cap));
-  svg::hline(c, f, usable / g, "usable",
-             fmt::format("usable: capacity − CUDA context & NCCL ({}) = {}",
-                         gib(static_cast<double>(r.overhead.total())), gib(usable)),
-             true);
-  if (r.peak_reserved_bytes > r.peak_bytes)
-    svg::hline(c, f, static_cast<double>(r.peak_reserved_bytes) / g, "reserved",
-               "peak reserved " + gib(static_cast<double>(r.peak_reserved_bytes)));
+  memory_reference_lines(c, f, r, cap);
   svg::hline(c, f, static_cast<double>(r.peak_bytes) / g, "peak",
              fmt::format("peak allocated {} — {}", gib(static_cast<double>(r.peak_bytes)), r.peak_phase),
              true);

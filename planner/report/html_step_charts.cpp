@@ -184,15 +184,7 @@ std::string memory_chart(const Result& r, const MemoryCurve& full, double t1_s, 
   c.close_group();
 
   const double g = static_cast<double>(kGiB);
-  const double usable = cap - static_cast<double>(r.overhead.total());
-  svg::hline(c, f, cap / g, "capacity", "GPU capacity " + gib(cap));
-  svg::hline(c, f, usable / g, "usable",
-             fmt::format("usable: capacity − CUDA context & NCCL ({}) = {}",
-                         gib(static_cast<double>(r.overhead.total())), gib(usable)),
-             true);
-  if (r.peak_reserved_bytes > r.peak_bytes)
-    svg::hline(c, f, static_cast<double>(r.peak_reserved_bytes) / g, "reserved",
-               "peak reserved " + gib(static_cast<double>(r.peak_reserved_bytes)));
+  memory_reference_lines(c, f, r, cap);
   // The peak: where the engine found it (issue time of the peak task).
   if (r.peak_time_s <= t1_s) {
     const double px = f.x(r.peak_time_s * tu.factor), py = f.y(static_cast<double>(r.peak_bytes) / g);
