@@ -299,6 +299,26 @@ ModelGraph ModelGraph::slice(std::size_t first, std::size_t last) const {
   return m;
 }
 
+bool Layer::same_content(const Layer& o) const {
+  return kind == o.kind && (block >= 0) == (o.block >= 0) && tensors == o.tensors && gemms == o.gemms &&
+         attn_heads == o.attn_heads && attn_kv_heads == o.attn_kv_heads && attn_head_dim == o.attn_head_dim &&
+         attn_v_head_dim == o.attn_v_head_dim && attn_window == o.attn_window &&
+         attn_chunked == o.attn_chunked && moe_experts == o.moe_experts && moe_top_k == o.moe_top_k &&
+         activations == o.activations && elementwise_bytes_per_token == o.elementwise_bytes_per_token &&
+         eager_elementwise_bytes_per_token == o.eager_elementwise_bytes_per_token &&
+         tensor_groups == o.tensor_groups;
+}
+
+bool ModelGraph::same_slices(std::size_t a, std::size_t b, std::size_t n) const {
+  if (a + n > order_.size() || b + n > order_.size()) return false;
+  for (std::size_t k = 0; k < n; ++k) {
+    const Layer &x = *order_[a + k], &y = *order_[b + k];
+    if (k > 0 && (x.block == order_[a + k - 1]->block) != (y.block == order_[b + k - 1]->block)) return false;
+    if (!x.same_content(y)) return false;
+  }
+  return true;
+}
+
 double ModelGraph::attention_model_flops_per_token(std::int64_t seq) const {
   double f = 0;
   for (const Layer* l : order_) {

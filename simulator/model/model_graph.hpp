@@ -45,6 +45,7 @@ struct Tensor {
   /// (layer_memory.cpp tensor_shard_elems); expert parallelism gives each rank stack / ep slices.
   std::int64_t stack = 1;
   std::int64_t numel() const { return stack * dim0 * dim1; }
+  bool operator==(const Tensor&) const = default;
 };
 
 /// One forward GEMM per token: [tokens x k] @ [k x n]; `count` = how many such GEMMs a token goes through
@@ -55,6 +56,7 @@ struct Gemm {
   TpSplit tp = TpSplit::kReplicated;
   /// A routed expert's GEMM (expert parallelism moves its tokens; load imbalance scales the busiest rank's).
   bool expert = false;
+  bool operator==(const Gemm&) const = default;
 };
 
 struct Layer {
@@ -94,6 +96,7 @@ struct Layer {
   /// ModelGraph; the per-tensor sums of memory.cpp and units.cpp walk the groups (for_each_tensor_group).
   struct TensorGroup {
     std::uint32_t index = 0, count = 0;
+    bool operator==(const TensorGroup&) const = default;
   };
   std::vector<TensorGroup> tensor_groups;
   /// Calls f(tensor, count) once per group of identical tensors (every tensor once, count 1, when the groups
@@ -110,6 +113,9 @@ struct Layer {
   }
   /// Groups `tensors` into `tensor_groups`.
   void group_tensors();
+  /// Whether the layer simulates as `o` does: every field but the name and the block index (a field added
+  /// above must be compared here too).
+  bool same_content(const Layer& o) const;
 };
 
 using LayerGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Layer>;
@@ -136,6 +142,10 @@ class ModelGraph {
   /// The layers order()[first, last) as a model of their own (same spec), chained in execution order: one
   /// pipeline stage's part of the model (simulator/simulate/pipeline_step.cpp).
   ModelGraph slice(std::size_t first, std::size_t last) const;
+  /// Whether the slices order()[a, a + n) and order()[b, b + n) simulate alike: their layers pairwise
+  /// same_content, inside and outside blocks and starting a new block at the same places (the simulation
+  /// reads block indices only to compare neighbours; names are labels).
+  bool same_slices(std::size_t a, std::size_t b, std::size_t n) const;
 
   const ModelSpec& spec() const { return spec_; }
   const LayerGraph& graph() const { return graph_; }
