@@ -262,6 +262,7 @@ void ModelGraph::finalize() {
   boost::topological_sort(graph_, std::back_inserter(topo));
   order_.clear();
   for (auto it = topo.rbegin(); it != topo.rend(); ++it) order_.push_back(&graph_[*it]);
+  merge_tensor_groups();
   parameters_ = embedding_parameters_ = largest_tensor_ = checkpoint_bytes_ = 0;
   active_parameters_ = 0;
   int last_block = -1;
@@ -284,6 +285,24 @@ void ModelGraph::finalize() {
     }
     if (l->block >= 0 && l->block != last_block) ++blocks_, last_block = l->block;
   }
+}
+
+void ModelGraph::merge_tensor_groups() {
+  model_groups_.clear();
+  for (const Layer* l : order_)
+    l->for_each_tensor_group([&](const Tensor& t, std::int64_t count) {
+      // The fields Layer::group_tensors compares, and the count.
+      const auto it =
+          std::find_if(model_groups_.begin(), model_groups_.end(), [&](const ModelTensorGroup& g) {
+            const Tensor& r = *g.tensor;
+            return g.count == count && r.stack == t.stack && r.dim0 == t.dim0 && r.dim1 == t.dim1 &&
+                   r.tp == t.tp && r.expert == t.expert;
+          });
+      if (it != model_groups_.end())
+        ++it->layers;
+      else
+        model_groups_.push_back({&t, count, 1});
+    });
 }
 
 ModelGraph ModelGraph::slice(std::size_t first, std::size_t last) const {

@@ -165,6 +165,14 @@ class ModelGraph {
   /// 6·heads·(qk_dim + v_dim)·positions, where positions is seq for global layers and min(window, seq) for
   /// local.
   double attention_model_flops_per_token(std::int64_t seq) const;
+  /// The layers' tensor groups (Layer::tensor_groups) merged over the model: f(tensor, count, layers) once
+  /// per distinct group (shape fields and count), where `layers` of the model's layers each have `count`
+  /// such tensors. Only for order-independent integer sums: adding a layer group's term `layers` times is
+  /// multiplying it by `layers` (memory.cpp's persistent state walks these, not every layer, per plan).
+  template <class F>
+  void for_each_model_tensor_group(F&& f) const {
+    for (const ModelTensorGroup& g : model_groups_) f(*g.tensor, g.count, g.layers);
+  }
   /// Largest parameter count of a single tensor.
   std::int64_t largest_tensor() const { return largest_tensor_; }
   /// Bytes of the parameters as the released checkpoint stores them: 16-bit, except routed experts' weight
@@ -175,7 +183,13 @@ class ModelGraph {
 
  private:
   void finalize();
+  void merge_tensor_groups();
+  struct ModelTensorGroup {
+    const Tensor* tensor = nullptr;  ///< a representative (in the graph's storage: rebuilt by finalize)
+    std::int64_t count = 0, layers = 0;
+  };
   ModelSpec spec_;
+  std::vector<ModelTensorGroup> model_groups_;
   LayerGraph graph_;
   std::vector<const Layer*> order_;
   std::int64_t parameters_ = 0, embedding_parameters_ = 0, largest_tensor_ = 0, checkpoint_bytes_ = 0;
