@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -181,8 +182,16 @@ void framework_fixes(const PlanArgs& a, const Loaded& l, std::vector<std::string
 // refused with the reason whose share of the rejections the value raised most. Pins that only fail together
 // are left to the search's own no-candidate advice.
 void check_fix_values(const PlanArgs& a, const Loaded& l, const SearchSpace& inherited) {
+  // The space without the pins, enumerated only when a pinned value leaves no candidate (without pins
+  // nothing is checked): an empty one blames no value; its rejection shares are the baseline a value's are
+  // compared with.
   SearchStats st0;
-  if (enumerate_candidates(*l.model, *l.cluster, inherited, st0).empty()) return;
+  std::optional<bool> inherited_empty;
+  auto baseline_empty = [&] {
+    if (!inherited_empty)
+      inherited_empty = enumerate_candidates(*l.model, *l.cluster, inherited, st0).empty();
+    return *inherited_empty;
+  };
   auto share = [](const SearchStats& st, Rejection r) {
     const auto it = st.rejections.count.find(r);
     return it == st.rejections.count.end() || st.considered == 0
@@ -207,6 +216,7 @@ void check_fix_values(const PlanArgs& a, const Loaded& l, const SearchSpace& inh
       SearchStats st;
       // considered == 0: the value needs another pin (an interleaved schedule needs pp > 1), not refused.
       if (enumerate_candidates(*l.model, *l.cluster, one, st).empty() && st.considered > 0) {
+        if (baseline_empty()) return;
         Rejection reason{};
         double raised = -2;
         for (const auto& [r, n] : st.rejections.count)

@@ -18,22 +18,23 @@ StateElems state_elems(const ModelGraph& model, const Plan& p) {
   const int F = p.fsdp_ranks(), Fe = p.efsdp_ranks(), t = p.tp;
   const bool ep = p.ep > 1;
   std::int64_t local = 0, shard = 0, expert_local = 0, expert_shard = 0;
-  // Identical tensors (a MoE layer's experts) are summed as one group times its count: the same integers.
-  for (const Layer* l : model.order()) {
-    l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
-      const std::int64_t n = mul_checked(tp_local_elems(ten, t), count, "tensor elements");
-      if (ep && ten.expert) {  // all experts' elements (this rank's: / ep below); this rank's shard
-        expert_local = add_checked(expert_local, n);
-        if (rt.padding != Padding::kFlatUnit)
-          expert_shard = add_checked(expert_shard, rank_shard_elems(ten, count, t, Fe, rt.padding, p.ep));
-        return;
-      }
-      local = add_checked(local, n);
+  // Identical tensors (a MoE layer's experts) are summed as one group times its count, and identical groups
+  // of the model's layers as one times the layers that have it: the same integers.
+  model.for_each_model_tensor_group([&](const Tensor& ten, std::int64_t count, std::int64_t layers) {
+    auto times = [&](std::int64_t v) { return mul_checked(v, layers, "tensor elements"); };
+    const std::int64_t n = times(mul_checked(tp_local_elems(ten, t), count, "tensor elements"));
+    if (ep && ten.expert) {  // all experts' elements (this rank's: / ep below); this rank's shard
+      expert_local = add_checked(expert_local, n);
       if (rt.padding != Padding::kFlatUnit)
-        shard = add_checked(shard,
-                            mul_checked(tensor_shard_elems(ten, t, F, rt.padding), count, "shard elements"));
-    });
-  }
+        expert_shard =
+            add_checked(expert_shard, times(rank_shard_elems(ten, count, t, Fe, rt.padding, p.ep)));
+      return;
+    }
+    local = add_checked(local, n);
+    if (rt.padding != Padding::kFlatUnit)
+      shard = add_checked(
+          shard, times(mul_checked(tensor_shard_elems(ten, t, F, rt.padding), count, "shard elements")));
+  });
   if (rt.padding == Padding::kFlatUnit)
     shard = ceil_div(local, F);  // one padded flat parameter, approximately
   if (ep) {
@@ -105,23 +106,23 @@ std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p) {
     // Dense tensors shard over dp_shard x cp; with expert parallelism a rank holds 1/ep of the routed
     // experts' tensors, each sharded over dp_shard x cp / ep (state_elems above).
     Bytes params = 0, expert_params = 0;
-    for (const Layer* l : model.order()) {
-      l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
-        const bool expert = p.ep > 1 && ten.expert;
-        // A grouped expert weight is one tensor of the rank's stack / ep experts (counted whole below);
-        // per-expert tensors are all listed here and the rank's 1/ep of them taken after the loop.
-        const bool grouped = expert && ten.stack > 1;
-        const std::int64_t local = grouped ? rank_local_elems(ten, 1, p.tp, p.ep) : tp_local_elems(ten, p.tp);
-        const std::int64_t shard =
-            grouped ? rank_shard_elems(ten, 1, p.tp, p.efsdp_ranks(), Padding::kPerTensorDim0, p.ep)
-                    : tensor_shard_elems(ten, p.tp, expert ? p.efsdp_ranks() : p.fsdp_ranks(),
-                                         Padding::kPerTensorDim0);
-        const Bytes pb =
-            allocation_bytes(mul_checked(p.zero >= 2 ? shard : local, b.params, "parameter bytes"));
-        // `count` identical tensors: `count` allocations of the same rounded size each.
-        (expert && !grouped ? expert_params : params) += mul_checked(pb, count, "parameter bytes");
-      });
-    }
+    model.for_each_model_tensor_group([&](const Tensor& ten, std::int64_t count, std::int64_t layers) {
+      const bool expert = p.ep > 1 && ten.expert;
+      // A grouped expert weight is one tensor of the rank's stack / ep experts (counted whole below);
+      // per-expert tensors are all listed here and the rank's 1/ep of them taken after the loop.
+      const bool grouped = expert && ten.stack > 1;
+      const std::int64_t local = grouped ? rank_local_elems(ten, 1, p.tp, p.ep) : tp_local_elems(ten, p.tp);
+      const std::int64_t shard =
+          grouped ? rank_shard_elems(ten, 1, p.tp, p.efsdp_ranks(), Padding::kPerTensorDim0, p.ep)
+                  : tensor_shard_elems(ten, p.tp, expert ? p.efsdp_ranks() : p.fsdp_ranks(),
+                                       Padding::kPerTensorDim0);
+      const Bytes pb =
+          allocation_bytes(mul_checked(p.zero >= 2 ? shard : local, b.params, "parameter bytes"));
+      // `count` identical tensors in each of `layers` layers: `count` x `layers` allocations of the same
+      // rounded size each.
+      const std::int64_t n = mul_checked(count, layers, "tensors");
+      (expert && !grouped ? expert_params : params) += mul_checked(pb, n, "parameter bytes");
+    });
     out[0] = params + expert_params / p.ep;
   }
   // The optimizer's state tensor by tensor (optimizer_state.cpp): FSDP2 and DDP create each state tensor per

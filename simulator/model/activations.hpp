@@ -106,6 +106,7 @@ struct ActTensor {
   /// The layer GEMM whose output it is (index into Layer::gemms, and which of its `count` calls); -1: not a
   /// GEMM output. Op-level SAC's mm parity walks these.
   std::int16_t gemm = -1, call = 0;
+  bool operator==(const ActTensor&) const = default;
 };
 
 /// Bytes of one element of `dtype` at a compute dtype of `compute_bytes`.

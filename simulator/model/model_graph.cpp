@@ -262,6 +262,7 @@ void ModelGraph::finalize() {
   boost::topological_sort(graph_, std::back_inserter(topo));
   order_.clear();
   for (auto it = topo.rbegin(); it != topo.rend(); ++it) order_.push_back(&graph_[*it]);
+  merge_tensor_groups();
   parameters_ = embedding_parameters_ = largest_tensor_ = checkpoint_bytes_ = 0;
   active_parameters_ = 0;
   int last_block = -1;
@@ -286,6 +287,24 @@ void ModelGraph::finalize() {
   }
 }
 
+void ModelGraph::merge_tensor_groups() {
+  model_groups_.clear();
+  for (const Layer* l : order_)
+    l->for_each_tensor_group([&](const Tensor& t, std::int64_t count) {
+      // The fields Layer::group_tensors compares, and the count.
+      const auto it =
+          std::find_if(model_groups_.begin(), model_groups_.end(), [&](const ModelTensorGroup& g) {
+            const Tensor& r = *g.tensor;
+            return g.count == count && r.stack == t.stack && r.dim0 == t.dim0 && r.dim1 == t.dim1 &&
+                   r.tp == t.tp && r.expert == t.expert;
+          });
+      if (it != model_groups_.end())
+        ++it->layers;
+      else
+        model_groups_.push_back({&t, count, 1});
+    });
+}
+
 ModelGraph ModelGraph::slice(std::size_t first, std::size_t last) const {
   ModelGraph m;
   m.spec_ = spec_;
@@ -297,6 +316,26 @@ ModelGraph ModelGraph::slice(std::size_t first, std::size_t last) const {
   }
   m.finalize();
   return m;
+}
+
+bool Layer::same_content(const Layer& o) const {
+  return kind == o.kind && (block >= 0) == (o.block >= 0) && tensors == o.tensors && gemms == o.gemms &&
+         attn_heads == o.attn_heads && attn_kv_heads == o.attn_kv_heads && attn_head_dim == o.attn_head_dim &&
+         attn_v_head_dim == o.attn_v_head_dim && attn_window == o.attn_window &&
+         attn_chunked == o.attn_chunked && moe_experts == o.moe_experts && moe_top_k == o.moe_top_k &&
+         activations == o.activations && elementwise_bytes_per_token == o.elementwise_bytes_per_token &&
+         eager_elementwise_bytes_per_token == o.eager_elementwise_bytes_per_token &&
+         tensor_groups == o.tensor_groups;
+}
+
+bool ModelGraph::same_slices(std::size_t a, std::size_t b, std::size_t n) const {
+  if (a + n > order_.size() || b + n > order_.size()) return false;
+  for (std::size_t k = 0; k < n; ++k) {
+    const Layer &x = *order_[a + k], &y = *order_[b + k];
+    if (k > 0 && (x.block == order_[a + k - 1]->block) != (y.block == order_[b + k - 1]->block)) return false;
+    if (!x.same_content(y)) return false;
+  }
+  return true;
 }
 
 double ModelGraph::attention_model_flops_per_token(std::int64_t seq) const {

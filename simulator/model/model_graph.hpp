@@ -45,6 +45,7 @@ struct Tensor {
   /// (layer_memory.cpp tensor_shard_elems); expert parallelism gives each rank stack / ep slices.
   std::int64_t stack = 1;
   std::int64_t numel() const { return stack * dim0 * dim1; }
+  bool operator==(const Tensor&) const = default;
 };
 
 /// One forward GEMM per token: [tokens x k] @ [k x n]; `count` = how many such GEMMs a token goes through
@@ -55,6 +56,7 @@ struct Gemm {
   TpSplit tp = TpSplit::kReplicated;
   /// A routed expert's GEMM (expert parallelism moves its tokens; load imbalance scales the busiest rank's).
   bool expert = false;
+  bool operator==(const Gemm&) const = default;
 };
 
 struct Layer {
@@ -94,6 +96,7 @@ struct Layer {
   /// ModelGraph; the per-tensor sums of memory.cpp and units.cpp walk the groups (for_each_tensor_group).
   struct TensorGroup {
     std::uint32_t index = 0, count = 0;
+    bool operator==(const TensorGroup&) const = default;
   };
   std::vector<TensorGroup> tensor_groups;
   /// Calls f(tensor, count) once per group of identical tensors (every tensor once, count 1, when the groups
@@ -110,6 +113,9 @@ struct Layer {
   }
   /// Groups `tensors` into `tensor_groups`.
   void group_tensors();
+  /// Whether the layer simulates as `o` does: every field but the name and the block index (a field added
+  /// above must be compared here too).
+  bool same_content(const Layer& o) const;
 };
 
 using LayerGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Layer>;
@@ -136,6 +142,10 @@ class ModelGraph {
   /// The layers order()[first, last) as a model of their own (same spec), chained in execution order: one
   /// pipeline stage's part of the model (simulator/simulate/pipeline_step.cpp).
   ModelGraph slice(std::size_t first, std::size_t last) const;
+  /// Whether the slices order()[a, a + n) and order()[b, b + n) simulate alike: their layers pairwise
+  /// same_content, inside and outside blocks and starting a new block at the same places (the simulation
+  /// reads block indices only to compare neighbours; names are labels).
+  bool same_slices(std::size_t a, std::size_t b, std::size_t n) const;
 
   const ModelSpec& spec() const { return spec_; }
   const LayerGraph& graph() const { return graph_; }
@@ -155,6 +165,14 @@ class ModelGraph {
   /// 6·heads·(qk_dim + v_dim)·positions, where positions is seq for global layers and min(window, seq) for
   /// local.
   double attention_model_flops_per_token(std::int64_t seq) const;
+  /// The layers' tensor groups (Layer::tensor_groups) merged over the model: f(tensor, count, layers) once
+  /// per distinct group (shape fields and count), where `layers` of the model's layers each have `count`
+  /// such tensors. Only for order-independent integer sums: adding a layer group's term `layers` times is
+  /// multiplying it by `layers` (memory.cpp's persistent state walks these, not every layer, per plan).
+  template <class F>
+  void for_each_model_tensor_group(F&& f) const {
+    for (const ModelTensorGroup& g : model_groups_) f(*g.tensor, g.count, g.layers);
+  }
   /// Largest parameter count of a single tensor.
   std::int64_t largest_tensor() const { return largest_tensor_; }
   /// Bytes of the parameters as the released checkpoint stores them: 16-bit, except routed experts' weight
@@ -165,7 +183,13 @@ class ModelGraph {
 
  private:
   void finalize();
+  void merge_tensor_groups();
+  struct ModelTensorGroup {
+    const Tensor* tensor = nullptr;  ///< a representative (in the graph's storage: rebuilt by finalize)
+    std::int64_t count = 0, layers = 0;
+  };
   ModelSpec spec_;
+  std::vector<ModelTensorGroup> model_groups_;
   LayerGraph graph_;
   std::vector<const Layer*> order_;
   std::int64_t parameters_ = 0, embedding_parameters_ = 0, largest_tensor_ = 0, checkpoint_bytes_ = 0;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <numeric>
 #include <string>
+#include <type_traits>
 
 #include "core/error.hpp"
 
@@ -11,8 +12,15 @@ namespace shardplan {
 
 namespace {
 
-void need(bool ok, const char* flag, const std::string& why) {
-  if (!ok) throw InputError::flag(flag, why);
+// The message is built only when the check fails: `why` is a string, or a callable returning one
+// (resolve_plan runs on every candidate of a search; its messages name layers and degrees).
+template <class Why>
+void need(bool ok, const char* knob, Why&& why) {
+  if (ok) return;
+  if constexpr (std::is_invocable_v<Why>)
+    throw InputError::flag(knob, why());
+  else
+    throw InputError::flag(knob, std::string(why));
 }
 std::string str(std::int64_t v) {
   return std::to_string(v);
@@ -28,8 +36,9 @@ bool v_style(PpSchedule s) {
 void check_pipeline_mesh(const Plan& p, int gpus) {
   need(p.pp >= 1, "--pp", "must be >= 1");
   // The mesh is [pp, dp, tp] (torchtitan ParallelDims: pp, dp_replicate, dp_shard, cp, tp; tp innermost).
-  need(gpus % (p.tp * p.pp) == 0, "--pp",
-       "tp x pp = " + str(p.tp) + " x " + str(p.pp) + " does not divide " + str(gpus) + " GPUs");
+  need(gpus % (p.tp * p.pp) == 0, "--pp", [&] {
+    return "tp x pp = " + str(p.tp) + " x " + str(p.pp) + " does not divide " + str(gpus) + " GPUs";
+  });
   // Which runtimes pipeline, with which ZeRO stages and schedules: the capability table (capabilities.hpp).
 }
 
@@ -42,11 +51,13 @@ void resolve_pipeline(Plan& p, const ModelGraph& model) {
   // stages per rank" (torch schedules.py).
   if (p.pp_schedule == PpSchedule::kGpipe || p.pp_schedule == PpSchedule::k1F1B)
     need(p.virtual_stages == 1, "--virtual-stages",
-         sched + " runs one stage per rank; use --virtual-stages 1");
+         [&] { return sched + " runs one stage per rank; use --virtual-stages 1"; });
   else if (v_style(p.pp_schedule))
-    need(p.virtual_stages == 2, "--virtual-stages", sched + " needs exactly 2 stages per rank");
+    need(p.virtual_stages == 2, "--virtual-stages",
+         [&] { return sched + " needs exactly 2 stages per rank"; });
   else
-    need(p.virtual_stages >= 2, "--virtual-stages", sched + " needs at least 2 stages per rank");
+    need(p.virtual_stages >= 2, "--virtual-stages",
+         [&] { return sched + " needs at least 2 stages per rank"; });
   if (p.pp == 1) {
     need(p.pp_layers.empty(), "--pp-layers", "layers per stage need --pp > 1");
     return;
@@ -58,16 +69,19 @@ void resolve_pipeline(Plan& p, const ModelGraph& model) {
   // ScheduleInterleaved1F1B when n_microbatches is not a multiple of its rounds max(1, m // pp); GPipe and
   // ZBV (which pads to 2 pp - 1 and drops the padding) accept any count.
   if (p.pp_schedule == PpSchedule::k1F1B)
-    need(m >= p.pp, "--grad-accum",
-         "1f1b needs at least as many micro-batches (" + str(m) + ") as stages (" + str(p.pp) + ")");
+    need(m >= p.pp, "--grad-accum", [&] {
+      return "1f1b needs at least as many micro-batches (" + str(m) + ") as stages (" + str(p.pp) + ")";
+    });
   if (p.pp_schedule == PpSchedule::kDualPipeV)
-    need(m >= S, "--grad-accum",
-         "dualpipev needs at least as many micro-batches (" + str(m) + ") as stages (" + str(S) + ")");
+    need(m >= S, "--grad-accum", [&] {
+      return "dualpipev needs at least as many micro-batches (" + str(m) + ") as stages (" + str(S) + ")";
+    });
   if (p.pp_schedule == PpSchedule::kInterleaved1F1B) {
     const int rounds = std::max(1, m / p.pp);
-    need(m % rounds == 0, "--grad-accum",
-         "interleaved-1f1b needs the micro-batches (" + str(m) +
-             ") to be a multiple of its rounds max(1, m / pp) = " + str(rounds));
+    need(m % rounds == 0, "--grad-accum", [&] {
+      return "interleaved-1f1b needs the micro-batches (" + str(m) +
+             ") to be a multiple of its rounds max(1, m / pp) = " + str(rounds);
+    });
   }
 }
 
@@ -76,16 +90,18 @@ void resolve_pipeline(Plan& p, const ModelGraph& model) {
 std::vector<int> stage_blocks(const Plan& p, int blocks) {
   const int S = p.stages();
   if (!p.pp_layers.empty()) {
-    need(static_cast<int>(p.pp_layers.size()) == S, "--pp-layers",
-         "expected " + str(S) + " entries (pp x virtual stages), got " + str(p.pp_layers.size()));
+    need(static_cast<int>(p.pp_layers.size()) == S, "--pp-layers", [&] {
+      return "expected " + str(S) + " entries (pp x virtual stages), got " + str(p.pp_layers.size());
+    });
     const int sum = std::accumulate(p.pp_layers.begin(), p.pp_layers.end(), 0);
     need(sum == blocks, "--pp-layers",
-         "the entries sum to " + str(sum) + ", the model has " + str(blocks) + " blocks");
+         [&] { return "the entries sum to " + str(sum) + ", the model has " + str(blocks) + " blocks"; });
     for (int s = 1; s + 1 < S; ++s)
-      need(p.pp_layers[static_cast<std::size_t>(s)] >= 1, "--pp-layers",
-           "stage " + str(s) +
+      need(p.pp_layers[static_cast<std::size_t>(s)] >= 1, "--pp-layers", [&] {
+        return "stage " + str(s) +
                " would be empty (only the first stage, with the embedding, and the last, with the "
-               "head, may hold no block)");
+               "head, may hold no block)";
+      });
     return p.pp_layers;
   }
   if (S == 1) return {blocks};
@@ -93,9 +109,10 @@ std::vector<int> stage_blocks(const Plan& p, int blocks) {
   // output_weight=1): effective layers = blocks + 2; each stage gets effective // S, the first
   // effective % S one more; the first stage's share includes the embedding, the last's the norm + head.
   const int effective = blocks + 2;
-  need(S <= effective, "--pp",
-       "pp x virtual stages = " + str(S) + " exceeds the model's " + str(blocks) +
-           " blocks + embedding + head (torchtitan's split leaves a stage empty)");
+  need(S <= effective, "--pp", [&] {
+    return "pp x virtual stages = " + str(S) + " exceeds the model's " + str(blocks) +
+           " blocks + embedding + head (torchtitan's split leaves a stage empty)";
+  });
   const int per = effective / S, extra = effective % S;
   std::vector<int> out(static_cast<std::size_t>(S));
   int left = blocks;

@@ -1,4 +1,6 @@
 // Plan defaults, validation against the model and the cluster, and the run-record JSON form.
+#include <type_traits>
+
 #include "simulator/model/model.hpp"
 #include "simulator/plan/capabilities.hpp"
 #include "simulator/plan/knobs.hpp"
@@ -109,8 +111,15 @@ std::optional<Offload> parse_offload(const std::string& s) {
   return parse_enum<Offload>(s);
 }
 
-static void need(bool ok, const char* knob, const std::string& why) {
-  if (!ok) throw InputError::flag(knob, why);
+// The message is built only when the check fails: `why` is a string, or a callable returning one
+// (resolve_plan runs on every candidate of a search; its messages name layers and degrees).
+template <class Why>
+static void need(bool ok, const char* knob, Why&& why) {
+  if (ok) return;
+  if constexpr (std::is_invocable_v<Why>)
+    throw InputError::flag(knob, why());
+  else
+    throw InputError::flag(knob, std::string(why));
 }
 
 // Context parallelism: torch's load-balanced sharding (torch/distributed/tensor/experimental/_attention.py,
@@ -118,9 +127,10 @@ static void need(bool ok, const char* knob, const std::string& why) {
 // chunks r and 2cp-1-r, so the sequence must divide by 2 x cp.
 static void check_context_parallel(const Plan& p) {
   if (p.cp == 1) return;
-  need(p.seq % (2 * static_cast<std::int64_t>(p.cp)) == 0, "--cp",
-       "sequence " + std::to_string(p.seq) + " is not divisible by 2 x cp = " + std::to_string(2 * p.cp) +
-           " (load-balanced sharding gives each rank two chunks)");
+  need(p.seq % (2 * static_cast<std::int64_t>(p.cp)) == 0, "--cp", [&] {
+    return "sequence " + std::to_string(p.seq) + " is not divisible by 2 x cp = " + std::to_string(2 * p.cp) +
+           " (load-balanced sharding gives each rank two chunks)";
+  });
 }
 
 // Expert parallelism as torchtitan builds it (torchtitan/distributed/parallel_dims.py at 08da451f2,
@@ -133,18 +143,22 @@ static void check_expert_parallel(const Plan& p, const ModelGraph& model) {
   int experts = 0;
   for (const Layer* l : model.order()) {
     if (l->moe_experts == 0) continue;
-    need(l->moe_experts >= p.ep, "--ep",
-         "ep " + std::to_string(p.ep) + " exceeds the " + std::to_string(l->moe_experts) + " experts of " +
-             l->name);
-    need(l->moe_experts % p.ep == 0, "--ep",
-         "ep " + std::to_string(p.ep) + " does not divide the " + std::to_string(l->moe_experts) +
-             " experts of " + l->name);
+    need(l->moe_experts >= p.ep, "--ep", [&] {
+      return "ep " + std::to_string(p.ep) + " exceeds the " + std::to_string(l->moe_experts) +
+             " experts of " + l->name;
+    });
+    need(l->moe_experts % p.ep == 0, "--ep", [&] {
+      return "ep " + std::to_string(p.ep) + " does not divide the " + std::to_string(l->moe_experts) +
+             " experts of " + l->name;
+    });
     experts = l->moe_experts;
   }
   need(experts > 0, "--ep", "the model has no mixture-of-experts layers (expert parallelism needs experts)");
-  need(p.fsdp_ranks() % p.ep == 0, "--ep",
-       "ep " + std::to_string(p.ep) + " does not divide dp_shard x cp = " + std::to_string(p.shard_group) +
-           " x " + std::to_string(p.cp) + " (torchtitan carves the EP ranks out of them)");
+  need(p.fsdp_ranks() % p.ep == 0, "--ep", [&] {
+    return "ep " + std::to_string(p.ep) +
+           " does not divide dp_shard x cp = " + std::to_string(p.shard_group) + " x " +
+           std::to_string(p.cp) + " (torchtitan carves the EP ranks out of them)";
+  });
 }
 
 namespace {
@@ -155,27 +169,32 @@ namespace {
 /// --abort-on-unmet-fused-kernel-constraints). Its fallback, torch softmax in fp32, is not modelled.
 void check_attention_core(const Plan& p, const ModelGraph& model) {
   if (p.attention == AttentionCore::kFlash) return;
-  need(p.cp == 1, "--attention",
-       std::string(to_string(p.attention)) +
+  need(p.cp == 1, "--attention", [&] {
+    return std::string(to_string(p.attention)) +
            " attention materialises the s x s scores; context parallelism "
-           "(ring attention) is modelled for flash attention only");
+           "(ring attention) is modelled for flash attention only";
+  });
   if (p.attention != AttentionCore::kFusedSoftmax) return;
   const std::int64_t s = p.seq, heads = model.spec().heads / p.tp;
   need(p.precision != Precision::kFp32, "--attention",
        "fused-softmax: Megatron's kernel takes fp16/bf16 scores only (fp32 falls back to torch softmax, not "
        "modelled)");
-  need(s > 16 && s <= 2048 && s % 4 == 0, "--attention",
-       "fused-softmax: Megatron's causal softmax kernel needs 16 < seq <= 2048 and seq % 4 == 0, got seq " +
-           std::to_string(s));
+  need(s > 16 && s <= 2048 && s % 4 == 0, "--attention", [&] {
+    return "fused-softmax: Megatron's causal softmax kernel needs 16 < seq <= 2048 and seq % 4 == 0, got "
+           "seq " +
+           std::to_string(s);
+  });
   // batches_per_block (scaled_masked_softmax.h get_batch_per_block): 128 threads over warps of min(2^k, 32)
   // lanes, 2 rows per warp up to 128 keys.
   std::int64_t pow2 = 1;
   while (pow2 < s) pow2 *= 2;
   const std::int64_t per_block = (128 / std::min<std::int64_t>(pow2, 32)) * (pow2 <= 128 ? 2 : 1);
   const std::int64_t batches = static_cast<std::int64_t>(p.mbs) * heads;
-  need(batches % 4 == 0 && batches % per_block == 0, "--attention",
-       "fused-softmax: Megatron's causal softmax kernel needs mbs x heads / tp (" + std::to_string(batches) +
-           ") divisible by 4 and by its " + std::to_string(per_block) + " rows per block");
+  need(batches % 4 == 0 && batches % per_block == 0, "--attention", [&] {
+    return "fused-softmax: Megatron's causal softmax kernel needs mbs x heads / tp (" +
+           std::to_string(batches) + ") divisible by 4 and by its " + std::to_string(per_block) +
+           " rows per block";
+  });
 }
 
 // The SDPA kernel F.scaled_dot_product_attention picks for the blocks' causal attention when the caller names
@@ -207,39 +226,48 @@ SdpaBackend default_sdpa_backend(GpuArch arch, Precision precision) {
 Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::int64_t global_batch) {
   const auto& s = model.spec();
   const int gpus = cluster.gpus();
-  need(p.zero >= 0 && p.zero <= 3, "--zero", "must be 0, 1, 2 or 3, got " + std::to_string(p.zero));
+  need(p.zero >= 0 && p.zero <= 3, "--zero",
+       [&] { return "must be 0, 1, 2 or 3, got " + std::to_string(p.zero); });
   need(p.tp >= 1, "--tp", "must be >= 1");
-  need(p.tp <= cluster.spec().node.nvlink_domain_gpus, "--tp",
-       "tp " + std::to_string(p.tp) + " exceeds the " +
-           std::to_string(cluster.spec().node.nvlink_domain_gpus) + " GPUs of one NVLink domain");
+  need(p.tp <= cluster.spec().node.nvlink_domain_gpus, "--tp", [&] {
+    return "tp " + std::to_string(p.tp) + " exceeds the " +
+           std::to_string(cluster.spec().node.nvlink_domain_gpus) + " GPUs of one NVLink domain";
+  });
   need(gpus % p.tp == 0, "--tp",
-       "tp " + std::to_string(p.tp) + " does not divide " + std::to_string(gpus) + " GPUs");
+       [&] { return "tp " + std::to_string(p.tp) + " does not divide " + std::to_string(gpus) + " GPUs"; });
   if (p.tp > 1) {
-    need(s.heads % p.tp == 0, "--tp",
-         "tp " + std::to_string(p.tp) + " does not divide the " + std::to_string(s.heads) +
-             " attention heads");
-    need(s.kv_heads % p.tp == 0 || p.tp % s.kv_heads == 0, "--tp",
-         "tp " + std::to_string(p.tp) + " and the " + std::to_string(s.kv_heads) + " KV heads do not divide");
-    need(s.ffn_hidden % p.tp == 0, "--tp",
-         "tp " + std::to_string(p.tp) + " does not divide the FFN width " + std::to_string(s.ffn_hidden));
-    need(s.vocab % p.tp == 0, "--tp",
-         "tp " + std::to_string(p.tp) + " does not divide the vocabulary " + std::to_string(s.vocab) +
-             " (pad the vocabulary)");
+    need(s.heads % p.tp == 0, "--tp", [&] {
+      return "tp " + std::to_string(p.tp) + " does not divide the " + std::to_string(s.heads) +
+             " attention heads";
+    });
+    need(s.kv_heads % p.tp == 0 || p.tp % s.kv_heads == 0, "--tp", [&] {
+      return "tp " + std::to_string(p.tp) + " and the " + std::to_string(s.kv_heads) +
+             " KV heads do not divide";
+    });
+    need(s.ffn_hidden % p.tp == 0, "--tp", [&] {
+      return "tp " + std::to_string(p.tp) + " does not divide the FFN width " + std::to_string(s.ffn_hidden);
+    });
+    need(s.vocab % p.tp == 0, "--tp", [&] {
+      return "tp " + std::to_string(p.tp) + " does not divide the vocabulary " + std::to_string(s.vocab) +
+             " (pad the vocabulary)";
+    });
   }
   check_pipeline_mesh(p, gpus);
-  need(p.cp >= 1 && (gpus / (p.tp * p.pp)) % p.cp == 0, "--cp",
-       "cp " + std::to_string(p.cp) + " does not divide the " + std::to_string(gpus / (p.tp * p.pp)) +
+  need(p.cp >= 1 && (gpus / (p.tp * p.pp)) % p.cp == 0, "--cp", [&] {
+    return "cp " + std::to_string(p.cp) + " does not divide the " + std::to_string(gpus / (p.tp * p.pp)) +
            " ranks left by tp x pp (gpus / (tp x pp) = " + std::to_string(gpus) + " / (" +
-           std::to_string(p.tp) + " x " + std::to_string(p.pp) + "))");
+           std::to_string(p.tp) + " x " + std::to_string(p.pp) + "))";
+  });
   // Mesh order: pp, dp_replicate, dp_shard, cp, tp (tp innermost; torchtitan ParallelDims).
   p.dp = gpus / (p.tp * p.cp * p.pp);
   // What the runtime has (capabilities.hpp): before the derived checks, a knob or combination the runtime
   // lacks is the first thing to say.
   check_capabilities(p, p.dp);
   if (p.shard_group == 0) p.shard_group = p.dp;
-  need(p.shard_group >= 1 && p.dp % p.shard_group == 0, "--shard-group",
-       "shard group " + std::to_string(p.shard_group) + " does not divide the " + std::to_string(p.dp) +
-           " data-parallel ranks");
+  need(p.shard_group >= 1 && p.dp % p.shard_group == 0, "--shard-group", [&] {
+    return "shard group " + std::to_string(p.shard_group) + " does not divide the " + std::to_string(p.dp) +
+           " data-parallel ranks";
+  });
   p.replicas = p.dp / p.shard_group;
   if (p.zero == 0) {
     need(p.shard_group == p.dp, "--shard-group", "ZeRO-0 shards nothing; a shard group makes no sense");
@@ -269,14 +297,16 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   if (p.seq == 0) p.seq = s.seq;
   need(p.seq >= 1 && p.seq <= (std::int64_t{1} << 22), "--seq", "must be in [1, 4194304]");
   if (s.positions == PositionKind::kLearned)
-    need(p.seq <= s.max_positions, "--seq",
-         "sequence " + std::to_string(p.seq) + " exceeds the model's " + std::to_string(s.max_positions) +
-             " learned positions");
+    need(p.seq <= s.max_positions, "--seq", [&] {
+      return "sequence " + std::to_string(p.seq) + " exceeds the model's " + std::to_string(s.max_positions) +
+             " learned positions";
+    });
   need(p.mbs >= 1 && p.mbs <= 65536, "--mbs", "must be in [1, 65536]");
   need(p.wrap >= 1, "--wrap", "must be >= 1");
-  need(p.wrap <= std::max(1, model.blocks()), "--wrap",
-       "wrap " + std::to_string(p.wrap) + " exceeds the model's " + std::to_string(model.blocks()) +
-           " blocks");
+  need(p.wrap <= std::max(1, model.blocks()), "--wrap", [&] {
+    return "wrap " + std::to_string(p.wrap) + " exceeds the model's " + std::to_string(model.blocks()) +
+           " blocks";
+  });
   need(p.prefetch >= 0 && p.prefetch <= 16, "--prefetch", "must be in [0, 16]");
   check_context_parallel(p);
   check_attention_core(p, model);
@@ -298,9 +328,10 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
         "and --pp 1");
   if (global_batch > 0) {
     const std::int64_t per_step = static_cast<std::int64_t>(p.dp) * p.mbs;
-    need(global_batch % per_step == 0, "--global-batch",
-         "global batch " + std::to_string(global_batch) +
-             " is not a multiple of dp x mbs = " + std::to_string(p.dp) + " x " + std::to_string(p.mbs));
+    need(global_batch % per_step == 0, "--global-batch", [&] {
+      return "global batch " + std::to_string(global_batch) +
+             " is not a multiple of dp x mbs = " + std::to_string(p.dp) + " x " + std::to_string(p.mbs);
+    });
     p.grad_accum = static_cast<int>(global_batch / per_step);
   }
   need(p.grad_accum >= 1 && p.grad_accum <= 1 << 20, "--grad-accum", "must be in [1, 1048576]");

@@ -268,12 +268,12 @@ StageSim simulate_stage(const ModelGraph& model, const Cluster& cluster, const C
                         const Plan& p, const StageContext& ctx, int s, std::size_t first, std::size_t last,
                         int blocks) {
   StageSim x;
-  x.graph = model.slice(first, last);
+  x.graph = std::make_shared<const ModelGraph>(model.slice(first, last));
   x.blocks = blocks;
   x.embedding = s == 0;
   x.head = s == p.stages() - 1;
   const RuntimeTraits& rt = ctx.traits;
-  Simulator sim(x.graph, cluster, costs);
+  Simulator sim(*x.graph, cluster, costs);
   sim.set_allocator_replay(ctx.allocator_replay);
   x.res = sim.run(ctx.stage_plan, ctx.detail);
   const StageTimes t = stage_times(sim.program(), sim.timeline());

@@ -2,6 +2,8 @@
 // what the pipeline takes from it: the stage's action costs and memory (parallel/'s StageCost) and its
 // per-step communication (docs/model.md "Pipeline parallelism"). Internal to simulate/.
 #pragma once
+#include <memory>
+
 #include "simulator/cost/cost.hpp"
 #include "simulator/model/model.hpp"
 #include "simulator/parallel/parallel.hpp"
@@ -12,7 +14,7 @@ namespace shardplan {
 
 /// Per stage: its slice of the model, simulated for one micro-batch.
 struct StageSim {
-  ModelGraph graph;
+  std::shared_ptr<const ModelGraph> graph;  ///< the stage's layers (shared by the copies of a twin stage)
   Result res;
   StageCost cost;
   Bytes gathered_bytes = 0;      ///< unsharded parameters held through the step (FSDP under PP)

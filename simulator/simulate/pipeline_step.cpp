@@ -350,9 +350,24 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
   const StageContext ctx = stage_context(model, p, detail, allocator_replay);
   std::vector<StageSim> st;
   st.reserve(at(S));
-  for (int s = 0; s < S; ++s)
+  std::vector<int> simulated;  // the stages simulated so far, each unlike the others
+  for (int s = 0; s < S; ++s) {
+    // A stage with an earlier one's layers, block boundaries and role (first, last, or between) simulates
+    // as it does (every stage runs the same stage plan): its copy. Detail runs keep each stage's labels.
+    const auto twin = std::find_if(simulated.begin(), simulated.end(), [&](int q) {
+      const std::size_t n = first[at(s) + 1] - first[at(s)];
+      return !detail && per_stage[at(q)] == per_stage[at(s)] && (q == 0) == (s == 0) &&
+             (q == S - 1) == (s == S - 1) && first[at(q) + 1] - first[at(q)] == n &&
+             model.same_slices(first[at(q)], first[at(s)], n);
+    });
+    if (twin != simulated.end()) {
+      st.push_back(st[at(*twin)]);
+      continue;
+    }
     st.push_back(
         simulate_stage(model, cluster, costs, p, ctx, s, first[at(s)], first[at(s) + 1], per_stage[at(s)]));
+    simulated.push_back(s);
+  }
 
   PipelineInputs pin = pipeline_inputs(cluster, costs, p, ctx, st);
   const PipelineRun run = run_pipeline(pin);
