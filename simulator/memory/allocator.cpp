@@ -1,7 +1,8 @@
 // The caching-allocator replay: a line-by-line model of DeviceCachingAllocator's placement decisions
-// (malloc, get_free_block, alloc_block, alloc_found_block, free_block, the release paths and the
-// expandable-segment mapping), pytorch/pytorch c10/cuda/CUDACachingAllocator.cpp at commit 001074d2. Function
-// names follow PyTorch's.
+// (malloc, get_free_block, alloc_block, alloc_found_block, free_block and the release paths),
+// pytorch/pytorch c10/cuda/CUDACachingAllocator.cpp at commit 001074d2. Function names follow PyTorch's. The
+// expandable-segment mapping is in allocator_expandable.cpp, the invariants and snapshot in
+// allocator_check.cpp.
 #include "simulator/memory/allocator.hpp"
 
 #include <algorithm>
@@ -9,6 +10,8 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+
+#include "core/checked.hpp"
 
 namespace shardplan {
 
@@ -18,9 +21,6 @@ constexpr Bytes kUnlimited = std::numeric_limits<Bytes>::max();
 // device's memory (ExpandableSegment constructor, find_expandable_block); 16 TiB stands in for "more than any
 // device".
 constexpr Bytes kDefaultExpandableSpan = Bytes{1} << 44;
-Bytes ceil_div(Bytes a, Bytes b) {
-  return (a + b - 1) / b;
-}
 }  // namespace
 
 // Node sizes rounded up to max_align_t so every slot of a chunk (from operator new[]) is suitably aligned.
@@ -502,254 +502,6 @@ void CachingAllocator::release_blocks(Pool& pool) {
     const Block& b = blocks_[static_cast<std::size_t>(id)];
     if (b.live && !b.mapped && !b.is_split()) release_expandable_segment(id);
   }
-}
-
-void CachingAllocator::release_expandable_segment(BlockId id) {
-  erase_unmapped(id);
-  delete_block(id);
-  --stats_.expandable_segments;
-}
-
-BlockId CachingAllocator::find_expandable_block(const Params& p) {
-  Pool& pool = pool_of(p.small);
-  auto allocatable = [this](BlockId id) {
-    return id != kNoBlock && !blocks_[static_cast<std::size_t>(id)].allocated;
-  };
-  auto has_available_address_space = [&](BlockId id) {
-    Bytes bytes = 0;
-    while (bytes < p.size && allocatable(id)) {
-      bytes += blocks_[static_cast<std::size_t>(id)].size;
-      id = blocks_[static_cast<std::size_t>(id)].next;
-    }
-    return bytes >= p.size;
-  };
-  // The lowest-address unmapped range of this stream (with the free block just before it) that has room.
-  for (auto it = pool.unmapped.lower_bound(AddrKey{p.stream, -1, kNoBlock});
-       it != pool.unmapped.end() && it->stream == p.stream; ++it) {
-    BlockId c = it->id;
-    const BlockId prev = blocks_[static_cast<std::size_t>(c)].prev;
-    if (allocatable(prev)) c = prev;
-    if (has_available_address_space(c)) return c;
-  }
-  // A new segment: 2 MiB pages for the small pool, 20 MiB pages for the large pool.
-  const Bytes page = p.small ? kSmallBuffer : kLargeBuffer;
-  const Bytes span = page * ceil_div(page_span_bytes_, page);
-  const BlockId id = new_block();
-  Block& b = blocks_[static_cast<std::size_t>(id)];
-  b.ptr = next_address_;
-  b.size = span;
-  b.stream = p.stream;
-  b.small = p.small;
-  b.mapped = false;
-  b.segment = static_cast<std::int32_t>(segment_base_.size());
-  segment_base_.push_back(next_address_);
-  next_address_ += span;
-  insert_unmapped(id);
-  ++stats_.expandable_segments;
-  return id;
-}
-
-bool CachingAllocator::map_block(BlockId id, Bytes size) {
-  const Block& b0 = blocks_[static_cast<std::size_t>(id)];
-  const Bytes page = b0.small ? kSmallBuffer : kLargeBuffer;
-  const Bytes base = segment_base_[static_cast<std::size_t>(b0.segment)];
-  // ExpandableSegment::map maps whole pages [segmentLeft(ptr), segmentRight(ptr + size)); an unmapped block
-  // always starts on a page boundary.
-  const Bytes begin = (b0.ptr - base) / page;
-  const Bytes end = ceil_div(b0.ptr + size - base, page);
-  const Bytes mapped = (end - begin) * page;
-  if (mapped == 0 || !fits_capacity(mapped)) return false;  // cuMemCreate out of memory: nothing mapped
-  Pool& pool = pool_of(b0.small);
-  erase_unmapped(id);
-  blocks_[static_cast<std::size_t>(id)].mapped = true;
-  if (mapped < blocks_[static_cast<std::size_t>(id)].size) {
-    const BlockId rem = new_block();
-    Block& b = blocks_[static_cast<std::size_t>(id)];
-    Block& r = blocks_[static_cast<std::size_t>(rem)];
-    r.ptr = b.ptr + mapped;
-    r.size = b.size - mapped;
-    r.stream = b.stream;
-    r.small = b.small;
-    r.segment = b.segment;
-    r.mapped = false;
-    splice(rem, id, b.next);
-    insert_unmapped(rem);
-    blocks_[static_cast<std::size_t>(id)].size = mapped;
-  }
-  try_merge_blocks(id, blocks_[static_cast<std::size_t>(id)].prev, pool);
-  try_merge_blocks(id, blocks_[static_cast<std::size_t>(id)].next, pool);
-  insert_free(id);
-  ++stats_.num_device_alloc;
-  add_reserved(mapped);
-  return true;
-}
-
-BlockId CachingAllocator::try_allocate_expandable_block(const Params& p) {
-  BlockId c = find_expandable_block(p);
-  if (!blocks_[static_cast<std::size_t>(c)].mapped &&
-      !map_block(c, std::min(blocks_[static_cast<std::size_t>(c)].size, p.size)))
-    return kNoBlock;
-  while (blocks_[static_cast<std::size_t>(c)].size < p.size) {
-    // invariant: free -> unmapped -> ...; map_block maps part of the unmapped range and merges the free block
-    // in
-    const Bytes remaining = p.size - blocks_[static_cast<std::size_t>(c)].size;
-    const BlockId nc = blocks_[static_cast<std::size_t>(c)].next;
-    if (!map_block(nc, std::min(remaining, blocks_[static_cast<std::size_t>(nc)].size))) return kNoBlock;
-    c = nc;
-  }
-  erase_free(c);
-  return c;
-}
-
-void CachingAllocator::unmap_block(BlockId id) {
-  const Block b0 = blocks_[static_cast<std::size_t>(id)];
-  const Bytes page = b0.small ? kSmallBuffer : kLargeBuffer;
-  const Bytes base = segment_base_[static_cast<std::size_t>(b0.segment)];
-  // ExpandableSegment::unmap releases only the pages that lie entirely inside the free block.
-  const Bytes begin = ceil_div(b0.ptr - base, page);
-  const Bytes end = (b0.ptr + b0.size - base) / page;
-  if (begin >= end) return;
-  const Bytes unmapped_ptr = base + begin * page;
-  const Bytes unmapped_size = (end - begin) * page;
-  Pool& pool = pool_of(b0.small);
-  erase_free(id);
-  const Bytes before = unmapped_ptr - b0.ptr;
-  if (before > 0) {
-    const BlockId bf = new_block();
-    Block& f = blocks_[static_cast<std::size_t>(bf)];
-    f.ptr = b0.ptr;
-    f.size = before;
-    f.stream = b0.stream;
-    f.small = b0.small;
-    f.segment = b0.segment;
-    splice(bf, blocks_[static_cast<std::size_t>(id)].prev, id);
-    insert_free(bf);
-  }
-  const Bytes after = b0.size - before - unmapped_size;
-  if (after > 0) {
-    const BlockId af = new_block();
-    Block& f = blocks_[static_cast<std::size_t>(af)];
-    f.ptr = unmapped_ptr + unmapped_size;
-    f.size = after;
-    f.stream = b0.stream;
-    f.small = b0.small;
-    f.segment = b0.segment;
-    splice(af, id, blocks_[static_cast<std::size_t>(id)].next);
-    insert_free(af);
-  }
-  Block& b = blocks_[static_cast<std::size_t>(id)];
-  b.ptr = unmapped_ptr;
-  b.size = unmapped_size;
-  b.mapped = false;
-  try_merge_blocks(id, blocks_[static_cast<std::size_t>(id)].prev, pool);
-  try_merge_blocks(id, blocks_[static_cast<std::size_t>(id)].next, pool);
-  insert_unmapped(id);
-  stats_.reserved_bytes -= unmapped_size;
-  ++stats_.num_device_free;
-}
-
-void CachingAllocator::describe_state(std::vector<std::int64_t>& out) const {
-  scratch_order_.clear();
-  for (std::size_t i = 0; i < blocks_.size(); ++i)
-    if (blocks_[i].live) scratch_order_.push_back(static_cast<BlockId>(i));
-  std::sort(scratch_order_.begin(), scratch_order_.end(), [this](BlockId a, BlockId b) {
-    return blocks_[static_cast<std::size_t>(a)].ptr < blocks_[static_cast<std::size_t>(b)].ptr;
-  });
-  out.clear();
-  out.push_back(next_address_);
-  for (BlockId id : scratch_order_) {
-    const Block& b = blocks_[static_cast<std::size_t>(id)];
-    out.push_back(b.ptr);
-    out.push_back(b.size);
-    out.push_back(b.stream);
-    out.push_back((b.allocated ? 1 : 0) | (b.mapped ? 2 : 0) | (b.small ? 4 : 0) | (b.is_split() ? 8 : 0));
-    out.push_back(b.segment);
-  }
-}
-
-Bytes CachingAllocator::cached_bytes() const {
-  Bytes total = 0;
-  for (const Pool* pool : {&small_, &large_})
-    for (const SizeKey& k : pool->blocks) total += k.size;
-  return total;
-}
-
-std::string CachingAllocator::check_invariants() const {
-  auto at = [this](BlockId id) -> const Block& { return blocks_[static_cast<std::size_t>(id)]; };
-  Bytes allocated = 0, reserved = 0, inactive_split = 0;
-  std::int64_t live_allocations = 0, segments = 0, expandable = 0, free_mapped = 0, unmapped = 0,
-               inactive_blocks = 0, whole_free = 0;
-  for (std::size_t i = 0; i < blocks_.size(); ++i) {
-    const Block& b = blocks_[i];
-    if (!b.live || b.prev != kNoBlock) continue;
-    const BlockId head = static_cast<BlockId>(i);
-    Bytes total = 0;
-    for (BlockId id = head; id != kNoBlock; id = at(id).next) {
-      const Block& x = at(id);
-      if (!x.live) return "dead block " + std::to_string(id) + " linked in a segment";
-      if (x.next != kNoBlock) {
-        const Block& n = at(x.next);
-        if (n.prev != id) return "broken prev link after block " + std::to_string(id);
-        if (n.ptr != x.ptr + x.size) return "blocks " + std::to_string(id) + " and next are not contiguous";
-        if (n.stream != x.stream || n.small != x.small || n.segment != x.segment)
-          return "segment of block " + std::to_string(id) + " mixes streams, pools or segments";
-        if (!x.allocated && !n.allocated && x.mapped == n.mapped)
-          return "free neighbours " + std::to_string(id) + " and next were not merged";
-      }
-      if (x.allocated) {
-        if (!x.mapped) return "allocated block " + std::to_string(id) + " is unmapped";
-        allocated += x.size;
-        ++live_allocations;
-      } else if (x.mapped) {
-        ++free_mapped;
-        const bool whole = x.segment < 0 && !x.is_split();
-        const auto& list = pool_of_const(x.small).whole;
-        if (whole != (x.whole_index >= 0 && static_cast<std::size_t>(x.whole_index) < list.size() &&
-                      list[static_cast<std::size_t>(x.whole_index)] == id))
-          return "free block " + std::to_string(id) + " is misfiled in the whole-segment index";
-        whole_free += whole ? 1 : 0;
-        if (!pool_of_const(x.small).blocks.count(SizeKey{x.stream, x.size, x.ptr, id}))
-          return "free block " + std::to_string(id) + " missing from its pool";
-        if (x.segment < 0 && x.is_split()) {
-          inactive_split += x.size;
-          ++inactive_blocks;
-        }
-      } else {
-        ++unmapped;
-        if (!pool_of_const(x.small).unmapped.count(AddrKey{x.stream, x.ptr, id}))
-          return "unmapped block " + std::to_string(id) + " missing from its pool";
-      }
-      if (x.mapped) total += x.size;
-    }
-    reserved += total;
-    if (b.segment < 0) {
-      ++segments;
-      if (total % kRoundLarge !=
-          0)  // kSmallBuffer, kLargeBuffer and kRoundLarge multiples are all 2 MiB multiples
-        return "segment at " + std::to_string(b.ptr) + " has an impossible size " + std::to_string(total);
-    } else {
-      ++expandable;
-    }
-  }
-  const auto set_sizes = static_cast<std::int64_t>(small_.blocks.size() + large_.blocks.size());
-  const auto unmapped_sizes = static_cast<std::int64_t>(small_.unmapped.size() + large_.unmapped.size());
-  if (set_sizes != free_mapped)
-    return "free sets hold " + std::to_string(set_sizes) + " blocks, segments " + std::to_string(free_mapped);
-  if (unmapped_sizes != unmapped) return "unmapped sets disagree with the segments";
-  if (static_cast<std::int64_t>(small_.whole.size() + large_.whole.size()) != whole_free)
-    return "the whole-segment index holds blocks that are not free whole segments";
-  if (allocated != stats_.allocated_bytes) return "allocated_bytes disagrees with the live blocks";
-  if (live_allocations != stats_.allocations) return "allocation count disagrees with the live blocks";
-  if (reserved != stats_.reserved_bytes) return "reserved_bytes disagrees with the segments";
-  if (segments != stats_.segments || expandable != stats_.expandable_segments)
-    return "segment counts disagree";
-  if (inactive_split != stats_.inactive_split_bytes || inactive_blocks != stats_.inactive_split_blocks)
-    return "inactive_split disagrees with the split free blocks";
-  if (stats_.reserved_bytes != stats_.allocated_bytes + cached_bytes())
-    return "reserved != allocated + cached";
-  if (config_.capacity_bytes > 0 && stats_.reserved_peak_bytes > config_.capacity_bytes)
-    return "reserved above capacity";
-  return {};
 }
 
 }  // namespace shardplan
