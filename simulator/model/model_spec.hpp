@@ -99,12 +99,15 @@ struct ModelSpec {
   }
 };
 
+/// Bound of any model dimension a spec or config may give: 16M, wider than any real model dimension.
+inline constexpr std::int64_t kMaxDim = std::int64_t{1} << 24;
+
 /// Reads a "shardplan.model/1" object strictly. `file` and the object's pointer go into errors.
 ModelSpec parse_model_spec(JsonObj obj);
 Json model_spec_to_json(const ModelSpec& s);
-/// Reads a Hugging Face config.json (llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, deepseek_v3, llama4,
-/// gemma2, gemma3, phi3, olmo2, gpt_neox, mpt, bloom, gpt2). Vision towers of multimodal configs are left
-/// out.
+/// Reads a Hugging Face config.json (llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, deepseek_v2,
+/// deepseek_v3, llama4, gemma2, gemma3, phi3, olmo2, gpt_oss, gpt_neox, mpt, bloom, gpt2; hf_config.cpp).
+/// Vision towers of multimodal configs are left out.
 ModelSpec parse_hf_config(const Json& j, const std::string& file);
 /// Checks the spec is a buildable transformer; throws InputError naming the field.
 void validate_model_spec(const ModelSpec& s, const std::string& file);
