@@ -13,6 +13,7 @@
 #include "simulator/model/presets.hpp"
 #include "simulator/plan/plan_types.hpp"
 #include "simulator/plan/runtime.hpp"
+#include "simulator/simulate/pipeline_step.hpp"
 #include "simulator/simulate/simulate.hpp"
 #include "tests/common/fixture.hpp"
 #include "topologies/cluster.hpp"
@@ -108,6 +109,29 @@ inline ModelGraph merge_blocks(const ModelGraph& m) {
   for (std::size_t i = 1; i < out.size(); ++i) edges.push_back({i - 1, i});
   j["edges"] = edges;
   return ModelGraph::from_graph_json(j, "merged " + m.spec().name);
+}
+
+/// `pp` x `V` identical stages of `f` s forward and `b` s backward (each half input, half weight gradient)
+/// over `m` micro-batches, `p2p` s per send; each micro-batch's activations `act_bytes` (the forward's
+/// working set ends holding them, the backward's starts holding them).
+inline PipelineInputs equal_stages(PpSchedule s, int pp, int V, int m, double f, double b, double p2p = 0,
+                                   Bytes act_bytes = 1000) {
+  PipelineInputs in;
+  in.schedule = s;
+  in.pp = pp;
+  in.virtual_stages = V;
+  in.micro_batches = m;
+  in.p2p_s = p2p;
+  StageCost c;
+  c.fwd_s = f;
+  c.bwd_s = b;
+  c.bwd_input_s = b / 2;
+  c.bwd_weight_s = b / 2;
+  c.act_bytes = act_bytes;
+  c.fwd_work.act_bytes = act_bytes;
+  c.bwd_work.act_bytes = act_bytes;
+  in.stages.assign(static_cast<std::size_t>(pp * V), c);
+  return in;
 }
 
 }  // namespace shardplan::test

@@ -11,29 +11,10 @@
 
 using namespace shardplan;
 using Catch::Matchers::Contains;
+using shardplan::test::equal_stages;
 using shardplan::test::Setup;
 
 namespace {
-
-PipelineInputs equal_stages(PpSchedule s, int pp, int V, int m, double f, double b, double p2p = 0) {
-  PipelineInputs in;
-  in.schedule = s;
-  in.pp = pp;
-  in.virtual_stages = V;
-  in.micro_batches = m;
-  in.p2p_s = p2p;
-  StageCost c;
-  c.fwd_s = f;
-  c.bwd_s = b;
-  c.bwd_input_s = b / 2;
-  c.bwd_weight_s = b / 2;
-  c.act_bytes = 1000;
-  // A forward's working set ends holding its own activations; a backward's starts holding them.
-  c.fwd_work.act_bytes = 1000;
-  c.bwd_work.act_bytes = 1000;
-  in.stages.assign(static_cast<std::size_t>(pp * V), c);
-  return in;
-}
 
 int count_ops(const std::vector<PipeAction>& o, PipeOp op) {
   int n = 0;

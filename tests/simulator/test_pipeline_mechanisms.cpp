@@ -19,20 +19,9 @@ using shardplan::test::Setup;
 
 namespace {
 
+// Identical stages without activation bytes: these tests look at time only.
 PipelineInputs stages(PpSchedule s, int pp, int V, int m, double f, double b, double p2p = 0) {
-  PipelineInputs in;
-  in.schedule = s;
-  in.pp = pp;
-  in.virtual_stages = V;
-  in.micro_batches = m;
-  in.p2p_s = p2p;
-  StageCost c;
-  c.fwd_s = f;
-  c.bwd_s = b;
-  c.bwd_input_s = b / 2;
-  c.bwd_weight_s = b / 2;
-  in.stages.assign(static_cast<std::size_t>(pp * V), c);
-  return in;
+  return test::equal_stages(s, pp, V, m, f, b, p2p, 0);
 }
 
 PpSchedule schedule_named(const std::string& n) {
