@@ -103,14 +103,175 @@ CollectiveCost nccl_tests_row(const CostModel& cm, CollectiveKind kind, double b
 }
 }  // namespace
 
+namespace {
+struct CollectiveArgs {
+  std::string kind = "all_gather", cluster = "dgx-h100", calibration, json, algo, compare;
+  double bytes = 0;
+  int ranks = 8, stride = 1, gpus_per_node = 0, log_ranks = 0;
+};
+
+/// With --compare: the log's first table, whose kind and ranks replace --kind and --ranks.
+std::optional<calibration::NcclTestsRun> load_compare_log(CollectiveArgs& a) {
+  if (a.compare.empty()) return std::nullopt;
+  calibration::NcclTestsOverrides ov;
+  if (a.gpus_per_node > 0) ov.gpus_per_node = a.gpus_per_node;
+  if (a.log_ranks > 0) ov.ranks = a.log_ranks;
+  auto imp = calibration::parse_nccl_tests_file(a.compare, ov);
+  if (imp.runs.empty()) throw InputError(a.compare, "", "no nccl-tests table");
+  calibration::NcclTestsRun log = imp.runs.front();
+  a.kind = std::string(collective_name(log.kind));
+  a.ranks = log.ranks;
+  a.bytes = 1;
+  return log;
+}
+
+CollectiveKind checked_collective_args(const CollectiveArgs& a) {
+  auto kind = parse_collective(a.kind);
+  if (!kind || (*kind != CollectiveKind::kAllGather && *kind != CollectiveKind::kReduceScatter &&
+                *kind != CollectiveKind::kAllReduce))
+    throw InputError::flag("--kind", "unknown collective \"" + a.kind +
+                                         "\"; expected one of: all_gather, reduce_scatter, all_reduce");
+  if (!(a.bytes > 0) || a.bytes > 1e15) throw InputError::flag("--bytes", "must be in (0, 1e15]");
+  if (a.ranks < 1 || a.ranks > (1 << 22)) throw InputError::flag("--ranks", "must be in [1, 4194304]");
+  if (a.stride < 1) throw InputError::flag("--stride", "must be >= 1");
+  return *kind;
+}
+
+/// The cluster the group lives in: whole NVLink domains covering ranks x stride GPUs.
+Cluster collective_cluster(const CollectiveArgs& a) {
+  ClusterSpec spec = load_cluster_spec(a.cluster);
+  const int domain = spec.node.nvlink_domain_gpus;
+  const std::int64_t span = static_cast<std::int64_t>(a.ranks) * a.stride;
+  const int gpus = static_cast<int>(span <= domain ? domain : (span + domain - 1) / domain * domain);
+  return Cluster(std::move(spec), gpus);
+}
+
+/// Every size >= 1 MiB of the log's first table (out-of-place column) against the model; errors are model /
+/// measured - 1.
+int run_collective_compare(const CollectiveArgs& a, const calibration::NcclTestsRun& log, const CostModel& cm,
+                           CollectiveKind kind, const GroupView& g, const std::string& cluster) {
+  std::vector<double> errs;
+  Json rows = Json::array();
+  CollectiveCost last;
+  for (const auto& r : log.rows) {
+    if (r.bytes < kMiB) continue;
+    const double measured_s = r.oop_time_us * 1e-6;
+    bool host = false;
+    CollectiveCost c = nccl_tests_row(cm, kind, static_cast<double>(r.bytes), g, log.gpus_per_thread, host);
+    const double e = c.time_s / measured_s - 1.0;
+    errs.push_back(std::fabs(e));
+    rows.push_back({{"bytes", r.bytes},
+                    {"measured_s", measured_s},
+                    {"time_s", c.time_s},
+                    {"error", e},
+                    {"algorithm", c.algorithm},
+                    {"protocol", c.protocol},
+                    {"source", c.source},
+                    {"launch_bound", host}});
+    if (a.json != "-")
+      std::cout << fmt::format(
+          "{:>14} B  measured {:>10.1f} us  model {:>10.1f} us  {:+6.1f} %  {} {} ({}{})\n", r.bytes,
+          measured_s * 1e6, c.time_s * 1e6, e * 100, c.algorithm, c.protocol, c.source,
+          host ? ", host-bound" : "");
+    last = c;
+  }
+  if (errs.empty()) throw InputError(a.compare, "", "no size >= 1 MiB in the first table");
+  std::vector<double> sorted = errs;
+  std::sort(sorted.begin(), sorted.end());
+  const std::size_t m = sorted.size();
+  const double median = m % 2 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]);
+  Json j = {{"schema", "shardplan.collective-compare/1"},
+            {"log", a.compare},
+            {"kind", a.kind},
+            {"ranks", a.ranks},
+            {"nodes", g.nodes},
+            {"hosts", g.hosts},
+            {"cluster", cluster},
+            {"median_abs_error", median},
+            {"max_abs_error", sorted.back()},
+            {"rows", rows}};
+  if (a.json != "-")
+    std::cout << fmt::format(
+        "median |error| {:.1f} %, worst {:.1f} % over {} sizes >= 1 MiB; largest size: {}\n", median * 100,
+        sorted.back() * 100, m, last.why);
+  write_output(a.json, j.dump(1) + "\n");
+  return 0;
+}
+
+/// One collective's predicted time; `uncal` says why the calibration profile did not answer (empty when none
+/// was given or it answered).
+int print_collective(const CollectiveArgs& a, const CollectiveCost& c, const GroupView& g,
+                     const std::string& cluster, const std::string& uncal) {
+  const double algbw = c.time_s > 0 ? a.bytes / c.time_s : 0;
+  const double busbw = algbw * busbw_factor(*parse_collective(a.kind), a.ranks);
+  Json j = {{"schema", "shardplan.collective/1"},
+            {"kind", a.kind},
+            {"bytes", a.bytes},
+            {"ranks", a.ranks},
+            {"nodes", g.nodes},
+            {"hosts", g.hosts},
+            {"ranks_per_node", g.ranks_per_node},
+            {"cluster", cluster},
+            {"time_s", c.time_s},
+            {"algbw_Bps", algbw},
+            {"busbw_Bps", busbw},
+            {"algorithm", c.algorithm},
+            {"protocol", c.protocol},
+            {"channels", c.channels},
+            {"source", c.source},
+            {"why", c.why}};
+  if (!uncal.empty()) j["calibration_not_used"] = uncal;
+  if (a.json != "-") {
+    std::cout << fmt::format(
+        "{} of {} over {} ranks ({} NVLink domain{}, {} host{}) on {}: {:.2f} us, algbw {:.2f} "
+        "GB/s, busbw {:.2f} GB/s\n",
+        a.kind, format_bytes(a.bytes), a.ranks, g.nodes, g.nodes > 1 ? "s" : "", g.hosts,
+        g.hosts > 1 ? "s" : "", cluster, c.time_s * 1e6, algbw / kGB, busbw / kGB);
+    if (c.source == "analytic")
+      std::cout << fmt::format(
+          "  source: analytic model; algorithm {} / protocol {} / {} channels\n  why: {}\n", c.algorithm,
+          c.protocol, c.channels, c.why);
+    else
+      std::cout << fmt::format("  source: {} ({})\n", c.source, c.why);
+    if (!uncal.empty()) std::cout << "  calibration not used: " << uncal << "\n";
+  }
+  write_output(a.json, j.dump(1) + "\n");
+  return 0;
+}
+
+int run_collective(CollectiveArgs& a) {
+  const std::optional<calibration::NcclTestsRun> log = load_compare_log(a);
+  const CollectiveKind kind = checked_collective_args(a);
+  CollectiveConstants constants;
+  if (!a.algo.empty()) constants.algorithms = CollectiveAlgorithms::parse(a.algo);
+  Cluster cl = collective_cluster(a);
+  CalibrationHooks hooks;
+  std::shared_ptr<CalibrationProfile> prof;
+  if (!a.calibration.empty()) {
+    hooks = load_calibration_hooks(a.calibration);
+    prof = std::make_shared<CalibrationProfile>(CalibrationProfile::load(a.calibration));
+  }
+  CostModel cm(cl, std::nullopt, std::move(hooks), constants);
+  GroupView g = cl.group(a.ranks, a.stride);
+  if (log) return run_collective_compare(a, *log, cm, kind, g, cl.spec().name);
+  CollectiveCost c = cm.collective(kind, a.bytes, g);
+  // Why the profile did not answer (it always says when it cannot).
+  std::string uncal;
+  if (prof && c.source == "analytic") {
+    const CollectivePlacement where{g.ranks, g.hosts, g.nodes, g.ranks_per_node,
+                                    std::max(1, g.domain_gpus / std::max(1, g.host_gpus))};
+    auto shape = [&](int r, double b) {
+      return collective_cost(kind, b, with_ranks(g, r), constants).time_s;
+    };
+    (void)prof->collective_time(kind, static_cast<std::int64_t>(a.bytes), where, shape, &uncal);
+  }
+  return print_collective(a, c, g, cl.spec().name, uncal);
+}
+}  // namespace
+
 Command add_collective_command(CLI::App& app) {
   auto* sub = app.add_subcommand("collective", "predicted time and bandwidth of one collective");
-  struct Args {
-    std::string kind = "all_gather", cluster = "dgx-h100", calibration, json, algo, compare;
-    double bytes = 0;
-    int ranks = 8, stride = 1, gpus_per_node = 0, log_ranks = 0;
-  };
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<CollectiveArgs>();
   sub->add_option("--kind", a->kind, "all_gather | reduce_scatter | all_reduce")->capture_default_str();
   sub->add_option("--bytes", a->bytes, "whole buffer in bytes (nccl-tests' size column)");
   sub->add_option("--ranks", a->ranks, "ranks in the group")->capture_default_str();
@@ -128,145 +289,7 @@ Command add_collective_command(CLI::App& app) {
                   "with --compare: GPUs per host of the log when it names too few hosts");
   sub->add_option("--log-ranks", a->log_ranks, "with --compare: ranks of the log when it does not list them");
   sub->add_option("--json", a->json, "write the JSON result to FILE or - for stdout");
-  return {sub, [a]() {
-            std::optional<calibration::NcclTestsRun> log;
-            if (!a->compare.empty()) {
-              calibration::NcclTestsOverrides ov;
-              if (a->gpus_per_node > 0) ov.gpus_per_node = a->gpus_per_node;
-              if (a->log_ranks > 0) ov.ranks = a->log_ranks;
-              auto imp = calibration::parse_nccl_tests_file(a->compare, ov);
-              if (imp.runs.empty()) throw InputError(a->compare, "", "no nccl-tests table");
-              log = imp.runs.front();
-              a->kind = std::string(collective_name(log->kind));
-              a->ranks = log->ranks;
-              a->bytes = 1;
-            }
-            auto kind = parse_collective(a->kind);
-            if (!kind || (*kind != CollectiveKind::kAllGather && *kind != CollectiveKind::kReduceScatter &&
-                          *kind != CollectiveKind::kAllReduce))
-              throw InputError::flag("--kind",
-                                     "unknown collective \"" + a->kind +
-                                         "\"; expected one of: all_gather, reduce_scatter, all_reduce");
-            if (!(a->bytes > 0) || a->bytes > 1e15) throw InputError::flag("--bytes", "must be in (0, 1e15]");
-            if (a->ranks < 1 || a->ranks > (1 << 22))
-              throw InputError::flag("--ranks", "must be in [1, 4194304]");
-            if (a->stride < 1) throw InputError::flag("--stride", "must be >= 1");
-            CollectiveConstants constants;
-            if (!a->algo.empty()) constants.algorithms = CollectiveAlgorithms::parse(a->algo);
-            ClusterSpec spec = load_cluster_spec(a->cluster);
-            const int domain = spec.node.nvlink_domain_gpus;
-            const std::int64_t span = static_cast<std::int64_t>(a->ranks) * a->stride;
-            int gpus = static_cast<int>(span <= domain ? domain : (span + domain - 1) / domain * domain);
-            Cluster cl(std::move(spec), gpus);
-            CalibrationHooks hooks;
-            std::shared_ptr<CalibrationProfile> prof;
-            if (!a->calibration.empty()) {
-              hooks = load_calibration_hooks(a->calibration);
-              prof = std::make_shared<CalibrationProfile>(CalibrationProfile::load(a->calibration));
-            }
-            CostModel cm(cl, std::nullopt, std::move(hooks), constants);
-            GroupView g = cl.group(a->ranks, a->stride);
-            // Why the profile did not answer (it always says when it cannot).
-            auto not_calibrated = [&](double bytes) -> std::string {
-              if (!prof) return "";
-              std::string why;
-              const CollectivePlacement where{g.ranks, g.hosts, g.nodes, g.ranks_per_node,
-                                              std::max(1, g.domain_gpus / std::max(1, g.host_gpus))};
-              auto shape = [&](int r, double b) {
-                return collective_cost(*kind, b, with_ranks(g, r), constants).time_s;
-              };
-              (void)prof->collective_time(*kind, static_cast<std::int64_t>(bytes), where, shape, &why);
-              return why;
-            };
-            if (log) {
-              // Compare every size >= 1 MiB (out-of-place column) with the model; errors are model / measured
-              // - 1.
-              std::vector<double> errs;
-              Json rows = Json::array();
-              CollectiveCost last;
-              for (const auto& r : log->rows) {
-                if (r.bytes < kMiB) continue;
-                const double measured_s = r.oop_time_us * 1e-6;
-                bool host = false;
-                CollectiveCost c =
-                    nccl_tests_row(cm, *kind, static_cast<double>(r.bytes), g, log->gpus_per_thread, host);
-                const double e = c.time_s / measured_s - 1.0;
-                errs.push_back(std::fabs(e));
-                rows.push_back({{"bytes", r.bytes},
-                                {"measured_s", measured_s},
-                                {"time_s", c.time_s},
-                                {"error", e},
-                                {"algorithm", c.algorithm},
-                                {"protocol", c.protocol},
-                                {"source", c.source},
-                                {"launch_bound", host}});
-                if (a->json != "-")
-                  std::cout << fmt::format(
-                      "{:>14} B  measured {:>10.1f} us  model {:>10.1f} us  {:+6.1f} %  {} {} ({}{})\n",
-                      r.bytes, measured_s * 1e6, c.time_s * 1e6, e * 100, c.algorithm, c.protocol, c.source,
-                      host ? ", host-bound" : "");
-                last = c;
-              }
-              if (errs.empty()) throw InputError(a->compare, "", "no size >= 1 MiB in the first table");
-              std::vector<double> sorted = errs;
-              std::sort(sorted.begin(), sorted.end());
-              const std::size_t m = sorted.size();
-              const double median = m % 2 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]);
-              Json j = {{"schema", "shardplan.collective-compare/1"},
-                        {"log", a->compare},
-                        {"kind", a->kind},
-                        {"ranks", a->ranks},
-                        {"nodes", g.nodes},
-                        {"hosts", g.hosts},
-                        {"cluster", cl.spec().name},
-                        {"median_abs_error", median},
-                        {"max_abs_error", sorted.back()},
-                        {"rows", rows}};
-              if (a->json != "-")
-                std::cout << fmt::format(
-                    "median |error| {:.1f} %, worst {:.1f} % over {} sizes >= 1 MiB; largest size: {}\n",
-                    median * 100, sorted.back() * 100, m, last.why);
-              write_output(a->json, j.dump(1) + "\n");
-              return 0;
-            }
-            CollectiveCost c = cm.collective(*kind, a->bytes, g);
-            const double algbw = c.time_s > 0 ? a->bytes / c.time_s : 0;
-            const double busbw = algbw * busbw_factor(*kind, a->ranks);
-            const std::string uncal = c.source == "analytic" ? not_calibrated(a->bytes) : "";
-            Json j = {{"schema", "shardplan.collective/1"},
-                      {"kind", a->kind},
-                      {"bytes", a->bytes},
-                      {"ranks", a->ranks},
-                      {"nodes", g.nodes},
-                      {"hosts", g.hosts},
-                      {"ranks_per_node", g.ranks_per_node},
-                      {"cluster", cl.spec().name},
-                      {"time_s", c.time_s},
-                      {"algbw_Bps", algbw},
-                      {"busbw_Bps", busbw},
-                      {"algorithm", c.algorithm},
-                      {"protocol", c.protocol},
-                      {"channels", c.channels},
-                      {"source", c.source},
-                      {"why", c.why}};
-            if (!uncal.empty()) j["calibration_not_used"] = uncal;
-            if (a->json != "-") {
-              std::cout << fmt::format(
-                  "{} of {} over {} ranks ({} NVLink domain{}, {} host{}) on {}: {:.2f} us, algbw {:.2f} "
-                  "GB/s, busbw {:.2f} GB/s\n",
-                  a->kind, format_bytes(a->bytes), a->ranks, g.nodes, g.nodes > 1 ? "s" : "", g.hosts,
-                  g.hosts > 1 ? "s" : "", cl.spec().name, c.time_s * 1e6, algbw / kGB, busbw / kGB);
-              if (c.source == "analytic")
-                std::cout << fmt::format(
-                    "  source: analytic model; algorithm {} / protocol {} / {} channels\n  why: {}\n",
-                    c.algorithm, c.protocol, c.channels, c.why);
-              else
-                std::cout << fmt::format("  source: {} ({})\n", c.source, c.why);
-              if (!uncal.empty()) std::cout << "  calibration not used: " << uncal << "\n";
-            }
-            write_output(a->json, j.dump(1) + "\n");
-            return 0;
-          }};
+  return {sub, [a]() { return run_collective(*a); }};
 }
 
 namespace {
