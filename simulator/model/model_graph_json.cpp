@@ -460,6 +460,7 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
                          "a grouped expert weight stacks the layer's " + std::to_string(l.moe_experts) +
                              " experts, not " + std::to_string(l.tensors[t].stack));
     }
+    if (l.kind == LayerKind::kLoss) add_loss_tensors(l.loss_tensors);  // from the loss implementation
     boost::add_vertex(std::move(l), m.graph_);
   }
   const auto n = static_cast<std::int64_t>(layers.size());
