@@ -32,6 +32,13 @@ class MoeTensors(unittest.TestCase):
     def test_eager_top1(self):
         self.run_case("--tokens", "128", "--hidden", "64", "--ffn", "32", "--experts", "4", "--top-k", "1")
 
+    def test_lane_loop(self):
+        # The lane's SparseMoe (Hugging Face's loop) against --moe-impl loop: router scores fp32 (4·8), top-k ids
+        # and the expert-ordered pairs (2·8·2), the weights and their sum (4·2 + 4), the experts' token indices
+        # (8·2), inputs, down outputs and products (3·2·2·32), SwiGLU tensors (4·2·2·48), gathered weights (2·2):
+        # 32 + 32 + 12 + 16 + 384 + 768 + 4 = 1248 bytes per token.
+        self.assertEqual(self.run_case("--lane")["measured_bytes_per_token"], 1248)
+
     def test_compiled(self):
         # Inductor saves the experts' bf16 output (2·2·32) instead of the fp32 copy and recomputes SiLU:
         # 1220 - 256 + 128 - 192 = 900.

@@ -16,10 +16,11 @@ const Layer& first_moe(const ModelGraph& m) {
 }
 // Bytes per token (16-bit compute, TP 1, no AC) of the layer's tensors saved by eager autograd (or inductor),
 // the layer's input left out.
-double saved_per_token(const Layer& l, bool compiled) {
+double saved_per_token(const Layer& l, bool compiled, ActOnly only = ActOnly::kMoeGrouped) {
   double b = 0;
   for (const ActTensor& a : l.activations)
-    if (a.name != "input" && a.only == ActOnly::kAlways && (compiled ? a.compiled : a.eager))
+    if (a.name != "input" && (a.only == ActOnly::kAlways || a.only == only) &&
+        (compiled ? a.compiled : a.eager))
       b += a.per_token * act_dtype_bytes(a.dtype, 2.0);
   return b;
 }
@@ -73,4 +74,27 @@ TEST_CASE("MoE routing tensors: lifetimes where a regime does not save them",
   CHECK(consumer("combine.float") == index_of("combine.mul"));
   CHECK(consumer("combine.mul") == index_of("combine.cast"));
   CHECK(consumer("combine.zeros") == index_of("w_down.out"));
+}
+
+TEST_CASE("MoE routing tensors: Hugging Face's loop over the experts (--moe-impl loop)",
+          "[simulator][moe][activations]") {
+  // Mixtral 8x7B: h 4096, 8 experts of f 14,336, top 2. The loop (transformers MixtralSparseMoeBlock; the
+  // reference lane's SparseMoe) saves, beyond the router's scores (4·8) and top-k ids (8·2): the renormalised
+  // weights and their sum (fp32 4·2 + 4), the pairs in expert order and each expert's token indices (int64
+  // 2·8·2), its gathered input (2·2·4096), the experts' SwiGLU tensors (4·2·2·14,336), each expert's down
+  // output and its product with the weights (2 x 2·2·4096) and its gathered weights (2·2):
+  // 32 + 16 + 12 + 32 + 16,384 + 229,376 + 32,768 + 4 = 278,624 bytes per token (measured on the lane's
+  // module at h 32, f 48, 8 experts, top 2: 1,248 bytes per token, the same terms); the grouped dispatcher's
+  // fp32 copy (4·2·4096) and indices are absent.
+  const ModelGraph m = load_model("mixtral-8x7b");
+  const Layer& moe = first_moe(m);
+  CHECK(saved_per_token(moe, false, ActOnly::kMoeLoop) == 278624.0);
+  // The plan decides which exist: the lower bound's saved bytes differ by the two lists' difference.
+  Plan p;
+  p.mbs = 1;
+  p.seq = 1024;
+  const double grouped = layer_saved_bytes(moe, p, 1024.0, false);
+  p.moe_impl = MoeImpl::kLoop;
+  const double loop = layer_saved_bytes(moe, p, 1024.0, false);
+  CHECK(grouped - loop == 1024.0 * (saved_per_token(moe, false) - 278624.0));
 }
