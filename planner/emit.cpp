@@ -95,6 +95,10 @@ std::string alloc_conf(const Plan& p) {
 /// Knobs that the router, the data or the model code decide rather than any config (every output format): a
 /// note of what the prediction assumed.
 void model_code_notes(const Plan& p, std::vector<std::string>& n) {
+  if (p.moe_impl != MoeImpl::kGrouped)
+    n.push_back(std::string("--moe-impl ") + to_string(p.moe_impl) +
+                ": the model code's MoE block decides; the prediction assumed Hugging Face's loop over the "
+                "experts");
   if (p.moe_imbalance != Plan{}.moe_imbalance)
     n.push_back(
         fmt::format("--moe-imbalance {}: the prediction assumed the busiest expert-parallel rank routes {} "
@@ -160,6 +164,11 @@ void check_expressible(const std::string& kind, const Plan& p) {
     refuse(std::string("--attention ") + to_string(p.attention) +
            ": torchtitan's decoders attend with fused kernels (flex / varlen in 0.3.0, SDPA or flex before), "
            "never a materialised s x s core; simulate with --attention flash");
+  if (titan && p.moe_impl != MoeImpl::kGrouped)
+    refuse(
+        std::string("--moe-impl ") + to_string(p.moe_impl) +
+        ": torchtitan's MoE reorders all routed rows and runs grouped GEMMs (models/common/moe.py); simulate "
+        "with --moe-impl grouped");
   if (titan && p.attention_dropout)
     refuse(
         "--attention-dropout: torchtitan's attention has no dropout (dropout_p 0); simulate without "

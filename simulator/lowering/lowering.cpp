@@ -54,128 +54,62 @@ void Lowering::run() {
     prog.carried.push_back({held_before, held_logits_id_});
 }
 
-void Lowering::loss_forward_effects() {
-  const double TV = logits_elems();
+// The loss: the loss layer's tensors of the plan's loss kernel (simulator/model/loss_tensors.cpp, one list
+// per implementation with its sources), op by op.
+Bytes Lowering::loss_bytes(const LossTensor& t) const {
+  const double lb = p_.loss_dtype == Dtype::kFp32 ? 4.0 : bc_;
+  return B(loss_tensor_bytes(t, logits_elems(), loss_tokens(), bc_, lb));
+}
+
+void Lowering::loss_op(int op) {
   constexpr auto A = MemCategory::kActivations;
-  if (p_.loss() == LossImpl::kCompiled && p_.tp > 1) {
-    // Compiled under loss_parallel() (vocab-sharded DTensor logits): inductor traces the DTensor handlers'
-    // local ops (torch/distributed/tensor/parallel/loss.py). torch 2.15, CPU inductor, fake process group,
-    // T = 64, V/tp = 500 (docs/model.md "Compiled loss"): the forward writes two T x V/tp fp32 buffers, one a
-    // temporary, one saved (with a per-token bool mask); the bf16 logits are not saved.
-    const Bytes logits = B(TV * bc_), f32 = B(TV * 4.0);
-    const std::int32_t lg = alloc_one(A, kPoolDefault, logits);
-    const std::int32_t tmp = alloc_one(A, kPoolDefault, f32);
-    loss_saved_id_ = alloc_one(A, kPoolDefault, f32);
-    loss_max_id_ = alloc_one(A, kPoolDefault, B(loss_tokens()));  // the bool mask
-    free_group(A, kPoolDefault, tmp, f32);
-    if (p_.hold_logits) {
-      free_group(A, kPoolDefault, held_logits_id_, logits);
-      held_logits_id_ = lg;
+  if (loss_list_.empty()) {
+    const LossKernel k = loss_kernel(p_, rt_);
+    for (const Layer* l : in_.model.order())
+      if (l->kind == LayerKind::kLoss) loss_list_ = loss_tensors_of(l->loss_tensors, k);
+    loss_ids_.assign(loss_list_.size(), -1);
+  }
+  for (std::size_t i = 0; i < loss_list_.size(); ++i) {
+    const LossTensor& t = *loss_list_[i];
+    if (t.made != op) continue;
+    loss_ids_[i] = alloc_one(A, kPoolDefault, loss_bytes(t));
+    if (t.freed == kLossToHead) loss_to_head_id_ = loss_ids_[i];
+  }
+  std::int32_t held = -1;
+  for (std::size_t i = 0; i < loss_list_.size(); ++i) {
+    const LossTensor& t = *loss_list_[i];
+    if (t.freed != op || t.made == kLossCarried) continue;
+    if (t.held && p_.hold_logits) {
+      held = loss_ids_[i];  // the loop's reference keeps it into the next micro-step
     } else {
-      free_group(A, kPoolDefault, lg, logits);
+      free_group(A, kPoolDefault, loss_ids_[i], loss_bytes(t));
     }
-    return;
+    loss_ids_[i] = -1;
   }
-  if (p_.loss() == LossImpl::kCompiled) {
-    // torch.compile'd cross-entropy (torchtitan components/loss.py since bbb1b616e): inductor's forward
-    // reduces each row without a T x V temporary and saves its input (the logits, in the compute dtype) and
-    // two fp32 per-token statistics, the row max and the log of the sum of exponentials (torch 2.15, CPU
-    // inductor: saved tensors (T, V) bf16, labels, (T, 1) fp32 twice, the scalar; see docs/model.md "Loss").
-    const Bytes logits = B(TV * bc_), stat = B(loss_tokens() * 4.0);
-    const std::int32_t lg = alloc_one(A, kPoolDefault, logits);
-    loss_max_id_ = alloc_one(A, kPoolDefault, stat);
-    loss_lse_id_ = alloc_one(A, kPoolDefault, stat);
-    if (p_.hold_logits) {  // the loop's reference keeps the logits; the compiled graph saves the same tensor
-      free_group(A, kPoolDefault, held_logits_id_, logits);
-      held_logits_id_ = lg;
-      loss_saved_id_ = -1;
-    } else {
-      loss_saved_id_ = lg;
-    }
-    return;
+  if (!p_.hold_logits) return;
+  for (const LossTensor* t : loss_list_) {
+    if (t->made != kLossCarried || t->freed != op) continue;
+    // Rebinding `pred` drops the previous micro-step's model output (the step starts with one held:
+    // initial_allocation).
+    free_group(A, kPoolDefault, held_logits_id_, loss_bytes(*t));
+    for (std::size_t i = 0; i < loss_list_.size(); ++i)
+      if (loss_list_[i]->held && held < 0) held = loss_ids_[i];
   }
-  // Eager: logits in the compute dtype; with an fp32 loss an fp32 copy and the fp32 log-softmax output
-  // (saved), with a 16-bit loss the log-softmax output only; the logits (and the copy) die after the loss.
-  const bool f32_loss = p_.loss_dtype == Dtype::kFp32;
-  const double lb = f32_loss ? 4.0 : bc_;  // bytes per element of the loss input and its log-softmax
-  const Bytes logits = B(TV * bc_), loss_in = B(lb * TV);
-  const std::int32_t lg = f32_loss ? alloc_one(A, kPoolDefault, logits) : -1;
-  const std::int32_t li = alloc_one(A, kPoolDefault, loss_in);
-  if (p_.hold_logits) {
-    // The loop's `pred = model(...)` drops the previous micro-step's logits only now; this one's stays
-    // referenced through backward (the step starts with one held: initial_allocation).
-    free_group(A, kPoolDefault, lg, logits);
-    free_group(A, kPoolDefault, held_logits_id_, loss_in);
-    held_logits_id_ = li;
-    loss_saved_id_ = alloc_one(A, kPoolDefault, loss_in);
-  } else {
-    loss_saved_id_ = alloc_one(A, kPoolDefault, loss_in);  // the saved log-softmax output
-    free_group(A, kPoolDefault, lg, logits);
-    free_group(A, kPoolDefault, li, loss_in);
-  }
+  if (held >= 0) held_logits_id_ = held;
+}
+
+void Lowering::loss_forward_effects() {
+  const LossOps o = loss_ops(loss_kernel(p_, rt_));
+  for (int op = 0; op < o.forward_ops; ++op) loss_op(op);
 }
 
 std::int32_t Lowering::loss_backward_effects() {
   // Returns the group of the logits' gradient in the compute dtype that the head's backward reads (its
   // caller frees it, logits_elems() x the compute dtype's bytes).
-  const double TV = logits_elems();
-  constexpr auto A = MemCategory::kActivations;
-  const Bytes cast = B(TV * bc_);
-  if (p_.loss() == LossImpl::kCompiled && p_.tp > 1) {
-    // Compiled loss parallel: one bf16 T x V/tp gradient written from the saved fp32 buffer (same check).
-    const std::int32_t g = alloc_one(A, kPoolDefault, cast);
-    free_group(A, kPoolDefault, loss_saved_id_, B(TV * 4.0));
-    free_group(A, kPoolDefault, loss_max_id_, B(loss_tokens()));
-    loss_saved_id_ = loss_max_id_ = -1;
-    return g;
-  }
-  if (p_.loss() == LossImpl::kCompiled) {
-    // Inductor's fused backward recomputes softmax from the saved logits and statistics and writes the
-    // logits' gradient, already in the compute dtype (the .float() cast fused), in one kernel: one T x V
-    // buffer (torch 2.15 CPU inductor output code: one (T, V) bf16 empty_strided, the saved inputs deleted
-    // after it). The saved logits then die.
-    const std::int32_t g = alloc_one(A, kPoolDefault, cast);
-    free_group(A, kPoolDefault, loss_saved_id_, cast);
-    free_group(A, kPoolDefault, loss_max_id_, B(loss_tokens() * 4.0));
-    free_group(A, kPoolDefault, loss_lse_id_, B(loss_tokens() * 4.0));
-    loss_saved_id_ = loss_max_id_ = loss_lse_id_ = -1;
-    return g;
-  }
-  const bool f32_loss = p_.loss_dtype == Dtype::kFp32;
-  const Bytes g = B((f32_loss ? 4.0 : bc_) * TV);
-  if (p_.tp > 1) {
-    // Loss parallel (vocab-sharded logits under torchtitan's loss_parallel()): torch/distributed/tensor/
-    // parallel/loss.py _nll_loss_and_log_softmax_backward computes nll_loss's and log_softmax's backward
-    // together as `(zeros_like(x) with -1 scattered + exp(x)) * grad_output`: the saved log-softmax x,
-    // grad_input = zeros_like(x), exp(x) and their sum are four T x V/tp buffers live at once (the product
-    // is written after exp(x) is dropped: four again). Reference lane, Llama 3 8B TP 2 / TP 4.
-    const std::int32_t zeros = alloc_one(A, kPoolDefault, g);
-    const std::int32_t ex = alloc_one(A, kPoolDefault, g);
-    const std::int32_t sum = alloc_one(A, kPoolDefault, g);
-    free_group(A, kPoolDefault, ex, g);
-    const std::int32_t g_in = alloc_one(A, kPoolDefault, g);  // the product: the loss input's gradient
-    free_group(A, kPoolDefault, sum, g);
-    free_group(A, kPoolDefault, zeros, g);
-    free_group(A, kPoolDefault, loss_saved_id_, g);
-    loss_saved_id_ = -1;
-    if (!f32_loss) return g_in;
-    const std::int32_t c = alloc_one(A, kPoolDefault, cast);
-    free_group(A, kPoolDefault, g_in, g);
-    return c;
-  }
-  // Eager cross-entropy backward: nll_loss backward writes a gradient of the log-softmax output, log_softmax
-  // backward writes the gradient of the logits while both and the saved output are alive; with an fp32 loss
-  // the gradient is then cast to the compute dtype for the head's backward (with a 16-bit loss the loss
-  // input's gradient is read as it is).
-  const std::int32_t g_out = alloc_one(A, kPoolDefault, g);  // grad of log-softmax out
-  const std::int32_t g_in = alloc_one(A, kPoolDefault, g);   // grad of the loss input
-  free_group(A, kPoolDefault, g_out, g);
-  free_group(A, kPoolDefault, loss_saved_id_, g);  // saved log-softmax out
-  loss_saved_id_ = -1;
-  if (!f32_loss) return g_in;  // already in the compute dtype: the head's backward reads it
-  const std::int32_t c = alloc_one(A, kPoolDefault, cast);
-  free_group(A, kPoolDefault, g_in, g);
-  return c;
+  const LossOps o = loss_ops(loss_kernel(p_, rt_));
+  loss_to_head_id_ = -1;
+  for (int op = o.forward_ops; op < o.ops; ++op) loss_op(op);
+  return loss_to_head_id_;
 }
 
 // ---- forward ----

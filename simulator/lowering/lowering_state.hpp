@@ -159,6 +159,9 @@ class Lowering {
   }
   void loss_forward_effects();
   std::int32_t loss_backward_effects();
+  /// Op `op` of the loss kernel: allocates the tensors made at it, then frees those freed after it.
+  void loss_op(int op);
+  Bytes loss_bytes(const LossTensor& t) const;
 
   /// One pass's collective of unit `u` on `lane` (TP, CP or EP communicator) lasting `s`, after `dep`;
   /// `n` collectives are launched (0: the hidden share of collectives already counted), each costing the CPU
@@ -265,8 +268,12 @@ class Lowering {
   /// Tensor groups: per unit the all-gather output, the unsharded (copied-out) parameters, the saved
   /// activations, the unsharded gradients and the autocast weight copies.
   std::vector<std::int32_t> ag_id_, unsharded_id_, act_id_, ugrad_id_, autocast_id_;
-  std::int32_t recompute_id_ = -1, workspace_id_ = -1, held_rs_id_ = -1, held_logits_id_ = -1,
-               loss_saved_id_ = -1, loss_max_id_ = -1, loss_lse_id_ = -1;
+  std::int32_t recompute_id_ = -1, workspace_id_ = -1, held_rs_id_ = -1, held_logits_id_ = -1;
+  /// The loss layer's tensors of the plan's loss kernel (Layer::loss_tensors), their groups while alive, and
+  /// the gradient handed to the head's backward.
+  std::vector<const LossTensor*> loss_list_;
+  std::vector<std::int32_t> loss_ids_;
+  std::int32_t loss_to_head_id_ = -1;
   std::vector<std::pair<std::int32_t, Bytes>> grad_groups_;  ///< freed by zero_grad
   std::vector<Run> runs_;
   std::vector<UnitTensors> ut_;

@@ -23,14 +23,33 @@ double moe_backward_excess(const UnitContext& c, const Layer& l, double g, doubl
   // f); linear in k, so the worst is the first or the last expert. Balanced router: C = T top_k / local
   // experts (under EP the rank's experts receive every EP rank's tokens).
   const double local_experts = static_cast<double>(l.moe_experts) / (c.ep ? p.ep : 1);
-  double f_expert = 0;
-  for (const Gemm& gm : l.gemms)
-    if (gm.expert && gm.tp == TpSplit::kColumn) f_expert = static_cast<double>(gm.n) / c.t;
+  double f_expert = 0, w_all = 0, w_down = 0;
+  for (const Gemm& gm : l.gemms) {
+    if (!gm.expert) continue;
+    if (gm.tp == TpSplit::kColumn) f_expert = static_cast<double>(gm.n) / c.t;
+    const double w = gm.count * static_cast<double>(gm.n) * static_cast<double>(gm.k);
+    w_all += w;
+    if (gm.tp == TpSplit::kRow) w_down += w;
+  }
+  // At the expert's SwiGLU backward only its down projection's weight gradient exists: autograd runs the
+  // down projection's backward (dW_down, dX) before the product's, and the gate's and up's weight gradients
+  // come after (the lane's trace of Mixtral 8x7B, full AC, mbs 2 x 8,192: one 112 MiB dW beside the
+  // product's two 112 MiB input gradients at the peak). dW_down's share of the expert's weights: the row
+  // GEMM's (1/3 for SwiGLU, 1/2 for GELU).
+  const double down_share = w_all > 0 ? w_down / w_all : 1.0;
   const double C = T * l.moe_top_k / local_experts;
-  const double saved_e = C * 8.0 * f_expert * bc / 2.0, g_e = g_experts / local_experts;
+  // With --moe-impl loop each expert's backward also consumes its routing tensors in the layer's list (its
+  // token indices, gathered input, down output, gathered weights and their product: moe_tensors.cpp).
+  double loop_routed = 0;  // bytes per token over all experts
+  if (p.moe_impl == MoeImpl::kLoop)
+    for (const ActTensor& a : l.activations)
+      if (a.only == ActOnly::kMoeLoop && a.expert && a.eager)
+        loop_routed += a.per_token * act_dtype_bytes(a.dtype, bc);
+  const double saved_e = C * 8.0 * f_expert * bc / 2.0 + T * loop_routed / local_experts,
+               g_e = g_experts / local_experts;
   return (g - g_experts) + 2.0 * flowing +
-         std::max(g_e + 2.0 * C * f_expert * bc,
-                  (local_experts - 1) * (g_e - saved_e) + g_e + 2.0 * C * f_expert * bc);
+         std::max(down_share * g_e + 2.0 * C * f_expert * bc,
+                  (local_experts - 1) * (g_e - saved_e) + down_share * g_e + 2.0 * C * f_expert * bc);
 }
 
 }  // namespace

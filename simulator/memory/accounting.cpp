@@ -150,9 +150,20 @@ Bytes host_state_bytes_per_rank(const ModelGraph& model, const Plan& p) {
   return host;
 }
 
+double loss_saved_bytes(const ModelGraph& model, const Plan& p, double tokens) {
+  const LossKernel k = loss_kernel(p, runtime_traits(p));
+  const LossOps o = loss_ops(k);
+  const double TV = tokens * static_cast<double>(model.spec().vocab) / p.tp;
+  const double lb = p.loss_dtype == Dtype::kFp32 ? 4.0 : p.compute_bytes();
+  double total = 0;
+  for (const Layer* l : model.order())
+    for (const LossTensor* t : loss_tensors_of(l->loss_tensors, k))
+      if (loss_saved(*t, o)) total += loss_tensor_bytes(*t, TV, tokens, p.compute_bytes(), lb);
+  return total;
+}
+
 Bytes activation_bytes(const ModelGraph& model, const Plan& p) {
   const double T = static_cast<double>(p.mbs) * static_cast<double>(p.seq) / p.cp;  // this rank's tokens
-  const double bc = p.compute_bytes();
   double total = 0;
   double block_inputs = 0;  // full AC: what each block keeps
   for (const Layer* l : model.order()) {
@@ -163,15 +174,10 @@ Bytes activation_bytes(const ModelGraph& model, const Plan& p) {
     total += layer_saved_bytes(*l, p, T, p.ac == AcMode::kSelective && l->block >= 0);
   }
   total += block_inputs;
-  // The saved log-softmax output of the loss (in the loss dtype, vocab-parallel under TP); a compiled loss
-  // saves the logits in the compute dtype and two fp32 per-token statistics (Lowering::loss_forward_effects).
-  // (under TP the compiled loss-parallel graph saves one fp32 T x V/tp buffer and a bool per token instead)
-  if (p.loss() == LossImpl::kCompiled && p.tp > 1)
-    total += T * 4.0 * static_cast<double>(model.spec().vocab) / p.tp + T;
-  else if (p.loss() == LossImpl::kCompiled)
-    total += T * bc * static_cast<double>(model.spec().vocab) / p.tp + 2 * T * 4.0;
-  else
-    total += T * (p.loss_dtype == Dtype::kFp32 ? 4.0 : bc) * static_cast<double>(model.spec().vocab) / p.tp;
+  // The loss's tensors saved from its forward to its backward (the loss layer's list of the plan's loss
+  // kernel, simulator/model/loss_tensors.cpp): eager the log-softmax output, compiled the logits and two
+  // per-token statistics, Megatron its in-place softmax and target mask.
+  total += loss_saved_bytes(model, p, T);
   return static_cast<Bytes>(total);
 }
 
@@ -191,14 +197,18 @@ std::array<Bytes, kMemCategories> initial_allocation(const ModelGraph& model, co
   // buffers hold a second copy of every gradient for the life of the model (gradient_as_bucket_view=False,
   // the default; the DDP docs: the view "saves memory equal to the total gradients size").
   if (rt.ddp_reducer_buckets) initial[static_cast<int>(MemCategory::kCommBuffers)] = ps[1];
-  if (p.hold_logits) {  // the previous micro-step's logits (the loss input), still referenced by the training
-                        // loop
-    // (a compiled loss reads the logits in the compute dtype: those are what the loop holds)
-    const double bc = p.compute_bytes();
-    const double lb = p.loss_dtype == Dtype::kFp32 && p.loss() == LossImpl::kEager ? 4.0 : bc;
-    initial[static_cast<int>(MemCategory::kActivations)] =
-        static_cast<Bytes>(std::llround(lb * static_cast<double>(p.mbs) * static_cast<double>(p.seq) *
-                                        static_cast<double>(model.spec().vocab) / p.tp / p.cp));
+  if (p.hold_logits) {
+    // The previous micro-step's model output, still referenced by the training loop: the loss kernel's
+    // carried entry (the upcast logits under an eager upcast loss, else the logits in the compute dtype).
+    const LossKernel k = loss_kernel(p, rt);
+    const double T = static_cast<double>(p.mbs) * static_cast<double>(p.seq);
+    const double lb = p.loss_dtype == Dtype::kFp32 ? 4.0 : p.compute_bytes();
+    for (const Layer* l : model.order())
+      for (const LossTensor* t : loss_tensors_of(l->loss_tensors, k))
+        if (t->made == kLossCarried)
+          initial[static_cast<int>(MemCategory::kActivations)] =
+              static_cast<Bytes>(std::llround(loss_dtype_bytes(t->dtype, p.compute_bytes(), lb) * T *
+                                              static_cast<double>(model.spec().vocab) / p.tp / p.cp));
   }
   return initial;
 }

@@ -142,6 +142,10 @@ bool act_exists(const ActTensor& a, const Plan& p) {
       return p.tp > 1;
     case ActOnly::kTpGathered:
       return p.tp > 1 && tp_saves_gathered_input(p.runtime);
+    case ActOnly::kMoeGrouped:
+      return p.moe_impl == MoeImpl::kGrouped;
+    case ActOnly::kMoeLoop:
+      return p.moe_impl == MoeImpl::kLoop;
   }
   return true;
 }

@@ -54,6 +54,8 @@ enum class ActOnly : std::uint8_t {
   kTp,          ///< only with TP > 1 (the sequence-parallel reduce-scatter outputs)
   kTpGathered,  ///< only where the runtime's TP plan saves a column-parallel input all-gathered over the
                 ///< sequence (tp_saves_gathered_input: torchtitan's ColwiseParallel from a Shard(1) input)
+  kMoeGrouped,  ///< only with --moe-impl grouped (torchtitan's dispatcher and combine over all routed rows)
+  kMoeLoop,     ///< only with --moe-impl loop (Hugging Face's loop over the experts)
 };
 
 /// When an eager forward frees it where the regime does not keep it: when Python drops the last reference

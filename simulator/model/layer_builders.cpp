@@ -19,17 +19,6 @@ ActTensor& input(Layer& l, double per_token, ActSplit split) {
   a.input = true;
   return a;
 }
-/// Where a regime drops a tensor, it dies once the layer's tensor `consumer` has been made.
-void dies_after(Layer& l, const std::string& name, const std::string& consumer) {
-  std::int16_t at = -1;
-  for (std::size_t i = 0; i < l.activations.size(); ++i)
-    if (l.activations[i].name == consumer) at = static_cast<std::int16_t>(i);
-  for (ActTensor& a : l.activations)
-    if (a.name == name) {
-      a.life = ActLife::kTransient;
-      a.consumer = at;
-    }
-}
 /// An fp32 statistic (rstd): held by nothing but autograd, so where a regime does not save it, freed as soon
 /// as it is made (the lane's traces under selective and full AC).
 void statistic(Layer& l, std::string name, double per_token, ActSplit split) {
@@ -92,6 +81,17 @@ void add_tp_gathered_input(Layer& l) {
   ActTensor& gathered = act(l, "all_gather.out", width, ActSplit::kNone);
   gathered.only = ActOnly::kTpGathered;
   gathered.sac = ActSac::kRecompute;  // not on torchtitan's save list: op-level SAC recomputes the gather
+}
+
+void dies_after(Layer& l, const std::string& name, const std::string& consumer) {
+  std::int16_t at = -1;
+  for (std::size_t i = 0; i < l.activations.size(); ++i)
+    if (l.activations[i].name == consumer) at = static_cast<std::int16_t>(i);
+  for (ActTensor& a : l.activations)
+    if (a.name == name) {
+      a.life = ActLife::kTransient;
+      a.consumer = at;
+    }
 }
 
 // torch/utils/checkpoint.py (torch 2.15): the non-reentrant checkpoint saves the block's inputs; under full
@@ -367,13 +367,14 @@ void add_mlp_tensors(const ModelSpec& s, Layer& l, const std::string& prefix, st
 // `w2(F.silu(w1(x)) * w3(x))`: mm saves its input (the layer's input for w1 and w3, the product for w2),
 // silu saves its input (w1's output), mul saves both operands (SiLU(w1 x) and w3's output) (torch 2.15
 // derivatives.yaml). GELU MLPs (fc2(gelu(fc1(x)))): gelu saves its input, fc2's mm the GELU output. A MoE
-// layer: the router's fp32 probabilities, the shared experts' MLP and the routed experts' (per token top_k of
-// them). Per token of a dense SwiGLU MLP: 2h + 8f bytes. torch.compile's partitioner saves gate, up and the
-// product and recomputes SiLU(gate) in backward (tools/reference/saved_per_block.py, torch 2.15 inductor:
-// 32.22 h vs eager 37.59 h per Llama block at f = 2.6875 h, i.e. 2f fewer; 11296 vs 13344 B/token at h = 384,
-// f = 1024; measured on dense blocks only). The down projection's output dies after the residual add (as
-// the attention's output projection's); a routed MoE writes its experts' outputs into a zeroed buffer
-// (index_add_), not lowered.
+// layer: the router's fp32 probabilities, the routing tensors (moe_tensors.cpp), the shared experts' MLP and
+// the routed experts' (per token top_k of them). Per token of a dense SwiGLU MLP: 2h + 8f bytes.
+// torch.compile's partitioner saves gate, up and the product and recomputes SiLU(gate) in backward
+// (tools/reference/saved_per_block.py, torch 2.15 inductor: 32.22 h vs eager 37.59 h per Llama block at
+// f = 2.6875 h, i.e. 2f fewer; 11296 vs 13344 B/token at h = 384, f = 1024; the routed experts' grouped GEMMs
+// likewise, three of their four T·top_k x f tensors: tools/reference/moe_tensors.py). The down projection's
+// output dies after the residual add (as the attention's output projection's); a routed MoE's combined
+// output is the combine's scatter_add into zeros (moe_tensors.cpp).
 void mlp_activations(const ModelSpec& s, Layer& l, std::int64_t f, std::int64_t fs) {
   const bool moe = l.kind == LayerKind::kMoe;
   const double h = static_cast<double>(s.hidden);
@@ -383,6 +384,7 @@ void mlp_activations(const ModelSpec& s, Layer& l, std::int64_t f, std::int64_t 
     // The router's logits upcast to fp32 for the softmax, which saves its output.
     act(l, "router.probs", s.moe.experts, ActSplit::kSequence, ActDtype::kFp32);
     ++gi;
+    moe_dispatch_activations(s, l);  // top-k ids, the dispatcher's reordering, the routed input
   }
   auto one_mlp = [&](const std::string& prefix, double width, bool expert) {
     auto e = [&](ActTensor& a) -> ActTensor& {
@@ -394,7 +396,7 @@ void mlp_activations(const ModelSpec& s, Layer& l, std::int64_t f, std::int64_t 
       const std::string up = s.fused_gate_up ? "w_gate_up.out[up]" : "w_up.out";
       // F.silu(w1(x)) is evaluated before w3(x).
       e(gemm_out(act(l, prefix + gate, width, ActSplit::kTp), gi, 0));
-      e(act(l, prefix + "silu.out", width, ActSplit::kTp)).compiled = moe;
+      e(act(l, prefix + "silu.out", width, ActSplit::kTp)).compiled = false;
       e(gemm_out(act(l, prefix + up, width, ActSplit::kTp), gi, 1));
       e(act(l, prefix + "mul.out", width, ActSplit::kTp));
     } else {
@@ -406,11 +408,14 @@ void mlp_activations(const ModelSpec& s, Layer& l, std::int64_t f, std::int64_t 
   if (fs > 0) one_mlp("shared.", static_cast<double>(fs), false);
   one_mlp(moe ? "experts." : "",
           moe ? static_cast<double>(s.moe.top_k) * static_cast<double>(f) : static_cast<double>(f), moe);
+  if (moe) moe_combine_activations(s, l);  // the experts' output, the combine's fp32 copy, product, cast
   // The output projection's output (the routed experts' combined, for a MoE layer), before the residual add.
-  gemm_out(unsaved(act(l, s.mlp != MlpKind::kGelu ? "w_down.out" : "w_fc2.out", h, ActSplit::kNone),
-                   moe ? ActLife::kUntracked : ActLife::kOutput),
-           gi - 1);
-  if (moe) return;
+  const std::string out = s.mlp != MlpKind::kGelu ? "w_down.out" : "w_fc2.out";
+  gemm_out(unsaved(act(l, out, h, ActSplit::kNone), moe ? ActLife::kUntracked : ActLife::kOutput), gi - 1);
+  if (moe) {
+    moe_combine_lifetimes(l, out);
+    return;
+  }
   // Where a regime drops them, each operand dies once its consumer exists (the lane's traces of a Llama 3 8B
   // block under full AC: w1's output after SiLU, SiLU's and w3's after the product, the product after w2);
   // the layer's input when it returns.
@@ -483,20 +488,15 @@ Layer make_mlp(const ModelSpec& s, int block) {
     l.elementwise_bytes_per_token = 4.0 * fa + 6.0 * h;
     l.eager_elementwise_bytes_per_token = 4.0 * fa + 6.0 * h;
   }
-  if (moe) {
-    // Routing's memory-bound traffic per token (torchtitan models/moe/moe.py at 003edbe, MoE.forward), on
-    // top_k·h elements at 16 bits: the gather of the routed input (x[token_indices], read 2 write 2), the
-    // router score applied to it in fp32 (score_before_experts: .to(float32) read 2 write 4, the multiply
-    // read 4 write 4, the cast back read 4 write 2; one fused pass, read 2 write 2, compiled), and the
-    // combine's scatter_add of the experts' outputs into the zeroed output (read 2 and an add into the
-    // output, read 2 write 2). Fused 14·top_k·h, eager 30·top_k·h; backward moves the same (the cost model's
-    // 2x elementwise). The router's fp32 softmax / sigmoid and top-k over `experts` scores are in
-    // mlp_activations' router tensors and small beside these.
-    const double routed = active * h;
-    l.elementwise_bytes_per_token += 14.0 * routed;
-    l.eager_elementwise_bytes_per_token += 30.0 * routed;
-  }
   mlp_activations(s, l, f, fs);
+  if (moe) {
+    // Routing's memory-bound traffic: the writes and reads of its tensors in the list (moe_tensors.cpp);
+    // backward moves the same (the cost model's 2x elementwise). The router's fp32 softmax / sigmoid and
+    // top-k over `experts` scores are small beside these.
+    const MoeRoutingBytes r = moe_routing_bytes(l);
+    l.elementwise_bytes_per_token += r.fused;
+    l.eager_elementwise_bytes_per_token += r.eager;
+  }
   if (!moe) add_tp_gathered_input(l);
   return l;
 }

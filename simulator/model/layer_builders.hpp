@@ -12,6 +12,8 @@ namespace shardplan::detail {
 /// otherwise) and returns it; the reference is valid until the next append.
 ActTensor& add_activation(Layer& l, std::string name, double per_token, ActSplit split,
                           ActDtype dtype = ActDtype::kCompute);
+/// Where a regime drops the tensor `name`, it dies once the layer's tensor `consumer` has been made.
+void dies_after(Layer& l, const std::string& name, const std::string& consumer);
 /// Marks the layer's "input" tensor as its block's input (ActRole::kBlockInput): the checkpoint's one saved
 /// tensor under full AC, and the checkpointed function's input, which op-level SAC keeps.
 void mark_block_input(Layer& l);
@@ -26,6 +28,18 @@ Layer make_mlp(const ModelSpec& s, int block);
 /// (ActOnly::kTpGathered, whole sequence, recomputed by op-level SAC) and marks the input
 /// ActTensor::saved_gathered.
 void add_tp_gathered_input(Layer& l);
+/// A MoE layer's routing tensors (moe_tensors.cpp): the router's top-k ids and the dispatcher's reordering
+/// and routed input, appended after the router's scores; the experts' output and the combine's tensors,
+/// appended before the combined output `output`, whose lifetimes moe_combine_lifetimes completes after it.
+void moe_dispatch_activations(const ModelSpec& s, Layer& l);
+void moe_combine_activations(const ModelSpec& s, Layer& l);
+void moe_combine_lifetimes(Layer& l, const std::string& output);
+/// The routing's memory-bound traffic per token (16-bit compute) summed over those tensors' writes and
+/// reads: op by op (eager) and with inductor's fusions (fused).
+struct MoeRoutingBytes {
+  double eager = 0, fused = 0;
+};
+MoeRoutingBytes moe_routing_bytes(const Layer& l);
 /// torchtitan's op-level selective AC on a dense attention + MLP pair that makes a checkpointed block: the
 /// exact mm parity of its save list.
 void selective_mm_parity(Layer& attn, Layer& mlp);

@@ -223,6 +223,7 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
   Layer loss;
   loss.name = "loss";
   loss.kind = LayerKind::kLoss;
+  add_loss_tensors(loss.loss_tensors);
   // fp32 cross-entropy: cast, log-softmax, gather; backward writes an fp32 gradient and casts it (mechanics
   // §2.3).
   loss.elementwise_bytes_per_token = loss.eager_elementwise_bytes_per_token =
@@ -323,7 +324,8 @@ bool Layer::same_content(const Layer& o) const {
          attn_heads == o.attn_heads && attn_kv_heads == o.attn_kv_heads && attn_head_dim == o.attn_head_dim &&
          attn_v_head_dim == o.attn_v_head_dim && attn_window == o.attn_window &&
          attn_chunked == o.attn_chunked && moe_experts == o.moe_experts && moe_top_k == o.moe_top_k &&
-         activations == o.activations && elementwise_bytes_per_token == o.elementwise_bytes_per_token &&
+         activations == o.activations && loss_tensors == o.loss_tensors &&
+         elementwise_bytes_per_token == o.elementwise_bytes_per_token &&
          eager_elementwise_bytes_per_token == o.eager_elementwise_bytes_per_token &&
          tensor_groups == o.tensor_groups;
 }

@@ -10,6 +10,7 @@
 
 #include "core/json_reader.hpp"
 #include "simulator/model/activations.hpp"
+#include "simulator/model/loss_tensors.hpp"
 #include "simulator/model/model_spec.hpp"
 
 namespace shardplan {
@@ -83,6 +84,9 @@ struct Layer {
   int moe_experts = 0, moe_top_k = 0;
   /// The activation tensors the layer's forward saves and creates, in forward order (activations.hpp).
   std::vector<ActTensor> activations;
+  /// The loss layer's buffers (logits, upcast copy, saved statistics, gradients) for every loss
+  /// implementation, with when each is made and freed (loss_tensors.hpp); empty for other layers.
+  std::vector<LossTensor> loss_tensors;
   /// Memory-bound forward traffic per token (norms, activations, rotary, residual adds), bytes, when the
   /// elementwise ops are fused (torch.compile); `eager_elementwise_bytes_per_token` is the same work run op
   /// by op in eager mode (fp32 upcasts and every intermediate written and read back).

@@ -46,6 +46,8 @@ const char* to_string(ActOnly v) {
   return v == ActOnly::kFp32Norm     ? "fp32_norm"
          : v == ActOnly::kTp         ? "tp"
          : v == ActOnly::kTpGathered ? "tp_gathered"
+         : v == ActOnly::kMoeGrouped ? "moe_grouped"
+         : v == ActOnly::kMoeLoop    ? "moe_loop"
                                      : "always";
 }
 const char* to_string(ActLife v) {
@@ -127,8 +129,9 @@ std::vector<ActTensor> activations_from_json(const Json& arr, const std::string&
                         {ActRole::kPlain, ActRole::kSdpaOut, ActRole::kSdpaLse, ActRole::kBlockInput}, file,
                         o.pointer("role"));
     a.only = parse_enum(o.str("only", "always"),
-                        {ActOnly::kAlways, ActOnly::kFp32Norm, ActOnly::kTp, ActOnly::kTpGathered}, file,
-                        o.pointer("only"));
+                        {ActOnly::kAlways, ActOnly::kFp32Norm, ActOnly::kTp, ActOnly::kTpGathered,
+                         ActOnly::kMoeGrouped, ActOnly::kMoeLoop},
+                        file, o.pointer("only"));
     a.life = parse_enum(o.str("life", "layer"),
                         {ActLife::kLayer, ActLife::kAtOnce, ActLife::kTransient, ActLife::kBlock,
                          ActLife::kOutput, ActLife::kUntracked},
@@ -460,6 +463,7 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
                          "a grouped expert weight stacks the layer's " + std::to_string(l.moe_experts) +
                              " experts, not " + std::to_string(l.tensors[t].stack));
     }
+    if (l.kind == LayerKind::kLoss) add_loss_tensors(l.loss_tensors);  // from the loss implementation
     boost::add_vertex(std::move(l), m.graph_);
   }
   const auto n = static_cast<std::int64_t>(layers.size());

@@ -352,6 +352,18 @@ std::vector<Knob> build_table() {
     k.get = [](const Plan& p) { return std::string(p.attention_dropout ? "true" : ""); };
     t.push_back(k);
   }
+  {
+    // Printed only when not grouped: repro lines and run records of other plans are unchanged.
+    Knob k = make("moe_impl", "--moe-impl", KnobKind::kEnum,
+                  "how MoE layers run their routed experts: grouped (torchtitan: all routed rows reordered, "
+                  "grouped GEMMs, one combine), loop (Hugging Face: a loop over the experts, index_add_)",
+                  "grouped", names<MoeImpl>());
+    k.get = [](const Plan& p) {
+      return p.moe_impl == MoeImpl::kGrouped ? std::string() : std::string(to_string(p.moe_impl));
+    };
+    k.set = [](Plan& p, const std::string& s) { return parse_enum_text(s, p.moe_impl); };
+    t.push_back(k);
+  }
   t.push_back(enum_knob("allocator", "--allocator",
                         "CUDA caching allocator: default segments, or expandable = "
                         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (reserved memory is replayed "

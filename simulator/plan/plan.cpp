@@ -50,6 +50,9 @@ const char* to_string(LossImpl l) {
 const char* to_string(AttentionCore a) {
   return a == AttentionCore::kFlash ? "flash" : a == AttentionCore::kFusedSoftmax ? "fused-softmax" : "eager";
 }
+const char* to_string(MoeImpl m) {
+  return m == MoeImpl::kGrouped ? "grouped" : "loop";
+}
 const char* to_string(SdpaBackend b) {
   return b == SdpaBackend::kFlash ? "flash" : b == SdpaBackend::kCudnn ? "cudnn" : "efficient";
 }

@@ -50,6 +50,12 @@ enum class LossImpl { kEager, kCompiled };
 /// (GPT2Attention._attn, transformers 2022: matmul, divide, where, mask add, softmax, cast, dropout op by
 /// op). docs/model.md "Materialised attention".
 enum class AttentionCore { kFlash, kFusedSoftmax, kEager };
+/// How a mixture-of-experts layer runs its routed experts: `grouped` = torchtitan 0.3.0's MoE (all T·top_k
+/// routed rows reordered at once, torch._grouped_mm, one combine over all rows: models/common/moe.py,
+/// token_dispatcher.py); `loop` = Hugging Face's MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock (transformers
+/// modeling_mixtral.py MixtralExperts.forward: a Python loop over the experts, each gathering its tokens,
+/// running its MLP, scaling and index_add_-ing them into a zeroed output).
+enum class MoeImpl { kGrouped, kLoop };
 /// The fused scaled-dot-product-attention kernel F.scaled_dot_product_attention runs (torch's SDPBackend):
 /// FlashAttention-2 (`_scaled_dot_product_flash_attention`; AOTriton on ROCm), cuDNN
 /// (`_scaled_dot_product_cudnn_attention`) or memory-efficient attention
@@ -83,6 +89,7 @@ const char* to_string(PpSchedule s);
 const char* to_string(AllocatorMode a);
 const char* to_string(LossImpl l);
 const char* to_string(AttentionCore a);
+const char* to_string(MoeImpl m);
 const char* to_string(SdpaBackend b);
 const char* to_string(SacSdpaOps o);
 const char* to_string(RootParams r);
@@ -135,6 +142,10 @@ struct EnumValues<LossImpl> {
 template <>
 struct EnumValues<AttentionCore> {
   static constexpr std::array v{AttentionCore::kFlash, AttentionCore::kFusedSoftmax, AttentionCore::kEager};
+};
+template <>
+struct EnumValues<MoeImpl> {
+  static constexpr std::array v{MoeImpl::kGrouped, MoeImpl::kLoop};
 };
 template <>
 struct EnumValues<SdpaBackend> {
@@ -247,6 +258,8 @@ struct Plan {
   /// attn_pdrop 0.1). With a materialised core a 1-byte mask and the dropped probabilities are saved; flash
   /// attention regenerates its mask from the RNG state and saves nothing more (not modelled in its time).
   bool attention_dropout = false;
+  /// How MoE layers run their routed experts (which routing tensors exist: simulator/model/moe_tensors.cpp).
+  MoeImpl moe_impl = MoeImpl::kGrouped;
   /// The caching allocator's mode (reserved memory comes from replaying the step through it).
   AllocatorMode allocator = AllocatorMode::kDefault;
   /// PYTORCH_CUDA_ALLOC_CONF garbage_collection_threshold in (0, 1); 0 = off (PyTorch's default). PyTorch

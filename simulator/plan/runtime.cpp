@@ -33,9 +33,19 @@ RuntimeTraits megatron_traits(const Plan& p) {
   t.tp_backward_overlap = true;
   t.optimizer_flat_partitions = true;
   t.torch_pipeline_stages = false;
+  t.vocab_parallel_loss_inplace = true;  // GPTModel.compute_language_model_loss: vocab_parallel_cross_entropy
   return t;
 }
 }  // namespace
+
+LossKernel loss_kernel(const Plan& p, const RuntimeTraits& rt) {
+  if (rt.vocab_parallel_loss_inplace) return LossKernel::kMegatron;
+  const bool tp = p.tp > 1;
+  if (p.loss() == LossImpl::kCompiled) return tp ? LossKernel::kCompiledParallel : LossKernel::kCompiled;
+  if (p.loss_dtype != Dtype::kFp32) return tp ? LossKernel::kEagerParallel16 : LossKernel::kEager16;
+  if (p.hold_logits) return tp ? LossKernel::kEagerModelUpcastParallel : LossKernel::kEagerModelUpcast;
+  return tp ? LossKernel::kEagerParallel : LossKernel::kEager;
+}
 
 std::vector<int> grad_buffer_bucket_index(const std::vector<std::int64_t>& elems_backward,
                                           double bucket_elems) {

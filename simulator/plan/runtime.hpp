@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "simulator/model/model.hpp"
 #include "simulator/plan/plan_types.hpp"
 
 namespace shardplan {
@@ -138,7 +139,16 @@ struct RuntimeTraits {
   bool torch_pipeline_stages = true;
   /// DeepSpeed's PipelineEngine receives in an instruction of its own just before the pass that needs it.
   bool recv_in_own_instruction = false;
+  /// The loss is Megatron-core's vocab-parallel cross-entropy, in place on one fp32 copy of the logits
+  /// (LossKernel::kMegatron), not PyTorch's cross_entropy.
+  bool vocab_parallel_loss_inplace = false;
 };
+
+/// Which loss implementation allocates the loss layer's tensors under plan `p` (loss_tensors.hpp): the
+/// runtime's own (Megatron-core), else torch.compile'd or eager cross-entropy by loss_impl, vocabulary-
+/// parallel under TP, on upcast or 16-bit logits by loss_dtype; hold_logits with an upcast loss is the
+/// training loop of a model that returned `output(h).float()`.
+LossKernel loss_kernel(const Plan& p, const RuntimeTraits& rt);
 
 /// The traits of the plan's runtime at its ZeRO stage and precision (the plan is already resolved).
 RuntimeTraits runtime_traits(const Plan& p);

@@ -282,11 +282,17 @@ StageSim simulate_stage(const ModelGraph& model, const Cluster& cluster, const C
   if (x.head) {
     // The last stage computes the loss right after each forward and keeps its saved log-softmax until that
     // micro-batch's backward (schedules.py _maybe_compute_loss), as Lowering::loss_forward_effects.
+    // The saved vocabulary-sized tensors only (the per-token statistics are left out).
+    const LossKernel k = loss_kernel(p, rt);
+    const LossOps o = loss_ops(k);
     const double TV = static_cast<double>(p.mbs) * static_cast<double>(p.seq) *
                       static_cast<double>(model.spec().vocab) / p.tp;
-    const bool f32_saved = (p.loss_dtype == Dtype::kFp32 && p.loss() == LossImpl::kEager) ||
-                           (p.loss() == LossImpl::kCompiled && p.tp > 1);
-    x.cost.act_bytes += static_cast<Bytes>(TV * (f32_saved ? 4.0 : p.compute_bytes()));  // compiled: logits
+    const double lb = p.loss_dtype == Dtype::kFp32 ? 4.0 : p.compute_bytes();
+    double saved = 0;
+    for (const Layer* l : model.order())
+      for (const LossTensor* lt : loss_tensors_of(l->loss_tensors, k))
+        if (lt->vocab && loss_saved(*lt, o)) saved += loss_tensor_bytes(*lt, TV, 0.0, p.compute_bytes(), lb);
+    x.cost.act_bytes += static_cast<Bytes>(saved);
   }
   // Work only the step's first micro-batch does (Transformer Engine's fp8 weight casts, cached for the later
   // micro-batches of each model chunk: Megatron's is_first_microbatch_for_model_chunk): the stage's first

@@ -67,6 +67,7 @@ Plan all_changed() {
   x.loss_impl = LossImpl::kEager;  // with compile on, the default would be compiled
   x.attention = AttentionCore::kEager;
   x.attention_dropout = true;
+  x.moe_impl = MoeImpl::kLoop;
   x.sdpa_backend = SdpaBackend::kEfficient;
   x.sac_sdpa_ops = SacSdpaOps::kFlashEfficient;
   x.root_params = RootParams::kEmbeddingHead;
@@ -102,7 +103,7 @@ TEST_CASE("knobs: a plan with every knob changed survives plan_to_flags and the 
         "--sdpa-backend efficient --sac-sdpa-ops flash-efficient --root-params embedding-head "
         "--keep-last-block --fp8 rowwise "
         "--fp8-all-gather "
-        "--attention eager --attention-dropout "
+        "--attention eager --attention-dropout --moe-impl loop "
         "--allocator expandable --allocator-gc-threshold 0.8 --pp 2 --pp-schedule interleaved-1f1b "
         "--virtual-stages 3 --pp-layers 1,2,3 "
         "--cp 2 --ep 4 --moe-imbalance 1.25");

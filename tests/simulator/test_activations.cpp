@@ -147,14 +147,35 @@ TEST_CASE("graph JSON of the earlier format: its per-token figures become tensor
           "[simulator][activations][json]") {
   // tests/data/graph/legacy_*.json: written by shardplan before the activation lists (`show model --graph`)
   // for a two-block Llama (h 256, GQA 4/2, f 688) and a two-block MoE (4 experts, top 2). Read now, every
-  // regime saves what the same spec's builders save, and full AC keeps each block's input.
+  // regime saves what the same spec's builders save, and full AC keeps each block's input. The MoE's
+  // routing tensors (moe_tensors.cpp) came after that format: they are taken out of the built MoE layers
+  // here, and its compiled figures (the routed experts' SiLU output, now measured recomputed by inductor as
+  // the dense MLP's) are compared for eager only.
+  auto without_routing = [](ModelGraph g) {
+    Json j = g.to_graph_json();
+    for (Json& l : j["layers"]) {
+      if (!l.contains("activations")) continue;
+      Json kept = Json::array();
+      for (const Json& a : l["activations"]) {
+        const std::string n = a["name"].get<std::string>();
+        const bool routing = n == "router.topk_ids" || n == "routing_map" || n.rfind("dispatch.", 0) == 0 ||
+                             n.rfind("combine.", 0) == 0 || n.rfind("loop.", 0) == 0 ||
+                             n == "experts.w_down.out";
+        if (!routing) kept.push_back(a);
+      }
+      l["activations"] = kept;
+    }
+    return ModelGraph::from_graph_json(j, "built");
+  };
   for (const char* name : {"legacy_tiny_llama.json", "legacy_tiny_moe.json"}) {
     const std::string path = std::string(SHARDPLAN_TEST_DATA) + "/graph/" + name;
     const ModelGraph legacy = load_model(path);
-    const ModelGraph built = ModelGraph::from_spec(legacy.spec());
+    const bool moe = legacy.spec().moe.experts > 0;
+    const ModelGraph built =
+        moe ? without_routing(ModelGraph::from_spec(legacy.spec())) : ModelGraph::from_spec(legacy.spec());
     REQUIRE(legacy.order().size() == built.order().size());
     Setup s(built, load_cluster_spec("dgx-h100"), 8);
-    for (const bool compile : {false, true})
+    for (const bool compile : moe ? std::vector<bool>{false} : std::vector<bool>{false, true})
       for (const bool fp32_norm : {false, true})
         for (const int tp : {1, 2}) {
           Plan p;

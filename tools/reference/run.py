@@ -1078,6 +1078,8 @@ def run(a) -> int:
     rid = f"ref-{spec.get('name', 'custom')}-g{N}-z{plan['zero']}-ac{plan['ac']}-mbs{plan['mbs']}" \
           f"-s{plan['seq']}-ga{plan['grad_accum']}-{plan['precision']}"
     rec_plan = record_plan(plan, plan["grad_accum"])
+    if spec.get("moe"):  # SparseMoe: Hugging Face's loop over the experts (shardplan --moe-impl loop)
+        rec_plan["moe_impl"] = "loop"
     if plan["shard_group"] != N // plan["tp"]:
         rec_plan["shard_group"] = plan["shard_group"]
     if plan["tp"] > 1:
@@ -1382,6 +1384,8 @@ def run_pp(a, spec, record_model, plan) -> int:
     rid = f"ref-{spec.get('name', 'custom')}-g{N}-pp{pp}-{pp_cfg['schedule']}-r{rank}-ac{plan['ac']}" \
           f"-mbs{plan['mbs']}-s{plan['seq']}-m{m}"
     rec_plan = record_plan(plan, m)
+    if spec.get("moe"):  # SparseMoe: Hugging Face's loop over the experts (shardplan --moe-impl loop)
+        rec_plan["moe_impl"] = "loop"
     rec_plan.update({"pp": pp, "pp_schedule": pp_cfg["schedule"], "virtual_stages": pp_cfg["V"]})
     if pp_cfg["pp_layers"]:
         rec_plan["pp_layers"] = pp_cfg["pp_layers"]

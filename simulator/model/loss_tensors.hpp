@@ -1,0 +1,102 @@
+// The loss layer's tensors: the logits, their upcast copy, the cross-entropy's saved buffers and the
+// gradients of its backward, as each runtime's loss allocates them, with when each is made and freed
+// (docs/model.md "Logits and loss"). The lowering allocates and frees exactly these (lowering.cpp
+// loss_forward_effects, loss_backward_effects), the lower bound sums the ones saved across forward and
+// backward (memory/accounting.cpp), the pipeline stage's cost adds the saved vocabulary-sized ones.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardplan {
+
+/// Which loss implementation allocates the tensors.
+enum class LossKernel : std::uint8_t {
+  /// torchtitan 0.3.0 components/loss.py cross_entropy_loss (`F.cross_entropy(pred.flatten(0, 1).float(),
+  /// ...)`) and Hugging Face transformers 5.23 loss/loss_utils.py ForCausalLMLoss (`logits = logits.float()`,
+  /// then nn.functional.cross_entropy): the logits in the compute dtype, an upcast copy in the loss dtype,
+  /// the
+  /// log-softmax output saved; backward writes nll_loss's and log_softmax's gradients, then the cast.
+  kEager,
+  /// The same with the loop holding an fp32 model output (torchtitan until mid-2024: the model returned
+  /// `output(h).float()`, so the compute-dtype logits die inside the model, before the loss).
+  kEagerModelUpcast,
+  /// The cross-entropy on 16-bit logits, no upcast (loss dtype = the compute dtype).
+  kEager16,
+  /// Eager under torchtitan's loss_parallel() (vocab-sharded DTensor logits): the forward as kEager, the
+  /// backward torch 2.15 torch/distributed/tensor/parallel/loss.py _nll_loss_and_log_softmax_backward.
+  kEagerParallel,
+  kEagerModelUpcastParallel,
+  kEagerParallel16,
+  /// torch.compile'd cross-entropy (torchtitan since bbb1b616e): inductor saves the logits and two per-token
+  /// statistics, its backward writes one gradient in the compute dtype.
+  kCompiled,
+  /// Compiled under loss_parallel(): inductor traces the DTensor handlers' local ops.
+  kCompiledParallel,
+  /// Megatron-core megatron/core/tensor_parallel/cross_entropy.py _VocabParallelCrossEntropy: one fp32 copy
+  /// of the logits (calculate_logits_max's `.float()`) made the softmax in place (`-=`, `exp(out=)`, `div_`)
+  /// and saved; its backward writes the gradient into the saved softmax in place (`grad_input = softmax`,
+  /// `-=`, `mul_`); the `.float()`'s backward casts it to the compute dtype.
+  kMegatron,
+};
+const char* to_string(LossKernel k);
+
+/// Element type of a loss tensor.
+enum class LossDtype : std::uint8_t {
+  kCompute,  ///< the plan's compute dtype
+  kLoss,     ///< the plan's loss dtype (fp32 when upcast, else the compute dtype)
+  kFp32,
+  kInt64,
+  kBool,
+};
+
+/// One buffer of the loss. Ops are numbered in the loss's issue order, forward then backward; at op k the
+/// lowering allocates the tensors made at k (list order), then frees those freed after k (list order; with
+/// hold_logits the held one is kept and the carried one freed last).
+struct LossTensor {
+  std::string name;
+  LossKernel kernel = LossKernel::kEager;
+  /// Vocabulary-sized: T x V/tp elements (this rank's tokens, the TP rank's vocabulary shard); otherwise
+  /// T elements, not divided by TP (per-token statistics, masks, target indices).
+  bool vocab = true;
+  LossDtype dtype = LossDtype::kLoss;
+  std::int8_t made = 0;
+  /// The op after which it is freed; kToHead: the gradient the head's backward reads (the head frees it);
+  /// kCarried: the previous micro-step's held model output (freed, not made, at `freed`), see `held`.
+  std::int8_t freed = 0;
+  /// The model output the training loop references (`pred`): with hold_logits it is not freed in this step
+  /// (the next micro-step's rebinding frees it: a kCarried entry of the same kernel).
+  bool held = false;
+  bool operator==(const LossTensor&) const = default;
+};
+
+inline constexpr std::int8_t kLossToHead = -1;
+inline constexpr std::int8_t kLossCarried = -2;
+
+/// The loss's ops: forward ops are [0, forward_ops), backward ops [forward_ops, ops).
+struct LossOps {
+  int forward_ops = 0, ops = 0;
+};
+LossOps loss_ops(LossKernel k);
+
+/// Appends every kernel's tensors to a loss layer's list (vocabulary-sized entries are per token of V).
+void add_loss_tensors(std::vector<LossTensor>& out);
+
+/// Bytes of one element at the plan's compute and loss dtype sizes.
+double loss_dtype_bytes(LossDtype d, double compute_bytes, double loss_bytes);
+
+/// Bytes of `t`: `vocab_elems` = this rank's tokens x V / tp for the vocabulary-sized ones, `tokens` for the
+/// per-token ones.
+double loss_tensor_bytes(const LossTensor& t, double vocab_elems, double tokens, double compute_bytes,
+                         double loss_bytes);
+
+/// The tensors of kernel `k` in a loss layer's list, in list order (allocation and free order within an op).
+std::vector<const LossTensor*> loss_tensors_of(const std::vector<LossTensor>& all, LossKernel k);
+
+/// Whether `t` is saved for the backward: made in forward, freed in backward, not the carried entry.
+inline bool loss_saved(const LossTensor& t, const LossOps& o) {
+  return t.made < o.forward_ops && (t.freed == kLossToHead || t.freed >= o.forward_ops) &&
+         t.freed != kLossCarried;
+}
+
+}  // namespace shardplan

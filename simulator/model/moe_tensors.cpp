@@ -1,0 +1,126 @@
+// The routing tensors of a mixture-of-experts layer (layer_builders.hpp): what torchtitan 0.3.0's MoE
+// (models/common/moe.py MoE.forward, TokenChoiceTopKRouter; models/common/token_dispatcher.py
+// LocalTokenDispatcher) allocates between the router and the combined output, with what autograd and
+// inductor save, and the routing's memory-bound traffic summed over the same tensors. Checked on the real
+// module with CPU tensors (tools/reference/moe_tensors.py: every saved tensor by saved_tensors_hooks, every
+// allocation by a dispatch mode; docs/model.md "Routing tensors").
+#include <string>
+
+#include "simulator/model/layer_builders.hpp"
+
+namespace shardplan::detail {
+
+namespace {
+
+ActTensor& routing(Layer& l, const char* name, double per_token, ActDtype dtype, bool routed) {
+  // Per-token tensors of the router and dispatcher: on this rank's tokens, as the router's scores
+  // (ActSplit::kSequence); `routed`: one row per (token, chosen expert), T x top_k rows.
+  ActTensor& a = add_activation(l, name, per_token, ActSplit::kSequence, dtype);
+  a.expert = routed;
+  return a;
+}
+
+ActTensor& grouped(ActTensor& a) {
+  a.only = ActOnly::kMoeGrouped;
+  return a;
+}
+ActTensor& loop(ActTensor& a) {
+  a.only = ActOnly::kMoeLoop;
+  return a;
+}
+
+double bytes_of(const Layer& l, const char* name) {
+  for (const ActTensor& a : l.activations)
+    if (a.name == name) return a.per_token * act_dtype_bytes(a.dtype, 2.0);
+  return 0;
+}
+
+}  // namespace
+
+void moe_dispatch_activations(const ModelSpec& s, Layer& l) {
+  const double k = s.moe.top_k, h = static_cast<double>(s.hidden);
+  // TokenChoiceTopKRouter.forward: torch.topk's expert ids (int64), which scores.gather(index=...) saves;
+  // topk is on torchtitan's op-level SAC save list (distributed/activation_checkpoint.py
+  // _get_default_save_ops), so SAC keeps it. Hugging Face's router: topk's backward saves them as well.
+  routing(l, "router.topk_ids", k, ActDtype::kInt64, false).sac = ActSac::kSave;
+  // --moe-impl grouped. MoE.forward: routing_map = zeros_like(scores, dtype=bool).scatter_(...), summed per
+  // expert; a local of the forward, saved by nothing.
+  ActTensor& map = grouped(routing(l, "routing_map", s.moe.experts, ActDtype::kBool, false));
+  map.eager = map.compiled = false;
+  // LocalTokenDispatcher._local_reorder: argsort of the flattened ids (int64, T·top_k; the scores' index
+  // saves it), the scores in that order (fp32: the router's autocast-to-fp32 gate, softmax or sigmoid; the
+  // combine's multiply saves them), the token of each row (`// top_k`, int64; the gather of the input and
+  // the combine's scatter_add save it), and the routed input x[token] (T·top_k rows of h, compute dtype; the
+  // grouped GEMMs save it). The argsort result dies once the token indices replace it.
+  grouped(routing(l, "dispatch.sort_idx", k, ActDtype::kInt64, true));
+  grouped(routing(l, "dispatch.scores_sorted", k, ActDtype::kFp32, true));
+  grouped(routing(l, "dispatch.token_idx", k, ActDtype::kInt64, true));
+  grouped(routing(l, "dispatch.routed_input", k * h, ActDtype::kCompute, true));
+  // --moe-impl loop (transformers MixtralSparseMoeBlock: the reference lane's SparseMoe, tools/reference/
+  // run.py): the top-k weights renormalised (`/ sum`, fp32; the division saves both), the (token, slot)
+  // pairs in expert order (int64), then per expert its token indices (int64; the gather and index_add_
+  // save them) and its gathered input (the expert's linears save it). One expert's tensors at a time: where
+  // a regime does not save them they are gone before the next expert's (ActLife::kAtOnce).
+  loop(routing(l, "loop.topk_weights", k, ActDtype::kFp32, false));
+  loop(routing(l, "loop.weight_sum", 1, ActDtype::kFp32, false));
+  loop(routing(l, "loop.order", k, ActDtype::kInt64, true));
+  loop(routing(l, "loop.token_idx", k, ActDtype::kInt64, true)).life = ActLife::kAtOnce;
+  loop(routing(l, "loop.routed_input", k * h, ActDtype::kCompute, true)).life = ActLife::kAtOnce;
+}
+
+void moe_combine_activations(const ModelSpec& s, Layer& l) {
+  const double k = s.moe.top_k, h = static_cast<double>(s.hidden);
+  // --moe-impl grouped. GroupedExperts.forward's last grouped GEMM: T·top_k rows of h (`.type_as(x)`, no
+  // copy), held by RoutedExperts.forward until it returns. Eager autograd does not save it; inductor saves
+  // it (and recomputes the fp32 copy below from it).
+  grouped(routing(l, "experts.w_down.out", k * h, ActDtype::kCompute, true)).eager = false;
+  // LocalTokenDispatcher.combine: out_TD = zeros_like(x) (h per token), then
+  // (routed_output.to(float32) * scores).to(bf16): the fp32 copy (saved by the multiply, eager), the fp32
+  // product and its cast; deterministic_scatter_add (torchtitan ops/scatter_add.py) writes the combined
+  // output, the layer's "w_down.out", and saves only the token indices.
+  ActTensor& zeros = grouped(routing(l, "combine.zeros", h, ActDtype::kCompute, false));
+  zeros.eager = zeros.compiled = false;
+  grouped(routing(l, "combine.float", k * h, ActDtype::kFp32, true)).compiled = false;
+  ActTensor& prod = grouped(routing(l, "combine.mul", k * h, ActDtype::kFp32, true));
+  prod.eager = prod.compiled = false;
+  ActTensor& cast = grouped(routing(l, "combine.cast", k * h, ActDtype::kCompute, true));
+  cast.eager = cast.compiled = false;
+  // --moe-impl loop: per expert its down projection's output (the multiply by its tokens' weights saves it
+  // and the gathered weights) and the product, index_add_-ed into the zeroed output in place; index_add_'s
+  // backward (torch 2.15 derivatives.yaml: `source: grad.index_select(dim, index).expand_as(source)`) saves
+  // the product too.
+  loop(routing(l, "loop.expert_out", k * h, ActDtype::kCompute, true)).life = ActLife::kAtOnce;
+  loop(routing(l, "loop.weights", k, ActDtype::kCompute, true)).life = ActLife::kAtOnce;
+  loop(routing(l, "loop.product", k * h, ActDtype::kCompute, true)).life = ActLife::kAtOnce;
+}
+
+void moe_combine_lifetimes(Layer& l, const std::string& output) {
+  // Where a regime does not save them: the argsort result dies once the token indices replace it, the fp32
+  // copy once the product exists, the product once the cast exists, the zeros once the scatter_add's output
+  // (the layer's combined output) exists; the cast with combine's return (kLayer, the default).
+  dies_after(l, "dispatch.sort_idx", "dispatch.token_idx");
+  dies_after(l, "combine.float", "combine.mul");
+  dies_after(l, "combine.mul", "combine.cast");
+  dies_after(l, "combine.zeros", output);
+}
+
+MoeRoutingBytes moe_routing_bytes(const Layer& l) {
+  // Per token, 16-bit compute, over the grouped implementation's tensors above (each read as its consumers
+  // read it; the layer's one figure whatever --moe-impl):
+  // gather x[token] (read and write the routed input); eager: .to(float32) (read the experts' output, write
+  // the copy), the multiply (read the copy and the scores, write the product), .to(bf16) (read the product,
+  // write the cast), zeros_like (write), scatter_add (read the cast and the zeros, write the output).
+  // Compiled: inductor fuses cast, multiply and cast into one pass (read the output and the scores, write
+  // the cast) and the zeros into the scatter.
+  const double ri = bytes_of(l, "dispatch.routed_input"), wd = bytes_of(l, "experts.w_down.out"),
+               sc = bytes_of(l, "dispatch.scores_sorted"), cf = bytes_of(l, "combine.float"),
+               cm = bytes_of(l, "combine.mul"), cc = bytes_of(l, "combine.cast"),
+               z = bytes_of(l, "combine.zeros");
+  const double o = z;  // the combined output: T x h in the compute dtype, as the zeros
+  MoeRoutingBytes b;
+  b.eager = 2 * ri + (wd + cf) + (cf + sc + cm) + (cm + cc) + z + (cc + z + o);
+  b.fused = 2 * ri + (wd + sc + cc) + (cc + o);
+  return b;
+}
+
+}  // namespace shardplan::detail
