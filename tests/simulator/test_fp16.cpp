@@ -43,8 +43,8 @@ TEST_CASE("fp16-mixed: DeepSpeed ZeRO-0/1/2/3 persistent state is the ZeRO paper
   // parameters (2 Psi) and gradients (2 Psi), fp32 master copy + momentum + variance (K = 12 Psi):
   //   ZeRO-0: 16 Psi;  ZeRO-1: 4 Psi + 12 Psi/N;  ZeRO-2: 2 Psi + 14 Psi/N;  ZeRO-3: 16 Psi/N
   // DeepSpeed 0.19.8 keeps exactly these (FP16_Optimizer at ZeRO-0: fp16 params/grads + fp32_groups_flat
-  // master; ZeRO: bit16 partitions + single_partition_of_fp32_groups). Llama 2 7B, Psi = 6,738,415,616, N = 16;
-  // DeepSpeed pads each tensor's partition to whole elements: < #tensors x 16 elements x 16 B of slack.
+  // master; ZeRO: bit16 partitions + single_partition_of_fp32_groups). Llama 2 7B, Psi = 6,738,415,616, N =
+  // 16; DeepSpeed pads each tensor's partition to whole elements: < #tensors x 16 elements x 16 B of slack.
   Setup s("llama2-7b", "dgx-h100", 16);
   const double psi = 6'738'415'616.0, N = 16;
   const double slack = static_cast<double>(tensor_count(s.model)) * 16.0 * 16.0;
@@ -77,9 +77,9 @@ TEST_CASE("fp16-mixed: the loss scaler reads and writes every local gradient and
   Setup s("llama3-8b", "dgx-h100", 8);
   const Result r = s.run(fp16(Runtime::kFsdp2, 3), true);
   const double psi = 8'030'261'248.0;
-  const double want = s.costs->memory_s(2 * 4 * psi / 8) +
-                      s.costs->collective_s(CollectiveKind::kAllReduce, fw::kLossScalerFlagBytes,
-                                            s.cluster->group(8, 1));
+  const double want =
+      s.costs->memory_s(2 * 4 * psi / 8) +
+      s.costs->collective_s(CollectiveKind::kAllReduce, fw::kLossScalerFlagBytes, s.cluster->group(8, 1));
   CHECK(task_s(r, "loss scaler") == Approx(want).epsilon(1e-9));
   // bf16-mixed has no loss scaler; fp16-mixed's step is longer by at least the scaler's pass.
   Plan bf = fp16(Runtime::kFsdp2, 3);
@@ -92,9 +92,9 @@ TEST_CASE("fp16-mixed: the loss scaler reads and writes every local gradient and
   const Result d = s.run(fp16(Runtime::kDeepSpeed, 2), true);
   const double part = static_cast<double>(state_elems(s.model, d.plan).optimizer);
   CHECK(part >= psi / 8);
-  const double want_ds = s.costs->memory_s(2 * 2 * part) +
-                         s.costs->collective_s(CollectiveKind::kAllReduce, fw::kLossScalerFlagBytes,
-                                               s.cluster->group(8, 1));
+  const double want_ds =
+      s.costs->memory_s(2 * 2 * part) +
+      s.costs->collective_s(CollectiveKind::kAllReduce, fw::kLossScalerFlagBytes, s.cluster->group(8, 1));
   CHECK(task_s(d, "loss scaler") == Approx(want_ds).epsilon(1e-9));
 }
 
@@ -105,11 +105,13 @@ TEST_CASE("fp16-mixed: DeepSpeed ZeRO-0's FP16_Optimizer flattens fp32 copies of
   // 8 B x Psi over its persistent level for that moment, and by 4 B x Psi through the step.
   Setup s("gpt2-xl", "dgx-h100", 1);
   const Result r = s.run(fp16(Runtime::kDeepSpeed, 0), true);
-  const Result b = s.run([&] {
-    Plan p = fp16(Runtime::kDeepSpeed, 0);
-    p.precision = Precision::kBf16Mixed;
-    return p;
-  }(), true);
+  const Result b = s.run(
+      [&] {
+        Plan p = fp16(Runtime::kDeepSpeed, 0);
+        p.precision = Precision::kBf16Mixed;
+        return p;
+      }(),
+      true);
   const double psi = static_cast<double>(s.model.parameters());
   const Bytes hi16 = test::max_category_bytes(r.detail->program, MemCategory::kOptimizer);
   const Bytes hibf = test::max_category_bytes(b.detail->program, MemCategory::kOptimizer);
