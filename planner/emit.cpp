@@ -204,6 +204,13 @@ void check_expressible(const std::string& kind, const Plan& p) {
              ? ": torchtitan 0.3.0 builds Adam, AdamW and DistMuon only (DistMuon orthogonalises each "
                "matrix on one owning rank, not the gathered-on-every-rank Muon simulated); use --emit fsdp2"
              : ": the torchtitan TOML's optimizer is Adam or AdamW; use --emit fsdp2"));
+  // torchtitan 0.3.0 trains in bf16 or fp32 only: TrainingConfig.mixed_precision_param and dtype are
+  // Literal["bfloat16", "float32"] (config/configs.py) and its trainer has no GradScaler.
+  if (titan && p.fp16())
+    refuse(
+        "--precision fp16-mixed: torchtitan 0.3.0 has no fp16 (training.mixed_precision_param is bfloat16 or "
+        "float32, no loss scaler); use --emit fsdp2 (MixedPrecisionPolicy float16 + ShardedGradScaler) or "
+        "--emit deepspeed");
   // The script runs Hugging Face (sdpa or eager attention) or torchtitan models; Megatron's fused
   // scale-mask-softmax core is neither.
   if (kind == "fsdp2" && p.attention == AttentionCore::kFusedSoftmax)
@@ -487,8 +494,10 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
   if (const std::string conf = alloc_conf(p); !conf.empty())
     s += "import os\nos.environ[\"PYTORCH_CUDA_ALLOC_CONF\"] = \"" + conf +
          "\"  # --allocator / --allocator-gc-threshold\n";
-  const bool mixed = p.precision == Precision::kBf16Mixed;
-  const char* param_dtype = mixed ? "bfloat16" : p.precision == Precision::kFp32 ? "float32" : "bfloat16";
+  // fp16-mixed: MixedPrecisionPolicy(param_dtype=float16) over the fp32 shards, ShardedGradScaler around
+  // backward and the step (the script body); a 16-bit reduce is fp16 then.
+  const char* param_dtype = p.fp16() ? "float16" : p.precision == Precision::kFp32 ? "float32" : "bfloat16";
+  const char* reduce_16 = p.fp16() ? "float16" : "bfloat16";
   s += fmt::format(
       "PLAN = dict(zero={}, reshard={}, replicas={}, shard_group={}, tp={}, mbs={}, grad_accum={}, seq={},\n"
       "            ac=\"{}\", wrap={}, prefetch={}, precision=\"{}\", param_dtype=\"{}\", "
@@ -499,7 +508,7 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
       "            root_params=\"{}\", keep_last_block={}, optimizer=\"{}\")\n",
       p.zero, py_bool(p.reshard()), p.replicas, p.shard_group, p.tp, p.mbs, p.grad_accum, p.seq,
       to_string(p.ac), p.wrap, p.prefetch, to_string(p.precision), param_dtype,
-      p.reduce() == Dtype::kFp32 ? "float32" : "bfloat16",
+      p.reduce() == Dtype::kFp32 ? "float32" : reduce_16,
       py_bool(p.offload == Offload::kParams && p.zero >= 1), to_string(p.fp8), py_bool(p.fp8_all_gather),
       py_bool(p.compile), py_bool(p.fused_optimizer), py_bool(p.async_tp), to_string(p.loss_dtype),
       py_bool(p.loss() == LossImpl::kCompiled), py_bool(p.hold_logits), py_bool(p.zero_grad_in_place),
@@ -566,7 +575,9 @@ std::string emit_deepspeed(const Plan& p, const ModelGraph& model) {
             {"zero_optimization", zero},
             {"optimizer",
              {{"type", "AdamW"}, {"params", {{"lr", 3e-4}, {"betas", {0.9, 0.95}}, {"weight_decay", 0.1}}}}},
-            {"communication_data_type", p.reduce() == Dtype::kFp32 ? "fp32" : "bf16"}};
+            {"communication_data_type", p.reduce() == Dtype::kFp32 ? "fp32"
+                                        : p.fp16()                 ? "fp16"
+                                                                   : "bf16"}};
   // The optimizer (deepspeed/runtime/engine.py _configure_basic_optimizer, v0.19.8): "Adam" is AdamW unless
   // adam_w_mode is false, "Lion" FusedLion, other names torch.optim's class of that name; ZeRO asserts
   // zero_allow_untested_optimizer for optimizers outside its tested list (engine.py
@@ -606,7 +617,13 @@ std::string emit_deepspeed(const Plan& p, const ModelGraph& model) {
   // (bf16_master_weights_and_grads), fp32 moments; bf16-true = bf16 moments as well (bf16_optimizer_states).
   // DeepSpeed admits the two bf16-master keys only with ZeRO stage 1-3 (config.py::_do_error_check); at stage
   // 0 emit_notes says the master copy stays fp32.
-  if (p.precision != Precision::kFp32) j["bf16"] = {{"enabled", true}};
+  if (p.precision != Precision::kFp32 && !p.fp16()) j["bf16"] = {{"enabled", true}};
+  // fp16-mixed: DeepSpeed's fp16 block with dynamic loss scaling, every value DeepSpeed's default
+  // (deepspeed/runtime/constants.py, v0.19.8: loss_scale 0 = dynamic, initial_scale_power 16,
+  // loss_scale_window 1000, hysteresis 2, min_loss_scale 1), written out so the job runs what was simulated.
+  if (p.fp16())
+    j["fp16"] = {{"enabled", true},           {"loss_scale", 0}, {"initial_scale_power", 16},
+                 {"loss_scale_window", 1000}, {"hysteresis", 2}, {"min_loss_scale", 1}};
   if (p.zero >= 1 && (p.precision == Precision::kBf16 || p.precision == Precision::kBf16True))
     j["bf16"]["bf16_master_weights_and_grads"] = true;
   if (p.zero >= 1 && p.precision == Precision::kBf16True) j["bf16"]["bf16_optimizer_states"] = true;

@@ -41,7 +41,7 @@ NAMES = {
                   mlp="feed_forward", q="wq", k="wk", v="wv", o="wo", gate="w1", up="w3", down="w2",
                   attn_norm="attention_norm", mlp_norm="ffn_norm"),
 }
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def log(msg):
@@ -893,6 +893,17 @@ def main():
         from torch.nn.attention import SDPBackend, sdpa_kernel
         return sdpa_kernel(getattr(SDPBackend, PLAN["sdpa_backend"]))
 
+    # fp16-mixed: dynamic loss scaling with FSDP's ShardedGradScaler (torch 2.15
+    # torch/distributed/fsdp/sharded_grad_scaler.py; init_scale 2**16, growth_interval 2000): the loss is scaled
+    # before backward, unscale_ checks and unscales this rank's gradient shards and all-reduces found_inf over the
+    # ranks, step() skips the optimizer step on inf/nan, update() adjusts the scale.
+    scaler = None
+    if PLAN["precision"] == "fp16-mixed":
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+        scaler = ShardedGradScaler(device=DEVICE.type)
+    opts = opt.opts if isinstance(opt, Optimizers) else (opt,)
+    scale_steps = []
+
     losses, norms = [], []
     for step in range(ARGS.steps):
         # One step's batch for this data-parallel rank, cut into `accum` micro-batches of `mbs` sequences.
@@ -914,10 +925,19 @@ def main():
                     loss = loss_fn(logits.flatten(0, 1), tokens[:, 1:].flatten()) / accum
                     if not PLAN["hold_logits"]:
                         del logits  # torchtitan's `del pred`: the logits do not live through backward
-                    loss.backward()
+                    (scaler.scale(loss) if scaler else loss).backward()
             step_loss += (loss.full_tensor() if isinstance(loss, DTensor) else loss).item()
+        if scaler:
+            for o in opts:
+                scaler.unscale_(o)
         norms.append(grad_norm(model))
-        opt.step()
+        if scaler:
+            for o in opts:
+                scaler.step(o)
+            scale_steps.append(scaler.get_scale())
+            scaler.update()
+        else:
+            opt.step()
         # set_to_none=False keeps the gradients allocated across steps (--zero-grad-in-place).
         opt.zero_grad(set_to_none=not PLAN["zero_grad_in_place"])
         losses.append(step_loss)
@@ -933,7 +953,8 @@ def main():
     if rank == 0:
         print(json.dumps({"losses": losses, "grad_norms": norms, "loss_finite": finite, "params_changed": changed,
                           "mesh": [rep, shard, tp], "float8_linears": float8_linears,
-                          "cpu_offload_policy": offloaded, "built": built}), flush=True)
+                          "cpu_offload_policy": offloaded, "loss_scales": scale_steps, "built": built}),
+              flush=True)
     # Every rank finishes its collectives before the group goes away (a rank tearing down gloo while another still
     # gathers aborts with "terminate called without an active exception").
     dist.barrier()

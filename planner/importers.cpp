@@ -173,8 +173,7 @@ ImportedConfig import_deepspeed(const std::string& path) {
                            : json_true(bf16, "bf16_master_weights_and_grads") ? "bf16"
                                                                               : "bf16-mixed";
   } else if (json_true(fp16, "enabled")) {
-    c.knobs["precision"] = "bf16-mixed";  // same bytes per parameter; loss scaling is not modelled
-    c.unmodelled.push_back("fp16.enabled (simulated as bf16-mixed: same sizes, no loss scaling)");
+    c.knobs["precision"] = "fp16-mixed";  // fp16 compute, fp32 master copy, the loss scaler's checks
   } else {
     c.knobs["precision"] = "fp32";
   }
@@ -1369,10 +1368,9 @@ ImportedConfig import_accelerate_deepspeed(const std::string& path,
   }
   c.format = "accelerate";
   if (auto* v = get("mixed_precision")) {
-    if (*v == "bf16" || *v == "fp16" || *v == "fp8") c.knobs["precision"] = "bf16-mixed";
+    if (*v == "bf16" || *v == "fp8") c.knobs["precision"] = "bf16-mixed";
+    if (*v == "fp16") c.knobs["precision"] = "fp16-mixed";
     if (*v == "no") c.knobs["precision"] = "fp32";
-    if (*v == "fp16")
-      c.unmodelled.push_back("mixed_precision fp16 (simulated as bf16-mixed: same sizes, no loss scaling)");
     if (*v == "fp8")
       c.unmodelled.push_back("mixed_precision fp8 with DeepSpeed (Transformer Engine: not modelled)");
   }
@@ -1403,12 +1401,7 @@ ImportedConfig import_accelerate(const std::string& path) {
     c.assumed.push_back(
         "distributed_type MULTI_GPU is PyTorch DDP: simulated as --zero 0 (plain data parallel)");
     if (auto* v = get("mixed_precision")) {
-      if (*v == "no")
-        c.knobs["precision"] = "fp32";
-      else
-        c.knobs["precision"] = "bf16-mixed";
-      if (*v == "fp16")
-        c.unmodelled.push_back("mixed_precision fp16 (simulated as bf16-mixed: same sizes, no loss scaling)");
+      c.knobs["precision"] = *v == "no" ? "fp32" : *v == "fp16" ? "fp16-mixed" : "bf16-mixed";
       if (*v == "fp8") c.knobs["fp8"] = "tensorwise";
     }
     return finish(c);
@@ -1467,10 +1460,9 @@ ImportedConfig import_accelerate(const std::string& path) {
       c.knobs["precision"] = "bf16-mixed";
     else if (*v == "no")
       c.knobs["precision"] = "fp32";
-    else if (*v == "fp16") {
-      c.knobs["precision"] = "bf16-mixed";
-      c.unmodelled.push_back("mixed_precision fp16 (simulated as bf16-mixed: same sizes, no loss scaling)");
-    } else if (*v == "fp8") {
+    else if (*v == "fp16")
+      c.knobs["precision"] = "fp16-mixed";  // accelerate: MixedPrecision(float16) + ShardedGradScaler
+    else if (*v == "fp8") {
       c.knobs["precision"] = "bf16-mixed";
       c.knobs["fp8"] = "tensorwise";
     } else {

@@ -281,6 +281,9 @@ SearchSpace plan_space(PlanArgs& a, const Loaded& l) {
           space.tp.begin(), space.tp.end(),
           [&](int t) { return t > l.cluster->spec().node.nvlink_domain_gpus || l.cluster->gpus() % t; }),
       space.tp.end());
+  // Volta has no bf16 (resolve_plan's check_volta): its plans search fp16-mixed, the one 16-bit precision it
+  // has, unless --fix precision or the --from file says otherwise.
+  if (l.cluster->spec().gpu.arch == GpuArch::kVolta) space.base.precision = Precision::kFp16Mixed;
   // The space without the user's --fix pins: the CLI's defaults and the --from / --framework knobs (what
   // check_fix_values blames a pinned value against).
   SearchSpace inherited = space;

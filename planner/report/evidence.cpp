@@ -425,6 +425,25 @@ std::vector<std::string> evidence_warnings(const Result& r, const ModelSpec& mod
         "with {} ({}): its saved tensors are unchecked",
         list, model.name));
   }
+  // A node without NVSwitch (dgx-v100-32g: the DGX-1's NVLink hybrid cube-mesh) is modelled as if every GPU
+  // reached the others at its full NVLink bandwidth; a group that takes 2 .. G-1 of the node's G GPUs runs
+  // over the 1-2 links between cube neighbours (or through a third GPU): its collectives are optimistic.
+  const int G = cluster.node.gpus;
+  if (!cluster.node.nvswitch && G > 2) {
+    const Plan& p = r.plan;
+    auto in_node = [&](int size, int stride) { return std::min(size, std::max(1, G / stride)); };
+    for (const auto& [what, k] : {std::pair{"tensor-parallel", in_node(p.tp, 1)},
+                                  std::pair{"data-parallel", in_node(p.dp_cp(), p.tp)},
+                                  std::pair{"shard", in_node(p.fsdp_ranks(), p.tp)}})
+      if (k > 1 && k < G) {
+        w.push_back(fmt::format(
+            "time: the {} group takes {} of a node's {} GPUs, which {} links without NVSwitch (NVLink "
+            "mesh): it is modelled at the full per-GPU NVLink bandwidth, so its communication time is "
+            "optimistic",
+            what, k, G, cluster.name));
+        break;
+      }
+  }
   const OomModel m = oom_model(e, r.plan);
   if (m.regime_runs == 0)
     w.push_back(fmt::format(

@@ -49,7 +49,7 @@ ScorePasses score_passes(const Plan& p, bool alibi) {
   // own kernel. Under autocast (bf16-mixed) the fp32 extended attention mask (GPT2Model: cast to the fp32
   // parameters' dtype) promotes the sum to fp32, so softmax runs in fp32 (a = 4) and .type casts back; with
   // the model in 16 bits (bf16, bf16-true: DeepSpeed fp16) everything stays 16-bit and .type is a no-op.
-  const double a = p.precision == Precision::kBf16Mixed ? 4.0 : bc;
+  const double a = p.mixed() ? 4.0 : bc;
   const bool cast = a != bc;
   // div (read bc, write bc), where (bc, bc; the broadcast bool mask is a 1 x 1 x s x s buffer), mask add
   // (bc in, a out; the [b, 1, 1, s] mask is broadcast), softmax (a, a), .type (a in, bc out), dropout.

@@ -11,6 +11,7 @@ BytesPerParam bytes_per_param(Runtime rt, Precision p) {
   if (rt == Runtime::kMegatron) return {2, 4, 12};
   switch (p) {
     case Precision::kBf16Mixed:
+    case Precision::kFp16Mixed:  // the same tensors with fp16 compute (DeepSpeed: fp16 params and grads)
       return rt == Runtime::kDeepSpeed ? BytesPerParam{2, 2, 12} : BytesPerParam{4, 4, 8};
     case Precision::kBf16:
       return {2, 2, 8};
@@ -44,6 +45,7 @@ double optimizer_bytes_per_param(Runtime rt, Precision p, bool fused, Optimizer 
   double b = 28;
   switch (p) {
     case Precision::kBf16Mixed:
+    case Precision::kFp16Mixed:
       // DeepSpeed and Megatron step a flat fp32 partition and write the 16-bit copy back.
       b = rt == Runtime::kDeepSpeed || rt == Runtime::kMegatron ? 40 : 28;
       break;

@@ -107,6 +107,22 @@ inline constexpr double kAdafactorSyncsPerTensor = 2;
 /// One such synchronisation: the stream drains and the CPU reads the scalar before launching more (assumed
 /// ~15 us: a D2H copy's launch and completion, twice docs/mechanics.md §5's 5-10 us launch).
 inline constexpr double kDeviceSyncS = 15e-6;
+/// fp16-mixed's dynamic loss scaler (docs/model.md "fp16 mixed precision"), HBM passes over each local
+/// gradient before the step. torch 2.15 GradScaler.unscale_ / ShardedGradScaler._unscale_grads_
+/// (torch/amp/grad_scaler.py, torch/distributed/fsdp/sharded_grad_scaler.py) and megatron-core 0.8.0
+/// MixedPrecisionOptimizer._unscale_main_grads_and_check_for_nan (megatron/core/optimizer/optimizer.py) run
+/// torch._amp_foreach_non_finite_check_and_unscale_: one read and one write of every gradient element.
+inline constexpr double kTorchUnscalePasses = 2;
+/// DeepSpeed 0.19.8's overflow check (deepspeed/runtime/utils.py has_inf_or_nan: `x.amax()` and `x.amin()`,
+/// two reads of every gradient of the partition; zero/stage_1_and_2.py and zero/stage3.py has_overflow,
+/// fp16/fused_optimizer.py via CheckOverflow). Its unscale rides on the clipping pass unscale_and_clip_grads,
+/// which bf16 runs too (gradient_clipping), so it is not an fp16 extra.
+inline constexpr double kDeepSpeedOverflowPasses = 2;
+/// The loss scaler's flag, all-reduced (MAX) over the data-parallel ranks and read back by the CPU before the
+/// step: torch's found_inf (fp32, one element: `torch.full((1,), 0.0, dtype=torch.float32)`), megatron's
+/// found_inf (torch.cuda.FloatTensor([0.0])), DeepSpeed's overflow flag (invalid_grad_count.bool().byte():
+/// 1 byte, counted as 4: the all-reduce of a scalar costs its latency).
+inline constexpr double kLossScalerFlagBytes = 4;
 }  // namespace fw
 
 /// Persistent bytes per parameter (docs/mechanics.md §1.2).

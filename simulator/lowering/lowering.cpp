@@ -226,6 +226,7 @@ void Lowering::forward(int mb) {
 // ---- optimizer step ----
 void Lowering::optimizer_step() {
   const double local_params = static_cast<double>(state_elems(in_.model, p_).optimizer);
+  const ScalerTensors scaler = p_.fp16() ? loss_scaler() : ScalerTensors{};  // lowering_loss_scaler.cpp
   Task o;
   o.type = TaskType::kOptimizer;
   o.cpu_s = optimizer_cpu_s();
@@ -245,6 +246,7 @@ void Lowering::optimizer_step() {
   }
   o.label = label([] { return std::string("optimizer step"); });
   std::int32_t oid = out_.program.add(o);
+  free_group(MemCategory::kOptimizer, kPoolDefault, scaler.group, scaler.bytes);
   out_.optimizer_s = o.duration_s;
   if (p_.optimizer == Optimizer::kMuon) oid = muon_orthogonalise(oid);
   // DeepSpeed offload: the updated 16-bit parameters of this rank's partition go back host -> device (FSDP's

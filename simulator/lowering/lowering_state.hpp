@@ -31,7 +31,7 @@ class Lowering {
         U_(static_cast<int>(in.units.size())),
         bc_(p_.compute_bytes()),
         br_(p_.reduce() == Dtype::kFp32 ? 4.0 : 2.0),
-        mixed_cast_(p_.precision == Precision::kBf16Mixed || p_.precision == Precision::kFp32),
+        mixed_cast_(p_.mixed() || p_.precision == Precision::kFp32),
         // Mesh [dp_replicate, dp_shard, cp, tp], tp innermost: FSDP shards over dp_shard x cp (stride tp),
         // replicas are tp x dp_shard x cp apart; the expert FSDP group (efsdp) is the ranks ep x tp apart.
         shard_g_(in.cluster.group(p_.fsdp_ranks(), p_.tp)),
@@ -251,6 +251,14 @@ class Lowering {
   double optimizer_device_s() const;
   double optimizer_cpu_s() const;
   std::int32_t muon_orthogonalise(std::int32_t after);
+  /// fp16-mixed: the loss scaler's pass over this rank's gradients, the all-reduce of its found-inf flag and
+  /// the CPU's read of it (the step is issued after), with the tensors it creates
+  /// (lowering_loss_scaler.cpp). Returns the tensors that live until the optimizer step ends.
+  struct ScalerTensors {
+    std::int32_t group = -1;
+    Bytes bytes = 0;
+  };
+  ScalerTensors loss_scaler();
 
   const LoweringInputs& in_;
   LoweringOutput& out_;

@@ -39,7 +39,7 @@ int master_bytes(const Plan& p) {
   // DeepSpeed bf16-mixed (bf16_optimizer / ZeRO: fp32 partitions of the bf16 parameters) and Megatron's
   // distributed optimizer (shard_main_param = shard_model_param.clone().float()).
   if (p.runtime == Runtime::kMegatron) return 4;
-  return p.runtime == Runtime::kDeepSpeed && p.precision == Precision::kBf16Mixed ? 4 : 0;
+  return p.runtime == Runtime::kDeepSpeed && p.mixed() ? 4 : 0;
 }
 
 StateTensors optimizer_state_tensors(const Plan& p, const OptimizerTensor& t) {

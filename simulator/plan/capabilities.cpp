@@ -107,6 +107,11 @@ const std::initializer_list<Row> kFsdp2Rows = {
      "torch 2.15 torch/distributed/fsdp/_fully_shard/_fsdp_api.py CPUOffloadPolicy",
      "CPU offload runs the step on the host; only AdamW's and Adam's host step are modelled; use --offload "
      "none"},
+    {Feature::kFp16Mixed, Y, "torch 2.15 torch/distributed/fsdp/sharded_grad_scaler.py ShardedGradScaler",
+     "MixedPrecisionPolicy(param_dtype=float16) over the fp32 shards with ShardedGradScaler (the emitted "
+     "FSDP2 "
+     "script); torchtitan 0.3.0 has none (config/configs.py TrainingConfig.mixed_precision_param: "
+     "Literal[\"bfloat16\", \"float32\"], no GradScaler in its trainer): --emit torchtitan refuses it"},
 };
 
 // FSDP1 (FullyShardedDataParallel) on torch 2.15.
@@ -188,6 +193,8 @@ const std::initializer_list<Row> kFsdp1Rows = {
     {Feature::kOffloadOtherOptimizer, M, "torch 2.15 torch/distributed/fsdp/api.py CPUOffload",
      "CPU offload runs the step on the host; only AdamW's and Adam's host step are modelled; use --offload "
      "none"},
+    {Feature::kFp16Mixed, Y, "torch 2.15 torch/distributed/fsdp/sharded_grad_scaler.py ShardedGradScaler",
+     "MixedPrecision(param_dtype=float16) with ShardedGradScaler"},
 };
 
 // DeepSpeed 0.19.8 (ZeRO, AutoTP, PipelineEngine, MoE).
@@ -272,6 +279,9 @@ const std::initializer_list<Row> kDeepSpeedRows = {
     {Feature::kOffloadOtherOptimizer, M, "deepspeed 0.19.8 deepspeed/ops/adam/cpu_adam.py DeepSpeedCPUAdam",
      "ZeRO-Offload steps with DeepSpeedCPUAdam; other optimizers' host steps are not modelled; use --offload "
      "none or --optimizer adam"},
+    {Feature::kFp16Mixed, Y, "deepspeed 0.19.8 deepspeed/runtime/fp16/loss_scaler.py DynamicLossScaler",
+     "the fp16 config block (loss_scale 0: dynamic): FP16_Optimizer at ZeRO-0, the ZeRO optimizers' fp16 "
+     "partitions with their fp32 master copy above"},
 };
 
 // Megatron-core 0.8.0 (core_r0.8.0): DistributedDataParallel + distributed optimizer, TP/SP, PP, CP, EP.
@@ -351,6 +361,9 @@ const std::initializer_list<Row> kMegatronRows = {
      "no Adafactor in megatron-core 0.8.0; use --optimizer adamw, adam or sgd"},
     {Feature::kOffloadOtherOptimizer, N, "megatron-core 0.8.0 megatron/core/optimizer/distrib_optimizer.py",
      "megatron's CPU offload is not modelled; use --offload none"},
+    {Feature::kFp16Mixed, Y, "megatron-core 0.8.0 megatron/core/optimizer/grad_scaler.py DynamicGradScaler",
+     "--fp16: fp16 parameters, fp32 main parameters and gradients in the distributed optimizer, dynamic loss "
+     "scale"},
 };
 
 Table build_table() {
@@ -434,12 +447,13 @@ constexpr FeatureInfo kFeatureInfo[] = {
     {"float8 all-gather", "--fp8-all-gather"},                            // kFp8AllGather
     {"root unit with embedding and head", "--root-params"},               // kRootParams
     {"last block kept after forward", "--keep-last-block"},               // kKeepLastBlock
-    {"precision other than bf16-mixed", "--precision"},                   // kNonMixedPrecision
+    {"precision other than bf16-/fp16-mixed", "--precision"},             // kNonMixedPrecision
     {"optimizer other than adamw, adam or sgd", "--optimizer"},           // kOptimizerOther
     {"muon", "--optimizer"},                                              // kOptimizerMuon
     {"muon with TP- or EP-split matrices", "--optimizer"},                // kMuonSplitMatrices
     {"adafactor over ZeRO-2/3 shards", "--optimizer"},                    // kAdafactorSharded
     {"offload with an optimizer other than adamw or adam", "--offload"},  // kOffloadOtherOptimizer
+    {"fp16 mixed precision (dynamic loss scaling)", "--precision"},       // kFp16Mixed
 };
 static_assert(std::size(kFeatureInfo) == kFeatures);
 }  // namespace
@@ -499,7 +513,8 @@ std::array<bool, kFeatures> plan_features(const Plan& p, int dp) {
   use(Feature::kFp8AllGather, p.fp8_all_gather);
   use(Feature::kRootParams, p.root_params != RootParams::kNone);
   use(Feature::kKeepLastBlock, p.keep_last_block);
-  use(Feature::kNonMixedPrecision, p.precision != Precision::kBf16Mixed);
+  use(Feature::kNonMixedPrecision, !p.mixed());
+  use(Feature::kFp16Mixed, p.fp16());
   const Optimizer o = p.optimizer;
   use(Feature::kOptimizerOther, o != Optimizer::kAdamW && o != Optimizer::kAdam && o != Optimizer::kSgd);
   use(Feature::kOptimizerMuon, o == Optimizer::kMuon);

@@ -47,14 +47,15 @@ enum class Feature : std::uint8_t {
   kFp8AllGather,         ///< the sharded weights all-gathered in float8
   kRootParams,           ///< FSDP2's root unit holding the embedding and head (torchtitan before 2025-07-28)
   kKeepLastBlock,        ///< the last block not resharded after forward (torchtitan before 2025-07-28)
-  kNonMixedPrecision,    ///< --precision other than bf16-mixed (bf16 or fp32 parameters)
+  kNonMixedPrecision,    ///< --precision other than bf16-/fp16-mixed (bf16 or fp32 parameters)
   kOptimizerOther,       ///< an optimizer other than AdamW, Adam or SGD (adafactor, adamw8bit, lion, muon)
   kOptimizerMuon,        ///< Muon (orthogonalised updates of the 2-D matrices, AdamW for the rest)
   kMuonSplitMatrices,    ///< Muon with TP- or EP-split matrices (tp > 1 or ep > 1)
   kAdafactorSharded,     ///< Adafactor over parameters sharded per tensor (ZeRO-2/3)
   kOffloadOtherOptimizer,  ///< CPU offload with an optimizer other than AdamW / Adam
+  kFp16Mixed,              ///< --precision fp16-mixed (fp16 compute, dynamic loss scaling)
 };
-inline constexpr int kFeatures = static_cast<int>(Feature::kOffloadOtherOptimizer) + 1;
+inline constexpr int kFeatures = static_cast<int>(Feature::kFp16Mixed) + 1;
 inline constexpr int kRuntimes = 4;
 
 /// kNo: the runtime does not have it. kNotModelled: it has it, the simulator does not lower it. Both are

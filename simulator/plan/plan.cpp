@@ -26,6 +26,8 @@ const char* to_string(Precision p) {
       return "bf16-true";
     case Precision::kFp32:
       return "fp32";
+    case Precision::kFp16Mixed:
+      return "fp16-mixed";
   }
   return "?";
 }
@@ -224,6 +226,21 @@ SdpaBackend default_sdpa_backend(GpuArch arch, Precision precision) {
   return SdpaBackend::kFlash;
 }
 
+// Volta (sm70) has no bf16 arithmetic (its tensor cores take fp16: the V100 datasheet lists FP16 and FP32
+// only) and no float8; FlashAttention-2 and cuDNN attention need sm80 / sm90+ (torch 2.15
+// aten/src/ATen/native/transformers/cuda/sdp_utils.cpp check_sm_version): V100s train in fp16 with loss
+// scaling (or fp32) and attend with the memory-efficient kernel.
+void check_volta(const Plan& p, const GpuSpec& gpu) {
+  if (gpu.arch != GpuArch::kVolta) return;
+  need(p.precision == Precision::kFp16Mixed || p.precision == Precision::kFp32, "--precision", [&] {
+    return std::string(to_string(p.precision)) + " needs bf16, which Volta GPUs (" + gpu.model +
+           ") do not have: use --precision fp16-mixed (loss-scaled) or fp32";
+  });
+  need(p.fp8 == Fp8::kNone, "--fp8", "Volta GPUs have no float8 tensor cores");
+  need(!p.sdpa_backend || *p.sdpa_backend == SdpaBackend::kEfficient, "--sdpa-backend",
+       "FlashAttention-2 and cuDNN attention need sm80 / sm90 or newer; Volta runs efficient");
+}
+
 }  // namespace
 
 Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::int64_t global_batch) {
@@ -231,6 +248,7 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   const int gpus = cluster.gpus();
   need(p.zero >= 0 && p.zero <= 3, "--zero",
        [&] { return "must be 0, 1, 2 or 3, got " + std::to_string(p.zero); });
+  check_volta(p, cluster.spec().gpu);
   need(p.tp >= 1, "--tp", "must be >= 1");
   need(p.tp <= cluster.spec().node.nvlink_domain_gpus, "--tp", [&] {
     return "tp " + std::to_string(p.tp) + " exceeds the " +
@@ -339,8 +357,7 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   }
   need(p.grad_accum >= 1 && p.grad_accum <= 1 << 20, "--grad-accum", "must be in [1, 1048576]");
   if (!p.reduce_dtype)
-    p.reduce_dtype = (p.precision == Precision::kBf16Mixed || p.precision == Precision::kFp32) ? Dtype::kFp32
-                                                                                               : Dtype::kBf16;
+    p.reduce_dtype = p.mixed() || p.precision == Precision::kFp32 ? Dtype::kFp32 : Dtype::kBf16;
   if (p.precision == Precision::kFp32) p.reduce_dtype = Dtype::kFp32;
   need(p.fp8 == Fp8::kNone || p.precision != Precision::kFp32, "--fp8",
        "float8 linears need a 16-bit compute dtype (--precision bf16-mixed, bf16 or bf16-true), not fp32");

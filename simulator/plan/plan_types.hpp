@@ -23,7 +23,11 @@ class Cluster;
 /// over the data-parallel x context-parallel ranks, the updated parameters all-gathered before the next
 /// forward.
 enum class Runtime { kFsdp2, kFsdp1, kDeepSpeed, kMegatron };
-enum class Precision { kBf16Mixed, kBf16, kBf16True, kFp32 };
+/// kFp16Mixed: fp16 compute over fp32 parameters (the bytes of bf16-mixed) with dynamic loss scaling:
+/// torch.amp GradScaler / FSDP's ShardedGradScaler, DeepSpeed's fp16 DynamicLossScaler, Megatron's
+/// DynamicGradScaler (docs/model.md "fp16 mixed precision"). The only 16-bit mode of Volta, which has no
+/// bf16.
+enum class Precision { kBf16Mixed, kBf16, kBf16True, kFp32, kFp16Mixed };
 enum class AcMode { kNone, kSelective, kFull };
 enum class Dtype { kFp32, kBf16 };
 /// CPU offload. kOptimizer: DeepSpeed ZeRO-Offload (`offload_optimizer`: fp32 master weights, Adam state and
@@ -107,7 +111,7 @@ struct EnumValues<Runtime> {
 template <>
 struct EnumValues<Precision> {
   static constexpr std::array v{Precision::kBf16Mixed, Precision::kBf16, Precision::kBf16True,
-                                Precision::kFp32};
+                                Precision::kFp32, Precision::kFp16Mixed};
 };
 template <>
 struct EnumValues<AcMode> {
@@ -304,6 +308,10 @@ struct Plan {
   /// Bytes per element of the compute dtype (activations, gathered parameters, TP/CP/EP buffers): 4 under
   /// fp32, else 2 (bf16).
   double compute_bytes() const { return precision == Precision::kFp32 ? 4.0 : 2.0; }
+  /// 16-bit compute over fp32 parameters (bf16-mixed, fp16-mixed): the same bytes per parameter.
+  bool mixed() const { return precision == Precision::kBf16Mixed || precision == Precision::kFp16Mixed; }
+  /// fp16 compute with dynamic loss scaling (fp16-mixed): the scaler's passes before the optimizer step.
+  bool fp16() const { return precision == Precision::kFp16Mixed; }
   bool reshard() const { return reshard_after_forward.value_or(zero >= 3); }
   int stages() const { return pp * std::max(virtual_stages, 1); }
   Dtype reduce() const { return reduce_dtype.value_or(Dtype::kFp32); }

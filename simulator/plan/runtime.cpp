@@ -70,7 +70,7 @@ RuntimeTraits runtime_traits(const Plan& p) {
   const bool fsdp2 = p.runtime == Runtime::kFsdp2, fsdp1 = p.runtime == Runtime::kFsdp1,
              ds = p.runtime == Runtime::kDeepSpeed;
   if (p.runtime == Runtime::kMegatron) return megatron_traits(p);
-  const bool mixed_cast = p.precision == Precision::kBf16Mixed || p.precision == Precision::kFp32;
+  const bool mixed_cast = p.mixed() || p.precision == Precision::kFp32;
   // FSDP stores parameters sharded from ZeRO-2 on (SHARD_GRAD_OP gathers once per forward and keeps them);
   // DeepSpeed shards them only in ZeRO-3.
   t.gathers_params = p.zero == 3 || (!ds && p.zero == 2);
@@ -119,7 +119,7 @@ RuntimeTraits runtime_traits(const Plan& p) {
   t.ipg_bucket_per_backward = ds && (p.zero == 1 || p.zero == 2);
   t.ipg_bucket_persistent = ds && p.zero == 3;
   t.ddp_reducer_buckets = fsdp2 && p.zero == 0;
-  t.autocast_weight_copies = !ds && !t.gathers_params && p.precision == Precision::kBf16Mixed;
+  t.autocast_weight_copies = !ds && !t.gathers_params && p.mixed();
   t.param_all_gather_after_step = ds && p.zero < 3;
   t.optimizer_flat_partitions = ds;
   t.native_cpu_adam = ds;

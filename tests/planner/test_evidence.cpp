@@ -136,6 +136,23 @@ TEST_CASE("warnings: none where the evidence is; one per way a prediction leaves
   CHECK(wb.find("no measured run on blackwell GPUs") != std::string::npos);
   CHECK(wb.find("power limited") != std::string::npos);
 
+  // V100 (DGX-1, hybrid cube-mesh, no NVSwitch), fp16-mixed: no Volta run; a TP group of 4 of the node's 8
+  // GPUs is modelled at the full NVLink bandwidth (optimistic); TP 1 over 16 GPUs (data-parallel groups of 8
+  // per node) has no such group.
+  fixture::Setup v100("llama3-8b", "dgx-v100-32g", 16);
+  Plan v = p;
+  v.precision = Precision::kFp16Mixed;
+  v.seq = 2048;
+  v.ac = AcMode::kFull;
+  const std::string wv = warnings_of(evidence_warnings(v100.run(v), v100.model.spec(), v100.cluster->spec()));
+  INFO(wv);
+  CHECK(wv.find("no measured run on volta GPUs (V100-SXM2-32GB)") != std::string::npos);
+  CHECK(wv.find("without NVSwitch") == std::string::npos);
+  v.tp = 4;
+  const std::string wt = warnings_of(evidence_warnings(v100.run(v), v100.model.spec(), v100.cluster->spec()));
+  INFO(wt);
+  CHECK(wt.find("the tensor-parallel group takes 4 of a node's 8 GPUs") != std::string::npos);
+
   // Qwen3's qk-norm: no reference-lane model has it.
   fixture::Setup q("qwen3-8b", "dgx-h100", 8);
   Plan qp = p;

@@ -150,6 +150,26 @@ class ReferenceLaneTest(unittest.TestCase):
         self.assertEqual(trace["persistent_at_end"], {"params": PARAMS_BF16, "grads": 0, "optimizer": OPT_BF16})
         self.check_schema(record)
 
+    def test_fp16_mixed_with_sharded_grad_scaler(self):
+        # --precision fp16-mixed: MixedPrecisionPolicy(param_dtype=float16) over the same fp32 shards and
+        # ShardedGradScaler around backward and the step. Persistent state is bf16-mixed's exactly (fp32 shards,
+        # fp32 gradients, fp32 AdamW states); fp16 gathered parameters are as large as bf16 ones. What the scaler
+        # adds and keeps: its scale (fp32, one element) and growth tracker (int32, one element), created by the
+        # first scale(loss): 2 x 512 B blocks live after the last step (the tracker counts them as activations:
+        # they are created during the loss computation).
+        record, trace = self.get("--precision", "fp16-mixed")
+        self.assertEqual(trace["persistent_at_end"], {"params": PARAMS_FP32, "grads": 0, "optimizer": OPT_FP32})
+        self.assertEqual(max_live(trace, "grads"), GRADS_FP32)
+        _, bf = self.get()
+        self.assertEqual(max_live(trace, "gathered_params"), max_live(bf, "gathered_params"))
+        live = {}
+        for e in trace["events"]:
+            live[e["category"]] = live.get(e["category"], 0) + (e["bytes"] if e["op"] == "alloc" else -e["bytes"])
+        self.assertEqual({k: v for k, v in live.items() if v},
+                         {"params": PARAMS_FP32, "optimizer": OPT_FP32, "other": 2048, "activations": 2 * 512})
+        self.assertEqual(record["plan"]["precision"], "fp16-mixed")
+        self.check_schema(record)
+
     def test_grad_accumulation_runs_every_micro_batch(self):
         record, trace = self.get("--mbs", "2", "--grad-accum", "2")
         self.assertEqual(record["plan"]["grad_accum"], 2)

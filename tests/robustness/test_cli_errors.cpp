@@ -76,6 +76,23 @@ TEST_CASE("unknown preset lists the valid names", "[robustness][cli]") {
   expect_bad_input(run_cli({"show", "model", "nope"}, dir), {"nope", "llama3.1-405b"});
 }
 
+TEST_CASE("Volta refuses bf16 precisions with one line, exit 2", "[robustness][cli][fp16]") {
+  // dgx-v100-32g: V100s have no bf16; the default precision (bf16-mixed) is refused naming the flag, the GPU
+  // and what to use instead; fp16-mixed runs.
+  auto dir = scratch_dir();
+  expect_bad_input(
+      run_cli({"memory", "--model", "llama3-8b", "--cluster", "dgx-v100-32g", "--gpus", "8"}, dir),
+      {"--precision", "bf16-mixed", "V100-SXM2-32GB", "fp16-mixed"});
+  expect_bad_input(run_cli({"memory", "--model", "llama3-8b", "--cluster", "dgx-v100-32g", "--gpus", "8",
+                            "--precision", "bf16-true"},
+                           dir),
+                   {"--precision", "bf16-true", "Volta"});
+  const auto ok = run_cli({"memory", "--model", "llama3-8b", "--cluster", "dgx-v100-32g", "--gpus", "8",
+                           "--zero", "3", "--precision", "fp16-mixed", "--seq", "2048", "--ac", "full"},
+                          dir);
+  CHECK(ok.code == 0);
+}
+
 TEST_CASE("negative and zero sizes are bad input", "[robustness][cli]") {
   auto dir = scratch_dir();
   std::string m = kTinyModel;

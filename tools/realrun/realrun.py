@@ -309,6 +309,8 @@ def detect_cluster(gpu_name):
         return "dgx-a100-80g"
     if "A100" in n:
         return "dgx-a100-40g"
+    if "V100" in n and "32GB" in n:
+        return "dgx-v100-32g"
     return None
 
 

@@ -187,8 +187,11 @@ def resolve_plan(a, spec) -> dict:
         bad("--global-batch", "give --global-batch or --grad-accum, not both")
     if a.ac not in ("none", "selective", "full"):
         bad("--ac", f"unknown value \"{a.ac}\"; expected none | selective | full")
-    if a.precision not in ("bf16-mixed", "bf16", "bf16-true", "fp32"):
+    if a.precision not in ("bf16-mixed", "bf16", "bf16-true", "fp32", "fp16-mixed"):
         bad("--precision", f"unknown value \"{a.precision}\"")
+    if a.precision == "fp16-mixed" and (a.runtime != "fsdp2" or a.zero not in (2, 3) or a.pp > 1 or a.tp > 1
+                                        or a.fp8 != "none"):
+        bad("--precision", "fp16-mixed is covered with FSDP2 ZeRO-2/3 without PP, TP or float8 only")
     if a.loss_dtype not in ("fp32", "bf16"):
         bad("--loss-dtype", f"unknown value \"{a.loss_dtype}\"")
     if a.runtime not in ("fsdp2", "fsdp1", "deepspeed"):
@@ -260,7 +263,7 @@ def resolve_plan(a, spec) -> dict:
         bad("--reshard-after-forward", "ZeRO-2 keeps the gathered parameters: reshard_after_forward must be false")
     if a.zero == 3 and not raf:
         bad("--reshard-after-forward", "false with --zero 3 is ZeRO-2: pass --zero 2")
-    reduce = a.reduce_dtype or ("fp32" if a.precision in ("bf16-mixed", "fp32") else "bf16")
+    reduce = a.reduce_dtype or ("fp32" if a.precision in ("bf16-mixed", "fp32", "fp16-mixed") else "bf16")
     if reduce not in ("fp32", "bf16"):
         bad("--reduce-dtype", f"unknown value \"{reduce}\"")
     if a.precision == "fp32" and reduce == "bf16":
@@ -745,9 +748,12 @@ def wrap_fsdp2(torch, model, spec, plan, state, mesh):
     tracker)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    if plan["precision"] == "bf16-mixed":
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
-                                  reduce_dtype=torch.float32 if plan["reduce_dtype"] == "fp32" else torch.bfloat16)
+    if plan["precision"] in ("bf16-mixed", "fp16-mixed"):
+        # fp16-mixed: MixedPrecisionPolicy(param_dtype=float16) over the fp32 shards (the emitted FSDP2 script's);
+        # a 16-bit reduction is then fp16.
+        half = torch.float16 if plan["precision"] == "fp16-mixed" else torch.bfloat16
+        mp = MixedPrecisionPolicy(param_dtype=half,
+                                  reduce_dtype=torch.float32 if plan["reduce_dtype"] == "fp32" else half)
     else:
         mp = MixedPrecisionPolicy()
     # reshard_after_forward_policy "default": tok_embeddings its own unit (resharded after forward), [norm,
@@ -969,14 +975,29 @@ def train_step(torch, model, optim, spec, plan, state, clip, tracker):
             del logits
             if not plan["hold_logits"]:
                 del pred  # torchtitan deletes pred before backward
-            loss.backward()
+            scaler = state.get("scaler")
+            (scaler.scale(loss) if scaler else loss).backward()
         del loss, tokens, labels
         if plan["hold_logits"]:
             del pred
     state["phase"] = "optimizer"
+    scaler = state.get("scaler")
+    if scaler:
+        # ShardedGradScaler.unscale_ (torch 2.15 torch/distributed/fsdp/sharded_grad_scaler.py): found_inf and
+        # inv_scale, _amp_foreach_non_finite_check_and_unscale_ over the gradient shards, found_inf all-reduced.
+        scaler.unscale_(optim)
     if clip:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
     optim.step()
+    if scaler:
+        # GradScaler.step and, on the CPU device, update() (_amp_update_scale_cpu_) read found_inf with `.item()`,
+        # which a fake tensor cannot answer: the step is taken as it is when no inf was found (the common case), and
+        # update's end is done by hand: the per-optimizer state (found_inf per device) is dropped. On CUDA update()
+        # runs torch._amp_update_scale_ in place on the scale and the growth tracker (no new tensors).
+        from collections import defaultdict
+        from torch.amp.grad_scaler import _refresh_per_optimizer_state
+
+        scaler._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
     if plan["fp8_all_gather"]:
         from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
 
@@ -1051,6 +1072,10 @@ def run(a) -> int:
             model, optim, tracker = wrap_fsdp1(torch, model, spec, plan, state, mesh)
         else:
             model, optim, tracker = wrap_fsdp2(torch, model, spec, plan, state, mesh)
+        if plan["precision"] == "fp16-mixed":
+            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+            state["scaler"] = ShardedGradScaler(device="cpu")
         # torchtitan's GarbageCollection (components/gc? tools/utils.py): gc.disable(), one collection at start,
         # then every gc_freq = 50 steps. Frees then come from reference counting only: deterministic traces.
         gc.collect()
