@@ -53,8 +53,13 @@ enum class Feature : std::uint8_t {
   kMuonSplitMatrices,    ///< Muon with TP- or EP-split matrices (tp > 1 or ep > 1)
   kAdafactorSharded,     ///< Adafactor over parameters sharded per tensor (ZeRO-2/3)
   kOffloadOtherOptimizer,  ///< CPU offload with an optimizer other than AdamW / Adam
+  kLora,                   ///< LoRA adapters over a frozen base (--lora-rank > 0)
+  kLoraTp,                 ///< LoRA with tp > 1 (the adapters split as their base linear)
+  kLoraQuantTp,            ///< a quantised base (int8, nf4) with tp > 1
+  kLoraNf4Sharded,         ///< a 4-bit base under ZeRO-1/2/3
+  kLoraInt8Sharded,        ///< an LLM.int8 base under ZeRO-1/2/3
 };
-inline constexpr int kFeatures = static_cast<int>(Feature::kOffloadOtherOptimizer) + 1;
+inline constexpr int kFeatures = static_cast<int>(Feature::kLoraInt8Sharded) + 1;
 inline constexpr int kRuntimes = 4;
 
 /// kNo: the runtime does not have it. kNotModelled: it has it, the simulator does not lower it. Both are
