@@ -197,7 +197,8 @@ void Lowering::backward_memory(UnitBackward& ub, BackwardStep& st, std::int32_t 
           tied_b = -vh;
         }
       }
-      const Bytes kept = B(static_cast<double>(un.elems) * grad_bytes_per_elem + tied_b);
+      // LoRA's frozen parameters get no .grad (SimUnit::frozen_elems).
+      const Bytes kept = B(static_cast<double>(un.elems - un.frozen_elems) * grad_bytes_per_elem + tied_b);
       ugrad_id_[su] = alloc_tensors(MemCategory::kGrads, kPoolDefault, kept, ut.params_local);
       grad_groups_.push_back({ugrad_id_[su], kept});
       grads_allocated_ += kept;

@@ -174,7 +174,9 @@ UnitSums unit_layers(UnitContext& c, SimUnit& u) {
     // Identical tensors (a MoE layer's experts) as one group times its count: the same sums.
     l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
       const std::int64_t n = tp_local_elems(ten, t) * count;
-      if (cast_by_autocast) u.autocast_copy_elems += ep && ten.expert ? n / p.ep : n;
+      // (a weight stored in bf16 or quantised, LoRA's base, is not cast: autocast's copy is of fp32 weights)
+      if (cast_by_autocast && ten.store == WeightStore::kParam)
+        u.autocast_copy_elems += ep && ten.expert ? n / p.ep : n;
       // LoRA's frozen base (not under FSDP1: its FlatParameter's gradient covers it).
       const bool frozen = ten.frozen && rt.padding != Padding::kFlatUnit;
       if (frozen) u.frozen_elems += ep && ten.expert ? n / p.ep : n;
