@@ -45,6 +45,9 @@ Plan all_changed() {
   x.reduce_dtype = Dtype::kBf16;
   x.offload = Offload::kParams;
   x.optimizer = Optimizer::kLion;
+  x.lora_rank = 16;
+  x.lora_targets = "q_proj,v_proj";
+  x.lora_base = LoraBase::kNf4;
   x.async_tp = true;
   x.fused_optimizer = false;
   x.compile = true;
