@@ -98,7 +98,7 @@ TEST_CASE("knobs: a plan with every knob changed survives plan_to_flags and the 
         "--runtime deepspeed --zero 2 --shard-group 4 --tp 2 --seq 2048 --mbs 2 --grad-accum 3 --ac full "
         "--wrap 2 "
         "--prefetch 2 --reshard-after-forward false --precision bf16 --reduce-dtype bf16 --offload params "
-        "--optimizer lion --async-tp "
+        "--optimizer lion --lora-rank 16 --lora-targets q_proj,v_proj --lora-base nf4 --async-tp "
         "--foreach-optimizer --compile --hold-logits --fp32-norm --rs-input-rs-stream --zero-grad-in-place "
         "--loss-dtype bf16 "
         "--loss-impl eager "
