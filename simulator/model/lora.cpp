@@ -216,10 +216,7 @@ ModelGraph apply_lora(const ModelGraph& model, const LoraSpec& spec) {
 }
 
 bool has_frozen_parameters(const ModelGraph& model) {
-  for (const Layer* l : model.order())
-    for (const Tensor& t : l->tensors)
-      if (t.frozen) return true;
-  return false;
+  return model.has_frozen();
 }
 
 std::int64_t trainable_parameters(const ModelGraph& model) {

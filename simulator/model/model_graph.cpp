@@ -268,6 +268,7 @@ void ModelGraph::finalize() {
   merge_tensor_groups();
   parameters_ = embedding_parameters_ = largest_tensor_ = checkpoint_bytes_ = 0;
   active_parameters_ = 0;
+  has_frozen_ = false;
   int last_block = -1;
   blocks_ = 0;
   for (const Layer* l : order_) {
@@ -278,6 +279,7 @@ void ModelGraph::finalize() {
       embedding_parameters_ += p;
     for (const auto& t : l->tensors) {
       largest_tensor_ = std::max(largest_tensor_, t.parameters());
+      has_frozen_ = has_frozen_ || t.frozen;
       // MXFP4 (transformers integrations/mxfp4.py, the checkpoint's *_blocks and *_scales): each row's input
       // dimension in blocks of 32 values, 16 bytes of 4-bit values and one 8-bit scale per block.
       const bool mxfp4 = spec_.moe.mxfp4_experts && t.expert && t.dim1 > 1;

@@ -211,6 +211,8 @@ class ModelGraph {
   void for_each_model_tensor_group(F&& f) const {
     for (const ModelTensorGroup& g : model_groups_) f(*g.tensor, g.count, g.layers);
   }
+  /// Whether any parameter is frozen (LoRA's base, simulator/model/lora.hpp).
+  bool has_frozen() const { return has_frozen_; }
   /// Largest parameter count of a single tensor.
   std::int64_t largest_tensor() const { return largest_tensor_; }
   /// Bytes of the parameters as the released checkpoint stores them: 16-bit, except routed experts' weight
@@ -233,6 +235,7 @@ class ModelGraph {
   std::int64_t parameters_ = 0, embedding_parameters_ = 0, largest_tensor_ = 0, checkpoint_bytes_ = 0;
   double active_parameters_ = 0;
   int blocks_ = 0;
+  bool has_frozen_ = false;
 };
 
 }  // namespace shardplan
