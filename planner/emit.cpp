@@ -160,6 +160,15 @@ void deepspeed_script_notes(const Plan& p, std::vector<std::string>& n) {
 void check_expressible(const std::string& kind, const Plan& p) {
   const bool titan = kind == "torchtitan" || kind == "torchtitan-toml";
   auto refuse = [&](const std::string& why) { throw InputError::flag("--emit", kind + ": " + why); };
+  // No emitter writes LoRA (PEFT's get_peft_model, torchtitan's LoRAConverter, bitsandbytes' quantisation):
+  // an emitted config would train and store every parameter, a different run from the simulated one.
+  if (p.lora_rank > 0)
+    refuse(
+        "--lora-rank: LoRA is not emitted (the config would train every parameter); wrap the model with "
+        "PEFT's get_peft_model or torchtitan's LoRAConverter by hand, or emit the plan without --lora-rank");
+  if (!p.lora_targets.empty() || p.lora_base != LoraBase::kBf16)
+    refuse(std::string(p.lora_targets.empty() ? "--lora-base" : "--lora-targets") +
+           ": LoRA knobs are not emitted; drop them from the plan");
   if (titan && p.attention != AttentionCore::kFlash)
     refuse(std::string("--attention ") + to_string(p.attention) +
            ": torchtitan's decoders attend with fused kernels (flex / varlen in 0.3.0, SDPA or flex before), "

@@ -141,7 +141,8 @@ void validate_record(const Json& rec, const std::string& file, const std::string
     std::optional<ComputeConstants> k;
     if (constants) k = (*constants)(cluster.spec().gpu.arch);
     CostModel costs(cluster, k, hooks ? *hooks : CalibrationHooks{});
-    Simulator sim(model, cluster, costs);
+    const ModelGraph run_model = lora_model(model, p);  // LoRA: frozen base and adapters
+    Simulator sim(run_model, cluster, costs);
     const Result& r = sim.run(p);
     ValidationRecord vr;
     vr.id = id;

@@ -168,7 +168,8 @@ Command add_compare_command(CLI::App& app) {
             if (!blamed.file().empty()) throw blamed;
             throw InputError::flag(fmt::format("compare: plan {} (\"{}\")", i + 1, a->plans[i]), e.what());
           }
-          Simulator sim(*l.model, *l.cluster, *l.costs);
+          const ModelGraph run_model = lora_model(*l.model, p);  // LoRA: frozen base and adapters
+          Simulator sim(run_model, *l.cluster, *l.costs);
           results.push_back(sim.run(p, !a->html.empty()));
           labels.push_back(fmt::format("{}", static_cast<char>('A' + std::min<std::size_t>(i, 25))));
         }

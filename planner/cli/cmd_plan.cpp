@@ -292,6 +292,8 @@ SearchSpace plan_space(PlanArgs& a, const Loaded& l) {
   // names --fix only when one was given).
   for (const auto& f : fixes) space.fix(f);
   space.fixed_keys.resize(a.fixes.size());  // one key per fix(), the user's first
+  // LoRA is pinned, never searched: the model every candidate runs on carries its adapters and frozen base.
+  if (space.base.lora_rank > 0) *l.model = lora_model(*l.model, space.base);
   // A pinned TP degree the cluster cannot have is bad input, not a search without result.
   const int domain = l.cluster->spec().node.nvlink_domain_gpus;
   for (int t : space.tp) {

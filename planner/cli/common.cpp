@@ -223,6 +223,8 @@ Plan resolve_flags_plan(const PlanFlags& f, const Loaded& l) {
   }
   check_from_consistency(f, p);
   check_from_model(f, *l.model);
+  // LoRA transforms the model the plan runs on (frozen base, adapters: simulator/model/lora.hpp).
+  if (p.lora_rank > 0) *l.model = lora_model(*l.model, p);
   return p;
 }
 

@@ -169,6 +169,10 @@ std::string report_text(const Result& r, const ReportInputs& in, bool with_time)
       to_string(p.runtime), p.zero, p.shard_group, p.replicas, p.tp, p.seq, p.mbs, p.grad_accum,
       to_string(p.ac), p.wrap, p.prefetch, p.reshard() ? "true" : "false", to_string(p.precision),
       to_string(p.reduce()));
+  if (p.lora_rank > 0)
+    s += fmt::format("lora: rank {}, targets {}, base {} ({:L} trainable parameters)\n", p.lora_rank,
+                     p.lora_targets.empty() ? "PEFT's default" : p.lora_targets, to_string(p.lora_base),
+                     trainable_parameters(*in.model));
   s += "\nmemory at the peak (" + r.peak_phase + "):\n";
   for (int c = 0; c < kMemCategories; ++c)
     s += fmt::format("  {:<18} {:>12}\n", to_string(static_cast<MemCategory>(c)),

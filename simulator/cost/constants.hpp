@@ -123,6 +123,14 @@ inline constexpr double kDeepSpeedOverflowPasses = 2;
 /// found_inf (torch.cuda.FloatTensor([0.0])), DeepSpeed's overflow flag (invalid_grad_count.bool().byte():
 /// 1 byte, counted as 4: the all-reduce of a scalar costs its latency).
 inline constexpr double kLossScalerFlagBytes = 4;
+/// QLoRA's dequantisation, HBM bytes per weight value (docs/model.md "LoRA and QLoRA"): bitsandbytes 0.50.2
+/// dequantize_4bit (backends/cuda/ops.py _dequantize_4bit_impl) reads the packed codes (0.5 byte) and writes
+/// the 16-bit weight (2); the nested absmax is dequantised first (1-byte code read, fp32 written and read:
+/// 9 bytes per block of 64).
+inline constexpr double kNf4DequantBytesPerValue = 2.5 + 9.0 / 64.0;
+/// LLM.int8 (bitsandbytes 0.50.2 MatMul8bitLt): the int8 codes (1 byte) scaled by the row scales into a
+/// 16-bit weight (2).
+inline constexpr double kInt8DequantBytesPerValue = 3.0;
 }  // namespace fw
 
 /// Persistent bytes per parameter (docs/mechanics.md §1.2).

@@ -130,7 +130,8 @@ void Lowering::backward_memory(UnitBackward& ub, BackwardStep& st, std::int32_t 
   const bool tied_emb = un.tied_grad_elems > 0 && un.tied_peer > u;
   const Bytes tied_b = B(static_cast<double>(un.tied_grad_elems) * bc_);
   // autograd's unsharded gradients (.grad); the tied head's without the tied weight's
-  ub.ugrad = B(static_cast<double>(un.elems - (tied_head ? unit(un.tied_peer).elems : 0)) * bc_);
+  ub.ugrad =
+      B(static_cast<double>(un.elems - un.frozen_elems - (tied_head ? unit(un.tied_peer).elems : 0)) * bc_);
   const auto su = static_cast<std::size_t>(u);
   const UnitTensors& ut = ut_[su];
   recompute_id_ = alloc_tensors(MemCategory::kActivations, kPoolDefault, un.recompute_bytes, ut.recompute);
@@ -196,7 +197,8 @@ void Lowering::backward_memory(UnitBackward& ub, BackwardStep& st, std::int32_t 
           tied_b = -vh;
         }
       }
-      const Bytes kept = B(static_cast<double>(un.elems) * grad_bytes_per_elem + tied_b);
+      // LoRA's frozen parameters get no .grad (SimUnit::frozen_elems).
+      const Bytes kept = B(static_cast<double>(un.elems - un.frozen_elems) * grad_bytes_per_elem + tied_b);
       ugrad_id_[su] = alloc_tensors(MemCategory::kGrads, kPoolDefault, kept, ut.params_local);
       grad_groups_.push_back({ugrad_id_[su], kept});
       grads_allocated_ += kept;

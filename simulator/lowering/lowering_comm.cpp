@@ -189,15 +189,18 @@ void Lowering::reduce_scatter(int u, int mb, Bytes ugrad, double grad_bytes_per_
   const SimUnit& un = unit(u);
   // Dense parameters reduce over the fsdp ranks (dp_shard x cp), this EP rank's experts over the efsdp ranks.
   const int F = p_.fsdp_ranks(), Fe = p_.efsdp_ranks();
-  const std::int64_t expert_rs = std::max(un.expert_gathered_elems, un.expert_shard_elems * Fe);
+  // LoRA's frozen parameters have no gradient to reduce (SimUnit::frozen_shard_elems).
+  const std::int64_t expert_rs = std::max<std::int64_t>(
+      0, std::max(un.expert_gathered_elems, un.expert_shard_elems * Fe) - un.frozen_expert_shard_elems * Fe);
   // An FSDP2 tied group's unit reduces only its own parameters' gradients (SimUnit::tied_grad_elems).
   const std::int64_t gathered =
       un.reduced_gathered_elems >= 0 ? un.reduced_gathered_elems : un.gathered_elems;
   const std::int64_t shard = un.reduced_shard_elems >= 0 ? un.reduced_shard_elems : un.shard_elems;
   const std::int64_t dense_gathered = gathered - un.expert_gathered_elems;
-  const double dense_rs = static_cast<double>(
-      un.owns_merged_root ? un.gathered_elems
-                          : std::max(dense_gathered, (shard - un.expert_shard_elems) * F));
+  const double dense_rs = static_cast<double>(std::max<std::int64_t>(
+      0, (un.owns_merged_root ? un.gathered_elems
+                              : std::max(dense_gathered, (shard - un.expert_shard_elems) * F)) -
+             un.frozen_shard_elems * F));
   const double rs_elems = dense_rs + static_cast<double>(expert_rs);
   const double rs_bytes = rs_elems * br_, expert_rs_bytes = static_cast<double>(expert_rs) * br_;
   // Elements of the reduced gradient shard this rank keeps.

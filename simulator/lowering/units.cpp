@@ -174,20 +174,34 @@ UnitSums unit_layers(UnitContext& c, SimUnit& u) {
     // Identical tensors (a MoE layer's experts) as one group times its count: the same sums.
     l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
       const std::int64_t n = tp_local_elems(ten, t) * count;
-      if (cast_by_autocast) u.autocast_copy_elems += ep && ten.expert ? n / p.ep : n;
+      // (a weight stored in bf16 or quantised, LoRA's base, is not cast: autocast's copy is of fp32 weights)
+      if (cast_by_autocast && ten.store == WeightStore::kParam)
+        u.autocast_copy_elems += ep && ten.expert ? n / p.ep : n;
+      // LoRA's frozen base (not under FSDP1: its FlatParameter's gradient covers it).
+      const bool frozen = ten.frozen && rt.padding != Padding::kFlatUnit;
+      if (frozen) u.frozen_elems += ep && ten.expert ? n / p.ep : n;
+      if (ten.store == WeightStore::kNf4 || ten.store == WeightStore::kInt8)
+        m.dequant_bytes +=
+            static_cast<double>(ten.parameters() * count) *
+            (ten.store == WeightStore::kNf4 ? fw::kNf4DequantBytesPerValue : fw::kInt8DequantBytesPerValue);
       if (ep && ten.expert) {  // summed over all experts here, this rank's experts / ep after the loop
         u.expert_elems += n;
-        if (rt.padding == Padding::kFlatUnit)
+        if (rt.padding == Padding::kFlatUnit) {
           expert_flat += n;
-        else  // this rank's shard already (its experts only)
-          u.expert_shard_elems += rank_shard_elems(ten, count, t, Fe, rt.padding, p.ep);
+        } else {  // this rank's shard already (its experts only)
+          const std::int64_t sh = rank_shard_elems(ten, count, t, Fe, rt.padding, p.ep);
+          u.expert_shard_elems += sh;
+          if (frozen) u.frozen_expert_shard_elems += sh;
+        }
         return;
       }
       u.elems += n;
-      if (rt.padding == Padding::kFlatUnit)
+      if (rt.padding == Padding::kFlatUnit) {
         flat += n;
-      else
+      } else {
         u.shard_elems += tensor_shard_elems(ten, t, F, rt.padding) * count;
+        if (frozen) u.frozen_shard_elems += tensor_shard_elems(ten, t, F, rt.padding) * count;
+      }
       if (fp8_layer && p.fp8_all_gather && ten.dim1 > 1)  // weights, not biases
         fp8_shard += tensor_shard_elems(ten, t, F, Padding::kPerTensorDim0) * count;
     });
@@ -229,6 +243,7 @@ UnitSums unit_layers(UnitContext& c, SimUnit& u) {
         gemm += g.count * costs.gemm_s(T, n, k, fp32);
       }
       if (g.tp == TpSplit::kColumn && !g.expert) m.column_gemm += gemm - gemm_before;
+      if (g.frozen) m.frozen_gemm += gemm - gemm_before;
       u.flops_fwd += 2.0 * T * n * k * g.count;
     }
     if (l->attn_heads > 0) {
@@ -390,10 +405,13 @@ void unit_times_and_gathers(UnitContext& c, SimUnit& u, const UnitSums& m, std::
     if (p.cp > 1) add_cp_cost(u, context_parallel_layer_cost(*l, cluster, costs, p, T));
     if (ep) add_ep_cost(u, expert_parallel_layer_cost(*l, s, cluster, costs, p, T));
   }
-  const double cast_fwd = costs.memory_s(m.cast_fwd_bytes), cast_bwd = costs.memory_s(m.cast_bwd_bytes);
+  // A quantised base is dequantised in forward and again in backward (bitsandbytes MatMul4Bit).
+  const double cast_fwd = costs.memory_s(m.cast_fwd_bytes + m.dequant_bytes),
+               cast_bwd = costs.memory_s(m.cast_bwd_bytes + m.dequant_bytes);
   u.fwd_s = gemm + attn + elem + cast_fwd + score_fwd;
   u.fwd_first_mb_s = costs.memory_s(m.cast_first_mb_bytes);
-  u.bwd_s = 2 * gemm + K.attention_bwd_ratio * attn + 2 * elem + cast_bwd + score_bwd;
+  // A frozen weight's GEMM computes the input gradient only (LoRA's base): one GEMM in backward, not two.
+  u.bwd_s = 2 * gemm - m.frozen_gemm + K.attention_bwd_ratio * attn + 2 * elem + cast_bwd + score_bwd;
   if (p.ac == AcMode::kFull && u.blocks > 0)
     u.recompute_s = u.fwd_s;
   else if (p.ac == AcMode::kSelective && u.blocks > 0)

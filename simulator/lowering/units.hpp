@@ -40,6 +40,10 @@ struct SimUnit {
   /// Of the group's gathered / shard elements, those whose gradients this unit's post-backward reduces (its
   /// own parameters: the head the norm's, the embedding the tied weight's); -1: all of them.
   std::int64_t reduced_gathered_elems = -1, reduced_shard_elems = -1;
+  /// LoRA's frozen parameters (docs/model.md "LoRA and QLoRA"): TP-local elements (no unsharded gradient)
+  /// and this rank's padded shards, dense and of its experts (not reduce-scattered). 0 under FSDP1, whose
+  /// FlatParameter gradient covers them.
+  std::int64_t frozen_elems = 0, frozen_shard_elems = 0, frozen_expert_shard_elems = 0;
   /// FSDP2 group of several blocks (fully_shard on a list, --wrap > 1): each block is a unit of its own whose
   /// all-gather brings the whole group; these are the other blocks' gathered / shard elements, and the
   /// group's first unit (-1: not in such a group).

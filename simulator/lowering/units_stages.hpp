@@ -59,7 +59,9 @@ struct UnitSums {
   double score_fwd = 0, score_bwd = 0;            ///< materialised attention cores (attention_core.cpp)
   double cast_fwd_bytes = 0, cast_bwd_bytes = 0;  ///< float8 scaling and casting of the linears' operands
   double cast_first_mb_bytes = 0;                 ///< once per step: Transformer Engine's cached fp8 weights
-  double column_gemm = 0;  ///< forward time of the dense column-parallel GEMMs (TP backward overlap)
+  double column_gemm = 0;    ///< forward time of the dense column-parallel GEMMs (TP backward overlap)
+  double dequant_bytes = 0;  ///< QLoRA / LLM.int8: HBM bytes of dequantising the base weights once
+  double frozen_gemm = 0;  ///< forward time of the GEMMs over frozen weights (no weight gradient in backward)
 };
 
 /// Transients of every layer's backward beside the op-level ones of unit_workspace: float8's copies, the CP

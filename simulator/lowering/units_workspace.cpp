@@ -61,6 +61,15 @@ double backward_extra(const UnitContext& c, const SimUnit& u) {
   double extra = 0;  // transients of every layer's backward beside the op-level ones below
   // Float8: the fp8 copies of one linear's input and output gradient live beside the 16-bit ones.
   if (u.blocks > 0 && p.fp8 != Fp8::kNone) extra += T * (static_cast<double>(s.hidden) + f_local);
+  // QLoRA / LLM.int8: one linear's dequantised 16-bit weight [out, in] (bitsandbytes MatMul4Bit.backward
+  // dequantize_4bit, and the fp32 absmax it first dequantises, one per block of 64 values).
+  double dequant = 0;
+  for (const Layer* l : u.layers)
+    for (const Tensor& ten : l->tensors)
+      if (ten.store == WeightStore::kNf4 || ten.store == WeightStore::kInt8)
+        dequant = std::max(dequant, static_cast<double>(ten.parameters()) *
+                                        (2.0 + (ten.store == WeightStore::kNf4 ? 4.0 / 64.0 : 0.0)));
+  extra += dequant;
   if (p.cp > 1) {  // the ring's buffers of one attention layer's backward (context_parallel.cpp)
     double ring = 0;
     for (const Layer* l : u.layers)

@@ -11,7 +11,15 @@
 
 namespace shardplan {
 
-StateElems state_elems(const ModelGraph& model, const Plan& p) {
+namespace {
+
+/// Elements of one rank: TP-local, its shard as the runtime pads it, and DeepSpeed ZeRO-1/2's partition.
+struct ElemCounts {
+  std::int64_t local = 0, shard = 0, part = 0;
+};
+
+/// The counts over the model's parameters, or over the trainable ones only (`trainable`: LoRA's adapters).
+ElemCounts count_elems(const ModelGraph& model, const Plan& p, bool trainable) {
   const RuntimeTraits rt = runtime_traits(p);
   // Dense parameters shard over dp_shard x cp, one EP rank's experts (experts / ep of each MoE layer) over
   // dp_shard x cp / ep (units.cpp, torchtitan's fsdp and efsdp meshes).
@@ -21,6 +29,7 @@ StateElems state_elems(const ModelGraph& model, const Plan& p) {
   // Identical tensors (a MoE layer's experts) are summed as one group times its count, and identical groups
   // of the model's layers as one times the layers that have it: the same integers.
   model.for_each_model_tensor_group([&](const Tensor& ten, std::int64_t count, std::int64_t layers) {
+    if (trainable && ten.frozen) return;
     auto times = [&](std::int64_t v) { return mul_checked(v, layers, "tensor elements"); };
     const std::int64_t n = times(mul_checked(tp_local_elems(ten, t), count, "tensor elements"));
     if (ep && ten.expert) {  // all experts' elements (this rank's: / ep below); this rank's shard
@@ -49,13 +58,58 @@ StateElems state_elems(const ModelGraph& model, const Plan& p) {
     shard += expert_shard;
     local += expert_local;
   }
-  StateElems e{local, local, local};
-  if (p.zero >= 1) e.optimizer = part;
-  if (p.zero >= 2) e.grads = part;
-  if (p.zero >= 3 || (!ds && p.zero == 2)) e.params = shard;
-  if (!ds && p.zero >= 2) e.grads = e.optimizer = shard;
+  return {local, shard, part};
+}
+
+}  // namespace
+
+StateElems state_elems(const ModelGraph& model, const Plan& p) {
+  const ElemCounts all = count_elems(model, p, false);
+  // LoRA (docs/model.md "LoRA and QLoRA"): frozen parameters get no gradient and no optimizer state; FSDP1's
+  // FlatParameter gradient (use_orig_params=True) still covers them.
+  const bool frozen = has_frozen_parameters(model);
+  const ElemCounts train = frozen ? count_elems(model, p, true) : all;
+  const ElemCounts grad = runtime_traits(p).padding == Padding::kFlatUnit ? all : train;
+  const bool ds = p.runtime == Runtime::kDeepSpeed;
+  StateElems e{all.local, grad.local, train.local};
+  if (p.zero >= 1) e.optimizer = train.part;
+  if (p.zero >= 2) e.grads = grad.part;
+  if (p.zero >= 3 || (!ds && p.zero == 2)) e.params = all.shard;
+  if (!ds && p.zero >= 2) e.grads = grad.shard, e.optimizer = train.shard;
   return e;
 }
+
+namespace {
+
+Bytes frozen_param_bytes_delta(const ModelGraph& model, const Plan& p, int param_bytes) {
+  // The bytes frozen tensors stored in their own dtype (bf16, int8 codes, packed 4-bit) take beyond or below
+  // their elements at the plan's parameter dtype, plus the quantisation buffers every rank holds whole.
+  if (!has_frozen_parameters(model)) return 0;
+  const RuntimeTraits rt = runtime_traits(p);
+  const bool sharded = p.zero >= 3 || (p.runtime != Runtime::kDeepSpeed && p.zero == 2);
+  const int F = p.fsdp_ranks();
+  Bytes delta = 0;
+  for (const Layer* l : model.order()) {
+    l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
+      if (ten.store == WeightStore::kParam) return;
+      // FSDP1's flat shard is approximately local / F (as state_elems).
+      const std::int64_t local = rank_local_elems(ten, count, p.tp, p.ep);
+      const std::int64_t n =
+          !sharded ? local
+          : rt.padding == Padding::kFlatUnit
+              ? ceil_div(local, F)
+              : rank_shard_elems(ten, count, p.tp, ten.expert && p.ep > 1 ? p.efsdp_ranks() : F, rt.padding,
+                                 p.ep);
+      delta += mul_checked(n, store_bytes(ten.store, param_bytes) - param_bytes, "parameter bytes");
+    });
+    for (const Tensor& b : l->buffers)
+      delta = add_checked(
+          delta, allocation_bytes(mul_checked(b.numel(), store_bytes(b.store, param_bytes), "buffer bytes")));
+  }
+  return delta;
+}
+
+}  // namespace
 
 OffloadSplit offload_split(const Plan& p) {
   // DeepSpeed ZeRO-Offload (offload_optimizer): fp32 master + Adam moments and the fp32 gradient partitions
@@ -116,14 +170,20 @@ std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p) {
           grouped ? rank_shard_elems(ten, 1, p.tp, p.efsdp_ranks(), Padding::kPerTensorDim0, p.ep)
                   : tensor_shard_elems(ten, p.tp, expert ? p.efsdp_ranks() : p.fsdp_ranks(),
                                        Padding::kPerTensorDim0);
-      const Bytes pb =
-          allocation_bytes(mul_checked(p.zero >= 2 ? shard : local, b.params, "parameter bytes"));
+      const Bytes pb = allocation_bytes(
+          mul_checked(p.zero >= 2 ? shard : local, store_bytes(ten.store, b.params), "parameter bytes"));
       // `count` identical tensors in each of `layers` layers: `count` x `layers` allocations of the same
       // rounded size each.
       const std::int64_t n = mul_checked(count, layers, "tensors");
       (expert && !grouped ? expert_params : params) += mul_checked(pb, n, "parameter bytes");
     });
     out[0] = params + expert_params / p.ep;
+    // QLoRA's quantisation constants: whole on every rank, one allocation each.
+    for (const Layer* l : model.order())
+      for (const Tensor& buf : l->buffers)
+        out[0] += allocation_bytes(buf.numel() * store_bytes(buf.store, b.params));
+  } else {
+    out[0] = add_checked(out[0], frozen_param_bytes_delta(model, p, b.params));
   }
   // The optimizer's state tensor by tensor (optimizer_state.cpp): FSDP2 and DDP create each state tensor per
   // parameter (zeros_like, one allocation each); a flat partition's state is one tensor per moment.

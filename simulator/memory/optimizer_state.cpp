@@ -108,6 +108,7 @@ void for_each_optimizer_tensor(const ModelGraph& model, const Plan& p,
   }
   for (const Layer* l : model.order()) {
     l->for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
+      if (ten.frozen) return;  // LoRA's base: no optimizer state (docs/model.md "LoRA and QLoRA")
       const bool expert = p.ep > 1 && ten.expert;
       const std::int64_t rows = tp_local_rows(ten, p.tp), cols = tp_local_cols(ten, p.tp);
       // A grouped expert weight [stack, rows, cols] holds the rank's stack / ep experts under EP.

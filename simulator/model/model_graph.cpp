@@ -37,7 +37,7 @@ const char* to_string(LayerKind k) {
 
 double Layer::active_parameters() const {
   double dense = 0, routed = 0;
-  for (const auto& t : tensors) (t.expert ? routed : dense) += static_cast<double>(t.numel());
+  for (const auto& t : tensors) (t.expert ? routed : dense) += static_cast<double>(t.parameters());
   return moe_experts > 0 ? dense + routed * moe_top_k / moe_experts : dense + routed;
 }
 
@@ -56,7 +56,10 @@ double Layer::attended_positions(std::int64_t seq) const {
 std::int64_t Layer::parameters() const {
   std::int64_t n = 0;
   for (const auto& t : tensors)
-    n = add_checked(n, mul_checked(t.stack, mul_checked(t.dim0, t.dim1, "tensor size"), "tensor size"),
+    n = add_checked(n,
+                    t.logical > 0
+                        ? t.logical
+                        : mul_checked(t.stack, mul_checked(t.dim0, t.dim1, "tensor size"), "tensor size"),
                     "layer parameters");
   return n;
 }
@@ -247,7 +250,7 @@ void Layer::group_tensors() {
     auto same = [&](const TensorGroup& g) {
       const Tensor& r = tensors[g.index];
       return r.stack == t.stack && r.dim0 == t.dim0 && r.dim1 == t.dim1 && r.tp == t.tp &&
-             r.expert == t.expert;
+             r.expert == t.expert && r.frozen == t.frozen && r.store == t.store && r.logical == t.logical;
     };
     auto it = std::find_if(tensor_groups.begin(), tensor_groups.end(), same);
     if (it != tensor_groups.end())
@@ -266,6 +269,7 @@ void ModelGraph::finalize() {
   merge_tensor_groups();
   parameters_ = embedding_parameters_ = largest_tensor_ = checkpoint_bytes_ = 0;
   active_parameters_ = 0;
+  has_frozen_ = false;
   int last_block = -1;
   blocks_ = 0;
   for (const Layer* l : order_) {
@@ -275,13 +279,14 @@ void ModelGraph::finalize() {
     if (l->kind == LayerKind::kEmbedding || l->kind == LayerKind::kPositionEmbedding)
       embedding_parameters_ += p;
     for (const auto& t : l->tensors) {
-      largest_tensor_ = std::max(largest_tensor_, t.numel());
+      largest_tensor_ = std::max(largest_tensor_, t.parameters());
+      has_frozen_ = has_frozen_ || t.frozen;
       // MXFP4 (transformers integrations/mxfp4.py, the checkpoint's *_blocks and *_scales): each row's input
       // dimension in blocks of 32 values, 16 bytes of 4-bit values and one 8-bit scale per block.
       const bool mxfp4 = spec_.moe.mxfp4_experts && t.expert && t.dim1 > 1;
       const std::int64_t b =
           mxfp4 ? mul_checked(t.stack * t.dim0, ceil_div(t.dim1, 32) * 17, "checkpoint bytes")
-                : mul_checked(t.numel(), 2, "checkpoint bytes");
+                : mul_checked(t.parameters(), 2, "checkpoint bytes");
       checkpoint_bytes_ = add_checked(checkpoint_bytes_, b, "checkpoint bytes");
     }
     if (l->block >= 0 && l->block != last_block) ++blocks_, last_block = l->block;
@@ -297,7 +302,8 @@ void ModelGraph::merge_tensor_groups() {
           std::find_if(model_groups_.begin(), model_groups_.end(), [&](const ModelTensorGroup& g) {
             const Tensor& r = *g.tensor;
             return g.count == count && r.stack == t.stack && r.dim0 == t.dim0 && r.dim1 == t.dim1 &&
-                   r.tp == t.tp && r.expert == t.expert;
+                   r.tp == t.tp && r.expert == t.expert && r.frozen == t.frozen && r.store == t.store &&
+                   r.logical == t.logical;
           });
       if (it != model_groups_.end())
         ++it->layers;
@@ -319,12 +325,19 @@ ModelGraph ModelGraph::slice(std::size_t first, std::size_t last) const {
   return m;
 }
 
+ModelGraph ModelGraph::with_layers(const std::function<void(Layer&)>& f) const {
+  ModelGraph m(*this);
+  for (auto [v, end] = boost::vertices(m.graph_); v != end; ++v) f(m.graph_[*v]);
+  m.finalize();
+  return m;
+}
+
 bool Layer::same_content(const Layer& o) const {
-  return kind == o.kind && (block >= 0) == (o.block >= 0) && tensors == o.tensors && gemms == o.gemms &&
-         attn_heads == o.attn_heads && attn_kv_heads == o.attn_kv_heads && attn_head_dim == o.attn_head_dim &&
-         attn_v_head_dim == o.attn_v_head_dim && attn_window == o.attn_window &&
-         attn_chunked == o.attn_chunked && moe_experts == o.moe_experts && moe_top_k == o.moe_top_k &&
-         activations == o.activations && loss_tensors == o.loss_tensors &&
+  return kind == o.kind && (block >= 0) == (o.block >= 0) && tensors == o.tensors && buffers == o.buffers &&
+         gemms == o.gemms && attn_heads == o.attn_heads && attn_kv_heads == o.attn_kv_heads &&
+         attn_head_dim == o.attn_head_dim && attn_v_head_dim == o.attn_v_head_dim &&
+         attn_window == o.attn_window && attn_chunked == o.attn_chunked && moe_experts == o.moe_experts &&
+         moe_top_k == o.moe_top_k && activations == o.activations && loss_tensors == o.loss_tensors &&
          elementwise_bytes_per_token == o.elementwise_bytes_per_token &&
          eager_elementwise_bytes_per_token == o.eager_elementwise_bytes_per_token &&
          tensor_groups == o.tensor_groups;

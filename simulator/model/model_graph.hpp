@@ -5,6 +5,7 @@
 #pragma once
 #include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,28 @@ const char* to_string(LayerKind k);
 /// vocab-parallel embedding and head), row-parallel (dim 1 split: output and down projections).
 enum class TpSplit { kReplicated, kColumn, kRow };
 
+/// How a parameter (or a quantisation buffer) is stored, whatever the plan's parameter dtype (docs/model.md
+/// "LoRA and QLoRA"): kParam = the plan's parameter dtype; kBf16 = a frozen base weight loaded in bf16;
+/// kInt8 = LLM.int8 codes (bitsandbytes Int8Params.CB, 1 byte) or 8-bit absmax codes; kNf4 = 4-bit codes
+/// packed two per byte into bf16 storage elements (bnb_4bit_quant_storage=bfloat16, what FSDP and ZeRO-3
+/// shard: 2 bytes per storage element, 4 values each); kFp32 = fp32 quantisation constants.
+enum class WeightStore : std::uint8_t { kParam, kBf16, kInt8, kNf4, kFp32 };
+/// Bytes per stored element (`param_bytes`: the plan's parameter dtype, for kParam).
+inline int store_bytes(WeightStore s, int param_bytes) {
+  switch (s) {
+    case WeightStore::kParam:
+      return param_bytes;
+    case WeightStore::kInt8:
+      return 1;
+    case WeightStore::kFp32:
+      return 4;
+    case WeightStore::kBf16:
+    case WeightStore::kNf4:
+      return 2;
+  }
+  return param_bytes;
+}
+
 struct Tensor {
   std::string name;
   std::int64_t dim0 = 0;  ///< rows (the dimension FSDP2 shards)
@@ -45,7 +68,14 @@ struct Tensor {
   /// a plain tensor. FSDP2 shards the stacked dimension, or dim0 when the experts are fewer than the ranks
   /// (layer_memory.cpp tensor_shard_elems); expert parallelism gives each rank stack / ep slices.
   std::int64_t stack = 1;
+  /// requires_grad=False (a LoRA base weight): no gradient, no optimizer state, no reduce-scatter.
+  bool frozen = false;
+  WeightStore store = WeightStore::kParam;
+  /// The parameters a packed tensor stands for (kNf4: 4 per storage element); 0 = numel().
+  std::int64_t logical = 0;
   std::int64_t numel() const { return stack * dim0 * dim1; }
+  /// The parameters it holds: numel(), or the packed values (kNf4).
+  std::int64_t parameters() const { return logical > 0 ? logical : numel(); }
   bool operator==(const Tensor&) const = default;
 };
 
@@ -57,6 +87,8 @@ struct Gemm {
   TpSplit tp = TpSplit::kReplicated;
   /// A routed expert's GEMM (expert parallelism moves its tokens; load imbalance scales the busiest rank's).
   bool expert = false;
+  /// The weight is frozen (LoRA base): backward computes the input gradient only, no weight gradient.
+  bool frozen = false;
   bool operator==(const Gemm&) const = default;
 };
 
@@ -65,6 +97,9 @@ struct Layer {
   LayerKind kind = LayerKind::kNorm;
   int block = -1;  ///< transformer block index, -1 outside blocks
   std::vector<Tensor> tensors;
+  /// Tensors that are not parameters and that every rank holds whole (QLoRA's quantisation constants:
+  /// bitsandbytes keeps them on the module, outside what FSDP or ZeRO shard).
+  std::vector<Tensor> buffers;
   std::vector<Gemm> gemms;
   // Attention core (flash attention): heads, kv heads, head dim; zero for other layers.
   int attn_heads = 0, attn_kv_heads = 0;
@@ -146,6 +181,9 @@ class ModelGraph {
   /// The layers order()[first, last) as a model of their own (same spec), chained in execution order: one
   /// pipeline stage's part of the model (simulator/simulate/pipeline_step.cpp).
   ModelGraph slice(std::size_t first, std::size_t last) const;
+  /// A copy with `f` applied to every layer (tensor lists, GEMMs, activations), its sums recomputed: a plan's
+  /// transformation of the model (LoRA's adapters and frozen base, simulator/model/lora.hpp).
+  ModelGraph with_layers(const std::function<void(Layer&)>& f) const;
   /// Whether the slices order()[a, a + n) and order()[b, b + n) simulate alike: their layers pairwise
   /// same_content, inside and outside blocks and starting a new block at the same places (the simulation
   /// reads block indices only to compare neighbours; names are labels).
@@ -177,6 +215,8 @@ class ModelGraph {
   void for_each_model_tensor_group(F&& f) const {
     for (const ModelTensorGroup& g : model_groups_) f(*g.tensor, g.count, g.layers);
   }
+  /// Whether any parameter is frozen (LoRA's base, simulator/model/lora.hpp).
+  bool has_frozen() const { return has_frozen_; }
   /// Largest parameter count of a single tensor.
   std::int64_t largest_tensor() const { return largest_tensor_; }
   /// Bytes of the parameters as the released checkpoint stores them: 16-bit, except routed experts' weight
@@ -199,6 +239,7 @@ class ModelGraph {
   std::int64_t parameters_ = 0, embedding_parameters_ = 0, largest_tensor_ = 0, checkpoint_bytes_ = 0;
   double active_parameters_ = 0;
   int blocks_ = 0;
+  bool has_frozen_ = false;
 };
 
 }  // namespace shardplan

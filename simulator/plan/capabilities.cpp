@@ -112,6 +112,23 @@ const std::initializer_list<Row> kFsdp2Rows = {
      "FSDP2 "
      "script); torchtitan 0.3.0 has none (config/configs.py TrainingConfig.mixed_precision_param: "
      "Literal[\"bfloat16\", \"float32\"], no GradScaler in its trainer): --emit torchtitan refuses it"},
+    {Feature::kLora, Y,
+     "torchtitan 0.3.0 torchtitan/components/lora.py LoRAConverter; torch 2.15 fully_shard",
+     "per-parameter DTensor shards: frozen parameters are gathered but get no gradient, no reduce-scatter "
+     "and "
+     "no optimizer state"},
+    {Feature::kLoraTp, Y, "torchtitan 0.3.0 torchtitan/components/lora.py _lora_adapter_sharding",
+     "column-parallel base: lora_a replicated, lora_b split on its output; row-parallel base: lora_a split "
+     "on "
+     "its input, lora_b replicated"},
+    {Feature::kLoraQuantTp, N, "bitsandbytes 0.50.2 bitsandbytes/nn/modules.py Linear4bit, Linear8bitLt",
+     "a bitsandbytes layer holds its whole quantised weight: no tensor-parallel split; use --tp 1"},
+    {Feature::kLoraNf4Sharded, N, "torchtitan 0.3.0 torchtitan/components/lora.py; torch 2.15 fully_shard",
+     "torchtitan's LoRA has no bitsandbytes base, and fully_shard's DTensor shards do not carry Params4bit's "
+     "quant_state; use --runtime fsdp1 (accelerate's FSDP QLoRA) or deepspeed, or --zero 0"},
+    {Feature::kLoraInt8Sharded, N, "torchtitan 0.3.0 torchtitan/components/lora.py; torch 2.15 fully_shard",
+     "torchtitan's LoRA has no bitsandbytes base; use --zero 0 (DDP) or --lora-base nf4 with --runtime "
+     "fsdp1"},
 };
 
 // FSDP1 (FullyShardedDataParallel) on torch 2.15.
@@ -195,6 +212,24 @@ const std::initializer_list<Row> kFsdp1Rows = {
      "none"},
     {Feature::kFp16Mixed, Y, "torch 2.15 torch/distributed/fsdp/sharded_grad_scaler.py ShardedGradScaler",
      "MixedPrecision(param_dtype=float16) with ShardedGradScaler"},
+    {Feature::kLora, Y,
+     "torch 2.15 torch/distributed/fsdp/fully_sharded_data_parallel.py (use_orig_params=True)",
+     "frozen and trainable parameters share a FlatParameter whose gradient covers the frozen ones too "
+     "(\"higher "
+     "than expected gradient memory usage\"); optimizer state for the adapters only"},
+    {Feature::kLoraTp, M, "torch 2.15 torch/distributed/fsdp/_flat_param.py",
+     "FSDP1 with DTensor TP and LoRA adapters is not modelled; use --tp 1 or --runtime fsdp2"},
+    {Feature::kLoraQuantTp, N, "bitsandbytes 0.50.2 bitsandbytes/nn/modules.py Linear4bit, Linear8bitLt",
+     "a bitsandbytes layer holds its whole quantised weight: no tensor-parallel split; use --tp 1"},
+    {Feature::kLoraNf4Sharded, Y,
+     "bitsandbytes 0.50.2 bitsandbytes/functional.py quantize_4bit (quant_storage)",
+     "bnb_4bit_quant_storage=bfloat16 (accelerate's FSDP QLoRA): the packed weights flatten and shard as "
+     "bf16 "
+     "elements; each module's quant_state stays whole on every rank"},
+    {Feature::kLoraInt8Sharded, N,
+     "torch 2.15 torch/distributed/fsdp/_flat_param.py _validate_tensors_to_flatten",
+     "\"Must flatten tensors with uniform dtype\": int8 codes cannot share a FlatParameter with bf16 norms; "
+     "use --lora-base nf4 or --zero 0"},
 };
 
 // DeepSpeed 0.19.8 (ZeRO, AutoTP, PipelineEngine, MoE).
@@ -282,6 +317,22 @@ const std::initializer_list<Row> kDeepSpeedRows = {
     {Feature::kFp16Mixed, Y, "deepspeed 0.19.8 deepspeed/runtime/fp16/loss_scaler.py DynamicLossScaler",
      "the fp16 config block (loss_scale 0: dynamic): FP16_Optimizer at ZeRO-0, the ZeRO optimizers' fp16 "
      "partitions with their fp32 master copy above"},
+    {Feature::kLora, Y,
+     "deepspeed 0.19.8 deepspeed/runtime/zero/stage_1_and_2.py (bit16_groups), stage3.py "
+     "_get_trainable_parameter_groups",
+     "only parameters that require grad enter the optimizer's flat partitions; ZeRO-1/2 keep frozen "
+     "parameters whole on every rank, ZeRO-3 partitions them too"},
+    {Feature::kLoraTp, N, "deepspeed 0.19.8 deepspeed/module_inject/auto_tp.py",
+     "AutoTP does not shard PEFT's adapter layers; use --tp 1"},
+    {Feature::kLoraQuantTp, N, "bitsandbytes 0.50.2 bitsandbytes/nn/modules.py Linear4bit, Linear8bitLt",
+     "a bitsandbytes layer holds its whole quantised weight: no tensor-parallel split; use --tp 1"},
+    {Feature::kLoraNf4Sharded, Y,
+     "bitsandbytes 0.50.2 bitsandbytes/functional.py quantize_4bit (quant_storage)",
+     "ZeRO-3 partitions the packed weights stored as bf16 (bnb_4bit_quant_storage=bfloat16, PEFT's "
+     "DeepSpeed QLoRA recipe); ZeRO-1/2 keep them whole; each module's quant_state stays whole on every "
+     "rank"},
+    {Feature::kLoraInt8Sharded, M, "deepspeed 0.19.8 deepspeed/runtime/zero/stage3.py",
+     "an LLM.int8 base under ZeRO is not modelled; use --lora-base nf4 or --zero 0"},
 };
 
 // Megatron-core 0.8.0 (core_r0.8.0): DistributedDataParallel + distributed optimizer, TP/SP, PP, CP, EP.
@@ -364,6 +415,17 @@ const std::initializer_list<Row> kMegatronRows = {
     {Feature::kFp16Mixed, Y, "megatron-core 0.8.0 megatron/core/optimizer/grad_scaler.py DynamicGradScaler",
      "--fp16: fp16 parameters, fp32 main parameters and gradients in the distributed optimizer, dynamic loss "
      "scale"},
+    {Feature::kLora, N, "megatron-core 0.8.0 (no LoRA: NeMo PEFT wraps megatron-core from outside)",
+     "use --runtime fsdp2, fsdp1 or deepspeed"},
+    {Feature::kLoraTp, N, "megatron-core 0.8.0 (no LoRA: NeMo PEFT wraps megatron-core from outside)",
+     "use --runtime fsdp2"},
+    {Feature::kLoraQuantTp, N, "megatron-core 0.8.0 (no LoRA: NeMo PEFT wraps megatron-core from outside)",
+     "use --runtime fsdp1 or deepspeed"},
+    {Feature::kLoraNf4Sharded, N, "megatron-core 0.8.0 (no LoRA: NeMo PEFT wraps megatron-core from outside)",
+     "use --runtime fsdp1 or deepspeed"},
+    {Feature::kLoraInt8Sharded, N,
+     "megatron-core 0.8.0 (no LoRA: NeMo PEFT wraps megatron-core from outside)",
+     "use --zero 0 with another runtime"},
 };
 
 Table build_table() {
@@ -454,6 +516,11 @@ constexpr FeatureInfo kFeatureInfo[] = {
     {"adafactor over ZeRO-2/3 shards", "--optimizer"},                    // kAdafactorSharded
     {"offload with an optimizer other than adamw or adam", "--offload"},  // kOffloadOtherOptimizer
     {"fp16 mixed precision (dynamic loss scaling)", "--precision"},       // kFp16Mixed
+    {"LoRA (frozen base, trainable adapters)", "--lora-rank"},            // kLora
+    {"LoRA with TP", "--lora-rank"},                                      // kLoraTp
+    {"quantised LoRA base with TP", "--lora-base"},                       // kLoraQuantTp
+    {"4-bit LoRA base under ZeRO-1/2/3", "--lora-base"},                  // kLoraNf4Sharded
+    {"LLM.int8 LoRA base under ZeRO-1/2/3", "--lora-base"},               // kLoraInt8Sharded
 };
 static_assert(std::size(kFeatureInfo) == kFeatures);
 }  // namespace
@@ -522,6 +589,12 @@ std::array<bool, kFeatures> plan_features(const Plan& p, int dp) {
   use(Feature::kAdafactorSharded, o == Optimizer::kAdafactor && p.zero >= 2);
   use(Feature::kOffloadOtherOptimizer,
       p.offload != Offload::kNone && o != Optimizer::kAdamW && o != Optimizer::kAdam);
+  const bool lora = p.lora_rank > 0;
+  use(Feature::kLora, lora);
+  use(Feature::kLoraTp, lora && p.tp > 1);
+  use(Feature::kLoraQuantTp, lora && p.lora_base != LoraBase::kBf16 && p.tp > 1);
+  use(Feature::kLoraNf4Sharded, lora && p.lora_base == LoraBase::kNf4 && p.zero >= 1);
+  use(Feature::kLoraInt8Sharded, lora && p.lora_base == LoraBase::kInt8 && p.zero >= 1);
   return u;
 }
 

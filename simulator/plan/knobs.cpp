@@ -181,6 +181,35 @@ void add_cp_ep_knobs(std::vector<Knob>& t) {
   t.push_back(k);
 }
 
+// LoRA (docs/model.md "LoRA and QLoRA"); each prints nothing at its default: repro lines and run records of
+// full fine-tuning plans are unchanged.
+void add_lora_knobs(std::vector<Knob>& t) {
+  Knob r =
+      int_knob("lora_rank", "--lora-rank",
+               "LoRA adapter rank r (0 = full fine-tuning): every base parameter frozen, trainable "
+               "adapters A [r, in] and B [out, r] beside each targeted linear weight (PEFT, torchtitan's "
+               "LoRAConverter)",
+               "0", 0, 1 << 16, &Plan::lora_rank);
+  r.get = [](const Plan& p) { return p.lora_rank == 0 ? std::string() : std::to_string(p.lora_rank); };
+  t.push_back(r);
+  Knob k = make("lora_targets", "--lora-targets", KnobKind::kText,
+                "modules the LoRA adapters wrap, comma-separated: Hugging Face names (q_proj,v_proj,...), "
+                "torchtitan's (wq,wv,...) or all-linear",
+                "PEFT's default for the model type (q_proj,v_proj for Llama, Mistral, Qwen)");
+  k.get = [](const Plan& p) { return p.lora_targets; };
+  k.set = [](Plan& p, const std::string& text) {
+    if (text.empty() || text.front() == ',' || text.back() == ',' || text.find(",,") != std::string::npos)
+      return std::string("expected comma-separated module names (\"q_proj,v_proj\"), got \"" + text + "\"");
+    p.lora_targets = text;
+    return std::string();
+  };
+  t.push_back(k);
+  t.push_back(quiet_enum_knob("lora_base", "--lora-base",
+                              "storage of LoRA's frozen base weights: bf16, int8 (LLM.int8, bitsandbytes "
+                              "Linear8bitLt) or nf4 (QLoRA: bitsandbytes Linear4bit, double quantisation)",
+                              &Plan::lora_base));
+}
+
 std::vector<Knob> build_table() {
   std::vector<Knob> t;
   t.push_back(
@@ -246,6 +275,7 @@ std::vector<Knob> build_table() {
       "bitsandbytes otherwise: 2 bytes per parameter + fp32 scales per 256), lion (one moment), muon "
       "(momentum on the blocks' matrices, gathered and orthogonalised by Newton-Schulz; AdamW for the rest)",
       &Plan::optimizer));
+  add_lora_knobs(t);
   t.push_back(switch_knob("async_tp", "--async-tp", "overlap TP collectives with GEMMs", &Plan::async_tp));
   t.push_back(switch_knob("fused_optimizer", "--foreach-optimizer",
                           "unfused (foreach) AdamW instead of fused (run-record key fused_optimizer)",

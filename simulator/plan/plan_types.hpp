@@ -82,6 +82,10 @@ enum class RootParams { kNone, kEmbeddingHead };
 /// matrices with AdamW for the rest; sharded matrices gathered to orthogonalise, Moonlight's distributed
 /// Muon, arXiv:2502.16982 Algorithm 1).
 enum class Optimizer { kAdamW, kAdam, kSgd, kAdafactor, kAdamW8bit, kLion, kMuon };
+/// How LoRA's frozen base weights are stored (docs/model.md "LoRA and QLoRA"): bf16, LLM.int8 (bitsandbytes
+/// Linear8bitLt: int8 codes and an fp32 scale per row) or NF4 (QLoRA: bitsandbytes Linear4bit, blocks of 64
+/// with double quantisation, bf16 quant storage).
+enum class LoraBase { kBf16, kInt8, kNf4 };
 
 const char* to_string(Runtime r);
 const char* to_string(Precision p);
@@ -98,6 +102,7 @@ const char* to_string(SdpaBackend b);
 const char* to_string(SacSdpaOps o);
 const char* to_string(RootParams r);
 const char* to_string(Optimizer o);
+const char* to_string(LoraBase b);
 
 /// Every value of a plan enum, in the order error messages and help texts list them. parse_enum, enum_names
 /// and parse_enum_or_throw below are the one place a knob's spelling is read, for flags, `--fix` and run
@@ -170,6 +175,11 @@ struct EnumValues<Optimizer> {
                                 Optimizer::kMuon};
 };
 
+template <>
+struct EnumValues<LoraBase> {
+  static constexpr std::array v{LoraBase::kBf16, LoraBase::kInt8, LoraBase::kNf4};
+};
+
 template <class E>
 std::optional<E> parse_enum(std::string_view s) {
   for (E e : EnumValues<E>::v)
@@ -213,6 +223,13 @@ struct Plan {
   Offload offload = Offload::kNone;
   /// The optimizer (its state per parameter, its step's traffic, Muon's gathers and Newton-Schulz GEMMs).
   Optimizer optimizer = Optimizer::kAdamW;
+  /// LoRA adapter rank; 0 = full fine-tuning. With r > 0 every base parameter is frozen and the targeted
+  /// linear weights get trainable adapters (simulator/model/lora.hpp; the model is transformed by
+  /// lora_model before it is simulated).
+  int lora_rank = 0;
+  /// Comma-separated module names the adapters wrap; empty = PEFT's default for the model type.
+  std::string lora_targets;
+  LoraBase lora_base = LoraBase::kBf16;
   bool async_tp = false;  ///< TP collectives overlapped with GEMMs
   bool fused_optimizer = true;
   bool compile = false;  ///< torch.compile: elementwise ops fused (less HBM traffic)

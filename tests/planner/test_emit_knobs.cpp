@@ -35,7 +35,7 @@ std::string emitted(const std::string& kind, const Plan& p, const ModelGraph& mo
 /// without examples fails the test (add some).
 std::vector<std::string> candidates(const Knob& k, const std::string& current) {
   static const std::map<std::string, std::vector<std::string>> text_examples = {
-      {"pp_layers", {"15,17", "17,15"}}};
+      {"pp_layers", {"15,17", "17,15"}}, {"lora_targets", {"q_proj,v_proj", "all-linear"}}};
   std::vector<std::string> out;
   switch (k.kind) {
     case KnobKind::kEnum:

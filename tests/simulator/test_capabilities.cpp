@@ -25,6 +25,7 @@ TEST_CASE("capability table: every runtime states every feature, each entry with
                              src.find("torchtitan 0.3.0") != std::string::npos ||
                              src.find("torchtitan before 83e694105") != std::string::npos ||
                              src.find("torchao 0.18.0") != std::string::npos ||
+                             src.find("bitsandbytes 0.50.2") != std::string::npos ||
                              src.find("deepspeed 0.19.8") != std::string::npos ||
                              src.find("megatron-core 0.8.0") != std::string::npos;
       CHECK(versioned);
