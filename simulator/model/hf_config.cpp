@@ -98,6 +98,7 @@ void read_llama4(const HfReader& r, ModelSpec& s) {
   // width, a router; dense layers (not in moe_layers) use intermediate_size_mlp. moe_layers defaults to
   // every interleave_moe_layer_step-th layer. The L2 q/k norm (use_qk_norm) has no weights.
   s.ffn_hidden = r.integer("intermediate_size_mlp", 16384);
+  s.moe.peft_expert_targets = false;  // Llama4TextExperts: fused parameters (ModelSpec::MoeSpec)
   s.moe.experts = static_cast<int>(r.integer("num_local_experts", 16));
   s.moe.top_k = static_cast<int>(r.integer("num_experts_per_tok", 1));
   s.moe.ffn_hidden = r.integer("intermediate_size", 8192);
@@ -145,6 +146,7 @@ void read_gpt_oss(const HfReader& r, ModelSpec& s) {
   // alternating sliding_attention (sliding_window) and full_attention, RMSNorm, untied embeddings.
   // quantization_config mxfp4: the checkpoint's expert weight matrices are MXFP4 (not their biases, the
   // router, attention, embeddings or head: modules_to_not_convert).
+  s.moe.peft_expert_targets = false;  // GptOssExperts: fused parameters (ModelSpec::MoeSpec)
   s.moe.experts = static_cast<int>(r.integer("num_local_experts"));
   s.moe.top_k = static_cast<int>(r.integer("num_experts_per_tok"));
   s.moe.ffn_hidden = s.ffn_hidden;
@@ -223,8 +225,12 @@ ModelSpec parse_hf_config_text(const Json& j, const std::string& file, const std
   s.positions = PositionKind::kRotary;
   s.seq = std::min<std::int64_t>(r.integer("max_position_embeddings", 4096), 8192);
   if (type == "qwen2") s.qkv_bias_only = true;
+  // transformers 5 writes Qwen3-MoE's expert count as num_local_experts (Qwen3MoeConfig.attribute_map
+  // {"num_experts": "num_local_experts"}; the released Qwen3 checkpoints say num_experts), and reads either
+  // key for Mixtral too.
+  const char* experts_key = r.has("num_local_experts") ? "num_local_experts" : "num_experts";
   if (type == "mixtral") {
-    s.moe.experts = static_cast<int>(r.integer("num_local_experts"));
+    s.moe.experts = static_cast<int>(r.integer(experts_key));
     s.moe.top_k = static_cast<int>(r.integer("num_experts_per_tok"));
   }
   if (type == "qwen3" || type == "qwen3_moe") {
@@ -235,9 +241,9 @@ ModelSpec parse_hf_config_text(const Json& j, const std::string& file, const std
       throw InputError(file, r.at("use_sliding_window"),
                        "sliding windows on the layers from max_window_layers on are not modelled");
   }
-  if (type == "qwen3_moe" && r.count("num_experts", 0) > 0) {
+  if (type == "qwen3_moe" && r.count(experts_key, 0) > 0) {
     // Qwen3MoeDecoderLayer: sparse iff not in mlp_only_layers and (layer_idx + 1) % decoder_sparse_step == 0.
-    s.moe.experts = static_cast<int>(r.integer("num_experts"));
+    s.moe.experts = static_cast<int>(r.integer(experts_key));
     s.moe.top_k = static_cast<int>(r.integer("num_experts_per_tok"));
     s.moe.ffn_hidden = r.integer("moe_intermediate_size");
     s.moe.interval = static_cast<int>(r.integer("decoder_sparse_step", 1));

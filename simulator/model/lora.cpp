@@ -158,6 +158,30 @@ void lora_layer(Layer& l, const LoraSpec& spec) {
   l.tensors.insert(l.tensors.end(), adapters.begin(), adapters.end());
 }
 
+/// PEFT 0.21.2 on transformers 5 wraps a MoE model's fused routed experts when the targets name them by their
+/// v4 module names or are all-linear (ModelSpec::MoeSpec::peft_expert_targets): ParamWrapper adapters of rank
+/// r per expert (2r over the fused gate/up), and in every forward the adapted weight W + scaling·B·A folded
+/// into a copy of the whole expert stack (peft/tuners/lora/layer.py ParamWrapper._activate_lora,
+/// get_delta_factors), whose full weight gradient backward computes before it reaches A and B. None of that
+/// is modelled, and leaving the experts out would understate memory by the size of the experts: refused.
+void refuse_expert_targets(const ModelGraph& model, const std::vector<std::string>& names) {
+  if (model.spec().moe.experts <= 1 || !model.spec().moe.peft_expert_targets) return;
+  for (const Layer* l : model.order())
+    for (const Tensor& t : l->tensors) {
+      if (!t.expert || t.dim1 <= 1) continue;
+      const std::string bare = t.name.substr(t.name.find('.') + 1);  // "experts.w_gate" -> "w_gate"
+      for (const std::string& n : names)
+        if (n == kAllLinear || n == bare)
+          throw InputError::flag(
+              "--lora-targets",
+              "\"" + (n == kAllLinear ? std::string(kAllLinear) : n) + "\" reaches the routed experts of " +
+                  model.spec().name +
+                  " (PEFT 0.21.2 ParamWrapper over transformers 5's fused experts: an adapted copy of every "
+                  "expert weight per forward and its full weight gradient), which is not modelled; target "
+                  "the attention and shared projections, e.g. --lora-targets q_proj,k_proj,v_proj,o_proj");
+    }
+}
+
 }  // namespace
 
 std::vector<std::string> lora_target_tensors(const ModelGraph& model, const std::string& list) {
@@ -198,6 +222,7 @@ std::vector<std::string> lora_target_tensors(const ModelGraph& model, const std:
                                        "w1, w2, w3, output) or all-linear");
     names.push_back(it->second);
   }
+  refuse_expert_targets(model, names);
   for (const std::string& n : names) {
     bool found = false;
     for (const Layer* l : model.order())

@@ -103,6 +103,7 @@ ModelSpec parse_model_spec(JsonObj o) {
     }
     s.moe.router_bias = moe->boolean("router_bias", false);
     s.moe.mxfp4_experts = parse_enum(*moe, "checkpoint_format", {{"bf16", false}, {"mxfp4", true}}, false);
+    s.moe.peft_expert_targets = moe->boolean("peft_expert_targets", true);
     moe->finish();
   }
   if (auto mla = o.optional_object("mla")) {
@@ -229,6 +230,7 @@ Json model_spec_to_json(const ModelSpec& s) {
     if (!s.moe.dense_layers.empty()) m["dense_layers"] = s.moe.dense_layers;
     if (s.moe.router_bias) m["router_bias"] = true;
     if (s.moe.mxfp4_experts) m["checkpoint_format"] = "mxfp4";
+    if (!s.moe.peft_expert_targets) m["peft_expert_targets"] = false;
     j["moe"] = m;
   }
   if (s.mla.enabled())

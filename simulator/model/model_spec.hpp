@@ -42,6 +42,13 @@ struct MoeSpec {
   /// 4.25 bits per value; transformers Mxfp4HfQuantizer). Only ModelGraph::checkpoint_bytes reads it:
   /// training dequantises to bf16 (the quantizer's is_trainable is False; Mxfp4Config(dequantize=True)).
   bool mxfp4_experts = false;
+  /// Hugging Face layout of the routed experts as PEFT sees it. true: transformers 5 fuses experts that were
+  /// one nn.Linear each in v4 (mixtral, qwen2_moe, qwen3_moe, deepseek_v2/v3, olmoe, ...), and PEFT 0.21.2
+  /// still reaches them by their v4 names (all-linear included) through ParamWrapper over the fused
+  /// parameters (peft/utils/transformers_weight_conversion.py _MODEL_TO_CONVERSION_PATTERN,
+  /// _convert_peft_config_moe). false: the experts have always been fused parameters (gpt_oss, llama4), which
+  /// all-linear skips.
+  bool peft_expert_targets = true;
   bool is_moe_block(int b) const;
   std::int64_t expert_ffn(std::int64_t dense_ffn) const { return ffn_hidden > 0 ? ffn_hidden : dense_ffn; }
 };

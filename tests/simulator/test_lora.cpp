@@ -215,6 +215,22 @@ TEST_CASE("LoRA: targets, TP split of the adapters, knobs' round trip", "[lora][
   CHECK(back.lora_base == LoraBase::kNf4);
 }
 
+TEST_CASE("LoRA on MoE: PEFT reaches the fused experts by their v4 names, which is refused, not left out",
+          "[lora][moe]") {
+  // Qwen3-30B-A3B: all-linear or an MLP name would train the routed experts (PEFT 0.21.2 ParamWrapper).
+  const Setup q("qwen3-30b-a3b", "dgx-h100", 8);
+  CHECK_THROWS_WITH(lora_target_tensors(q.model, "all-linear"),
+                    Catch::Contains("--lora-targets") && Catch::Contains("routed experts"));
+  CHECK_THROWS_WITH(lora_target_tensors(q.model, "q_proj,down_proj"), Catch::Contains("routed experts"));
+  // Attention targets: 48 blocks x 16 x ((2048 + 4096) + 2 (2048 + 512) + (4096 + 2048)) adapter parameters.
+  LoraSpec attn{16, lora_target_tensors(q.model, "q_proj,k_proj,v_proj,o_proj"), WeightStore::kBf16};
+  CHECK(trainable_parameters(apply_lora(q.model, attn)) == 48 * 16 * (6144 + 2 * 2560 + 6144));
+  // gpt-oss's experts have always been fused parameters: all-linear skips them (attention and router only).
+  const Setup g("gpt-oss-20b", "dgx-h100", 8);
+  CHECK_FALSE(g.model.spec().moe.peft_expert_targets);
+  CHECK_NOTHROW(lora_target_tensors(g.model, "all-linear"));
+}
+
 TEST_CASE("LoRA: monotone in the rank, never above full fine-tuning, lower bound below the peak",
           "[lora][properties]") {
   const Setup full("llama3-8b", "dgx-h100", 8);

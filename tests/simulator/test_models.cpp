@@ -139,6 +139,15 @@ TEST_CASE("Mixtral HF config reads the expert fields", "[simulator][model][hf]")
   ModelGraph m = load_model(std::string(SHARDPLAN_TEST_DATA) + "/hf/mixtral-8x7b.json");
   CHECK(m.spec().moe.experts == 8);
   CHECK(m.spec().moe.top_k == 2);
+  // transformers 5 saves Qwen3-MoE's expert count as num_local_experts (Qwen3MoeConfig.attribute_map).
+  const Json q = Json::parse(R"({"model_type": "qwen3_moe", "vocab_size": 512, "hidden_size": 256,
+      "intermediate_size": 512, "moe_intermediate_size": 128, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "num_local_experts": 4,
+      "num_experts_per_tok": 2, "tie_word_embeddings": false})");
+  const ModelSpec qs = parse_hf_config(q, "config.json");
+  CHECK(qs.moe.experts == 4);
+  CHECK(qs.moe.ffn_hidden == 128);
+  CHECK(qs.moe.peft_expert_targets);
 }
 
 TEST_CASE("graph JSON round trip keeps the parameter count and the layer order",
