@@ -12,7 +12,8 @@
 
 namespace shardplan {
 
-extern const char* const kFsdp2ScriptBody;  // planner/emit_fsdp2_script.cpp
+extern const char* const kFsdp2ScriptHead;  // planner/emit_fsdp2_script.cpp
+extern const char* const kFsdp2ScriptStep;  // planner/emit_fsdp2_script_step.cpp
 
 namespace {
 const char* py_bool(bool b) {
@@ -545,7 +546,8 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
           u.blocks, u.elems, u.tp_dim0, u.tp_dim1, u.tp_replicated);
     s += "]\n";
   }
-  s += kFsdp2ScriptBody;
+  s += kFsdp2ScriptHead;
+  s += kFsdp2ScriptStep;
   return s;
 }
 
