@@ -1,9 +1,10 @@
 // The first half of the script `--emit fsdp2` writes: a self-contained PyTorch FSDP2 training script that
 // applies the PLAN dict emit_fsdp2 writes above it (planner/emit.cpp) to Hugging Face transformers or
-// torchtitan models (or, with --tiny, a tiny model of its own), and prints what it built next to the simulated
-// units (SIM_UNITS). This half: imports, module names, the tiny model, meshes, the models, TP, AC and FSDP; the
-// second half (emit_fsdp2_script_step.cpp): LoRA, materialising, the step, the optimizers, what was built, main.
-// Kept as raw strings so the script needs no package; tests/emit runs it (torchrun, gloo, CPU).
+// torchtitan models (or, with --tiny, a tiny model of its own), and prints what it built next to the
+// simulated units (SIM_UNITS). This half: imports, module names, the tiny model, meshes, the models, TP, AC
+// and FSDP; the second half (emit_fsdp2_script_step.cpp): LoRA, materialising, the step, the optimizers, what
+// was built, main. Kept as raw strings so the script needs no package; tests/emit runs it (torchrun, gloo,
+// CPU).
 #include "planner/emit.hpp"
 
 namespace shardplan {
