@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "core/json_reader.hpp"
+#include "planner/emit_lora.hpp"
 #include "planner/emit_target.hpp"
 #include "simulator/cost/cost.hpp"
 #include "simulator/lowering/lowering.hpp"
@@ -161,15 +162,7 @@ void deepspeed_script_notes(const Plan& p, std::vector<std::string>& n) {
 void check_expressible(const std::string& kind, const Plan& p) {
   const bool titan = kind == "torchtitan" || kind == "torchtitan-toml";
   auto refuse = [&](const std::string& why) { throw InputError::flag("--emit", kind + ": " + why); };
-  // No emitter writes LoRA (PEFT's get_peft_model, torchtitan's LoRAConverter, bitsandbytes' quantisation):
-  // an emitted config would train and store every parameter, a different run from the simulated one.
-  if (p.lora_rank > 0)
-    refuse(
-        "--lora-rank: LoRA is not emitted (the config would train every parameter); wrap the model with "
-        "PEFT's get_peft_model or torchtitan's LoRAConverter by hand, or emit the plan without --lora-rank");
-  if (!p.lora_targets.empty() || p.lora_base != LoraBase::kBf16)
-    refuse(std::string(p.lora_targets.empty() ? "--lora-base" : "--lora-targets") +
-           ": LoRA knobs are not emitted; drop them from the plan");
+  check_lora_expressible(kind, p);  // planner/emit_lora.cpp
   if (titan && p.attention != AttentionCore::kFlash)
     refuse(std::string("--attention ") + to_string(p.attention) +
            ": torchtitan's decoders attend with fused kernels (flex / varlen in 0.3.0, SDPA or flex before), "
@@ -529,6 +522,7 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
       p.sdpa_backend ? "\"" + std::string(sdpa_backend_name(*p.sdpa_backend)) + "\"" : std::string("None"),
       to_string(p.sac_sdpa_ops), to_string(p.root_params), py_bool(p.keep_last_block),
       to_string(p.optimizer));
+  s += fsdp2_lora_line(p, model);
   // --model-source titan without --model-factory builds torchtitan 0.3.0's registry flavor of the model's
   // dimensions (torchtitan_flavor), when there is one.
   const auto flavor = torchtitan_flavor(model.spec());

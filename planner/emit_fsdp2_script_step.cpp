@@ -6,6 +6,33 @@ namespace shardplan {
 
 extern const char* const kFsdp2ScriptStep;
 const char* const kFsdp2ScriptStep = R"PY(
+# --- LoRA (LORA: --lora-rank) ----------------------------------------------------------------------------------
+def apply_lora(model):
+    """PEFT 0.21.2's adapters beside the targeted linears, as the plan simulated them (docs/model.md "LoRA and
+    QLoRA"): inject_adapter_in_model adds lora_A [r, in] and lora_B [out, r] to each target and freezes every
+    other parameter (peft/tuners/tuners_utils.py _mark_only_adapters_as_trainable); the frozen base is stored
+    in bf16 as PEFT users load it (from_pretrained(dtype=torch.bfloat16)), the adapters stay fp32 (PEFT's
+    autocast_adapter_dtype). No PeftModel wrapper: the model keeps its module paths (FSDP units, checkpoint,
+    AC), a base weight becomes `<linear>.base_layer.weight`."""
+    from peft import LoraConfig, inject_adapter_in_model
+    if ARGS.model_source != "hf":
+        raise SystemExit("LoRA: the script wraps Hugging Face models with PEFT; for torchtitan use its "
+                         "LoRAConverter (torchtitan/components/lora.py)")
+    inject_adapter_in_model(LoraConfig(r=LORA["rank"], lora_dropout=0.0, target_modules=LORA["targets"]), model)
+    with torch.no_grad():
+        for p in model.parameters():
+            if not p.requires_grad:
+                p.data = p.data.to(torch.bfloat16)
+
+
+def init_lora(model):
+    """PEFT's initialisation of the adapters, after to_empty: lora_A Kaiming-uniform, lora_B zeros (the adapted
+    model starts as the base; peft/tuners/lora/layer.py LoraLayer.reset_lora_parameters)."""
+    for m in model.modules():
+        if hasattr(m, "reset_lora_parameters"):
+            m.reset_lora_parameters("default", True)
+
+
 # --- materialising the sharded model ---------------------------------------------------------------------------
 def load_safetensors(model, path):
     """Each parameter from the checkpoint's safetensors files, one at a time: read it (memory-mapped), keep this
@@ -26,7 +53,9 @@ def load_safetensors(model, path):
     files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
     if not files:
         raise SystemExit(f"no *.safetensors in {path}")
-    params = {clean(n): p for n, p in model.named_parameters()}
+    # LoRA: the base weight of an adapted linear is <linear>.base_layer.weight; the adapters are not in the
+    # checkpoint (init_lora fills them).
+    params = {clean(n).replace(".base_layer.", "."): p for n, p in model.named_parameters() if ".lora_" not in n}
     transforms = get_model_conversion_mapping(model)
     renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
     converters = [t for t in transforms if isinstance(t, WeightConverter)]
@@ -96,6 +125,8 @@ def materialize(model, device):
             reinit_rotary(model, device)
         else:
             model.init_weights(buffer_device=device)
+        if LORA:
+            init_lora(model)
     if PLAN["offload_params"]:
         for m in model.modules():
             for name, buf in list(m.named_buffers(recurse=False)):
@@ -186,7 +217,7 @@ def make_optimizer(model, lr=3e-4, blocks_prefix=""):
     lion-pytorch's Lion, or GatheredMuon on the blocks' matrices with AdamW for the rest."""
     fused = PLAN["fused_optimizer"] and ARGS.device != "cpu"
     impl = {"fused": True} if fused else {"foreach": True}
-    name, params = PLAN["optimizer"], list(model.parameters())
+    name, params = PLAN["optimizer"], [p for p in model.parameters() if p.requires_grad]  # LoRA: adapters
     if name == "adamw":
         return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.1, **impl)
     if name == "adam":
@@ -202,7 +233,7 @@ def make_optimizer(model, lr=3e-4, blocks_prefix=""):
         from lion_pytorch import Lion
         return Lion(params, lr=lr / 3, betas=(0.9, 0.99), weight_decay=0.1)
     # muon: the blocks' 2-D weights; embeddings, head and norms with AdamW (torch.optim.Muon's documentation)
-    named = [(clean(k), v) for k, v in model.named_parameters()]
+    named = [(clean(k), v) for k, v in model.named_parameters() if v.requires_grad]
     matrices = [v for k, v in named if k.startswith(blocks_prefix) and v.ndim == 2]
     rest = [v for k, v in named if not (k.startswith(blocks_prefix) and v.ndim == 2)]
     return Optimizers(GatheredMuon(matrices),
@@ -362,6 +393,8 @@ def main():
                 "torchtitan's model attends as its config says")
         model, TITAN_CFG = build_titan(meshes, seq)
         vocab = TITAN_CFG.vocab_size
+    if LORA:
+        apply_lora(model)
     # 2. float8, TP, AC, compile, FSDP: the plan, applied to the meta model (torchtitan's order, parallelize.py).
     n = NAMES[ARGS.model_source]
     if PLAN["fp8"] != "none":
@@ -459,7 +492,10 @@ def main():
     offloaded = any(p.offload_to_cpu for g in groups if g is not None for p in g.fsdp_params)
     built = {"fsdp_units": fsdp_units(model), "ac": ac_wrappers(model), "tp_plan": tp_plan(model),
              "meshes": meshes.describe(), "micro_batches": {"mbs": mbs, "grad_accum": accum, "seq": seq,
-                                                            "loss_scale": 1.0 / accum}}
+                                                            "loss_scale": 1.0 / accum},
+             "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
+             "frozen_dtypes": sorted({str(p.dtype) for p in model.parameters() if not p.requires_grad}),
+             "frozen_with_grad": sum(p.grad is not None for p in model.parameters() if not p.requires_grad)}
     if rank == 0:
         print(json.dumps({"losses": losses, "grad_norms": norms, "loss_finite": finite, "params_changed": changed,
                           "mesh": [rep, shard, tp], "float8_linears": float8_linears,

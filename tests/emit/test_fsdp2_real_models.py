@@ -46,6 +46,7 @@ class RealModelsTest(unittest.TestCase):
     # rank, mbs x grad_accum sequences of seq + 1 tokens per step, cut into micro-batches of mbs).
     SEQ = 32
     REFERENCES = [("llama", 1, 2), ("llama", 2, 1), ("llama", 1, 1), ("qwen3", 1, 1), ("mixtral", 1, 1)]
+    # (llama_lora: mbs 1, accumulation 1, the base model's loss: ("llama", 1, 1).)
 
     @classmethod
     def setUpClass(cls):
@@ -87,6 +88,9 @@ print(json.dumps(out))
         "qwen3_tp2": ("qwen3", 2, 1, ["tp=2", "zero=2", "wrap=2", "ac=full", "mbs=1"]),  # one unit of 2 blocks
         "mixtral": ("mixtral", 2, 2, ["tp=1", "zero=3", "wrap=1", "ac=selective", "mbs=1"]),
         "llama_hsdp": ("llama", 4, 4, ["tp=1", "zero=3", "wrap=1", "shard_group=2", "ac=selective", "mbs=1"]),
+        # LoRA-4 on q, v and down (PEFT 0.21.2 adapters, a bf16 frozen base) under FSDP2 ZeRO-3
+        "llama_lora": ("llama", 2, 2, ["tp=1", "zero=3", "wrap=1", "ac=selective", "mbs=1", "lora_rank=4",
+                                       "lora_targets=q_proj,v_proj,down_proj"]),
     }
     SOURCES = {  # source name -> script arguments (the model's architecture decides the checkpoint / factory)
         "hf": lambda arch, d: ["--model-source", "hf", "--model-path", os.path.join(d, arch)],
@@ -249,6 +253,21 @@ print(json.dumps(out))
         self.assertEqual((plan["replicas"], plan["shard_group"]), (2, 2))
         self.assertEqual(out["built"]["meshes"]["dp"]["dim_names"], ["dp_replicate", "dp_shard"])
         self.check_reference_loss("llama_hsdp", out, plan)
+
+    def test_llama_lora(self):
+        # The units' parameter counts (SIM_UNITS, adapters included) are checked by check_built; then the
+        # adapters: per block q [64, 64], v [32, 64], down [64, 128] at rank 4: 4 x ((64 + 64) + (64 + 32) +
+        # (128 + 64)) = 1,664 trainable parameters, 3,328 in two blocks, the simulated count; the base frozen in
+        # bf16 without gradients. lora_B starts at zero: the first loss is the base model's.
+        out, plan = self.check_built("llama_lora", "hf")
+        lora = literal(read(self.plan("llama_lora")), "LORA")
+        self.assertEqual(lora, {"rank": 4, "targets": ["q_proj", "v_proj", "down_proj"], "trainable": 3328})
+        built = out["built"]
+        self.assertEqual(built["trainable_params"], lora["trainable"])
+        self.assertEqual(built["frozen_dtypes"], ["torch.bfloat16"])
+        self.assertEqual(built["frozen_with_grad"], 0)
+        self.assertIn("model.layers.0.self_attn.q_proj.lora_A.default.weight", built["fsdp_units"][1]["params"])
+        self.check_reference_loss("llama_lora", out, plan)
 
 
 if __name__ == "__main__":
