@@ -14,9 +14,9 @@ namespace {
 /// Llama-family models the script builds (transformers 5.23 LlamaAttention / LlamaMLP, the LM head), and
 /// PEFT's all-linear shorthand.
 constexpr std::pair<const char*, const char*> kHfNames[] = {
-    {"wq", "q_proj"},          {"wk", "k_proj"},     {"wv", "v_proj"},
-    {"wo", "o_proj"},          {"w_gate", "gate_proj"}, {"w_up", "up_proj"},
-    {"w_down", "down_proj"},   {"output", "lm_head"},  {"all-linear", "all-linear"},
+    {"wq", "q_proj"},        {"wk", "k_proj"},        {"wv", "v_proj"},
+    {"wo", "o_proj"},        {"w_gate", "gate_proj"}, {"w_up", "up_proj"},
+    {"w_down", "down_proj"}, {"output", "lm_head"},   {"all-linear", "all-linear"},
 };
 }  // namespace
 
@@ -54,15 +54,18 @@ std::string fsdp2_lora_line(const Plan& p, const ModelGraph& model) {
     const auto* it =
         std::find_if(std::begin(kHfNames), std::end(kHfNames), [&](const auto& n) { return t == n.first; });
     if (it == std::end(kHfNames))
-      throw InputError::flag("--emit",
-                             "fsdp2: --lora-targets: the script names the Llama family's modules (q_proj, k_proj, "
-                             "v_proj, o_proj, gate_proj, up_proj, down_proj, lm_head) or all-linear, not " + t);
+      throw InputError::flag(
+          "--emit",
+          "fsdp2: --lora-targets: the script names the Llama family's modules (q_proj, k_proj, "
+          "v_proj, o_proj, gate_proj, up_proj, down_proj, lm_head) or all-linear, not " +
+              t);
     targets += std::string(targets.empty() ? "" : ", ") + "\"" + it->second + "\"";
   }
   if (targets == "\"all-linear\"") targets = "all-linear";
   const std::string target_arg = targets == "all-linear" ? "\"all-linear\"" : "[" + targets + "]";
   return "# LoRA (PEFT 0.21.2 LoraConfig): the simulated adapters and their trainable parameter count.\n"
-         "LORA = dict(rank=" + std::to_string(p.lora_rank) + ", targets=" + target_arg +
+         "LORA = dict(rank=" +
+         std::to_string(p.lora_rank) + ", targets=" + target_arg +
          ", trainable=" + std::to_string(trainable_parameters(model)) + ")\n";
 }
 

@@ -12,8 +12,8 @@ namespace shardplan {
 /// LoRA knob outside the FSDP2 script; in it, a quantised base, TP, float8 or a precision other than
 /// bf16-mixed.
 void check_lora_expressible(const std::string& kind, const Plan& p);
-/// The script's LORA line: None, or PEFT 0.21.2's LoraConfig arguments (rank, the Hugging Face module names of
-/// the simulated targets) and the simulated trainable parameter count the script's model is compared with.
+/// The script's LORA line: None, or PEFT 0.21.2's LoraConfig arguments (rank, the Hugging Face module names
+/// of the simulated targets) and the simulated trainable parameter count the script's model is compared with.
 /// `model`: the plan's model with its adapters (lora_model).
 std::string fsdp2_lora_line(const Plan& p, const ModelGraph& model);
 

@@ -1,6 +1,6 @@
 // LoRA in the emitted configs (planner/emit_lora.cpp): the FSDP2 script carries PEFT's LoraConfig for the
-// simulated adapters; every output that cannot express a LoRA plan refuses it with one --emit error naming the
-// knob. tests/emit/test_fsdp2_real_models.py runs the emitted script (test_llama_lora).
+// simulated adapters; every output that cannot express a LoRA plan refuses it with one --emit error naming
+// the knob. tests/emit/test_fsdp2_real_models.py runs the emitted script (test_llama_lora).
 #include <catch2/catch.hpp>
 
 #include "core/error.hpp"
