@@ -17,6 +17,13 @@ void dies_after(Layer& l, const std::string& name, const std::string& consumer);
 /// Marks the layer's "input" tensor as its block's input (ActRole::kBlockInput): the checkpoint's one saved
 /// tensor under full AC, and the checkpointed function's input, which op-level SAC keeps.
 void mark_block_input(Layer& l);
+/// The layer's input, made by the previous layer (ActTensor::input).
+ActTensor& input(Layer& l, double per_token, ActSplit split);
+/// A tensor no regime without AC saves (a GEMM output the next op consumes, a temporary).
+ActTensor& unsaved(ActTensor& a, ActLife life);
+/// A GEMM's output: call `call` of l.gemms[gemm]; op-level SAC saves it by the block's mm parity
+/// (selective_mm_parity), counted at half where the parity is not tracked.
+ActTensor& gemm_out(ActTensor& a, std::size_t gemm, int call = 0);
 
 Layer make_norm(const ModelSpec& s, std::string name, int block, LayerKind kind = LayerKind::kNorm);
 /// Attention (multi-head, GQA, multi-head latent) of block `block`.
