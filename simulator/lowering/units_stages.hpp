@@ -64,6 +64,8 @@ struct UnitSums {
   double frozen_gemm = 0;  ///< forward time of the GEMMs over frozen weights (no weight gradient in backward)
 };
 
+/// One pass over the unit's layers (units_layers.cpp): parameter and shard elements into `u`, and the sums.
+UnitSums unit_layers(const UnitContext& c, SimUnit& u);
 /// Transients of every layer's backward beside the op-level ones of unit_workspace: float8's copies, the CP
 /// ring's buffers.
 double backward_extra(const UnitContext& c, const SimUnit& u);
