@@ -1,4 +1,5 @@
-// CalibrationProfile: strict JSON reading/writing, derived fits, and the queries the cost model uses.
+// CalibrationProfile: JSON writing, derived fits, and the queries the cost model uses (strict reading:
+// profile_json.cpp).
 #include "calibration/profile.hpp"
 
 #include <fmt/format.h>
@@ -48,7 +49,7 @@ void refit(CollectiveSeries& s) {
   s.curve = calibration::LogLogCurve::fit(pts);
 }
 
-static bool same_key(const CollectiveSeries& a, const CollectiveSeries& b) {
+bool same_series(const CollectiveSeries& a, const CollectiveSeries& b) {
   return a.kind == b.kind && a.ranks == b.ranks && a.nodes == b.nodes && a.dtype == b.dtype &&
          a.placement == b.placement;
 }
@@ -57,7 +58,7 @@ CalibrationProfile::CalibrationProfile() : tool_version(SHARDPLAN_VERSION), crea
 
 void CalibrationProfile::add_collective_samples(const CollectiveSeries& series) {
   for (auto& s : collectives_) {
-    if (!same_key(s, series)) continue;
+    if (!same_series(s, series)) continue;
     s.samples.insert(s.samples.end(), series.samples.begin(), series.samples.end());
     if (s.source.find(series.source) == std::string::npos)
       s.source += (s.source.empty() ? "" : "; ") + series.source;
@@ -69,7 +70,7 @@ void CalibrationProfile::add_collective_samples(const CollectiveSeries& series) 
 }
 
 void CalibrationProfile::replace_collective_series(const CollectiveSeries& series) {
-  std::erase_if(collectives_, [&](const CollectiveSeries& s) { return same_key(s, series); });
+  std::erase_if(collectives_, [&](const CollectiveSeries& s) { return same_series(s, series); });
   collectives_.push_back(series);
   refit(collectives_.back());
 }
@@ -450,211 +451,6 @@ Json CalibrationProfile::to_json() const {
 
 void CalibrationProfile::save(const std::string& path) const {
   write_file_atomic(path, to_json().dump(2) + "\n");
-}
-
-// ---------------------------------------------------------------- JSON reading (strict)
-
-namespace {
-
-const Json& array_at(JsonObj& o, const std::string& key) {
-  const Json& a = o.raw(key);
-  if (!a.is_array()) o.fail(key, "expected an array, got " + json_brief(a));
-  return a;
-}
-
-void read_timing(JsonObj& x, std::optional<double>& min_s, std::optional<double>& max_s, int& reps,
-                 std::int64_t& iters, double time_s) {
-  x.allow({"min_s", "max_s"});  // optional keys read only when present: known, so typos get a suggestion
-  if (x.has("min_s")) min_s = x.number("min_s", 0, 1e9);
-  if (x.has("max_s")) max_s = x.number("max_s", 0, 1e9);
-  if (min_s && *min_s > time_s) x.fail("min_s", "min_s is larger than time_s (the median)");
-  if (max_s && *max_s < time_s) x.fail("max_s", "max_s is smaller than time_s (the median)");
-  reps = static_cast<int>(x.integer("repetitions", 1, 1, 1000000));
-  iters = x.integer("iterations", 0, 0, INT64_MAX);
-}
-
-CalibrationSample read_sample(const Json& j, const std::string& file, const std::string& ptr) {
-  if (!j.is_object()) throw InputError(file, ptr, "expected an object, got " + json_brief(j));
-  JsonObj x(j, file, ptr);
-  CalibrationSample s;
-  s.bytes = x.integer("bytes", 0, INT64_MAX);
-  s.time_s = x.number("time_s", 0, 1e9);
-  if (!(s.time_s > 0)) x.fail("time_s", "time must be > 0");
-  read_timing(x, s.min_s, s.max_s, s.repetitions, s.iterations, s.time_s);
-  x.finish();
-  return s;
-}
-
-std::vector<std::string> collective_names() {
-  std::vector<std::string> out;
-  for (const auto& c : kCollectives) out.emplace_back(c.name);
-  return out;
-}
-
-}  // namespace
-
-CalibrationProfile CalibrationProfile::from_json(const Json& j, const std::string& file) {
-  if (!j.is_object())
-    throw InputError(file, "",
-                     "expected a JSON object with \"schema\": \"" + std::string(kCalibrationSchema) + "\"");
-  JsonObj root(j, file);
-  const std::string schema = root.str("schema");
-  if (schema != kCalibrationSchema)
-    root.fail("schema", "unsupported schema \"" + schema + "\" (expected \"" + kCalibrationSchema + "\")");
-  root.allow({"notes", "source", "description"});
-  root.allow({"collectives", "failures", "completed"});  // read only when present; listed for suggestions
-  CalibrationProfile p;
-  p.source = root.str("source", "");
-  p.notes = root.str("notes", "");
-  {
-    JsonObj t = root.object("tool");
-    p.tool_name = t.str("name");
-    p.tool_version = t.str("version");
-    t.finish();
-  }
-  p.created = root.str("created");
-  {
-    JsonObj h = root.object("hardware");
-    const Json& gpus = array_at(h, "gpus");
-    for (std::size_t i = 0; i < gpus.size(); ++i) {
-      const std::string ptr = h.pointer("gpus") + "/" + std::to_string(i);
-      if (!gpus[i].is_object()) throw InputError(file, ptr, "expected an object, got " + json_brief(gpus[i]));
-      JsonObj g(gpus[i], file, ptr);
-      p.hardware_.gpus.push_back({g.str("name"), static_cast<int>(g.integer("count", 0, 1 << 24))});
-      g.finish();
-    }
-    p.hardware_.gpu_count = static_cast<int>(h.integer("gpu_count", 0, 0, 1 << 24));
-    p.hardware_.nodes = static_cast<int>(h.integer("nodes", 0, 0, 1 << 24));
-    p.hardware_.driver_version = h.str("driver_version", "");
-    p.hardware_.cuda_version = h.str("cuda_version", "");
-    p.hardware_.nccl_version = h.str("nccl_version", "");
-    if (const Json* env = h.raw_optional("env")) {
-      if (!env->is_object()) h.fail("env", "expected an object of strings, got " + json_brief(*env));
-      for (auto it = env->begin(); it != env->end(); ++it)
-        p.hardware_.env[it.key()] = json_string(it.value(), file, h.pointer("env") + "/" + it.key());
-    }
-    h.finish();
-  }
-  if (root.has("collectives")) {
-    const Json& arr = array_at(root, "collectives");
-    for (std::size_t i = 0; i < arr.size(); ++i) {
-      const std::string ptr = "/collectives/" + std::to_string(i);
-      if (!arr[i].is_object()) throw InputError(file, ptr, "expected an object, got " + json_brief(arr[i]));
-      JsonObj c(arr[i], file, ptr);
-      CollectiveSeries s;
-      const std::string kind = c.str("kind");
-      const auto k = parse_collective(kind);
-      if (!k) {
-        const std::string dym = did_you_mean_list(kind, collective_names());
-        c.fail("kind", "unknown collective \"" + kind + "\"" +
-                           (dym.empty() ? "" : " (did you mean \"" + dym + "\"?)") +
-                           "; valid: " + join_names(collective_names()));
-      }
-      s.kind = *k;
-      s.ranks = static_cast<int>(c.integer("ranks", 1, 1 << 24));
-      s.nodes = static_cast<int>(c.integer("nodes", 1, 1 << 24));
-      if (s.nodes > s.ranks)
-        c.fail("nodes",
-               "more nodes (" + std::to_string(s.nodes) + ") than ranks (" + std::to_string(s.ranks) + ")");
-      s.dtype = c.str("dtype");
-      s.placement = c.str("placement", "out_of_place");
-      if (s.placement != "out_of_place" && s.placement != "in_place")
-        c.fail("placement", "expected \"out_of_place\" or \"in_place\", got \"" + s.placement + "\"");
-      s.source = c.str("source", "");
-      c.allow({"fit"});  // derived data, recomputed from the samples on load
-      const Json& samples = array_at(c, "samples");
-      if (samples.empty()) c.fail("samples", "a series needs at least one sample");
-      for (std::size_t k2 = 0; k2 < samples.size(); ++k2)
-        s.samples.push_back(read_sample(samples[k2], file, c.pointer("samples") + "/" + std::to_string(k2)));
-      c.finish();
-      for (const auto& prev : p.collectives_)
-        if (same_key(prev, s))
-          throw InputError(file, ptr, "duplicate series (same kind, ranks, nodes, dtype, placement)");
-      p.collectives_.push_back(std::move(s));
-      refit(p.collectives_.back());
-    }
-  }
-  if (auto g = root.optional_object("gemm")) {
-    g->allow({"peak_flops", "peak_source"});
-    if (g->has("peak_flops")) {
-      p.gemm_peak_flops_ = g->number("peak_flops", 1, 1e20);
-      p.gemm_peak_source_ = g->str("peak_source", "");
-    }
-    const Json& arr = array_at(*g, "samples");
-    for (std::size_t i = 0; i < arr.size(); ++i) {
-      const std::string ptr = g->pointer("samples") + "/" + std::to_string(i);
-      if (!arr[i].is_object()) throw InputError(file, ptr, "expected an object, got " + json_brief(arr[i]));
-      JsonObj x(arr[i], file, ptr);
-      GemmSample s;
-      s.m = x.integer("m", 1, INT64_MAX), s.n = x.integer("n", 1, INT64_MAX),
-      s.k = x.integer("k", 1, INT64_MAX);
-      s.dtype = x.str("dtype", "bf16");
-      s.time_s = x.number("time_s", 0, 1e9);
-      if (!(s.time_s > 0)) x.fail("time_s", "time must be > 0");
-      s.flops_per_s = x.number("flops_per_s", 0, 1e20);
-      read_timing(x, s.min_s, s.max_s, s.repetitions, s.iterations, s.time_s);
-      x.finish();
-      p.gemm_.push_back(s);
-    }
-    g->finish();
-  }
-  if (auto h = root.optional_object("hbm")) {
-    const Json& arr = array_at(*h, "samples");
-    for (std::size_t i = 0; i < arr.size(); ++i)
-      p.hbm_.push_back(read_sample(arr[i], file, h->pointer("samples") + "/" + std::to_string(i)));
-    h->finish();
-  }
-  if (auto a = root.optional_object("adamw")) {
-    for (auto it = a->json().begin(); it != a->json().end(); ++it) {
-      const std::string layout = it.key();
-      if (layout != "fp32" && layout != "bf16-mixed" && layout != "bf16")
-        a->fail(layout, "unknown AdamW layout \"" + layout + "\"; valid: fp32, bf16-mixed, bf16");
-      JsonObj l = a->object(layout);
-      const Json& arr = array_at(l, "samples");
-      for (std::size_t i = 0; i < arr.size(); ++i) {
-        const std::string ptr = l.pointer("samples") + "/" + std::to_string(i);
-        if (!arr[i].is_object()) throw InputError(file, ptr, "expected an object, got " + json_brief(arr[i]));
-        JsonObj x(arr[i], file, ptr);
-        AdamwSample s;
-        s.params = x.integer("params", 1, INT64_MAX);
-        s.bytes = x.integer("bytes", 1, INT64_MAX);
-        s.time_s = x.number("time_s", 0, 1e9);
-        if (!(s.time_s > 0)) x.fail("time_s", "time must be > 0");
-        read_timing(x, s.min_s, s.max_s, s.repetitions, s.iterations, s.time_s);
-        x.finish();
-        p.adamw_[layout].push_back(s);
-      }
-      l.finish();
-    }
-    a->finish();
-  }
-  if (root.has("failures")) {
-    const Json& arr = array_at(root, "failures");
-    for (std::size_t i = 0; i < arr.size(); ++i) {
-      const std::string ptr = "/failures/" + std::to_string(i);
-      if (!arr[i].is_object()) throw InputError(file, ptr, "expected an object, got " + json_brief(arr[i]));
-      JsonObj x(arr[i], file, ptr);
-      CalibrationFailure f;
-      f.benchmark = x.str("benchmark");
-      f.error = x.str("error");
-      f.time = x.str("time", "");
-      x.allow({"bytes"});
-      if (x.has("bytes")) f.bytes = x.integer("bytes", 0, INT64_MAX);
-      x.finish();
-      p.failures_.push_back(f);
-    }
-  }
-  if (root.has("completed")) {
-    const Json& arr = array_at(root, "completed");
-    for (std::size_t i = 0; i < arr.size(); ++i)
-      p.mark_completed(json_string(arr[i], file, "/completed/" + std::to_string(i)));
-  }
-  root.finish();
-  return p;
-}
-
-CalibrationProfile CalibrationProfile::load(const std::string& path) {
-  return from_json(load_json_file(path), path);
 }
 
 }  // namespace shardplan

@@ -196,6 +196,8 @@ class CalibrationProfile {
 
 /// Recomputes the derived fits of a series from its samples.
 void refit(CollectiveSeries& s);
+/// Whether two series measure the same thing (kind, ranks, nodes, dtype, placement): one series per key.
+bool same_series(const CollectiveSeries& a, const CollectiveSeries& b);
 /// Current UTC time as "YYYY-MM-DDTHH:MM:SSZ".
 std::string utc_now_iso8601();
 /// The shardplan version this library was built as.

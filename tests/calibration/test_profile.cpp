@@ -97,6 +97,19 @@ TEST_CASE("profile round trip keeps every sample and query", "[profile]") {
   CHECK_FALSE(q.adamw_Bps("bf16"));
 }
 
+TEST_CASE("a profile with the same series twice is refused naming the second", "[profile]") {
+  nlohmann::json j = h100().to_json();
+  REQUIRE(!j["collectives"].empty());
+  j["collectives"].push_back(j["collectives"][0]);
+  const std::string at = "/collectives/" + std::to_string(j["collectives"].size() - 1);
+  CHECK_THROWS_WITH(CalibrationProfile::from_json(j, "p.json"),
+                    Catch::Contains("p.json") && Catch::Contains(at) && Catch::Contains("duplicate series"));
+  // A sample that is not an object: its pointer.
+  j = h100().to_json();
+  j["collectives"][0]["samples"][1] = 3;
+  CHECK_THROWS_WITH(CalibrationProfile::from_json(j, "p.json"), Catch::Contains("/collectives/0/samples/1"));
+}
+
 TEST_CASE("an empty profile answers nullopt everywhere", "[profile]") {
   const CalibrationProfile p;
   CHECK_FALSE(p.collective_time(CollectiveKind::kAllGather, kMiB, 8, 1));
