@@ -316,23 +316,114 @@ LayerKind parse_kind(const std::string& s, const std::string& file, const std::s
           "lm_head, loss");
 }
 
+const char* store_name(WeightStore s) {
+  switch (s) {
+    case WeightStore::kParam:
+      return "param";
+    case WeightStore::kBf16:
+      return "bf16";
+    case WeightStore::kInt8:
+      return "int8";
+    case WeightStore::kNf4:
+      return "nf4";
+    case WeightStore::kFp32:
+      return "fp32";
+  }
+  return "param";
+}
+
+/// A parameter tensor or buffer: name, shape ([experts, rows, cols] for grouped experts), TP split, and where
+/// they differ from a trainable tensor in the plan's dtype: expert, frozen (LoRA's base), how it is stored
+/// (bf16, int8, nf4 or fp32 instead of the plan's parameter dtype) and the parameters a packed tensor holds.
+Json tensor_to_json(const Tensor& t) {
+  Json jt = {{"name", t.name},
+             {"shape", t.stack > 1 ? Json{t.stack, t.dim0, t.dim1} : Json{t.dim0, t.dim1}},
+             {"tp", tp_name(t.tp)}};
+  if (t.expert) jt["expert"] = true;
+  if (t.frozen) jt["frozen"] = true;
+  if (t.store != WeightStore::kParam) jt["store"] = store_name(t.store);
+  if (t.logical > 0) jt["parameters"] = t.logical;
+  return jt;
+}
+
+Tensor tensor_from_json(JsonObj& to) {
+  const std::string& file = to.file();
+  Tensor tensor;
+  tensor.name = to.str("name");
+  const Json& shape = to.raw("shape");
+  if (!shape.is_array() || shape.empty() || shape.size() > 3)
+    to.fail("shape", "expected [rows], [rows, cols] or, for grouped experts, [experts, rows, cols]");
+  // A 3-D shape is a grouped expert weight: its leading dimension stacks the experts.
+  const std::size_t d0 = shape.size() == 3 ? 1 : 0;
+  if (shape.size() == 3) tensor.stack = json_integer(shape[0], file, to.pointer("shape") + "/0", 1, kMaxDim);
+  tensor.dim0 =
+      json_integer(shape[d0], file, to.pointer("shape") + "/" + std::to_string(d0), 1, kMaxDim * 64);
+  tensor.dim1 = shape.size() > d0 + 1
+                    ? json_integer(shape[d0 + 1], file, to.pointer("shape") + "/" + std::to_string(d0 + 1), 1,
+                                   kMaxDim * 64)
+                    : 1;
+  tensor.tp = parse_tp(to.str("tp", "replicated"), file, to.pointer("tp"));
+  tensor.expert = to.boolean("expert", false);
+  if (tensor.stack > 1 && !tensor.expert)
+    to.fail("shape", "a 3-D shape stacks experts: it needs \"expert\": true");
+  tensor.frozen = to.boolean("frozen", false);
+  const std::string store = to.str("store", "param");
+  bool known = false;
+  for (WeightStore w :
+       {WeightStore::kParam, WeightStore::kBf16, WeightStore::kInt8, WeightStore::kNf4, WeightStore::kFp32})
+    if (store == store_name(w)) tensor.store = w, known = true;
+  if (!known)
+    to.fail("store", "unknown store \"" + store + "\"; expected one of: param, bf16, int8, nf4, fp32");
+  tensor.logical = to.integer("parameters", 0, 0, kMaxDim * kMaxDim);
+  to.finish();
+  return tensor;
+}
+
+std::vector<Tensor> tensors_from_json(JsonObj& lo, const std::string& key) {
+  std::vector<Tensor> out;
+  const Json* ts = lo.raw_optional(key);
+  if (!ts) return out;
+  if (!ts->is_array()) lo.fail(key, "expected an array");
+  for (std::size_t t = 0; t < ts->size(); ++t) {
+    JsonObj to((*ts)[t], lo.file(), lo.pointer(key) + "/" + std::to_string(t));
+    out.push_back(tensor_from_json(to));
+  }
+  return out;
+}
+
+std::vector<Gemm> gemms_from_json(JsonObj& lo) {
+  std::vector<Gemm> out;
+  const Json* gs = lo.raw_optional("gemms");
+  if (!gs) return out;
+  if (!gs->is_array()) lo.fail("gemms", "expected an array");
+  for (std::size_t t = 0; t < gs->size(); ++t) {
+    JsonObj go((*gs)[t], lo.file(), lo.pointer("gemms") + "/" + std::to_string(t));
+    Gemm gm;
+    gm.n = go.integer("n", 1, kMaxDim * 64);
+    gm.k = go.integer("k", 1, kMaxDim * 64);
+    gm.count = go.number("count", 1.0, 0.0, 1e6);
+    gm.tp = parse_tp(go.str("tp", "replicated"), lo.file(), go.pointer("tp"));
+    gm.expert = go.boolean("expert", false);
+    gm.frozen = go.boolean("frozen", false);
+    go.finish();
+    out.push_back(gm);
+  }
+  return out;
+}
+
 }  // namespace
 
 Json ModelGraph::to_graph_json() const {
   Json layers = Json::array(), edges = Json::array();
   for (auto v : boost::make_iterator_range(boost::vertices(graph_))) {
     const Layer& l = graph_[v];
-    Json tensors = Json::array(), gemms = Json::array();
-    for (const auto& t : l.tensors) {
-      Json jt = {{"name", t.name},
-                 {"shape", t.stack > 1 ? Json{t.stack, t.dim0, t.dim1} : Json{t.dim0, t.dim1}},
-                 {"tp", tp_name(t.tp)}};
-      if (t.expert) jt["expert"] = true;
-      tensors.push_back(jt);
-    }
+    Json tensors = Json::array(), buffers = Json::array(), gemms = Json::array();
+    for (const auto& t : l.tensors) tensors.push_back(tensor_to_json(t));
+    for (const auto& t : l.buffers) buffers.push_back(tensor_to_json(t));
     for (const auto& g : l.gemms) {
       Json jg = {{"n", g.n}, {"k", g.k}, {"count", g.count}, {"tp", tp_name(g.tp)}};
       if (g.expert) jg["expert"] = true;
+      if (g.frozen) jg["frozen"] = true;
       gemms.push_back(jg);
     }
     Json jl = {{"name", l.name},
@@ -343,6 +434,7 @@ Json ModelGraph::to_graph_json() const {
                {"activations", activations_to_json(l.activations)},
                {"elementwise_bytes_per_token", l.elementwise_bytes_per_token},
                {"eager_elementwise_bytes_per_token", l.eager_elementwise_bytes_per_token}};
+    if (!buffers.empty()) jl["buffers"] = buffers;
     if (l.moe_experts > 0) jl["moe"] = {{"experts", l.moe_experts}, {"top_k", l.moe_top_k}};
     if (l.attn_heads > 0) {
       jl["attention"] = {
@@ -369,7 +461,6 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
   m.spec_ = parse_model_spec(o.object("spec"));
   const Json& layers = o.raw("layers");
   if (!layers.is_array() || layers.empty()) o.fail("layers", "expected a non-empty array of layers");
-  constexpr std::int64_t kMaxDim = std::int64_t{1} << 24;
   for (std::size_t i = 0; i < layers.size(); ++i) {
     JsonObj lo(layers[i], file, "/layers/" + std::to_string(i));
     Layer l;
@@ -377,47 +468,9 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
     l.name = lo.str("name");
     l.kind = parse_kind(lo.str("kind"), file, lo.pointer("kind"));
     l.block = static_cast<int>(lo.integer("block", -1, -1, 1000000));
-    if (auto* ts = lo.raw_optional("tensors")) {
-      if (!ts->is_array()) lo.fail("tensors", "expected an array");
-      for (std::size_t t = 0; t < ts->size(); ++t) {
-        JsonObj to((*ts)[t], file, lo.pointer("tensors") + "/" + std::to_string(t));
-        Tensor tensor;
-        tensor.name = to.str("name");
-        const Json& shape = to.raw("shape");
-        if (!shape.is_array() || shape.empty() || shape.size() > 3)
-          to.fail("shape", "expected [rows], [rows, cols] or, for grouped experts, [experts, rows, cols]");
-        // A 3-D shape is a grouped expert weight: its leading dimension stacks the experts.
-        const std::size_t d0 = shape.size() == 3 ? 1 : 0;
-        if (shape.size() == 3)
-          tensor.stack = json_integer(shape[0], file, to.pointer("shape") + "/0", 1, kMaxDim);
-        tensor.dim0 =
-            json_integer(shape[d0], file, to.pointer("shape") + "/" + std::to_string(d0), 1, kMaxDim * 64);
-        tensor.dim1 = shape.size() > d0 + 1
-                          ? json_integer(shape[d0 + 1], file,
-                                         to.pointer("shape") + "/" + std::to_string(d0 + 1), 1, kMaxDim * 64)
-                          : 1;
-        tensor.tp = parse_tp(to.str("tp", "replicated"), file, to.pointer("tp"));
-        tensor.expert = to.boolean("expert", false);
-        if (tensor.stack > 1 && !tensor.expert)
-          to.fail("shape", "a 3-D shape stacks experts: it needs \"expert\": true");
-        to.finish();
-        l.tensors.push_back(tensor);
-      }
-    }
-    if (auto* gs = lo.raw_optional("gemms")) {
-      if (!gs->is_array()) lo.fail("gemms", "expected an array");
-      for (std::size_t t = 0; t < gs->size(); ++t) {
-        JsonObj go((*gs)[t], file, lo.pointer("gemms") + "/" + std::to_string(t));
-        Gemm gm;
-        gm.n = go.integer("n", 1, kMaxDim * 64);
-        gm.k = go.integer("k", 1, kMaxDim * 64);
-        gm.count = go.number("count", 1.0, 0.0, 1e6);
-        gm.tp = parse_tp(go.str("tp", "replicated"), file, go.pointer("tp"));
-        gm.expert = go.boolean("expert", false);
-        go.finish();
-        l.gemms.push_back(gm);
-      }
-    }
+    l.tensors = tensors_from_json(lo, "tensors");
+    l.buffers = tensors_from_json(lo, "buffers");
+    l.gemms = gemms_from_json(lo);
     if (auto mo = lo.optional_object("moe")) {
       l.moe_experts = static_cast<int>(mo->integer("experts", 1, 1 << 20));
       l.moe_top_k = static_cast<int>(mo->integer("top_k", 1, l.moe_experts));
