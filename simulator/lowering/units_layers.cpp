@@ -173,11 +173,11 @@ void layer_core_and_activations(const UnitContext& c, SimUnit& u, UnitSums& m, c
   else if (l.block >= 0)
     el = el / c.rep_div;
   m.elem += costs.memory_s(T * el * c.bc / 2);
-  const double saved = layer_saved_bytes(l, p, T, false);
+  const double saved = c.saved(l, false);
   m.act_none += saved;
-  m.act_sel += layer_saved_bytes(l, p, T, l.block >= 0);
+  m.act_sel += c.saved(l, l.block >= 0);
   if (l.block < 0) m.act_full += saved;
-  m.block_inputs += block_input_bytes(l, p, T);
+  m.block_inputs += c.block_input(l);
 }
 
 }  // namespace

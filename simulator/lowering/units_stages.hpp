@@ -50,6 +50,32 @@ struct UnitContext {
   const GroupView tpg;
   CollectiveMemo coll;  ///< every block unit repeats the same TP collectives
   const double f_local;
+  /// A layer's saved bytes per micro-batch (layer_saved_bytes without and with the selective policy) and its
+  /// block-input bytes, computed once per distinct layer content (Layer::content) for this plan: identical
+  /// blocks repeat the same walks over their activation lists.
+  double saved(const Layer& l, bool selective) const {
+    LayerMemo& m = memo(l);
+    double& v = selective ? m.sel : m.none;
+    if (v < 0) v = layer_saved_bytes(l, p, T, selective);
+    return v;
+  }
+  double block_input(const Layer& l) const {
+    LayerMemo& m = memo(l);
+    if (m.input < 0) m.input = block_input_bytes(l, p, T);
+    return m.input;
+  }
+
+ private:
+  struct LayerMemo {
+    double none = -1, sel = -1, input = -1;
+  };
+  mutable std::vector<LayerMemo> memo_ = std::vector<LayerMemo>(static_cast<std::size_t>(model.contents()));
+  LayerMemo& memo(const Layer& l) const {
+    // A layer outside a finalized graph has no content number: its own slot, never shared.
+    if (l.content < 0) return scratch_ = LayerMemo{};
+    return memo_.at(static_cast<std::size_t>(l.content));
+  }
+  mutable LayerMemo scratch_;
 };
 
 /// What one pass over a unit's layers sums (unit_layers).

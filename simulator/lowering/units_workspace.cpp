@@ -116,9 +116,9 @@ void unit_workspace(const UnitContext& c, SimUnit& u, double extra) {
         double none = 0, kept = 0, input = 0;
         for (const Layer* m : u.layers)
           if (m->block == l.block) {
-            none += layer_saved_bytes(*m, p, T, false);
-            kept += full ? 0.0 : layer_saved_bytes(*m, p, T, true);
-            input += block_input_bytes(*m, p, T);
+            none += c.saved(*m, false);
+            kept += full ? 0.0 : c.saved(*m, true);
+            input += c.block_input(*m);
           }
         live += full ? std::max(0.0, none - input) : none - kept;
       }
@@ -141,8 +141,7 @@ void unit_workspace(const UnitContext& c, SimUnit& u, double extra) {
       peak = std::max(peak, live + grads + x + flowing + extra);
       peak_accum = std::max(peak_accum, live + x_accum + flowing + extra);
       // Everything the layer saved (after recomputation: the no-AC set) is consumed.
-      live -= in_block && (full || sel) ? layer_saved_bytes(l, p, T, false)
-                                        : layer_saved_bytes(l, p, T, sel && in_block);
+      live -= in_block && (full || sel) ? c.saved(l, false) : c.saved(l, sel && in_block);
       grads += g;
     }
     workspace =

@@ -267,6 +267,7 @@ void ModelGraph::finalize() {
   order_.clear();
   for (auto it = topo.rbegin(); it != topo.rend(); ++it) order_.push_back(&graph_[*it]);
   merge_tensor_groups();
+  number_contents();
   parameters_ = embedding_parameters_ = largest_tensor_ = checkpoint_bytes_ = 0;
   active_parameters_ = 0;
   has_frozen_ = false;
@@ -291,6 +292,18 @@ void ModelGraph::finalize() {
     }
     if (l->block >= 0 && l->block != last_block) ++blocks_, last_block = l->block;
   }
+}
+
+void ModelGraph::number_contents() {
+  std::vector<Layer*> firsts;  // the first layer of each content
+  for (auto [v, end] = boost::vertices(graph_); v != end; ++v) {
+    Layer& l = graph_[*v];
+    const auto it =
+        std::find_if(firsts.begin(), firsts.end(), [&](const Layer* f) { return f->same_content(l); });
+    l.content = it == firsts.end() ? static_cast<int>(firsts.size()) : (*it)->content;
+    if (it == firsts.end()) firsts.push_back(&l);
+  }
+  contents_ = static_cast<int>(firsts.size());
 }
 
 void ModelGraph::merge_tensor_groups() {

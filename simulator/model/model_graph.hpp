@@ -155,6 +155,9 @@ struct Layer {
   /// Whether the layer simulates as `o` does: every field but the name and the block index (a field added
   /// above must be compared here too).
   bool same_content(const Layer& o) const;
+  /// Set by ModelGraph::finalize: layers that are same_content share it (0 .. ModelGraph::contents() - 1), so
+  /// a per-plan value of a layer computed once serves every copy (lowering/units_stages.hpp LayerMemo).
+  int content = -1;
 };
 
 using LayerGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Layer>;
@@ -202,6 +205,8 @@ class ModelGraph {
   double active_parameters() const { return active_parameters_; }
   /// Transformer blocks in the model (distinct block indices; a slice counts its own).
   int blocks() const { return blocks_; }
+  /// Distinct layer contents (Layer::content).
+  int contents() const { return contents_; }
   /// Attention's term of the model FLOPs per token at sequence length `seq`, the convention of torchtitan's
   /// get_num_flop_per_token (12·L·heads·head_dim·seq, causality not halved): per attention layer
   /// 6·heads·(qk_dim + v_dim)·positions, where positions is seq for global layers and min(window, seq) for
@@ -228,6 +233,7 @@ class ModelGraph {
  private:
   void finalize();
   void merge_tensor_groups();
+  void number_contents();
   struct ModelTensorGroup {
     const Tensor* tensor = nullptr;  ///< a representative (in the graph's storage: rebuilt by finalize)
     std::int64_t count = 0, layers = 0;
@@ -238,7 +244,7 @@ class ModelGraph {
   std::vector<const Layer*> order_;
   std::int64_t parameters_ = 0, embedding_parameters_ = 0, largest_tensor_ = 0, checkpoint_bytes_ = 0;
   double active_parameters_ = 0;
-  int blocks_ = 0;
+  int blocks_ = 0, contents_ = 0;
   bool has_frozen_ = false;
 };
 
