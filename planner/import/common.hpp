@@ -45,6 +45,9 @@ ImportedConfig import_deepspeed(const std::string& path);      // deepspeed.cpp
 ImportedConfig import_torchtitan(const std::string& path);     // torchtitan_toml.cpp
 ImportedConfig import_torchtitan_py(const std::string& path);  // torchtitan_py.cpp
 ImportedConfig import_accelerate(const std::string& path);     // accelerate.cpp
+ImportedConfig import_peft(const std::string& path);           // peft.cpp
+/// Whether the file is named adapter_config.json, PEFT's name for an adapter's config (peft.cpp).
+bool peft_adapter_file(const std::string& path);
 /// The TOML's layout dates it (torchtitan_toml_date.cpp): c.framework / framework_reason, or an assumption.
 void date_titan_toml(const std::map<std::string, std::string>& t, ImportedConfig& c);
 
