@@ -24,7 +24,13 @@ ImportedConfig import_config(const std::string& path) {
     if (!std::filesystem::exists(adapter, ec))
       throw InputError(path, "",
                        "a folder is read as a PEFT adapter checkpoint, and it has no adapter_config.json");
-    return import_peft(adapter);
+    ImportedConfig c = import_peft(adapter);
+    // A base model's config.json beside the adapter (a merged or hand-assembled checkpoint): --model reads
+    // it.
+    if (const auto base = std::filesystem::path(path) / "config.json"; std::filesystem::exists(base, ec))
+      c.assumed.push_back(base.string() + " is beside the adapter: give --model " + base.string() +
+                          " to simulate that base model");
+    return c;
   }
   if (ends(".json") && peft_adapter_file(path)) return import_peft(path);
   if (ends(".json")) {

@@ -111,6 +111,15 @@ TEST_CASE("from: bad PEFT adapter fields are one line naming the file and the fi
   bad("type.json", R"({"peft_type": "IA3", "target_modules": ["q_proj"]})", "peft_type: LoRA adapters");
   bad("regex.json", R"({"peft_type": "LORA", "r": 8, "target_modules": ".*"})", "target_modules: the regex");
   bad("list.json", R"({"peft_type": "LORA", "r": 8, "target_modules": [3]})", "target_modules: expected");
+  // A checkpoint folder with the base model's config.json beside the adapter: --model is said to read it.
+  const fs::path ckpt = dir / "ckpt";
+  fs::create_directories(ckpt);
+  fs::copy_file(kFrom / "peft-0.21.2-q_v" / "adapter_config.json", ckpt / "adapter_config.json");
+  ptest::write_text(ckpt / "config.json", "{}");
+  Run with_base = memory_from(ckpt.string());
+  CHECK(with_base.rc == 0);
+  CHECK(has(with_base.err, "assumed: " + (ckpt / "config.json").string() +
+                               " is beside the adapter: give --model " + (ckpt / "config.json").string()));
   // A folder without adapter_config.json.
   const fs::path empty = dir / "empty";
   fs::create_directories(empty);
