@@ -20,10 +20,7 @@ namespace {
 // the knobs neither --fix nor the file sets (appended to `fixes`, said on stderr). Rows that hold only for
 // part of the searched layouts (torchtitan's root unit: FSDP2, ZeRO 2/3, no TP/PP) cannot be pinned for every
 // candidate: named.
-void framework_fixes(const PlanArgs& a, const Loaded& l, std::vector<std::string>& fixes) {
-  PlanFlags pf;
-  pf.from = a.from;
-  pf.framework = a.framework;
+void framework_fixes(const PlanFlags& pf, const Loaded& l, std::vector<std::string>& fixes) {
   bool inferred = false;
   const auto fw = framework_of(pf, inferred);
   if (!fw) return;
@@ -127,9 +124,11 @@ SearchSpace plan_space(PlanArgs& a, const Loaded& l) {
   // --from: the user's file fixes every knob the search does not vary (its runtime, precision, offload,
   // ...) unless --fix names it; the searched knobs (zero, shard group, tp, mbs, ac, ...) are searched.
   std::vector<std::string> fixes = a.fixes;
+  // One PlanFlags for the file and the framework: the file is read (and its stderr lines said) once.
+  PlanFlags pf;
+  pf.from = a.from;
+  pf.framework = a.framework;
   if (!a.from.empty()) {
-    PlanFlags pf;
-    pf.from = a.from;
     const ImportedConfig* c = imported_config(pf);
     check_from_model(pf, *l.model);
     const auto& searched = SearchSpace::searched_keys();
@@ -145,7 +144,7 @@ SearchSpace plan_space(PlanArgs& a, const Loaded& l) {
         fixes.push_back(key + "=" + value);
     if (a.global_batch == 0) a.global_batch = c->global_batch;
   }
-  framework_fixes(a, l, fixes);
+  framework_fixes(pf, l, fixes);
   if (a.global_batch == 0)
     throw InputError::flag("--global-batch", "required (or a --from file that states it)");
   SearchSpace space;
