@@ -1,6 +1,7 @@
 // The accelerate config importer of --from (docs/formats.md, "--from"): the YAML `accelerate config` writes
 // (accelerate 1.x, commands/config/cluster.py) for FSDP, DeepSpeed and multi-GPU (DDP) runs.
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -112,6 +113,47 @@ ImportedConfig import_accelerate_deepspeed(const std::string& path,
   return c;
 }
 
+/// FSDP's sharding strategy (fsdp_sharding_strategy: FSDP1's names or accelerate's 1..5 numbering; FSDP2's
+/// fsdp_reshard_after_forward) as the ZeRO stage, and HYBRID_SHARD's shard group (GPUs per node).
+void read_fsdp_strategy(const std::string& path,
+                        const std::function<const std::string*(const std::string&)>& get, ImportedConfig& c) {
+  const std::string fc = "fsdp_config.";
+  std::string strategy =
+      get(fc + "fsdp_sharding_strategy") ? *get(fc + "fsdp_sharding_strategy") : "FULL_SHARD";
+  const char* numbered[] = {"",         "FULL_SHARD",   "SHARD_GRAD_OP",
+                            "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"};
+  if (strategy.size() == 1 && strategy[0] >= '1' && strategy[0] <= '5')
+    strategy = numbered[strategy[0] - '0'];
+  if (auto* r = get(fc + "fsdp_reshard_after_forward")) {
+    const std::string l = lower(*r);
+    if (l == "true" || l == "false")
+      strategy = l == "true" ? "FULL_SHARD" : "SHARD_GRAD_OP";
+    else
+      strategy = *r;  // accelerate also accepts the strategy names here
+  }
+  if (strategy == "FULL_SHARD")
+    c.knobs["zero"] = "3";
+  else if (strategy == "SHARD_GRAD_OP")
+    c.knobs["zero"] = "2";
+  else if (strategy == "NO_SHARD")
+    c.knobs["zero"] = "0";
+  else if (strategy == "HYBRID_SHARD" || strategy == "HYBRID_SHARD_ZERO2") {
+    c.knobs["zero"] = strategy == "HYBRID_SHARD" ? "3" : "2";
+    // HYBRID_SHARD shards within a node and replicates across nodes.
+    auto* procs = get("num_processes");
+    auto* machines = get("num_machines");
+    if (!procs || !machines)
+      throw InputError(path, fc + "fsdp_sharding_strategy",
+                       strategy + " needs num_processes and num_machines (shard group = GPUs per node)");
+    const long long p = std::stoll(int_text(path, "num_processes", *procs)),
+                    m = std::stoll(int_text(path, "num_machines", *machines));
+    if (m < 1 || p % m) throw InputError(path, "num_machines", "must divide num_processes");
+    c.knobs["shard_group"] = std::to_string(p / m);
+  } else {
+    throw InputError(path, fc + "fsdp_sharding_strategy", "unknown strategy \"" + strategy + "\"");
+  }
+}
+
 }  // namespace
 
 ImportedConfig import_accelerate(const std::string& path) {
@@ -150,42 +192,7 @@ ImportedConfig import_accelerate(const std::string& path) {
   const std::string fc = "fsdp_config.";
   const bool v2 = get(fc + "fsdp_version") && *get(fc + "fsdp_version") == "2";
   c.knobs["runtime"] = v2 ? "fsdp2" : "fsdp1";
-  // fsdp_sharding_strategy (FSDP1; names or accelerate's 1..5 numbering); FSDP2 uses
-  // fsdp_reshard_after_forward.
-  std::string strategy =
-      get(fc + "fsdp_sharding_strategy") ? *get(fc + "fsdp_sharding_strategy") : "FULL_SHARD";
-  const char* numbered[] = {"",         "FULL_SHARD",   "SHARD_GRAD_OP",
-                            "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"};
-  if (strategy.size() == 1 && strategy[0] >= '1' && strategy[0] <= '5')
-    strategy = numbered[strategy[0] - '0'];
-  if (auto* r = get(fc + "fsdp_reshard_after_forward")) {
-    const std::string l = lower(*r);
-    if (l == "true" || l == "false")
-      strategy = l == "true" ? "FULL_SHARD" : "SHARD_GRAD_OP";
-    else
-      strategy = *r;  // accelerate also accepts the strategy names here
-  }
-  if (strategy == "FULL_SHARD")
-    c.knobs["zero"] = "3";
-  else if (strategy == "SHARD_GRAD_OP")
-    c.knobs["zero"] = "2";
-  else if (strategy == "NO_SHARD")
-    c.knobs["zero"] = "0";
-  else if (strategy == "HYBRID_SHARD" || strategy == "HYBRID_SHARD_ZERO2") {
-    c.knobs["zero"] = strategy == "HYBRID_SHARD" ? "3" : "2";
-    // HYBRID_SHARD shards within a node and replicates across nodes.
-    auto* procs = get("num_processes");
-    auto* machines = get("num_machines");
-    if (!procs || !machines)
-      throw InputError(path, fc + "fsdp_sharding_strategy",
-                       strategy + " needs num_processes and num_machines (shard group = GPUs per node)");
-    const long long p = std::stoll(int_text(path, "num_processes", *procs)),
-                    m = std::stoll(int_text(path, "num_machines", *machines));
-    if (m < 1 || p % m) throw InputError(path, "num_machines", "must divide num_processes");
-    c.knobs["shard_group"] = std::to_string(p / m);
-  } else {
-    throw InputError(path, fc + "fsdp_sharding_strategy", "unknown strategy \"" + strategy + "\"");
-  }
+  read_fsdp_strategy(path, get, c);
   if (auto* v = get(fc + "fsdp_activation_checkpointing");
       v && bool_text(path, fc + "fsdp_activation_checkpointing", *v) == "true")
     c.knobs["ac"] = "full";
