@@ -699,7 +699,7 @@ std::string emit_torchtitan(const Plan& p, const ModelGraph& model, int gpus) {
   // torchtitan 0.3.0's config system (Python dataclass configs, pytorch/torchtitan PR 2386): a config is a
   // function returning Trainer.Config, found by `torchtitan.train --module M --config F` (M a short model
   // name or any importable module path; torchtitan/config/manager.py ConfigManager._load_config), with
-  // `--section.field value` overrides on top (tyro). The file is that module; importers.cpp reads it back.
+  // `--section.field value` overrides on top (tyro). The file is that module; --from reads it back.
   const auto flavor = torchtitan_flavor(model.spec());
   if (!flavor)
     throw InputError::flag(

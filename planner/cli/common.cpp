@@ -57,7 +57,8 @@ void add_plan_options(CLI::App* app, PlanFlags& f) {
   app->add_option(
       "--from", f.from,
       "the plan of your own config: a DeepSpeed ds_config .json, a torchtitan 0.3.0 .py[:FUNCTION] or "
-      "2024-2025 .toml, or an accelerate FSDP .yaml (docs/formats.md); explicit flags override it");
+      "2024-2025 .toml, an accelerate FSDP .yaml, or a PEFT LoRA adapter_config.json or its folder "
+      "(docs/formats.md); explicit flags override it");
 }
 
 const ImportedConfig* imported_config(const PlanFlags& f) {
@@ -223,8 +224,13 @@ Plan resolve_flags_plan(const PlanFlags& f, const Loaded& l) {
   }
   check_from_consistency(f, p);
   check_from_model(f, *l.model);
-  // LoRA transforms the model the plan runs on (frozen base, adapters: simulator/model/lora.hpp).
-  if (p.lora_rank > 0) *l.model = lora_model(*l.model, p);
+  // LoRA transforms the model the plan runs on (frozen base, adapters: simulator/model/lora.hpp); a target
+  // module the model does not have is the --from file's error when the file named it.
+  try {
+    if (p.lora_rank > 0) *l.model = lora_model(*l.model, p);
+  } catch (const InputError& e) {
+    throw blame_from_file(f, e);
+  }
   return p;
 }
 

@@ -200,6 +200,19 @@ TEST_CASE("from: real DeepSpeed configs: auto values resolved as transformers do
   Run auto_mbs = memory_from("dse-autotuning-ds_config_z3.json");
   CHECK(auto_mbs.plan["precision"] == "fp32");  // neither bf16 nor fp16: DeepSpeed trains in fp32
   CHECK(has(auto_mbs.err, "train_micro_batch_size_per_gpu \"auto\""));
+  // plan --from reads the file once: each of its stderr lines is said once (the space and the framework
+  // defaults share the reading).
+  auto dir = ptest::temp_dir("from-plan-once");
+  REQUIRE(ptest::run_cli("plan --model llama3-8b --cluster dgx-h100 --gpus 16 --threads 2 --top 1 --from " +
+                             quote((kFrom / "accelerate-ds_config_zero3.json").string()) +
+                             " --global-batch 64",
+                         "/dev/null", dir / "err.txt") == 0);
+  const std::string err = ptest::read_text(dir / "err.txt");
+  for (const char* what : {": not modelled (changes memory or time):", ": assumed:"}) {
+    const auto first = err.find(what);
+    CHECK(first != std::string::npos);
+    CHECK(err.find(what, first + 1) == std::string::npos);
+  }
 }
 
 TEST_CASE("from: real accelerate YAMLs: FSDP, DeepSpeed and DDP", "[from][real]") {
