@@ -169,6 +169,14 @@ void check_expressible(const std::string& kind, const Plan& p) {
   if (!p.lora_targets.empty() || p.lora_base != LoraBase::kBf16)
     refuse(std::string(p.lora_targets.empty() ? "--lora-base" : "--lora-targets") +
            ": LoRA knobs are not emitted; drop them from the plan");
+  // torchtitan 0.3.0 has no activation offload in its trainer (only experiments/graph_trainer's
+  // memory_policy "sac_and_offload", a compiled-graph pass, not save_on_cpu); the emitted FSDP2 script wraps
+  // the model's forward in torch.autograd.graph.save_on_cpu(pin_memory=True).
+  if (titan && p.activation_offload != 0)
+    refuse(
+        "--activation-offload: torchtitan 0.3.0's trainer has no activation offload (config/configs.py: only "
+        "enable_cpu_offload of parameters, gradients and optimizer state); use --emit fsdp2, whose script "
+        "runs the forward under torch.autograd.graph.save_on_cpu(pin_memory=True)");
   if (titan && p.attention != AttentionCore::kFlash)
     refuse(std::string("--attention ") + to_string(p.attention) +
            ": torchtitan's decoders attend with fused kernels (flex / varlen in 0.3.0, SDPA or flex before), "
@@ -638,10 +646,12 @@ std::string emit_deepspeed(const Plan& p, const ModelGraph& model) {
   if (p.zero >= 1 && p.precision == Precision::kBf16True) j["bf16"]["bf16_optimizer_states"] = true;
   // DeepSpeed's activation checkpointing section configures deepspeed.checkpointing.checkpoint, which the
   // training script must call per block; written only when the plan checkpoints activations.
+  // --activation-offload all is cpu_checkpointing (the checkpoint inputs to the host; resolve_plan admits it
+  // with full AC only, capabilities_activation_offload.cpp).
   if (p.ac != AcMode::kNone)
     j["activation_checkpointing"] = {{"partition_activations", false},
                                      {"contiguous_memory_optimization", false},
-                                     {"cpu_checkpointing", false}};
+                                     {"cpu_checkpointing", p.activation_offload != 0}};
   return j.dump(2) + "\n";
 }
 
