@@ -163,6 +163,14 @@ void check_expressible(const std::string& kind, const Plan& p) {
   const bool titan = kind == "torchtitan" || kind == "torchtitan-toml";
   auto refuse = [&](const std::string& why) { throw InputError::flag("--emit", kind + ": " + why); };
   check_lora_expressible(kind, p);  // planner/emit_lora.cpp
+  // torchtitan 0.3.0 has no activation offload in its trainer (only experiments/graph_trainer's
+  // memory_policy "sac_and_offload", a compiled-graph pass, not save_on_cpu); the emitted FSDP2 script wraps
+  // the model's forward in torch.autograd.graph.save_on_cpu(pin_memory=True).
+  if (titan && p.activation_offload != 0)
+    refuse(
+        "--activation-offload: torchtitan 0.3.0's trainer has no activation offload (config/configs.py: only "
+        "enable_cpu_offload of parameters, gradients and optimizer state); use --emit fsdp2, whose script "
+        "runs the forward under torch.autograd.graph.save_on_cpu(pin_memory=True)");
   if (titan && p.attention != AttentionCore::kFlash)
     refuse(std::string("--attention ") + to_string(p.attention) +
            ": torchtitan's decoders attend with fused kernels (flex / varlen in 0.3.0, SDPA or flex before), "
@@ -508,7 +516,7 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
       "            offload_params={}, fp8=\"{}\", fp8_all_gather={}, compile={}, fused_optimizer={},\n"
       "            async_tp={}, loss_dtype=\"{}\", compile_loss={}, hold_logits={}, zero_grad_in_place={},\n"
       "            attention=\"{}\", attention_dropout={}, sdpa_backend={}, sac_sdpa_ops=\"{}\",\n"
-      "            root_params=\"{}\", keep_last_block={}, optimizer=\"{}\")\n",
+      "            root_params=\"{}\", keep_last_block={}, optimizer=\"{}\", activation_offload={})\n",
       p.zero, py_bool(p.reshard()), p.replicas, p.shard_group, p.tp, p.mbs, p.grad_accum, p.seq,
       to_string(p.ac), p.wrap, p.prefetch, to_string(p.precision), param_dtype,
       p.reduce() == Dtype::kFp32 ? "float32" : reduce_16,
@@ -520,8 +528,8 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
       // saved whatever it is); 0.1 is the usual attention dropout of models trained with it (GPT-2, BERT).
       p.attention_dropout ? "0.1" : "0.0",
       p.sdpa_backend ? "\"" + std::string(sdpa_backend_name(*p.sdpa_backend)) + "\"" : std::string("None"),
-      to_string(p.sac_sdpa_ops), to_string(p.root_params), py_bool(p.keep_last_block),
-      to_string(p.optimizer));
+      to_string(p.sac_sdpa_ops), to_string(p.root_params), py_bool(p.keep_last_block), to_string(p.optimizer),
+      py_bool(p.activation_offload == kActivationOffloadAll));
   s += fsdp2_lora_line(p, model);
   // --model-source titan without --model-factory builds torchtitan 0.3.0's registry flavor of the model's
   // dimensions (torchtitan_flavor), when there is one.
@@ -634,10 +642,12 @@ std::string emit_deepspeed(const Plan& p, const ModelGraph& model) {
   if (p.zero >= 1 && p.precision == Precision::kBf16True) j["bf16"]["bf16_optimizer_states"] = true;
   // DeepSpeed's activation checkpointing section configures deepspeed.checkpointing.checkpoint, which the
   // training script must call per block; written only when the plan checkpoints activations.
+  // --activation-offload all is cpu_checkpointing (the checkpoint inputs to the host; resolve_plan admits it
+  // with full AC only, capabilities_activation_offload.cpp).
   if (p.ac != AcMode::kNone)
     j["activation_checkpointing"] = {{"partition_activations", false},
                                      {"contiguous_memory_optimization", false},
-                                     {"cpu_checkpointing", false}};
+                                     {"cpu_checkpointing", p.activation_offload != 0}};
   return j.dump(2) + "\n";
 }
 

@@ -455,7 +455,11 @@ def main():
         for tokens in batch.split(mbs):
             logits = None
             with attention_kernel():
-                logits = forward(model, tokens[:, :-1])
+                # --activation-offload all: every tensor the model's forward saves goes to pinned host memory
+                # (torch.autograd.graph.save_on_cpu); the loss runs outside it.
+                offload = PLAN["activation_offload"]
+                with (torch.autograd.graph.save_on_cpu(pin_memory=True) if offload else contextlib.nullcontext()):
+                    logits = forward(model, tokens[:, :-1])
                 # Vocab-parallel logits (TP: the head's output sharded on the vocab dim) go to a vocab-parallel
                 # cross-entropy (torch.distributed.tensor.parallel.loss_parallel), forward and backward.
                 parallel = isinstance(logits, DTensor) and any(isinstance(p, Shard) for p in logits.placements)

@@ -127,6 +127,7 @@ Json report_json(const Result& r, const ReportInputs& in) {
                 {"headroom_bytes", r.headroom_bytes()},
                 {"host_bytes_per_node", r.host_bytes_per_node},
                 {"host_capacity_bytes", r.host_capacity_bytes},
+                {"activation_host_bytes", r.activation_host_bytes},
                 {"peak_phase", r.peak_phase},
                 {"margin", margin_json(r)},
                 {"peak_time_s", r.peak_time_s},
@@ -207,6 +208,9 @@ std::string report_text(const Result& r, const ReportInputs& in, bool with_time)
         r.host_capacity_bytes > 0 ? format_bytes(static_cast<double>(r.host_capacity_bytes)) : "unknown",
         r.host_capacity_bytes == 0 || r.host_bytes_per_node <= r.host_capacity_bytes ? "fits"
                                                                                      : "DOES NOT FIT");
+  if (r.activation_host_bytes > 0)
+    s += fmt::format("  {:<18} {:>12}   per GPU, pinned (--activation-offload; in the line above)\n",
+                     "activations (host)", format_bytes(static_cast<double>(r.activation_host_bytes)));
   s += "  " + margin_statement(r) + "\n";
   s += fmt::format("  persistent state   {:>12}   (params {} + grads {} + optimizer {})\n",
                    format_bytes(static_cast<double>(r.persistent_bytes)),

@@ -18,7 +18,8 @@ void Lowering::run() {
   fwd_pre_.assign(static_cast<std::size_t>(U_), 0);
   fwd_events_done_.assign(static_cast<std::size_t>(U_), 0);
   next_act_group_ = -1;
-  if (in_.tensors) {  // without: every span is empty and each allocation is one tensor
+  plan_activation_offload();  // lowering_offload.cpp
+  if (in_.tensors) {          // without: every span is empty and each allocation is one tensor
     build_tensor_lists();
     initial_tensors();
   } else if (p_.hold_logits) {
@@ -115,6 +116,7 @@ std::int32_t Lowering::loss_backward_effects() {
 // ---- forward ----
 void Lowering::forward(int mb) {
   limiter_queue_.clear();
+  act_groups_ = 0;
   prev_fwd_ag_out_ = -1;
   // Megatron's distributed optimizer (overlap_param_gather): the previous step's updated bf16 parameters are
   // all-gathered bucket by bucket, in forward order, and each unit's first forward waits for its bucket.
@@ -216,6 +218,7 @@ void Lowering::forward(int mb) {
         }
     }
     fwd_task_[static_cast<std::size_t>(u)] = id;
+    offload_forward(u, mb);  // --activation-offload (lowering_offload.cpp)
     if (rt_.gather_limiter == GatherLimiter::kComputeTwoBack && rt_.gathers_params)
       limiter_queue_.push_back(id);
     if (rt_.gathers_params && un.reshard) free_unsharded(u);

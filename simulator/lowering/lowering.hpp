@@ -44,6 +44,8 @@ struct LoweringOutput {
   Program& program;
   std::array<CommStats, kCommKinds>& comm;  ///< bytes per rank (and TP times) accumulated while lowering
   double optimizer_s = 0;
+  /// --activation-offload: pinned host bytes one micro-batch's offloaded activations take on this rank.
+  Bytes activation_host_bytes = 0;
   MicroBatchBlocks* blocks = nullptr;  ///< filled when given
 };
 

@@ -24,6 +24,7 @@ void Lowering::backward(int mb, bool last_mb) {
     UnitBackward ub;
     ub.u = u;
     const std::int32_t ready = backward_gather(ub, st);
+    offload_backward(u, mb);  // --activation-offload: the saved tensors copied back (lowering_offload.cpp)
     ub.task = backward_compute(u, mb, ready);
     backward_memory(ub, st, ready);
     post_backward(ub, st);

@@ -5,6 +5,7 @@
 // lowering_tensors.cpp what each allocation is made of.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -205,6 +206,36 @@ class Lowering {
   };
   /// Unit u's eager forward walk (computed once per lowering; docs/model.md "Eager forward transients").
   const std::vector<ActEvent>& forward_events(int u);
+
+  // ---- activation offload (lowering_offload.cpp; docs/model.md "Activation offload") ----
+  /// Per unit: what --activation-offload does to its saved group under the runtime's ActOffloadStyle.
+  struct ActOffloadUnit {
+    bool copied = false;    ///< its saved tensors are copied to the host in forward (host bytes, D2H time)
+    bool reloaded = false;  ///< its GPU tensors are freed in forward and copied back in backward
+    /// The unit after whose forward the GPU tensors are freed (kCheckpointInputs: two blocks later; else
+    /// the unit itself).
+    int freed_after = -1;
+  };
+  /// Fills act_off_ (once per lowering).
+  void plan_activation_offload();
+  /// After unit u's forward task and its saved group: the D2H copy, the runtime's waits, and the frees of
+  /// saved groups whose GPU tensors die here.
+  void offload_forward(int u, int mb);
+  /// Before unit u's backward compute: the H2D reloads issued now (u's, or the next unit's ahead) and the
+  /// compute stream's wait for u's; act_id_[u] becomes the reloaded group.
+  void offload_backward(int u, int mb);
+  /// Issues unit v's H2D reload after `dep` (allocating its tensors again) unless already issued.
+  void offload_reload(int v, int mb, std::int32_t dep);
+  /// A zero-length task on `lane` that waits for `dep`: what follows on the lane waits too (a stream
+  /// waiting on an event).
+  std::int32_t lane_wait(std::uint8_t lane, std::int32_t dep, std::int32_t dep2, const char* what);
+  std::vector<ActOffloadUnit> act_off_;
+  std::vector<std::int32_t> act_gpu_group_;  ///< per unit: its saved group still to be freed in forward
+  std::vector<std::int32_t> reload_task_;    ///< per unit: its H2D reload (-1: not issued)
+  std::int32_t act_d2h_prev_ = -1;           ///< the previous unit's activation D2H copy
+  std::array<std::int32_t, 2> act_buf_id_{-1, -1};  ///< kLayerGroups: the double buffer's two groups
+  std::array<Bytes, 2> act_buf_bytes_{0, 0};
+  int act_groups_ = 0;  ///< kLayerGroups: commits so far in this forward (block units)
 
   // ---- backward (lowering_backward.cpp) ----
   void backward(int mb, bool last_mb);

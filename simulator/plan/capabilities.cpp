@@ -8,17 +8,12 @@
 #include <stdexcept>
 
 #include "core/error.hpp"
+#include "simulator/plan/capability_rows.hpp"
 
 namespace shardplan {
 
 namespace {
 
-struct Row {
-  Feature feature;
-  Support support;
-  const char* source;
-  const char* note;
-};
 using Table = std::array<std::array<Capability, kFeatures>, kRuntimes>;
 
 constexpr Support Y = Support::kYes, N = Support::kNo, M = Support::kNotModelled;
@@ -444,6 +439,7 @@ Table build_table() {
   fill(Runtime::kFsdp1, kFsdp1Rows);
   fill(Runtime::kDeepSpeed, kDeepSpeedRows);
   fill(Runtime::kMegatron, kMegatronRows);
+  for (Runtime r : EnumValues<Runtime>::v) fill(r, activation_offload_rows(r));
   for (const auto& r : seen)
     for (bool s : r)
       if (!s) throw std::logic_error("capability table: a runtime without an entry for a feature");
@@ -480,47 +476,53 @@ struct FeatureInfo {
 };
 // In Feature's order (a static_assert below keeps the count).
 constexpr FeatureInfo kFeatureInfo[] = {
-    {"ZeRO-1", "--zero"},                                                 // kZero1
-    {"ZeRO-2", "--zero"},                                                 // kZero2
-    {"ZeRO-3", "--zero"},                                                 // kZero3
-    {"HSDP (shard group < data-parallel ranks)", "--shard-group"},        // kHsdp
-    {"tensor parallelism", "--tp"},                                       // kTensorParallel
-    {"sequence parallelism with TP", "--tp"},                             // kSequenceParallel
-    {"TP with HSDP", "--shard-group"},                                    // kTpWithHsdp
-    {"async TP", "--async-tp"},                                           // kAsyncTp
-    {"async TP without torch.compile", "--async-tp"},                     // kAsyncTpEager
-    {"torch.compile", "--compile"},                                       // kCompile
-    {"prefetch depth > 1", "--prefetch"},                                 // kPrefetchDepth
-    {"pipeline parallelism", "--pp"},                                     // kPipeline
-    {"PP with ZeRO-2/3", "--pp"},                                         // kPipelineSharded
-    {"PP schedule gpipe", "--pp-schedule"},                               // kScheduleGpipe
-    {"PP schedule 1f1b", "--pp-schedule"},                                // kSchedule1F1B
-    {"PP schedule interleaved-1f1b", "--pp-schedule"},                    // kScheduleInterleaved
-    {"PP schedule zbv", "--pp-schedule"},                                 // kScheduleZbv
-    {"PP schedule dualpipev", "--pp-schedule"},                           // kScheduleDualPipeV
-    {"context parallelism", "--cp"},                                      // kContextParallel
-    {"expert parallelism", "--ep"},                                       // kExpertParallel
-    {"optimizer-only offload", "--offload"},                              // kOffloadOptimizer
-    {"parameter offload", "--offload"},                                   // kOffloadParams
-    {"parameter offload below ZeRO-3", "--offload"},                      // kOffloadBelowZero3
-    {"offload with ZeRO-0", "--offload"},                                 // kOffloadWithDdp
-    {"parameter offload with gradient accumulation", "--offload"},        // kOffloadWithAccum
-    {"float8 linears", "--fp8"},                                          // kFp8
-    {"float8 all-gather", "--fp8-all-gather"},                            // kFp8AllGather
-    {"root unit with embedding and head", "--root-params"},               // kRootParams
-    {"last block kept after forward", "--keep-last-block"},               // kKeepLastBlock
-    {"precision other than bf16-/fp16-mixed", "--precision"},             // kNonMixedPrecision
-    {"optimizer other than adamw, adam or sgd", "--optimizer"},           // kOptimizerOther
-    {"muon", "--optimizer"},                                              // kOptimizerMuon
-    {"muon with TP- or EP-split matrices", "--optimizer"},                // kMuonSplitMatrices
-    {"adafactor over ZeRO-2/3 shards", "--optimizer"},                    // kAdafactorSharded
-    {"offload with an optimizer other than adamw or adam", "--offload"},  // kOffloadOtherOptimizer
-    {"fp16 mixed precision (dynamic loss scaling)", "--precision"},       // kFp16Mixed
-    {"LoRA (frozen base, trainable adapters)", "--lora-rank"},            // kLora
-    {"LoRA with TP", "--lora-rank"},                                      // kLoraTp
-    {"quantised LoRA base with TP", "--lora-base"},                       // kLoraQuantTp
-    {"4-bit LoRA base under ZeRO-1/2/3", "--lora-base"},                  // kLoraNf4Sharded
-    {"LLM.int8 LoRA base under ZeRO-1/2/3", "--lora-base"},               // kLoraInt8Sharded
+    {"ZeRO-1", "--zero"},                                                  // kZero1
+    {"ZeRO-2", "--zero"},                                                  // kZero2
+    {"ZeRO-3", "--zero"},                                                  // kZero3
+    {"HSDP (shard group < data-parallel ranks)", "--shard-group"},         // kHsdp
+    {"tensor parallelism", "--tp"},                                        // kTensorParallel
+    {"sequence parallelism with TP", "--tp"},                              // kSequenceParallel
+    {"TP with HSDP", "--shard-group"},                                     // kTpWithHsdp
+    {"async TP", "--async-tp"},                                            // kAsyncTp
+    {"async TP without torch.compile", "--async-tp"},                      // kAsyncTpEager
+    {"torch.compile", "--compile"},                                        // kCompile
+    {"prefetch depth > 1", "--prefetch"},                                  // kPrefetchDepth
+    {"pipeline parallelism", "--pp"},                                      // kPipeline
+    {"PP with ZeRO-2/3", "--pp"},                                          // kPipelineSharded
+    {"PP schedule gpipe", "--pp-schedule"},                                // kScheduleGpipe
+    {"PP schedule 1f1b", "--pp-schedule"},                                 // kSchedule1F1B
+    {"PP schedule interleaved-1f1b", "--pp-schedule"},                     // kScheduleInterleaved
+    {"PP schedule zbv", "--pp-schedule"},                                  // kScheduleZbv
+    {"PP schedule dualpipev", "--pp-schedule"},                            // kScheduleDualPipeV
+    {"context parallelism", "--cp"},                                       // kContextParallel
+    {"expert parallelism", "--ep"},                                        // kExpertParallel
+    {"optimizer-only offload", "--offload"},                               // kOffloadOptimizer
+    {"parameter offload", "--offload"},                                    // kOffloadParams
+    {"parameter offload below ZeRO-3", "--offload"},                       // kOffloadBelowZero3
+    {"offload with ZeRO-0", "--offload"},                                  // kOffloadWithDdp
+    {"parameter offload with gradient accumulation", "--offload"},         // kOffloadWithAccum
+    {"float8 linears", "--fp8"},                                           // kFp8
+    {"float8 all-gather", "--fp8-all-gather"},                             // kFp8AllGather
+    {"root unit with embedding and head", "--root-params"},                // kRootParams
+    {"last block kept after forward", "--keep-last-block"},                // kKeepLastBlock
+    {"precision other than bf16-/fp16-mixed", "--precision"},              // kNonMixedPrecision
+    {"optimizer other than adamw, adam or sgd", "--optimizer"},            // kOptimizerOther
+    {"muon", "--optimizer"},                                               // kOptimizerMuon
+    {"muon with TP- or EP-split matrices", "--optimizer"},                 // kMuonSplitMatrices
+    {"adafactor over ZeRO-2/3 shards", "--optimizer"},                     // kAdafactorSharded
+    {"offload with an optimizer other than adamw or adam", "--offload"},   // kOffloadOtherOptimizer
+    {"fp16 mixed precision (dynamic loss scaling)", "--precision"},        // kFp16Mixed
+    {"LoRA (frozen base, trainable adapters)", "--lora-rank"},             // kLora
+    {"LoRA with TP", "--lora-rank"},                                       // kLoraTp
+    {"quantised LoRA base with TP", "--lora-base"},                        // kLoraQuantTp
+    {"4-bit LoRA base under ZeRO-1/2/3", "--lora-base"},                   // kLoraNf4Sharded
+    {"LLM.int8 LoRA base under ZeRO-1/2/3", "--lora-base"},                // kLoraInt8Sharded
+    {"activation offload of every block", "--activation-offload"},         // kActOffloadAll
+    {"activation offload of the first N blocks", "--activation-offload"},  // kActOffloadLayers
+    {"activation offload with AC", "--activation-offload"},                // kActOffloadWithAc
+    {"activation offload without full AC", "--activation-offload"},        // kActOffloadWithoutFullAc
+    {"activation offload with PP", "--activation-offload"},                // kActOffloadPipeline
+    {"activation offload with torch.compile", "--activation-offload"},     // kActOffloadCompile
 };
 static_assert(std::size(kFeatureInfo) == kFeatures);
 }  // namespace
@@ -595,6 +597,13 @@ std::array<bool, kFeatures> plan_features(const Plan& p, int dp) {
   use(Feature::kLoraQuantTp, lora && p.lora_base != LoraBase::kBf16 && p.tp > 1);
   use(Feature::kLoraNf4Sharded, lora && p.lora_base == LoraBase::kNf4 && p.zero >= 1);
   use(Feature::kLoraInt8Sharded, lora && p.lora_base == LoraBase::kInt8 && p.zero >= 1);
+  const bool act_off = p.activation_offload != 0;
+  use(Feature::kActOffloadAll, p.activation_offload == kActivationOffloadAll);
+  use(Feature::kActOffloadLayers, p.activation_offload > 0);
+  use(Feature::kActOffloadWithAc, act_off && p.ac != AcMode::kNone);
+  use(Feature::kActOffloadWithoutFullAc, act_off && p.ac != AcMode::kFull);
+  use(Feature::kActOffloadPipeline, act_off && p.pp > 1);
+  use(Feature::kActOffloadCompile, act_off && p.compile);
   return u;
 }
 

@@ -52,15 +52,21 @@ enum class Feature : std::uint8_t {
   kOptimizerMuon,        ///< Muon (orthogonalised updates of the 2-D matrices, AdamW for the rest)
   kMuonSplitMatrices,    ///< Muon with TP- or EP-split matrices (tp > 1 or ep > 1)
   kAdafactorSharded,     ///< Adafactor over parameters sharded per tensor (ZeRO-2/3)
-  kOffloadOtherOptimizer,  ///< CPU offload with an optimizer other than AdamW / Adam
-  kFp16Mixed,              ///< --precision fp16-mixed (fp16 compute, dynamic loss scaling)
-  kLora,                   ///< LoRA adapters over a frozen base (--lora-rank > 0)
-  kLoraTp,                 ///< LoRA with tp > 1 (the adapters split as their base linear)
-  kLoraQuantTp,            ///< a quantised base (int8, nf4) with tp > 1
-  kLoraNf4Sharded,         ///< a 4-bit base under ZeRO-1/2/3
-  kLoraInt8Sharded,        ///< an LLM.int8 base under ZeRO-1/2/3
+  kOffloadOtherOptimizer,    ///< CPU offload with an optimizer other than AdamW / Adam
+  kFp16Mixed,                ///< --precision fp16-mixed (fp16 compute, dynamic loss scaling)
+  kLora,                     ///< LoRA adapters over a frozen base (--lora-rank > 0)
+  kLoraTp,                   ///< LoRA with tp > 1 (the adapters split as their base linear)
+  kLoraQuantTp,              ///< a quantised base (int8, nf4) with tp > 1
+  kLoraNf4Sharded,           ///< a 4-bit base under ZeRO-1/2/3
+  kLoraInt8Sharded,          ///< an LLM.int8 base under ZeRO-1/2/3
+  kActOffloadAll,            ///< --activation-offload all (every block the runtime's mechanism offloads)
+  kActOffloadLayers,         ///< --activation-offload N (the first N blocks)
+  kActOffloadWithAc,         ///< activation offload with activation checkpointing (selective or full)
+  kActOffloadWithoutFullAc,  ///< activation offload without full AC
+  kActOffloadPipeline,       ///< activation offload with pp > 1
+  kActOffloadCompile,        ///< activation offload under torch.compile
 };
-inline constexpr int kFeatures = static_cast<int>(Feature::kLoraInt8Sharded) + 1;
+inline constexpr int kFeatures = static_cast<int>(Feature::kActOffloadCompile) + 1;
 inline constexpr int kRuntimes = 4;
 
 /// kNo: the runtime does not have it. kNotModelled: it has it, the simulator does not lower it. Both are

@@ -210,6 +210,31 @@ void add_lora_knobs(std::vector<Knob>& t) {
                               &Plan::lora_base));
 }
 
+// Activation offload (docs/model.md "Activation offload"): none | all | N blocks; prints nothing when off,
+// so repro lines and run records of plans without it are unchanged.
+Knob activation_offload_knob() {
+  Knob k = make("activation_offload", "--activation-offload", KnobKind::kText,
+                "activation offload to pinned host memory: all (torch save_on_cpu around the model's forward "
+                "under fsdp2/fsdp1; DeepSpeed cpu_checkpointing: the checkpoint inputs, with --ac full) or N "
+                "(Megatron-core cpu_offloading_num_layers: the first N blocks' saved tensors; N < blocks)",
+                "none");
+  k.get = [](const Plan& p) {
+    if (p.activation_offload == 0) return std::string();
+    return p.activation_offload == kActivationOffloadAll ? std::string("all")
+                                                         : std::to_string(p.activation_offload);
+  };
+  k.set = [](Plan& p, const std::string& text) {
+    if (text == "none") return p.activation_offload = 0, std::string();
+    if (text == "all") return p.activation_offload = kActivationOffloadAll, std::string();
+    std::int64_t n = 0;
+    std::string why = parse_int(text, 1, 1 << 20, n);
+    if (!why.empty()) return "expected none, all or a number of blocks: " + why;
+    p.activation_offload = static_cast<int>(n);
+    return std::string();
+  };
+  return k;
+}
+
 std::vector<Knob> build_table() {
   std::vector<Knob> t;
   t.push_back(
@@ -276,6 +301,7 @@ std::vector<Knob> build_table() {
       "(momentum on the blocks' matrices, gathered and orthogonalised by Newton-Schulz; AdamW for the rest)",
       &Plan::optimizer));
   add_lora_knobs(t);
+  t.push_back(activation_offload_knob());
   t.push_back(switch_knob("async_tp", "--async-tp", "overlap TP collectives with GEMMs", &Plan::async_tp));
   t.push_back(switch_knob("fused_optimizer", "--foreach-optimizer",
                           "unfused (foreach) AdamW instead of fused (run-record key fused_optimizer)",

@@ -329,6 +329,14 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
            " blocks";
   });
   need(p.prefetch >= 0 && p.prefetch <= 16, "--prefetch", "must be in [0, 16]");
+  // Megatron-core 0.8.0 transformer_config.py: cpu_offloading_num_layers in [0, num_layers); the lowering
+  // offloads whole units, so N counts whole --wrap groups.
+  need(p.activation_offload <= 0 || p.activation_offload < model.blocks(), "--activation-offload", [&] {
+    return std::to_string(p.activation_offload) + " blocks: must be below the model's " +
+           std::to_string(model.blocks()) + " blocks (the last block's activations stay on the GPU)";
+  });
+  need(p.activation_offload <= 0 || p.activation_offload % p.wrap == 0, "--activation-offload",
+       "must be a multiple of --wrap (whole units are offloaded)");
   check_context_parallel(p);
   check_attention_core(p, model);
   check_expert_parallel(p, model);

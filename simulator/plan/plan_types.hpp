@@ -206,6 +206,9 @@ std::optional<AcMode> parse_ac(const std::string& s);
 std::optional<Dtype> parse_dtype(const std::string& s);
 std::optional<Offload> parse_offload(const std::string& s);
 
+/// Plan::activation_offload's "all".
+inline constexpr int kActivationOffloadAll = -1;
+
 struct Plan {
   Runtime runtime = Runtime::kFsdp2;
   int zero = 3;          ///< 0 = plain data parallel, 1 optimizer, 2 + gradients, 3 + parameters sharded
@@ -230,6 +233,11 @@ struct Plan {
   /// Comma-separated module names the adapters wrap; empty = PEFT's default for the model type.
   std::string lora_targets;
   LoraBase lora_base = LoraBase::kBf16;
+  /// Activation offload to pinned host memory (docs/model.md "Activation offload"): 0 = none,
+  /// kActivationOffloadAll = every block the runtime's mechanism offloads (torch save_on_cpu around the
+  /// model's forward; DeepSpeed cpu_checkpointing's checkpoint inputs), N > 0 = the first N transformer
+  /// blocks (Megatron-core cpu_offloading_num_layers; the last blocks stay on the GPU).
+  int activation_offload = 0;
   bool async_tp = false;  ///< TP collectives overlapped with GEMMs
   bool fused_optimizer = true;
   bool compile = false;  ///< torch.compile: elementwise ops fused (less HBM traffic)

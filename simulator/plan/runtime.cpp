@@ -34,6 +34,7 @@ RuntimeTraits megatron_traits(const Plan& p) {
   t.optimizer_flat_partitions = true;
   t.torch_pipeline_stages = false;
   t.vocab_parallel_loss_inplace = true;  // GPTModel.compute_language_model_loss: vocab_parallel_cross_entropy
+  t.act_offload = ActOffloadStyle::kLayerGroups;  // cpu_offloading (megatron/core/cpu_offload.py)
   return t;
 }
 }  // namespace
@@ -125,6 +126,7 @@ RuntimeTraits runtime_traits(const Plan& p) {
   t.native_cpu_adam = ds;
   t.torch_pipeline_stages = !ds;
   t.recv_in_own_instruction = ds;
+  t.act_offload = ds ? ActOffloadStyle::kCheckpointInputs : ActOffloadStyle::kSaveOnCpu;
   return t;
 }
 

@@ -11,8 +11,15 @@
 namespace shardplan {
 
 /// CUDA streams that allocate, each with its own caching-allocator pool (docs/mechanics.md §6).
-enum Pool : std::uint8_t { kPoolDefault = 0, kPoolAllGather = 1, kPoolReduceScatter = 2 };
-inline constexpr int kPools = 3;
+/// kPoolOffloadCopy: the side stream of activation offload's copies (DeepSpeed's offload engine stream `s1`,
+/// Megatron's `h2d_stream`), under which the reloaded activations are allocated.
+enum Pool : std::uint8_t {
+  kPoolDefault = 0,
+  kPoolAllGather = 1,
+  kPoolReduceScatter = 2,
+  kPoolOffloadCopy = 3
+};
+inline constexpr int kPools = 4;
 
 /// Event-engine lanes: the compute stream, one per NCCL communicator (a communicator serialises its kernels,
 /// §3.1), the PCIe copy engines used by CPU offload, and the host CPU running an offloaded optimizer.
@@ -42,6 +49,27 @@ enum class GatherLimiter : std::uint8_t {
   kNone,
   kComputeTwoBack,  ///< FSDP1 limit_all_gathers: the compute of the unit that freed two gathers ago
   kFetchTwoBack,    ///< DeepSpeed: at most two fetch events in flight
+};
+
+/// How the runtime offloads saved activations to host memory (--activation-offload; docs/model.md
+/// "Activation offload").
+enum class ActOffloadStyle : std::uint8_t {
+  /// torch 2.15 torch/autograd/graph.py save_on_cpu(pin_memory=True): each saved tensor is packed by a copy
+  /// into pinned host memory on the current (compute) stream, so the compute stream runs the copy in order;
+  /// the GPU tensor is no longer referenced by autograd; unpack copies it back on the compute stream when
+  /// its backward node runs (no prefetch).
+  kSaveOnCpu,
+  /// deepspeed 0.19.8 activation_checkpointing cpu_checkpointing (offload_activations.py
+  /// _ActivationOffloadEngine(keep_last_count=1), max_fwd_stash_count=2): the checkpoint inputs of full AC
+  /// are copied on a side stream; the newest stays on the GPU, the one before it in the forward stash (its
+  /// GPU reference dropped when the next block is offloaded); restore copies back on the side stream when
+  /// the block's backward runs and the compute stream waits.
+  kCheckpointInputs,
+  /// megatron-core 0.8.0 cpu_offload.py AsyncDoubleBufferGroupOffloadHandler: per layer (group) the saved
+  /// tensors are copied into a GPU double buffer, the group is copied to the host on a D2H stream at the
+  /// next commit after torch.cuda.synchronize(), and in backward each group is reloaded on an H2D stream
+  /// one group ahead (num_prefetch_group=1).
+  kLayerGroups,
 };
 
 struct RuntimeTraits {
@@ -142,6 +170,8 @@ struct RuntimeTraits {
   /// The loss is Megatron-core's vocab-parallel cross-entropy, in place on one fp32 copy of the logits
   /// (LossKernel::kMegatron), not PyTorch's cross_entropy.
   bool vocab_parallel_loss_inplace = false;
+  /// The runtime's activation offload mechanism (used only with --activation-offload).
+  ActOffloadStyle act_offload = ActOffloadStyle::kSaveOnCpu;
 };
 
 /// Which loss implementation allocates the loss layer's tensors under plan `p` (loss_tensors.hpp): the

@@ -113,6 +113,9 @@ struct Result {
   /// CPU offload: host memory one node needs for the offloaded state of its GPUs, and what it has (0 =
   /// unknown).
   Bytes host_bytes_per_node = 0, host_capacity_bytes = 0;
+  /// --activation-offload: pinned host bytes of one micro-batch's offloaded activations on one rank (part of
+  /// host_bytes_per_node).
+  Bytes activation_host_bytes = 0;
   bool fits = false;
   std::array<Bytes, kMemCategories> breakdown{};
   std::string peak_phase;  ///< e.g. "backward unit 3, micro-batch 0"

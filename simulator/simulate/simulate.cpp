@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "core/checked.hpp"
 #include "simulator/lowering/lowering.hpp"
 #include "simulator/simulate/pipeline_step.hpp"
 #include "simulator/simulate/steady_state.hpp"
@@ -47,6 +48,7 @@ const Result& Simulator::run(const Plan& p, bool detail) {
     li.tensors = replay_on_;
     lower(li, lo);
     res_.optimizer_s = lo.optimizer_s;
+    res_.activation_host_bytes = lo.activation_host_bytes;
     tl_.clear();
     tl_.record_samples = detail;
     run_engine(prog_, lanes(), kPools, initial, tl_);
@@ -123,7 +125,10 @@ const Result& Simulator::run(const Plan& p, bool detail) {
   }
   // CPU offload: the node's host memory holds the offloaded state of each of its GPUs.
   const auto& node = cluster_->spec().node;
-  r.host_bytes_per_node = host_state_bytes_per_rank(*model_, p) * std::min(node.host_gpus, cluster_->gpus());
+  // --activation-offload: the pinned host copies of one micro-batch's offloaded activations, per GPU.
+  r.host_bytes_per_node =
+      mul_checked(add_checked(host_state_bytes_per_rank(*model_, p), r.activation_host_bytes, "host bytes"),
+                  std::min(node.host_gpus, cluster_->gpus()), "host bytes per node");
   r.host_capacity_bytes = node.host_memory_bytes;
   r.fits = r.peak_reserved_bytes + r.overhead.total() <= r.capacity_bytes &&
            (r.host_capacity_bytes == 0 || r.host_bytes_per_node <= r.host_capacity_bytes);

@@ -50,6 +50,10 @@ ExposedComm exposed_comm(const Program& prog, const Timeline& tl, std::int32_t l
       out.earliest_task = std::min(out.earliest_task, x);
       const Task& t = prog.tasks[static_cast<std::size_t>(x)];
       const TaskTiming& tm = tl.timing[static_cast<std::size_t>(x)];
+      if (t.type == TaskType::kMarker && t.deps[0] >= 0) {  // a stream's wait on an event: what it waited for
+        x = tm.blocked_by >= 0 ? tm.blocked_by : tm.cpu_waited_for;
+        continue;
+      }
       if (t.comm_kind == 0xff) return;  // waits on compute or the host CPU: not communication
       const double s = std::max(a, std::min(tm.start_s, b));
       if (b > s) {

@@ -35,7 +35,9 @@ std::string emitted(const std::string& kind, const Plan& p, const ModelGraph& mo
 /// without examples fails the test (add some).
 std::vector<std::string> candidates(const Knob& k, const std::string& current) {
   static const std::map<std::string, std::vector<std::string>> text_examples = {
-      {"pp_layers", {"15,17", "17,15"}}, {"lora_targets", {"q_proj,v_proj", "all-linear"}}};
+      {"pp_layers", {"15,17", "17,15"}},
+      {"lora_targets", {"q_proj,v_proj", "all-linear"}},
+      {"activation_offload", {"all", "2"}}};
   std::vector<std::string> out;
   switch (k.kind) {
     case KnobKind::kEnum:
@@ -106,6 +108,9 @@ TEST_CASE("emitters: every knob of the table changes the emitted text or is refu
   add("fp8 tensorwise", dense, [](Plan& p) { p.fp8 = Fp8::kTensorwise; });
   add("moe ep2", moe, [](Plan& p) { p.ep = 2; });
   add("moe ep1", moe, [](Plan&) {});
+  // Activation offload: torch's save_on_cpu without AC (fsdp2), DeepSpeed's cpu_checkpointing under full AC.
+  add("ac none", dense, [](Plan& p) { p.ac = AcMode::kNone; });
+  add("ac full", dense, [](Plan& p) { p.ac = AcMode::kFull; });
 
   std::map<std::string, int> valid;      // knob -> (base, kind, value) cases that resolved
   std::map<std::string, int> expressed;  // ... whose text changed

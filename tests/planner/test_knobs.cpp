@@ -48,6 +48,7 @@ Plan all_changed() {
   x.lora_rank = 16;
   x.lora_targets = "q_proj,v_proj";
   x.lora_base = LoraBase::kNf4;
+  x.activation_offload = 4;
   x.async_tp = true;
   x.fused_optimizer = false;
   x.compile = true;
@@ -99,7 +100,8 @@ TEST_CASE("knobs: a plan with every knob changed survives plan_to_flags and the 
         "--runtime deepspeed --zero 2 --shard-group 4 --tp 2 --seq 2048 --mbs 2 --grad-accum 3 --ac full "
         "--wrap 2 "
         "--prefetch 2 --reshard-after-forward false --precision bf16 --reduce-dtype bf16 --offload params "
-        "--optimizer lion --lora-rank 16 --lora-targets q_proj,v_proj --lora-base nf4 --async-tp "
+        "--optimizer lion --lora-rank 16 --lora-targets q_proj,v_proj --lora-base nf4 --activation-offload 4 "
+        "--async-tp "
         "--foreach-optimizer --compile --hold-logits --fp32-norm --rs-input-rs-stream --zero-grad-in-place "
         "--loss-dtype bf16 "
         "--loss-impl eager "
