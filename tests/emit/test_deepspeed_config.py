@@ -71,6 +71,16 @@ class DeepSpeedConfigTest(unittest.TestCase):
         self.assertEqual(str(cfg.zero_config.offload_optimizer.device), "cpu")
         self.assertFalse(cfg.zero_config.overlap_comm)  # DeepSpeed's default below stage 3, as simulated
 
+    def test_activation_offload_is_cpu_checkpointing(self):
+        # --activation-offload all under full AC: activation_checkpointing.cpu_checkpointing, which DeepSpeed's
+        # own config class reads back.
+        path, _ = common.emit("deepspeed", ["runtime=deepspeed", "zero=3", "tp=1", "mbs=1", "ac=full",
+                                            "activation_offload=all"])
+        self.assertTrue(load_json(path)["activation_checkpointing"]["cpu_checkpointing"])
+        self.assertTrue(self.load(path, 16).activation_checkpointing_config.cpu_checkpointing)
+        path, _ = common.emit("deepspeed", ["runtime=deepspeed", "zero=3", "tp=1", "mbs=1", "ac=full"])
+        self.assertFalse(load_json(path)["activation_checkpointing"]["cpu_checkpointing"])
+
     def test_zero0_has_no_offload_and_fp32(self):
         path, _ = common.emit("deepspeed", ["runtime=deepspeed", "zero=0", "tp=1", "mbs=1", "precision=fp32"],
                               model="gpt2-xl")

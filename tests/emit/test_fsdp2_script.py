@@ -85,6 +85,18 @@ class Fsdp2ScriptTest(unittest.TestCase):
         self.assertEqual(out["float8_linears"], 28)
         self.assertFalse(out["cpu_offload_policy"])
 
+    def test_activation_offload_runs_the_forward_under_save_on_cpu(self):
+        # --activation-offload all: the script wraps the model's forward in torch.autograd.graph.save_on_cpu
+        # (pin_memory=True; on the CPU device nothing is pinned and nothing copied, the hooks still run).
+        path, _ = common.emit("fsdp2", ["runtime=fsdp2", "zero=3", "tp=1", "mbs=1", "ac=none",
+                                        "activation_offload=all"])
+        plan = self.plan_dict(path)
+        self.assertTrue(plan["activation_offload"])
+        self.assertIn("torch.autograd.graph.save_on_cpu(pin_memory=True)", read(path))
+        self.train(path, "titan")
+        path, _ = common.emit("fsdp2", ["runtime=fsdp2", "zero=3", "tp=1", "mbs=1", "ac=none"])
+        self.assertFalse(self.plan_dict(path)["activation_offload"])
+
     def test_zero0_replicate_bf16_true(self):
         # ZeRO-0 over 8 data-parallel ranks x TP 2, parameters and Adam state in bf16: fully_shard over a
         # (replicate, shard 1) mesh as torchtitan runs DDP (torch's replicate() dropped the TP DTensors between
