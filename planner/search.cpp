@@ -178,8 +178,16 @@ void ep_stage(Context& c, Pruner& pr, std::vector<Result>& results) {
         if (ep == 1) continue;
         Plan q = base->plan;
         q.ep = ep;
-        ++c.stats.considered;
-        if (auto r = structural_check(c.model, c.cluster, c.space, q, c.stats)) todo.push_back(std::move(*r));
+        q.ep_backend.reset();  // the runtime's default, or each listed backend
+        const std::vector<std::optional<EpBackend>> backends =
+            c.space.ep_backends.empty()
+                ? std::vector<std::optional<EpBackend>>{std::nullopt}
+                : std::vector<std::optional<EpBackend>>(c.space.ep_backends.begin(), c.space.ep_backends.end());
+        for (const std::optional<EpBackend>& b : backends) {
+          q.ep_backend = b;
+          ++c.stats.considered;
+          if (auto r = structural_check(c.model, c.cluster, c.space, q, c.stats)) todo.push_back(std::move(*r));
+        }
       }
   append(results, simulate_all(c, pr.survivors(std::move(todo)), false));
 }

@@ -8,17 +8,13 @@
 #include <stdexcept>
 
 #include "core/error.hpp"
+#include "simulator/plan/capability_rows.hpp"
 
 namespace shardplan {
 
 namespace {
 
-struct Row {
-  Feature feature;
-  Support support;
-  const char* source;
-  const char* note;
-};
+using Row = CapabilityRow;
 using Table = std::array<std::array<Capability, kFeatures>, kRuntimes>;
 
 constexpr Support Y = Support::kYes, N = Support::kNo, M = Support::kNotModelled;
@@ -431,7 +427,7 @@ const std::initializer_list<Row> kMegatronRows = {
 Table build_table() {
   Table t{};
   std::array<std::array<bool, kFeatures>, kRuntimes> seen{};
-  auto fill = [&](Runtime r, const std::initializer_list<Row>& rows) {
+  auto fill = [&](Runtime r, const auto& rows) {
     const auto ri = static_cast<std::size_t>(r);
     for (const Row& row : rows) {
       const auto fi = static_cast<std::size_t>(row.feature);
@@ -444,6 +440,7 @@ Table build_table() {
   fill(Runtime::kFsdp1, kFsdp1Rows);
   fill(Runtime::kDeepSpeed, kDeepSpeedRows);
   fill(Runtime::kMegatron, kMegatronRows);
+  for (Runtime r : EnumValues<Runtime>::v) fill(r, ep_backend_capability_rows(r));
   for (const auto& r : seen)
     for (bool s : r)
       if (!s) throw std::logic_error("capability table: a runtime without an entry for a feature");
@@ -521,6 +518,9 @@ constexpr FeatureInfo kFeatureInfo[] = {
     {"quantised LoRA base with TP", "--lora-base"},                       // kLoraQuantTp
     {"4-bit LoRA base under ZeRO-1/2/3", "--lora-base"},                  // kLoraNf4Sharded
     {"LLM.int8 LoRA base under ZeRO-1/2/3", "--lora-base"},               // kLoraInt8Sharded
+    {"all-gather token dispatch", "--ep-backend"},                        // kEpAllGather
+    {"DeepEP token dispatch", "--ep-backend"},                            // kEpDeepEp
+    {"DeepEP token dispatch without EP", "--ep-backend"},                 // kEpDeepEpWithoutEp
 };
 static_assert(std::size(kFeatureInfo) == kFeatures);
 }  // namespace
@@ -595,6 +595,10 @@ std::array<bool, kFeatures> plan_features(const Plan& p, int dp) {
   use(Feature::kLoraQuantTp, lora && p.lora_base != LoraBase::kBf16 && p.tp > 1);
   use(Feature::kLoraNf4Sharded, lora && p.lora_base == LoraBase::kNf4 && p.zero >= 1);
   use(Feature::kLoraInt8Sharded, lora && p.lora_base == LoraBase::kInt8 && p.zero >= 1);
+  const EpBackend ep_backend = p.ep_dispatch();
+  use(Feature::kEpAllGather, p.ep > 1 && ep_backend == EpBackend::kAllGather);
+  use(Feature::kEpDeepEp, ep_backend == EpBackend::kDeepEp);
+  use(Feature::kEpDeepEpWithoutEp, p.ep == 1 && ep_backend == EpBackend::kDeepEp);
   return u;
 }
 

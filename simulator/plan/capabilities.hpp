@@ -59,8 +59,11 @@ enum class Feature : std::uint8_t {
   kLoraQuantTp,            ///< a quantised base (int8, nf4) with tp > 1
   kLoraNf4Sharded,         ///< a 4-bit base under ZeRO-1/2/3
   kLoraInt8Sharded,        ///< an LLM.int8 base under ZeRO-1/2/3
+  kEpAllGather,            ///< --ep-backend allgather (all-gather token dispatcher) with ep > 1
+  kEpDeepEp,               ///< --ep-backend deepep (DeepEP dispatch/combine kernels)
+  kEpDeepEpWithoutEp,      ///< --ep-backend deepep with ep = 1
 };
-inline constexpr int kFeatures = static_cast<int>(Feature::kLoraInt8Sharded) + 1;
+inline constexpr int kFeatures = static_cast<int>(Feature::kEpDeepEpWithoutEp) + 1;
 inline constexpr int kRuntimes = 4;
 
 /// kNo: the runtime does not have it. kNotModelled: it has it, the simulator does not lower it. Both are

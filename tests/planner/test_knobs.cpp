@@ -65,6 +65,7 @@ Plan all_changed() {
   x.cp = 2;
   x.ep = 4;
   x.moe_imbalance = 1.25;
+  x.ep_backend = EpBackend::kAllGather;
   x.allocator = AllocatorMode::kExpandable;
   x.allocator_gc_threshold = 0.8;
   x.loss_impl = LossImpl::kEager;  // with compile on, the default would be compiled
