@@ -180,6 +180,15 @@ void check_expressible(const std::string& kind, const Plan& p) {
         std::string("--moe-impl ") + to_string(p.moe_impl) +
         ": torchtitan's MoE reorders all routed rows and runs grouped GEMMs (models/common/moe.py); simulate "
         "with --moe-impl grouped");
+  // torchtitan's MoE comm backends (0.3.0 models/common/config_utils.py make_token_dispatcher_config;
+  // the TOML era's parallelism.expert_parallel_comm_backend): standard (all-to-all), deepep, hybridep,
+  // minimal_async_ep. None gathers every token.
+  if (titan && p.ep > 1 && p.ep_dispatch() == EpBackend::kAllGather)
+    refuse(
+        "--ep-backend allgather: torchtitan has no all-gather token dispatcher (comm backends standard, "
+        "deepep, "
+        "hybridep, minimal_async_ep: models/common/config_utils.py make_token_dispatcher_config); simulate "
+        "with --ep-backend alltoall or deepep");
   if (titan && p.attention_dropout)
     refuse(
         "--attention-dropout: torchtitan's attention has no dropout (dropout_p 0); simulate without "
@@ -681,6 +690,10 @@ std::string emit_torchtitan_toml(const Plan& p, const ModelGraph& model, int gpu
   s += fmt::format("tensor_parallel_degree = {}\n", p.tp);
   if (p.cp > 1) s += fmt::format("context_parallel_degree = {}\n", p.cp);
   if (p.ep > 1) s += fmt::format("expert_parallel_degree = {}\n", p.ep);
+  // torchtitan from late 2025 (the TOML config era): parallelism.expert_parallel_comm_backend "standard"
+  // (all-to-all, the default) or "deepep" (DeepEP v1's Buffer; the simulated buffer is DeepEP v2's, a note
+  // says so).
+  if (p.ep > 1 && p.ep_dispatch() == EpBackend::kDeepEp) s += "expert_parallel_comm_backend = \"deepep\"\n";
   if (p.pp > 1) {
     s += fmt::format("pipeline_parallel_degree = {}\npipeline_parallel_schedule = \"{}\"\n", p.pp,
                      titan_schedule(p.pp_schedule));
@@ -753,12 +766,17 @@ std::string emit_torchtitan(const Plan& p, const ModelGraph& model, int gpus) {
   s += "def shardplan_config() -> Trainer.Config:\n";
   // --sdpa-backend flash: attn_backend "varlen" (torch.nn.attention.varlen.varlen_attn, the FlashAttention
   // kernel) instead of the registry's default FlexAttention; check_expressible refuses the other backends.
-  const std::string attn = p.sdpa_backend == SdpaBackend::kFlash ? "attn_backend=\"varlen\"" : "";
+  std::string registry_args = p.sdpa_backend == SdpaBackend::kFlash ? "attn_backend=\"varlen\"" : "";
+  // --ep-backend deepep: model_registry(moe_comm_backend="deepep") (qwen3 and deepseek_v3 registries: the
+  // MoE layers get DeepEPTokenDispatcher, whose buffer torchtitan sizes from training.local_batch_size x
+  // seq_len / (cp x tp)).
+  if (p.ep > 1 && p.ep_dispatch() == EpBackend::kDeepEp)
+    registry_args += std::string(registry_args.empty() ? "" : ", ") + "moe_comm_backend=\"deepep\"";
   if (p.fp8 != Fp8::kNone) {
     // The simulator converts the blocks' linears, not the output projection (lm_head in torchtitan 0.3.0);
     // Float8LinearConverter also skips linears with a dimension not divisible by 16.
     s += fmt::format("    model_spec = model_registry(\n        \"{}\",\n{}        converters=[\n",
-                     flavor->flavor, attn.empty() ? "" : "        " + attn + ",\n");
+                     flavor->flavor, registry_args.empty() ? "" : "        " + registry_args + ",\n");
     s += fmt::format(
         "            Float8LinearConverter.Config(\n                recipe_name=\"{}\",\n"
         "                filter_fqns=[\"lm_head\"],\n                model_compile_enabled={},\n"
@@ -766,7 +784,7 @@ std::string emit_torchtitan(const Plan& p, const ModelGraph& model, int gpus) {
         p.fp8 == Fp8::kRowwise ? "rowwise" : "tensorwise", py_bool(p.compile));
   } else {
     s += fmt::format("    model_spec = model_registry(\"{}\"{})\n", flavor->flavor,
-                     attn.empty() ? "" : ", " + attn);
+                     registry_args.empty() ? "" : ", " + registry_args);
   }
   s += "    config = Trainer.Config(\n        model_spec=model_spec,\n";
   // The simulator holds the full logits for the loss (no chunking): the plain cross entropy, not

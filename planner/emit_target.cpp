@@ -69,6 +69,8 @@ void constrain(EmitTarget t, SearchSpace& sp, bool runtime) {
   // torchtitan wraps every block as its own unit, prefetches one, and reduces in fp32 (emit_notes: "--wrap",
   // "--prefetch", "mixed_precision_reduce"); DeepSpeed fetches by module, not by units of blocks.
   if (titan(t) || t == EmitTarget::kDeepSpeed) restrict(sp.wrap, [](int v) { return v == 1; });
+  // torchtitan has no all-gather token dispatcher (emit.cpp check_expressible: "--ep-backend allgather").
+  if (titan(t)) restrict(sp.ep_backends, [](EpBackend b) { return b != EpBackend::kAllGather; });
   if (titan(t)) {
     restrict(sp.prefetch, [](int v) { return v == 1; });
     restrict(sp.reduce, [](Dtype d) { return d == Dtype::kFp32; });
@@ -105,6 +107,9 @@ Plan as_emitted(EmitTarget t, const Plan& p) {
   if (t == EmitTarget::kTorchtitanToml &&
       (q.precision == Precision::kBf16 || q.precision == Precision::kBf16True))
     q.precision = Precision::kBf16Mixed;
+  // A re-targeted plan's dispatch: torchtitan runs its own default (all-to-all) where the plan's backend was
+  // Megatron's all-gather dispatcher, which it does not have.
+  if (titan(t) && q.ep_backend == EpBackend::kAllGather) q.ep_backend.reset();
   // torchtitan 0.3.0 has no float8 all-gather field: its FSDP all-gathers bf16.
   if (t == EmitTarget::kTorchtitan) q.fp8_all_gather = false;
   // The script's torch.optim.AdamW keeps its moments in the parameter dtype: bf16 runs as bf16-true.

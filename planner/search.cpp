@@ -178,8 +178,17 @@ void ep_stage(Context& c, Pruner& pr, std::vector<Result>& results) {
         if (ep == 1) continue;
         Plan q = base->plan;
         q.ep = ep;
-        ++c.stats.considered;
-        if (auto r = structural_check(c.model, c.cluster, c.space, q, c.stats)) todo.push_back(std::move(*r));
+        q.ep_backend.reset();  // the runtime's default, or each listed backend
+        const std::vector<std::optional<EpBackend>> backends =
+            c.space.ep_backends.empty() ? std::vector<std::optional<EpBackend>>{std::nullopt}
+                                        : std::vector<std::optional<EpBackend>>(c.space.ep_backends.begin(),
+                                                                                c.space.ep_backends.end());
+        for (const std::optional<EpBackend>& b : backends) {
+          q.ep_backend = b;
+          ++c.stats.considered;
+          if (auto r = structural_check(c.model, c.cluster, c.space, q, c.stats))
+            todo.push_back(std::move(*r));
+        }
       }
   append(results, simulate_all(c, pr.survivors(std::move(todo)), false));
 }
@@ -480,6 +489,14 @@ SearchOutcome search_plans(const ModelGraph& model, const Cluster& cluster, cons
   SearchOutcome out;
   out.headroom = opts.headroom;
   const SearchSpace space = normalized(space_in);
+  // A pinned token dispatch backend needs routed experts to dispatch: refused in one sentence, not dropped.
+  const bool moe = std::any_of(model.order().begin(), model.order().end(),
+                               [](const Layer* l) { return l->moe_experts > 0; });
+  if (!space.ep_backends.empty() && !moe) {
+    out.explanation = "--fix ep_backend: " + model.spec().name +
+                      " has no routed experts, so there is no token dispatch to choose; drop the pin";
+    return out;
+  }
   const Bytes capacity = cluster.spec().gpu.memory_bytes;
   Context c{model,    cluster, costs,
             space,    opts,    static_cast<Bytes>(static_cast<double>(capacity) * (1.0 - opts.headroom)),

@@ -60,6 +60,10 @@ struct SearchSpace {
   /// count and dp_shard x cp, searched on the fastest plans of each EP-1 family (search.cpp stage 3a); a list
   /// (--fix ep=...) is searched on every layout.
   std::vector<int> ep;
+  /// Token dispatch backends of the EP > 1 candidates (--fix ep_backend=alltoall,deepep; docs/model.md
+  /// "Token dispatch backends"); empty: each runtime's default only (not searched unless asked: DeepEP is a
+  /// separate GPU-only install and its bandwidth share is not checked against a run here).
+  std::vector<EpBackend> ep_backends;
   /// Optimizers: searched only when --fix optimizer=V1,V2 lists values (every layout is then tried with each;
   /// empty: base.optimizer only).
   std::vector<Optimizer> optimizers;

@@ -120,6 +120,16 @@ bool contains(const std::vector<int>& v, int x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
+/// `p` with each token dispatch backend the space lists (--fix ep_backend=V1,V2) when it has EP, else `p`.
+template <class F>
+void for_each_ep_backend(const SearchSpace& sp, Plan p, F visit) {
+  if (p.ep == 1 || sp.ep_backends.empty()) return visit(p);
+  for (EpBackend b : sp.ep_backends) {
+    p.ep_backend = b;
+    visit(p);
+  }
+}
+
 /// Every per-plan knob combination of a layout: mbs x ac x wrap x prefetch x reduce x offload x compile x
 /// async TP x float8 (async TP only with TP: without it the knob does nothing).
 template <class F>
@@ -160,7 +170,7 @@ void for_each_knobs(const SearchSpace& sp, const Layout& l, F visit) {
                       p.fp8 = fp8;
                       if (sp.seq > 0) p.seq = sp.seq;
                       if (l.zero == 3 && l.pp == 1) p.reshard_after_forward = true;
-                      visit(p);
+                      for_each_ep_backend(sp, p, visit);
                     }
 }
 

@@ -56,6 +56,10 @@ const std::vector<std::pair<std::string, Assign>>& dimensions() {
       {"virtual_stages", field(&SearchSpace::virtual_stages, &Plan::virtual_stages)},
       {"cp", field(&SearchSpace::cp, &Plan::cp)},
       {"ep", field(&SearchSpace::ep, &Plan::ep)},
+      {"ep_backend",
+       [](SearchSpace& s, const std::vector<Plan>& v) {
+         s.ep_backends = each<EpBackend>(v, [](const Plan& p) { return p.ep_dispatch(); });
+       }},
       {"optimizer",
        [](SearchSpace& s, const std::vector<Plan>& v) {
          s.optimizers = each<Optimizer>(v, [](const Plan& p) { return p.optimizer; });

@@ -122,7 +122,9 @@ Json report_json(const Result& r, const ReportInputs& in) {
                 {"first_step_peak_bytes", r.first_step_peak_bytes},
                 {"runtime_overhead_bytes", r.overhead.total()},
                 {"runtime_overhead",
-                 {{"cuda_context", r.overhead.cuda_context_bytes}, {"nccl", r.overhead.nccl_bytes}}},
+                 {{"cuda_context", r.overhead.cuda_context_bytes},
+                  {"nccl", r.overhead.nccl_bytes},
+                  {"ep_dispatch_buffers", r.overhead.ep_dispatch_bytes}}},
                 {"capacity_bytes", r.capacity_bytes},
                 {"headroom_bytes", r.headroom_bytes()},
                 {"host_bytes_per_node", r.host_bytes_per_node},
@@ -196,8 +198,11 @@ std::string report_text(const Result& r, const ReportInputs& in, bool with_time)
             : std::string());
   s += fmt::format("  {:<18} {:>12}   (allocated in the first step: optimizer state created at its step)\n",
                    "first step", format_bytes(static_cast<double>(r.first_step_peak_bytes)));
-  s += fmt::format("  {:<18} {:>12}   (CUDA context + NCCL)\n", "runtime overhead",
-                   format_bytes(static_cast<double>(r.overhead.total())));
+  s += fmt::format("  {:<18} {:>12}   (CUDA context + NCCL{})\n", "runtime overhead",
+                   format_bytes(static_cast<double>(r.overhead.total())),
+                   r.overhead.ep_dispatch_bytes > 0
+                       ? " + DeepEP buffer " + format_bytes(static_cast<double>(r.overhead.ep_dispatch_bytes))
+                       : std::string());
   s += fmt::format("  {:<18} {:>12}   of {} -> {}\n", "total",
                    format_bytes(static_cast<double>(r.peak_reserved_bytes + r.overhead.total())),
                    format_bytes(static_cast<double>(r.capacity_bytes)), r.fits ? "fits" : "DOES NOT FIT");

@@ -131,6 +131,33 @@ inline constexpr double kNf4DequantBytesPerValue = 2.5 + 9.0 / 64.0;
 /// LLM.int8 (bitsandbytes 0.50.2 MatMul8bitLt): the int8 codes (1 byte) scaled by the row scales into a
 /// 16-bit weight (2).
 inline constexpr double kInt8DequantBytesPerValue = 3.0;
+
+// DeepEP v2 (deepseek-ai/DeepEP at dd758ca, the ElasticBuffer torchtitan 0.3.0's DeepEPTokenDispatcher
+// creates; docs/model.md "Token dispatch backends"). Layout facts of ElasticBuffer.get_buffer_size_hint
+// (csrc/elastic/buffer.hpp calculate_buffer_size):
+/// Alignment of every buffer and of the workspace: symmetric::kNumAlignmentBytes (csrc/kernels/backend/
+/// symmetric.hpp) = 2 MiB.
+inline constexpr Bytes kDeepEpBufferAlignBytes = 2 * kMiB;
+/// Alignment of each part of a token's slot (hidden, scales, metadata): ptx::kNumTMAAlignBytes
+/// (deep_ep/include/deep_ep/common/ptx.cuh) = 32.
+inline constexpr Bytes kDeepEpTmaAlignBytes = 32;
+/// Channels of the hybrid (multi-node) send/receive layouts: ElasticBuffer::kNumMaxChannels =
+/// kNumMaxChannelsPerSM 8 x kNumMaxSMs 160 (csrc/elastic/buffer.hpp).
+inline constexpr std::int64_t kDeepEpMaxChannels = 8 * 160;
+/// The symmetric-memory workspace in front of the buffer: layout::WorkspaceLayout::get_num_bytes()
+/// (deep_ep/include/deep_ep/common/layout.cuh, kNumMaxRanks 1024, kNumMaxExperts 2048, kNumMaxChannels 1024,
+/// kNumMaxInflightAGRS 32) = 16 + 3072 x 8 + 2048 x 8 x 2 ... + 33 x 1024 x 4 = 12,820,528 bytes, aligned to
+/// 2 MiB in the ElasticBuffer constructor: 14 MiB.
+inline constexpr Bytes kDeepEpWorkspaceBytes = 14 * kMiB;
+/// Achieved share of the link bandwidth of DeepEP's normal (high-throughput) dispatch/combine kernels, from
+/// DeepEP's measured table (docs/legacy.md "Performance", H800 with NVLink ~160 GB/s and CX7 400 Gb/s
+/// ~50 GB/s per GPU, DeepSeek-V3 setting: 4096 tokens, hidden 7168, top-8): intranode EP 8 dispatch 153 GB/s,
+/// combine 158 GB/s; internode EP 16 dispatch and combine 43 GB/s (the lowest of EP 16/32/64). The smaller of
+/// dispatch and combine over the stated link maximum. V2's README reports equal or higher bandwidth at fewer
+/// SMs (SM90 EP 8 x 2: 90 / 81 GB/s logical, which counts the local traffic) without the link maxima; the V1
+/// fractions are kept as the documented ones.
+inline constexpr double kDeepEpNvlinkFraction = 153.0 / 160.0;
+inline constexpr double kDeepEpRdmaFraction = 43.0 / 50.0;
 }  // namespace fw
 
 /// Persistent bytes per parameter (docs/mechanics.md §1.2).

@@ -1,10 +1,26 @@
 // Lowering, context and expert parallelism of one unit: the ring attention's K/V exchange on the CP
 // communicator (the share the attention compute does not hide blocks the compute stream, the rest runs beside
-// it) and the MoE token all-to-alls on the EP communicator (blocking), per pass (docs/model.md "Context
+// it) and the MoE token dispatch and combine on the EP communicator (blocking; all-to-all, all-gather +
+// reduce-scatter or DeepEP by --ep-backend), per pass (docs/model.md "Context
 // parallelism", "Expert parallelism"; costs from context_parallel.cpp and expert_parallel.cpp).
 #include "simulator/lowering/lowering_state.hpp"
 
 namespace shardplan::detail {
+
+namespace {
+/// The trace name of one pass's dispatch + combine by backend (one comm kind, CommKind::kAllToAll, for all).
+const char* ep_label(EpBackend b) {
+  switch (b) {
+    case EpBackend::kAllGather:
+      return "ep dispatch all_gather + combine reduce_scatter";
+    case EpBackend::kDeepEp:
+      return "ep DeepEP dispatch + combine";
+    case EpBackend::kAllToAll:
+      break;
+  }
+  return "ep all_to_all";
+}
+}  // namespace
 
 std::int32_t Lowering::cp_ep_collectives(int u, int mb, bool backward, std::int32_t gate) {
   const SimUnit& un = unit(u);
@@ -37,7 +53,7 @@ std::int32_t Lowering::cp_ep_collectives(int u, int mb, bool backward, std::int3
     const double reps = recompute ? 2.0 : 1.0;
     out_.comm[static_cast<int>(CommKind::kAllToAll)].bytes_per_rank += reps * un.a2a_bytes;
     gate = add(kLaneEp, CommKind::kAllToAll, reps * un.a2a_s, static_cast<int>(reps) * un.a2a_count,
-               gate >= 0 ? gate : last_compute_, "ep all_to_all");
+               gate >= 0 ? gate : last_compute_, ep_label(p_.ep_dispatch()));
   }
   return gate;
 }

@@ -70,6 +70,14 @@ double backward_extra(const UnitContext& c, const SimUnit& u) {
         dequant = std::max(dequant, static_cast<double>(ten.parameters()) *
                                         (2.0 + (ten.store == WeightStore::kNf4 ? 4.0 / 64.0 : 0.0)));
   extra += dequant;
+  // --ep-backend allgather: the backward's all-gather of the combine's output gradient and the dispatch's
+  // reduce-scatter input are [T x ep, h] (ep_dispatch.cpp), one MoE layer at a time.
+  if (p.ep > 1 && p.ep_dispatch() == EpBackend::kAllGather)
+    for (const Layer* l : u.layers)
+      if (l->moe_experts > 0) {
+        extra += allgather_dispatch_buffer_bytes(s, p, T);
+        break;
+      }
   if (p.cp > 1) {  // the ring's buffers of one attention layer's backward (context_parallel.cpp)
     double ring = 0;
     for (const Layer* l : u.layers)

@@ -6,6 +6,7 @@
 
 #include "core/checked.hpp"
 #include "simulator/cost/cost.hpp"
+#include "simulator/memory/ep_buffers.hpp"
 #include "simulator/memory/layer_memory.hpp"
 #include "simulator/memory/optimizer_state.hpp"
 
@@ -280,6 +281,12 @@ RuntimeOverhead runtime_overhead(const Plan& p) {
   const int comms = (p.fsdp_ranks() > 1 || p.dp > 1 ? 1 : 0) + (p.replicas > 1 ? 1 : 0) + (p.tp > 1 ? 1 : 0) +
                     (p.cp > 1 ? 1 : 0) + (p.ep > 1 ? 2 : 0);
   o.nccl_bytes = comms * fw::kNcclCommunicatorBytes;
+  return o;
+}
+
+RuntimeOverhead runtime_overhead(const Plan& p, const ModelGraph& model, const Cluster& cluster) {
+  RuntimeOverhead o = runtime_overhead(p);
+  o.ep_dispatch_bytes = ep_dispatch_buffer_bytes(p, model, cluster);
   return o;
 }
 

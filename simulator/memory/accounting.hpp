@@ -46,13 +46,19 @@ std::array<Bytes, kMemCategories> initial_allocation(const ModelGraph& model, co
                                                      const RuntimeTraits& rt,
                                                      const std::array<Bytes, 3>& persistent);
 
-/// Memory held outside PyTorch's allocator (CUDA context, NCCL communicators).
+/// Memory held outside PyTorch's allocator (CUDA context, NCCL communicators, the token dispatch backend's
+/// preallocated buffers).
 struct RuntimeOverhead {
   Bytes cuda_context_bytes = 0;
   Bytes nccl_bytes = 0;
-  Bytes total() const { return cuda_context_bytes + nccl_bytes; }
+  /// DeepEP's ElasticBuffer with --ep-backend deepep (ep_buffers.hpp), alive for the whole run.
+  Bytes ep_dispatch_bytes = 0;
+  Bytes total() const { return cuda_context_bytes + nccl_bytes + ep_dispatch_bytes; }
 };
+/// The CUDA context and the NCCL communicators of the plan's process groups.
 RuntimeOverhead runtime_overhead(const Plan& p);
+/// With the token dispatch backend's buffers, which depend on the model and the cluster.
+RuntimeOverhead runtime_overhead(const Plan& p, const ModelGraph& model, const Cluster& cluster);
 
 /// The planner's cheap bound: persistent params and optimizer state + one micro-batch of saved activations +
 /// the runtime overhead. Never above the simulated peak reserved + overhead (tested).

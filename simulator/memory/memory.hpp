@@ -6,6 +6,7 @@
 #pragma once
 #include "simulator/memory/accounting.hpp"
 #include "simulator/memory/allocator.hpp"
+#include "simulator/memory/ep_buffers.hpp"
 #include "simulator/memory/layer_memory.hpp"
 #include "simulator/memory/optimizer_state.hpp"
 #include "simulator/memory/replay.hpp"

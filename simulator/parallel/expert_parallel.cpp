@@ -1,5 +1,7 @@
-// Expert parallelism: the token dispatch and combine all-to-alls of each MoE layer over the EP group, as
-// torchtitan's ExpertParallel runs them (docs/model.md "Expert parallelism").
+// Expert parallelism: the token dispatch and combine of each MoE layer over the EP group by the plan's
+// backend
+// (--ep-backend; the all-gather and DeepEP backends in ep_dispatch.cpp), and the all-to-alls torchtitan's
+// ExpertParallel runs (docs/model.md "Expert parallelism", "Token dispatch backends").
 //
 // Source: torchtitan/distributed/expert_parallel.py (ExpertParallel._token_dispatch / _token_combine at
 // 08da451f2): per MoE layer forward one all-to-all of the routed tokens to the ranks holding their experts
@@ -21,6 +23,14 @@ EpLayerCost expert_parallel_layer_cost(const Layer& l, const ModelSpec& s, const
                                        const CostModel& costs, const Plan& p, double tokens) {
   EpLayerCost c;
   if (p.ep <= 1 || l.moe_experts == 0) return c;
+  switch (p.ep_dispatch()) {
+    case EpBackend::kAllGather:
+      return allgather_dispatch_cost(s, cluster, costs, p, tokens);
+    case EpBackend::kDeepEp:
+      return deepep_dispatch_cost(s, l, cluster, p, tokens);
+    case EpBackend::kAllToAll:
+      break;
+  }
   // EP group: ep ranks, tp apart (torchtitan's sparse mesh [dp_replicate, efsdp, ep, etp] with etp = tp).
   const GroupView g = cluster.group(p.ep, p.tp);
   const double sent_share = busbw_factor(CollectiveKind::kAllToAll, p.ep);  // (ep - 1) / ep leaves the rank

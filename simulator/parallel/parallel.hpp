@@ -25,8 +25,9 @@ CpLayerCost context_parallel_layer_cost(const Layer& l, const Cluster& cluster, 
 /// all-gathered K/V and the fp32 gradient accumulators (context_parallel.cpp).
 double context_parallel_workspace_bytes(const Layer& l, const Plan& p, double tokens);
 
-/// The token dispatch + combine all-to-alls of one MoE layer's pass on one rank (expert_parallel.cpp): time
-/// (blocking: the experts need the dispatched tokens), bytes the rank sends, and count.
+/// The token dispatch + combine of one MoE layer's pass on one rank by the plan's backend
+/// (expert_parallel.cpp, ep_dispatch.cpp): time (blocking: the experts need the dispatched tokens), bytes the
+/// rank sends, and count.
 struct EpLayerCost {
   double a2a_s = 0, a2a_bytes = 0;
   int a2a_count = 0;
@@ -38,5 +39,26 @@ EpLayerCost expert_parallel_layer_cost(const Layer& l, const ModelSpec& s, const
 /// tokens x hidden x top_k x dtype bytes x imbalance (nccl-tests' all-to-all size; each rank sends
 /// (ep - 1) / ep of it).
 double moe_all_to_all_buffer_bytes(const ModelSpec& s, const Layer& l, const Plan& p, double tokens);
+
+// ---- token dispatch backends (ep_dispatch.cpp; docs/model.md "Token dispatch backends") ----
+/// --ep-backend allgather: bytes of the gathered hidden states [tokens x ep, hidden] in the compute dtype
+/// (Megatron-core's MoEAllGatherTokenDispatcher; also the size of the combine's reduce-scatter input). A
+/// transient of every MoE layer's forward and backward.
+double allgather_dispatch_buffer_bytes(const ModelSpec& s, const Plan& p, double tokens);
+/// --ep-backend allgather: one all-gather and one reduce-scatter of that buffer over the tp x ep ranks per
+/// pass.
+EpLayerCost allgather_dispatch_cost(const ModelSpec& s, const Cluster& cluster, const CostModel& costs,
+                                    const Plan& p, double tokens);
+/// --ep-backend deepep: the bytes one rank sends per dispatch (and again per combine) over NVLink and over
+/// RDMA, and the bandwidths DeepEP's kernels reach on each (DeepEP's measured share of the link).
+struct DeepEpTraffic {
+  double nvlink_bytes = 0, rdma_bytes = 0;
+  double nvlink_Bps = 0, rdma_Bps = 0;
+};
+DeepEpTraffic deepep_traffic(const ModelSpec& s, const Layer& l, const Cluster& cluster, const Plan& p,
+                             double tokens);
+/// --ep-backend deepep: dispatch + combine of one pass, each bounded by its slower leg.
+EpLayerCost deepep_dispatch_cost(const ModelSpec& s, const Layer& l, const Cluster& cluster, const Plan& p,
+                                 double tokens);
 
 }  // namespace shardplan

@@ -426,7 +426,7 @@ const std::initializer_list<Row> kMegatronRows = {
 Table build_table() {
   Table t{};
   std::array<std::array<bool, kFeatures>, kRuntimes> seen{};
-  auto fill = [&](Runtime r, const std::initializer_list<Row>& rows) {
+  auto fill = [&](Runtime r, const auto& rows) {
     const auto ri = static_cast<std::size_t>(r);
     for (const Row& row : rows) {
       const auto fi = static_cast<std::size_t>(row.feature);
@@ -440,6 +440,7 @@ Table build_table() {
   fill(Runtime::kDeepSpeed, kDeepSpeedRows);
   fill(Runtime::kMegatron, kMegatronRows);
   for (Runtime r : EnumValues<Runtime>::v) fill(r, activation_offload_rows(r));
+  for (Runtime r : EnumValues<Runtime>::v) fill(r, ep_backend_capability_rows(r));
   for (const auto& r : seen)
     for (bool s : r)
       if (!s) throw std::logic_error("capability table: a runtime without an entry for a feature");
@@ -523,6 +524,9 @@ constexpr FeatureInfo kFeatureInfo[] = {
     {"activation offload without full AC", "--activation-offload"},        // kActOffloadWithoutFullAc
     {"activation offload with PP", "--activation-offload"},                // kActOffloadPipeline
     {"activation offload with torch.compile", "--activation-offload"},     // kActOffloadCompile
+    {"all-gather token dispatch", "--ep-backend"},                         // kEpAllGather
+    {"DeepEP token dispatch", "--ep-backend"},                             // kEpDeepEp
+    {"DeepEP token dispatch without EP", "--ep-backend"},                  // kEpDeepEpWithoutEp
 };
 static_assert(std::size(kFeatureInfo) == kFeatures);
 }  // namespace
@@ -604,6 +608,10 @@ std::array<bool, kFeatures> plan_features(const Plan& p, int dp) {
   use(Feature::kActOffloadWithoutFullAc, act_off && p.ac != AcMode::kFull);
   use(Feature::kActOffloadPipeline, act_off && p.pp > 1);
   use(Feature::kActOffloadCompile, act_off && p.compile);
+  const EpBackend ep_backend = p.ep_dispatch();
+  use(Feature::kEpAllGather, p.ep > 1 && ep_backend == EpBackend::kAllGather);
+  use(Feature::kEpDeepEp, ep_backend == EpBackend::kDeepEp);
+  use(Feature::kEpDeepEpWithoutEp, p.ep == 1 && ep_backend == EpBackend::kDeepEp);
   return u;
 }
 

@@ -65,8 +65,11 @@ enum class Feature : std::uint8_t {
   kActOffloadWithoutFullAc,  ///< activation offload without full AC
   kActOffloadPipeline,       ///< activation offload with pp > 1
   kActOffloadCompile,        ///< activation offload under torch.compile
+  kEpAllGather,              ///< --ep-backend allgather (all-gather token dispatcher) with ep > 1
+  kEpDeepEp,                 ///< --ep-backend deepep (DeepEP dispatch/combine kernels)
+  kEpDeepEpWithoutEp,        ///< --ep-backend deepep with ep = 1
 };
-inline constexpr int kFeatures = static_cast<int>(Feature::kActOffloadCompile) + 1;
+inline constexpr int kFeatures = static_cast<int>(Feature::kEpDeepEpWithoutEp) + 1;
 inline constexpr int kRuntimes = 4;
 
 /// kNo: the runtime does not have it. kNotModelled: it has it, the simulator does not lower it. Both are

@@ -179,6 +179,23 @@ void add_cp_ep_knobs(std::vector<Knob>& t) {
   k.get = [](const Plan& p) { return format_double(p.moe_imbalance); };
   k.set = [](Plan& p, const std::string& text) { return parse_double(text, 1.0, 64.0, p.moe_imbalance); };
   t.push_back(k);
+  // Printed when set (resolve_plan sets the runtime's default when ep > 1): repro lines and run records of
+  // dense plans are unchanged.
+  Knob b = make(
+      "ep_backend", "--ep-backend", KnobKind::kEnum,
+      "MoE token dispatch and combine under expert parallelism: alltoall (all-to-all of the routed rows: "
+      "torchtitan standard, DeepSpeed, Megatron alltoall), allgather (Megatron-core's all-gather "
+      "dispatcher: tokens all-gathered over TP x EP, combine reduce-scattered), deepep (DeepEP "
+      "kernels over preallocated NVLink/RDMA buffers: torchtitan moe_comm_backend deepep)",
+      "the runtime's: allgather for megatron, alltoall otherwise", names<EpBackend>());
+  b.get = [](const Plan& p) { return p.ep_backend ? std::string(to_string(*p.ep_backend)) : std::string(); };
+  b.set = [](Plan& p, const std::string& s) {
+    EpBackend e = EpBackend::kAllToAll;
+    std::string why = parse_enum_text(s, e);
+    if (why.empty()) p.ep_backend = e;
+    return why;
+  };
+  t.push_back(b);
 }
 
 // LoRA (docs/model.md "LoRA and QLoRA"); each prints nothing at its default: repro lines and run records of

@@ -3,6 +3,7 @@
 
 #include "simulator/model/model.hpp"
 #include "simulator/plan/capabilities.hpp"
+#include "simulator/plan/capability_rows.hpp"
 #include "simulator/plan/knobs.hpp"
 #include "simulator/plan/pipeline_plan.hpp"
 #include "simulator/plan/plan_types.hpp"
@@ -340,6 +341,7 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   check_context_parallel(p);
   check_attention_core(p, model);
   check_expert_parallel(p, model);
+  if (p.ep > 1 && !p.ep_backend) p.ep_backend = default_ep_backend(p.runtime);
   // torchtitan's FSDP2 wrapping of 2024 to 2025-07-28 (docs/model.md "FSDP2's root unit"), modelled for FSDP2
   // with parameters gathered per unit, one pipeline stage, no tensor or expert parallelism and an untied head
   // (the configurations those torchtitan versions ran on the records).

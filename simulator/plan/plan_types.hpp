@@ -86,6 +86,15 @@ enum class Optimizer { kAdamW, kAdam, kSgd, kAdafactor, kAdamW8bit, kLion, kMuon
 /// Linear8bitLt: int8 codes and an fp32 scale per row) or NF4 (QLoRA: bitsandbytes Linear4bit, blocks of 64
 /// with double quantisation, bf16 quant storage).
 enum class LoraBase { kBf16, kInt8, kNf4 };
+/// How a MoE layer's tokens reach the ranks holding their experts under expert parallelism, and come back
+/// (docs/model.md "Token dispatch backends"): `alltoall` = all-to-all of the routed rows with variable splits
+/// (torchtitan 0.3.0 AllToAllTokenDispatcher, comm_backend "standard"; DeepSpeed 0.19.8 deepspeed/moe/
+/// sharded_moe.py _AllToAll; Megatron-core moe_token_dispatcher_type "alltoall"); `allgather` = Megatron-core
+/// 0.8.0's MoEAllGatherTokenDispatcher (every rank all-gathers the EP x TP group's tokens, keeps its local
+/// experts' rows, and the combine reduce-scatters); `deepep` = DeepEP's dispatch/combine kernels over
+/// preallocated NVLink/RDMA buffers (torchtitan 0.3.0 DeepEPTokenDispatcher, comm_backend "deepep", DeepEP v2
+/// ElasticBuffer).
+enum class EpBackend { kAllToAll, kAllGather, kDeepEp };
 
 const char* to_string(Runtime r);
 const char* to_string(Precision p);
@@ -103,6 +112,7 @@ const char* to_string(SacSdpaOps o);
 const char* to_string(RootParams r);
 const char* to_string(Optimizer o);
 const char* to_string(LoraBase b);
+const char* to_string(EpBackend b);
 
 /// Every value of a plan enum, in the order error messages and help texts list them. parse_enum, enum_names
 /// and parse_enum_or_throw below are the one place a knob's spelling is read, for flags, `--fix` and run
@@ -178,6 +188,10 @@ struct EnumValues<Optimizer> {
 template <>
 struct EnumValues<LoraBase> {
   static constexpr std::array v{LoraBase::kBf16, LoraBase::kInt8, LoraBase::kNf4};
+};
+template <>
+struct EnumValues<EpBackend> {
+  static constexpr std::array v{EpBackend::kAllToAll, EpBackend::kAllGather, EpBackend::kDeepEp};
 };
 
 template <class E>
@@ -314,6 +328,9 @@ struct Plan {
   /// Routed tokens of the busiest EP rank over the mean (1 = perfectly balanced router; a capacity factor
   /// bounds it from above): scales the busiest rank's expert compute and all-to-all bytes.
   double moe_imbalance = 1.0;
+  /// The token dispatch backend; unset = the runtime's default (default_ep_backend; resolve_plan fills it
+  /// when ep > 1).
+  std::optional<EpBackend> ep_backend;
 
   // Derived by resolve_plan (mesh order pp, dp_replicate, dp_shard, cp, tp; tp innermost):
   int dp = 1;        ///< data-parallel ranks (batch) = gpus / (tp x cp x pp)
@@ -342,6 +359,8 @@ struct Plan {
   Dtype reduce() const { return reduce_dtype.value_or(Dtype::kFp32); }
   LossImpl loss() const { return loss_impl.value_or(compile ? LossImpl::kCompiled : LossImpl::kEager); }
   SdpaBackend sdpa() const { return sdpa_backend.value_or(sdpa_auto); }
+  /// The token dispatch backend the plan runs (its runtime's default when unset).
+  EpBackend ep_dispatch() const;
   /// Op-level selective AC saves the attention kernel's outputs: its op is in the policy's save list (a
   /// materialised core calls no SDPA kernel: its score tensors are handled by attention_core.cpp).
   bool sac_saves_sdpa() const {

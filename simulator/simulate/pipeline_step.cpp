@@ -90,8 +90,9 @@ void rank_memory(const Plan& p, const std::vector<StageSim>& st, const PipelineR
 }
 
 /// Memory of the busiest rank into `r`: persistent state, peak, reserved, the allocator summary, fits.
-void fill_memory(const Cluster& cluster, const Plan& p, const std::vector<StageSim>& st,
-                 const PipelineRun& run, const RankStep& o, int busiest, bool allocator_replay, Result& r) {
+void fill_memory(const ModelGraph& model, const Cluster& cluster, const Plan& p,
+                 const std::vector<StageSim>& st, const PipelineRun& run, const RankStep& o, int busiest,
+                 bool allocator_replay, Result& r) {
   r.persistent_split = {0, 0, 0};
   double host = 0;
   for (int s : rank_stages(p, busiest)) {
@@ -115,7 +116,7 @@ void fill_memory(const Cluster& cluster, const Plan& p, const std::vector<StageS
                      : "pipeline rank " + str(busiest) + ", " + op + " of micro-batch " +
                            str(pk.micro_batch) + " on stage " + str(pk.stage) + ", " +
                            str(run.stage_max_in_flight[at(pk.stage)]) + " micro-batches in flight at most";
-  r.overhead = runtime_overhead(p);
+  r.overhead = runtime_overhead(p, model, cluster);
   r.capacity_bytes = cluster.spec().gpu.memory_bytes;
   // Reserved memory under PP: each stage's one-micro-batch simulation was replayed through the caching
   // allocator (when allocator_replay); the rank's reserved is its composed peak plus the largest cache its
@@ -382,7 +383,7 @@ void simulate_pipeline_step(const ModelGraph& model, const Cluster& cluster, con
     if (o.step_s > ranks[at(slowest)].step_s) slowest = rank;
   }
   // The Result: memory of the busiest rank, time of the slowest.
-  fill_memory(cluster, p, st, run, ranks[at(busiest)], busiest, allocator_replay, r);
+  fill_memory(model, cluster, p, st, run, ranks[at(busiest)], busiest, allocator_replay, r);
   fill_time(model, cluster, p, ctx.traits, st, run, ranks[at(slowest)], slowest, r);
   double p2p_s = 0;
   for (double e : pin.edge_p2p_s) p2p_s = std::max(p2p_s, e);

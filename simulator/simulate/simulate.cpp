@@ -87,7 +87,7 @@ const Result& Simulator::run(const Plan& p, bool detail) {
   r.breakdown = tl_.at_peak;
   r.peak_time_s = tl_.peak_time_s;
   r.peak_phase = peak_phase(prog_, tl_, units_);
-  r.overhead = runtime_overhead(p);
+  r.overhead = runtime_overhead(p, *model_, *cluster_);
   r.capacity_bytes = cluster_->spec().gpu.memory_bytes;
   r.allocator.mode = p.allocator;
   if (replay_on_) {

@@ -275,3 +275,29 @@ TEST_CASE("emitters: the recent knobs, written or refused per output", "[emit][k
                Catch::Contains("--zero-grad-in-place"));
   }
 }
+
+TEST_CASE("emitters: --ep-backend deepep is written for torchtitan, allgather refused", "[emit][knobs]") {
+  const ptest::Setup s("qwen3-30b-a3b", "dgx-h100", 16);
+  Plan p;
+  p.seq = 4096;
+  p.ep = 2;
+  p.ep_backend = EpBackend::kDeepEp;
+  const Plan rp = s.resolve(p);
+  // torchtitan 0.3.0: the qwen3 registry's moe_comm_backend; the TOML era's parallelism key.
+  CHECK_THAT(emit("torchtitan", rp, s.model, 16, 8),
+             Catch::Contains("model_registry(\"30B-A3B\", moe_comm_backend=\"deepep\")"));
+  CHECK_THAT(emit("torchtitan-toml", rp, s.model, 16, 8),
+             Catch::Contains("expert_parallel_comm_backend = \"deepep\""));
+  // The default (all-to-all) writes neither.
+  p.ep_backend = EpBackend::kAllToAll;
+  CHECK(emit("torchtitan", s.resolve(p), s.model, 16, 8).find("moe_comm_backend") == std::string::npos);
+  // An all-gather plan (a megatron plan re-targeted at torchtitan) is refused naming the knob.
+  Plan g = rp;
+  g.ep_backend = EpBackend::kAllGather;
+  try {
+    emit("torchtitan", g, s.model, 16, 8);
+    FAIL("expected a refusal");
+  } catch (const InputError& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("--ep-backend allgather"));
+  }
+}

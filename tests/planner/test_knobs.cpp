@@ -66,6 +66,7 @@ Plan all_changed() {
   x.cp = 2;
   x.ep = 4;
   x.moe_imbalance = 1.25;
+  x.ep_backend = EpBackend::kAllGather;
   x.allocator = AllocatorMode::kExpandable;
   x.allocator_gc_threshold = 0.8;
   x.loss_impl = LossImpl::kEager;  // with compile on, the default would be compiled
@@ -111,7 +112,7 @@ TEST_CASE("knobs: a plan with every knob changed survives plan_to_flags and the 
         "--attention eager --attention-dropout --moe-impl loop "
         "--allocator expandable --allocator-gc-threshold 0.8 --pp 2 --pp-schedule interleaved-1f1b "
         "--virtual-stages 3 --pp-layers 1,2,3 "
-        "--cp 2 --ep 4 --moe-imbalance 1.25");
+        "--cp 2 --ep 4 --moe-imbalance 1.25 --ep-backend allgather");
   CHECK(parse_flags(flags) == x);
   CHECK(from_json(x) == x);
   // Derived keys are written next to the knobs and accepted back.
