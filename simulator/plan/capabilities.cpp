@@ -8,17 +8,13 @@
 #include <stdexcept>
 
 #include "core/error.hpp"
+#include "simulator/plan/capabilities_rows.hpp"
 
 namespace shardplan {
 
 namespace {
 
-struct Row {
-  Feature feature;
-  Support support;
-  const char* source;
-  const char* note;
-};
+using Row = detail::CapabilityRow;
 using Table = std::array<std::array<Capability, kFeatures>, kRuntimes>;
 
 constexpr Support Y = Support::kYes, N = Support::kNo, M = Support::kNotModelled;
@@ -239,12 +235,10 @@ const std::initializer_list<Row> kDeepSpeedRows = {
     {Feature::kZero2, Y, "deepspeed 0.19.8 deepspeed/runtime/zero/stage_1_and_2.py",
      "zero_optimization.stage 2"},
     {Feature::kZero3, Y, "deepspeed 0.19.8 deepspeed/runtime/zero/stage3.py", "zero_optimization.stage 3"},
-    {Feature::kHsdp, M, "deepspeed 0.19.8 deepspeed/runtime/zero/config.py zero_hpz_partition_size",
-     "DeepSpeed's hybrid sharding is ZeRO++ hpZ (a secondary intra-node copy of the ZeRO-3 weights for the "
-     "backward all-gathers, gradients still reduce-scattered over all ranks; MiCS was removed, "
-     "deepspeed/runtime/config.py), not HSDP's replicate x shard split: hybrid sharding (HSDP) is modelled "
-     "for "
-     "fsdp1/fsdp2 only; use --shard-group 0"},
+    {Feature::kHsdp, N, "deepspeed 0.19.8 deepspeed/runtime/config.py _REMOVED_ZERO_CONFIG_KEYS",
+     "MiCS (mics_shard_size: all state sharded within a group, gradients all-reduced across groups) was "
+     "removed and its keys now raise DeepSpeedConfigError (deepspeedai/DeepSpeed issue 8489); DeepSpeed's "
+     "remaining hybrid sharding is ZeRO++ hpZ: use --hpz-partition N with --shard-group 0"},
     {Feature::kTensorParallel, Y, "deepspeed 0.19.8 deepspeed/module_inject/auto_tp.py",
      "AutoTP: LinearLayer (column) and LinearAllreduce (row)"},
     {Feature::kSequenceParallel, N, "deepspeed 0.19.8 deepspeed/module_inject/layers.py LinearAllreduce",
@@ -431,7 +425,7 @@ const std::initializer_list<Row> kMegatronRows = {
 Table build_table() {
   Table t{};
   std::array<std::array<bool, kFeatures>, kRuntimes> seen{};
-  auto fill = [&](Runtime r, const std::initializer_list<Row>& rows) {
+  auto fill = [&](Runtime r, const auto& rows) {
     const auto ri = static_cast<std::size_t>(r);
     for (const Row& row : rows) {
       const auto fi = static_cast<std::size_t>(row.feature);
@@ -444,6 +438,7 @@ Table build_table() {
   fill(Runtime::kFsdp1, kFsdp1Rows);
   fill(Runtime::kDeepSpeed, kDeepSpeedRows);
   fill(Runtime::kMegatron, kMegatronRows);
+  for (Runtime r : EnumValues<Runtime>::v) fill(r, detail::zeropp_rows(r));
   for (const auto& r : seen)
     for (bool s : r)
       if (!s) throw std::logic_error("capability table: a runtime without an entry for a feature");
@@ -521,6 +516,12 @@ constexpr FeatureInfo kFeatureInfo[] = {
     {"quantised LoRA base with TP", "--lora-base"},                       // kLoraQuantTp
     {"4-bit LoRA base under ZeRO-1/2/3", "--lora-base"},                  // kLoraNf4Sharded
     {"LLM.int8 LoRA base under ZeRO-1/2/3", "--lora-base"},               // kLoraInt8Sharded
+    {"ZeRO++ hpZ (secondary parameter partition)", "--hpz-partition"},    // kHpz
+    {"hpZ with TP", "--hpz-partition"},                                   // kHpzWithTp
+    {"ZeRO++ qwZ (int8 weight all-gather)", "--quantized-weights"},       // kQuantizedWeights
+    {"ZeRO++ qgZ (int4 gradient all-to-all)", "--quantized-gradients"},   // kQuantizedGradients
+    {"ZeRO++ below ZeRO-3", "--zero"},                                    // kZeroppBelowZero3
+    {"hpZ or qgZ with expert parallelism", "--ep"},                       // kZeroppWithEp
 };
 static_assert(std::size(kFeatureInfo) == kFeatures);
 }  // namespace
@@ -595,6 +596,13 @@ std::array<bool, kFeatures> plan_features(const Plan& p, int dp) {
   use(Feature::kLoraQuantTp, lora && p.lora_base != LoraBase::kBf16 && p.tp > 1);
   use(Feature::kLoraNf4Sharded, lora && p.lora_base == LoraBase::kNf4 && p.zero >= 1);
   use(Feature::kLoraInt8Sharded, lora && p.lora_base == LoraBase::kInt8 && p.zero >= 1);
+  const bool hpz = p.hpz_partition > 1;
+  use(Feature::kHpz, hpz);
+  use(Feature::kHpzWithTp, hpz && p.tp > 1);
+  use(Feature::kQuantizedWeights, p.quantized_weights);
+  use(Feature::kQuantizedGradients, p.quantized_gradients);
+  use(Feature::kZeroppBelowZero3, (hpz || p.quantized_weights || p.quantized_gradients) && p.zero < 3);
+  use(Feature::kZeroppWithEp, (hpz || p.quantized_gradients) && p.ep > 1);
   return u;
 }
 
