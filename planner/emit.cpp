@@ -588,6 +588,11 @@ std::string emit_deepspeed(const Plan& p, const ModelGraph& model) {
   const Json host = {{"device", "cpu"}, {"pin_memory", true}};
   if (p.offload != Offload::kNone && p.zero >= 1) zero["offload_optimizer"] = host;
   if (p.offload == Offload::kParams && p.zero == 3) zero["offload_param"] = host;
+  // ZeRO++ (deepspeed/runtime/zero/config.py, v0.19.8): written only when used, as DeepSpeed's defaults are
+  // off; qgZ needs reduce_scatter (stage3.py asserts it), written above.
+  if (p.hpz_partition > 1) zero["zero_hpz_partition_size"] = p.hpz_partition;
+  if (p.quantized_weights) zero["zero_quantized_weights"] = true;
+  if (p.quantized_gradients) zero["zero_quantized_gradients"] = true;
   // train_batch_size = micro batch x accumulation x data-parallel ranks (gpus / tp): DeepSpeedConfig asserts
   // exactly this product with the data-parallel world size (deepspeed/runtime/config.py::_batch_assertion).
   Json j = {{"train_micro_batch_size_per_gpu", p.mbs},

@@ -69,6 +69,13 @@ inline constexpr Bytes kNcclCommunicatorBytes = 384 * kMiB;
 /// DeepSpeed `reduce_bucket_size` default, in elements (deepspeed/runtime/zero/config.py, v0.16.5): the IPG
 /// bucket is min(this, parameters) elements of the 16-bit dtype.
 inline constexpr double kDeepSpeedReduceBucketElems = 5e8;
+/// ZeRO++ qwZ (deepspeed 0.19.8 runtime/zero/partition_parameters.py CUDAQuantizer.target_group_size): the
+/// int8 quantiser's target elements per scale group ("the optimal size is 4k, so we set the target to be
+/// below 8k"); one fp32 scale per group.
+inline constexpr std::int64_t kQwzTargetGroupElems = 8000;
+/// ZeRO++ qgZ (deepspeed 0.19.8 runtime/comm/coalesced_collectives.py all_to_all_quant_reduce: swizzle_quant
+/// and quantized_reduction with num_bits 4): bytes per gradient element on the wire.
+inline constexpr double kQgzBytesPerElem = 0.5;
 /// Kernel launches per layer, forward and backward (torch profiler of an eager Llama block: ~12 per layer
 /// forward, about twice in backward), and of a fused optimizer step (multi-tensor-apply launches and the
 /// norm/clip kernels).

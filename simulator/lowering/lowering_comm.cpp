@@ -40,10 +40,12 @@ void Lowering::issue_ag(int u, int mb, bool backward, std::int32_t after) {
   Task t;
   t.type = TaskType::kCollective;
   t.lane = kLaneShard;
-  const double bytes = ag_bytes(u), expert_bytes = ag_expert_bytes(u);
+  const double bytes = ag_out_bytes(u, backward, mb), expert_bytes = ag_expert_bytes(u);
   t.backward = backward;
+  // ZeRO++ hpZ: after the step's first forward the gather runs within the hpZ group.
+  const bool hpz = hpz_gather(backward, mb);
   // Mixed precision: the fp32 shard is cast to the compute dtype before the gather (read 4, write bc).
-  t.duration_s = coll_(CollectiveKind::kAllGather, bytes - expert_bytes, shard_g_) +
+  t.duration_s = coll_(CollectiveKind::kAllGather, bytes - expert_bytes, hpz ? hpz_g_ : shard_g_) +
                  (mixed_cast_ ? in_.costs.memory_s(ag_shard_elems(u) * (4 + bc_)) : 0);
   // Expert parallelism: this rank's experts are gathered over the efsdp group (their own FSDP module).
   if (expert_bytes > 0) t.duration_s += coll_(CollectiveKind::kAllGather, expert_bytes, efsdp_g_);
@@ -70,6 +72,7 @@ void Lowering::issue_ag(int u, int mb, bool backward, std::int32_t after) {
           ? alloc_tensors(MemCategory::kCommBuffers, kPoolAllGather, cast_buffer, ut_[su].params_shard)
           : -1;
   ag_id_[su] = alloc_one(MemCategory::kGathered, kPoolAllGather, B(bytes));
+  ag_buf_[su] = bytes;
   free_group(MemCategory::kCommBuffers, kPoolAllGather, cast_id, cast_buffer);
   ag_task_[static_cast<std::size_t>(u)] = id;
   gathered_[static_cast<std::size_t>(u)] = 1;
@@ -78,13 +81,14 @@ void Lowering::issue_ag(int u, int mb, bool backward, std::int32_t after) {
   // DeepSpeed's queue holds the fetches themselves; FSDP1's the computes (pushed by forward/backward).
   if (rt_.gather_limiter == GatherLimiter::kFetchTwoBack) limiter_queue_.push_back(id);
   out_.comm[static_cast<int>(CommKind::kAllGather)].bytes_per_rank +=
-      busbw_factor(CollectiveKind::kAllGather, p_.fsdp_ranks()) * (bytes - expert_bytes) +
+      busbw_factor(CollectiveKind::kAllGather, ag_world(backward, mb)) * (bytes - expert_bytes) +
       busbw_factor(CollectiveKind::kAllGather, p_.efsdp_ranks()) * expert_bytes;
 }
 
 void Lowering::release_held_ag_output(int u) {
   if (u < 0 || !ag_out_held_[static_cast<std::size_t>(u)]) return;
-  free_group(MemCategory::kGathered, kPoolAllGather, ag_id_[static_cast<std::size_t>(u)], B(ag_bytes(u)));
+  free_group(MemCategory::kGathered, kPoolAllGather, ag_id_[static_cast<std::size_t>(u)],
+             B(ag_buf_[static_cast<std::size_t>(u)]));
   ag_id_[static_cast<std::size_t>(u)] = -1;
   ag_out_held_[static_cast<std::size_t>(u)] = 0;
 }
@@ -97,7 +101,9 @@ std::int32_t Lowering::copy_out(int u, int mb, bool backward) {
   Task t;
   t.type = TaskType::kCopy;
   t.lane = kLaneCompute;
-  t.duration_s = in_.costs.memory_s(2 * bytes);
+  // qwZ: the dequantisation reads the int8 codes and writes the 16-bit parameters.
+  const double read_bytes = p_.quantized_weights ? ag_buf_[static_cast<std::size_t>(u)] : bytes;
+  t.duration_s = in_.costs.memory_s(read_bytes + bytes);
   t.cpu_s = K_.unit_hook_cpu_s;
   t.deps[0] = ag_task_[static_cast<std::size_t>(u)];
   t.label =
@@ -114,7 +120,7 @@ std::int32_t Lowering::copy_out(int u, int mb, bool backward) {
   if (hold) {
     prev_fwd_ag_out_ = u;
   } else {  // backward (and DeepSpeed): the flat output is dropped right after copy-out
-    free_group(MemCategory::kGathered, kPoolAllGather, ag_id_[su], B(bytes));
+    free_group(MemCategory::kGathered, kPoolAllGather, ag_id_[su], B(ag_buf_[su]));
     ag_id_[su] = -1;
     ag_out_held_[su] = 0;
   }
@@ -232,12 +238,14 @@ void Lowering::reduce_scatter(int u, int mb, Bytes ugrad, double grad_bytes_per_
   if (un.owns_merged_root)  // the root's head part gradients, reduced together
     free_group(MemCategory::kGrads, kPoolDefault, ugrad_id_.back(),
                B(static_cast<double>(units_.back().elems) * bc_));
-  const std::int32_t rid = add_collective(
-      CollectiveKind::kReduceScatter, CommKind::kReduceScatter, kLaneShard, rs_bytes - expert_rs_bytes,
-      shard_g_, cid,
-      busbw_factor(CollectiveKind::kReduceScatter, F) * (rs_bytes - expert_rs_bytes) +
-          busbw_factor(CollectiveKind::kReduceScatter, Fe) * expert_rs_bytes,
-      [&] { return "reduce_scatter " + un.name + mb_suffix(mb); }, u, mb);
+  const std::int32_t rid =
+      qgz() ? qgz_reduce(u, mb, rs_elems, cid)
+            : add_collective(
+                  CollectiveKind::kReduceScatter, CommKind::kReduceScatter, kLaneShard,
+                  rs_bytes - expert_rs_bytes, shard_g_, cid,
+                  busbw_factor(CollectiveKind::kReduceScatter, F) * (rs_bytes - expert_rs_bytes) +
+                      busbw_factor(CollectiveKind::kReduceScatter, Fe) * expert_rs_bytes,
+                  [&] { return "reduce_scatter " + un.name + mb_suffix(mb); }, u, mb);
   if (expert_rs_bytes > 0)  // the experts' own reduce-scatter over the efsdp ranks, on the same stream
     out_.program.tasks[static_cast<std::size_t>(rid)].duration_s +=
         coll_(CollectiveKind::kReduceScatter, expert_rs_bytes, efsdp_g_);

@@ -39,6 +39,11 @@ class Lowering {
         rep_g_(in.cluster.group(p_.replicas, p_.tp * p_.fsdp_ranks())),
         dp_g_(in.cluster.group(p_.dp_cp(), p_.tp)),
         efsdp_g_(in.cluster.group(p_.efsdp_ranks(), p_.tp * p_.ep)),
+        // ZeRO++ hpZ: consecutive ranks of the world (deepspeed utils/groups.py); qgZ: a node's GPUs, and
+        // the same local rank of every node (coalesced_collectives.py all_to_all_quant_reduce).
+        hpz_g_(in.cluster.group(p_.hpz_partition, p_.tp)),
+        local_g_(in.cluster.group(std::min(in.cluster.gpus(), in.cluster.spec().node.gpus), 1)),
+        nodes_g_(in.cluster.group(in.cluster.nodes(), in.cluster.spec().node.gpus)),
         ag_task_(static_cast<std::size_t>(U_), -1),
         copyout_task_(static_cast<std::size_t>(U_), -1),
         fwd_task_(static_cast<std::size_t>(U_), -1),
@@ -49,6 +54,7 @@ class Lowering {
         act_id_(static_cast<std::size_t>(U_), -1),
         ugrad_id_(static_cast<std::size_t>(U_), -1),
         autocast_id_(static_cast<std::size_t>(U_), -1),
+        ag_buf_(static_cast<std::size_t>(U_), 0.0),
         offload_(offload_split(p_)),
         pcie_Bps_(in.cluster.spec().node.pcie_Bps * K_.pcie_efficiency),
         // FSDP offloads the sharded fp32 (bf16-mixed) parameters; ZeRO-Infinity the 16-bit partitions.
@@ -110,6 +116,19 @@ class Lowering {
   double ag_shard_elems(int u) const {
     return static_cast<double>(unit(u).shard_elems + unit(u).group_extra_shard_elems);
   }
+  /// ZeRO++ hpZ: every gather after the step's first forward reads the secondary partitions, within the
+  /// hpZ group (partition_parameters.py all_gather_coalesced: use_secondary_tensor).
+  bool hpz_gather(bool backward, int mb) const { return p_.hpz_partition > 1 && (backward || mb > 0); }
+  /// The all-gather output of unit `u` (the gathered parameters; qwZ: int8 codes and fp32 scales) and the
+  /// ranks it is gathered over (lowering_zeropp.cpp).
+  double ag_out_bytes(int u, bool backward, int mb) const;
+  int ag_world(bool backward, int mb) const {
+    return hpz_gather(backward, mb) ? p_.hpz_partition : p_.fsdp_ranks();
+  }
+  /// qgZ: the gradient reduction of `rs_elems` elements as int4 all-to-alls (after `dep`); its last task.
+  std::int32_t qgz_reduce(int u, int mb, double rs_elems, std::int32_t dep);
+  /// qgZ runs only across nodes (stage3.py __avg_scatter_grads: num_nodes > 1).
+  bool qgz() const { return p_.quantized_gradients && nodes_g_.ranks > 1; }
   static std::string mb_suffix(int mb) { return " mb" + std::to_string(mb); }
   /// Megatron grad-buffer bucket of each unit (grad_buffer_bucket_index over the units in backward order).
   std::vector<int> grad_buffer_bucket_of_unit() const;
@@ -300,13 +319,14 @@ class Lowering {
   const int U_;
   const double bc_, br_;
   const bool mixed_cast_;
-  const GroupView shard_g_, rep_g_, dp_g_, efsdp_g_;
+  const GroupView shard_g_, rep_g_, dp_g_, efsdp_g_, hpz_g_, local_g_, nodes_g_;
   CollectiveMemo coll_{in_.costs};  ///< the same few collectives recur for every unit and micro-batch
   std::vector<std::int32_t> ag_task_, copyout_task_, fwd_task_;
   std::vector<char> gathered_, ag_out_held_;
   /// Tensor groups: per unit the all-gather output, the unsharded (copied-out) parameters, the saved
   /// activations, the unsharded gradients and the autocast weight copies.
   std::vector<std::int32_t> ag_id_, unsharded_id_, act_id_, ugrad_id_, autocast_id_;
+  std::vector<double> ag_buf_;  ///< bytes of each unit's all-gather output while allocated (ag_id_)
   std::int32_t recompute_id_ = -1, workspace_id_ = -1, held_rs_id_ = -1, held_logits_id_ = -1;
   /// The loss layer's tensors of the plan's loss kernel (Layer::loss_tensors), their groups while alive, and
   /// the gradient handed to the head's backward.

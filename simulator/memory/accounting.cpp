@@ -9,6 +9,7 @@
 #include "simulator/memory/ep_buffers.hpp"
 #include "simulator/memory/layer_memory.hpp"
 #include "simulator/memory/optimizer_state.hpp"
+#include "simulator/memory/zeropp.hpp"
 
 namespace shardplan {
 
@@ -192,6 +193,10 @@ std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p) {
   // AdamW's `step` scalars: 4 bytes each (fp32), one allocation each.
   out[2] = add_checked(out[2], optimizer_step_tensors(model, p) * allocation_bytes(4), "optimizer bytes");
   if (o.params) out[0] = 0;
+  // ZeRO++ hpZ: the secondary partitions, made at each parameter's release after its first forward and freed
+  // after the optimizer step (stage3.py _post_step): alive through backward and the step, counted for the
+  // whole step (docs/model.md "ZeRO++").
+  out[0] = add_checked(out[0], hpz_secondary_bytes(model, p), "parameter bytes");
   if (o.grads) out[1] = 0;
   if (o.optimizer) out[2] = 0;
   return out;
@@ -279,7 +284,9 @@ RuntimeOverhead runtime_overhead(const Plan& p) {
   o.cuda_context_bytes = fw::kCudaContextBytes;
   // Communicators: shard (or DP), replicate, TP; CP's ring and, with EP, the EP and efsdp groups.
   const int comms = (p.fsdp_ranks() > 1 || p.dp > 1 ? 1 : 0) + (p.replicas > 1 ? 1 : 0) + (p.tp > 1 ? 1 : 0) +
-                    (p.cp > 1 ? 1 : 0) + (p.ep > 1 ? 2 : 0);
+                    (p.cp > 1 ? 1 : 0) + (p.ep > 1 ? 2 : 0) +
+                    // ZeRO++: hpZ's intra group; qgZ's node-local and cross-node all-to-all groups.
+                    (p.hpz_partition > 1 ? 1 : 0) + (p.quantized_gradients ? 2 : 0);
   o.nccl_bytes = comms * fw::kNcclCommunicatorBytes;
   return o;
 }

@@ -234,12 +234,10 @@ const std::initializer_list<Row> kDeepSpeedRows = {
     {Feature::kZero2, Y, "deepspeed 0.19.8 deepspeed/runtime/zero/stage_1_and_2.py",
      "zero_optimization.stage 2"},
     {Feature::kZero3, Y, "deepspeed 0.19.8 deepspeed/runtime/zero/stage3.py", "zero_optimization.stage 3"},
-    {Feature::kHsdp, M, "deepspeed 0.19.8 deepspeed/runtime/zero/config.py zero_hpz_partition_size",
-     "DeepSpeed's hybrid sharding is ZeRO++ hpZ (a secondary intra-node copy of the ZeRO-3 weights for the "
-     "backward all-gathers, gradients still reduce-scattered over all ranks; MiCS was removed, "
-     "deepspeed/runtime/config.py), not HSDP's replicate x shard split: hybrid sharding (HSDP) is modelled "
-     "for "
-     "fsdp1/fsdp2 only; use --shard-group 0"},
+    {Feature::kHsdp, N, "deepspeed 0.19.8 deepspeed/runtime/config.py _REMOVED_ZERO_CONFIG_KEYS",
+     "MiCS (mics_shard_size: all state sharded within a group, gradients all-reduced across groups) was "
+     "removed and its keys now raise DeepSpeedConfigError (deepspeedai/DeepSpeed issue 8489); DeepSpeed's "
+     "remaining hybrid sharding is ZeRO++ hpZ: use --hpz-partition N with --shard-group 0"},
     {Feature::kTensorParallel, Y, "deepspeed 0.19.8 deepspeed/module_inject/auto_tp.py",
      "AutoTP: LinearLayer (column) and LinearAllreduce (row)"},
     {Feature::kSequenceParallel, N, "deepspeed 0.19.8 deepspeed/module_inject/layers.py LinearAllreduce",
@@ -441,6 +439,7 @@ Table build_table() {
   fill(Runtime::kMegatron, kMegatronRows);
   for (Runtime r : EnumValues<Runtime>::v) fill(r, activation_offload_rows(r));
   for (Runtime r : EnumValues<Runtime>::v) fill(r, ep_backend_capability_rows(r));
+  for (Runtime r : EnumValues<Runtime>::v) fill(r, zeropp_rows(r));
   for (const auto& r : seen)
     for (bool s : r)
       if (!s) throw std::logic_error("capability table: a runtime without an entry for a feature");
@@ -527,6 +526,12 @@ constexpr FeatureInfo kFeatureInfo[] = {
     {"all-gather token dispatch", "--ep-backend"},                         // kEpAllGather
     {"DeepEP token dispatch", "--ep-backend"},                             // kEpDeepEp
     {"DeepEP token dispatch without EP", "--ep-backend"},                  // kEpDeepEpWithoutEp
+    {"ZeRO++ hpZ (secondary parameter partition)", "--hpz-partition"},     // kHpz
+    {"hpZ with TP", "--hpz-partition"},                                    // kHpzWithTp
+    {"ZeRO++ qwZ (int8 weight all-gather)", "--quantized-weights"},        // kQuantizedWeights
+    {"ZeRO++ qgZ (int4 gradient all-to-all)", "--quantized-gradients"},    // kQuantizedGradients
+    {"ZeRO++ below ZeRO-3", "--zero"},                                     // kZeroppBelowZero3
+    {"hpZ or qgZ with expert parallelism", "--ep"},                        // kZeroppWithEp
 };
 static_assert(std::size(kFeatureInfo) == kFeatures);
 }  // namespace
@@ -612,6 +617,13 @@ std::array<bool, kFeatures> plan_features(const Plan& p, int dp) {
   use(Feature::kEpAllGather, p.ep > 1 && ep_backend == EpBackend::kAllGather);
   use(Feature::kEpDeepEp, ep_backend == EpBackend::kDeepEp);
   use(Feature::kEpDeepEpWithoutEp, p.ep == 1 && ep_backend == EpBackend::kDeepEp);
+  const bool hpz = p.hpz_partition > 1;
+  use(Feature::kHpz, hpz);
+  use(Feature::kHpzWithTp, hpz && p.tp > 1);
+  use(Feature::kQuantizedWeights, p.quantized_weights);
+  use(Feature::kQuantizedGradients, p.quantized_gradients);
+  use(Feature::kZeroppBelowZero3, (hpz || p.quantized_weights || p.quantized_gradients) && p.zero < 3);
+  use(Feature::kZeroppWithEp, (hpz || p.quantized_gradients) && p.ep > 1);
   return u;
 }
 

@@ -68,8 +68,14 @@ enum class Feature : std::uint8_t {
   kEpAllGather,              ///< --ep-backend allgather (all-gather token dispatcher) with ep > 1
   kEpDeepEp,                 ///< --ep-backend deepep (DeepEP dispatch/combine kernels)
   kEpDeepEpWithoutEp,        ///< --ep-backend deepep with ep = 1
+  kHpz,                      ///< DeepSpeed ZeRO++ hpZ: a secondary parameter partition (--hpz-partition > 1)
+  kHpzWithTp,                ///< hpZ with tp > 1
+  kQuantizedWeights,         ///< ZeRO++ qwZ: parameter all-gathers in int8
+  kQuantizedGradients,       ///< ZeRO++ qgZ: gradient reduction as int4 all-to-alls
+  kZeroppBelowZero3,         ///< any ZeRO++ knob with --zero below 3
+  kZeroppWithEp,             ///< hpZ or qgZ with ep > 1
 };
-inline constexpr int kFeatures = static_cast<int>(Feature::kEpDeepEpWithoutEp) + 1;
+inline constexpr int kFeatures = static_cast<int>(Feature::kZeroppWithEp) + 1;
 inline constexpr int kRuntimes = 4;
 
 /// kNo: the runtime does not have it. kNotModelled: it has it, the simulator does not lower it. Both are

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <tuple>
 
 #include "core/error.hpp"
 
@@ -252,6 +253,33 @@ Knob activation_offload_knob() {
   return k;
 }
 
+// DeepSpeed ZeRO++ (docs/model.md "ZeRO++"); each prints nothing at its default: repro lines and run records
+// of other plans are unchanged.
+void add_zeropp_knobs(std::vector<Knob>& t) {
+  Knob h = int_knob("hpz_partition", "--hpz-partition",
+                    "DeepSpeed ZeRO++ hpZ (zero_hpz_partition_size): a secondary 16-bit copy of the ZeRO-3 "
+                    "parameters partitioned over this many consecutive ranks, gathered within them after "
+                    "the step's first forward (1 = off)",
+                    "1", 1, 1 << 16, &Plan::hpz_partition);
+  h.get = [](const Plan& p) {
+    return p.hpz_partition == 1 ? std::string() : std::to_string(p.hpz_partition);
+  };
+  t.push_back(h);
+  for (auto [key, flag, help, field] :
+       {std::tuple{"quantized_weights", "--quantized-weights",
+                   "DeepSpeed ZeRO++ qwZ (zero_quantized_weights): ZeRO-3 parameter all-gathers in int8 "
+                   "blocks with fp32 scales",
+                   &Plan::quantized_weights},
+        std::tuple{"quantized_gradients", "--quantized-gradients",
+                   "DeepSpeed ZeRO++ qgZ (zero_quantized_gradients): ZeRO-3 gradient reduce-scatter as int4 "
+                   "all-to-alls inside each node, then across nodes",
+                   &Plan::quantized_gradients}}) {
+    Knob k = switch_knob(key, flag, help, field);
+    k.get = [field](const Plan& p) { return std::string(p.*field ? "true" : ""); };
+    t.push_back(k);
+  }
+}
+
 std::vector<Knob> build_table() {
   std::vector<Knob> t;
   t.push_back(
@@ -468,6 +496,7 @@ std::vector<Knob> build_table() {
   }
   add_pipeline_knobs(t);
   add_cp_ep_knobs(t);
+  add_zeropp_knobs(t);
   return t;
 }
 

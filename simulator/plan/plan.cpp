@@ -291,6 +291,12 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
            " data-parallel ranks";
   });
   p.replicas = p.dp / p.shard_group;
+  // hpZ's groups are consecutive ranks of the world (deepspeed 0.19.8 utils/groups.py
+  // _create_zero_param_parallel_group: _ensure_divisibility(world_size, zero_hpz_partition_size)).
+  need(p.hpz_partition <= p.dp && p.dp % p.hpz_partition == 0, "--hpz-partition", [&] {
+    return "hpZ partition " + std::to_string(p.hpz_partition) + " does not divide the " +
+           std::to_string(p.dp) + " data-parallel ranks";
+  });
   if (p.zero == 0) {
     need(p.shard_group == p.dp, "--shard-group", "ZeRO-0 shards nothing; a shard group makes no sense");
   }

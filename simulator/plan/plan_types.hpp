@@ -310,6 +310,17 @@ struct Plan {
   /// allocator may use (the device's less the runtime overhead) as that allowed maximum.
   double allocator_gc_threshold = 0.0;
 
+  // ---- DeepSpeed ZeRO++ (deepspeed 0.19.8 runtime/zero/config.py; docs/model.md "ZeRO++") ----
+  /// zero_hpz_partition_size (hpZ): ZeRO-3 keeps a secondary copy of its 16-bit parameters partitioned over
+  /// this many consecutive ranks (inside a node), and every all-gather after the step's first forward
+  /// gathers from it within that group; 1 = off.
+  int hpz_partition = 1;
+  /// zero_quantized_weights (qwZ): ZeRO-3's parameter all-gathers move int8 blocks and fp32 scales.
+  bool quantized_weights = false;
+  /// zero_quantized_gradients (qgZ): ZeRO-3's gradient reduce-scatter is replaced by int4 all-to-alls,
+  /// inside each node then across nodes (with more than one node).
+  bool quantized_gradients = false;
+
   // ---- pipeline parallelism (simulator/simulate/pipeline_step.hpp) ----
   int pp = 1;  ///< pipeline-parallel degree (ranks of one pipeline), the outermost mesh dimension
   PpSchedule pp_schedule = PpSchedule::k1F1B;

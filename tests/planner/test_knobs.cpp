@@ -77,6 +77,9 @@ Plan all_changed() {
   x.sac_sdpa_ops = SacSdpaOps::kFlashEfficient;
   x.root_params = RootParams::kEmbeddingHead;
   x.keep_last_block = true;
+  x.hpz_partition = 8;
+  x.quantized_weights = true;
+  x.quantized_gradients = true;
   return x;
 }
 
@@ -112,7 +115,8 @@ TEST_CASE("knobs: a plan with every knob changed survives plan_to_flags and the 
         "--attention eager --attention-dropout --moe-impl loop "
         "--allocator expandable --allocator-gc-threshold 0.8 --pp 2 --pp-schedule interleaved-1f1b "
         "--virtual-stages 3 --pp-layers 1,2,3 "
-        "--cp 2 --ep 4 --moe-imbalance 1.25 --ep-backend allgather");
+        "--cp 2 --ep 4 --moe-imbalance 1.25 --ep-backend allgather --hpz-partition 8 --quantized-weights "
+        "--quantized-gradients");
   CHECK(parse_flags(flags) == x);
   CHECK(from_json(x) == x);
   // Derived keys are written next to the knobs and accepted back.
