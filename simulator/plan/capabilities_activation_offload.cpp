@@ -20,7 +20,7 @@ constexpr Support Y = Support::kYes, N = Support::kNo, M = Support::kNotModelled
 
 // save_on_cpu under FSDP2 and FSDP1 alike: the training loop's `with save_on_cpu(pin_memory=True): pred =
 // model(x)`.
-const std::initializer_list<Row> kTorchRows = {
+constexpr Row kTorchRows[] = {
     {Feature::kActOffloadAll, Y, SAVE_ON_CPU,
      "every tensor autograd saves in the model's forward is packed into pinned host memory by a copy on the "
      "current (compute) stream and its GPU storage dies when the forward drops it; unpacked on the compute "
@@ -39,7 +39,7 @@ const std::initializer_list<Row> kTorchRows = {
      "--compile"},
 };
 
-const std::initializer_list<Row> kDeepSpeedRows = {
+constexpr Row kDeepSpeedRows[] = {
     {Feature::kActOffloadAll, Y, DS_CPU_CKPT,
      "activation_checkpointing.cpu_checkpointing: each checkpointed block's input is copied to pinned host "
      "memory on a side stream (record_stream frees it once the copy drains; the newest input is kept on the "
@@ -60,7 +60,7 @@ const std::initializer_list<Row> kDeepSpeedRows = {
      "cpu_checkpointing under torch.compile is not modelled; drop --compile"},
 };
 
-const std::initializer_list<Row> kMegatronRows = {
+constexpr Row kMegatronRows[] = {
     {Feature::kActOffloadAll, N, MEGATRON_OFFLOAD,
      "TransformerConfig.__post_init__ requires cpu_offloading_num_layers < num_layers (the last layer's "
      "activations are needed first in backward); use --activation-offload N with N below the blocks"},
@@ -78,17 +78,8 @@ const std::initializer_list<Row> kMegatronRows = {
 
 }  // namespace
 
-const std::initializer_list<Row>& activation_offload_rows(Runtime r) {
-  switch (r) {
-    case Runtime::kDeepSpeed:
-      return kDeepSpeedRows;
-    case Runtime::kMegatron:
-      return kMegatronRows;
-    case Runtime::kFsdp2:
-    case Runtime::kFsdp1:
-      break;
-  }
-  return kTorchRows;
+std::span<const Row> activation_offload_rows(Runtime r) {
+  return rows_of(r, kTorchRows, kTorchRows, kDeepSpeedRows, kMegatronRows);
 }
 
 }  // namespace shardplan

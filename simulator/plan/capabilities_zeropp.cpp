@@ -10,7 +10,7 @@ namespace {
 
 constexpr Support Y = Support::kYes, N = Support::kNo;
 
-constexpr CapabilityRow kFsdp2[] = {
+constexpr Row kFsdp2[] = {
     {Feature::kHpz, N, "torch 2.15 torch/distributed/fsdp/_fully_shard/_fully_shard.py",
      "fully_shard has no secondary parameter partition beside its shard (its nearest mechanism, "
      "reshard_after_forward=<int>, is not modelled); use --shard-group for HSDP"},
@@ -28,7 +28,7 @@ constexpr CapabilityRow kFsdp2[] = {
      "no ZeRO++; drop --hpz-partition and --quantized-gradients"},
 };
 
-constexpr CapabilityRow kFsdp1[] = {
+constexpr Row kFsdp1[] = {
     {Feature::kHpz, N, "torch 2.15 torch/distributed/fsdp/api.py ShardingStrategy",
      "FSDP1 has no secondary parameter partition; use --shard-group (HYBRID_SHARD)"},
     {Feature::kHpzWithTp, N, "torch 2.15 torch/distributed/fsdp/api.py ShardingStrategy",
@@ -43,7 +43,7 @@ constexpr CapabilityRow kFsdp1[] = {
      "no ZeRO++; drop --hpz-partition and --quantized-gradients"},
 };
 
-constexpr CapabilityRow kDeepSpeed[] = {
+constexpr Row kDeepSpeed[] = {
     {Feature::kHpz, Y, "deepspeed 0.19.8 deepspeed/runtime/zero/partition_parameters.py _partition_param_sec",
      "zero_hpz_partition_size: after a parameter's first use each rank keeps ds_secondary_tensor (16-bit, "
      "1/hpz of the dp-padded parameter); later all-gathers run over zero_param_process_group (consecutive "
@@ -70,7 +70,7 @@ constexpr CapabilityRow kDeepSpeed[] = {
      "secondary tensor groups yet\"; use --ep 1"},
 };
 
-constexpr CapabilityRow kMegatron[] = {
+constexpr Row kMegatron[] = {
     {Feature::kHpz, N, "megatron-core 0.8.0 megatron/core/optimizer/distrib_optimizer.py",
      "the distributed optimizer keeps whole 16-bit parameters on every rank; drop --hpz-partition"},
     {Feature::kHpzWithTp, N, "megatron-core 0.8.0 megatron/core/optimizer/distrib_optimizer.py",
@@ -88,18 +88,8 @@ constexpr CapabilityRow kMegatron[] = {
 
 }  // namespace
 
-std::span<const CapabilityRow> zeropp_rows(Runtime r) {
-  switch (r) {
-    case Runtime::kFsdp2:
-      return kFsdp2;
-    case Runtime::kFsdp1:
-      return kFsdp1;
-    case Runtime::kDeepSpeed:
-      return kDeepSpeed;
-    case Runtime::kMegatron:
-      return kMegatron;
-  }
-  return {};
+std::span<const Row> zeropp_rows(Runtime r) {
+  return rows_of(r, kFsdp2, kFsdp1, kDeepSpeed, kMegatron);
 }
 
 }  // namespace shardplan

@@ -3,9 +3,7 @@
 // (capabilities_activation_offload.cpp), the token dispatch backends (ep_backend.cpp), DeepSpeed ZeRO++
 // (capabilities_zeropp.cpp).
 #pragma once
-#include <initializer_list>
 #include <span>
-#include <vector>
 
 #include "simulator/plan/capabilities.hpp"
 
@@ -17,17 +15,32 @@ struct Row {
   const char* source;  ///< file and version
   const char* note;    ///< what the runtime does, or why it is refused and what to use instead
 };
-using CapabilityRow = Row;
+
+/// Runtime `r`'s list among the four (in Runtime's order): how each file of rows answers for a runtime.
+inline std::span<const Row> rows_of(Runtime r, std::span<const Row> fsdp2, std::span<const Row> fsdp1,
+                                    std::span<const Row> deepspeed, std::span<const Row> megatron) {
+  switch (r) {
+    case Runtime::kFsdp2:
+      return fsdp2;
+    case Runtime::kFsdp1:
+      return fsdp1;
+    case Runtime::kDeepSpeed:
+      return deepspeed;
+    case Runtime::kMegatron:
+      return megatron;
+  }
+  return fsdp2;
+}
 
 /// The activation-offload rows of runtime `r` (capabilities_activation_offload.cpp).
-const std::initializer_list<Row>& activation_offload_rows(Runtime r);
+std::span<const Row> activation_offload_rows(Runtime r);
 
 /// The rows of DeepSpeed ZeRO++'s features (kHpz .. kZeroppWithEp) for runtime `r` (capabilities_zeropp.cpp).
-std::span<const CapabilityRow> zeropp_rows(Runtime r);
+std::span<const Row> zeropp_rows(Runtime r);
 
 /// The rows of the token dispatch backend features (kEpAllGather, kEpDeepEp, kEpDeepEpWithoutEp) of runtime
 /// `r` (ep_backend.cpp).
-const std::vector<CapabilityRow>& ep_backend_capability_rows(Runtime r);
+std::span<const Row> ep_backend_capability_rows(Runtime r);
 
 /// The dispatch backend runtime `r` uses when the plan names none: torchtitan's comm_backend "standard"
 /// (all-to-all), DeepSpeed's _AllToAll, Megatron-core 0.8.0's moe_token_dispatcher_type "allgather".

@@ -32,7 +32,7 @@ namespace {
 
 constexpr Support Y = Support::kYes, N = Support::kNo, M = Support::kNotModelled;
 
-const std::vector<CapabilityRow> kFsdp2 = {
+constexpr Row kFsdp2[] = {
     {Feature::kEpAllGather, N,
      "torchtitan 0.3.0 torchtitan/models/common/config_utils.py make_token_dispatcher_config",
      "torchtitan's comm_backend is standard (all-to-all), deepep, hybridep or minimal_async_ep: no "
@@ -48,7 +48,7 @@ const std::vector<CapabilityRow> kFsdp2 = {
      "\"DeepEPTokenDispatcher requires expert parallelism (expert_parallel_degree > 1)\": use --ep > 1 or "
      "--ep-backend alltoall"},
 };
-const std::vector<CapabilityRow> kFsdp1 = {
+constexpr Row kFsdp1[] = {
     {Feature::kEpAllGather, N, "torchtitan 0.3.0 torchtitan/distributed/parallel_dims.py",
      "fsdp1 has no expert parallelism; use --runtime fsdp2 or megatron"},
     {Feature::kEpDeepEp, N, "torchtitan 0.3.0 torchtitan/distributed/parallel_dims.py",
@@ -56,7 +56,7 @@ const std::vector<CapabilityRow> kFsdp1 = {
     {Feature::kEpDeepEpWithoutEp, N, "torchtitan 0.3.0 torchtitan/distributed/parallel_dims.py",
      "fsdp1 has no expert parallelism; use --runtime fsdp2"},
 };
-const std::vector<CapabilityRow> kDeepSpeed = {
+constexpr Row kDeepSpeed[] = {
     {Feature::kEpAllGather, N, "deepspeed 0.19.8 deepspeed/moe/sharded_moe.py MOELayer",
      "DeepSpeed's MoE dispatches with _AllToAll (and AutoEP with its all-to-all or DeepEP exchange), no "
      "all-gather dispatcher; use --ep-backend alltoall"},
@@ -67,7 +67,7 @@ const std::vector<CapabilityRow> kDeepSpeed = {
     {Feature::kEpDeepEpWithoutEp, N, "deepspeed 0.19.8 deepspeed/module_inject/auto_ep_layer.py",
      "DeepEP exchanges tokens between EP ranks (used only with ep_size > 1); use --ep > 1"},
 };
-const std::vector<CapabilityRow> kMegatron = {
+constexpr Row kMegatron[] = {
     {Feature::kEpAllGather, Y,
      "megatron-core 0.8.0 megatron/core/transformer/moe/token_dispatcher.py MoEAllGatherTokenDispatcher",
      "moe_token_dispatcher_type \"allgather\" (the default): all-gather of the TP x EP group's tokens, local "
@@ -82,18 +82,8 @@ const std::vector<CapabilityRow> kMegatron = {
 
 }  // namespace
 
-const std::vector<CapabilityRow>& ep_backend_capability_rows(Runtime r) {
-  switch (r) {
-    case Runtime::kFsdp2:
-      return kFsdp2;
-    case Runtime::kFsdp1:
-      return kFsdp1;
-    case Runtime::kDeepSpeed:
-      return kDeepSpeed;
-    case Runtime::kMegatron:
-      return kMegatron;
-  }
-  return kFsdp2;
+std::span<const Row> ep_backend_capability_rows(Runtime r) {
+  return rows_of(r, kFsdp2, kFsdp1, kDeepSpeed, kMegatron);
 }
 
 }  // namespace shardplan
