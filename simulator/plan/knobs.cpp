@@ -275,7 +275,8 @@ void add_zeropp_knobs(std::vector<Knob>& t) {
                    "all-to-alls inside each node, then across nodes",
                    &Plan::quantized_gradients}}) {
     Knob k = switch_knob(key, flag, help, field);
-    k.get = [field](const Plan& p) { return std::string(p.*field ? "true" : ""); };
+    bool Plan::*member = field;  // clang 14 cannot capture a structured binding (P1091R3 came in clang 16)
+    k.get = [member](const Plan& p) { return std::string(p.*member ? "true" : ""); };
     t.push_back(k);
   }
 }
