@@ -229,22 +229,62 @@ void read_zero_unmodelled(DsRead& r, const Json& zero, int stage) {
   if (const Json* v = r.value_of(zero, "zero_optimization", "overlap_comm");
       v && v->is_boolean() && v->get<bool>() != (stage == 3))
     c.unmodelled.push_back("zero_optimization.overlap_comm");
-  for (const char* k : {"mics_shard_size", "zero_hpz_partition_size"})
-    if (const Json* v = r.value_of(zero, "zero_optimization", k); v && v->is_number() && v->get<double>() > 1)
-      c.unmodelled.push_back(std::string("zero_optimization.") + k + " (MiCS / hpZ)");
-  for (const char* k :
-       {"zero_quantized_weights", "zero_quantized_gradients", "zero_quantized_nontrainable_weights"})
-    if (const Json* v = r.value_of(zero, "zero_optimization", k); v && v->is_boolean() && v->get<bool>())
-      c.unmodelled.push_back(std::string("zero_optimization.") + k + " (ZeRO++ quantized communication)");
+  if (const Json* v = r.value_of(zero, "zero_optimization", "mics_shard_size");
+      v && v->is_number() && v->get<double>() > 0)
+    c.unmodelled.push_back("zero_optimization.mics_shard_size (MiCS)");
+  if (const Json* v = r.value_of(zero, "zero_optimization", "zero_quantized_nontrainable_weights");
+      v && v->is_boolean() && v->get<bool>())
+    c.unmodelled.push_back(
+        "zero_optimization.zero_quantized_nontrainable_weights (ZeRO++ int8 gathers of frozen weights)");
+}
+
+/// ZeRO++ (deepspeed/runtime/zero/config.py, v0.19.8: zero_hpz_partition_size default 1,
+/// zero_quantized_weights / zero_quantized_gradients default false): the plan's hpz_partition,
+/// quantized_weights and quantized_gradients (docs/model.md "ZeRO++"). Below stage 3 DeepSpeed does not use
+/// them (engine.py _configure_zero_optimizer hands them to the stage-3 optimizer only): read, said, not set.
+void read_zeropp(DsRead& r, const Json& zero, int stage) {
+  ImportedConfig& c = r.c;
+  if (stage != 3) {
+    for (const char* k : {"zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients"})
+      if (r.value_of(zero, "zero_optimization", k))
+        c.assumed.push_back(std::string("zero_optimization.") + k + " is ignored by DeepSpeed below stage 3");
+    return;
+  }
+  if (const Json* v = r.value_of(zero, "zero_optimization", "zero_hpz_partition_size")) {
+    const std::string n = json_int(*v, r.path, "zero_optimization.zero_hpz_partition_size");
+    if (std::stoll(n) < 1)
+      throw InputError(r.path, "zero_optimization.zero_hpz_partition_size", "must be >= 1, got " + n);
+    c.knobs["hpz_partition"] = n;
+  }
+  for (const auto& [key, knob] : {std::pair{"zero_quantized_weights", "quantized_weights"},
+                                  std::pair{"zero_quantized_gradients", "quantized_gradients"}}) {
+    const Json* v = r.value_of(zero, "zero_optimization", key);
+    if (!v) continue;
+    if (!v->is_boolean())
+      throw InputError(r.path, std::string("zero_optimization.") + key,
+                       "expected true or false, got " + v->dump());
+    c.knobs[knob] = v->get<bool>() ? "true" : "false";
+  }
 }
 
 /// Activation checkpointing options, compile and the optimizer block.
 void read_ac_compile_optimizer(DsRead& r, const Json& j) {
   ImportedConfig& c = r.c;
   const Json ac = j.value("activation_checkpointing", Json::object());
-  for (const char* k : {"partition_activations", "cpu_checkpointing"})
-    if (r.value_of(ac, "activation_checkpointing", k) && json_true(ac, k))
-      c.unmodelled.push_back(std::string("activation_checkpointing.") + k);
+  if (r.value_of(ac, "activation_checkpointing", "partition_activations") &&
+      json_true(ac, "partition_activations"))
+    c.unmodelled.push_back("activation_checkpointing.partition_activations");
+  // cpu_checkpointing moves each checkpoint's input to the host (deepspeed/runtime/activation_checkpointing/
+  // checkpointing.py, v0.19.8: CheckpointFunction.forward copies inputs with .cpu() when
+  // CPU_CHECKPOINT); it acts only where the model calls deepspeed.checkpointing.checkpoint, i.e. full
+  // activation checkpointing of every block: --activation-offload all under --ac full.
+  if (r.value_of(ac, "activation_checkpointing", "cpu_checkpointing") && json_true(ac, "cpu_checkpointing")) {
+    c.knobs["activation_offload"] = "all";
+    c.knobs["ac"] = "full";
+    c.assumed.push_back(
+        "activation_checkpointing.cpu_checkpointing: the model checkpoints every block with "
+        "deepspeed.checkpointing.checkpoint (--ac full), whose inputs go to pinned host memory");
+  }
   for (const char* k :
        {"contiguous_memory_optimization", "number_checkpoints", "synchronize_checkpoint_boundary", "profile"})
     r.value_of(ac, "activation_checkpointing",
@@ -290,6 +330,7 @@ ImportedConfig import_deepspeed(const std::string& path) {
   read_precision(r, j);
   read_offload(r, zero, stage);
   read_zero_unmodelled(r, zero, stage);
+  read_zeropp(r, zero, stage);
   read_ac_compile_optimizer(r, j);
   std::map<std::string, std::string> leaves;
   json_leaves(j, "", leaves);

@@ -215,6 +215,40 @@ TEST_CASE("from: real DeepSpeed configs: auto values resolved as transformers do
   }
 }
 
+TEST_CASE("from: DeepSpeed ZeRO++ and cpu_checkpointing become the plan's knobs", "[from][real]") {
+  // DeepSpeed's ZeRO++ tutorial config (docs/_tutorials/zeropp.md): stage 3 with hpZ 16, qwZ and qgZ.
+  Run zpp = memory_from("ds-tutorial-zeropp.json", "llama3-8b", 32);
+  INFO(zpp.err);
+  REQUIRE(zpp.rc <= 1);
+  CHECK(zpp.plan["zero"] == 3);
+  CHECK(zpp.plan["hpz_partition"] == 16);
+  CHECK(zpp.plan["quantized_weights"] == true);
+  CHECK(zpp.plan["quantized_gradients"] == true);
+  CHECK_FALSE(has(zpp.err, "hpZ"));
+  CHECK(has(zpp.err, "zero_optimization.reduce_bucket_size"));  // 1e7, not DeepSpeed's 5e8: named
+  auto dir = ptest::temp_dir("from-zeropp");
+  // Below stage 3 DeepSpeed ignores the three (engine.py hands them to the stage-3 optimizer only): said,
+  // not set. cpu_checkpointing: the checkpoint inputs on the host under full AC.
+  ptest::write_text(dir / "z2.json",
+                    R"({"zero_optimization": {"stage": 2, "zero_hpz_partition_size": 8,
+                        "zero_quantized_gradients": true},
+                        "activation_checkpointing": {"cpu_checkpointing": true}})");
+  Run z2 = memory_from((dir / "z2.json").string());
+  INFO(z2.err);
+  REQUIRE(z2.rc <= 1);
+  CHECK(z2.plan["zero"] == 2);
+  CHECK(z2.plan.value("hpz_partition", 1) == 1);
+  CHECK(z2.plan.value("quantized_gradients", false) == false);
+  CHECK(has(z2.err, "zero_optimization.zero_hpz_partition_size is ignored by DeepSpeed below stage 3"));
+  CHECK(z2.plan["activation_offload"] == "all");
+  CHECK(z2.plan["ac"] == "full");
+  CHECK(has(z2.err, "cpu_checkpointing"));
+  ptest::write_text(dir / "bad.json", R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 0}})");
+  Run bad = memory_from((dir / "bad.json").string());
+  CHECK(bad.rc == 2);
+  CHECK(has(bad.err, "zero_optimization.zero_hpz_partition_size"));
+}
+
 TEST_CASE("from: real accelerate YAMLs: FSDP, DeepSpeed and DDP", "[from][real]") {
   Run fsdp = memory_from("alignment-handbook-fsdp.yaml");
   INFO(fsdp.err);
