@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <map>
 
 #include "calibration/nccl_tests_import.hpp"
 #include "calibration/profile.hpp"
@@ -15,6 +16,8 @@
 #include "planner/report/report.hpp"
 #include "simulator/collectives/collectives.hpp"
 #include "simulator/cost/cost.hpp"
+#include "simulator/plan/knobs.hpp"
+#include "simulator/plan/lora_plan.hpp"
 
 namespace shardplan::cli {
 
@@ -73,9 +76,25 @@ Command add_show_command(CLI::App& app) {
   sub->add_option("what", *what, "model | cluster")->required();
   sub->add_option("name", *name, "preset name or file")->required();
   sub->add_flag("--graph", *graph, "for a model: print the full layer graph (shardplan.graph/1)");
-  return {sub, [what, name, graph]() {
+  // The LoRA knobs (the knob table's flags): --graph prints the model as the plan trains it, frozen base,
+  // adapters and the activations a frozen base no longer saves (docs/model.md "LoRA and QLoRA").
+  auto lora = std::make_shared<std::map<std::string, std::string>>();
+  for (const char* key : {"lora_rank", "lora_targets", "lora_base"}) {
+    const Knob* k = find_knob(key);
+    sub->add_option_function<std::string>(
+        k->flag, [lora, key](const std::string& v) { (*lora)[key] = v; },
+        "with --graph: " + std::string(k->help));
+  }
+  return {sub, [what, name, graph, lora]() {
             if (*what == "model") {
               ModelGraph m = load_model(*name);
+              if (!lora->empty()) {
+                if (!*graph) throw InputError::flag("--lora-rank", "the LoRA knobs of show need --graph");
+                Plan p;
+                for (const auto& [key, text] : *lora)
+                  set_knob(*find_knob(key), p, text, find_knob(key)->flag);
+                m = lora_model(m, p);
+              }
               std::cout << (*graph ? m.to_graph_json() : model_spec_to_json(m.spec())).dump(1) << "\n";
             } else if (*what == "cluster") {
               std::cout << cluster_spec_to_json(load_cluster_spec(*name)).dump(1) << "\n";

@@ -105,6 +105,14 @@ struct ActTensor {
   bool saved_gathered = false;
   ActStream stream = ActStream::kCompute;
   bool expert = false;  ///< a routed expert's tensor (per token: the top_k experts it passes through)
+  /// Saved only as the input of linear layers, for their weight gradients: autograd saves an mm's input
+  /// only when the weight requires grad (torch 2.15 derivatives.yaml `mm`: mat2's gradient reads `self`;
+  /// the generated autograd saves a variable only for an input that requires grad). `weight_grad_of`: bits
+  /// over the layer's tensors (Layer::tensors indices) of those weights; none where the weight lives in
+  /// another layer (a tied LM head). A frozen base keeps it only where one of them carries a LoRA adapter,
+  /// whose lora_A reads the same x (simulator/model/lora.cpp).
+  bool weight_grad_only = false;
+  std::uint32_t weight_grad_of = 0;
   /// The layer GEMM whose output it is (index into Layer::gemms, and which of its `count` calls); -1: not a
   /// GEMM output. Op-level SAC's mm parity walks these.
   std::int16_t gemm = -1, call = 0;

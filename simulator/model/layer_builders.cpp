@@ -70,6 +70,15 @@ ActTensor& add_activation(Layer& l, std::string name, double per_token, ActSplit
 // Reference lane, Llama 3 70B TP 8 (tools/reference/configs.txt): two 64 MiB all_gather_into_tensor outputs
 // saved per block at 4,096 tokens (q/k/v's and w1/w3's inputs) and the head's 256 MiB gathered input at
 // 16,384 tokens, each freed by its layer's backward (docs/model.md "Tensor parallelism").
+void weight_grad_input(Layer& l, const std::string& name, std::initializer_list<const char*> weights) {
+  ActTensor* a = find_act(l, name);
+  if (!a) return;
+  a->weight_grad_only = true;
+  for (const char* w : weights)
+    for (std::size_t i = 0; i < l.tensors.size() && i < 32; ++i)
+      if (l.tensors[i].name == w) a->weight_grad_of |= std::uint32_t{1} << i;
+}
+
 void add_tp_gathered_input(Layer& l) {
   ActTensor* in = find_act(l, "input");
   if (!in || in->split != ActSplit::kSequence) return;
@@ -82,6 +91,8 @@ void add_tp_gathered_input(Layer& l) {
   ActTensor& gathered = act(l, "all_gather.out", width, ActSplit::kNone);
   gathered.only = ActOnly::kTpGathered;
   gathered.sac = ActSac::kRecompute;  // not on torchtitan's save list: op-level SAC recomputes the gather
+  gathered.weight_grad_only = in->weight_grad_only;  // saved by the same linears as the input
+  gathered.weight_grad_of = in->weight_grad_of;
 }
 
 void dies_after(Layer& l, const std::string& name, const std::string& consumer) {
@@ -197,6 +208,9 @@ Layer make_mla(const ModelSpec& s, int block, Layer l) {
   act(l, "v", O, ActSplit::kTp);
   sdpa_outputs(l, O, A);
   gemm_out(unsaved(act(l, "wo.out", H, ActSplit::kNone), ActLife::kUntracked), gi++);
+  weight_grad_input(l, "input", {"wq", "wq_a", "wkv_a"});
+  weight_grad_input(l, "q_norm.out", {"wq_b"});
+  weight_grad_input(l, "kv_norm.out", {"wkv_b"});
   // Rotary on the rope part of q (a·dr) and on the shared key (dr); the two norms (fused: read + write bf16);
   // assembling K from the nope part and the broadcast rotary key (write 2·a·dqk); residual add 6h.
   const double rope = static_cast<double>(a * m.qk_rope_head_dim + m.qk_rope_head_dim);
@@ -226,6 +240,7 @@ void attention_activations(const ModelSpec& s, Layer& l) {
                kv = static_cast<double>(s.kv_heads * s.head_dim);
   const bool rotary = s.positions == PositionKind::kRotary, qk_norm = s.qk_norm != QkNormKind::kNone;
   input(l, h, ActSplit::kSequence);
+  weight_grad_input(l, "input", {"wq", "wk", "wv", "wqkv"});
   if (s.fused_qkv) {
     // Phi-3 qkv_proj: one output whose V slice SDPA saves (counted as V alone: the q and k slices the saved
     // view keeps alive are not); the rotary's temporaries are its fp32 copies and products only.

@@ -2,6 +2,7 @@
 // transformer spec — its parameter tensors, GEMMs, attention core and its list of activation tensors
 // (activations.hpp), derived from torchtitan 0.3.0's model code and torch 2.15's saved tensors.
 #pragma once
+#include <initializer_list>
 #include <string>
 
 #include "simulator/model/model_graph.hpp"
@@ -17,6 +18,9 @@ void dies_after(Layer& l, const std::string& name, const std::string& consumer);
 /// Marks the layer's "input" tensor as its block's input (ActRole::kBlockInput): the checkpoint's one saved
 /// tensor under full AC, and the checkpointed function's input, which op-level SAC keeps.
 void mark_block_input(Layer& l);
+/// Marks the activation `name` as saved only as the input of the layer's linear weights `weights` (those
+/// that exist in l.tensors; ActTensor::weight_grad_only).
+void weight_grad_input(Layer& l, const std::string& name, std::initializer_list<const char*> weights);
 /// The layer's input, made by the previous layer (ActTensor::input).
 ActTensor& input(Layer& l, double per_token, ActSplit split);
 /// A tensor no regime without AC saves (a GEMM output the next op consumes, a temporary).

@@ -142,19 +142,31 @@ void add_adapters(Layer& l, const Tensor& base, int r, std::vector<Tensor>& adde
   a.gemm = a_gemm;
 }
 
+/// With the base frozen, a linear's input that only the linears' weight gradients saved is not saved, unless
+/// one of them carries an adapter (`adapted`: bits over l.tensors), whose lora_A saves the same x.
+void drop_frozen_inputs(Layer& l, std::uint32_t adapted) {
+  for (ActTensor& a : l.activations)
+    if (a.weight_grad_only && (a.weight_grad_of & adapted) == 0) a.eager = a.compiled = false;
+}
+
 void lora_layer(Layer& l, const LoraSpec& spec) {
   // The base's GEMMs compute input gradients only; the adapters' GEMMs, appended below, train.
   for (Gemm& g : l.gemms) g.frozen = true;
   std::vector<Tensor> adapters;
-  for (Tensor& t : l.tensors) {
+  std::uint32_t adapted = 0;
+  for (std::size_t i = 0; i < l.tensors.size(); ++i) {
+    Tensor& t = l.tensors[i];
     const Tensor before = t;
     t.frozen = true;
     if (spec.base != WeightStore::kBf16 && quantised(l, t))
       quantise(t, spec.base, l.buffers);
     else
       t.store = WeightStore::kBf16;
-    if (targeted(l, before, spec.targets)) add_adapters(l, before, spec.rank, adapters);
+    if (!targeted(l, before, spec.targets)) continue;
+    add_adapters(l, before, spec.rank, adapters);
+    if (i < 32) adapted |= std::uint32_t{1} << i;
   }
+  drop_frozen_inputs(l, adapted);
   l.tensors.insert(l.tensors.end(), adapters.begin(), adapters.end());
 }
 

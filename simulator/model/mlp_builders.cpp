@@ -91,6 +91,9 @@ void mlp_activations(const ModelSpec& s, Layer& l, std::int64_t f, std::int64_t 
     moe_combine_lifetimes(l, out);
     return;
   }
+  weight_grad_input(l, "input", {"w_gate", "w_up", "w_gate_up", "w_fc1"});
+  weight_grad_input(l, "mul.out", {"w_down"});
+  weight_grad_input(l, "gelu.out", {"w_fc2"});
   // Where a regime drops them, each operand dies once its consumer exists (the lane's traces of a Llama 3 8B
   // block under full AC: w1's output after SiLU, SiLU's and w3's after the product, the product after w2);
   // the layer's input when it returns.

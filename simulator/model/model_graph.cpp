@@ -220,6 +220,7 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
   ActTensor& head_in = add_activation(head, "input", static_cast<double>(s.hidden), ActSplit::kSequence);
   head_in.sac = ActSac::kSave;
   head_in.input = true;
+  detail::weight_grad_input(head, "input", {"weight"});  // none with tied embeddings: the embedding's weight
   detail::add_tp_gathered_input(head);
   auto hv = add(head);
   boost::add_edge(fn, hv, g);

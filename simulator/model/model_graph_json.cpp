@@ -82,7 +82,7 @@ E parse_enum(const std::string& s, std::initializer_list<E> values, const std::s
   throw InputError(file, where, "unknown value \"" + s + "\"; expected one of: " + valid);
 }
 
-Json activations_to_json(const std::vector<ActTensor>& acts) {
+Json activations_to_json(const std::vector<ActTensor>& acts, const std::vector<Tensor>& tensors) {
   Json out = Json::array();
   for (const ActTensor& a : acts) {
     Json j = {{"name", a.name},
@@ -101,13 +101,19 @@ Json activations_to_json(const std::vector<ActTensor>& acts) {
     if (a.consumer >= 0) j["consumer"] = a.consumer;
     if (a.input) j["input"] = true;
     if (a.saved_gathered) j["saved_gathered"] = true;
+    if (a.weight_grad_only) {
+      Json names = Json::array();
+      for (std::size_t t = 0; t < tensors.size() && t < 32; ++t)
+        if (a.weight_grad_of & (std::uint32_t{1} << t)) names.push_back(tensors[t].name);
+      j["weight_grad_of"] = names;
+    }
     out.push_back(j);
   }
   return out;
 }
 
-std::vector<ActTensor> activations_from_json(const Json& arr, const std::string& file,
-                                             const std::string& at) {
+std::vector<ActTensor> activations_from_json(const Json& arr, const std::vector<Tensor>& tensors,
+                                             const std::string& file, const std::string& at) {
   if (!arr.is_array()) throw InputError(file, at, "expected an array of activation tensors");
   std::vector<ActTensor> out;
   for (std::size_t i = 0; i < arr.size(); ++i) {
@@ -142,6 +148,19 @@ std::vector<ActTensor> activations_from_json(const Json& arr, const std::string&
     if (o.str("stream", "compute") != "compute")
       o.fail("stream", "expected \"compute\" (activations are allocated on the default stream)");
     a.expert = o.boolean("expert", false);
+    if (auto* w = o.raw_optional("weight_grad_of")) {
+      // The layer's weights whose gradient alone saves it (ActTensor::weight_grad_only), by name.
+      if (!w->is_array()) o.fail("weight_grad_of", "expected an array of the layer's tensor names");
+      a.weight_grad_only = true;
+      for (const Json& n : *w) {
+        std::size_t t = 0;
+        while (t < tensors.size() && !(n.is_string() && tensors[t].name == n.get<std::string>())) ++t;
+        if (t >= tensors.size() || t >= 32)
+          o.fail("weight_grad_of", "\"" + (n.is_string() ? n.get<std::string>() : n.dump()) +
+                                       "\" is none of the layer's first 32 tensors");
+        a.weight_grad_of |= std::uint32_t{1} << t;
+      }
+    }
     if (auto* g = o.raw_optional("gemm")) {
       if (!g->is_array() || g->size() != 2) o.fail("gemm", "expected [gemm index, call]");
       a.gemm = static_cast<std::int16_t>(json_integer((*g)[0], file, o.pointer("gemm") + "/0", 0, 1 << 14));
@@ -431,7 +450,7 @@ Json ModelGraph::to_graph_json() const {
                {"block", l.block},
                {"tensors", tensors},
                {"gemms", gemms},
-               {"activations", activations_to_json(l.activations)},
+               {"activations", activations_to_json(l.activations, l.tensors)},
                {"elementwise_bytes_per_token", l.elementwise_bytes_per_token},
                {"eager_elementwise_bytes_per_token", l.eager_elementwise_bytes_per_token}};
     if (!buffers.empty()) jl["buffers"] = buffers;
@@ -493,7 +512,7 @@ ModelGraph ModelGraph::from_graph_json(const Json& j, const std::string& file) {
       ao->finish();
     }
     if (auto* as = lo.raw_optional("activations")) {
-      l.activations = activations_from_json(*as, file, lo.pointer("activations"));
+      l.activations = activations_from_json(*as, l.tensors, file, lo.pointer("activations"));
       if (legacy.any)
         lo.fail("activations", "give either \"activations\" or the per-token keys of the earlier format");
     } else {
