@@ -16,8 +16,7 @@
 #include "planner/report/report.hpp"
 #include "simulator/collectives/collectives.hpp"
 #include "simulator/cost/cost.hpp"
-#include "simulator/plan/knobs.hpp"
-#include "simulator/plan/lora_plan.hpp"
+#include "simulator/plan/plan.hpp"
 
 namespace shardplan::cli {
 
