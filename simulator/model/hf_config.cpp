@@ -147,6 +147,7 @@ void read_gpt_oss(const HfReader& r, ModelSpec& s) {
   // quantization_config mxfp4: the checkpoint's expert weight matrices are MXFP4 (not their biases, the
   // router, attention, embeddings or head: modules_to_not_convert).
   s.moe.peft_expert_targets = false;  // GptOssExperts: fused parameters (ModelSpec::MoeSpec)
+  s.moe.router_linear = false;        // GptOssTopKRouter: an nn.Parameter, not an nn.Linear
   s.moe.experts = static_cast<int>(r.integer("num_local_experts"));
   s.moe.top_k = static_cast<int>(r.integer("num_experts_per_tok"));
   s.moe.ffn_hidden = s.ffn_hidden;

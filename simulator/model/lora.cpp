@@ -84,10 +84,13 @@ std::string module_name(const Layer& l, const Tensor& t) {
   return t.name.rfind(prefix, 0) == 0 ? t.name.substr(prefix.size()) : t.name;
 }
 
-bool targeted(const Layer& l, const Tensor& t, const std::vector<std::string>& targets) {
+/// Whether `t` gets an adapter; `router_linear`: the model's MoE router is an nn.Linear that all-linear adapts
+/// (ModelSpec::MoeSpec::router_linear).
+bool targeted(const Layer& l, const Tensor& t, const std::vector<std::string>& targets, bool router_linear) {
   if (!linear_weight(t) || (l.block < 0 && l.kind != LayerKind::kLmHead)) return false;
   const std::string m = module_name(l, t);
-  if (std::find(targets.begin(), targets.end(), kAllLinear) != targets.end()) return l.block >= 0;
+  if (std::find(targets.begin(), targets.end(), kAllLinear) != targets.end())
+    return l.block >= 0 && (router_linear || l.kind != LayerKind::kMoe || m != "router");
   return std::find(targets.begin(), targets.end(), m) != targets.end();
 }
 
@@ -149,7 +152,7 @@ void drop_frozen_inputs(Layer& l, std::uint32_t adapted) {
     if (a.weight_grad_only && (a.weight_grad_of & adapted) == 0) a.eager = a.compiled = false;
 }
 
-void lora_layer(Layer& l, const LoraSpec& spec) {
+void lora_layer(Layer& l, const LoraSpec& spec, bool router_linear) {
   // The base's GEMMs compute input gradients only; the adapters' GEMMs, appended below, train.
   for (Gemm& g : l.gemms) g.frozen = true;
   std::vector<Tensor> adapters;
@@ -162,7 +165,7 @@ void lora_layer(Layer& l, const LoraSpec& spec) {
       quantise(t, spec.base, l.buffers);
     else
       t.store = WeightStore::kBf16;
-    if (!targeted(l, before, spec.targets)) continue;
+    if (!targeted(l, before, spec.targets, router_linear)) continue;
     add_adapters(l, before, spec.rank, adapters);
     if (i < 32) adapted |= std::uint32_t{1} << i;
   }
@@ -238,7 +241,7 @@ std::vector<std::string> lora_target_tensors(const ModelGraph& model, const std:
   for (const std::string& n : names) {
     bool found = false;
     for (const Layer* l : model.order())
-      for (const Tensor& t : l->tensors) found = found || targeted(*l, t, {n});
+      for (const Tensor& t : l->tensors) found = found || targeted(*l, t, {n}, true);
     if (!found)
       throw InputError::flag(flag, "\"" + n + "\" is no linear weight of " + model.spec().name +
                                        " (routed experts' grouped weights and a tied output layer take no "
@@ -249,7 +252,8 @@ std::vector<std::string> lora_target_tensors(const ModelGraph& model, const std:
 
 ModelGraph apply_lora(const ModelGraph& model, const LoraSpec& spec) {
   if (spec.rank <= 0 || has_frozen_parameters(model)) return model;
-  return model.with_layers([&](Layer& l) { lora_layer(l, spec); });
+  const bool router_linear = model.spec().moe.router_linear;
+  return model.with_layers([&](Layer& l) { lora_layer(l, spec, router_linear); });
 }
 
 bool has_frozen_parameters(const ModelGraph& model) {

@@ -104,6 +104,7 @@ ModelSpec parse_model_spec(JsonObj o) {
     s.moe.router_bias = moe->boolean("router_bias", false);
     s.moe.mxfp4_experts = parse_enum(*moe, "checkpoint_format", {{"bf16", false}, {"mxfp4", true}}, false);
     s.moe.peft_expert_targets = moe->boolean("peft_expert_targets", true);
+    s.moe.router_linear = moe->boolean("router_linear", true);
     moe->finish();
   }
   if (auto mla = o.optional_object("mla")) {
@@ -231,6 +232,7 @@ Json model_spec_to_json(const ModelSpec& s) {
     if (s.moe.router_bias) m["router_bias"] = true;
     if (s.moe.mxfp4_experts) m["checkpoint_format"] = "mxfp4";
     if (!s.moe.peft_expert_targets) m["peft_expert_targets"] = false;
+    if (!s.moe.router_linear) m["router_linear"] = false;
     j["moe"] = m;
   }
   if (s.mla.enabled())

@@ -49,6 +49,10 @@ struct MoeSpec {
   /// _convert_peft_config_moe). false: the experts have always been fused parameters (gpt_oss, llama4), which
   /// all-linear skips.
   bool peft_expert_targets = true;
+  /// The router is an nn.Linear, which PEFT's all-linear adapts (Mixtral's / Qwen-MoE's / DeepSeek's gate,
+  /// Llama4Router). false: gpt-oss's GptOssTopKRouter holds its weight as a plain nn.Parameter (transformers
+  /// models/gpt_oss/modeling_gpt_oss.py), which all-linear skips.
+  bool router_linear = true;
   bool is_moe_block(int b) const;
   std::int64_t expert_ffn(std::int64_t dense_ffn) const { return ffn_hidden > 0 ? ffn_hidden : dense_ffn; }
 };

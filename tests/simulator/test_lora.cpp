@@ -229,6 +229,11 @@ TEST_CASE("LoRA on MoE: PEFT reaches the fused experts by their v4 names, which 
   const Setup g("gpt-oss-20b", "dgx-h100", 8);
   CHECK_FALSE(g.model.spec().moe.peft_expert_targets);
   CHECK_NOTHROW(lora_target_tensors(g.model, "all-linear"));
+  // Nor does it adapt GptOssTopKRouter (an nn.Parameter, not an nn.Linear): only q, k, v, o of the 24 blocks,
+  // h = 2880, q = 64 x 64 = 4096, kv = 8 x 64 = 512: 16 x ((2880 + 4096) + 2 (2880 + 512) + (4096 + 2880)).
+  CHECK_FALSE(g.model.spec().moe.router_linear);
+  LoraSpec all{16, lora_target_tensors(g.model, "all-linear"), WeightStore::kBf16};
+  CHECK(trainable_parameters(apply_lora(g.model, all)) == 24 * 16 * (6976 + 2 * 3392 + 6976));
 }
 
 TEST_CASE("LoRA: monotone in the rank, never above full fine-tuning, lower bound below the peak",
