@@ -84,8 +84,8 @@ std::string module_name(const Layer& l, const Tensor& t) {
   return t.name.rfind(prefix, 0) == 0 ? t.name.substr(prefix.size()) : t.name;
 }
 
-/// Whether `t` gets an adapter; `router_linear`: the model's MoE router is an nn.Linear that all-linear adapts
-/// (ModelSpec::MoeSpec::router_linear).
+/// Whether `t` gets an adapter; `router_linear`: the model's MoE router is an nn.Linear that all-linear
+/// adapts (ModelSpec::MoeSpec::router_linear).
 bool targeted(const Layer& l, const Tensor& t, const std::vector<std::string>& targets, bool router_linear) {
   if (!linear_weight(t) || (l.block < 0 && l.kind != LayerKind::kLmHead)) return false;
   const std::string m = module_name(l, t);
