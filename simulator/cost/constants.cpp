@@ -3,16 +3,17 @@
 
 namespace shardplan {
 
-BytesPerParam bytes_per_param(Runtime rt, Precision p) {
-  // Megatron-core (bf16-mixed only, plan.cpp): bf16 parameters in the param buffer, fp32 main_grad in the
-  // grad buffer (grad_reduce_in_fp32; persistent_state uses 2 bytes when the reduce dtype is bf16), fp32 main
-  // parameters + Adam exp_avg + exp_avg_sq in the distributed optimizer (distrib_optimizer.py
+BytesPerParam bytes_per_param(const RuntimeTraits& rt, Precision p) {
+  // The master weights in the optimizer (RuntimeTraits::master_weights_in_optimizer): 16-bit parameters and
+  // gradients, fp32 master + Adam exp_avg + exp_avg_sq. Megatron-core: bf16 parameters in the param buffer,
+  // fp32 main_grad in the grad buffer (grad_reduce_in_fp32; persistent_state uses 2 bytes when the reduce
+  // dtype is bf16), fp32 main parameters in the distributed optimizer (distrib_optimizer.py
   // _build_model_and_main_param_groups: shard_main_param = shard_model_param.clone().float()).
-  if (rt == Runtime::kMegatron) return {2, 4, 12};
+  if (rt.master_weights_in_optimizer) return {2, rt.grads_in_reduce_dtype ? 4 : 2, 12};
   switch (p) {
     case Precision::kBf16Mixed:
-    case Precision::kFp16Mixed:  // the same tensors with fp16 compute (DeepSpeed: fp16 params and grads)
-      return rt == Runtime::kDeepSpeed ? BytesPerParam{2, 2, 12} : BytesPerParam{4, 4, 8};
+    case Precision::kFp16Mixed:  // the same tensors with fp16 compute
+      return {4, 4, 8};
     case Precision::kBf16:
       return {2, 2, 8};
     case Precision::kBf16True:
@@ -41,13 +42,13 @@ double optimizer_traffic_vs_adamw(Optimizer o) {
   return 1.0;
 }
 
-double optimizer_bytes_per_param(Runtime rt, Precision p, bool fused, Optimizer o) {
+double optimizer_bytes_per_param(const RuntimeTraits& rt, Precision p, bool fused, Optimizer o) {
   double b = 28;
   switch (p) {
     case Precision::kBf16Mixed:
     case Precision::kFp16Mixed:
       // DeepSpeed and Megatron step a flat fp32 partition and write the 16-bit copy back.
-      b = rt == Runtime::kDeepSpeed || rt == Runtime::kMegatron ? 40 : 28;
+      b = rt.master_weights_in_optimizer ? 40 : 28;
       break;
     case Precision::kBf16:
       b = 22;

@@ -171,15 +171,17 @@ inline constexpr double kDeepEpRdmaFraction = 43.0 / 50.0;
 struct BytesPerParam {
   int params, grads, optimizer;
 };
-/// FSDP bf16-mixed keeps fp32 sharded params, fp32 grads and Adam moments (4/4/8); DeepSpeed bf16-mixed keeps
-/// bf16 params and grads with fp32 master + moments (2/2/12); bf16 2/2/8; bf16-true 2/2/4; fp32 4/4/8.
-BytesPerParam bytes_per_param(Runtime rt, Precision p);
+/// FSDP bf16-mixed keeps fp32 sharded params, fp32 grads and Adam moments (4/4/8); a runtime with the master
+/// weights in the optimizer (DeepSpeed bf16-mixed) bf16 params and grads with fp32 master + moments (2/2/12;
+/// Megatron-core's grads in the reduce dtype, 4 by default); bf16 2/2/8; bf16-true 2/2/4; fp32 4/4/8.
+BytesPerParam bytes_per_param(const RuntimeTraits& rt, Precision p);
 /// HBM traffic of the optimizer step per local parameter (docs/mechanics.md §5): fused AdamW on fp32 state 28
 /// B, DeepSpeed (bf16->fp32 grad convert, Adam, fp32->bf16 copy) 40 B, bf16 params + fp32 moments 22 B,
 /// all-bf16 14 B; times kForeachOptimizerTrafficFactor when not fused; plus kGradNormBytesPerParam. Other
 /// optimizers scale AdamW's fused traffic by optimizer_traffic_vs_adamw (Muon: its matrices' local update;
 /// the gathered matrix's passes and GEMMs are added by the lowering).
-double optimizer_bytes_per_param(Runtime rt, Precision p, bool fused, Optimizer o = Optimizer::kAdamW);
+double optimizer_bytes_per_param(const RuntimeTraits& rt, Precision p, bool fused,
+                                 Optimizer o = Optimizer::kAdamW);
 /// The optimizer's HBM traffic per element over fused AdamW's 28 B (fp32 parameter, gradient and state;
 /// counted per pass, reads + writes):
 /// sgd 20 (p r+w, g r, momentum r+w: fused SGD, torch/optim/sgd.py); lion 76 (lion-pytorch 0.2.5

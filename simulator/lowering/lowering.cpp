@@ -268,7 +268,7 @@ void Lowering::optimizer_step() {
     // torch 2.15's foreach Adafactor (the default on CUDA): var_estimates, one tensor like each parameter
     // (row_var @ col_var, or variance.clone()), all alive until the update (torch/optim/_adafactor.py
     // _multi_tensor_adafactor), in the state's dtype.
-    const Bytes tmp = B(local_params * moment_bytes(p_));
+    const Bytes tmp = B(local_params * moment_bytes(rt_, p_));
     const std::int32_t g = alloc_tensors(MemCategory::kOptimizer, kPoolDefault, tmp, optimizer_params_);
     free_group(MemCategory::kOptimizer, kPoolDefault, g, tmp);
   }

@@ -16,7 +16,7 @@ void Lowering::backward(int mb, bool last_mb) {
   // IPG bucket allocated at the start of every backward (contiguous_gradients; DeepSpeed ZeRO-1/2).
   const std::int32_t ipg_id =
       rt_.ipg_bucket_per_backward ? alloc_one(MemCategory::kCommBuffers, kPoolDefault, ipg_bucket) : -1;
-  st.grad_bytes_per_elem = bytes_per_param(p_.runtime, p_.precision).grads;
+  st.grad_bytes_per_elem = bytes_per_param(rt_, p_.precision).grads;
   // Megatron's grad buffer: a bucket's reduction is issued once the backward has written its last gradient
   // (in place on the buffer, over the data-parallel x context-parallel ranks, in the reduce dtype).
   if (rt_.grad_buffer_buckets) st.bucket_of = grad_buffer_bucket_of_unit();
@@ -232,7 +232,7 @@ void Lowering::post_backward(UnitBackward& ub, BackwardStep& st) {
   // TP 8: the 250.5 MiB `clone` beside the 2,004 MiB gradient at the embedding's post-backward). The unit's
   // reduce-scatter then reads (and frees) the redistributed tensor; the Partial one is freed after it.
   std::int32_t partial_local_id = -1;
-  if (ub.emb_extra > 0 && p_.runtime == Runtime::kFsdp2) {
+  if (ub.emb_extra > 0 && rt_.redistributes_partial_grads) {
     partial_local_id = ugrad_id_[su];
     ugrad_id_[su] = alloc_tensors(MemCategory::kGrads, kPoolDefault, ub.ugrad, ut.params_local);
   }

@@ -8,21 +8,20 @@ namespace shardplan::detail {
 
 Lowering::ScalerTensors Lowering::loss_scaler() {
   const StateElems e = state_elems(in_.model, p_);
-  const BytesPerParam bpp = bytes_per_param(p_.runtime, p_.precision);
+  const BytesPerParam bpp = bytes_per_param(rt_, p_.precision);
   // What the check reads: torch's GradScaler the optimizer's gradients (FSDP: this rank's shards, in the
   // reduce dtype), megatron its fp32 main gradients of the distributed optimizer's shard, DeepSpeed the
   // 16-bit gradients of its partition (ZeRO-0: all of them).
   double bytes = 0;
-  switch (p_.runtime) {
-    case Runtime::kFsdp2:
-    case Runtime::kFsdp1:
+  switch (rt_.scaler_check) {
+    case ScalerCheck::kReducedGrads:
       bytes =
           static_cast<double>(e.grads) * (p_.reduce() == Dtype::kFp32 ? 4.0 : 2.0) * fw::kTorchUnscalePasses;
       break;
-    case Runtime::kMegatron:
+    case ScalerCheck::kMainGrads:
       bytes = static_cast<double>(e.optimizer) * 4.0 * fw::kTorchUnscalePasses;
       break;
-    case Runtime::kDeepSpeed:
+    case ScalerCheck::kPartitionGrads:
       bytes = static_cast<double>(e.optimizer) * bpp.grads * fw::kDeepSpeedOverflowPasses;
       break;
   }
@@ -39,7 +38,7 @@ Lowering::ScalerTensors Lowering::loss_scaler() {
   t.label = label([] { return std::string("loss scaler: inf/nan check, unscale, found-inf all_reduce"); });
   const std::int32_t id = out_.program.add(t);
   ScalerTensors live;
-  if (p_.runtime == Runtime::kFsdp2 || p_.runtime == Runtime::kFsdp1 || p_.runtime == Runtime::kMegatron) {
+  if (rt_.scaler_check != ScalerCheck::kPartitionGrads) {
     // found_inf and inv_scale (`self._scale.double().reciprocal().float()`): one fp32 element each, alive
     // until GradScaler.step has read found_inf (torch 2.15 torch/amp/grad_scaler.py unscale_); megatron's
     // found_inf likewise (optimizer.py).

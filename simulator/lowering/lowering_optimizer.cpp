@@ -15,11 +15,11 @@ double Lowering::optimizer_device_s() const {
   if (p_.optimizer == Optimizer::kMuon) {
     // Muon's matrices: the local momentum update and the parameter's update; the rest: its AdamW.
     bytes = static_cast<double>(w.matrix_elems) *
-                optimizer_bytes_per_param(p_.runtime, p_.precision, p_.fused_optimizer, Optimizer::kMuon) +
-            rest * optimizer_bytes_per_param(p_.runtime, p_.precision, p_.fused_optimizer, Optimizer::kAdamW);
+                optimizer_bytes_per_param(rt_, p_.precision, p_.fused_optimizer, Optimizer::kMuon) +
+            rest * optimizer_bytes_per_param(rt_, p_.precision, p_.fused_optimizer, Optimizer::kAdamW);
   } else {
     bytes = static_cast<double>(w.elems) *
-            optimizer_bytes_per_param(p_.runtime, p_.precision, p_.fused_optimizer, p_.optimizer);
+            optimizer_bytes_per_param(rt_, p_.precision, p_.fused_optimizer, p_.optimizer);
   }
   double s = in_.costs.optimizer_s(bytes);
   // torch 2.15's Adafactor reads two norms back per tensor (.item()): the stream drains each time.
@@ -45,7 +45,7 @@ std::int32_t Lowering::muon_orthogonalise(std::int32_t after) {
   const int F = sharded ? p_.fsdp_ranks() : 1;
   // The momentum update is in the sharded gradient's dtype (fp32 under bf16-mixed); Newton-Schulz runs in
   // bf16 whatever the training precision (_zeropower_via_newtonschulz: grad.to(torch.bfloat16)).
-  const double gb = bytes_per_param(p_.runtime, p_.precision).grads;
+  const double gb = bytes_per_param(rt_, p_.precision).grads;
   std::int32_t last = after;
   for (int u = 0; u < U_; ++u) {
     for (const Layer* l : unit(u).layers) {

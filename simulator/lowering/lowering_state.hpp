@@ -58,8 +58,8 @@ class Lowering {
         offload_(offload_split(p_)),
         pcie_Bps_(in.cluster.spec().node.pcie_Bps * K_.pcie_efficiency),
         // FSDP offloads the sharded fp32 (bf16-mixed) parameters; ZeRO-Infinity the 16-bit partitions.
-        host_param_bytes_(bytes_per_param(p_.runtime, p_.precision).params),
-        host_grad_bytes_(in.traits.native_cpu_adam ? 4.0 : bytes_per_param(p_.runtime, p_.precision).grads) {}
+        host_param_bytes_(bytes_per_param(in.traits, p_.precision).params),
+        host_grad_bytes_(in.traits.native_cpu_adam ? 4.0 : bytes_per_param(in.traits, p_.precision).grads) {}
 
   void run();
 

@@ -155,16 +155,16 @@ void Lowering::initial_tensors() {
   const Span none{};
   // Parameters: FSDP2 one sharded tensor per parameter, FSDP1 one flat parameter per unit, DeepSpeed ZeRO-3 a
   // partition per parameter; unsharded runtimes (DDP, DeepSpeed ZeRO-1/2) every parameter whole.
-  const bool params_sharded = rt_.gathers_params || (p_.runtime == Runtime::kDeepSpeed && p_.zero >= 3);
   // Megatron: one contiguous param buffer and one grad buffer (param_and_grad_buffer.py), each one tensor.
-  const bool megatron = p_.runtime == Runtime::kMegatron;
+  const bool buffers = rt_.contiguous_param_grad_buffers;
   emit(MemCategory::kParams, total(MemCategory::kParams),
-       megatron         ? none
-       : params_sharded ? all_shard_
-                        : all_local_);
-  // Gradients that live across steps: DDP's .grad per parameter; DeepSpeed ZeRO-2/3 flat partitions.
+       buffers              ? none
+       : rt_.gathers_params ? all_shard_
+                            : all_local_);
+  // Gradients that live across steps: DDP's .grad per parameter; DeepSpeed ZeRO-2/3 flat partitions (the
+  // optimizer's flat partitions, one tensor each).
   emit(MemCategory::kGrads, total(MemCategory::kGrads),
-       p_.runtime == Runtime::kDeepSpeed || megatron ? none : (p_.zero >= 1 ? all_shard_ : all_local_));
+       buffers || (rt_.optimizer_flat_partitions) ? none : (p_.zero >= 1 ? all_shard_ : all_local_));
   // Communication buffers: DeepSpeed ZeRO-3's IPG bucket is one tensor; DDP's Reducer buckets are
   // DistributedDataParallel(bucket_cap_mb=25) each, the first capped at dist._DEFAULT_FIRST_BUCKET_BYTES
   // (1 MiB; torch/nn/parallel/distributed.py).
@@ -199,7 +199,7 @@ void Lowering::initial_tensors() {
     }
   } else {
     for_each_optimizer_tensor(in_.model, p_, [&](const OptimizerTensor& t, std::int64_t count) {
-      const StateTensors st = optimizer_state_tensors(p_, t);
+      const StateTensors st = optimizer_state_tensors(rt_, p_, t);
       for (int i = 0; i < st.n; ++i)
         add_run(state, static_cast<double>(st.bytes[static_cast<std::size_t>(i)]),
                 static_cast<int>(std::min<std::int64_t>(count, 1 << 20)));

@@ -111,7 +111,7 @@ void unit_workspace(const UnitContext& c, SimUnit& u, double extra) {
     // Gradients written into persistent buffers take no new memory; DDP's and ZeRO-1's .grad are in the
     // gradient dtype (DDP under autocast: fp32, the parameter's), FSDP's unsharded gradients in bc.
     const double grad_b = rt.grads_persistent           ? 0.0
-                          : rt.grad_kept_until_boundary ? bytes_per_param(p.runtime, p.precision).grads
+                          : rt.grad_kept_until_boundary ? bytes_per_param(rt, p.precision).grads
                                                         : bc;
     // peak_accum: the same walk for a backward whose parameters hold an accumulated gradient
     // (SimUnit::workspace_accum_bytes): the weight gradients written so far are not held.

@@ -52,11 +52,11 @@ ElemCounts count_elems(const ModelGraph& model, const Plan& p, bool trainable) {
     expert_local /= p.ep;
     if (rt.padding == Padding::kFlatUnit) expert_shard = ceil_div(expert_local, Fe);
   }
-  const bool ds = p.runtime == Runtime::kDeepSpeed;
   // DeepSpeed ZeRO-1/2 partition one flat group padded to 2 x F (nccl_start_alignment_factor, §1.8).
-  std::int64_t part = ds && p.zero < 3 ? ceil_div(local, 2 * F) * 2 : shard;
+  const bool flat = rt.flat_group_partitions;
+  std::int64_t part = flat ? ceil_div(local, 2 * F) * 2 : shard;
   if (ep) {
-    part += ds && p.zero < 3 ? ceil_div(expert_local, 2 * Fe) * 2 : expert_shard;
+    part += flat ? ceil_div(expert_local, 2 * Fe) * 2 : expert_shard;
     shard += expert_shard;
     local += expert_local;
   }
@@ -71,13 +71,15 @@ StateElems state_elems(const ModelGraph& model, const Plan& p) {
   // FlatParameter gradient (use_orig_params=True) still covers them.
   const bool frozen = has_frozen_parameters(model);
   const ElemCounts train = frozen ? count_elems(model, p, true) : all;
-  const ElemCounts grad = runtime_traits(p).padding == Padding::kFlatUnit ? all : train;
-  const bool ds = p.runtime == Runtime::kDeepSpeed;
+  const RuntimeTraits rt = runtime_traits(p);
+  const ElemCounts grad = rt.padding == Padding::kFlatUnit ? all : train;
+  // Optimizer state from ZeRO-1, gradients from ZeRO-2 in partitions (DeepSpeed ZeRO-1/2: of one flat group;
+  // else each rank's shard); parameters sharded where the runtime gathers them per unit (ZeRO-3, FSDP's
+  // ZeRO-2).
   StateElems e{all.local, grad.local, train.local};
   if (p.zero >= 1) e.optimizer = train.part;
   if (p.zero >= 2) e.grads = grad.part;
-  if (p.zero >= 3 || (!ds && p.zero == 2)) e.params = all.shard;
-  if (!ds && p.zero >= 2) e.grads = grad.shard, e.optimizer = train.shard;
+  if (rt.gathers_params) e.params = all.shard;
   return e;
 }
 
@@ -88,7 +90,7 @@ Bytes frozen_param_bytes_delta(const ModelGraph& model, const Plan& p, int param
   // their elements at the plan's parameter dtype, plus the quantisation buffers every rank holds whole.
   if (!has_frozen_parameters(model)) return 0;
   const RuntimeTraits rt = runtime_traits(p);
-  const bool sharded = p.zero >= 3 || (p.runtime != Runtime::kDeepSpeed && p.zero == 2);
+  const bool sharded = rt.gathers_params;
   const int F = p.fsdp_ranks();
   Bytes delta = 0;
   for (const Layer* l : model.order()) {
@@ -148,13 +150,13 @@ std::int64_t optimizer_step_tensors(const ModelGraph& model, const Plan& p) {
 std::array<Bytes, 3> persistent_state(const ModelGraph& model, const Plan& p) {
   const StateElems e = state_elems(model, p);
   const OffloadSplit o = offload_split(p);
-  const BytesPerParam b = bytes_per_param(p.runtime, p.precision);
+  const RuntimeTraits rt = runtime_traits(p);
+  const BytesPerParam b = bytes_per_param(rt, p.precision);
   // Megatron's grad buffer holds the gradients in the reduce dtype (grad_reduce_in_fp32: fp32, else bf16).
-  const Bytes grad_b =
-      p.runtime == Runtime::kMegatron ? (p.reduce() == Dtype::kFp32 ? 4 : 2) : Bytes{b.grads};
+  const Bytes grad_b = rt.grads_in_reduce_dtype ? (p.reduce() == Dtype::kFp32 ? 4 : 2) : Bytes{b.grads};
   std::array<Bytes, 3> out{mul_checked(e.params, b.params, "parameter bytes"),
                            mul_checked(e.grads, grad_b, "gradient bytes"), 0};
-  if (runtime_traits(p).padding == Padding::kPerTensorDim0) {
+  if (rt.padding == Padding::kPerTensorDim0) {
     // FSDP2 keeps each parameter's (padded) shard as its own tensor (_fsdp_param.py _init_sharded_param:
     // new_zeros(padded_sharded_size)) and AdamW creates exp_avg and exp_avg_sq per parameter (zeros_like):
     // each is one allocation, rounded as the caching allocator rounds it. Gradients are views of one
@@ -206,10 +208,11 @@ Bytes host_state_bytes_per_rank(const ModelGraph& model, const Plan& p) {
   const OffloadSplit o = offload_split(p);
   if (!o.optimizer) return 0;
   const StateElems e = state_elems(model, p);
-  const BytesPerParam b = bytes_per_param(p.runtime, p.precision);
+  const RuntimeTraits rt = runtime_traits(p);
+  const BytesPerParam b = bytes_per_param(rt, p.precision);
   // Gradients reach the host as fp32 (DeepSpeed accumulates them there in fp32; FSDP's sharded grads have the
   // fp32 parameters' dtype under bf16-mixed, the parameter dtype otherwise).
-  const Bytes grad_b = runtime_traits(p).native_cpu_adam ? 4 : b.grads;
+  const Bytes grad_b = rt.native_cpu_adam ? 4 : b.grads;
   Bytes host = add_checked(optimizer_state_bytes(model, p, /*rounded=*/false),
                            mul_checked(e.grads, grad_b, "host gradient bytes"));
   if (o.params) host = add_checked(host, mul_checked(e.params, b.params, "host parameter bytes"));

@@ -31,20 +31,19 @@ Bytes StateTensors::allocated() const {
   return s;
 }
 
-int moment_bytes(const Plan& p) {
-  return p.runtime != Runtime::kMegatron && p.precision == Precision::kBf16True ? 2 : 4;
+int moment_bytes(const RuntimeTraits& rt, const Plan& p) {
+  return !rt.master_weights_in_optimizer && p.precision == Precision::kBf16True ? 2 : 4;
 }
 
-int master_bytes(const Plan& p) {
+int master_bytes(const RuntimeTraits& rt) {
   // DeepSpeed bf16-mixed (bf16_optimizer / ZeRO: fp32 partitions of the bf16 parameters) and Megatron's
   // distributed optimizer (shard_main_param = shard_model_param.clone().float()).
-  if (p.runtime == Runtime::kMegatron) return 4;
-  return p.runtime == Runtime::kDeepSpeed && p.mixed() ? 4 : 0;
+  return rt.master_weights_in_optimizer ? 4 : 0;
 }
 
-StateTensors optimizer_state_tensors(const Plan& p, const OptimizerTensor& t) {
+StateTensors optimizer_state_tensors(const RuntimeTraits& rt, const Plan& p, const OptimizerTensor& t) {
   StateTensors s;
-  const Bytes n = t.elems, sb = moment_bytes(p);
+  const Bytes n = t.elems, sb = moment_bytes(rt, p);
   Optimizer o = p.optimizer;
   if (o == Optimizer::kMuon && !t.matrix) o = Optimizer::kAdamW;  // Muon's auxiliary AdamW
   switch (o) {
@@ -68,7 +67,7 @@ StateTensors optimizer_state_tensors(const Plan& p, const OptimizerTensor& t) {
       }
       break;
     case Optimizer::kAdamW8bit:
-      if (p.runtime == Runtime::kFsdp2) {  // torchao AdamW8bit
+      if (rt.adamw8bit_torchao) {  // torchao AdamW8bit
         if (n >= kMin8bitElems && n % kBlock8bit == 0) {
           for (int moment = 0; moment < 2; ++moment) {
             s.add(n);                   // codes, uint8
@@ -138,10 +137,12 @@ void for_each_optimizer_tensor(const ModelGraph& model, const Plan& p,
 
 Bytes optimizer_state_bytes(const ModelGraph& model, const Plan& p, bool rounded) {
   Bytes total = 0;
+  const RuntimeTraits rt = runtime_traits(p);
   for_each_optimizer_tensor(model, p, [&](const OptimizerTensor& t, std::int64_t count) {
-    const StateTensors s = optimizer_state_tensors(p, t);
+    const StateTensors s = optimizer_state_tensors(rt, p, t);
     if (t.flat) {
-      total = add_checked(total, add_checked(s.sum(), mul_checked(t.elems, master_bytes(p), "master bytes")));
+      total =
+          add_checked(total, add_checked(s.sum(), mul_checked(t.elems, master_bytes(rt), "master bytes")));
       return;
     }
     total = add_checked(total, mul_checked(rounded ? s.allocated() : s.sum(), count, "optimizer bytes"));

@@ -45,11 +45,11 @@ struct StateTensors {
 };
 
 /// Bytes per element of the optimizer's moments: the dtype the plan keeps them in (fp32, bf16 under
-/// bf16-true).
-int moment_bytes(const Plan& p);
-/// Bytes per element of the fp32 master copy the optimizer owns besides its moments (DeepSpeed bf16-mixed and
-/// Megatron: the fp32 main parameters), 0 where the sharded parameters are the master.
-int master_bytes(const Plan& p);
+/// bf16-true where the parameters are the master; fp32 beside an fp32 master in the optimizer).
+int moment_bytes(const RuntimeTraits& rt, const Plan& p);
+/// Bytes per element of the fp32 master copy the optimizer owns besides its moments
+/// (RuntimeTraits::master_weights_in_optimizer), 0 where the sharded parameters are the master.
+int master_bytes(const RuntimeTraits& rt);
 
 /// The state `p.optimizer` creates for one tensor (docs/model.md "Optimizers"):
 /// - adamw / adam: exp_avg, exp_avg_sq like the tensor (torch/optim/adam.py _init_group);
@@ -65,7 +65,7 @@ int master_bytes(const Plan& p);
 ///   absmax1, absmax2 fp32 per block of 256 when >= 4096 elements (min_8bit_size), else two fp32 moments;
 ///   its two shared quantile maps are per optimizer (2 KiB, not counted);
 /// - muon: momentum_buffer for a matrix (torch/optim/_muon.py), AdamW's two moments for the rest.
-StateTensors optimizer_state_tensors(const Plan& p, const OptimizerTensor& t);
+StateTensors optimizer_state_tensors(const RuntimeTraits& rt, const Plan& p, const OptimizerTensor& t);
 
 /// Calls f(tensor, count) for every tensor the optimizer steps on one rank, in model order (identical tensors
 /// once with their count; a rank's 1/ep of the routed experts counted already).

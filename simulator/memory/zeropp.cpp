@@ -10,7 +10,7 @@ namespace shardplan {
 
 Bytes hpz_secondary_bytes(const ModelGraph& model, const Plan& p) {
   if (p.hpz_partition <= 1 || offload_split(p).params) return 0;
-  const Bytes elem_bytes = bytes_per_param(p.runtime, p.precision).params;
+  const Bytes elem_bytes = bytes_per_param(runtime_traits(p), p.precision).params;
   Bytes total = 0;
   // ZeRO-3 partitions each parameter tensor on its own: _aligned_size pads it to a multiple of the partition
   // world (dp), and the secondary tensor is aligned / zero_hpz_partition_size elements.

@@ -35,6 +35,10 @@ RuntimeTraits megatron_traits(const Plan& p) {
   t.torch_pipeline_stages = false;
   t.vocab_parallel_loss_inplace = true;  // GPTModel.compute_language_model_loss: vocab_parallel_cross_entropy
   t.act_offload = ActOffloadStyle::kLayerGroups;  // cpu_offloading (megatron/core/cpu_offload.py)
+  t.master_weights_in_optimizer = true;
+  t.grads_in_reduce_dtype = true;
+  t.contiguous_param_grad_buffers = true;
+  t.scaler_check = ScalerCheck::kMainGrads;
   return t;
 }
 }  // namespace
@@ -127,6 +131,11 @@ RuntimeTraits runtime_traits(const Plan& p) {
   t.torch_pipeline_stages = !ds;
   t.recv_in_own_instruction = ds;
   t.act_offload = ds ? ActOffloadStyle::kCheckpointInputs : ActOffloadStyle::kSaveOnCpu;
+  t.master_weights_in_optimizer = ds && p.mixed();
+  t.flat_group_partitions = ds && p.zero < 3;
+  t.redistributes_partial_grads = fsdp2;
+  t.adamw8bit_torchao = fsdp2;
+  t.scaler_check = ds ? ScalerCheck::kPartitionGrads : ScalerCheck::kReducedGrads;
   return t;
 }
 

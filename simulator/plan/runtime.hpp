@@ -72,6 +72,18 @@ enum class ActOffloadStyle : std::uint8_t {
   kLayerGroups,
 };
 
+/// What fp16-mixed's dynamic loss scaler checks for inf/nan before the step, and the tensors it makes.
+enum class ScalerCheck : std::uint8_t {
+  /// torch's (Sharded)GradScaler.unscale_: the optimizer's gradients (FSDP: this rank's shards) in the reduce
+  /// dtype; found_inf and inv_scale, one fp32 element each (torch 2.15 torch/amp/grad_scaler.py).
+  kReducedGrads,
+  /// Megatron-core's optimizer: its fp32 main gradients of the distributed optimizer's shard; found_inf.
+  kMainGrads,
+  /// DeepSpeed: the 16-bit gradients of its partition (ZeRO-0: all of them, copied to fp32 and flattened
+  /// by FP16_Optimizer).
+  kPartitionGrads,
+};
+
 struct RuntimeTraits {
   Runtime runtime = Runtime::kFsdp2;
   // --- tensor parallelism (the capability table, capabilities.hpp) ---
@@ -172,6 +184,31 @@ struct RuntimeTraits {
   bool vocab_parallel_loss_inplace = false;
   /// The runtime's activation offload mechanism (used only with --activation-offload).
   ActOffloadStyle act_offload = ActOffloadStyle::kSaveOnCpu;
+  // --- the state's layout and dtypes (memory/accounting.cpp, memory/optimizer_state.cpp, cost/constants.cpp)
+  /// The fp32 master weights are optimizer state beside 16-bit parameters and gradients, stepped as an fp32
+  /// partition that writes the 16-bit parameters back: DeepSpeed under bf16/fp16 mixed precision (ZeRO's fp32
+  /// partitions, bf16_optimizer, FP16_Optimizer) and Megatron-core's distributed optimizer, whatever the
+  /// precision (shard_main_param = shard_model_param.clone().float()). false: the parameters themselves are
+  /// the fp32 master, cast per unit (FSDP's mixed precision, DDP under autocast).
+  bool master_weights_in_optimizer = false;
+  /// Gradients live in the reduce dtype (Megatron-core's grad buffer: grad_reduce_in_fp32), fp32 by default.
+  bool grads_in_reduce_dtype = false;
+  /// DeepSpeed ZeRO-1/2: the optimizer partitions (and ZeRO-2's gradient partitions) cut one flat group of
+  /// the parameters, padded to a multiple of 2 x F (nccl_start_alignment_factor; docs/mechanics.md §1.8), not
+  /// each tensor.
+  bool flat_group_partitions = false;
+  /// Parameters and gradients are each one contiguous buffer (Megatron-core param_and_grad_buffer.py), not
+  /// one tensor per parameter.
+  bool contiguous_param_grad_buffers = false;
+  /// A gradient whose placement differs from its parameter's is redistributed to it before the reduce-scatter
+  /// (FSDP2's DTensor parameters, _fsdp_param.py: the TP-partial embedding gradient becomes a vocab-sharded
+  /// copy while the partial one is alive).
+  bool redistributes_partial_grads = false;
+  /// --optimizer adamw8bit is torchao's AdamW8bit (what torchtitan / FSDP2 jobs use: blockwise codes for
+  /// tensors of at least 4,096 elements) rather than bitsandbytes' (memory/optimizer_state.cpp).
+  bool adamw8bit_torchao = false;
+  /// fp16-mixed's loss scaler: what its inf/nan check reads (lowering_loss_scaler.cpp).
+  ScalerCheck scaler_check = ScalerCheck::kReducedGrads;
 };
 
 /// Which loss implementation allocates the loss layer's tensors under plan `p` (loss_tensors.hpp): the

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Include-direction check (run by tools/test.sh): the top-level folders include each other one way, and inside
 simulator/ a room includes only its own headers and the public headers of rooms of a lower rank, as the table
-in simulator/README.md says; planner/, tools/ and python/ include only the rooms' public headers. Prints every
-violation as FILE:LINE: reason and exits 1 if there is any."""
+in simulator/README.md says; planner/, tools/ and python/ include only the rooms' public headers; below
+simulator/plan/ no code names a runtime (Runtime::k...): it reads the runtime's traits. Prints every violation as
+FILE:LINE: reason and exits 1 if there is any."""
 import os
 import re
 import subprocess
@@ -76,15 +77,29 @@ def check(files, table):
     return errors
 
 
+def runtime_names(files):
+    """The simulator below plan/ reads a runtime's traits (simulator/plan/runtime.hpp), never its name."""
+    errors = []
+    for path in files:
+        if not path.startswith("simulator/") or path.startswith("simulator/plan/"):
+            continue
+        with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if "Runtime::k" in line:
+                    errors.append(f"{path}:{n}: branches on the runtime's name; add a field to RuntimeTraits "
+                                  f"(simulator/plan/runtime.hpp) instead")
+    return errors
+
+
 def main():
     files = subprocess.check_output(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.cpp", "*.hpp", "*.cu"], cwd=ROOT, text=True).split()
-    errors = check(files, rooms())
+    errors = check(files, rooms()) + runtime_names(files)
     for e in errors:
         print(e)
     if errors:
         print(f"includes: {len(errors)} include(s) against the direction of simulator/README.md's table")
         return 1
-    print(f"includes: {len(files)} files include one way (simulator/README.md)")
+    print(f"includes: {len(files)} files include one way (simulator/README.md); no runtime name below simulator/plan/")
     return 0
 
 
