@@ -242,14 +242,10 @@ void check_volta(const Plan& p, const GpuSpec& gpu) {
        "FlashAttention-2 and cuDNN attention need sm80 / sm90 or newer; Volta runs efficient");
 }
 
-}  // namespace
-
-Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::int64_t global_batch) {
-  const auto& s = model.spec();
+/// Tensor parallelism: within one NVLink domain, dividing the GPUs, heads, KV heads, FFN width and
+/// vocabulary.
+void check_tensor_parallel(const Plan& p, const ModelSpec& s, const Cluster& cluster) {
   const int gpus = cluster.gpus();
-  need(p.zero >= 0 && p.zero <= 3, "--zero",
-       [&] { return "must be 0, 1, 2 or 3, got " + std::to_string(p.zero); });
-  check_volta(p, cluster.spec().gpu);
   need(p.tp >= 1, "--tp", "must be >= 1");
   need(p.tp <= cluster.spec().node.nvlink_domain_gpus, "--tp", [&] {
     return "tp " + std::to_string(p.tp) + " exceeds the " +
@@ -274,7 +270,11 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
              " (pad the vocabulary)";
     });
   }
-  check_pipeline_mesh(p, gpus);
+}
+
+/// The mesh (pp, dp_replicate, dp_shard, cp, tp; tp innermost, torchtitan ParallelDims): the data-parallel
+/// ranks, the shard group and replicas, hpZ's partition; the runtime's capabilities checked first.
+void resolve_mesh(Plan& p, int gpus) {
   need(p.cp >= 1 && (gpus / (p.tp * p.pp)) % p.cp == 0, "--cp", [&] {
     return "cp " + std::to_string(p.cp) + " does not divide the " + std::to_string(gpus / (p.tp * p.pp)) +
            " ranks left by tp x pp (gpus / (tp x pp) = " + std::to_string(gpus) + " / (" +
@@ -300,6 +300,10 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   if (p.zero == 0) {
     need(p.shard_group == p.dp, "--shard-group", "ZeRO-0 shards nothing; a shard group makes no sense");
   }
+}
+
+/// reshard_after_forward resolved against the ZeRO stage and the runtime.
+void resolve_resharding(Plan& p) {
   // Megatron-core, ZeRO stages, HSDP and precisions per runtime: the capability table above.
   if (p.runtime == Runtime::kDeepSpeed)
     need(!p.reshard_after_forward.has_value() || *p.reshard_after_forward == (p.zero == 3),
@@ -322,6 +326,10 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   if (p.zero == 3) p.reshard_after_forward = p.reshard_after_forward.value_or(true);
   if (p.zero < 2) p.reshard_after_forward = false;
   p.reshard_after_forward = p.reshard();  // resolved: every optional knob has its value
+}
+
+/// The sequence, micro-batch, wrapping, prefetch and activation offload ranges against the model.
+void check_sequence_and_units(Plan& p, const ModelSpec& s, const ModelGraph& model) {
   if (p.seq == 0) p.seq = s.seq;
   need(p.seq >= 1 && p.seq <= (std::int64_t{1} << 22), "--seq", "must be in [1, 4194304]");
   if (s.positions == PositionKind::kLearned)
@@ -344,10 +352,10 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   });
   need(p.activation_offload <= 0 || p.activation_offload % p.wrap == 0, "--activation-offload",
        "must be a multiple of --wrap (whole units are offloaded)");
-  check_context_parallel(p);
-  check_attention_core(p, model);
-  check_expert_parallel(p, model);
-  if (p.ep > 1 && !p.ep_backend) p.ep_backend = default_ep_backend(p.runtime);
+}
+
+/// torchtitan's FSDP2 wrappings of 2024 to 2025-07-28 (--root-params, --keep-last-block): where modelled.
+void check_titan_wrappings(const Plan& p, const ModelSpec& s) {
   // torchtitan's FSDP2 wrapping of 2024 to 2025-07-28 (docs/model.md "FSDP2's root unit"), modelled for FSDP2
   // with parameters gathered per unit, one pipeline stage, no tensor or expert parallelism and an untied head
   // (the configurations those torchtitan versions ran on the records).
@@ -363,6 +371,10 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
         p.zero >= 2 && p.pp == 1, "--keep-last-block",
         "keeping the last block after forward is an FSDP2 wrapping: needs --runtime fsdp2 with --zero 2 or 3 "
         "and --pp 1");
+}
+
+/// Gradient accumulation from the global batch.
+void resolve_batch(Plan& p, std::int64_t global_batch) {
   if (global_batch > 0) {
     const std::int64_t per_step = static_cast<std::int64_t>(p.dp) * p.mbs;
     need(global_batch % per_step == 0, "--global-batch", [&] {
@@ -372,6 +384,10 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
     p.grad_accum = static_cast<int>(global_batch / per_step);
   }
   need(p.grad_accum >= 1 && p.grad_accum <= 1 << 20, "--grad-accum", "must be in [1, 1048576]");
+}
+
+/// The reduce dtype, float8 and the SDPA backend against the precision and the GPU.
+void resolve_dtypes(Plan& p, const Cluster& cluster) {
   if (!p.reduce_dtype)
     p.reduce_dtype = p.mixed() || p.precision == Precision::kFp32 ? Dtype::kFp32 : Dtype::kBf16;
   if (p.precision == Precision::kFp32) p.reduce_dtype = Dtype::kFp32;
@@ -386,6 +402,28 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   p.sdpa_auto = default_sdpa_backend(cluster.spec().gpu.arch, p.precision);
   need(!(p.sdpa_backend && *p.sdpa_backend != SdpaBackend::kEfficient && p.precision == Precision::kFp32),
        "--sdpa-backend", "flash and cuDNN attention take fp16/bf16 inputs only; fp32 compute runs efficient");
+}
+
+}  // namespace
+
+Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::int64_t global_batch) {
+  const auto& s = model.spec();
+  const int gpus = cluster.gpus();
+  need(p.zero >= 0 && p.zero <= 3, "--zero",
+       [&] { return "must be 0, 1, 2 or 3, got " + std::to_string(p.zero); });
+  check_volta(p, cluster.spec().gpu);
+  check_tensor_parallel(p, s, cluster);
+  check_pipeline_mesh(p, gpus);
+  resolve_mesh(p, gpus);
+  resolve_resharding(p);
+  check_sequence_and_units(p, s, model);
+  check_context_parallel(p);
+  check_attention_core(p, model);
+  check_expert_parallel(p, model);
+  if (p.ep > 1 && !p.ep_backend) p.ep_backend = default_ep_backend(p.runtime);
+  check_titan_wrappings(p, s);
+  resolve_batch(p, global_batch);
+  resolve_dtypes(p, cluster);
   resolve_pipeline(p, model);
   check_capabilities(p, p.dp);  // again with grad_accum derived (FSDP1's parameter offload and accumulation)
   return p;
