@@ -1,5 +1,6 @@
 // Internal to simulator/plan/capabilities*.cpp and ep_backend.cpp: one row of the capability table, and the
-// rows kept in files of their own (capabilities.cpp fills the table from all of them): activation offload
+// rows kept in files of their own (capabilities.cpp fills the table from all of them): each runtime's own
+// (capabilities_torch.cpp, capabilities_deepspeed_megatron.cpp), activation offload
 // (capabilities_activation_offload.cpp), the token dispatch backends (ep_backend.cpp), DeepSpeed ZeRO++
 // (capabilities_zeropp.cpp).
 #pragma once
@@ -31,6 +32,13 @@ inline std::span<const Row> rows_of(Runtime r, std::span<const Row> fsdp2, std::
   }
   return fsdp2;
 }
+
+/// Each runtime's own rows: FSDP2 and FSDP1 (capabilities_torch.cpp), DeepSpeed and Megatron-core
+/// (capabilities_deepspeed_megatron.cpp).
+std::span<const Row> fsdp2_rows();
+std::span<const Row> fsdp1_rows();
+std::span<const Row> deepspeed_rows();
+std::span<const Row> megatron_rows();
 
 /// The activation-offload rows of runtime `r` (capabilities_activation_offload.cpp).
 std::span<const Row> activation_offload_rows(Runtime r);
