@@ -127,6 +127,81 @@ std::vector<std::pair<std::string, std::vector<std::string>>> differences(const 
   return out;
 }
 
+/// The comparison as JSON (shardplan.compare/1): every plan's report, labelled, and the knobs that differ.
+std::string compare_json(const std::vector<Result>& results, const std::vector<std::string>& labels,
+                         const std::vector<std::string>& arguments,
+                         const std::vector<std::pair<std::string, std::vector<std::string>>>& diff,
+                         const Loaded& l, const ReportInputs& ri) {
+  Json plans = Json::array();
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    Json rep = report_json(results[i], ri);
+    rep["label"] = labels[i];
+    rep["argument"] = arguments[i];
+    plans.push_back(rep);
+  }
+  Json d = Json::array();
+  for (const auto& [k, v] : diff) d.push_back({{"knob", k}, {"values", v}});
+  return Json{{"schema", "shardplan.compare/1"},
+              {"inputs",
+               {{"model", {{"name", l.model->spec().name}, {"parameters", l.model->parameters()}}},
+                {"cluster", l.cluster->spec().name},
+                {"gpus", l.cluster->gpus()}}},
+              {"plans", plans},
+              {"differences", d}}
+             .dump(1) +
+         "\n";
+}
+
+/// The comparison as text: the plans, the knobs that differ and the predictions side by side.
+std::string compare_text(const std::vector<Result>& results, const std::vector<std::string>& labels,
+                         const std::vector<std::string>& arguments,
+                         const std::vector<std::pair<std::string, std::vector<std::string>>>& diff,
+                         const Loaded& l) {
+  std::string s =
+      fmt::format("{} ({} parameters) on {} x {} ({})\n\n", l.model->spec().name, l.model->parameters(),
+                  l.cluster->gpus(), l.cluster->spec().gpu.model, l.cluster->spec().name);
+  for (std::size_t i = 0; i < results.size(); ++i) s += fmt::format("  {}: {}\n", labels[i], arguments[i]);
+  s += "\n";
+  auto row = [&](const std::string& name, auto cell) {
+    s += fmt::format("  {:<30}", name);
+    for (const Result& r : results) s += fmt::format(" {:>16}", cell(r));
+    s += "\n";
+  };
+  s += fmt::format("  {:<30}", "");
+  for (const auto& lab : labels) s += fmt::format(" {:>16}", lab);
+  s += "\n";
+  for (const auto& [k, v] : diff) {
+    s += fmt::format("  {:<30}", k);
+    for (const auto& x : v) s += fmt::format(" {:>16}", x.empty() ? "-" : x.substr(0, 16));
+    s += "\n";
+  }
+  row("peak allocated", [](const Result& r) { return format_bytes(static_cast<double>(r.peak_bytes)); });
+  row("peak reserved + overhead", [](const Result& r) {
+    return format_bytes(static_cast<double>(r.peak_reserved_bytes + r.overhead.total()));
+  });
+  row("headroom", [](const Result& r) { return format_bytes(static_cast<double>(r.headroom_bytes())); });
+  row("fits", [](const Result& r) { return std::string(r.fits ? "yes" : "NO"); });
+  row("OOM probability", [](const Result& r) { return format_probability(oom_probability(r)); });
+  row("step (s)", [](const Result& r) { return fmt::format("{:.3f}", r.step_s); });
+  row("tokens/s/GPU", [](const Result& r) { return fmt::format("{:.0f}", r.tokens_per_s_per_gpu); });
+  row("MFU", [](const Result& r) { return fmt::format("{:.1f} %", 100 * r.mfu); });
+  row("exposed communication (s)", [](const Result& r) { return fmt::format("{:.3f}", r.exposed_comm_s); });
+  row("network per GPU per step", [](const Result& r) {
+    double b = 0;
+    for (int k = 0; k < kCommKinds; ++k)
+      if (static_cast<CommKind>(k) != CommKind::kOffloadCopy)
+        b += r.comm[static_cast<std::size_t>(k)].bytes_per_rank;
+    return format_bytes(b);
+  });
+  row("warnings", [&](const Result& r) {
+    return std::to_string(evidence_warnings(r, l.model->spec(), l.cluster->spec()).size());
+  });
+  for (std::size_t i = 0; i < results.size(); ++i)
+    for (const auto& w : evidence_warnings(results[i], l.model->spec(), l.cluster->spec()))
+      s += fmt::format("warning ({}): {}\n", labels[i], w);
+  return s;
+}
+
 }  // namespace
 
 Command add_compare_command(CLI::App& app) {
@@ -176,77 +251,9 @@ Command add_compare_command(CLI::App& app) {
         ReportInputs ri{l.model.get(), l.cluster.get(), l.calibration};
         const auto diff = differences(results);
         // Build every output first, then write them.
-        std::string json;
-        if (!a->json.empty()) {
-          Json plans = Json::array();
-          for (std::size_t i = 0; i < results.size(); ++i) {
-            Json rep = report_json(results[i], ri);
-            rep["label"] = labels[i];
-            rep["argument"] = a->plans[i];
-            plans.push_back(rep);
-          }
-          Json d = Json::array();
-          for (const auto& [k, v] : diff) d.push_back({{"knob", k}, {"values", v}});
-          json = Json{{"schema", "shardplan.compare/1"},
-                      {"inputs",
-                       {{"model", {{"name", l.model->spec().name}, {"parameters", l.model->parameters()}}},
-                        {"cluster", l.cluster->spec().name},
-                        {"gpus", l.cluster->gpus()}}},
-                      {"plans", plans},
-                      {"differences", d}}
-                     .dump(1) +
-                 "\n";
-        }
+        const std::string json = a->json.empty() ? "" : compare_json(results, labels, a->plans, diff, l, ri);
         const std::string html = a->html.empty() ? "" : html_compare_report(results, labels, a->plans, ri);
-        if (a->json != "-") {
-          std::string s = fmt::format("{} ({} parameters) on {} x {} ({})\n\n", l.model->spec().name,
-                                      l.model->parameters(), l.cluster->gpus(), l.cluster->spec().gpu.model,
-                                      l.cluster->spec().name);
-          for (std::size_t i = 0; i < results.size(); ++i)
-            s += fmt::format("  {}: {}\n", labels[i], a->plans[i]);
-          s += "\n";
-          auto row = [&](const std::string& name, auto cell) {
-            s += fmt::format("  {:<30}", name);
-            for (const Result& r : results) s += fmt::format(" {:>16}", cell(r));
-            s += "\n";
-          };
-          s += fmt::format("  {:<30}", "");
-          for (const auto& lab : labels) s += fmt::format(" {:>16}", lab);
-          s += "\n";
-          for (const auto& [k, v] : diff) {
-            s += fmt::format("  {:<30}", k);
-            for (const auto& x : v) s += fmt::format(" {:>16}", x.empty() ? "-" : x.substr(0, 16));
-            s += "\n";
-          }
-          row("peak allocated",
-              [](const Result& r) { return format_bytes(static_cast<double>(r.peak_bytes)); });
-          row("peak reserved + overhead", [](const Result& r) {
-            return format_bytes(static_cast<double>(r.peak_reserved_bytes + r.overhead.total()));
-          });
-          row("headroom",
-              [](const Result& r) { return format_bytes(static_cast<double>(r.headroom_bytes())); });
-          row("fits", [](const Result& r) { return std::string(r.fits ? "yes" : "NO"); });
-          row("OOM probability", [](const Result& r) { return format_probability(oom_probability(r)); });
-          row("step (s)", [](const Result& r) { return fmt::format("{:.3f}", r.step_s); });
-          row("tokens/s/GPU", [](const Result& r) { return fmt::format("{:.0f}", r.tokens_per_s_per_gpu); });
-          row("MFU", [](const Result& r) { return fmt::format("{:.1f} %", 100 * r.mfu); });
-          row("exposed communication (s)",
-              [](const Result& r) { return fmt::format("{:.3f}", r.exposed_comm_s); });
-          row("network per GPU per step", [](const Result& r) {
-            double b = 0;
-            for (int k = 0; k < kCommKinds; ++k)
-              if (static_cast<CommKind>(k) != CommKind::kOffloadCopy)
-                b += r.comm[static_cast<std::size_t>(k)].bytes_per_rank;
-            return format_bytes(b);
-          });
-          row("warnings", [&](const Result& r) {
-            return std::to_string(evidence_warnings(r, l.model->spec(), l.cluster->spec()).size());
-          });
-          for (std::size_t i = 0; i < results.size(); ++i)
-            for (const auto& w : evidence_warnings(results[i], l.model->spec(), l.cluster->spec()))
-              s += fmt::format("warning ({}): {}\n", labels[i], w);
-          std::cout << s;
-        }
+        if (a->json != "-") std::cout << compare_text(results, labels, a->plans, diff, l);
         write_output(a->json, json);
         write_output(a->html, html);
         return std::all_of(results.begin(), results.end(), [](const Result& r) { return r.fits; }) ? 0 : 1;
