@@ -269,6 +269,25 @@ int run_measured_memory(const MeasuredArgs& a) {
 }
 }  // namespace
 
+/// The validation as JSON (shardplan.validation/1): every compared row, the summaries, the skipped records.
+Json validation_json(const ValidationReport& v, const Json& terms, const Json& terms_all, bool failed) {
+  Json rows = Json::array();
+  for (const auto& r : v.rows) {
+    Json row = {{"id", r.id},
+                {"source", r.source},
+                {"term", r.term},
+                {"predicted", r.predicted},
+                {"measured", r.measured},
+                {"rel_error", r.rel_error()}};
+    if (!r.out_of_scope.empty()) row["out_of_scope"] = r.out_of_scope;
+    rows.push_back(std::move(row));
+  }
+  Json skipped = Json::array();
+  for (const auto& k : v.skipped) skipped.push_back({{"id", k.id}, {"reason", k.reason}});
+  return Json{{"schema", "shardplan.validation/1"}, {"rows", rows},       {"summary", terms},
+              {"summary_all", terms_all},           {"skipped", skipped}, {"failed", failed}};
+}
+
 Command add_validate_command(CLI::App& app) {
   auto* sub =
       app.add_subcommand("validate", "compare predictions with measured runs (shardplan.run/1 records)");
@@ -353,26 +372,8 @@ Command add_validate_command(CLI::App& app) {
               if (any_outside) text += summary_line(t);
               terms_all.push_back(summary_json(t));
             }
-            Json rows = Json::array();
-            for (const auto& r : v.rows) {
-              Json row = {{"id", r.id},
-                          {"source", r.source},
-                          {"term", r.term},
-                          {"predicted", r.predicted},
-                          {"measured", r.measured},
-                          {"rel_error", r.rel_error()}};
-              if (!r.out_of_scope.empty()) row["out_of_scope"] = r.out_of_scope;
-              rows.push_back(std::move(row));
-            }
-            Json skipped = Json::array();
-            for (const auto& k : v.skipped) skipped.push_back({{"id", k.id}, {"reason", k.reason}});
-            std::string json =
-                a->json.empty()
-                    ? ""
-                    : Json{{"schema", "shardplan.validation/1"}, {"rows", rows},       {"summary", terms},
-                           {"summary_all", terms_all},           {"skipped", skipped}, {"failed", failed}}
-                              .dump(1) +
-                          "\n";
+            const std::string json =
+                a->json.empty() ? "" : validation_json(v, terms, terms_all, failed).dump(1) + "\n";
             std::optional<ValidationReport> lane;
             if (!a->reference_lane.empty()) lane = validate_files({a->reference_lane});
             std::optional<Evidence> ev;
