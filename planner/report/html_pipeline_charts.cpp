@@ -18,6 +18,63 @@
 
 namespace shardplan::html_detail {
 
+/// The busiest rank's memory lane of the gantt chart: each action's total while it runs, held between actions
+/// at the next one's state without its working set, the optimizer's tail after the last; the reported peak
+/// marked at the action (or the optimizer tail) that sets it.
+void pipeline_memory_lane(svg::Canvas& c, const svg::Frame& f, const Result& r, const TimeUnit& tu, double y0,
+                          double h) {
+  const PipelineSummary& ps = *r.pipeline;
+  std::vector<const PipelineSpan*> mine;
+  for (const PipelineSpan& sp : ps.spans)
+    if (sp.rank == ps.busiest_rank) mine.push_back(&sp);
+  double top_bytes = std::max({static_cast<double>(r.peak_bytes), static_cast<double>(ps.tail_bytes), 1.0});
+  for (const PipelineSpan* sp : mine) top_bytes = std::max(top_bytes, static_cast<double>(sp->total()));
+  const double drawn_peak = [&] {
+    double d = static_cast<double>(ps.tail_bytes);
+    for (const PipelineSpan* sp : mine) d = std::max(d, static_cast<double>(sp->total()));
+    return d;
+  }();
+  top_bytes *= 1.08;
+  auto y_of = [&](double b) { return y0 + h - h * b / top_bytes; };
+  c.open_group("gantt-memory",
+               fmt::format("data-lane=\"allocated memory, rank {}\" data-drawn-peak-bytes=\"{:.0f}\" "
+                           "data-report-peak-bytes=\"{}\"",
+                           ps.busiest_rank, drawn_peak, r.peak_bytes));
+  c.rect(f.area.x, y0, f.area.w, h, {}, "row-bg");
+  c.text(f.area.x - 8, y0 + h / 2 - 6, fmt::format("rank {} memory", ps.busiest_rank), "row-label", "end");
+  c.text(f.area.x - 8, y0 + h / 2 + 9, fmt::format("0–{}", gib(top_bytes, 0)), "tick-label", "end");
+  std::string d;
+  double last_x = f.area.x;
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    const PipelineSpan& sp = *mine[i];
+    const double x0 = f.x(sp.start_s * tu.factor), x1 = f.x(sp.end_s * tu.factor);
+    const double between = static_cast<double>(sp.held_bytes + sp.accum_grad_bytes + sp.saved_act_bytes);
+    d += d.empty() ? fmt::format("M{:.1f} {:.1f}", f.area.x, y_of(between)) : "";
+    d += fmt::format(" H{:.1f} V{:.1f} H{:.1f} V{:.1f}", x0, y_of(static_cast<double>(sp.total())),
+                     std::max(x1, x0 + 0.5), y_of(between));
+    last_x = std::max(x1, x0 + 0.5);
+  }
+  if (!mine.empty()) {
+    const double xt = std::max(last_x, f.x(ps.tail_start_s * tu.factor));
+    d +=
+        fmt::format(" H{:.1f} V{:.1f} H{:.1f}", xt, y_of(static_cast<double>(ps.tail_bytes)), f.area.right());
+    c.path(d, {}, "mem-gpu", "allocated memory of the busiest pipeline rank over the step");
+  }
+  // The reported peak, at the action (or the optimizer tail) that sets it.
+  double peak_x = f.x(ps.tail_start_s * tu.factor);
+  for (const PipelineSpan* sp : mine)
+    if (sp->total() == r.peak_bytes) {
+      peak_x = f.x(sp->start_s * tu.factor);
+      break;
+    }
+  c.line(peak_x, y0, peak_x, y0 + h, "mem-peak");
+  const bool left = peak_x > f.area.x + f.area.w * 0.62;
+  c.text(peak_x + (left ? -6 : 6), y0 + 13,
+         fmt::format("peak {} — {}", gib(static_cast<double>(r.peak_bytes)), r.peak_phase), "peak-label",
+         left ? "end" : "start");
+  c.close_group();
+}
+
 std::string pipeline_gantt(const Result& r) {
   const PipelineSummary& ps = *r.pipeline;
   const double end_s = std::max(r.step_s, 1e-9);
@@ -80,62 +137,7 @@ std::string pipeline_gantt(const Result& r) {
                      rows[static_cast<std::size_t>(k)], "gantt-row", min_px);
     exposed_lane(c, f, top + ps.pp * (row_h + gap), row_h, fmt::format("exposed, rank {}", ps.slowest_rank),
                  ex, tu, r.exposed_comm_s);
-    // The busiest rank's memory: each action's total while it runs, held between actions at the next one's
-    // state without its working set, the optimizer's tail after the last.
-    {
-      const double y0 = top + lanes * (row_h + gap), h = mem_h;
-      std::vector<const PipelineSpan*> mine;
-      for (const PipelineSpan& sp : ps.spans)
-        if (sp.rank == ps.busiest_rank) mine.push_back(&sp);
-      double top_bytes =
-          std::max({static_cast<double>(r.peak_bytes), static_cast<double>(ps.tail_bytes), 1.0});
-      for (const PipelineSpan* sp : mine) top_bytes = std::max(top_bytes, static_cast<double>(sp->total()));
-      const double drawn_peak = [&] {
-        double d = static_cast<double>(ps.tail_bytes);
-        for (const PipelineSpan* sp : mine) d = std::max(d, static_cast<double>(sp->total()));
-        return d;
-      }();
-      top_bytes *= 1.08;
-      auto y_of = [&](double b) { return y0 + h - h * b / top_bytes; };
-      c.open_group("gantt-memory",
-                   fmt::format("data-lane=\"allocated memory, rank {}\" data-drawn-peak-bytes=\"{:.0f}\" "
-                               "data-report-peak-bytes=\"{}\"",
-                               ps.busiest_rank, drawn_peak, r.peak_bytes));
-      c.rect(f.area.x, y0, f.area.w, h, {}, "row-bg");
-      c.text(f.area.x - 8, y0 + h / 2 - 6, fmt::format("rank {} memory", ps.busiest_rank), "row-label",
-             "end");
-      c.text(f.area.x - 8, y0 + h / 2 + 9, fmt::format("0–{}", gib(top_bytes, 0)), "tick-label", "end");
-      std::string d;
-      double last_x = f.area.x;
-      for (std::size_t i = 0; i < mine.size(); ++i) {
-        const PipelineSpan& sp = *mine[i];
-        const double x0 = f.x(sp.start_s * tu.factor), x1 = f.x(sp.end_s * tu.factor);
-        const double between = static_cast<double>(sp.held_bytes + sp.accum_grad_bytes + sp.saved_act_bytes);
-        d += d.empty() ? fmt::format("M{:.1f} {:.1f}", f.area.x, y_of(between)) : "";
-        d += fmt::format(" H{:.1f} V{:.1f} H{:.1f} V{:.1f}", x0, y_of(static_cast<double>(sp.total())),
-                         std::max(x1, x0 + 0.5), y_of(between));
-        last_x = std::max(x1, x0 + 0.5);
-      }
-      if (!mine.empty()) {
-        const double xt = std::max(last_x, f.x(ps.tail_start_s * tu.factor));
-        d += fmt::format(" H{:.1f} V{:.1f} H{:.1f}", xt, y_of(static_cast<double>(ps.tail_bytes)),
-                         f.area.right());
-        c.path(d, {}, "mem-gpu", "allocated memory of the busiest pipeline rank over the step");
-      }
-      // The reported peak, at the action (or the optimizer tail) that sets it.
-      double peak_x = f.x(ps.tail_start_s * tu.factor);
-      for (const PipelineSpan* sp : mine)
-        if (sp->total() == r.peak_bytes) {
-          peak_x = f.x(sp->start_s * tu.factor);
-          break;
-        }
-      c.line(peak_x, y0, peak_x, y0 + h, "mem-peak");
-      const bool left = peak_x > f.area.x + f.area.w * 0.62;
-      c.text(peak_x + (left ? -6 : 6), y0 + 13,
-             fmt::format("peak {} — {}", gib(static_cast<double>(r.peak_bytes)), r.peak_phase), "peak-label",
-             left ? "end" : "start");
-      c.close_group();
-    }
+    pipeline_memory_lane(c, f, r, tu, top + lanes * (row_h + gap), mem_h);
     if (c.elements() <= kHtmlMaxSvgElements || min_px > 64) return c.str();
   }
 }
