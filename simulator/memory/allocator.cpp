@@ -2,7 +2,7 @@
 // (malloc, get_free_block, alloc_block, alloc_found_block, free_block and the release paths),
 // pytorch/pytorch c10/cuda/CUDACachingAllocator.cpp at commit 001074d2. Function names follow PyTorch's. The
 // expandable-segment mapping is in allocator_expandable.cpp, the invariants and snapshot in
-// allocator_check.cpp.
+// allocator_check.cpp, the node arena of its free-block sets in allocator_arena.cpp.
 #include "simulator/memory/allocator.hpp"
 
 #include <algorithm>
@@ -22,43 +22,6 @@ constexpr Bytes kUnlimited = std::numeric_limits<Bytes>::max();
 // device".
 constexpr Bytes kDefaultExpandableSpan = Bytes{1} << 44;
 }  // namespace
-
-// Node sizes rounded up to max_align_t so every slot of a chunk (from operator new[]) is suitably aligned.
-static std::size_t slot_bytes(std::size_t bytes) {
-  constexpr std::size_t a = alignof(std::max_align_t);
-  return (std::max(bytes, sizeof(void*)) + a - 1) / a * a;
-}
-
-CachingAllocator::NodeArena::SizeClass& CachingAllocator::NodeArena::size_class(std::size_t bytes) {
-  for (SizeClass& c : classes_)
-    if (c.bytes == bytes) return c;
-  classes_.push_back(SizeClass{bytes, nullptr});
-  return classes_.back();
-}
-
-void* CachingAllocator::NodeArena::do_allocate(std::size_t bytes, std::size_t alignment) {
-  if (alignment > alignof(std::max_align_t))
-    return std::pmr::new_delete_resource()->allocate(bytes, alignment);
-  const std::size_t slot = slot_bytes(bytes);
-  SizeClass& c = size_class(slot);
-  if (c.free == nullptr) {  // carve a new chunk of 256 nodes into the free list
-    constexpr std::size_t kNodes = 256;
-    chunks_.push_back(std::make_unique<std::byte[]>(slot * kNodes));
-    std::byte* base = chunks_.back().get();
-    for (std::size_t i = kNodes; i-- > 0;) c.free = new (base + i * slot) FreeNode{c.free};
-  }
-  FreeNode* n = c.free;
-  c.free = n->next;
-  return n;
-}
-
-void CachingAllocator::NodeArena::do_deallocate(void* p, std::size_t bytes, std::size_t alignment) {
-  if (alignment > alignof(std::max_align_t))
-    return std::pmr::new_delete_resource()->deallocate(p, bytes, alignment);
-  const std::size_t slot = slot_bytes(bytes);
-  SizeClass& c = size_class(slot);
-  c.free = new (p) FreeNode{c.free};
-}
 
 CachingAllocator::CachingAllocator(const AllocatorConfig& config) : small_(&node_pool_), large_(&node_pool_) {
   reset(config);
