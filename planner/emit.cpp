@@ -16,8 +16,10 @@ namespace shardplan {
 
 using namespace emit_detail;
 
-extern const char* const kFsdp2ScriptHead;  // planner/emit_fsdp2_script.cpp
-extern const char* const kFsdp2ScriptStep;  // planner/emit_fsdp2_script_step.cpp
+extern const char* const kFsdp2ScriptHead;      // planner/emit_fsdp2_script.cpp
+extern const char* const kFsdp2ScriptParallel;  // planner/emit_fsdp2_script_parallel.cpp
+extern const char* const kFsdp2ScriptStep;      // planner/emit_fsdp2_script_step.cpp
+extern const char* const kFsdp2ScriptMain;      // planner/emit_fsdp2_script_main.cpp
 
 namespace {
 /// The knobs an output of `kind` would run differently from the simulated plan and cannot be told otherwise:
@@ -243,7 +245,9 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
     s += "]\n";
   }
   s += kFsdp2ScriptHead;
+  s += kFsdp2ScriptParallel;
   s += kFsdp2ScriptStep;
+  s += kFsdp2ScriptMain;
   return s;
 }
 

@@ -6,8 +6,9 @@
 #      overlap the C++ build;
 #   3. builds everything into build/ (tools/build.sh all), with the CUDA calibration suite and its MPI bootstrap
 #      where nvcc is found (always in CI);
-#   4. the formatting check (tools/ci/format.sh), the include-direction check (tools/ci/includes.py), ctest (C++
-#      unit, CLI, report and calibration tests, the MPI bootstrap under mpirun -np 2);
+#   4. the formatting check (tools/ci/format.sh), the include-direction check (tools/ci/includes.py), the size
+#      check (tools/ci/sizes.py: files <= 500 lines, functions <= 120), ctest (C++ unit, CLI, report and
+#      calibration tests, the MPI bootstrap under mpirun -np 2);
 #   5. the Python tests: converter, tools (system python3); real-run harness, reference lane, emitted configs
 #      (pinned environment); the Python module (`pip install .`, reusing build/'s compilations through ccache)
 #      against the CLI, byte for byte.
@@ -61,6 +62,7 @@ SHARDPLAN_CUDA=$cuda SHARDPLAN_MPI=$mpi bash tools/build.sh all
 stage "formatting and include checks"
 bash tools/ci/format.sh
 python3 tools/ci/includes.py
+python3 tools/ci/sizes.py
 stage "ctest"
 ctest --test-dir build --output-on-failure -j"$(nproc)"
 stage "Python tests: converter and tools"
