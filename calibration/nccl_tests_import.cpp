@@ -13,203 +13,13 @@
 #include <set>
 #include <sstream>
 
+#include "calibration/nccl_tests_lines.hpp"
 #include "core/error.hpp"
 #include "core/json_reader.hpp"
 
 namespace shardplan::calibration {
 
-namespace {
-
-std::string at_line(int line) {
-  return "line " + std::to_string(line);
-}
-
-std::vector<std::string> split_ws(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream in(s);
-  for (std::string t; in >> t;) out.push_back(t);
-  return out;
-}
-
-bool all_digits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-/// Largest time (us) or bandwidth (GB/s) a log may carry: 1e15 us = 1e9 s, the calibration profile's bound.
-constexpr double kMaxColumnValue = 1e15;
-
-std::optional<double> to_double(const std::string& s) {
-  double v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || !std::isfinite(v)) return std::nullopt;
-  return v;
-}
-
-std::optional<std::int64_t> to_int(const std::string& s) {
-  std::int64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
-/// A number from a header line ("iters: 20"); digits only by the regex, but possibly too many of them.
-std::int64_t header_int(const std::string& digits, const std::string& file, int line, const char* what,
-                        std::int64_t hi) {
-  const auto v = to_int(digits);
-  if (!v || *v > hi)
-    throw InputError(file, at_line(line),
-                     std::string(what) + " " + digits + " is out of range [0, " + std::to_string(hi) + "]");
-  return *v;
-}
-
-/// Column positions of one results table, from its header line.
-struct Columns {
-  std::size_t count = 0;  ///< tokens a row must have
-  std::size_t size = 0, type = 0;
-  std::size_t oop_time = 0, oop_algbw = 0, oop_busbw = 0;
-  std::optional<std::size_t> ip_time, ip_algbw, ip_busbw;
-};
-
-std::optional<Columns> parse_header(const std::vector<std::string>& tok) {
-  // tok excludes the leading '#'. Old logs: "size count type redop time algbw busbw error ..." (no root
-  // column); current: "size count type redop root time algbw busbw #wrong time algbw busbw #wrong
-  // [timestamp]".
-  auto find = [&](const std::string& name, std::size_t from) -> std::optional<std::size_t> {
-    for (std::size_t i = from; i < tok.size(); ++i)
-      if (tok[i] == name) return i;
-    return std::nullopt;
-  };
-  auto size = find("size", 0), count = find("count", 0), type = find("type", 0);
-  if (!size || !count || !type || *size != 0) return std::nullopt;
-  auto t1 = find("time", 0);
-  if (!t1) t1 = find("cputime", 0);
-  if (!t1) return std::nullopt;
-  auto a1 = find("algbw", *t1), b1 = find("busbw", *t1);
-  if (!a1 || !b1) return std::nullopt;
-  Columns c;
-  c.size = *size, c.type = *type, c.oop_time = *t1, c.oop_algbw = *a1, c.oop_busbw = *b1;
-  const std::string& time_name = tok[*t1];
-  if (auto t2 = find(time_name, *b1 + 1)) {
-    auto a2 = find("algbw", *t2), b2 = find("busbw", *t2);
-    if (a2 && b2) c.ip_time = *t2, c.ip_algbw = *a2, c.ip_busbw = *b2;
-  }
-  c.count = tok.size();
-  if (find("timestamp", 0)) c.count += 1;  // "YYYY-MM-DD HH:MM:SS" is two tokens under one label
-  return c;
-}
-
-// libstdc++'s std::regex matches recursively, one stack frame per character a repetition consumes, so a line
-// of a few hundred kilobytes overflows the stack. nccl-tests header lines are under 300 characters: longer
-// lines are never given to a regex (they can still be result rows, which are split on blanks).
-constexpr std::size_t kMaxRegexLine = 4096;
-
-/// regex_search on lines that are short enough and contain `needle` (a cheap filter: most lines match
-/// nothing).
-bool search_line(const std::string& line, std::smatch& m, const std::regex& re, const char* needle) {
-  return line.size() <= kMaxRegexLine && line.find(needle) != std::string::npos &&
-         std::regex_search(line, m, re);
-}
-
-/// Replaces each byte that is not part of well-formed UTF-8 with '?': host names, GPU names and NCCL_* values
-/// end up in the profile's JSON, which must be valid UTF-8 (a Latin-1 host name made dump() throw).
-std::string valid_utf8(std::string s) {
-  auto cont = [&](std::size_t i, unsigned char lo = 0x80, unsigned char hi = 0xBF) {
-    return i < s.size() && static_cast<unsigned char>(s[i]) >= lo && static_cast<unsigned char>(s[i]) <= hi;
-  };
-  for (std::size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    std::size_t n = 0;
-    if (c < 0x80)
-      n = 1;
-    else if (c >= 0xC2 && c <= 0xDF && cont(i + 1))
-      n = 2;
-    else if (c >= 0xE0 && c <= 0xEF && cont(i + 1, c == 0xE0 ? 0xA0 : 0x80, c == 0xED ? 0x9F : 0xBF) &&
-             cont(i + 2))
-      n = 3;
-    else if (c >= 0xF0 && c <= 0xF4 && cont(i + 1, c == 0xF0 ? 0x90 : 0x80, c == 0xF4 ? 0x8F : 0xBF) &&
-             cont(i + 2) && cont(i + 3))
-      n = 4;
-    if (n == 0) s[i] = '?', n = 1;
-    i += n;
-  }
-  return s;
-}
-
-/// Strips mpirun --tag-output prefixes ("[1,0]<stdout>:") and leading/trailing blanks.
-std::string clean_line(std::string s) {
-  static const std::regex tag(R"(^\s*\[\d+,\d+\]<std(out|err)>:)");
-  if (!s.empty() && s.back() == '\r') s.pop_back();
-  const auto open = s.find_first_not_of(" \t");
-  if (open != std::string::npos && s[open] == '[') {
-    const auto close = s.find(">:", open);
-    if (close != std::string::npos && close - open < 64) {
-      std::string head = s.substr(0, close + 2);
-      if (std::regex_search(head, tag)) s.erase(0, close + 2);
-    }
-  }
-  const auto b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  const auto e = s.find_last_not_of(" \t");
-  return s.substr(b, e - b + 1);
-}
-
-void collect_env(const std::string& line, std::map<std::string, std::string>& env) {
-  static const std::regex assign(R"((?:^|[\s'"])(NCCL_[A-Z0-9_]+)=([^\s'"]+))");
-  if (line.size() > kMaxRegexLine || line.find("NCCL_") == std::string::npos) return;
-  for (std::sregex_iterator it(line.begin(), line.end(), assign), end; it != end; ++it)
-    env[(*it)[1]] = (*it)[2];
-}
-
-void finish_run(NcclTestsRun& run, const NcclTestsOverrides& ov, std::vector<std::string>& warnings,
-                int rank_lines, int max_rank, int threads_x_gpus) {
-  const std::string where = at_line(run.line);
-  if (ov.ranks) {
-    run.ranks = *ov.ranks;
-  } else if (rank_lines > 0) {
-    run.ranks = max_rank + 1;
-  } else {
-    run.ranks = threads_x_gpus;
-    warnings.push_back(run.file + ": " + where + ": no '# Rank' lines; assuming " +
-                       std::to_string(run.ranks) +
-                       " rank(s) from nThread x nGpus (use --ranks for MPI runs)");
-  }
-  if (run.ranks < 1) throw InputError(run.file, where, "cannot determine the number of ranks (use --ranks)");
-  if (ov.nodes) {
-    run.nodes = *ov.nodes;
-  } else if (ov.gpus_per_node) {
-    if (run.ranks % *ov.gpus_per_node != 0)
-      throw InputError(run.file, where,
-                       std::to_string(run.ranks) + " ranks are not a multiple of --gpus-per-node " +
-                           std::to_string(*ov.gpus_per_node));
-    run.nodes = run.ranks / *ov.gpus_per_node;
-  } else if (!run.hostnames.empty()) {
-    run.nodes = static_cast<int>(run.hostnames.size());
-  } else {
-    run.nodes = 1;
-    warnings.push_back(run.file + ": " + where + ": no host names; assuming one node (use --nodes)");
-  }
-  if (run.nodes < 1 || run.nodes > run.ranks)
-    throw InputError(
-        run.file, where,
-        std::to_string(run.nodes) + " nodes for " + std::to_string(run.ranks) + " ranks is impossible");
-  // The busbw column is algbw x busbw_factor(kind, ranks): it tells whether kind and rank count are right.
-  const double factor = busbw_factor(run.kind, run.ranks);
-  auto check = [&](const NcclTestsRow& r, double alg, double bus) {
-    if (alg < 1.0) return;  // too few printed digits to compare
-    if (std::fabs(bus - alg * factor) > 0.02 + 0.006 * std::max(bus, alg * factor))
-      throw InputError(run.file, at_line(r.line),
-                       "busbw/algbw = " + std::to_string(bus / alg) + " but " +
-                           std::string(collective_name(run.kind)) + " on " + std::to_string(run.ranks) +
-                           " ranks has busbw factor " + std::to_string(factor) +
-                           " (wrong --ranks, or the log mixes runs?)");
-  };
-  for (const auto& r : run.rows) {
-    check(r, r.oop_algbw_GBps, r.oop_busbw_GBps);
-    if (r.ip_algbw_GBps) check(r, *r.ip_algbw_GBps, *r.ip_busbw_GBps);
-  }
-}
-
-}  // namespace
+using namespace nccl_tests_detail;
 
 std::optional<CollectiveKind> collective_from_program(const std::string& program) {
   std::string p =
@@ -230,184 +40,210 @@ std::string nccl_version_string(long code) {
          std::to_string(code % 100);
 }
 
-NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string& name,
-                                      const NcclTestsOverrides& ov) {
-  static const std::regex program_re(R"(([A-Za-z0-9_]+_perf)(_mpi)?\b)");
-  static const std::regex starting_re(R"(^#\s*Collective test starting:\s*(\S+))");
-  static const std::regex version_re(R"(^#\s*nccl-tests version \S+ nccl-headers=\d+ nccl-library=(\d+))");
-  static const std::regex nthread_re(
-      R"(^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+\d+\s+maxBytes\s+\d+.*?warmup iters:\s*\d+\s+iters:\s*(\d+))");
-  static const std::regex rank_re(
-      R"(^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.*)$)");
+namespace {
 
-  NcclTestsImport out;
-  std::map<std::string, std::string> env;
-  std::string program;  // last nccl-tests program named before the current run
-  int program_line = 0;
-  std::string nccl_version;
-  std::optional<NcclTestsRun> run;  // header seen, table maybe open
-  bool in_table = false, skip_table = false;
-  Columns cols;
-  int rank_lines = 0, max_rank = -1, threads_x_gpus = 0;
-  std::set<std::string> hosts;
+/// The text parser's state over one log, line by line (the file comment's state machine).
+class TextParser {
+ public:
+  TextParser(const std::string& name, const NcclTestsOverrides& ov) : name_(name), ov_(ov) {}
 
-  auto close_run = [&] {
-    if (!run) return;
-    if (!skip_table && !run->rows.empty()) {
-      finish_run(*run, ov, out.warnings, rank_lines, max_rank, threads_x_gpus);
-      run->env = env;
-      run->nccl_version = nccl_version;
-      out.runs.push_back(std::move(*run));
+  NcclTestsImport parse(const std::string& text) {
+    std::istringstream in(text);
+    std::string raw;
+    while (std::getline(in, raw)) {
+      ++line_no_;
+      const std::string line = valid_utf8(clean_line(raw));
+      if (line.empty()) continue;
+      if (line[0] != '#')
+        plain_line(line);
+      else
+        comment_line(line);
     }
-    run.reset();
-    in_table = skip_table = false;
-  };
+    if (in_table_)
+      throw InputError(
+          name_, at_line(header_line_),
+          "truncated log: the table starting here has no '# Avg bus bandwidth' footer (file ends at line " +
+              std::to_string(line_no_) + ")");
+    if (out_.runs.empty() && out_.warnings.empty())
+      throw InputError(name_, "", "no nccl-tests results table found");
+    return std::move(out_);
+  }
 
-  std::istringstream in(text);
-  std::string raw;
-  int line_no = 0;
-  int header_line = 0;
-  while (std::getline(in, raw)) {
-    ++line_no;
-    const std::string line = valid_utf8(clean_line(raw));
-    if (line.empty()) continue;
+ private:
+  void close_run() {
+    if (!run_) return;
+    if (!skip_table_ && !run_->rows.empty()) {
+      finish_run(*run_, ov_, out_.warnings, rank_lines_, max_rank_, threads_x_gpus_);
+      run_->env = env_;
+      run_->nccl_version = nccl_version_;
+      out_.runs.push_back(std::move(*run_));
+    }
+    run_.reset();
+    in_table_ = skip_table_ = false;
+  }
+
+  /// A line without '#': a result row of the open table, or a command line, prompt, NCCL INFO/WARN output or
+  /// prose, of which the program name and NCCL_* assignments are remembered.
+  void plain_line(const std::string& line) {
+    static const std::regex program_re(R"(([A-Za-z0-9_]+_perf)(_mpi)?\b)");
+    const auto tok = split_ws(line);
+    if (in_table_ && all_digits(tok[0])) {
+      if (tok.size() != cols_.count)
+        throw InputError(name_, at_line(line_no_),
+                         "truncated or malformed nccl-tests row: expected " + std::to_string(cols_.count) +
+                             " columns, got " + std::to_string(tok.size()));
+      if (!skip_table_) run_->rows.push_back(row(tok));
+      return;
+    }
+    collect_env(line, env_);
     std::smatch m;
-    if (line[0] != '#') {
-      const auto tok = split_ws(line);
-      if (in_table && all_digits(tok[0])) {
-        if (tok.size() != cols.count)
-          throw InputError(name, at_line(line_no),
-                           "truncated or malformed nccl-tests row: expected " + std::to_string(cols.count) +
-                               " columns, got " + std::to_string(tok.size()));
-        if (skip_table) continue;
-        NcclTestsRow r;
-        r.line = line_no;
-        auto num = [&](std::size_t i) {
-          auto v = to_double(tok[i]);
-          if (!v || *v < 0)
-            throw InputError(
-                name, at_line(line_no),
-                "column " + std::to_string(i + 1) + ": \"" + tok[i] + "\" is not a non-negative number");
-          // The JSON reader's bound: 1e15 us is 1e9 s, the most a calibration profile accepts for a sample.
-          if (*v > kMaxColumnValue)
-            throw InputError(name, at_line(line_no),
-                             "column " + std::to_string(i + 1) + ": \"" + tok[i] +
-                                 "\" is out of range (at most 1e15 us or GB/s)");
-          return *v;
-        };
-        auto bytes = to_int(tok[cols.size]);
-        if (!bytes)
-          throw InputError(name, at_line(line_no), "size \"" + tok[cols.size] + "\" is not an integer");
-        r.bytes = *bytes;
-        r.dtype = tok[cols.type];
-        r.oop_time_us = num(cols.oop_time), r.oop_algbw_GBps = num(cols.oop_algbw);
-        r.oop_busbw_GBps = num(cols.oop_busbw);
-        if (cols.ip_time) {
-          r.ip_time_us = num(*cols.ip_time), r.ip_algbw_GBps = num(*cols.ip_algbw);
-          r.ip_busbw_GBps = num(*cols.ip_busbw);
-        }
-        run->rows.push_back(r);
-        continue;
-      }
-      // Not a row: a command line, prompt, NCCL INFO/WARN output or prose. Remember program names and NCCL_*
-      // vars.
-      collect_env(line, env);
-      if (search_line(line, m, program_re, "_perf")) program = m[1], program_line = line_no;
-      continue;
+    if (search_line(line, m, program_re, "_perf")) program_ = m[1], program_line_ = line_no_;
+  }
+
+  NcclTestsRow row(const std::vector<std::string>& tok) const {
+    NcclTestsRow r;
+    r.line = line_no_;
+    auto num = [&](std::size_t i) {
+      auto v = to_double(tok[i]);
+      if (!v || *v < 0)
+        throw InputError(
+            name_, at_line(line_no_),
+            "column " + std::to_string(i + 1) + ": \"" + tok[i] + "\" is not a non-negative number");
+      // The JSON reader's bound: 1e15 us is 1e9 s, the most a calibration profile accepts for a sample.
+      if (*v > kMaxColumnValue)
+        throw InputError(name_, at_line(line_no_),
+                         "column " + std::to_string(i + 1) + ": \"" + tok[i] +
+                             "\" is out of range (at most 1e15 us or GB/s)");
+      return *v;
+    };
+    auto bytes = to_int(tok[cols_.size]);
+    if (!bytes)
+      throw InputError(name_, at_line(line_no_), "size \"" + tok[cols_.size] + "\" is not an integer");
+    r.bytes = *bytes;
+    r.dtype = tok[cols_.type];
+    r.oop_time_us = num(cols_.oop_time), r.oop_algbw_GBps = num(cols_.oop_algbw);
+    r.oop_busbw_GBps = num(cols_.oop_busbw);
+    if (cols_.ip_time) {
+      r.ip_time_us = num(*cols_.ip_time), r.ip_algbw_GBps = num(*cols_.ip_algbw);
+      r.ip_busbw_GBps = num(*cols_.ip_busbw);
     }
+    return r;
+  }
+
+  /// A '#' line: the test's name, the NCCL version, a run's header, its rank lines, a table's header or
+  /// footer.
+  void comment_line(const std::string& line) {
+    static const std::regex starting_re(R"(^#\s*Collective test starting:\s*(\S+))");
+    static const std::regex version_re(R"(^#\s*nccl-tests version \S+ nccl-headers=\d+ nccl-library=(\d+))");
+    static const std::regex nthread_re(
+        R"(^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+\d+\s+maxBytes\s+\d+.*?warmup iters:\s*\d+\s+iters:\s*(\d+))");
+    static const std::regex rank_re(
+        R"(^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.*)$)");
+    std::smatch m;
     if (search_line(line, m, starting_re, "Collective test starting")) {
-      program = m[1], program_line = line_no;
-      continue;
-    }
-    if (search_line(line, m, version_re, "nccl-tests version")) {
-      nccl_version = nccl_version_string(header_int(m[1], name, line_no, "nccl-library", 1 << 30));
-      continue;
-    }
-    if (search_line(line, m, nthread_re, "nThread")) {
-      if (in_table)
-        throw InputError(name, at_line(header_line),
-                         "truncated log: table has no '# Avg bus bandwidth' footer "
-                         "before the next run at line " +
-                             std::to_string(line_no));
-      close_run();
-      run.emplace();
-      run->file = name;
-      run->line = line_no;
-      run->iterations = header_int(m[3], name, line_no, "iters", INT64_MAX);
-      run->gpus_per_thread = static_cast<int>(header_int(m[2], name, line_no, "nGpus", 1 << 12));
-      threads_x_gpus =
-          static_cast<int>(header_int(m[1], name, line_no, "nThread", 1 << 12) * run->gpus_per_thread);
-      rank_lines = 0, max_rank = -1;
-      hosts.clear();
-      continue;
-    }
-    if (run && !in_table && search_line(line, m, rank_re, "Rank")) {
-      ++rank_lines;
-      max_rank = std::max(max_rank, static_cast<int>(header_int(m[1], name, line_no, "Rank", 1 << 24)));
-      if (hosts.insert(m[2]).second) run->hostnames.push_back(m[2]);
-      run->gpu_names.push_back(m[3]);
-      continue;
-    }
-    const auto tok = split_ws(line.substr(1));
-    if (!tok.empty() && tok[0] == "size") {
-      auto c = parse_header(tok);
-      if (!c) throw InputError(name, at_line(line_no), "unrecognised nccl-tests table header");
-      if (in_table)
-        throw InputError(name, at_line(header_line),
-                         "truncated log: table has no '# Avg bus bandwidth' footer");
-      if (!run) {  // a table pasted without its "# nThread" header
-        run.emplace();
-        run->file = name;
-        rank_lines = 0, max_rank = -1, threads_x_gpus = 0;
-        hosts.clear();
-      }
-      run->line = line_no;
-      header_line = line_no;
-      cols = *c;
-      in_table = true;
-      std::optional<CollectiveKind> kind;
-      if (!program.empty()) kind = collective_from_program(program);
-      if (program.empty()) {
-        const std::string base =
-            name.substr(name.find_last_of('/') == std::string::npos ? 0 : name.find_last_of('/') + 1);
-        for (const auto& c : kCollectives)
-          if (!kind && base.find(c.name) != std::string::npos) kind = c.kind;
-        if (!kind && base.find("alltoall") != std::string::npos) kind = CollectiveKind::kAllToAll;
-        if (!kind)
-          throw InputError(name, at_line(line_no),
-                           "cannot tell which collective this table measures: no nccl-tests program name "
-                           "(e.g. all_gather_perf) before it and none in the file name");
-      }
-      if (!kind) {
-        skip_table = true;
-        out.warnings.push_back(name + ": " + at_line(line_no) + ": skipped " + program + " table (line " +
-                               std::to_string(program_line) + "): not a collective shardplan models");
-      } else {
-        run->kind = *kind;
-      }
-      continue;
-    }
-    if (line.find("Out of bounds values") != std::string::npos ||
-        line.find("Avg bus bandwidth") != std::string::npos ||
-        line.find("Collective test concluded") != std::string::npos) {
-      if (in_table) {
-        if (run->rows.empty() && !skip_table)
-          out.warnings.push_back(name + ": " + at_line(header_line) + ": table without rows");
+      program_ = m[1], program_line_ = line_no_;
+    } else if (search_line(line, m, version_re, "nccl-tests version")) {
+      nccl_version_ = nccl_version_string(header_int(m[1], name_, line_no_, "nccl-library", 1 << 30));
+    } else if (search_line(line, m, nthread_re, "nThread")) {
+      run_header(m);
+    } else if (run_ && !in_table_ && search_line(line, m, rank_re, "Rank")) {
+      ++rank_lines_;
+      max_rank_ = std::max(max_rank_, static_cast<int>(header_int(m[1], name_, line_no_, "Rank", 1 << 24)));
+      if (hosts_.insert(m[2]).second) run_->hostnames.push_back(m[2]);
+      run_->gpu_names.push_back(m[3]);
+    } else if (const auto tok = split_ws(line.substr(1)); !tok.empty() && tok[0] == "size") {
+      table_header(tok);
+    } else if (line.find("Out of bounds values") != std::string::npos ||
+               line.find("Avg bus bandwidth") != std::string::npos ||
+               line.find("Collective test concluded") != std::string::npos) {
+      if (in_table_) {
+        if (run_->rows.empty() && !skip_table_)
+          out_.warnings.push_back(name_ + ": " + at_line(header_line_) + ": table without rows");
         close_run();
-        program.clear();
+        program_.clear();
       }
-      continue;
     }
     // Other '#' lines (units row, "# Using devices", comments) carry nothing we need.
   }
-  if (in_table)
-    throw InputError(
-        name, at_line(header_line),
-        "truncated log: the table starting here has no '# Avg bus bandwidth' footer (file ends at line " +
-            std::to_string(line_no) + ")");
-  if (out.runs.empty() && out.warnings.empty())
-    throw InputError(name, "", "no nccl-tests results table found");
-  return out;
+
+  /// "# nThread ... nGpus ... iters": a run starts.
+  void run_header(const std::smatch& m) {
+    if (in_table_)
+      throw InputError(name_, at_line(header_line_),
+                       "truncated log: table has no '# Avg bus bandwidth' footer "
+                       "before the next run at line " +
+                           std::to_string(line_no_));
+    close_run();
+    run_.emplace();
+    run_->file = name_;
+    run_->line = line_no_;
+    run_->iterations = header_int(m[3], name_, line_no_, "iters", INT64_MAX);
+    run_->gpus_per_thread = static_cast<int>(header_int(m[2], name_, line_no_, "nGpus", 1 << 12));
+    threads_x_gpus_ =
+        static_cast<int>(header_int(m[1], name_, line_no_, "nThread", 1 << 12) * run_->gpus_per_thread);
+    rank_lines_ = 0, max_rank_ = -1;
+    hosts_.clear();
+  }
+
+  /// "# size count type ...": a table opens; its collective from the program named before it or the file.
+  void table_header(const std::vector<std::string>& tok) {
+    auto c = parse_header(tok);
+    if (!c) throw InputError(name_, at_line(line_no_), "unrecognised nccl-tests table header");
+    if (in_table_)
+      throw InputError(name_, at_line(header_line_),
+                       "truncated log: table has no '# Avg bus bandwidth' footer");
+    if (!run_) {  // a table pasted without its "# nThread" header
+      run_.emplace();
+      run_->file = name_;
+      rank_lines_ = 0, max_rank_ = -1, threads_x_gpus_ = 0;
+      hosts_.clear();
+    }
+    run_->line = line_no_;
+    header_line_ = line_no_;
+    cols_ = *c;
+    in_table_ = true;
+    std::optional<CollectiveKind> kind;
+    if (!program_.empty()) kind = collective_from_program(program_);
+    if (program_.empty()) {
+      const std::string base =
+          name_.substr(name_.find_last_of('/') == std::string::npos ? 0 : name_.find_last_of('/') + 1);
+      for (const auto& k : kCollectives)
+        if (!kind && base.find(k.name) != std::string::npos) kind = k.kind;
+      if (!kind && base.find("alltoall") != std::string::npos) kind = CollectiveKind::kAllToAll;
+      if (!kind)
+        throw InputError(name_, at_line(line_no_),
+                         "cannot tell which collective this table measures: no nccl-tests program name "
+                         "(e.g. all_gather_perf) before it and none in the file name");
+    }
+    if (!kind) {
+      skip_table_ = true;
+      out_.warnings.push_back(name_ + ": " + at_line(line_no_) + ": skipped " + program_ + " table (line " +
+                              std::to_string(program_line_) + "): not a collective shardplan models");
+    } else {
+      run_->kind = *kind;
+    }
+  }
+
+  const std::string& name_;
+  const NcclTestsOverrides& ov_;
+  NcclTestsImport out_;
+  std::map<std::string, std::string> env_;
+  std::string program_;  // last nccl-tests program named before the current run
+  int program_line_ = 0;
+  std::string nccl_version_;
+  std::optional<NcclTestsRun> run_;  // header seen, table maybe open
+  bool in_table_ = false, skip_table_ = false;
+  Columns cols_;
+  int rank_lines_ = 0, max_rank_ = -1, threads_x_gpus_ = 0;
+  std::set<std::string> hosts_;
+  int line_no_ = 0, header_line_ = 0;
+};
+
+}  // namespace
+
+NcclTestsImport parse_nccl_tests_text(const std::string& text, const std::string& name,
+                                      const NcclTestsOverrides& ov) {
+  return TextParser(name, ov).parse(text);
 }
 
 NcclTestsImport parse_nccl_tests_json(const std::string& text, const std::string& name,
