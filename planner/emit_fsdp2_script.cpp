@@ -3,8 +3,8 @@
 // torchtitan models (or, with --tiny, a tiny model of its own), and prints what it built next to the
 // simulated units (SIM_UNITS). In four quarters: imports, module names, the tiny model and the meshes (here);
 // the models, TP, AC and FSDP (emit_fsdp2_script_parallel.cpp); LoRA, materialising, the step and the
-// optimizers (emit_fsdp2_script_step.cpp); what was built and main (emit_fsdp2_script_main.cpp). Kept as raw strings so the script needs no package; tests/emit runs it (torchrun, gloo,
-// CPU).
+// optimizers (emit_fsdp2_script_step.cpp); what was built and main (emit_fsdp2_script_main.cpp). Kept as raw
+// strings so the script needs no package; tests/emit runs it (torchrun, gloo, CPU).
 #include "planner/emit.hpp"
 
 namespace shardplan {

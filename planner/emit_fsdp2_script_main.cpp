@@ -5,7 +5,8 @@
 namespace shardplan {
 
 extern const char* const kFsdp2ScriptMain;
-const char* const kFsdp2ScriptMain = R"PY(# --- what was built --------------------------------------------------------------------------------------------
+const char* const kFsdp2ScriptMain =
+    R"PY(# --- what was built --------------------------------------------------------------------------------------------
 def tp_dim_of(t):
     """The tensor dim TP splits this parameter on, or None (replicated, or no TP)."""
     if not isinstance(t, DTensor) or "tp" not in (t.device_mesh.mesh_dim_names or ()):

@@ -1,12 +1,13 @@
-// The second quarter of the script `--emit fsdp2` writes (emit_fsdp2_script.cpp has the first and says what the
-// script is): the models (Hugging Face, torchtitan), tensor parallelism, activation checkpointing with the
-// simulator's policy, and FSDP per unit.
+// The second quarter of the script `--emit fsdp2` writes (emit_fsdp2_script.cpp has the first and says what
+// the script is): the models (Hugging Face, torchtitan), tensor parallelism, activation checkpointing with
+// the simulator's policy, and FSDP per unit.
 #include "planner/emit.hpp"
 
 namespace shardplan {
 
 extern const char* const kFsdp2ScriptParallel;
-const char* const kFsdp2ScriptParallel = R"PY(# --- the models ------------------------------------------------------------------------------------------------
+const char* const kFsdp2ScriptParallel =
+    R"PY(# --- the models ------------------------------------------------------------------------------------------------
 def hf_path():
     """A local directory with config.json and *.safetensors, or a Hugging Face model id (downloaded once)."""
     if not ARGS.model_path:
