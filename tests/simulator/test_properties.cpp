@@ -140,6 +140,63 @@ ModelGraph renamed(const ModelGraph& m, F name) {
 
 }  // namespace
 
+namespace {
+/// The invariants of one simulated plan: compute + exposed <= step and the exposed time by kind partitioning
+/// it; the memory bound below the peak, persistent state within it; MFU from the model FLOPs per token.
+void check_step_invariants(const Setup& s, const Plan& p, const Result& r) {
+  const auto& spec = s.model.spec();
+  // Time. The compute stream is either computing (compute_s, its busy time), idle waiting on a transfer
+  // (exposed_comm_s, charged to gaps only) or idle for another reason (CPU launch latency, the optimizer
+  // on the CPU): the three are disjoint stretches of [0, step_s], so compute + exposed <= step.
+  CHECK(r.exposed_comm_s >= 0);
+  CHECK(r.compute_s + r.exposed_comm_s <= r.step_s * (1 + 1e-9));
+  // Each exposed stretch is charged to exactly one communication kind, so the per-kind times partition
+  // the total.
+  double by_kind = 0;
+  for (const CommStats& k : r.comm) {
+    CHECK(k.exposed_s >= 0);
+    by_kind += k.exposed_s;
+  }
+  CHECK(by_kind == Approx(r.exposed_comm_s).epsilon(1e-9).margin(1e-15));
+
+  // Memory. The planner's bound is persistent params + optimizer state + one micro-batch of saved
+  // activations
+  // + the runtime overhead: all of it is allocated at once (at the end of the first micro-batch's forward
+  // the persistent state and that micro-batch's saved activations are live), and reserved >= allocated,
+  // so the bound never exceeds peak reserved + overhead (it would prune plans that fit otherwise).
+  CHECK(memory_lower_bound(s.model, p) <= r.peak_reserved_bytes + r.overhead.total());
+  // The persistent state on the GPU is allocated for the whole step, so the peak is at least that; the
+  // first step has no optimizer state before its optimizer step, so its peak is at most the steady
+  // state's.
+  CHECK(r.peak_bytes >= r.persistent_bytes);
+  CHECK(r.persistent_bytes == r.persistent_split[0] + r.persistent_split[1] + r.persistent_split[2]);
+  CHECK(r.first_step_peak_bytes <= r.peak_bytes);
+  CHECK(r.peak_reserved_bytes >= r.peak_bytes);
+
+  // MFU. Model FLOPs per token (PaLM appendix B, as torchtitan counts it): 6 x the non-embedding
+  // parameters a token passes through (forward 2N + backward 4N) + 12 x layers x heads x head_dim x seq
+  // (attention scores and values, forward and backward, causal mask not discounted).
+  const double flops_per_token =
+      6.0 * (s.model.active_parameters() - static_cast<double>(s.model.embedding_parameters())) +
+      12.0 * spec.layers * static_cast<double>(spec.heads * spec.head_dim) * static_cast<double>(p.seq);
+  CHECK(r.model_flops_per_token == Approx(flops_per_token).epsilon(1e-12));
+  // MFU = achieved model FLOP/s per GPU / the GPU's dense peak in the compute dtype (bf16; TF32 tensor
+  // cores for fp32 training).
+  const auto& gpu = s.cluster->spec().gpu;
+  const double peak = p.precision == Precision::kFp32 ? gpu.peak_tf32_flops : gpu.peak_bf16_flops;
+  CHECK(r.mfu == Approx(r.tokens_per_s_per_gpu * flops_per_token / peak).epsilon(1e-12));
+  // Tokens per GPU per step: dp ranks share mbs x seq x grad_accum tokens each, a TP group shares its
+  // rank's.
+  CHECK(r.tokens_per_s_per_gpu ==
+        Approx(static_cast<double>(p.mbs) * static_cast<double>(p.seq) * p.grad_accum / p.tp / r.step_s)
+            .epsilon(1e-12));
+  // The model FLOPs are a subset of the FLOPs executed, each at most at the dense peak.
+  CHECK(r.mfu > 0);
+  CHECK(r.mfu <= 1.0);
+}
+
+}  // namespace
+
 TEST_CASE("properties of every sampled plan", "[simulator][properties]") {
   int total = 0, refused = 0, prefetch_checked = 0, renamed_checked = 0;
   // How often the sample hits each knob value: runtimes, ZeRO 0-3, TP 1/2/8, AC none/selective/full, HSDP,
@@ -169,7 +226,6 @@ TEST_CASE("properties of every sampled plan", "[simulator][properties]") {
     const Sampled sampled = sample_plans(s, 0x5eed0000 + ci);
     total += static_cast<int>(sampled.plans.size());
     refused += sampled.refused;
-    const auto& spec = s.model.spec();
     for (std::size_t pi = 0; pi < sampled.plans.size(); ++pi) {
       const Plan& p = sampled.plans[pi];
       INFO(c.model << " on " << c.gpus << " GPUs: " << describe(p));
@@ -181,54 +237,7 @@ TEST_CASE("properties of every sampled plan", "[simulator][properties]") {
       off_opt += p.offload == Offload::kOptimizer, off_params += p.offload == Offload::kParams;
       fp32 += p.precision == Precision::kFp32, mbs2 += p.mbs == 2, ga3 += p.grad_accum == 3;
 
-      // Time. The compute stream is either computing (compute_s, its busy time), idle waiting on a transfer
-      // (exposed_comm_s, charged to gaps only) or idle for another reason (CPU launch latency, the optimizer
-      // on the CPU): the three are disjoint stretches of [0, step_s], so compute + exposed <= step.
-      CHECK(r.exposed_comm_s >= 0);
-      CHECK(r.compute_s + r.exposed_comm_s <= r.step_s * (1 + 1e-9));
-      // Each exposed stretch is charged to exactly one communication kind, so the per-kind times partition
-      // the total.
-      double by_kind = 0;
-      for (const CommStats& k : r.comm) {
-        CHECK(k.exposed_s >= 0);
-        by_kind += k.exposed_s;
-      }
-      CHECK(by_kind == Approx(r.exposed_comm_s).epsilon(1e-9).margin(1e-15));
-
-      // Memory. The planner's bound is persistent params + optimizer state + one micro-batch of saved
-      // activations
-      // + the runtime overhead: all of it is allocated at once (at the end of the first micro-batch's forward
-      // the persistent state and that micro-batch's saved activations are live), and reserved >= allocated,
-      // so the bound never exceeds peak reserved + overhead (it would prune plans that fit otherwise).
-      CHECK(memory_lower_bound(s.model, p) <= r.peak_reserved_bytes + r.overhead.total());
-      // The persistent state on the GPU is allocated for the whole step, so the peak is at least that; the
-      // first step has no optimizer state before its optimizer step, so its peak is at most the steady
-      // state's.
-      CHECK(r.peak_bytes >= r.persistent_bytes);
-      CHECK(r.persistent_bytes == r.persistent_split[0] + r.persistent_split[1] + r.persistent_split[2]);
-      CHECK(r.first_step_peak_bytes <= r.peak_bytes);
-      CHECK(r.peak_reserved_bytes >= r.peak_bytes);
-
-      // MFU. Model FLOPs per token (PaLM appendix B, as torchtitan counts it): 6 x the non-embedding
-      // parameters a token passes through (forward 2N + backward 4N) + 12 x layers x heads x head_dim x seq
-      // (attention scores and values, forward and backward, causal mask not discounted).
-      const double flops_per_token =
-          6.0 * (s.model.active_parameters() - static_cast<double>(s.model.embedding_parameters())) +
-          12.0 * spec.layers * static_cast<double>(spec.heads * spec.head_dim) * static_cast<double>(p.seq);
-      CHECK(r.model_flops_per_token == Approx(flops_per_token).epsilon(1e-12));
-      // MFU = achieved model FLOP/s per GPU / the GPU's dense peak in the compute dtype (bf16; TF32 tensor
-      // cores for fp32 training).
-      const auto& gpu = s.cluster->spec().gpu;
-      const double peak = p.precision == Precision::kFp32 ? gpu.peak_tf32_flops : gpu.peak_bf16_flops;
-      CHECK(r.mfu == Approx(r.tokens_per_s_per_gpu * flops_per_token / peak).epsilon(1e-12));
-      // Tokens per GPU per step: dp ranks share mbs x seq x grad_accum tokens each, a TP group shares its
-      // rank's.
-      CHECK(r.tokens_per_s_per_gpu ==
-            Approx(static_cast<double>(p.mbs) * static_cast<double>(p.seq) * p.grad_accum / p.tp / r.step_s)
-                .epsilon(1e-12));
-      // The model FLOPs are a subset of the FLOPs executed, each at most at the dense peak.
-      CHECK(r.mfu > 0);
-      CHECK(r.mfu <= 1.0);
+      check_step_invariants(s, p, r);
 
       // More bandwidth never slows a step: every transfer gets no longer, and the step's critical path is
       // monotone in task durations.
