@@ -1,14 +1,14 @@
 """Optimizer state in the reference lane: every optimizer shardplan models whose implementation runs on the CPU
 (torch 2.15 AdamW, Adam, SGD with momentum, Adafactor and Muon; torchao 0.18 AdamW8bit, shardplan's choice under
-fsdp2) takes one real step on a tiny Hugging Face Llama (transformers' LlamaForCausalLM, fp32 parameters as
+fsdp2; lucidrains' lion-pytorch 0.2.5 Lion) takes one real step on a tiny Hugging Face Llama (transformers' LlamaForCausalLM, fp32 parameters as
 FSDP2's bf16-mixed keeps them). The state it created, each tensor one allocation rounded up to 512 B as the CUDA
 caching allocator rounds a request, against `shardplan memory --optimizer X`'s persistent optimizer bytes for the
 same config (one GPU, ZeRO-0, bf16-mixed): equal to the byte (measured 2026-12-05: AdamW and Adam 14,701,056 B,
-SGD 7,345,152, Adafactor 50,176, torchao AdamW8bit 3,770,368, Muon + AdamW 8,402,432).
+SGD 7,345,152, Adafactor 50,176, torchao AdamW8bit 3,770,368, Muon + AdamW 8,402,432, Lion 7,345,152).
 
 Muon runs as shardplan models it (docs/model.md "Optimizers"): torch.optim.Muon on the blocks' 2-D matrices,
-AdamW on everything else. Lion (lucidrains/lion-pytorch) and bitsandbytes' AdamW8bit are not in the pinned
-environment and are not checked here.
+AdamW on everything else. bitsandbytes' AdamW8bit (shardplan's choice under the other runtimes) has no CPU
+optimizer kernels and is not in the pinned environment: not checked here.
 """
 import json
 import os
@@ -53,6 +53,9 @@ def make_optimizer(name, model):
     if name == "adamw8bit":
         from torchao.optim import AdamW8bit
         return AdamW8bit(params, lr=1e-4)
+    if name == "lion":
+        from lion_pytorch import Lion  # lion_pytorch.py: state["exp_avg"] = torch.zeros_like(p)
+        return Lion(params, lr=1e-4)
     if name == "muon":
         matrices = [p for n, p in model.named_parameters() if ".layers." in n and p.ndim == 2]
         others = [p for n, p in model.named_parameters() if not (".layers." in n and p.ndim == 2)]
@@ -125,6 +128,10 @@ class OptimizerStateReference(unittest.TestCase):
 
     def test_muon(self):
         self.check("muon")
+
+    def test_lion(self):
+        # One moment (exp_avg, like the parameter) and no step count: half of AdamW's moments.
+        self.assertGreaterEqual(self.check("lion"), 4 * 1_836_288)
 
 
 if __name__ == "__main__":
