@@ -42,7 +42,6 @@ bool deepspeed_inert(const std::string& key) {
                                    "prescale_gradients",
                                    "gradient_predivide_factor",
                                    "checkpoint.",
-                                   "elasticity.",
                                    "autotuning.",
                                    "fp16.loss_scale",
                                    "fp16.initial_scale_power",
@@ -229,9 +228,6 @@ void read_zero_unmodelled(DsRead& r, const Json& zero, int stage) {
   if (const Json* v = r.value_of(zero, "zero_optimization", "overlap_comm");
       v && v->is_boolean() && v->get<bool>() != (stage == 3))
     c.unmodelled.push_back("zero_optimization.overlap_comm");
-  if (const Json* v = r.value_of(zero, "zero_optimization", "mics_shard_size");
-      v && v->is_number() && v->get<double>() > 0)
-    c.unmodelled.push_back("zero_optimization.mics_shard_size (MiCS)");
   if (const Json* v = r.value_of(zero, "zero_optimization", "zero_quantized_nontrainable_weights");
       v && v->is_boolean() && v->get<bool>())
     c.unmodelled.push_back(
@@ -313,11 +309,41 @@ void read_ac_compile_optimizer(DsRead& r, const Json& j) {
   }
 }
 
+/// Keys DeepSpeed 0.19.8 refuses (deepspeed/runtime/config.py _REMOVED_TOP_LEVEL_CONFIG_KEYS and
+/// _REMOVED_ZERO_CONFIG_KEYS, _reject_removed_config_keys raises DeepSpeedConfigError; deepspeedai/DeepSpeed
+/// issue 8489): the config does not run there, so it is refused here too, with what replaces the feature.
+void refuse_removed_keys(const std::string& path, const Json& j) {
+  static const std::pair<const char*, const char*> kTop[] = {
+      {"nebula", "Nebula checkpointing was removed"},
+      {"compression_training", "the compression library was removed"},
+      {"amp", "the Apex AMP integration was removed; use bf16 or fp16"},
+      {"quantize_training", "Mixture-of-Quantization was removed"},
+      {"sparse_gradients", "sparse embedding-gradient compression was removed"},
+      {"eigenvalue", "eigenvalue-based MoQ was removed"},
+      {"sparse_attention", "DeepSpeed Sparse Attention was removed"},
+      {"elasticity", "elastic training was removed; set the batch keys directly"},
+      {"graph_harvesting", "graph harvesting was removed"}};
+  static const std::pair<const char*, const char*> kZero[] = {
+      {"mics_shard_size",
+       "MiCS ZeRO-3 sharding was removed (a secondary partition inside a node is ZeRO++'s "
+       "zero_hpz_partition_size)"},
+      {"mics_hierarchical_params_gather", "MiCS ZeRO-3 sharding was removed"},
+      {"zeropp_loco_param", "LoCo-ZeRO++ was removed (zero_quantized_gradients is plain qgZ)"}};
+  const std::string tail = " (DeepSpeed 0.19.8 refuses the key: deepspeed/runtime/config.py, issue 8489)";
+  for (const auto& [k, why] : kTop)
+    if (j.contains(k)) throw InputError(path, k, std::string(why) + tail);
+  const Json zero = j.value("zero_optimization", Json::object());
+  for (const auto& [k, why] : kZero)
+    if (zero.is_object() && zero.contains(k))
+      throw InputError(path, std::string("zero_optimization.") + k, std::string(why) + tail);
+}
+
 }  // namespace
 
 ImportedConfig import_deepspeed(const std::string& path) {
   const Json j = load_json_file(path);
   if (!j.is_object()) throw InputError(path, "", "a ds_config is a JSON object");
+  refuse_removed_keys(path, j);
   DsRead r{path, {}, {}};
   r.c.format = "deepspeed";
   r.c.knobs["runtime"] = "deepspeed";

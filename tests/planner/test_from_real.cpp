@@ -243,6 +243,13 @@ TEST_CASE("from: DeepSpeed ZeRO++ and cpu_checkpointing become the plan's knobs"
   CHECK(z2.plan["activation_offload"] == "all");
   CHECK(z2.plan["ac"] == "full");
   CHECK(has(z2.err, "cpu_checkpointing"));
+  // MiCS is gone from DeepSpeed 0.19.8 (its config refuses mics_shard_size): refused in one line, not
+  // modelled.
+  ptest::write_text(dir / "mics.json", R"({"zero_optimization": {"stage": 3, "mics_shard_size": 8}})");
+  Run mics = memory_from((dir / "mics.json").string());
+  CHECK(mics.rc == 2);
+  CHECK(has(mics.err, "zero_optimization.mics_shard_size"));
+  CHECK(has(mics.err, "MiCS ZeRO-3 sharding was removed"));
   ptest::write_text(dir / "bad.json", R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 0}})");
   Run bad = memory_from((dir / "bad.json").string());
   CHECK(bad.rc == 2);
