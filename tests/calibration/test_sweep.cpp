@@ -177,7 +177,7 @@ TEST_CASE("sweep records wrong results and communicators that cannot be created"
   CHECK(profile.is_completed("nccl/reduce_scatter/n2/bfloat16"));
 }
 
-TEST_CASE("group sizes follow the GPUs present; one GPU still records single-rank numbers", "[sweep]") {
+TEST_CASE("group sizes follow the GPUs present, one GPU still records single-rank numbers", "[sweep]") {
   NcclSweepOptions o;
   CHECK(nccl_group_sizes(o, 8) == std::vector<int>{2, 4, 8});
   CHECK(nccl_group_sizes(o, 4) == std::vector<int>{2, 4});

@@ -281,7 +281,7 @@ TEST_CASE("CLI --from: accelerate FSDP YAML, explicit flags override, unmodelled
   CHECK(ptest::read_text(dir / "e.txt").find("--ep") == std::string::npos);
 }
 
-TEST_CASE("CLI: plan --fix runtime=megatron searches megatron plans; --emit refuses them in one line",
+TEST_CASE("CLI: plan --fix runtime=megatron searches megatron plans, --emit refuses them in one line",
           "[cli][emit][megatron]") {
   auto dir = ptest::temp_dir("megatron");
   const std::string base =

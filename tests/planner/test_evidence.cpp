@@ -104,7 +104,7 @@ TEST_CASE("the built-in evidence: 33 reserved-memory runs, the coverage and the 
   CHECK(e.arch("ampere")->best_mfu < 0.65);
 }
 
-TEST_CASE("warnings: none where the evidence is; one per way a prediction leaves it",
+TEST_CASE("warnings: none where the evidence is, one per way a prediction leaves it",
           "[evidence][warnings]") {
   fixture::Setup h100("llama3-8b", "dgx-h100", 8);
   Plan p;
@@ -162,7 +162,7 @@ TEST_CASE("warnings: none where the evidence is; one per way a prediction leaves
   CHECK(wq.find("never run a model with qk-norm") != std::string::npos);
 }
 
-TEST_CASE("CLI: JSON warnings and memory.margin.oom_probability; plan --risk", "[evidence][cli]") {
+TEST_CASE("CLI: JSON warnings and memory.margin.oom_probability, plan --risk", "[evidence][cli]") {
   auto dir = ptest::temp_dir("evidence-cli");
   REQUIRE(ptest::run_cli(
               "simulate --model llama3-8b --cluster dgx-a100-80g --gpus 8 --mbs 1 --seq 8192 --compile "

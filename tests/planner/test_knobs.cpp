@@ -214,7 +214,7 @@ TEST_CASE("knobs: every knob is accepted by the CLI and by plan --fix", "[knobs]
   CHECK_THROWS_WITH(sp.fix("compiel=true"), Contains("did you mean \"compile\""));
 }
 
-TEST_CASE("knobs: pinned non-searched knobs reach every candidate; a pinned grad_accum filters them",
+TEST_CASE("knobs: pinned non-searched knobs reach every candidate, a pinned grad_accum filters them",
           "[knobs][fix][enumerate]") {
   Setup s("llama3-8b", "dgx-h100", 8);
   SearchSpace sp;

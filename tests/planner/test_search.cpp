@@ -146,7 +146,7 @@ TEST_CASE("enumerate_candidates: llama3-8b on 16 dgx-h100 GPUs / global batch 32
 }
 
 TEST_CASE(
-    "enumerate_candidates: prefetch > 1 and DeepSpeed HSDP are refused by the capability table; fp32 reduce "
+    "enumerate_candidates: prefetch > 1 and DeepSpeed HSDP are refused by the capability table, fp32 reduce "
     "rejections are counted",
     "[search][enumerate]") {
   Setup s("llama3-8b", "dgx-h100", 8);

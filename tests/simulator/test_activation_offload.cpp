@@ -60,7 +60,7 @@ TEST_CASE("activation offload: DeepSpeed cpu_checkpointing frees all but the las
   CHECK(r.step_s >= base.step_s);
 }
 
-TEST_CASE("activation offload: save_on_cpu moves every saved tensor; both copies are exposed",
+TEST_CASE("activation offload: save_on_cpu moves every saved tensor, both copies are exposed",
           "[activation_offload][time]") {
   // torch save_on_cpu(pin_memory=True) under FSDP2: every unit's saved group goes down after its forward and
   // comes back before its backward, each copy on the compute stream, so the compute stream waits for them:

@@ -121,7 +121,7 @@ TEST_CASE("materialised scores saved per layer: b x heads x s^2 x bytes, heads s
   CHECK(tp8 == tp1 / 8);
 }
 
-TEST_CASE("a materialised core counts the same useful FLOPs and more time; time grows with s",
+TEST_CASE("a materialised core counts the same useful FLOPs and more time, time grows with s",
           "[simulator][attention][time]") {
   Setup s("llama3-8b", "dgx-a100-80g", 8);
   Plan p;

@@ -121,7 +121,7 @@ TEST_CASE("across nodes NCCL's tuner picks LL128 or Simple with its ring graph a
   CHECK(std::string(collective_cost(CollectiveKind::kAllGather, 243e6, g).protocol) == "Simple");
 }
 
-TEST_CASE("all-reduce costs twice a reduce-scatter on a ring; NVLS and NVLS-tree change the ratio",
+TEST_CASE("all-reduce costs twice a reduce-scatter on a ring, NVLS and NVLS-tree change the ratio",
           "[simulator][collective]") {
   // Ring all-reduce = reduce-scatter + all-gather: 2(n−1)/n · S / bus vs (n−1)/n · S / bus; the latencies
   // are negligible at 16 GiB. An 8-GPU A100 node has no NVLS: ratio 2.
@@ -369,7 +369,7 @@ TEST_CASE("tree all-reduce pipeline fill: chunk sizes and depth as NCCL's calcCo
   CHECK(tree_fill_s(524288, 16 * kGiBd, 8, 2, 1, 40e9) == Approx(2.0 * 524288 / 40e9).epsilon(1e-12));
 }
 
-TEST_CASE("NCCL 2.26 on GB200: no LL128 over C2C NICs; the tuner chooses with its own table",
+TEST_CASE("NCCL 2.26 on GB200: no LL128 over C2C NICs, the tuner chooses with its own table",
           "[simulator][collective]") {
   // The CoreWeave GB200 runs used NCCL 2.26.2. Two mechanisms of that release (collective.cpp):
   //  - NICs on the Grace CPU behind NVLink-C2C are PATH_PHB to the GPU (NCCL_NET_GDR_C2C = 0 by default),
@@ -458,7 +458,7 @@ TEST_CASE("NCCL's ring graph across nodes: search channels, duplication and comm
   CHECK(a.channels == 16);
 }
 
-TEST_CASE("80 H100 ranks on 10 nodes: the ring's 16 CTAs bound large buffers; NVLS-tree until 2 GiB",
+TEST_CASE("80 H100 ranks on 10 nodes: the ring's 16 CTAs bound large buffers, NVLS-tree until 2 GiB",
           "[simulator][collective]") {
   Cluster cl(load_cluster_spec("dgx-h100"), 80);
   const GroupView g = cl.group(80, 1);

@@ -25,7 +25,7 @@ Bytes category(const Result& r, MemCategory c) {
 }  // namespace
 
 TEST_CASE(
-    "DDP: no gradient before backward; under full AC only the head's autocast copy at the loss backward",
+    "DDP: no gradient before backward, under full AC only the head's autocast copy at the loss backward",
     "[simulator][memory][ddp]") {
   // The lane's row ref-llama3-8b-g8-layers-2-zero-0-ac-full-mbs-1-seq-4096: Llama 3 8B with 2 blocks,
   // P = 1,486,901,248 parameters, DDP bf16-mixed on 8 GPUs. zero_grad(set_to_none=True) leaves no .grad at

@@ -291,7 +291,7 @@ TEST_CASE("LoRA: the graph JSON keeps frozen tensors, their storage, buffers and
                     Catch::Contains("store") && Catch::Contains("fp4"));
 }
 
-TEST_CASE("LoRA: renamed layers simulate the same step; more bandwidth is never slower",
+TEST_CASE("LoRA: renamed layers simulate the same step, more bandwidth is never slower",
           "[lora][properties]") {
   for (const LoraBase base : {LoraBase::kBf16, LoraBase::kNf4}) {
     for (const Runtime rt : {Runtime::kFsdp2, Runtime::kFsdp1, Runtime::kDeepSpeed}) {

@@ -190,7 +190,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a plan fits at exactly the capacity; below it the allocator frees its cache and retries; below what is "
+    "a plan fits at exactly the capacity, below it the allocator frees its cache and retries, below what is "
     "allocated it runs out of memory",
     "[simulator][memory][boundary]") {
   ClusterSpec spec = load_cluster_spec("dgx-h100");

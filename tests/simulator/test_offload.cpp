@@ -69,7 +69,7 @@ TEST_CASE("host memory is a fit constraint: 70B with Adam on one 1 TB DGX A100 d
 }
 
 TEST_CASE(
-    "FSDP CPU offload: nothing persistent on the GPU; each all-gather's shard comes up, each grad shard goes "
+    "FSDP CPU offload: nothing persistent on the GPU, each all-gather's shard comes up, each grad shard goes "
     "down",
     "[simulator][offload]") {
   Setup s("llama3-8b", "dgx-h100", 8);

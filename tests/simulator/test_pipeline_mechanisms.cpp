@@ -78,7 +78,7 @@ TEST_CASE("multi-stage schedules and their FSDP residency are torch's own (torch
   CHECK(compared == 49);  // the ranks of 7 interleaved, 3 zbv and 3 dualpipev cases
 }
 
-TEST_CASE("receives posted just before the consumer expose every send; posted ahead, one action hides it",
+TEST_CASE("receives posted just before the consumer expose every send, posted ahead, one action hides it",
           "[simulator][pipeline]") {
   // 1F1B, pp 2, m 2, F = 1, B = 2, send d (derivation in the comments).
   const double d = 0.25;
@@ -217,7 +217,7 @@ TEST_CASE("property: a pipelined step is never faster than its critical path, an
 }
 
 TEST_CASE(
-    "sends between stages: NVLink inside an NVLink domain, the NIC across; more NIC bandwidth never slower",
+    "sends between stages: NVLink inside an NVLink domain, the NIC across, more NIC bandwidth never slower",
     "[simulator][pipeline]") {
   // 16 H100s, pp 4, tp 1: pipeline ranks 4 GPUs apart, stages 0-1 and 2-3 inside a node, 1-2 across nodes;
   // the reported send time is the slowest boundary's: one NCCL send over the NIC.
@@ -267,7 +267,7 @@ TEST_CASE("megatron fp8 is Transformer Engine's: weights cast once per step, fus
   CHECK(r.step_s > 0);
 }
 
-TEST_CASE("torchtitan TP saves the column-parallel inputs all-gathered; Megatron saves the shard",
+TEST_CASE("torchtitan TP saves the column-parallel inputs all-gathered, Megatron saves the shard",
           "[simulator][tp][memory]") {
   // Llama 3 70B widths, TP 8, 4,096 tokens, no AC: the attention and MLP layers each save their 2h input over
   // the whole sequence (reference lane: two 64 MiB all_gather_into_tensor outputs per block), the norms

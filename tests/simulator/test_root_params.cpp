@@ -70,7 +70,7 @@ TEST_CASE("FSDP2 root unit with the embedding and head: gathered through the ste
   CHECK(kept.peak_bytes - grouped.peak_bytes == 20'253'514'240LL - 18'766'617'088LL);
 }
 
-TEST_CASE("FSDP2 root unit: no all-gather of the root in backward; the first one after the loss backward",
+TEST_CASE("FSDP2 root unit: no all-gather of the root in backward, the first one after the loss backward",
           "[simulator][fsdp2][root]") {
   // The root's pre-backward hook sits on its output, the logits: it fires after the cross-entropy backward,
   // and prefetches the last block (unit 4) only then. Units: 0 = root (embedding), 1-4 = blocks, 5 = head.
