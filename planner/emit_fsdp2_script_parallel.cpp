@@ -43,7 +43,7 @@ def titan_config():
     elif TITAN_FLAVOR is not None:
         module, flavor = TITAN_FLAVOR
         # FlexAttention (the registry's default) on the GPU; varlen (the FlashAttention kernel) when the plan
-        # simulated --sdpa-backend flash (planner/emit.cpp emit_torchtitan writes the same).
+        # simulated --sdpa-backend flash (planner/emit_torchtitan.cpp emit_torchtitan writes the same).
         backend = "varlen" if PLAN["sdpa_backend"] == "FLASH_ATTENTION" else "flex"
         cfg = importlib.import_module(f"torchtitan.models.{module}").model_registry(flavor, attn_backend=backend)
     else:

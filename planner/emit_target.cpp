@@ -1,5 +1,5 @@
 // What each emit target expresses: the search constraint and the plan as the emitted output runs it. Each
-// rule cites the writer's note in planner/emit.cpp that states the limitation.
+// rule cites the writer's note in planner/emit_notes.cpp that states the limitation.
 #include "planner/emit_target.hpp"
 
 #include <algorithm>
