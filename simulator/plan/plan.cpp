@@ -42,7 +42,19 @@ const char* to_string(Offload o) {
   return o == Offload::kNone ? "none" : o == Offload::kOptimizer ? "optimizer" : "params";
 }
 const char* to_string(Fp8 f) {
-  return f == Fp8::kNone ? "none" : f == Fp8::kTensorwise ? "tensorwise" : "rowwise";
+  switch (f) {
+    case Fp8::kNone:
+      return "none";
+    case Fp8::kTensorwise:
+      return "tensorwise";
+    case Fp8::kRowwise:
+      return "rowwise";
+    case Fp8::kMxfp8:
+      return "mxfp8";
+    case Fp8::kNvfp4:
+      return "nvfp4";
+  }
+  return "none";
 }
 const char* to_string(AllocatorMode a) {
   return a == AllocatorMode::kDefault ? "default" : "expandable";
@@ -242,6 +254,18 @@ void check_volta(const Plan& p, const GpuSpec& gpu) {
        "FlashAttention-2 and cuDNN attention need sm80 / sm90 or newer; Volta runs efficient");
 }
 
+// MXFP8 and NVFP4 GEMMs are the block-scaled tcgen05 MMAs of sm100 / sm103 (cuBLAS 12.8 "block-scaled
+// matmul"); torchtitan 0.3.0 components/quantization/mx.py and nvfp4.py raise unless has_cuda_capability(10, 0).
+void check_block_scaled(const Plan& p, const GpuSpec& gpu) {
+  if (!block_scaled(p.fp8) || gpu.arch == GpuArch::kBlackwell) return;
+  need(false, "--fp8", [&] {
+    return std::string("--fp8 ") + to_string(p.fp8) + " needs Blackwell (sm100) block-scaled tensor cores; " +
+           gpu.model + " is " + to_string(gpu.arch) + ": use --fp8 tensorwise or rowwise";
+  });
+  need(p.fp8 != Fp8::kNvfp4 || gpu.peak_fp4_flops > 0, "--fp8",
+       "--fp8 nvfp4 needs the cluster's gpu peak_flops.fp4 (dense fp4 FLOP/s), which is 0");
+}
+
 }  // namespace
 
 Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::int64_t global_batch) {
@@ -250,6 +274,7 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   need(p.zero >= 0 && p.zero <= 3, "--zero",
        [&] { return "must be 0, 1, 2 or 3, got " + std::to_string(p.zero); });
   check_volta(p, cluster.spec().gpu);
+  check_block_scaled(p, cluster.spec().gpu);
   need(p.tp >= 1, "--tp", "must be >= 1");
   need(p.tp <= cluster.spec().node.nvlink_domain_gpus, "--tp", [&] {
     return "tp " + std::to_string(p.tp) + " exceeds the " +
