@@ -22,7 +22,8 @@ std::string blockfp_toml(const Plan& p) {
   if (p.fp8 != Fp8::kMxfp8) return "";
   // torchtitan 2025 config/job_config.py class MX: recipe_name "mxfp8_cublas" (cuBLAS's MXFP8 GEMM on
   // sm100), filter_fqns ["output"] (the LM head stays bf16, as the simulator's converted set).
-  return "\n[model]\nconverters = [\"mx\"]\n\n[mx]\nrecipe_name = \"mxfp8_cublas\"\nfilter_fqns = [\"output\"]\n";
+  return "\n[model]\nconverters = [\"mx\"]\n\n[mx]\nrecipe_name = \"mxfp8_cublas\"\nfilter_fqns = "
+         "[\"output\"]\n";
 }
 
 std::string blockfp_titan_import(const Plan& p) {
@@ -36,7 +37,8 @@ std::string blockfp_titan_converter(const Plan& p) {
   // torchtitan 0.3.0 mx.py / nvfp4.py convert every Linear.Config whose FQN contains one of `fqns` (all of
   // them when empty): "layers." keeps the LM head (lm_head) in bf16, as the simulator converts the blocks'
   // linears only.
-  return std::string("            ") + (p.fp8 == Fp8::kMxfp8 ? "MXFP8LinearConverter" : "NVFP4LinearConverter") +
+  return std::string("            ") +
+         (p.fp8 == Fp8::kMxfp8 ? "MXFP8LinearConverter" : "NVFP4LinearConverter") +
          ".Config(\n                fqns=[\"layers.\"],\n                model_compile_enabled=" +
          (p.compile ? "True" : "False") + ",\n            ),\n";
 }

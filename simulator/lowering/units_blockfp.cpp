@@ -38,7 +38,9 @@ double fp8_copy_bytes_per_elem(Fp8 f) {
   return 1.0;
 }
 
-double fp8_workspace_bytes_per_elem(Fp8 f) { return fp8_copy_bytes_per_elem(f) * (f == Fp8::kNvfp4 ? 2.0 : 1.0); }
+double fp8_workspace_bytes_per_elem(Fp8 f) {
+  return fp8_copy_bytes_per_elem(f) * (f == Fp8::kNvfp4 ? 2.0 : 1.0);
+}
 
 // Bytes moved by the casts of one GEMM, X / Y / W the input, output and weight elements (`X` already 0
 // where a shared column-parallel input was cast by an earlier projection).

@@ -127,7 +127,7 @@ void layer_gemms(const UnitContext& c, SimUnit& u, UnitSums& m, const Layer& l, 
     const double gemm_before = m.gemm;
     if (fp8_layer) {
       m.gemm += g.count * (p.fp8 == Fp8::kNvfp4 ? costs.gemm_fp4_s(T, n, k, c.fp8_ratio)
-                                                 : costs.gemm_fp8_s(T, n, k, c.fp8_ratio));
+                                                : costs.gemm_fp8_s(T, n, k, c.fp8_ratio));
       fp8_cast_bytes(c, m, l, g, n, k, column_input_cast);
     } else if (g.expert && l.moe_experts > 0) {
       m.gemm += detail::routed_experts_gemm_s(costs, l, g, p, T * imbalance, n, k, c.fp32);

@@ -533,8 +533,8 @@ constexpr FeatureInfo kFeatureInfo[] = {
     {"ZeRO++ qgZ (int4 gradient all-to-all)", "--quantized-gradients"},    // kQuantizedGradients
     {"ZeRO++ below ZeRO-3", "--zero"},                                     // kZeroppBelowZero3
     {"hpZ or qgZ with expert parallelism", "--ep"},                        // kZeroppWithEp
-    {"MXFP8 linears (block-scaled float8)", "--fp8"},                       // kMxfp8
-    {"NVFP4 linears (block-scaled fp4)", "--fp8"},                          // kNvfp4
+    {"MXFP8 linears (block-scaled float8)", "--fp8"},                      // kMxfp8
+    {"NVFP4 linears (block-scaled fp4)", "--fp8"},                         // kNvfp4
 };
 static_assert(std::size(kFeatureInfo) == kFeatures);
 }  // namespace

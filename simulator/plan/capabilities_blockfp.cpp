@@ -21,7 +21,8 @@ constexpr Row kFsdp2[] = {
 
 constexpr Row kFsdp1[] = {
     {Feature::kMxfp8, N, "torchtitan 0.3.0 torchtitan/components/quantization/mx.py",
-     "the MX converter is torchtitan's (FSDP2); shardplan's FSDP1 script has no MX swap; use --runtime fsdp2"},
+     "the MX converter is torchtitan's (FSDP2); shardplan's FSDP1 script has no MX swap; use --runtime "
+     "fsdp2"},
     {Feature::kNvfp4, N, "torchtitan 0.3.0 torchtitan/components/quantization/nvfp4.py",
      "the NVFP4 converter is torchtitan's (FSDP2); use --runtime fsdp2"},
 };
@@ -43,6 +44,8 @@ constexpr Row kMegatron[] = {
 
 }  // namespace
 
-std::span<const Row> blockfp_rows(Runtime r) { return rows_of(r, kFsdp2, kFsdp1, kDeepSpeed, kMegatron); }
+std::span<const Row> blockfp_rows(Runtime r) {
+  return rows_of(r, kFsdp2, kFsdp1, kDeepSpeed, kMegatron);
+}
 
 }  // namespace shardplan

@@ -255,7 +255,8 @@ void check_volta(const Plan& p, const GpuSpec& gpu) {
 }
 
 // MXFP8 and NVFP4 GEMMs are the block-scaled tcgen05 MMAs of sm100 / sm103 (cuBLAS 12.8 "block-scaled
-// matmul"); torchtitan 0.3.0 components/quantization/mx.py and nvfp4.py raise unless has_cuda_capability(10, 0).
+// matmul"); torchtitan 0.3.0 components/quantization/mx.py and nvfp4.py raise unless has_cuda_capability(10,
+// 0).
 void check_block_scaled(const Plan& p, const GpuSpec& gpu) {
   if (!block_scaled(p.fp8) || gpu.arch == GpuArch::kBlackwell) return;
   need(false, "--fp8", [&] {

@@ -42,7 +42,9 @@ enum class Offload { kNone, kOptimizer, kParams };
 /// scale per 16 elements and an fp32 scale per tensor).
 enum class Fp8 { kNone, kTensorwise, kRowwise, kMxfp8, kNvfp4 };
 /// Block-scaled recipes (MX / NV formats), which need Blackwell's block-scaled tensor cores.
-constexpr bool block_scaled(Fp8 f) { return f == Fp8::kMxfp8 || f == Fp8::kNvfp4; }
+constexpr bool block_scaled(Fp8 f) {
+  return f == Fp8::kMxfp8 || f == Fp8::kNvfp4;
+}
 /// Pipeline schedule (torch.distributed.pipelining, torch 2.15 schedules.py): ScheduleGPipe, Schedule1F1B,
 /// ScheduleInterleaved1F1B, ScheduleZBVZeroBubble, ScheduleDualPipeV.
 enum class PpSchedule { kGpipe, k1F1B, kInterleaved1F1B, kZbv, kDualPipeV };

@@ -41,7 +41,8 @@ TEST_CASE("block-scaled GEMM time: MXFP8 at the fp8 peak, NVFP4 at the fp4 peak"
         Approx(9.0 / 15.0 * eff / eff300).epsilon(1e-12));
 }
 
-TEST_CASE("block-scaled copies: e4m3 + e8m0 per 32 (MXFP8), e2m1 + e4m3 per 16 (NVFP4)", "[simulator][blockfp]") {
+TEST_CASE("block-scaled copies: e4m3 + e8m0 per 32 (MXFP8), e2m1 + e4m3 per 16 (NVFP4)",
+          "[simulator][blockfp]") {
   using detail::fp8_copy_bytes_per_elem;
   CHECK(fp8_copy_bytes_per_elem(Fp8::kTensorwise) == 1.0);
   CHECK(fp8_copy_bytes_per_elem(Fp8::kMxfp8) == 33.0 / 32.0);
@@ -77,8 +78,8 @@ TEST_CASE("block-scaled recipes need Blackwell and torchtitan's converters", "[s
   for (Fp8 f : {Fp8::kMxfp8, Fp8::kNvfp4}) {
     Plan p;
     p.fp8 = f;
-    CHECK_THROWS_WITH(h100.resolve(p), Catch::Contains("--fp8") && Catch::Contains("Blackwell") &&
-                                           Catch::Contains("hopper"));
+    CHECK_THROWS_WITH(h100.resolve(p),
+                      Catch::Contains("--fp8") && Catch::Contains("Blackwell") && Catch::Contains("hopper"));
     // The table's answer for the recipe's own feature, whatever else a runtime refuses first.
     const Feature feature = f == Fp8::kMxfp8 ? Feature::kMxfp8 : Feature::kNvfp4;
     CHECK(plan_features(p, 8)[static_cast<std::size_t>(feature)]);
