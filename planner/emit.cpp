@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "core/json_reader.hpp"
+#include "planner/emit_blockfp.hpp"
 #include "planner/emit_common.hpp"
 #include "planner/emit_lora.hpp"
 #include "planner/emit_target.hpp"
@@ -27,7 +28,8 @@ namespace {
 void check_expressible(const std::string& kind, const Plan& p) {
   const bool titan = kind == "torchtitan" || kind == "torchtitan-toml";
   auto refuse = [&](const std::string& why) { throw InputError::flag("--emit", kind + ": " + why); };
-  check_lora_expressible(kind, p);  // planner/emit_lora.cpp
+  check_lora_expressible(kind, p);     // planner/emit_lora.cpp
+  check_blockfp_expressible(kind, p);  // planner/emit_blockfp.cpp
   // torchtitan 0.3.0 has no activation offload in its trainer (only experiments/graph_trainer's
   // memory_policy "sac_and_offload", a compiled-graph pass, not save_on_cpu); the emitted FSDP2 script wraps
   // the model's forward in torch.autograd.graph.save_on_cpu(pin_memory=True).

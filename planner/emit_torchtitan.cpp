@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "planner/emit.hpp"
+#include "planner/emit_blockfp.hpp"
 #include "planner/emit_common.hpp"
 
 namespace shardplan {
@@ -25,7 +26,9 @@ std::string emit_torchtitan_toml(const Plan& p, const ModelGraph& model, int gpu
   s += fmt::format("mixed_precision_reduce = \"{}\"\n", p.reduce() == Dtype::kFp32 ? "float32" : "bfloat16");
   if (p.offload == Offload::kParams && p.zero >= 1)
     s += "enable_cpu_offload = true\n";  // FSDP2 CPUOffloadPolicy
-  if (p.fp8 != Fp8::kNone) {
+  if (block_scaled(p.fp8)) {
+    s += blockfp_toml(p);
+  } else if (p.fp8 != Fp8::kNone) {
     s += "\n[model]\nconverters = [\"float8\"]\n";
     s += "\n[float8]\n";
     if (p.fp8 == Fp8::kRowwise) s += "recipe_name = \"rowwise\"\n";
@@ -89,7 +92,10 @@ std::string titan_py_head(const Plan& p, const ModelGraph& model, const Torchtit
   s += p.optimizer == Optimizer::kAdam
            ? "from torchtitan.components.optimizer import OptimizersContainer, ParamGroupConfig\n"
            : "from torchtitan.components.optimizer import default_adamw\n";
-  if (p.fp8 != Fp8::kNone) s += "from torchtitan.components.quantization import Float8LinearConverter\n";
+  if (block_scaled(p.fp8))
+    s += blockfp_titan_import(p);
+  else if (p.fp8 != Fp8::kNone)
+    s += "from torchtitan.components.quantization import Float8LinearConverter\n";
   s += "from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig\n";
   if (p.ac == AcMode::kSelective)
     s += "from torchtitan.distributed.activation_checkpoint import SelectiveAC\n";
@@ -112,7 +118,11 @@ std::string titan_model_spec(const Plan& p, const TorchtitanFlavor& f) {
   // seq_len / (cp x tp)).
   if (p.ep > 1 && p.ep_dispatch() == EpBackend::kDeepEp)
     registry_args += std::string(registry_args.empty() ? "" : ", ") + "moe_comm_backend=\"deepep\"";
-  if (p.fp8 != Fp8::kNone) {
+  if (block_scaled(p.fp8)) {
+    s += fmt::format("    model_spec = model_registry(\n        \"{}\",\n{}        converters=[\n", f.flavor,
+                     registry_args.empty() ? "" : "        " + registry_args + ",\n");
+    s += blockfp_titan_converter(p) + "        ],\n    )\n";
+  } else if (p.fp8 != Fp8::kNone) {
     // The simulator converts the blocks' linears, not the output projection (lm_head in torchtitan 0.3.0);
     // Float8LinearConverter also skips linears with a dimension not divisible by 16.
     s += fmt::format("    model_spec = model_registry(\n        \"{}\",\n{}        converters=[\n", f.flavor,

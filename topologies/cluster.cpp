@@ -57,6 +57,9 @@ ClusterSpec parse_cluster_spec(JsonObj o) {
     s.gpu.peak_fp32_flops = f.number("fp32", s.gpu.peak_bf16_flops / 16, 1e7, 1e19);
     s.gpu.peak_tf32_flops = f.number("tf32", s.gpu.peak_bf16_flops / 2, 1e7, 1e19);
     s.gpu.peak_fp8_flops = f.number("fp8", s.gpu.peak_bf16_flops * 2, 1e7, 1e19);
+    // fp4: only Blackwell has fp4 tensor cores (default twice its fp8 rate, the B200 datasheet's ratio).
+    s.gpu.peak_fp4_flops =
+        f.number("fp4", s.gpu.arch == GpuArch::kBlackwell ? s.gpu.peak_fp8_flops * 2 : 0.0, 0.0, 1e19);
     f.finish();
     s.gpu.hbm_Bps = g.number("hbm_Bps", 1e9, 1e15);
     g.finish();
@@ -133,7 +136,8 @@ Json cluster_spec_to_json(const ClusterSpec& s) {
                {{"bf16", s.gpu.peak_bf16_flops},
                 {"fp32", s.gpu.peak_fp32_flops},
                 {"tf32", s.gpu.peak_tf32_flops},
-                {"fp8", s.gpu.peak_fp8_flops}}},
+                {"fp8", s.gpu.peak_fp8_flops},
+                {"fp4", s.gpu.peak_fp4_flops}}},
               {"hbm_Bps", s.gpu.hbm_Bps}}},
             {"node",
              {{"gpus", s.node.gpus},

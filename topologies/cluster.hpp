@@ -21,6 +21,8 @@ struct GpuSpec {
   GpuArch arch = GpuArch::kOther;
   double peak_bf16_flops = 0, peak_fp32_flops = 0, peak_tf32_flops = 0,
          peak_fp8_flops = 0;  ///< dense, FLOP/s
+  /// Dense NVFP4 (e2m1, block-scaled) FLOP/s: Blackwell's fp4 tensor cores; 0 where the GPU has none.
+  double peak_fp4_flops = 0;
   double hbm_Bps = 0;
 };
 

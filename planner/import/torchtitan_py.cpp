@@ -174,6 +174,12 @@ void read_py_float8_optimizer(const std::string& path, const TitanGet& get, cons
     }
     if (bool_text(path, "Float8LinearConverter.Config.emulate", *get("float8.emulate")) == "true")
       c.unmodelled.push_back("float8 emulate=True (emulated GEMMs, not float8 tensor cores)");
+  } else if (const std::string* blockfp = get("blockfp")) {
+    c.knobs["fp8"] = *blockfp;
+    const std::string* fqns = get("blockfp.fqns");
+    if (!fqns || fqns->find("layers") == std::string::npos)
+      c.unmodelled.push_back(*blockfp + " converter fqns " + (fqns ? *fqns : std::string("[]")) +
+                             " (the simulator converts the blocks' linears, \"layers.\")");
   } else if (!r.model_flavor.empty()) {
     c.knobs["fp8"] = "none";
   }
@@ -226,6 +232,8 @@ void name_unread(TitanReader& r, const std::set<std::string>& read, ImportedConf
                                               "compile.components",
                                               "float8.filter_fqns",
                                               "float8.model_compile_enabled",
+                                              "blockfp.fqns",
+                                              "blockfp.model_compile_enabled",
                                               "converter"};
   for (const auto& [field, line] : r.lines)
     if (!read.count(field) && !inert.count(field) && field.find('.') != std::string::npos)

@@ -45,6 +45,7 @@ const std::map<std::string, std::vector<std::pair<std::string, std::string>>>& t
        {{"enable", "false"}, {"components", "model,loss"}, {"enable_async_tensor_parallel", "false"}}},
       {"optimizer", {{"implementation", "fused"}}},
       {"float8", {{"recipe_name", "rowwise"}, {"emulate", "false"}}},
+      {"blockfp", {}},  // MXFP8LinearConverter / NVFP4LinearConverter.Config: fqns defaults to [] (all)
   };
   return d;
 }
@@ -221,6 +222,7 @@ void TitanReader::apply(const py::Value& raw, const std::string& field, int dept
                        "expected the flavor as a string literal (line " + std::to_string(v.line) + ")");
     model_flavor = v.items[0].text;
     fields.erase("float8");
+    fields.erase("blockfp");
     for (const auto& [k, a] : v.kwargs)
       if (k == "converters")
         for (const auto& c : resolve(a).items) apply(c, "converter", depth);
@@ -231,8 +233,11 @@ void TitanReader::apply(const py::Value& raw, const std::string& field, int dept
     notes.push_back(
         "loss = ChunkedLossWrapper.Config (chunked cross-entropy: the simulator's loss holds the "
         "whole step's logits and their gradient; docs/model.md \"Records outside the defaults\")");
-  } else if (callee == "MXFP8LinearConverter.Config" || callee == "NVFP4LinearConverter.Config" ||
-             callee == "LoRAConverter.Config") {
+  } else if (callee == "MXFP8LinearConverter.Config" || callee == "NVFP4LinearConverter.Config") {
+    // --fp8 mxfp8 / nvfp4 (mx.py / nvfp4.py: `fqns`, empty = every Linear.Config, the LM head included).
+    fields["blockfp"] = callee == "MXFP8LinearConverter.Config" ? "mxfp8" : "nvfp4";
+    section("blockfp");
+  } else if (callee == "LoRAConverter.Config") {
     notes.push_back("model converter " + callee + " (not modelled)");
   } else if (find(v.text)) {
     run_function(v.text, depth + 1);  // a config function of this file (llama3_debugmodel_float8 style)

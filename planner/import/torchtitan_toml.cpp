@@ -214,7 +214,19 @@ void read_float8(const std::string& path, const TitanGet& get, std::set<std::str
                           "float8.filter_fqns", "float8.enable_float8_linear"})
       read.insert(k);
   }
-  if (conv && conv->find("float8") == std::string::npos && *conv != "[]" && !conv->empty())
+  // torchtitan 2025 config/job_config.py class MX: converters ["mx"], recipe_name "mxfp8_cublas" (or
+  // "mxfp8_cutlass", "mxfp8_cublas_rceil": mxfp8 GEMMs too), filter_fqns ["output"].
+  const bool mx = conv && conv->find("\"mx\"") != std::string::npos;
+  if (mx && !fp8) {
+    c.knobs["fp8"] = "mxfp8";
+    const std::string* recipe = get("mx.recipe_name");
+    if (recipe && recipe->rfind("mxfp8", 0) != 0)
+      c.unmodelled.push_back("mx.recipe_name " + *recipe + " (simulated as --fp8 mxfp8)");
+    if (auto* v = get("mx.filter_fqns"); v && *v != "[\"output\"]" && *v != "['output']")
+      c.unmodelled.push_back("mx.filter_fqns " + *v + " (the blocks' linear layers are simulated in mxfp8)");
+    get("mx.mxfp8_dim1_cast_kernel_choice");  // the cast kernel: not modelled apart
+  }
+  if (conv && conv->find("float8") == std::string::npos && !mx && *conv != "[]" && !conv->empty())
     c.unmodelled.push_back("model.converters " + *conv + " (not modelled)");
 }
 

@@ -39,6 +39,12 @@ struct ComputeConstants {
   /// "Float8").
   double fp8_tensorwise_ratio = 0.925;  // 5 H100 pairs: mean |log speed-up error| 0.028, worst 0.085
   double fp8_rowwise_ratio = 0.55;      // 5 H100 pairs: mean 0.071, worst 0.114
+  /// Block-scaled GEMMs (docs/model.md "Block-scaled fp8/fp4"): MXFP8 against the fp8 peak, NVFP4 against
+  /// the fp4 peak, the bf16 shape curve times this ratio. Not fitted (no Blackwell records yet): torchao
+  /// 0.18.0 testing/training/roofline_utils.py models every dtype's GEMM on B200 with the one achievable
+  /// share of its peak (pct_achievable_gemm_tops 0.78, as bf16), i.e. a ratio of 1.
+  double mxfp8_ratio = 1.0;
+  double nvfp4_ratio = 1.0;
   /// Share of the TP collectives' time left exposed by async TP; fitted on torchtitan's async/plain TP pairs.
   double async_tp_exposed = 0.55;  // 6 H100 async/plain pairs: mean |log speed-up error| 0.023, worst 0.059
   /// The share of a pass's TP collectives that blocks the compute stream: all of it, async_tp_exposed with

@@ -42,6 +42,8 @@ class CostModel {
   double gemm_efficiency(double m, double n, double k) const;
   /// One float8 GEMM: FLOPs / (fp8 peak x bf16 efficiency(shape) x `ratio`, the recipe's constant).
   double gemm_fp8_s(double m, double n, double k, double ratio) const;
+  /// One NVFP4 GEMM: FLOPs / (fp4 peak x bf16 efficiency(shape) x `ratio`) (cost_blockfp.cpp).
+  double gemm_fp4_s(double m, double n, double k, double ratio) const;
   /// Flash-attention forward core: `flops` of QK^T and AV together.
   double attention_fwd_s(double flops, bool fp32 = false) const;
   /// Memory-bound work moving `bytes` through HBM.

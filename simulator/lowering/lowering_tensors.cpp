@@ -5,6 +5,7 @@
 // is unchanged.
 #include "simulator/cost/cost.hpp"
 #include "simulator/lowering/lowering_state.hpp"
+#include "simulator/lowering/units_stages.hpp"
 
 namespace shardplan::detail {
 
@@ -77,7 +78,8 @@ void Lowering::build_tensor_lists() {
       for (const Layer* l : un.layers) scores = std::max(scores, score_elems(*l, p_, T));
       if (scores > 0) add_run(t.workspace, scores * (score.bwd_peak_bytes - score.saved_bytes()));
       if (p_.fp8 != Fp8::kNone)
-        add_run(t.workspace, T * (static_cast<double>(s.hidden) + static_cast<double>(s.ffn_hidden) / p_.tp));
+        add_run(t.workspace, T * (static_cast<double>(s.hidden) + static_cast<double>(s.ffn_hidden) / p_.tp) *
+                                 detail::fp8_workspace_bytes_per_elem(p_.fp8));
     }
   }
   // The model's parameters once each (a tied weight is in two units' lists above), in unit order.

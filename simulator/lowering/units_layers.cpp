@@ -96,7 +96,9 @@ void fp8_cast_bytes(const UnitContext& c, UnitSums& m, const Layer& l, const Gem
   const double X = shared ? (column_input_cast ? 0.0 : T * k) : T * k * g.count;
   if (shared) column_input_cast = true;
   const double Y = T * n * g.count, W = n * k * g.count;
-  if (c.rt.te_fp8) {
+  if (block_scaled(p.fp8)) {
+    blockfp_cast_bytes(m, p.fp8, X, Y, W);
+  } else if (c.rt.te_fp8) {
     te_fp8_cast_bytes(m, l, c.s, shared, t, X, Y, W);
   } else if (p.fp8 == Fp8::kTensorwise) {
     const double x_fwd = shared && t > 1 ? X / t : X;
@@ -124,7 +126,8 @@ void layer_gemms(const UnitContext& c, SimUnit& u, UnitSums& m, const Layer& l, 
     const double imbalance = c.ep && g.expert ? p.moe_imbalance : 1.0;
     const double gemm_before = m.gemm;
     if (fp8_layer) {
-      m.gemm += g.count * costs.gemm_fp8_s(T, n, k, c.fp8_ratio);
+      m.gemm += g.count * (p.fp8 == Fp8::kNvfp4 ? costs.gemm_fp4_s(T, n, k, c.fp8_ratio)
+                                                : costs.gemm_fp8_s(T, n, k, c.fp8_ratio));
       fp8_cast_bytes(c, m, l, g, n, k, column_input_cast);
     } else if (g.expert && l.moe_experts > 0) {
       m.gemm += detail::routed_experts_gemm_s(costs, l, g, p, T * imbalance, n, k, c.fp32);

@@ -8,6 +8,15 @@
 
 namespace shardplan::detail {
 
+/// A float8 recipe's GEMM ratio against its peak (ComputeConstants; units_blockfp.cpp).
+double fp8_recipe_ratio(Fp8 f, const ComputeConstants& K);
+/// Bytes per element of one operand's low-precision copy with its block scales: 1 for the float8 recipes,
+/// 1 + 1/32 for MXFP8 (e4m3 + an e8m0 scale per 32), 1/2 + 1/16 for NVFP4 (e2m1 + an e4m3 scale per 16).
+double fp8_copy_bytes_per_elem(Fp8 f);
+/// Bytes per element of the low-precision copies of one backward operand (fp8_copy_bytes_per_elem; NVFP4
+/// quantizes grad_output to a row and a column copy at once, nvfp4_linear.py).
+double fp8_workspace_bytes_per_elem(Fp8 f);
+
 /// What every stage of build_units reads: the plan's sizes and the cost model.
 struct UnitContext {
   UnitContext(const ModelGraph& model, const Cluster& cluster, const CostModel& costs, const Plan& p,
@@ -27,7 +36,7 @@ struct UnitContext {
         T(static_cast<double>(p.mbs) * static_cast<double>(p.seq) / p.cp),
         rep_div(sequence_parallel_divisor(p)),
         K(costs.constants()),
-        fp8_ratio(p.fp8 == Fp8::kRowwise ? K.fp8_rowwise_ratio : K.fp8_tensorwise_ratio),
+        fp8_ratio(fp8_recipe_ratio(p.fp8, K)),
         tpg(cluster.group(t, 1)),
         coll(costs),
         f_local(static_cast<double>(model.spec().ffn_hidden) / t) {}
@@ -89,6 +98,10 @@ struct UnitSums {
   double dequant_bytes = 0;  ///< QLoRA / LLM.int8: HBM bytes of dequantising the base weights once
   double frozen_gemm = 0;  ///< forward time of the GEMMs over frozen weights (no weight gradient in backward)
 };
+
+/// The cast traffic of one block-scaled GEMM (mxfp8 / nvfp4) with X / Y / W input, output and weight
+/// elements (units_blockfp.cpp).
+void blockfp_cast_bytes(UnitSums& m, Fp8 f, double X, double Y, double W);
 
 /// One pass over the unit's layers (units_layers.cpp): parameter and shard elements into `u`, and the sums.
 UnitSums unit_layers(const UnitContext& c, SimUnit& u);

@@ -59,8 +59,11 @@ double backward_extra(const UnitContext& c, const SimUnit& u) {
   const auto& s = c.s;
   const double T = c.T, f_local = c.f_local;
   double extra = 0;  // transients of every layer's backward beside the op-level ones below
-  // Float8: the fp8 copies of one linear's input and output gradient live beside the 16-bit ones.
-  if (u.blocks > 0 && p.fp8 != Fp8::kNone) extra += T * (static_cast<double>(s.hidden) + f_local);
+  // Float8: the fp8 copies of one linear's input and output gradient live beside the 16-bit ones
+  // (block-scaled recipes: with their scales, NVFP4 its row and column copies of the gradient,
+  // units_blockfp.cpp).
+  if (u.blocks > 0 && p.fp8 != Fp8::kNone)
+    extra += T * (static_cast<double>(s.hidden) + f_local) * fp8_workspace_bytes_per_elem(p.fp8);
   // QLoRA / LLM.int8: one linear's dequantised 16-bit weight [out, in] (bitsandbytes MatMul4Bit.backward
   // dequantize_4bit, and the fp32 absmax it first dequantises, one per block of 64 values).
   double dequant = 0;

@@ -34,6 +34,7 @@ Table build_table() {
   for (Runtime r : EnumValues<Runtime>::v) fill(r, activation_offload_rows(r));
   for (Runtime r : EnumValues<Runtime>::v) fill(r, ep_backend_capability_rows(r));
   for (Runtime r : EnumValues<Runtime>::v) fill(r, zeropp_rows(r));
+  for (Runtime r : EnumValues<Runtime>::v) fill(r, blockfp_rows(r));
   for (const auto& r : seen)
     for (bool s : r)
       if (!s) throw std::logic_error("capability table: a runtime without an entry for a feature");
@@ -126,6 +127,8 @@ constexpr FeatureInfo kFeatureInfo[] = {
     {"ZeRO++ qgZ (int4 gradient all-to-all)", "--quantized-gradients"},    // kQuantizedGradients
     {"ZeRO++ below ZeRO-3", "--zero"},                                     // kZeroppBelowZero3
     {"hpZ or qgZ with expert parallelism", "--ep"},                        // kZeroppWithEp
+    {"MXFP8 linears (block-scaled float8)", "--fp8"},                      // kMxfp8
+    {"NVFP4 linears (block-scaled fp4)", "--fp8"},                         // kNvfp4
 };
 static_assert(std::size(kFeatureInfo) == kFeatures);
 }  // namespace
@@ -218,6 +221,8 @@ std::array<bool, kFeatures> plan_features(const Plan& p, int dp) {
   use(Feature::kQuantizedGradients, p.quantized_gradients);
   use(Feature::kZeroppBelowZero3, (hpz || p.quantized_weights || p.quantized_gradients) && p.zero < 3);
   use(Feature::kZeroppWithEp, (hpz || p.quantized_gradients) && p.ep > 1);
+  use(Feature::kMxfp8, p.fp8 == Fp8::kMxfp8);
+  use(Feature::kNvfp4, p.fp8 == Fp8::kNvfp4);
   return u;
 }
 

@@ -74,8 +74,10 @@ enum class Feature : std::uint8_t {
   kQuantizedGradients,       ///< ZeRO++ qgZ: gradient reduction as int4 all-to-alls
   kZeroppBelowZero3,         ///< any ZeRO++ knob with --zero below 3
   kZeroppWithEp,             ///< hpZ or qgZ with ep > 1
+  kMxfp8,                    ///< --fp8 mxfp8: block-scaled float8 linears
+  kNvfp4,                    ///< --fp8 nvfp4: block-scaled fp4 linears
 };
-inline constexpr int kFeatures = static_cast<int>(Feature::kZeroppWithEp) + 1;
+inline constexpr int kFeatures = static_cast<int>(Feature::kNvfp4) + 1;
 inline constexpr int kRuntimes = 4;
 
 /// kNo: the runtime does not have it. kNotModelled: it has it, the simulator does not lower it. Both are

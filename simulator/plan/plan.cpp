@@ -11,112 +11,6 @@
 
 namespace shardplan {
 
-const char* to_string(Runtime r) {
-  return r == Runtime::kFsdp2       ? "fsdp2"
-         : r == Runtime::kFsdp1     ? "fsdp1"
-         : r == Runtime::kDeepSpeed ? "deepspeed"
-                                    : "megatron";
-}
-const char* to_string(Precision p) {
-  switch (p) {
-    case Precision::kBf16Mixed:
-      return "bf16-mixed";
-    case Precision::kBf16:
-      return "bf16";
-    case Precision::kBf16True:
-      return "bf16-true";
-    case Precision::kFp32:
-      return "fp32";
-    case Precision::kFp16Mixed:
-      return "fp16-mixed";
-  }
-  return "?";
-}
-const char* to_string(AcMode a) {
-  return a == AcMode::kNone ? "none" : a == AcMode::kSelective ? "selective" : "full";
-}
-const char* to_string(Dtype d) {
-  return d == Dtype::kFp32 ? "fp32" : "bf16";
-}
-const char* to_string(Offload o) {
-  return o == Offload::kNone ? "none" : o == Offload::kOptimizer ? "optimizer" : "params";
-}
-const char* to_string(Fp8 f) {
-  return f == Fp8::kNone ? "none" : f == Fp8::kTensorwise ? "tensorwise" : "rowwise";
-}
-const char* to_string(AllocatorMode a) {
-  return a == AllocatorMode::kDefault ? "default" : "expandable";
-}
-const char* to_string(LossImpl l) {
-  return l == LossImpl::kEager ? "eager" : "compiled";
-}
-const char* to_string(AttentionCore a) {
-  return a == AttentionCore::kFlash ? "flash" : a == AttentionCore::kFusedSoftmax ? "fused-softmax" : "eager";
-}
-const char* to_string(MoeImpl m) {
-  return m == MoeImpl::kGrouped ? "grouped" : "loop";
-}
-const char* to_string(SdpaBackend b) {
-  return b == SdpaBackend::kFlash ? "flash" : b == SdpaBackend::kCudnn ? "cudnn" : "efficient";
-}
-const char* to_string(SacSdpaOps o) {
-  return o == SacSdpaOps::kAll ? "all" : "flash-efficient";
-}
-const char* to_string(RootParams r) {
-  return r == RootParams::kNone ? "none" : "embedding-head";
-}
-const char* to_string(Optimizer o) {
-  switch (o) {
-    case Optimizer::kAdamW:
-      return "adamw";
-    case Optimizer::kAdam:
-      return "adam";
-    case Optimizer::kSgd:
-      return "sgd";
-    case Optimizer::kAdafactor:
-      return "adafactor";
-    case Optimizer::kAdamW8bit:
-      return "adamw8bit";
-    case Optimizer::kLion:
-      return "lion";
-    case Optimizer::kMuon:
-      return "muon";
-  }
-  return "?";
-}
-
-const char* to_string(PpSchedule s) {
-  switch (s) {
-    case PpSchedule::kGpipe:
-      return "gpipe";
-    case PpSchedule::k1F1B:
-      return "1f1b";
-    case PpSchedule::kInterleaved1F1B:
-      return "interleaved-1f1b";
-    case PpSchedule::kZbv:
-      return "zbv";
-    case PpSchedule::kDualPipeV:
-      return "dualpipev";
-  }
-  return "?";
-}
-
-std::optional<Runtime> parse_runtime(const std::string& s) {
-  return parse_enum<Runtime>(s);
-}
-std::optional<Precision> parse_precision(const std::string& s) {
-  return parse_enum<Precision>(s);
-}
-std::optional<AcMode> parse_ac(const std::string& s) {
-  return parse_enum<AcMode>(s);
-}
-std::optional<Dtype> parse_dtype(const std::string& s) {
-  return parse_enum<Dtype>(s);
-}
-std::optional<Offload> parse_offload(const std::string& s) {
-  return parse_enum<Offload>(s);
-}
-
 // The message is built only when the check fails: `why` is a string, or a callable returning one
 // (resolve_plan runs on every candidate of a search; its messages name layers and degrees).
 template <class Why>
@@ -240,6 +134,19 @@ void check_volta(const Plan& p, const GpuSpec& gpu) {
   need(p.fp8 == Fp8::kNone, "--fp8", "Volta GPUs have no float8 tensor cores");
   need(!p.sdpa_backend || *p.sdpa_backend == SdpaBackend::kEfficient, "--sdpa-backend",
        "FlashAttention-2 and cuDNN attention need sm80 / sm90 or newer; Volta runs efficient");
+}
+
+// MXFP8 and NVFP4 GEMMs are the block-scaled tcgen05 MMAs of sm100 / sm103 (cuBLAS 12.8 "block-scaled
+// matmul"); torchtitan 0.3.0 components/quantization/mx.py and nvfp4.py raise unless has_cuda_capability(10,
+// 0).
+void check_block_scaled(const Plan& p, const GpuSpec& gpu) {
+  if (!block_scaled(p.fp8)) return;
+  need(gpu.arch == GpuArch::kBlackwell, "--fp8", [&] {
+    return std::string("--fp8 ") + to_string(p.fp8) + " needs Blackwell (sm100) block-scaled tensor cores; " +
+           gpu.model + " is " + to_string(gpu.arch) + ": use --fp8 tensorwise or rowwise";
+  });
+  need(p.fp8 != Fp8::kNvfp4 || gpu.peak_fp4_flops > 0, "--fp8",
+       "--fp8 nvfp4 needs the cluster's gpu peak_flops.fp4 (dense fp4 FLOP/s), which is 0");
 }
 
 /// Tensor parallelism: within one NVLink domain, dividing the GPUs, heads, KV heads, FFN width and
@@ -412,6 +319,7 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   need(p.zero >= 0 && p.zero <= 3, "--zero",
        [&] { return "must be 0, 1, 2 or 3, got " + std::to_string(p.zero); });
   check_volta(p, cluster.spec().gpu);
+  check_block_scaled(p, cluster.spec().gpu);
   check_tensor_parallel(p, s, cluster);
   check_pipeline_mesh(p, gpus);
   resolve_mesh(p, gpus);

@@ -36,8 +36,15 @@ enum class Dtype { kFp32, kBf16 };
 /// `CPUOffload(offload_params=True)`, FSDP2 `CPUOffloadPolicy`).
 enum class Offload { kNone, kOptimizer, kParams };
 /// Float8 training of the transformer blocks' linear layers (torchao Float8Linear recipes): GEMMs in fp8 with
-/// dynamic scales per tensor (`tensorwise`, cuBLAS) or per row (`rowwise`, CUTLASS row-scaled kernels).
-enum class Fp8 { kNone, kTensorwise, kRowwise };
+/// dynamic scales per tensor (`tensorwise`, cuBLAS) or per row (`rowwise`, CUTLASS row-scaled kernels);
+/// block-scaled on Blackwell (docs/model.md "Block-scaled fp8/fp4"): `mxfp8` (torchao MXFP8Linear, e4m3
+/// values with an e8m0 scale per 32 elements) and `nvfp4` (torchao NVFP4Linear, e2m1 values with an e4m3
+/// scale per 16 elements and an fp32 scale per tensor).
+enum class Fp8 { kNone, kTensorwise, kRowwise, kMxfp8, kNvfp4 };
+/// Block-scaled recipes (MX / NV formats), which need Blackwell's block-scaled tensor cores.
+constexpr bool block_scaled(Fp8 f) {
+  return f == Fp8::kMxfp8 || f == Fp8::kNvfp4;
+}
 /// Pipeline schedule (torch.distributed.pipelining, torch 2.15 schedules.py): ScheduleGPipe, Schedule1F1B,
 /// ScheduleInterleaved1F1B, ScheduleZBVZeroBubble, ScheduleDualPipeV.
 enum class PpSchedule { kGpipe, k1F1B, kInterleaved1F1B, kZbv, kDualPipeV };
@@ -143,7 +150,7 @@ struct EnumValues<Offload> {
 
 template <>
 struct EnumValues<Fp8> {
-  static constexpr std::array v{Fp8::kNone, Fp8::kTensorwise, Fp8::kRowwise};
+  static constexpr std::array v{Fp8::kNone, Fp8::kTensorwise, Fp8::kRowwise, Fp8::kMxfp8, Fp8::kNvfp4};
 };
 template <>
 struct EnumValues<PpSchedule> {

@@ -82,10 +82,12 @@ bool same_prediction(const Result& a, const Result& b) {
 
 TEST_CASE("emitters: every knob of the table changes the emitted text or is refused", "[emit][knobs]") {
   const ptest::Setup dense("llama3-8b", "dgx-h100", 16), moe("qwen3-30b-a3b", "dgx-h100", 16);
+  // Blackwell, where --fp8 mxfp8 / nvfp4 resolve (block-scaled tensor cores, simulator/plan/plan.cpp).
+  const ptest::Setup blackwell("llama3-8b", "dgx-b200", 16);
   // Base plans that together make every knob valid somewhere: a dense ZeRO-3 selective-AC plan, DDP
   // (ZeRO-0), a 2048-token sequence (--attention fused-softmax), pipelines (single-stage 1F1B at ZeRO-2 for
-  // FSDP2 and ZeRO-1 for DeepSpeed; interleaved), float8 tensorwise (float8 all-gather), and an MoE model
-  // with and without expert parallelism.
+  // FSDP2 and ZeRO-1 for DeepSpeed; interleaved), float8 tensorwise (float8 all-gather), a B200 plan (--fp8
+  // mxfp8 / nvfp4), and an MoE model with and without expert parallelism.
   std::vector<Base> bases;
   auto add = [&](const std::string& name, const ptest::Setup& s, auto edit) {
     Plan p;
@@ -106,6 +108,7 @@ TEST_CASE("emitters: every knob of the table changes the emitted text or is refu
   add("pp2 interleaved", dense,
       [](Plan& p) { p.pp = 2, p.zero = 2, p.grad_accum = 4, p.pp_schedule = PpSchedule::kInterleaved1F1B; });
   add("fp8 tensorwise", dense, [](Plan& p) { p.fp8 = Fp8::kTensorwise; });
+  add("blackwell", blackwell, [](Plan&) {});
   add("moe ep2", moe, [](Plan& p) { p.ep = 2; });
   add("moe ep1", moe, [](Plan&) {});
   // Activation offload: torch's save_on_cpu without AC (fsdp2), DeepSpeed's cpu_checkpointing under full AC.
