@@ -72,6 +72,13 @@ class MoeExpertParallel(unittest.TestCase):
             # the gap is that one index: under 1.5 % of the layer's saved bytes here (3 % acceptance)
             self.assertLess(r["saved_bytes"] / r["listed_bytes"] - 1, 0.015)
 
+    def test_peak_bound(self):
+        # At the end of the forward the parameters, the input (T·D bf16 = 4096 B) and every saved tensor are live:
+        # the peak of live storages over forward and backward is at least their sum (recorded, not compared with
+        # shardplan: the layer alone is not a plan, and the CPU has no caching allocator).
+        for r in self.out["ranks"]:
+            self.assertGreaterEqual(r["peak_fwd_bwd"], r["params"] + T * D * 2 + r["saved_bytes"])
+
 
 if __name__ == "__main__":
     unittest.main()

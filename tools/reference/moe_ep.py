@@ -146,7 +146,7 @@ def compare(bin_, a, ranks):
     """Per rank: the listed bytes with the routed (expert-side) rows at the rank's received R."""
     t, d, f, e, k, w = a.tokens, a.hidden, a.ffn, a.experts, a.top_k, a.world
     lst = listed(bin_, d, f, e, k, False)
-    graph_routed = expert_side(bin_, d, f, e, k)
+    graph_routed = expert_side(lst)
     totals = [sum(r["tokens_per_expert"][j] for r in ranks) for j in range(e)]
     for rank, r in enumerate(ranks):
         r["received_rows"] = sum(totals[rank * (e // w):(rank + 1) * (e // w)])
@@ -158,9 +158,11 @@ def compare(bin_, a, ranks):
     return lst, graph_routed, totals
 
 
-def expert_side(bin_, d, f, e, k):
-    """Names of the tensors whose rows are the expert side's (after the dispatch all-to-all): the experts'."""
-    return {n for n in listed(bin_, d, f, e, k, False) if n.startswith("experts.") or n == "dispatch.routed_input"}
+def expert_side(lst):
+    """Names of the listed tensors whose rows are the expert side's (after the dispatch all-to-all): the grouped
+    GEMMs' input and the experts' outputs. The list marks the token side's index and combine tensors `expert`
+    too (one row per token and choice, T·top_k on the rank that routed them), so its flag does not tell them."""
+    return {n for n in lst if n.startswith("experts.") or n == "dispatch.routed_input"}
 
 
 def main(argv=None):
