@@ -146,6 +146,8 @@ bool act_exists(const ActTensor& a, const Plan& p) {
       return p.moe_impl == MoeImpl::kGrouped;
     case ActOnly::kMoeLoop:
       return p.moe_impl == MoeImpl::kLoop;
+    case ActOnly::kMoeEp:
+      return p.moe_impl == MoeImpl::kGrouped && p.ep > 1;
   }
   return true;
 }

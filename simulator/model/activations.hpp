@@ -56,6 +56,7 @@ enum class ActOnly : std::uint8_t {
                 ///< sequence (tp_saves_gathered_input: torchtitan's ColwiseParallel from a Shard(1) input)
   kMoeGrouped,  ///< only with --moe-impl grouped (torchtitan's dispatcher and combine over all routed rows)
   kMoeLoop,     ///< only with --moe-impl loop (Hugging Face's loop over the experts)
+  kMoeEp,       ///< only with --moe-impl grouped and --ep > 1 (torchtitan's AllToAllTokenDispatcher)
 };
 
 /// When an eager forward frees it where the regime does not keep it: when Python drops the last reference

@@ -49,6 +49,7 @@ const char* to_string(ActOnly v) {
          : v == ActOnly::kTpGathered ? "tp_gathered"
          : v == ActOnly::kMoeGrouped ? "moe_grouped"
          : v == ActOnly::kMoeLoop    ? "moe_loop"
+         : v == ActOnly::kMoeEp      ? "moe_ep"
                                      : "always";
 }
 const char* to_string(ActLife v) {
@@ -137,7 +138,7 @@ std::vector<ActTensor> activations_from_json(const Json& arr, const std::vector<
                         o.pointer("role"));
     a.only = parse_enum(o.str("only", "always"),
                         {ActOnly::kAlways, ActOnly::kFp32Norm, ActOnly::kTp, ActOnly::kTpGathered,
-                         ActOnly::kMoeGrouped, ActOnly::kMoeLoop},
+                         ActOnly::kMoeGrouped, ActOnly::kMoeLoop, ActOnly::kMoeEp},
                         file, o.pointer("only"));
     a.life = parse_enum(o.str("life", "layer"),
                         {ActLife::kLayer, ActLife::kAtOnce, ActLife::kTransient, ActLife::kBlock,

@@ -56,6 +56,11 @@ void moe_dispatch_activations(const ModelSpec& s, Layer& l) {
   grouped(routing(l, "dispatch.scores_sorted", k, ActDtype::kFp32, true));
   grouped(routing(l, "dispatch.token_idx", k, ActDtype::kInt64, true));
   grouped(routing(l, "dispatch.routed_input", k * h, ActDtype::kCompute, true));
+  // Under expert parallelism (AllToAllTokenDispatcher, token_dispatcher.py): _permute reorders the received
+  // rows from rank-major to expert-major with routed_input_RD[permuted_indices, :], whose index (int64, one
+  // per received row) autograd saves, as _unpermute's index_put does (tools/reference/moe_ep.py over gloo:
+  // 8 B per received row, the only tensor beyond the list at world 2 and 4).
+  routing(l, "dispatch.ep_permuted_indices", k, ActDtype::kInt64, true).only = ActOnly::kMoeEp;
   // --moe-impl loop (transformers MixtralSparseMoeBlock: the reference lane's SparseMoe, tools/reference/
   // run.py): the top-k weights renormalised (`/ sum`, fp32; the division saves both), the (token, slot)
   // pairs in expert order (int64), then per expert its token indices (int64; the gather and index_add_

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "sim_helpers.hpp"
+#include "simulator/memory/layer_memory.hpp"
 
 using namespace shardplan;
 
@@ -97,4 +98,29 @@ TEST_CASE("MoE routing tensors: Hugging Face's loop over the experts (--moe-impl
   p.moe_impl = MoeImpl::kLoop;
   const double loop = layer_saved_bytes(moe, p, 1024.0, false);
   CHECK(grouped - loop == 1024.0 * (saved_per_token(moe, false) - 278624.0));
+}
+
+TEST_CASE("MoE under expert parallelism: _permute's index of the received rows is saved",
+          "[simulator][moe][ep]") {
+  // torchtitan's AllToAllTokenDispatcher._permute saves routed_input_RD[permuted_indices]'s int64 index, one
+  // per received row: top_k rows per token on average, 8 · 8 = 64 B per token for Qwen3-30B-A3B (top 8);
+  // listed only with --ep > 1 under the grouped implementation (tests/reference/test_moe_ep.py measures it).
+  const ModelGraph m = load_model("qwen3-30b-a3b");
+  const Layer& moe = first_moe(m);
+  CHECK(saved_per_token(moe, false) == 148192.0);  // the grouped list without EP: unchanged
+  // The always-present tensors (router.probs 512, top-k ids 64, the experts' gate, SiLU, up and product
+  // 4·2·8·768 = 49,152) and the EP index: 49,792.
+  CHECK(saved_per_token(moe, false, ActOnly::kMoeEp) == 512.0 + 64.0 + 49152.0 + 64.0);
+  Plan p;
+  p.moe_impl = MoeImpl::kGrouped;
+  const ActTensor* idx = nullptr;
+  for (const ActTensor& a : moe.activations)
+    if (a.name == "dispatch.ep_permuted_indices") idx = &a;
+  REQUIRE(idx);
+  p.ep = 1;
+  CHECK_FALSE(act_exists(*idx, p));
+  p.ep = 8;
+  CHECK(act_exists(*idx, p));
+  p.moe_impl = MoeImpl::kLoop;
+  CHECK_FALSE(act_exists(*idx, p));
 }

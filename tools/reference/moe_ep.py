@@ -145,7 +145,7 @@ def worker(rank, world, a, store_path, out_dir):
 def compare(bin_, a, ranks):
     """Per rank: the listed bytes with the routed (expert-side) rows at the rank's received R."""
     t, d, f, e, k, w = a.tokens, a.hidden, a.ffn, a.experts, a.top_k, a.world
-    lst = listed(bin_, d, f, e, k, False)
+    lst = listed(bin_, d, f, e, k, False, also=("moe_ep",))
     graph_routed = expert_side(lst)
     totals = [sum(r["tokens_per_expert"][j] for r in ranks) for j in range(e)]
     for rank, r in enumerate(ranks):
@@ -162,7 +162,7 @@ def expert_side(lst):
     """Names of the listed tensors whose rows are the expert side's (after the dispatch all-to-all): the grouped
     GEMMs' input and the experts' outputs. The list marks the token side's index and combine tensors `expert`
     too (one row per token and choice, T·top_k on the rank that routed them), so its flag does not tell them."""
-    return {n for n in lst if n.startswith("experts.") or n == "dispatch.routed_input"}
+    return {n for n in lst if n.startswith("experts.") or n in ("dispatch.routed_input", "dispatch.ep_permuted_indices")}
 
 
 def main(argv=None):

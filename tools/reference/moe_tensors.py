@@ -28,7 +28,9 @@ CPU_BF16 = {"router.probs", "dispatch.scores_sorted"}  # fp32 under CUDA autocas
 BYTES = {"compute": 2, "fp32": 4, "int64": 8, "bool": 1}
 
 
-def listed(bin_, d, f, e, k, compiled, impl="moe_grouped"):
+def listed(bin_, d, f, e, k, compiled, impl="moe_grouped", also=()):
+    """shardplan's saved bytes per token of the MoE layer's tensors under `impl` (and the `only` conditions in
+    `also`, e.g. "moe_ep"), the layer's input left out."""
     spec = {"schema": "shardplan.model/1", "name": "tiny-moe", "layers": 1, "hidden": d, "heads": 4,
             "kv_heads": 4, "ffn_hidden": f, "vocab": 256, "seq": 64, "moe": {"experts": e, "top_k": k}}
     with tempfile.NamedTemporaryFile("w", suffix=".json") as fh:
@@ -39,7 +41,7 @@ def listed(bin_, d, f, e, k, compiled, impl="moe_grouped"):
     layer = next(l for l in graph["layers"] if l["kind"] == "moe")
     out = {}
     for a in layer["activations"]:
-        if a["name"] == "input" or not a["compiled" if compiled else "eager"] or a.get("only", impl) != impl:
+        if a["name"] == "input" or not a["compiled" if compiled else "eager"] or a.get("only", impl) not in (impl, *also):
             continue
         # torchtitan's router under the CPU's autocast (no fp32): bf16; the lane's softmax(dtype=float): fp32
         b = 2 if impl == "moe_grouped" and a["name"] in CPU_BF16 else BYTES[a["dtype"]]
