@@ -1,0 +1,38 @@
+"""The reference lane's selective activation-checkpoint policy."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# torchtitan's selective AC policy (torchtitan 0.3.0 distributed/activation_checkpoint.py SelectiveAC): save the
+# outputs of compute-intensive ops and collectives, but recompute every second matmul.
+
+
+def selective_context_fn(torch):
+    from torch._functorch.partitioners import get_default_op_list
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    ops = torch.ops.aten
+    save_ops = {op.default for op in get_default_op_list().compute_intensive_ops}
+    for name in ("_scaled_dot_product_cudnn_attention", "_scaled_dot_product_attention_math",
+                 "_scaled_dot_product_fused_attention_overrideable", "max", "linear", "topk"):
+        if hasattr(ops, name):
+            save_ops.add(getattr(ops, name).default)
+    save_ops.add(torch.ops._c10d_functional.reduce_scatter_tensor.default)
+    save_ops.add(torch.ops._c10d_functional.all_to_all_single.default)
+    mm_ops = (ops.mm.default, ops.linear.default)
+
+    def context_fn():
+        meta = {"forward_mm_count": 0, "recompute_mm_count": 0}
+
+        def policy(ctx, func, *args, **kwargs):
+            key = ("recompute" if ctx.is_recompute else "forward") + "_mm_count"
+            if func in mm_ops:
+                meta[key] += 1
+            if func in save_ops:
+                if func in mm_ops and meta[key] % 2 == 0:
+                    return CheckpointPolicy.PREFER_RECOMPUTE
+                return CheckpointPolicy.MUST_SAVE
+            return CheckpointPolicy.PREFER_RECOMPUTE
+
+        return create_selective_checkpoint_contexts(policy)
+
+    return context_fn
