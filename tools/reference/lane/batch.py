@@ -1,4 +1,5 @@
 """The reference lane's batch mode (run.py --batch): every configuration line in a forked child of one process."""
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -23,10 +24,9 @@ def run_batch(path: str, out_dir: str) -> int:
     out = Path(out_dir)
     (out / "records").mkdir(parents=True, exist_ok=True)
     (out / "traces").mkdir(parents=True, exist_ok=True)
-    import torch  # noqa: F401 - imported once, before the children fork
-    import torch.distributed  # noqa: F401
-    import torch.distributed.fsdp  # noqa: F401
-    from torch.distributed._tools import fsdp2_mem_tracker  # noqa: F401
+    # Imported once, before the children fork.
+    for module in ("torch", "torch.distributed", "torch.distributed.fsdp", "torch.distributed._tools.fsdp2_mem_tracker"):
+        importlib.import_module(module)
 
     status = 0
     for line in Path(path).read_text().splitlines():

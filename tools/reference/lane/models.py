@@ -6,24 +6,9 @@
 # rope}.py): complex rotary embedding in fp32, SDPA, SwiGLU, nn.RMSNorm, untied output head.
 
 
-def build_model_classes(torch):
+def norm_factory(torch):
+    """The norms as they run on a GPU (fused kernels' allocations); returns make_norm(spec)."""
     nn = torch.nn
-    F = torch.nn.functional
-
-    def precompute_freqs_cis(dim, end, theta=500000.0):
-        freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
-        t = torch.arange(end, device=freqs.device)
-        freqs = torch.outer(t, freqs).float()
-        return torch.polar(torch.ones_like(freqs), freqs)
-
-    def apply_rotary_emb(xq, xk, freqs_cis):
-        # torchtitan 0.3.0 models/common/rope.py apply_rotary_emb (complex form).
-        xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
-        xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
-        fc = freqs_cis.view(1, xq_.shape[1], 1, xq_.shape[-1])
-        xq_out = torch.view_as_real(xq_ * fc).flatten(3)
-        xk_out = torch.view_as_real(xk_ * fc).flatten(3)
-        return xq_out.type_as(xq), xk_out.type_as(xk)
 
     class FusedRMSNormFn(torch.autograd.Function):
         """What `nn.RMSNorm` runs on a GPU. torch 2.15 aten/src/ATen/native/layer_norm.cpp rms_norm_symint calls
@@ -77,32 +62,19 @@ def build_model_classes(torch):
                 return FusedRMSNormFn.apply(x, self.weight, self.eps)
             return super().forward(x)  # mismatched dtypes: rms_norm_composite on the GPU too
 
-    class Attention(nn.Module):
-        def __init__(self, s):
-            super().__init__()
-            self.n_heads, self.n_kv, self.head_dim = s["heads"], s["kv_heads"], s["head_dim"]
-            h = s["hidden"]
-            # Qwen2: biases on q, k, v only (qkv_bias_only); GPT-style attn_bias: on the output too.
-            qkv_bias, o_bias = bool(s.get("attn_bias")), bool(s.get("attn_bias")) and not s.get("qkv_bias_only")
-            self.rotary = s["positions"] == "rotary"
-            self.wq = nn.Linear(h, self.n_heads * self.head_dim, bias=qkv_bias)
-            self.wk = nn.Linear(h, self.n_kv * self.head_dim, bias=qkv_bias)
-            self.wv = nn.Linear(h, self.n_kv * self.head_dim, bias=qkv_bias)
-            self.wo = nn.Linear(self.n_heads * self.head_dim, h, bias=o_bias)
+    def make_norm(s):
+        if s["norm"] == "layernorm":
+            return LayerNorm(s["hidden"], eps=1e-5, bias=s["norm_bias"])
+        return RMSNorm(s["hidden"], eps=1e-5)
 
-        def forward(self, x, freqs_cis):
-            bs, seqlen, _ = x.shape
-            xq = self.wq(x).view(bs, seqlen, -1, self.head_dim)
-            xk = self.wk(x).view(bs, seqlen, -1, self.head_dim)
-            xv = self.wv(x).view(bs, seqlen, -1, self.head_dim)
-            if self.rotary:
-                xq, xk = apply_rotary_emb(xq, xk, freqs_cis)
-            # ALiBi (MPT): FlashAttention-2 adds the per-head linear bias inside the kernel from alibi_slopes
-            # (flash_attn_func(..., alibi_slopes=)); nothing of size s x s is materialised, and the saved tensors
-            # are those of the kernel without it (torch's flash op has no slopes argument: same allocations).
-            q, k, v = xq.transpose(1, 2), xk.transpose(1, 2), xv.transpose(1, 2)
-            out = sdpa(q, k, v)
-            return self.wo(out.transpose(1, 2).contiguous().view(bs, seqlen, -1))
+    return make_norm
+
+
+def mlp_classes(torch):
+    """The blocks' MLPs: SwiGLU (torchtitan FeedForward), GELU (MPT) and the Mixtral sparse MoE; returns
+    (FeedForward, GeluMLP, SparseMoe)."""
+    nn = torch.nn
+    F = torch.nn.functional
 
     class FeedForward(nn.Module):
         def __init__(self, s):
@@ -160,7 +132,54 @@ def build_model_classes(torch):
                 out = expert(current) * flat_w[pairs, None]
                 final.index_add_(0, top_x, out.to(x.dtype))
             return final.view(bs, seqlen, h)
+    return FeedForward, GeluMLP, SparseMoe
 
+
+def build_model_classes(torch):
+    nn = torch.nn
+    make_norm = norm_factory(torch)
+    FeedForward, GeluMLP, SparseMoe = mlp_classes(torch)
+
+    def precompute_freqs_cis(dim, end, theta=500000.0):
+        freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+        t = torch.arange(end, device=freqs.device)
+        freqs = torch.outer(t, freqs).float()
+        return torch.polar(torch.ones_like(freqs), freqs)
+
+    def apply_rotary_emb(xq, xk, freqs_cis):
+        # torchtitan 0.3.0 models/common/rope.py apply_rotary_emb (complex form).
+        xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+        xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+        fc = freqs_cis.view(1, xq_.shape[1], 1, xq_.shape[-1])
+        xq_out = torch.view_as_real(xq_ * fc).flatten(3)
+        xk_out = torch.view_as_real(xk_ * fc).flatten(3)
+        return xq_out.type_as(xq), xk_out.type_as(xk)
+    class Attention(nn.Module):
+        def __init__(self, s):
+            super().__init__()
+            self.n_heads, self.n_kv, self.head_dim = s["heads"], s["kv_heads"], s["head_dim"]
+            h = s["hidden"]
+            # Qwen2: biases on q, k, v only (qkv_bias_only); GPT-style attn_bias: on the output too.
+            qkv_bias, o_bias = bool(s.get("attn_bias")), bool(s.get("attn_bias")) and not s.get("qkv_bias_only")
+            self.rotary = s["positions"] == "rotary"
+            self.wq = nn.Linear(h, self.n_heads * self.head_dim, bias=qkv_bias)
+            self.wk = nn.Linear(h, self.n_kv * self.head_dim, bias=qkv_bias)
+            self.wv = nn.Linear(h, self.n_kv * self.head_dim, bias=qkv_bias)
+            self.wo = nn.Linear(self.n_heads * self.head_dim, h, bias=o_bias)
+
+        def forward(self, x, freqs_cis):
+            bs, seqlen, _ = x.shape
+            xq = self.wq(x).view(bs, seqlen, -1, self.head_dim)
+            xk = self.wk(x).view(bs, seqlen, -1, self.head_dim)
+            xv = self.wv(x).view(bs, seqlen, -1, self.head_dim)
+            if self.rotary:
+                xq, xk = apply_rotary_emb(xq, xk, freqs_cis)
+            # ALiBi (MPT): FlashAttention-2 adds the per-head linear bias inside the kernel from alibi_slopes
+            # (flash_attn_func(..., alibi_slopes=)); nothing of size s x s is materialised, and the saved tensors
+            # are those of the kernel without it (torch's flash op has no slopes argument: same allocations).
+            q, k, v = xq.transpose(1, 2), xk.transpose(1, 2), xv.transpose(1, 2)
+            out = sdpa(q, k, v)
+            return self.wo(out.transpose(1, 2).contiguous().view(bs, seqlen, -1))
     class TransformerBlock(nn.Module):
         def __init__(self, s):
             super().__init__()
@@ -196,12 +215,6 @@ def build_model_classes(torch):
             for layer in self.layers.values():
                 h = layer(h, fc)
             return self.output(self.norm(h))
-
-    def make_norm(s):
-        if s["norm"] == "layernorm":
-            return LayerNorm(s["hidden"], eps=1e-5, bias=s["norm_bias"])
-        return RMSNorm(s["hidden"], eps=1e-5)
-
     def sdpa(q, k, v):
         # On the GPU, F.scaled_dot_product_attention with bf16 inputs runs FlashAttention-2
         # (aten::_scaled_dot_product_flash_attention, which handles GQA natively and saves out + fp32 logsumexp).

@@ -4,7 +4,7 @@ import time
 
 from lane.models import build_model_classes
 from lane.record import record_plan, write_outputs
-from lane.sac import selective_context_fn
+from lane.sac import apply_ac
 from lane.spec import PlanError
 from lane.tracker import make_tracker
 
@@ -83,6 +83,89 @@ def resolve_pp(a, spec, plan) -> dict:
             "pp_layers": a.pp_layers}
 
 
+def stage_model_class(Transformer):
+    """The model class of a pipeline stage, derived from the lane's Transformer."""
+
+    class StageModel(Transformer):
+        """torchtitan's Decoder forward tolerates the modules a stage lacks (None): tokens in on the first stage,
+        hidden states between stages, logits out of the last."""
+
+        def forward(self, x):
+            h = self.tok_embeddings(x) if self.tok_embeddings is not None else x
+            fc = self.freqs_cis[: x.shape[1]] if self.freqs_cis.is_complex() else self.freqs_cis
+            for layer in self.layers.values():
+                h = layer(h, fc)
+            h = self.norm(h) if self.norm is not None else h
+            return self.output(h) if self.output is not None else h
+
+    return StageModel
+
+
+def split_stage(torch, StageModel, s, spec, plan, pp_cfg, param_dtype):
+    """Stage s's module as torchtitan's _split_module leaves it: this stage's blocks (FQNs kept), the embedding on
+    the first stage, the final norm and head on the last, the others None; activation checkpointing per block."""
+    S, blocks = pp_cfg["S"], pp_cfg["blocks"]
+    first_block = sum(blocks[:s])
+    with torch.device("cpu"):
+        torch.set_default_dtype(param_dtype)
+        mod = StageModel(spec, plan["seq"])
+        torch.set_default_dtype(torch.float32)
+    # torchtitan _split_module: keep this stage's modules, the others None / deleted.
+    keep = {str(i) for i in range(first_block, first_block + blocks[s])}
+    for name in list(mod.layers.keys()):
+        if name not in keep:
+            del mod.layers[name]
+    if s != 0:
+        mod.tok_embeddings = None
+    if s != S - 1:
+        mod.norm = None
+        mod.output = None
+    apply_ac(torch, mod.layers, plan["ac"])
+    return mod
+
+
+def shard_stage(torch, mod, plan, mesh):
+    """torchtitan apply_fsdp_to_decoder with pp_enabled: reshard_after_forward "default" -> not pp_enabled (False)
+    for the embedding and the blocks; [norm, output] never resharded after forward; the root."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    if plan["precision"] == "bf16-mixed":
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, cast_forward_inputs=False,
+                                  reduce_dtype=torch.float32 if plan["reduce_dtype"] == "fp32" else torch.bfloat16)
+    else:
+        mp = MixedPrecisionPolicy(cast_forward_inputs=False)
+    kw = {"mesh": mesh, "mp_policy": mp}
+    if mod.tok_embeddings is not None:
+        fully_shard(mod.tok_embeddings, reshard_after_forward=False, **kw)
+    if mod.norm is not None:
+        fully_shard([mod.norm, mod.output], reshard_after_forward=False, **kw)
+    for block in mod.layers.values():
+        fully_shard(block, reshard_after_forward=False, **kw)
+    fully_shard(mod, **kw)
+
+
+def pipeline_stage(torch, mod, s, spec, plan, S, act_dtype, pp_group, state):
+    """The PipelineStage of stage s of S in static mode (its input and output metadata given); its actions set the
+    trace's micro-batch."""
+    from torch.distributed.pipelining import PipelineStage
+
+    mbs_shape = (plan["mbs"], plan["seq"])
+    inp = (torch.empty(mbs_shape, dtype=torch.long) if s == 0
+           else torch.empty(mbs_shape + (spec["hidden"],), dtype=act_dtype, requires_grad=True))
+    # requires_grad marks the tensors whose gradients travel back (static mode derives the gradients' metadata
+    # from these).
+    out = torch.empty(mbs_shape + ((spec["vocab"],) if s == S - 1 else (spec["hidden"],)), dtype=act_dtype,
+                      requires_grad=True)
+    pstage = PipelineStage(mod, s, S, torch.device("cpu"), input_args=inp, output_args=out, group=pp_group)
+    # The trace's phases name the micro-batch each action of the schedule runs.
+    for name in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk"):
+        def action(chunk_id, *args, _run=getattr(pstage, name), **kwargs):
+            state["micro"] = chunk_id
+            return _run(chunk_id, *args, **kwargs)
+        setattr(pstage, name, action)
+    return pstage
+
+
 def run_pp(a, spec, record_model, plan) -> int:
     """One pipeline rank of a torchtitan-style PP x FSDP2 step: the rank's stage modules split from the model as
     torchtitan's _split_module does (modules of other stages set to None, blocks deleted from the ModuleDict,
@@ -102,9 +185,6 @@ def run_pp(a, spec, record_model, plan) -> int:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import PipelineScheduleMulti, get_schedule_class
 
     t0 = time.time()
@@ -112,80 +192,18 @@ def run_pp(a, spec, record_model, plan) -> int:
     dist.init_process_group("fake", store=FakeStore(), rank=rank * dp, world_size=N)
     mesh2 = init_device_mesh("cpu", (pp, dp), mesh_dim_names=("pp", "dp_shard"))
     pp_group, mesh = mesh2.get_group("pp"), mesh2["dp_shard"]
-    Transformer = build_model_classes(torch)
-
-    class StageModel(Transformer):
-        """torchtitan's Decoder forward tolerates the modules a stage lacks (None): tokens in on the first stage,
-        hidden states between stages, logits out of the last."""
-
-        def forward(self, x):
-            h = self.tok_embeddings(x) if self.tok_embeddings is not None else x
-            fc = self.freqs_cis[: x.shape[1]] if self.freqs_cis.is_complex() else self.freqs_cis
-            for layer in self.layers.values():
-                h = layer(h, fc)
-            h = self.norm(h) if self.norm is not None else h
-            return self.output(h) if self.output is not None else h
-
+    StageModel = stage_model_class(build_model_classes(torch))
     state = {"phase": "init", "step": 0, "micro": 0, "propagating": False}
-    S, blocks = pp_cfg["S"], pp_cfg["blocks"]
-    first_block = [sum(blocks[:s]) for s in range(S)]
+    S = pp_cfg["S"]
     fake = FakeTensorMode(allow_non_fake_inputs=False)
     with fake:
         param_dtype = torch.bfloat16 if plan["precision"] in ("bf16", "bf16-true") else torch.float32
         act_dtype = torch.float32 if plan["precision"] == "fp32" else torch.bfloat16
         mods, pstages = [], []
         for s in pp_cfg["stages"]:
-            with torch.device("cpu"):
-                torch.set_default_dtype(param_dtype)
-                mod = StageModel(spec, plan["seq"])
-                torch.set_default_dtype(torch.float32)
-            # torchtitan _split_module: keep this stage's modules, the others None / deleted.
-            keep = {str(i) for i in range(first_block[s], first_block[s] + blocks[s])}
-            for name in list(mod.layers.keys()):
-                if name not in keep:
-                    del mod.layers[name]
-            if s != 0:
-                mod.tok_embeddings = None
-            if s != S - 1:
-                mod.norm = None
-                mod.output = None
-            if plan["ac"] != "none":
-                ctx = selective_context_fn(torch) if plan["ac"] == "selective" else None
-                for name, block in list(mod.layers.named_children()):
-                    kw = {"context_fn": ctx} if ctx else {}
-                    mod.layers.register_module(name, checkpoint_wrapper(block, preserve_rng_state=True,
-                                                                        early_stop=False, **kw))
-            # torchtitan apply_fsdp_to_decoder with pp_enabled: reshard_after_forward "default" -> not pp_enabled
-            # (False) for the embedding and the blocks; [norm, output] never resharded after forward; the root.
-            if plan["precision"] == "bf16-mixed":
-                mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, cast_forward_inputs=False,
-                                          reduce_dtype=torch.float32 if plan["reduce_dtype"] == "fp32"
-                                          else torch.bfloat16)
-            else:
-                mp = MixedPrecisionPolicy(cast_forward_inputs=False)
-            kw = {"mesh": mesh, "mp_policy": mp}
-            if mod.tok_embeddings is not None:
-                fully_shard(mod.tok_embeddings, reshard_after_forward=False, **kw)
-            if mod.norm is not None:
-                fully_shard([mod.norm, mod.output], reshard_after_forward=False, **kw)
-            for block in mod.layers.values():
-                fully_shard(block, reshard_after_forward=False, **kw)
-            fully_shard(mod, **kw)
-            mbs_shape = (plan["mbs"], plan["seq"])
-            inp = (torch.empty(mbs_shape, dtype=torch.long) if s == 0
-                   else torch.empty(mbs_shape + (spec["hidden"],), dtype=act_dtype, requires_grad=True))
-            # requires_grad marks the tensors whose gradients travel back (static mode derives the gradients'
-            # metadata from these).
-            out = torch.empty(mbs_shape + ((spec["vocab"],) if s == S - 1 else (spec["hidden"],)), dtype=act_dtype,
-                              requires_grad=True)
-            pstage = PipelineStage(mod, s, S, torch.device("cpu"), input_args=inp, output_args=out, group=pp_group)
-            # The trace's phases name the micro-batch each action of the schedule runs.
-            for name in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk"):
-                def action(chunk_id, *args, _run=getattr(pstage, name), **kwargs):
-                    state["micro"] = chunk_id
-                    return _run(chunk_id, *args, **kwargs)
-                setattr(pstage, name, action)
-            pstages.append(pstage)
+            mod = split_stage(torch, StageModel, s, spec, plan, pp_cfg, param_dtype)
+            shard_stage(torch, mod, plan, mesh)
+            pstages.append(pipeline_stage(torch, mod, s, spec, plan, S, act_dtype, pp_group, state))
             mods.append(mod)
         params = [p for mod in mods for p in mod.parameters()]
         optim = torch.optim.AdamW(params, lr=3e-4, weight_decay=0.1, fused=plan["fused_optimizer"],
@@ -243,7 +261,7 @@ def run_pp(a, spec, record_model, plan) -> int:
     return write_outputs(
         a, torch, dist, tracker.events, t0, rid, record_model, rec_plan, {"pp_rank": rank},
         f"tools/reference/run.py: pipeline rank {rank} of {pp} (stages {pp_cfg['stages']} of {S}, blocks per "
-        f"stage {blocks}), global rank {rank * dp} of {N}, FakeTensorMode on the CPU device, "
+        f"stage {pp_cfg['blocks']}), global rank {rank * dp} of {N}, FakeTensorMode on the CPU device, "
         f"torch.distributed.pipelining Schedule{PP_SCHEDULES[pp_cfg['schedule']]} with {m} micro-batches, FSDP2 "
         f"fully_shard per block + embedding + [norm, output] + stage root (reshard_after_forward=False), ",
         sum(p.numel() for p in params))

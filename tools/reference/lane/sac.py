@@ -36,3 +36,16 @@ def selective_context_fn(torch):
         return create_selective_checkpoint_contexts(policy)
 
     return context_fn
+
+
+def apply_ac(torch, layers, ac):
+    """Activation checkpointing as torchtitan applies it: one checkpoint_wrapper per block of `layers` (a
+    ModuleDict), with the selective policy's context for --ac selective."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    if ac == "none":
+        return
+    ctx = selective_context_fn(torch) if ac == "selective" else None
+    for name, block in list(layers.named_children()):
+        kw = {"context_fn": ctx} if ctx else {}
+        layers.register_module(name, checkpoint_wrapper(block, preserve_rng_state=True, early_stop=False, **kw))

@@ -6,7 +6,7 @@ from lane.args import resolve_plan
 from lane.models import build_model_classes
 from lane.pp import run_pp
 from lane.record import record_plan, write_outputs
-from lane.sac import selective_context_fn
+from lane.sac import apply_ac
 from lane.spec import PlanError, load_spec, normalize_spec, param_count
 from lane.tracker import patch_mesh_concatenate
 from lane.wrap import apply_float8, apply_tp, wrap_ddp, wrap_fsdp1, wrap_fsdp2
@@ -90,7 +90,6 @@ def run(a) -> int:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
     t0 = time.time()
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=N)
@@ -125,12 +124,7 @@ def run(a) -> int:
         if tp_mesh is not None:
             apply_tp(torch, model, tp_mesh)
         # Activation checkpointing, as torchtitan applies it: one checkpoint_wrapper per block.
-        if plan["ac"] != "none":
-            ctx = selective_context_fn(torch) if plan["ac"] == "selective" else None
-            for name, block in list(model.layers.named_children()):
-                kw = {"context_fn": ctx} if ctx else {}
-                model.layers.register_module(name, checkpoint_wrapper(block, preserve_rng_state=True,
-                                                                      early_stop=False, **kw))
+        apply_ac(torch, model.layers, plan["ac"])
         if plan["zero"] == 0:
             model, optim, tracker = wrap_ddp(torch, model, plan, state)
         elif plan["runtime"] == "fsdp1":
