@@ -1,7 +1,9 @@
-"""The model presets the tool ships and the closed-form parameter count (tools/convert_published.py)."""
+"""The model presets the tool ships (tools/convert_published.py); the closed-form parameter count is
+tools/common/params.py's."""
 import json
 import os
 
+from common.params import param_count
 from published import TOOLS
 
 GIB = 1 << 30
@@ -64,25 +66,4 @@ def load_presets():
     return _PRESET_CACHE["p"]
 
 
-def param_count(spec):
-    """Closed-form parameter count of a shardplan.model/1 spec (dense models)."""
-    h, L, V = spec["hidden"], spec["layers"], spec["vocab"]
-    a = spec["heads"]
-    kv = spec.get("kv_heads", a)
-    d = spec.get("head_dim", h // a)
-    f = spec["ffn_hidden"]
-    attn = h * a * d + 2 * h * kv * d + a * d * h
-    if spec.get("attn_bias"):
-        attn += a * d + 2 * kv * d + h
-    if spec["mlp"] == "swiglu":
-        mlp = 3 * h * f + ((2 * f + h) if spec.get("mlp_bias") else 0)
-    else:
-        mlp = 2 * h * f + ((f + h) if spec.get("mlp_bias") else 0)
-    norm_w = h * (2 if spec["norm"] == "layernorm" and spec.get("norm_bias", True) else 1)
-    per_layer = attn + mlp + 2 * norm_w
-    total = L * per_layer + norm_w + V * h
-    if not spec.get("tied_embeddings"):
-        total += V * h
-    if spec.get("positions") == "learned":
-        total += spec["max_positions"] * h
-    return total
+__all__ = ["GIB", "MIB", "FP8_REASON", "PRESETS", "ARCH_KEYS", "load_presets", "param_count"]

@@ -27,6 +27,9 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools"))  # tools/common/: shared with the reference lane and the converter
+from common.params import param_count  # noqa: E402
+from common.sac import selective_policy  # noqa: E402
 
 MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "mlp", "norm",
               "attn_bias", "mlp_bias", "norm_bias", "tied_embeddings", "positions", "max_positions", "seq")
@@ -97,23 +100,6 @@ def load_spec(name_or_path):
             raise SystemExit("model %r: neither a file nor models/%s.json" % (name_or_path, name_or_path))
     with open(path, encoding="utf-8") as f:
         return normalize_spec(json.load(f))
-
-
-def param_count(s):
-    """Closed form, same as tools/convert_published.py and the simulator's count."""
-    h, L, V, a, kv, d, f = s["hidden"], s["layers"], s["vocab"], s["heads"], s["kv_heads"], s["head_dim"], s["ffn_hidden"]
-    attn = h * a * d + 2 * h * kv * d + a * d * h + ((a * d + 2 * kv * d + h) if s["attn_bias"] else 0)
-    if s["mlp"] == "swiglu":
-        mlp = 3 * h * f + ((2 * f + h) if s["mlp_bias"] else 0)
-    else:
-        mlp = 2 * h * f + ((f + h) if s["mlp_bias"] else 0)
-    nw = h * (2 if s["norm"] == "layernorm" and s["norm_bias"] else 1)
-    n = L * (attn + mlp + 2 * nw) + nw + V * h
-    if not s["tied_embeddings"]:
-        n += V * h
-    if s["positions"] == "learned":
-        n += s["max_positions"] * h
-    return n
 
 
 # ================================================================================================
@@ -388,8 +374,8 @@ def fsdp2_api():
 
 
 def sac_policy_fn():
-    """torchtitan's op-level SAC policy: save SDPA outputs (and a few cheap ops) and every other matmul output;
-    recompute the rest."""
+    """torchtitan's op-level SAC policy (tools/common/sac.py): save SDPA outputs (and a few cheap ops) and every
+    other matmul output; recompute the rest. Returns a maker of fresh policies."""
     from torch.utils.checkpoint import CheckpointPolicy
     ops = torch.ops.aten
     save = {ops.mm.default, ops.max.default}
@@ -397,18 +383,7 @@ def sac_policy_fn():
                  "_scaled_dot_product_cudnn_attention"):
         if hasattr(ops, name):
             save.add(getattr(ops, name).default)
-
-    def make():
-        meta = {"forward": 0, "recompute": 0}
-
-        def policy(ctx, func, *args, **kwargs):
-            mode = "recompute" if ctx.is_recompute else "forward"
-            if func == ops.mm.default:
-                meta[mode] += 1
-            keep = func in save and not (func == ops.mm.default and meta[mode] % 2 == 0)
-            return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
-        return policy
-    return make
+    return lambda: selective_policy(CheckpointPolicy, save, (ops.mm.default,))
 
 
 def apply_ac(model, mode, sac_mode):
@@ -421,7 +396,6 @@ def apply_ac(model, mode, sac_mode):
                 continue
             w = checkpoint_wrapper(blk, checkpoint_impl=CheckpointImpl.NO_REENTRANT, preserve_rng_state=False)
         else:
-            from functools import partial
             from torch.utils.checkpoint import create_selective_checkpoint_contexts
             make = sac_policy_fn()
             w = checkpoint_wrapper(blk, checkpoint_impl=CheckpointImpl.NO_REENTRANT, preserve_rng_state=False,

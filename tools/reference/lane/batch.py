@@ -25,7 +25,8 @@ def run_batch(path: str, out_dir: str) -> int:
     (out / "records").mkdir(parents=True, exist_ok=True)
     (out / "traces").mkdir(parents=True, exist_ok=True)
     # Imported once, before the children fork.
-    for module in ("torch", "torch.distributed", "torch.distributed.fsdp", "torch.distributed._tools.fsdp2_mem_tracker"):
+    for module in ("torch", "torch.distributed", "torch.distributed.fsdp",
+                   "torch.distributed._tools.fsdp2_mem_tracker"):
         importlib.import_module(module)
 
     status = 0

@@ -1,4 +1,5 @@
-"""The reference lane's selective activation-checkpoint policy."""
+"""The reference lane's selective activation checkpointing per block (the policy: tools/common/sac.py)."""
+from common.sac import selective_policy
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -21,19 +22,7 @@ def selective_context_fn(torch):
     mm_ops = (ops.mm.default, ops.linear.default)
 
     def context_fn():
-        meta = {"forward_mm_count": 0, "recompute_mm_count": 0}
-
-        def policy(ctx, func, *args, **kwargs):
-            key = ("recompute" if ctx.is_recompute else "forward") + "_mm_count"
-            if func in mm_ops:
-                meta[key] += 1
-            if func in save_ops:
-                if func in mm_ops and meta[key] % 2 == 0:
-                    return CheckpointPolicy.PREFER_RECOMPUTE
-                return CheckpointPolicy.MUST_SAVE
-            return CheckpointPolicy.PREFER_RECOMPUTE
-
-        return create_selective_checkpoint_contexts(policy)
+        return create_selective_checkpoint_contexts(selective_policy(CheckpointPolicy, save_ops, mm_ops))
 
     return context_fn
 

@@ -1,9 +1,12 @@
 """The reference lane's model spec: load a preset or a spec file, normalize it as simulator/model/model_spec.cpp
-does, and the closed-form parameter count of the modules lane/models.py builds."""
+does. The closed-form parameter count of the modules lane/models.py builds is tools/common/params.py's
+(param_count, imported here for the lane)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from common.params import param_count
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -79,16 +82,4 @@ def normalize_spec(spec: dict) -> dict:
     return s
 
 
-def param_count(s: dict) -> int:
-    """Closed form of the modules built below (same tensors as the simulator's graph, simulator/model/model_graph.cpp)."""
-    h, hd, q, kv, f, v = s["hidden"], s["head_dim"], s["heads"], s["kv_heads"], s["ffn_hidden"], s["vocab"]
-    norm = 2 * h if s["norm_bias"] else h
-    attn = h * q * hd + 2 * h * kv * hd + q * hd * h
-    if s.get("attn_bias"):
-        attn += q * hd + 2 * kv * hd + (0 if s.get("qkv_bias_only") else h)
-    mlp = (3 if s["mlp"] == "swiglu" else 2) * h * f
-    if s.get("moe"):
-        mlp = s["moe"]["experts"] * (mlp + h)  # experts' MLPs and the router's row per expert
-    block = attn + mlp + 2 * norm
-    head = 0 if s.get("tied_embeddings") else v * h
-    return v * h + s["layers"] * block + norm + head
+__all__ = ["ROOT", "PlanError", "load_spec", "normalize_spec", "param_count"]
