@@ -52,11 +52,12 @@ def listed(bin_, d, f, e, k, compiled, impl="moe_grouped", also=()):
 def measured_lane(t, d, f, e, k):
     """The reference lane's SparseMoe (tools/reference/run.py: Hugging Face's loop over the experts)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import run
-    spec, _ = run.load_spec("mixtral-8x7b")
-    spec = run.normalize_spec(dict(spec, hidden=d, ffn_hidden=f, heads=4, kv_heads=4, head_dim=d // 4, layers=1,
+    from lane.models import build_model_classes
+    from lane.spec import load_spec, normalize_spec
+    spec, _ = load_spec("mixtral-8x7b")
+    spec = normalize_spec(dict(spec, hidden=d, ffn_hidden=f, heads=4, kv_heads=4, head_dim=d // 4, layers=1,
                                    vocab=64, moe={"experts": e, "top_k": k}))
-    model = run.build_model_classes(torch)(spec, t)
+    model = build_model_classes(torch)(spec, t)
     m = next(mod for mod in model.modules() if type(mod).__name__ == "SparseMoe").to(torch.bfloat16)
     return saved_by(m, m, t, d)
 

@@ -8,8 +8,11 @@ Usage: $(bash tools/pyenv.sh) tools/reference/saved_per_block.py [--dims 256,4,6
 Prints one line per (block, mode, ac): saved bytes per token and in units of h (bytes per token / hidden).
 """
 import argparse
-import math
+import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/common/
+from common.sac import selective_policy  # noqa: E402
 
 
 def build(torch):
@@ -167,16 +170,7 @@ def sac_context(torch):
             aten._scaled_dot_product_flash_attention_for_cpu.default}
 
     def fn():
-        meta = {"forward_mm_count": 0, "recompute_mm_count": 0}
-
-        def policy(ctx, func, *args, **kwargs):
-            key = "recompute_mm_count" if ctx.is_recompute else "forward_mm_count"
-            if func == aten.mm.default:
-                meta[key] += 1
-            to_save = func in save and not (func == aten.mm.default and meta[key] % 2 == 0)
-            return CheckpointPolicy.MUST_SAVE if to_save else CheckpointPolicy.PREFER_RECOMPUTE
-
-        return create_selective_checkpoint_contexts(policy)
+        return create_selective_checkpoint_contexts(selective_policy(CheckpointPolicy, save, (aten.mm.default,)))
 
     return fn
 
