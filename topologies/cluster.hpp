@@ -12,7 +12,8 @@
 
 namespace shardplan {
 
-enum class GpuArch { kVolta, kAmpere, kHopper, kBlackwell, kOther };
+/// kAda: sm89 (L40S, PCIe only); kCdna3 / kCdna4: AMD Instinct MI300X, MI325X / MI355X (ROCm, RCCL).
+enum class GpuArch { kVolta, kAmpere, kAda, kHopper, kBlackwell, kCdna3, kCdna4, kOther };
 const char* to_string(GpuArch a);
 
 struct GpuSpec {

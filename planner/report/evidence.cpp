@@ -444,6 +444,13 @@ std::vector<std::string> evidence_warnings(const Result& r, const ModelSpec& mod
         break;
       }
   }
+  // AMD Instinct (ROCm): RCCL, NCCL's fork, with its own tuning model (rccl src/graph/tuning.cc) over the
+  // Infinity Fabric mesh; the collectives here follow NCCL's tables.
+  if (cluster.gpu.arch == GpuArch::kCdna3 || cluster.gpu.arch == GpuArch::kCdna4)
+    w.push_back(fmt::format(
+        "time: {} GPUs communicate through RCCL over an Infinity Fabric mesh; the collectives are modelled "
+        "with NCCL's tuning tables over a switch of the mesh's total link bandwidth, unchecked against RCCL",
+        cluster.gpu.model));
   const OomModel m = oom_model(e, r.plan);
   if (m.regime_runs == 0)
     w.push_back(fmt::format(

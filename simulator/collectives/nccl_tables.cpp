@@ -16,12 +16,14 @@ const ArchConsts& arch_consts(GpuArch a) {
     case GpuArch::kVolta:
       return volta;
     case GpuArch::kAmpere:
+    case GpuArch::kAda:  // sm89: NCCL's tuner indexes its tables by compute capability, >= 80 and < 90 is
+                         // AMPERE_COMPCAP_IDX (src/graph/tuning.cc ncclTopoTuneModel)
       return ampere;
     case GpuArch::kHopper:
       return hopper;
     case GpuArch::kBlackwell:
       return blackwell;
-    default:
+    default:  // CDNA 3/4 (RCCL: its own tuning model is not modelled, the plan warns) and other
       return ampere;
   }
 }

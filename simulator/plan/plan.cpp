@@ -115,6 +115,9 @@ SdpaBackend default_sdpa_backend(GpuArch arch, Precision precision) {
     case GpuArch::kVolta:
       return SdpaBackend::kEfficient;
     case GpuArch::kAmpere:
+    case GpuArch::kAda:    // sm89: FlashAttention-2 (sm80+); cuDNN attention needs sm90+
+    case GpuArch::kCdna3:  // ROCm: AOTriton flash, no cuDNN (see above)
+    case GpuArch::kCdna4:
     case GpuArch::kOther:
       return SdpaBackend::kFlash;
   }

@@ -204,3 +204,21 @@ TEST_CASE("the OOM probability's leave-one-out calibration on the committed reco
     CHECK(std::abs(static_cast<double>(b.oom) / b.cases - b.mean_p) < 0.15);
   }
 }
+
+TEST_CASE("warnings: Ada and AMD Instinct clusters have no measured run, AMD's collectives are NCCL's model",
+          "[evidence][warnings]") {
+  Plan p;
+  p.mbs = 1;
+  p.seq = 4096;
+  p.ac = AcMode::kFull;
+  fixture::Setup l40s("llama3-8b", "l40s-pcie", 8);
+  const std::string wl = warnings_of(evidence_warnings(l40s.run(p), l40s.model.spec(), l40s.cluster->spec()));
+  INFO(wl);
+  CHECK(wl.find("no measured run on ada GPUs (L40S-48GB)") != std::string::npos);
+  CHECK(wl.find("RCCL") == std::string::npos);
+  fixture::Setup mi("llama3-8b", "mi300x-8", 8);
+  const std::string wm = warnings_of(evidence_warnings(mi.run(p), mi.model.spec(), mi.cluster->spec()));
+  INFO(wm);
+  CHECK(wm.find("no measured run on cdna3 GPUs (MI300X-192GB)") != std::string::npos);
+  CHECK(wm.find("MI300X-192GB GPUs communicate through RCCL") != std::string::npos);
+}
