@@ -176,6 +176,9 @@ void read_py_float8_optimizer(const std::string& path, const TitanGet& get, cons
       c.unmodelled.push_back("float8 emulate=True (emulated GEMMs, not float8 tensor cores)");
   } else if (const std::string* blockfp = get("blockfp")) {
     c.knobs["fp8"] = *blockfp;
+    // A refusal of the recipe (Blackwell only) names the converter the file sets, not --fp8.
+    c.source["fp8"] = std::string(*blockfp == "mxfp8" ? "MXFP8LinearConverter" : "NVFP4LinearConverter") +
+                      ".Config (--fp8 " + *blockfp + ")";
     const std::string* fqns = get("blockfp.fqns");
     if (!fqns || fqns->find("layers") == std::string::npos)
       c.unmodelled.push_back(*blockfp + " converter fqns " + (fqns ? *fqns : std::string("[]")) +

@@ -219,6 +219,7 @@ void read_float8(const std::string& path, const TitanGet& get, std::set<std::str
   const bool mx = conv && conv->find("\"mx\"") != std::string::npos;
   if (mx && !fp8) {
     c.knobs["fp8"] = "mxfp8";
+    c.source["fp8"] = "model.converters = [\"mx\"] (--fp8 mxfp8)";  // a refusal names the file's key
     const std::string* recipe = get("mx.recipe_name");
     if (recipe && recipe->rfind("mxfp8", 0) != 0)
       c.unmodelled.push_back("mx.recipe_name " + *recipe + " (simulated as --fp8 mxfp8)");
