@@ -88,11 +88,14 @@ void add_tp_gathered_input(Layer& l) {
   if (!column_reads_input) return;
   in->saved_gathered = true;
   const double width = in->per_token;
+  // Saved by the same linears as the input (read before the append below moves the list).
+  const bool weight_grad_only = in->weight_grad_only;
+  const std::uint32_t weight_grad_of = in->weight_grad_of;
   ActTensor& gathered = act(l, "all_gather.out", width, ActSplit::kNone);
   gathered.only = ActOnly::kTpGathered;
   gathered.sac = ActSac::kRecompute;  // not on torchtitan's save list: op-level SAC recomputes the gather
-  gathered.weight_grad_only = in->weight_grad_only;  // saved by the same linears as the input
-  gathered.weight_grad_of = in->weight_grad_of;
+  gathered.weight_grad_only = weight_grad_only;
+  gathered.weight_grad_of = weight_grad_of;
 }
 
 void dies_after(Layer& l, const std::string& name, const std::string& consumer) {
