@@ -143,6 +143,13 @@ void check_volta(const Plan& p, const GpuSpec& gpu) {
 // matmul"); torchtitan 0.3.0 components/quantization/mx.py and nvfp4.py raise unless has_cuda_capability(10,
 // 0).
 void check_block_scaled(const Plan& p, const GpuSpec& gpu) {
+  // torchao's Float8Linear runs torch._scaled_mm, which torch 2.15 refuses below sm89 ("torch._scaled_mm is
+  // only supported on CUDA devices with compute capability >= 9.0 or 8.9, or ROCm MI300+", libtorch_cuda
+  // _scaled_mm_out_cuda): no float8 GEMM on Volta or Ampere.
+  need(p.fp8 == Fp8::kNone || (gpu.arch != GpuArch::kVolta && gpu.arch != GpuArch::kAmpere), "--fp8", [&] {
+    return std::string("--fp8 ") + to_string(p.fp8) + " needs float8 tensor cores (sm89 or newer); " +
+           gpu.model + " is " + to_string(gpu.arch) + ": use --fp8 none";
+  });
   if (!block_scaled(p.fp8)) return;
   need(gpu.arch == GpuArch::kBlackwell, "--fp8", [&] {
     return std::string("--fp8 ") + to_string(p.fp8) + " needs Blackwell (sm100) block-scaled tensor cores; " +

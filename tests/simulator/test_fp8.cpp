@@ -136,6 +136,19 @@ TEST_CASE("resolve_plan refuses impossible float8 plans", "[simulator][fp8][plan
   CHECK_THROWS_WITH(s.resolve(p), Catch::Contains("FSDP2"));
   p.zero = 3;
   CHECK_NOTHROW(s.resolve(p));
+  // torch._scaled_mm needs sm89 or newer: no float8 GEMM on an A100 (or a V100, check_volta); an L40S (Ada,
+  // sm89) has them.
+  for (const char* cluster : {"dgx-a100-80g", "dgx-v100-32g"}) {
+    Setup old(std::string("llama3-8b"), cluster, 8);
+    Plan q;
+    q.fp8 = Fp8::kRowwise;
+    if (std::string(cluster) == "dgx-v100-32g") q.precision = Precision::kFp16Mixed;
+    CHECK_THROWS_WITH(old.resolve(q), Catch::Contains("--fp8") && Catch::Contains("float8 tensor cores"));
+  }
+  Setup ada("llama3-8b", "l40s-pcie", 8);
+  Plan q;
+  q.fp8 = Fp8::kTensorwise;
+  CHECK_NOTHROW(ada.resolve(q));
 }
 
 TEST_CASE("fp8 plan keys round-trip through the run-record JSON", "[simulator][fp8][plans]") {
