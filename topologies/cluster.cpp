@@ -50,12 +50,12 @@ ClusterSpec parse_cluster_spec(JsonObj o) {
     s.gpu.memory_bytes = g.integer("memory_bytes", kMiB, std::int64_t{1} << 50);
     std::string arch = g.str("arch", "other");
     bool found = false;
-    for (GpuArch a : {GpuArch::kVolta, GpuArch::kAmpere, GpuArch::kAda, GpuArch::kHopper, GpuArch::kBlackwell,
-                      GpuArch::kCdna3, GpuArch::kCdna4, GpuArch::kOther})
+    std::string names;
+    for (GpuArch a : kGpuArchs) {
       if (arch == to_string(a)) s.gpu.arch = a, found = true;
-    if (!found)
-      g.fail("arch", "unknown arch \"" + arch +
-                         "\"; expected one of: volta, ampere, ada, hopper, blackwell, cdna3, cdna4, other");
+      names += std::string(names.empty() ? "" : ", ") + to_string(a);
+    }
+    if (!found) g.fail("arch", "unknown arch \"" + arch + "\"; expected one of: " + names);
     JsonObj f = g.object("peak_flops");
     s.gpu.peak_bf16_flops = f.number("bf16", 1e9, 1e18);
     // The other precisions default to multiples of bf16 and are written out by `show cluster`: their range

@@ -14,6 +14,10 @@ namespace shardplan {
 
 /// kAda: sm89 (L40S, PCIe only); kCdna3 / kCdna4: AMD Instinct MI300X, MI325X / MI355X (ROCm, RCCL).
 enum class GpuArch { kVolta, kAmpere, kAda, kHopper, kBlackwell, kCdna3, kCdna4, kOther };
+/// Every GpuArch, in the order messages list them.
+inline constexpr GpuArch kGpuArchs[] = {GpuArch::kVolta,  GpuArch::kAmpere,    GpuArch::kAda,
+                                        GpuArch::kHopper, GpuArch::kBlackwell, GpuArch::kCdna3,
+                                        GpuArch::kCdna4,  GpuArch::kOther};
 const char* to_string(GpuArch a);
 
 struct GpuSpec {

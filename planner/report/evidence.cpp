@@ -103,6 +103,7 @@ Evidence evidence_from(const ValidationReport& dev, const ValidationReport* lane
   std::map<std::pair<std::string, std::string>, Evidence::Cell> cells;
   std::map<std::string, Evidence::Arch> archs;
   std::set<std::string> time_done, memory_done;  // one count per record and kind
+  std::map<std::string, std::string> first_gpu;   // an architecture's GPU where no time row names one
   for (const ValidationRow& row : dev.rows) {
     const auto it = rec.find(row.id);
     if (it == rec.end()) continue;
@@ -110,6 +111,7 @@ Evidence evidence_from(const ValidationReport& dev, const ValidationReport* lane
     const bool memory = row.term.find("bytes") != std::string::npos;
     Evidence::Arch& a = archs[r.arch];
     a.arch = r.arch;
+    first_gpu.emplace(r.arch, r.gpu);
     if (!memory && row.out_of_scope.empty() && time_done.insert(r.id).second) {
       ++a.time_records;
       for (const auto& f : plan_features(r.plan)) {
@@ -158,6 +160,7 @@ Evidence evidence_from(const ValidationReport& dev, const ValidationReport* lane
   for (auto& [k, a] : archs) {
     a.best_mfu = std::round(a.best_mfu * 1e4) / 1e4;
     if (a.time_records > 0) a.out_of_scope_reason.clear();
+    if (a.gpu.empty()) a.gpu = first_gpu[k];
     e.archs.push_back(a);
   }
   return e;

@@ -2,6 +2,7 @@
 // report_json output (strict: every key it writes is documented), the published runs file, calibration
 // profiles; plus the test validator itself and docs/json.md covering every report field.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <functional>
 
 #include "calibration/profile.hpp"
@@ -178,4 +179,25 @@ TEST_CASE("docs/json.md explains every field of report.schema.json", "[schema][d
     INFO(k);
     CHECK(doc.find("`" + k + "`") != std::string::npos);
   }
+}
+
+TEST_CASE("run.schema.json's gpu.arch enum names every architecture the cluster reader takes", "[schema]") {
+  // The schema is hand-written; the architectures are an enum in topologies/cluster.hpp. A new GpuArch must
+  // reach the schema, or records on that GPU fail validation (MI300X records as cdna3 did).
+  std::vector<std::string> listed;
+  const std::function<void(const Json&)> find = [&](const Json& j) {
+    if (j.is_object()) {
+      if (j.contains("arch") && j["arch"].is_object() && j["arch"].contains("enum"))
+        for (const auto& v : j["arch"]["enum"]) listed.push_back(v.get<std::string>());
+      for (const auto& [k, v] : j.items()) find(v);
+    } else if (j.is_array()) {
+      for (const auto& v : j) find(v);
+    }
+  };
+  find(schema("run.schema.json"));
+  std::vector<std::string> archs;
+  for (GpuArch a : kGpuArchs) archs.emplace_back(to_string(a));
+  std::sort(listed.begin(), listed.end());
+  std::sort(archs.begin(), archs.end());
+  CHECK(listed == archs);
 }

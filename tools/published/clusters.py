@@ -47,7 +47,7 @@ INLINE_CLUSTERS = {
             "memory_bytes: 192 GiB (8 HBM3 stacks of 24 GiB); the data sheet writes 192 GB",
             "NICs: not part of the published run (single node); 8 x 400 Gb/s assumed",
         ],
-        "gpu": {"model": "AMD Instinct MI300X", "memory_bytes": 192 * GIB, "arch": "other",
+        "gpu": {"model": "AMD Instinct MI300X", "memory_bytes": 192 * GIB, "arch": "cdna3",
                 "peak_flops": {"bf16": 1307.4e12, "fp32": 163.4e12, "tf32": 653.7e12, "fp8": 2614.9e12},
                 "hbm_Bps": 5.3e12},
         "node": {"gpus": 8, "nvlink_Bps": 448e9, "nvlink_domain_gpus": 8, "nvswitch": False, "nvls": False,
