@@ -103,7 +103,7 @@ Evidence evidence_from(const ValidationReport& dev, const ValidationReport* lane
   std::map<std::pair<std::string, std::string>, Evidence::Cell> cells;
   std::map<std::string, Evidence::Arch> archs;
   std::set<std::string> time_done, memory_done;  // one count per record and kind
-  std::map<std::string, std::string> first_gpu;   // an architecture's GPU where no time row names one
+  std::map<std::string, std::string> first_gpu;  // an architecture's GPU where no time row names one
   for (const ValidationRow& row : dev.rows) {
     const auto it = rec.find(row.id);
     if (it == rec.end()) continue;

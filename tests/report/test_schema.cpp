@@ -1,8 +1,8 @@
 // The JSON Schemas under docs/schema checked against what the code writes and the data the repo ships:
 // report_json output (strict: every key it writes is documented), the published runs file, calibration
 // profiles; plus the test validator itself and docs/json.md covering every report field.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <functional>
 
 #include "calibration/profile.hpp"
