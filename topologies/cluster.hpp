@@ -18,6 +18,10 @@ enum class GpuArch { kVolta, kAmpere, kAda, kHopper, kBlackwell, kCdna3, kCdna4,
 inline constexpr GpuArch kGpuArchs[] = {GpuArch::kVolta,  GpuArch::kAmpere,    GpuArch::kAda,
                                         GpuArch::kHopper, GpuArch::kBlackwell, GpuArch::kCdna3,
                                         GpuArch::kCdna4,  GpuArch::kOther};
+/// AMD Instinct (RCCL, ROCm builds of torch).
+inline bool is_amd(GpuArch a) {
+  return a == GpuArch::kCdna3 || a == GpuArch::kCdna4;
+}
 const char* to_string(GpuArch a);
 
 struct GpuSpec {

@@ -428,28 +428,37 @@ std::vector<std::string> evidence_warnings(const Result& r, const ModelSpec& mod
         "with {} ({}): its saved tensors are unchecked",
         list, model.name));
   }
-  // A node without NVSwitch (dgx-v100-32g: the DGX-1's NVLink hybrid cube-mesh) is modelled as if every GPU
-  // reached the others at its full NVLink bandwidth; a group that takes 2 .. G-1 of the node's G GPUs runs
-  // over the 1-2 links between cube neighbours (or through a third GPU): its collectives are optimistic.
+  // A node without NVSwitch (dgx-v100-32g: the DGX-1's NVLink hybrid cube-mesh; AMD's Infinity Fabric full
+  // mesh) is modelled as if every GPU reached the others at its full link bandwidth; a group that takes
+  // 2 .. G-1 of the node's G GPUs runs over the links between its members only: its collectives are
+  // optimistic. Without NVLink at all (l40s-pcie) NCCL runs P2P over PCIe (its PCI_BW, src/graph/topo.h) or
+  // through the CPUs across sockets; the model takes one PCIe figure per GPU for every pair.
   const int G = cluster.node.gpus;
-  if (!cluster.node.nvswitch && G > 2) {
+  const bool pcie_only = cluster.node.nvlink_Bps <= 0;
+  if (pcie_only && G > 1 && static_cast<std::int64_t>(r.plan.dp_cp()) * r.plan.tp * r.plan.pp > 1)
+    w.push_back(fmt::format(
+        "time: {} has no NVLink: collectives run over PCIe ({:.0f} GB/s per direction per GPU), with no "
+        "LL128 and no NVLS; the path across CPU sockets is not modelled apart, so its communication time "
+        "is unchecked",
+        cluster.name, cluster.node.pcie_Bps / 1e9));
+  if (!pcie_only && !cluster.node.nvswitch && G > 2) {
     const Plan& p = r.plan;
+    const char* mesh = is_amd(cluster.gpu.arch) ? "Infinity Fabric mesh" : "NVLink mesh";
     auto in_node = [&](int size, int stride) { return std::min(size, std::max(1, G / stride)); };
     for (const auto& [what, k] : {std::pair{"tensor-parallel", in_node(p.tp, 1)},
                                   std::pair{"data-parallel", in_node(p.dp_cp(), p.tp)},
                                   std::pair{"shard", in_node(p.fsdp_ranks(), p.tp)}})
       if (k > 1 && k < G) {
         w.push_back(fmt::format(
-            "time: the {} group takes {} of a node's {} GPUs, which {} links without NVSwitch (NVLink "
-            "mesh): it is modelled at the full per-GPU NVLink bandwidth, so its communication time is "
-            "optimistic",
-            what, k, G, cluster.name));
+            "time: the {} group takes {} of a node's {} GPUs, which {} links without a switch ({}): it is "
+            "modelled at the full per-GPU link bandwidth, so its communication time is optimistic",
+            what, k, G, cluster.name, mesh));
         break;
       }
   }
   // AMD Instinct (ROCm): RCCL, NCCL's fork, with its own tuning model (rccl src/graph/tuning.cc) over the
   // Infinity Fabric mesh; the collectives here follow NCCL's tables.
-  if (cluster.gpu.arch == GpuArch::kCdna3 || cluster.gpu.arch == GpuArch::kCdna4)
+  if (is_amd(cluster.gpu.arch))
     w.push_back(fmt::format(
         "time: {} GPUs communicate through RCCL over an Infinity Fabric mesh; the collectives are modelled "
         "with NCCL's tuning tables over a switch of the mesh's total link bandwidth, unchecked against RCCL",

@@ -147,11 +147,12 @@ TEST_CASE("warnings: none where the evidence is, one per way a prediction leaves
   const std::string wv = warnings_of(evidence_warnings(v100.run(v), v100.model.spec(), v100.cluster->spec()));
   INFO(wv);
   CHECK(wv.find("no measured run on volta GPUs (V100-SXM2-32GB)") != std::string::npos);
-  CHECK(wv.find("without NVSwitch") == std::string::npos);
+  CHECK(wv.find("links without a switch") == std::string::npos);
   v.tp = 4;
   const std::string wt = warnings_of(evidence_warnings(v100.run(v), v100.model.spec(), v100.cluster->spec()));
   INFO(wt);
-  CHECK(wt.find("the tensor-parallel group takes 4 of a node's 8 GPUs") != std::string::npos);
+  CHECK(wt.find("the tensor-parallel group takes 4 of a node's 8 GPUs, which dgx-v100-32g links without a "
+                "switch (NVLink mesh)") != std::string::npos);
 
   // Qwen3's qk-norm: no reference-lane model has it.
   fixture::Setup q("qwen3-8b", "dgx-h100", 8);
@@ -216,9 +217,25 @@ TEST_CASE("warnings: Ada and AMD Instinct clusters have no measured run, AMD's c
   INFO(wl);
   CHECK(wl.find("no measured run on ada GPUs (L40S-48GB)") != std::string::npos);
   CHECK(wl.find("RCCL") == std::string::npos);
+  // No NVLink: one PCIe warning (32 GB/s: PCIe Gen4 x16 per direction, the preset's pcie_Bps), never the
+  // switchless-mesh one, whatever the TP group.
+  CHECK(wl.find("l40s-pcie has no NVLink: collectives run over PCIe (32 GB/s") != std::string::npos);
+  Plan t = p;
+  t.tp = 2;
+  const std::string wlt =
+      warnings_of(evidence_warnings(l40s.run(t), l40s.model.spec(), l40s.cluster->spec()));
+  INFO(wlt);
+  CHECK(wlt.find("links without a switch") == std::string::npos);
   fixture::Setup mi("llama3-8b", "mi300x-8", 8);
   const std::string wm = warnings_of(evidence_warnings(mi.run(p), mi.model.spec(), mi.cluster->spec()));
   INFO(wm);
   CHECK(wm.find("no measured run on cdna3 GPUs (MI300X-192GB)") != std::string::npos);
   CHECK(wm.find("MI300X-192GB GPUs communicate through RCCL") != std::string::npos);
+  CHECK(wm.find("has no NVLink") == std::string::npos);
+  // The fully connected Infinity Fabric mesh: a TP group of 2 uses one of a GPU's 7 links.
+  const std::string wmt = warnings_of(evidence_warnings(mi.run(t), mi.model.spec(), mi.cluster->spec()));
+  INFO(wmt);
+  CHECK(
+      wmt.find("takes 2 of a node's 8 GPUs, which mi300x-8 links without a switch (Infinity Fabric mesh)") !=
+      std::string::npos);
 }
