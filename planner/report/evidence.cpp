@@ -48,6 +48,7 @@ std::vector<std::string> plan_features(const Plan& p) {
   if (p.zero > 0 && p.shard_group > 0 && p.shard_group < p.dp) f.push_back("hsdp");
   if (p.offload != Offload::kNone) f.push_back(std::string("offload=") + to_string(p.offload));
   if (p.async_tp) f.push_back("async-tp");
+  if (p.activation_offload != 0) f.push_back("activation-offload");
   return f;
 }
 
@@ -61,6 +62,7 @@ std::string feature_words(const std::string& f) {
   if (f == "ep") return "expert parallelism";
   if (f == "hsdp") return "HSDP (a shard group smaller than the data-parallel ranks)";
   if (f == "async-tp") return "async TP";
+  if (f == "activation-offload") return "activation offload";
   if (f == "fp8-all-gather") return "float8 all-gather";
   const auto eq = f.find('=');
   if (eq == std::string::npos) return f;

@@ -143,6 +143,7 @@ void Lowering::backward_memory(UnitBackward& ub, BackwardStep& st, std::int32_t 
                                      B(static_cast<double>(un.autocast_copy_elems) * 2), ut.params_local);
   // The loss's backward runs before the head's own ops (their input gradients come after it).
   ub.loss_grad = un.has_loss ? loss_backward_effects() : -1;
+  offload_unpack_weights(u);  // save_on_cpu: the weights come back as the unit's own ops run
   // FSDP1's root pre-backward hook (on the logits) prefetches only now, after the loss's backward.
   if (rt_.gathers_params && !ub.regather && rt_.bwd_prefetch_after_loss && un.has_loss)
     backward_prefetch(u, mb, ready);
@@ -155,6 +156,7 @@ void Lowering::backward_memory(UnitBackward& ub, BackwardStep& st, std::int32_t 
     free_group(MemCategory::kActivations, kPoolDefault, act_id_[su], un.act_bytes);
     free_group(MemCategory::kActivations, kPoolDefault, recompute_id_, un.recompute_bytes);
     act_id_[su] = recompute_id_ = workspace_id_ = -1;
+    offload_release(u);
     if (rt_.autocast_weight_copies && un.autocast_copy_elems > 0 && autocast_copies_recomputed(un)) {
       // The recomputed copies are saved tensors of the block's matmuls: consumed with them.
       free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[su],
@@ -212,6 +214,7 @@ void Lowering::backward_memory(UnitBackward& ub, BackwardStep& st, std::int32_t 
   free_group(MemCategory::kActivations, kPoolDefault, recompute_id_, un.recompute_bytes);
   free_group(MemCategory::kOther, kPoolDefault, workspace_id_, un.workspace_bytes);
   act_id_[su] = recompute_id_ = workspace_id_ = -1;
+  offload_release(u);
   if (rt_.autocast_weight_copies && un.autocast_copy_elems > 0)
     free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[su],
                B(static_cast<double>(un.autocast_copy_elems) * 2));

@@ -15,6 +15,7 @@ void Lowering::plan_activation_offload() {
   act_off_.assign(n, ActOffloadUnit{});
   act_gpu_group_.assign(n, -1);
   reload_task_.assign(n, -1);
+  weights_reload_id_.assign(n, -1);
   act_buf_id_ = {-1, -1};
   act_buf_bytes_ = {0, 0};
   out_.activation_host_bytes = 0;
@@ -53,7 +54,33 @@ void Lowering::plan_activation_offload() {
   for (int u = 0; u < U_; ++u)
     if (act_off_[static_cast<std::size_t>(u)].copied)
       out_.activation_host_bytes =
-          add_checked(out_.activation_host_bytes, unit(u).act_bytes, "activation host bytes");
+          add_checked(out_.activation_host_bytes, offload_bytes(u), "activation host bytes");
+}
+
+Bytes Lowering::offload_bytes(int u) const {
+  const SimUnit& un = unit(u);
+  // torch 2.15 torch/autograd/graph.py save_on_cpu: pack_to_cpu copies every tensor autograd saves inside the
+  // context, the weights a matmul saves for its input's gradient included (under FSDP the unsharded
+  // parameter): the weights go to the host in forward and come back as new GPU tensors in backward.
+  if (rt_.act_offload == ActOffloadStyle::kSaveOnCpu)
+    return add_checked(un.act_bytes, un.saved_weight_bytes, "offloaded bytes");
+  return un.act_bytes;
+}
+
+void Lowering::offload_unpack_weights(int u) {
+  const auto su = static_cast<std::size_t>(u);
+  if (rt_.act_offload != ActOffloadStyle::kSaveOnCpu || act_off_.empty() || !act_off_[su].reloaded) return;
+  // The unpacked weights are new tensors beside the parameters FSDP gathers again for the backward, each made
+  // when the node reading it runs and dropped with it: about one at a time, the unit's largest (the head's
+  // after the loss's backward, which runs outside save_on_cpu).
+  weights_reload_id_[su] = alloc_one(MemCategory::kActivations, kPoolDefault, unit(u).saved_weight_max_bytes);
+}
+
+void Lowering::offload_release(int u) {
+  const auto su = static_cast<std::size_t>(u);
+  if (weights_reload_id_.empty() || weights_reload_id_[su] < 0) return;
+  free_group(MemCategory::kActivations, kPoolDefault, weights_reload_id_[su], unit(u).saved_weight_max_bytes);
+  weights_reload_id_[su] = -1;
 }
 
 std::int32_t Lowering::lane_wait(std::uint8_t lane, std::int32_t dep, std::int32_t dep2, const char* what) {
@@ -78,7 +105,7 @@ void Lowering::offload_forward(int u, int mb) {
       // The pack copies run on the compute stream: the next kernels wait for them. The GPU tensors are no
       // longer referenced by autograd; stream order makes their blocks reusable at once.
       lane_wait(kLaneCompute,
-                pcie_copy(static_cast<double>(un.act_bytes), fwd, u, mb, false, "d2h activations"), -1,
+                pcie_copy(static_cast<double>(offload_bytes(u)), fwd, u, mb, false, "d2h activations"), -1,
                 "compute stream: after the activations' d2h");
       free_group(A, kPoolDefault, act_id_[su], un.act_bytes);
       act_id_[su] = -1;
@@ -149,10 +176,11 @@ void Lowering::offload_reload(int v, int mb, std::int32_t dep) {
   const auto sv = static_cast<std::size_t>(v);
   if (reload_task_[sv] >= 0 || !act_off_[sv].reloaded) return;
   const Bytes bytes = unit(v).act_bytes;
-  reload_task_[sv] = pcie_copy(static_cast<double>(bytes), dep, v, mb, true, "h2d activations");
+  reload_task_[sv] = pcie_copy(static_cast<double>(offload_bytes(v)), dep, v, mb, true, "h2d activations");
   // save_on_cpu unpacks under the current (compute) stream; DeepSpeed's restore and Megatron's reload
   // allocate under their copy stream.
-  const std::uint8_t pool = rt_.act_offload == ActOffloadStyle::kSaveOnCpu ? kPoolDefault : kPoolOffloadCopy;
+  const bool save_on_cpu = rt_.act_offload == ActOffloadStyle::kSaveOnCpu;
+  const std::uint8_t pool = save_on_cpu ? kPoolDefault : kPoolOffloadCopy;
   act_id_[sv] = alloc_tensors(MemCategory::kActivations, pool, bytes, ut_[sv].saved);
 }
 

@@ -245,13 +245,21 @@ class Lowering {
   void offload_backward(int u, int mb);
   /// Issues unit v's H2D reload after `dep` (allocating its tensors again) unless already issued.
   void offload_reload(int v, int mb, std::int32_t dep);
+  /// Unit u's backward ops (after the loss's backward): the weight save_on_cpu unpacks for the node running.
+  void offload_unpack_weights(int u);
+  /// After unit u's backward has consumed its saved tensors: frees the weights save_on_cpu unpacked for it.
+  void offload_release(int u);
+  /// The bytes unit u's offload copies each way: its saved activations, and under save_on_cpu the weights
+  /// its ops save (SimUnit::saved_weight_bytes), which the pack hook copies like any saved tensor.
+  Bytes offload_bytes(int u) const;
   /// A zero-length task on `lane` that waits for `dep`: what follows on the lane waits too (a stream
   /// waiting on an event).
   std::int32_t lane_wait(std::uint8_t lane, std::int32_t dep, std::int32_t dep2, const char* what);
   std::vector<ActOffloadUnit> act_off_;
-  std::vector<std::int32_t> act_gpu_group_;  ///< per unit: its saved group still to be freed in forward
-  std::vector<std::int32_t> reload_task_;    ///< per unit: its H2D reload (-1: not issued)
-  std::int32_t act_d2h_prev_ = -1;           ///< the previous unit's activation D2H copy
+  std::vector<std::int32_t> act_gpu_group_;      ///< per unit: its saved group still to be freed in forward
+  std::vector<std::int32_t> reload_task_;        ///< per unit: its H2D reload (-1: not issued)
+  std::vector<std::int32_t> weights_reload_id_;  ///< per unit: save_on_cpu's unpacked weights (-1: none)
+  std::int32_t act_d2h_prev_ = -1;               ///< the previous unit's activation D2H copy
   std::array<std::int32_t, 2> act_buf_id_{-1, -1};  ///< kLayerGroups: the double buffer's two groups
   std::array<Bytes, 2> act_buf_bytes_{0, 0};
   int act_groups_ = 0;  ///< kLayerGroups: commits so far in this forward (block units)

@@ -44,6 +44,17 @@ struct SimUnit {
   /// and this rank's padded shards, dense and of its experts (not reduce-scattered). 0 under FSDP1, whose
   /// FlatParameter gradient covers them.
   std::int64_t frozen_elems = 0, frozen_shard_elems = 0, frozen_expert_shard_elems = 0;
+  /// The weights the unit's ops save for backward, TP-local, this EP rank's experts, in the dtype the forward
+  /// reads them (bytes of one forward): every matrix a linear / grouped GEMM multiplies by an input that
+  /// requires grad (torch derivatives.yaml `mm`: mat2 is saved for the input's gradient) and the norms'
+  /// weights (`_fused_rms_norm`, `native_layer_norm`); not embeddings (`embedding` saves the indices), biases
+  /// (their gradient needs none) or a quantised base (bitsandbytes MatMul4Bit / MatMul8bitLt keep theirs in
+  /// ctx attributes, not save_for_backward). Autograd holds them by reference, so they cost nothing extra
+  /// until a saved-tensor hook copies them: torch's save_on_cpu packs them with the activations.
+  Bytes saved_weight_bytes = 0;
+  /// The largest of those weights: save_on_cpu unpacks a saved tensor when the backward node reading it runs,
+  /// and the copy dies with the node, so the device holds about one unpacked weight at a time.
+  Bytes saved_weight_max_bytes = 0;
   /// FSDP2 group of several blocks (fully_shard on a list, --wrap > 1): each block is a unit of its own whose
   /// all-gather brings the whole group; these are the other blocks' gathered / shard elements, and the
   /// group's first unit (-1: not in such a group).

@@ -42,13 +42,26 @@ void layer_tensors(const UnitContext& c, SimUnit& u, UnitSums& m, const Layer& l
   const bool ep = c.ep;
   const bool cast_by_autocast = l.kind != LayerKind::kEmbedding && l.kind != LayerKind::kPositionEmbedding &&
                                 l.kind != LayerKind::kNorm && l.kind != LayerKind::kFinalNorm;
-  if (l.kind == LayerKind::kLmHead && c.s.tied_embeddings)
-    u.autocast_copy_elems +=
+  const bool embedding = l.kind == LayerKind::kEmbedding || l.kind == LayerKind::kPositionEmbedding;
+  const bool norm = l.kind == LayerKind::kNorm || l.kind == LayerKind::kFinalNorm;
+  const auto bc = static_cast<Bytes>(p.compute_bytes());
+  if (l.kind == LayerKind::kLmHead && c.s.tied_embeddings) {
+    const std::int64_t tied =
         (static_cast<std::int64_t>(c.s.vocab) + t - 1) / t *
         static_cast<std::int64_t>(c.s.hidden);  // the tied weight, vocab-parallel under TP
+    u.autocast_copy_elems += tied;
+    u.saved_weight_bytes = add_checked(u.saved_weight_bytes, mul_checked(tied, bc, "saved weight"), "saved");
+    u.saved_weight_max_bytes = std::max(u.saved_weight_max_bytes, tied * bc);
+  }
   // Identical tensors (a MoE layer's experts) as one group times its count: the same sums.
   l.for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
     const std::int64_t n = tp_local_elems(ten, t) * count;
+    if (!embedding && (norm || ten.dim1 > 1) && ten.store == WeightStore::kParam) {
+      const std::int64_t one = tp_local_elems(ten, t) / (ep && ten.expert ? p.ep : 1);
+      u.saved_weight_bytes =
+          add_checked(u.saved_weight_bytes, mul_checked(one * count, bc, "saved weight"), "saved");
+      u.saved_weight_max_bytes = std::max(u.saved_weight_max_bytes, one * bc);
+    }
     // (a weight stored in bf16 or quantised, LoRA's base, is not cast: autocast's copy is of fp32 weights)
     if (cast_by_autocast && ten.store == WeightStore::kParam)
       u.autocast_copy_elems += ep && ten.expert ? n / p.ep : n;

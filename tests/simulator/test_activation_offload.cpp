@@ -66,12 +66,20 @@ TEST_CASE("activation offload: save_on_cpu moves every saved tensor, both copies
   // comes back before its backward, each copy on the compute stream, so the compute stream waits for them:
   // the step grows by exactly the exposed offload time, which is the PCIe time 2 x saved bytes / (pcie_Bps x
   // pcie_efficiency) less what runs while the compute stream waits on an all-gather anyway (a few percent).
+  // The saved tensors include the weights the matmuls and norms save (the unsharded bf16 parameters): Llama
+  // 3 8B's 8,030,261,248 parameters but the embedding's 128,256 x 4,096 = 525,336,576 (embedding saves its
+  // indices), x 2 B = 15,009,849,344 B per micro-batch, whatever the sharding.
   Setup s("llama3-8b", "dgx-h100", 8);
   Plan p = llama(Runtime::kFsdp2, 3, AcMode::kNone);
   const Result base = s.run(p);
   p.activation_offload = kActivationOffloadAll;
   const Result r = s.run(p);
-  const Bytes saved = saved_bytes(s, p);
+  const Bytes weights = (Bytes{8030261248} - Bytes{128256} * 4096) * 2;
+  REQUIRE(weights == 15009849344);
+  Bytes unit_weights = 0;
+  for (const SimUnit& u : units_of(s, s.resolve(p))) unit_weights += u.saved_weight_bytes;
+  CHECK(unit_weights == weights);
+  const Bytes saved = saved_bytes(s, p) + weights;
   CHECK(r.activation_host_bytes == saved);
   CHECK(r.host_bytes_per_node == saved * 8);
   const CommStats& c = comm(r, CommKind::kOffloadCopy);

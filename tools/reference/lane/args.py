@@ -32,6 +32,9 @@ def parse_args(argv):
     p.add_argument("--precision", default="bf16-mixed")
     p.add_argument("--reduce-dtype", default=None)
     p.add_argument("--offload", default="none")
+    p.add_argument("--activation-offload", default="none", choices=("none", "all"),
+                   help="all: the forward under torch.autograd.graph.save_on_cpu(pin_memory=True), as the emitted "
+                        "FSDP2 script runs it (lane/offload.py)")
     p.add_argument("--async-tp", action="store_true")
     p.add_argument("--foreach-optimizer", action="store_true")
     p.add_argument("--compile", action="store_true")
@@ -119,6 +122,10 @@ def resolve_plan(a, spec) -> dict:
         bad("--shard-group", f"{a.shard_group} does not divide --gpus {dp}")
     if a.offload != "none":
         bad("--offload", "CPU offload is not covered by the reference lane yet")
+    if a.activation_offload != "none" and (a.runtime not in ("fsdp2", "fsdp1") or a.ac != "none" or a.pp != 1
+                                           or a.compile or a.tp > 1 or a.fp8 != "none"):
+        bad("--activation-offload", "covered with FSDP2 / FSDP1 / DDP, no AC, TP, PP, float8 or compile only (what "
+                                    "shardplan's capability table allows for save_on_cpu, less TP and float8)")
     if a.fp8 not in ("none", "tensorwise", "rowwise"):
         bad("--fp8", f"unknown value \"{a.fp8}\"")
     if a.fp8 != "none" and (a.runtime != "fsdp2" or a.zero == 0 or a.tp > 1):
@@ -181,4 +188,5 @@ def resolve_plan(a, spec) -> dict:
             "mbs": a.mbs, "grad_accum": ga, "ac": a.ac,
             "reshard_after_forward": raf, "precision": a.precision, "reduce_dtype": reduce,
             "fused_optimizer": not a.foreach_optimizer, "hold_logits": a.hold_logits, "loss_dtype": a.loss_dtype,
-            "root_params": a.root_params, "keep_last_block": a.keep_last_block}
+            "root_params": a.root_params, "keep_last_block": a.keep_last_block,
+            "activation_offload": a.activation_offload}

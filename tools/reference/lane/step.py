@@ -4,6 +4,7 @@ import time
 
 from lane.args import resolve_plan
 from lane.models import build_model_classes
+from lane.offload import SaveOnCpu
 from lane.pp import run_pp
 from lane.record import record_plan, write_outputs
 from lane.sac import apply_ac
@@ -26,7 +27,13 @@ def train_step(torch, model, optim, spec, plan, state, clip, tracker):
         tracker.reset_mod_stats()
         tokens = torch.randint(0, spec["vocab"], (plan["mbs"], plan["seq"]))
         labels = torch.randint(0, spec["vocab"], (plan["mbs"], plan["seq"]))
-        pred = model(tokens)
+        if plan.get("activation_offload", "none") == "all":
+            # The emitted FSDP2 script: the model's forward under save_on_cpu(pin_memory=True), the loss outside it.
+            offload = state.setdefault("offload", SaveOnCpu(torch))
+            with offload.context():
+                pred = model(tokens)
+        else:
+            pred = model(tokens)
         if plan["hold_logits"]:
             # shardplan's --hold-logits is torchtitan until mid-2024, whose model returned output(h).float(): the
             # loop's `pred` keeps fp32 logits referenced through backward.
@@ -160,7 +167,8 @@ def run(a) -> int:
                 train_step(torch, model, optim, spec, plan, state, clip=not a.no_clip, tracker=tracker)
             state["phase"] = "end"
     rid = f"ref-{spec.get('name', 'custom')}-g{N}-z{plan['zero']}-ac{plan['ac']}-mbs{plan['mbs']}" \
-          f"-s{plan['seq']}-ga{plan['grad_accum']}-{plan['precision']}"
+          f"-s{plan['seq']}-ga{plan['grad_accum']}-{plan['precision']}" + \
+          ("-activation-offload-all" if plan["activation_offload"] == "all" else "")
     rec_plan = record_plan(plan, plan["grad_accum"])
     if spec.get("moe"):  # SparseMoe: Hugging Face's loop over the experts (shardplan --moe-impl loop)
         rec_plan["moe_impl"] = "loop"
@@ -168,6 +176,10 @@ def run(a) -> int:
         rec_plan["shard_group"] = plan["shard_group"]
     if plan["tp"] > 1:
         rec_plan["tp"] = plan["tp"]
+    if plan["activation_offload"] != "none":
+        rec_plan["activation_offload"] = plan["activation_offload"]
+    notes_offload = state["offload"].notes(plan["grad_accum"] * (a.steps + (a.warmup != "init"))) \
+        if "offload" in state else ""
     if plan["fp8"] != "none":
         rec_plan["fp8"] = plan["fp8"]
         rec_plan["fp8_all_gather"] = plan["fp8_all_gather"]
@@ -179,5 +191,6 @@ def run(a) -> int:
         wrapping = "FSDP2 fully_shard per block + root" + (
             f", explicit prefetch {plan['prefetch']}" if plan["prefetch"] > 1 else "")
     return write_outputs(a, torch, dist, tracker.events, t0, rid, record_model, rec_plan, {},
-                         f"tools/reference/run.py: rank 0 of {N}, FakeTensorMode on the CPU device, {wrapping}, ",
+                         f"tools/reference/run.py: rank 0 of {N}, FakeTensorMode on the CPU device, {wrapping}, "
+                         + notes_offload,
                          n_params)
