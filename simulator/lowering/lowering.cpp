@@ -298,7 +298,10 @@ void Lowering::optimizer_step() {
 }  // namespace detail
 
 void lower(const LoweringInputs& in, LoweringOutput& out) {
-  detail::Lowering(in, out).run();
+  // The group-size table is reused by the thread's next lowering, as the Simulator reuses its Program: no
+  // allocation per plan once warm.
+  thread_local detail::TensorGroups groups;
+  detail::Lowering(in, out, groups).run();
 }
 
 }  // namespace shardplan

@@ -23,9 +23,10 @@ inline Bytes B(double x) {
 
 class Lowering {
  public:
-  Lowering(const LoweringInputs& in, LoweringOutput& out)
+  Lowering(const LoweringInputs& in, LoweringOutput& out, TensorGroups& groups)
       : in_(in),
         out_(out),
+        groups_(groups),
         p_(in.plan),
         rt_(in.traits),
         units_(in.units),
@@ -312,6 +313,7 @@ class Lowering {
 
   const LoweringInputs& in_;
   LoweringOutput& out_;
+  TensorGroups& groups_;  ///< every tensor group's live bytes (alloc_one / alloc_tensors record them)
   const Plan& p_;
   const RuntimeTraits& rt_;
   const std::vector<SimUnit>& units_;
@@ -334,7 +336,6 @@ class Lowering {
   std::vector<std::int32_t> loss_ids_;
   std::int32_t loss_to_head_id_ = -1;
   std::vector<std::int32_t> grad_groups_;  ///< freed by zero_grad
-  TensorGroups groups_;  ///< every tensor group's live bytes (alloc_one / alloc_tensors record them)
   std::vector<Run> runs_;
   std::vector<UnitTensors> ut_;
   /// Per unit, its forward walk (forward_events, empty until computed) and the bytes of its saved group the
