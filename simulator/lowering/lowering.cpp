@@ -18,14 +18,19 @@ void Lowering::run() {
   fwd_pre_.assign(static_cast<std::size_t>(U_), 0);
   fwd_events_done_.assign(static_cast<std::size_t>(U_), 0);
   next_act_group_ = -1;
+  groups_.clear();
   plan_activation_offload();  // lowering_offload.cpp
   if (in_.tensors) {          // without: every span is empty and each allocation is one tensor
     build_tensor_lists();
     initial_tensors();
   } else if (p_.hold_logits) {
     // The previous step's held logits are in the initial totals (initial_allocation); the loss frees them by
-    // this group, which needs an id even without tensor lists.
+    // this group, which needs an id even without tensor lists, and its size: the initial activations, as
+    // initial_tensors allocates them in one group (no effect here: the engine starts from the totals).
     held_logits_id_ = prog.new_tensor();
+    if (in_.initial)
+      groups_.allocated(held_logits_id_, (*in_.initial)[static_cast<std::size_t>(MemCategory::kActivations)],
+                        prog.tensors);
   }
   prog.optimizer_state_lazy = !rt_.optimizer_flat_partitions;
   const std::int32_t held_before = held_logits_id_;
@@ -83,7 +88,7 @@ void Lowering::loss_op(int op) {
     if (t.held && p_.hold_logits) {
       held = loss_ids_[i];  // the loop's reference keeps it into the next micro-step
     } else {
-      free_group(A, kPoolDefault, loss_ids_[i], loss_bytes(t));
+      free_group(A, kPoolDefault, loss_ids_[i]);
     }
     loss_ids_[i] = -1;
   }
@@ -92,7 +97,7 @@ void Lowering::loss_op(int op) {
     if (t->made != kLossCarried || t->freed != op) continue;
     // Rebinding `pred` drops the previous micro-step's model output (the step starts with one held:
     // initial_allocation).
-    free_group(A, kPoolDefault, held_logits_id_, loss_bytes(*t));
+    free_group(A, kPoolDefault, held_logits_id_);
     for (std::size_t i = 0; i < loss_list_.size(); ++i)
       if (loss_list_[i]->held && held < 0) held = loss_ids_[i];
   }
@@ -212,8 +217,7 @@ void Lowering::forward(int mb) {
         for (int j = 0; j < U_; ++j) {
           const SimUnit& uj = unit(j);
           if (uj.autocast_copy_elems <= 0 || !autocast_copies_recomputed(uj)) continue;
-          free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[static_cast<std::size_t>(j)],
-                     B(static_cast<double>(uj.autocast_copy_elems) * 2));
+          free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[static_cast<std::size_t>(j)]);
           autocast_id_[static_cast<std::size_t>(j)] = -1;
         }
     }
@@ -229,7 +233,7 @@ void Lowering::forward(int mb) {
 // ---- optimizer step ----
 void Lowering::optimizer_step() {
   const double local_params = static_cast<double>(state_elems(in_.model, p_).optimizer);
-  const ScalerTensors scaler = p_.fp16() ? loss_scaler() : ScalerTensors{};  // lowering_loss_scaler.cpp
+  const std::int32_t scaler = p_.fp16() ? loss_scaler() : -1;  // lowering_loss_scaler.cpp
   Task o;
   o.type = TaskType::kOptimizer;
   o.cpu_s = optimizer_cpu_s();
@@ -249,7 +253,7 @@ void Lowering::optimizer_step() {
   }
   o.label = label([] { return std::string("optimizer step"); });
   std::int32_t oid = out_.program.add(o);
-  free_group(MemCategory::kOptimizer, kPoolDefault, scaler.group, scaler.bytes);
+  free_group(MemCategory::kOptimizer, kPoolDefault, scaler);
   out_.optimizer_s = o.duration_s;
   if (p_.optimizer == Optimizer::kMuon) oid = muon_orthogonalise(oid);
   // DeepSpeed offload: the updated 16-bit parameters of this rank's partition go back host -> device (FSDP's
@@ -262,7 +266,7 @@ void Lowering::optimizer_step() {
     // parameter of the group (the optimizer's parameters: this rank's shards).
     const Bytes tmp = B(local_params * 4);
     const std::int32_t g = alloc_tensors(MemCategory::kOptimizer, kPoolDefault, tmp, optimizer_params_);
-    free_group(MemCategory::kOptimizer, kPoolDefault, g, tmp);
+    free_group(MemCategory::kOptimizer, kPoolDefault, g);
   }
   if (p_.optimizer == Optimizer::kAdafactor && !offload_.optimizer) {
     // torch 2.15's foreach Adafactor (the default on CUDA): var_estimates, one tensor like each parameter
@@ -270,7 +274,7 @@ void Lowering::optimizer_step() {
     // _multi_tensor_adafactor), in the state's dtype.
     const Bytes tmp = B(local_params * moment_bytes(rt_, p_));
     const std::int32_t g = alloc_tensors(MemCategory::kOptimizer, kPoolDefault, tmp, optimizer_params_);
-    free_group(MemCategory::kOptimizer, kPoolDefault, g, tmp);
+    free_group(MemCategory::kOptimizer, kPoolDefault, g);
   }
   if (rt_.param_all_gather_after_step) {
     // DeepSpeed ZeRO-1/2: all-gather the updated 16-bit parameters after the step.
@@ -286,7 +290,7 @@ void Lowering::optimizer_step() {
     z.lane = kLaneCompute;
     z.label = label([] { return std::string("zero_grad"); });
     out_.program.add(z);
-    for (const auto& [g, bytes] : grad_groups_) free_group(MemCategory::kGrads, kPoolDefault, g, bytes);
+    for (const std::int32_t g : grad_groups_) free_group(MemCategory::kGrads, kPoolDefault, g);
     grad_groups_.clear();
   }
 }
@@ -294,7 +298,10 @@ void Lowering::optimizer_step() {
 }  // namespace detail
 
 void lower(const LoweringInputs& in, LoweringOutput& out) {
-  detail::Lowering(in, out).run();
+  // The group-size table is reused by the thread's next lowering, as the Simulator reuses its Program: no
+  // allocation per plan once warm.
+  thread_local detail::TensorGroups groups;
+  detail::Lowering(in, out, groups).run();
 }
 
 }  // namespace shardplan

@@ -30,12 +30,11 @@ void Lowering::backward(int mb, bool last_mb) {
     post_backward(ub, st);
   }
   if (st.bucket_acc > 0) reduce_bucket(st, last_compute_, st.bucket_of.empty() ? 0 : st.bucket_of[0]);
-  if (held_rs_input_ > 0) {
-    free_group(MemCategory::kCommBuffers, held_rs_pool_, held_rs_id_, held_rs_input_);
-    held_rs_input_ = 0;
+  if (held_rs_id_ >= 0) {
+    free_group(MemCategory::kCommBuffers, held_rs_pool_, held_rs_id_);
     held_rs_id_ = -1;
   }
-  free_group(MemCategory::kCommBuffers, kPoolDefault, ipg_id, ipg_bucket);
+  free_group(MemCategory::kCommBuffers, kPoolDefault, ipg_id);
 }
 
 void Lowering::reduce_bucket(BackwardStep& st, std::int32_t after, int b) {
@@ -152,15 +151,14 @@ void Lowering::backward_memory(UnitBackward& ub, BackwardStep& st, std::int32_t 
   // consumed before the last gradients are written, so the gradients are allocated after they are freed.
   const bool op_level = un.blocks > 0;
   if (op_level) {
-    free_group(MemCategory::kOther, kPoolDefault, workspace_id_, un.workspace_bytes);
-    free_group(MemCategory::kActivations, kPoolDefault, act_id_[su], un.act_bytes);
-    free_group(MemCategory::kActivations, kPoolDefault, recompute_id_, un.recompute_bytes);
+    free_group(MemCategory::kOther, kPoolDefault, workspace_id_);
+    free_group(MemCategory::kActivations, kPoolDefault, act_id_[su]);
+    free_group(MemCategory::kActivations, kPoolDefault, recompute_id_);
     act_id_[su] = recompute_id_ = workspace_id_ = -1;
     offload_release(u);
     if (rt_.autocast_weight_copies && un.autocast_copy_elems > 0 && autocast_copies_recomputed(un)) {
       // The recomputed copies are saved tensors of the block's matmuls: consumed with them.
-      free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[su],
-                 B(static_cast<double>(un.autocast_copy_elems) * 2));
+      free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[su]);
       autocast_id_[su] = -1;
     }
   }
@@ -173,8 +171,8 @@ void Lowering::backward_memory(UnitBackward& ub, BackwardStep& st, std::int32_t 
           tied_emb ? alloc_one(MemCategory::kActivations, kPoolDefault, tied_b) : -1;
       ugrad_id_[su] = alloc_tensors(MemCategory::kGrads, kPoolDefault, ub.ugrad, ut.params_local);
       if (tied_emb) {
-        free_group(MemCategory::kActivations, kPoolDefault, tied_grad_id_, tied_b);
-        free_group(MemCategory::kActivations, kPoolDefault, tied_second, tied_b);
+        free_group(MemCategory::kActivations, kPoolDefault, tied_grad_id_);
+        free_group(MemCategory::kActivations, kPoolDefault, tied_second);
         tied_grad_id_ = -1;
       }
       ub.emb_extra_id = alloc_one(MemCategory::kGrads, kPoolDefault, ub.emb_extra);
@@ -196,28 +194,26 @@ void Lowering::backward_memory(UnitBackward& ub, BackwardStep& st, std::int32_t 
           // docs/reference-lane.md); then the two addends are freed and the sum is the weight's .grad.
           const Bytes two = B(2 * vh);
           const std::int32_t tr = alloc_one(MemCategory::kGrads, kPoolDefault, two);
-          free_group(MemCategory::kGrads, kPoolDefault, tr, two);
+          free_group(MemCategory::kGrads, kPoolDefault, tr);
           tied_b = -vh;
         }
       }
       // LoRA's frozen parameters get no .grad (SimUnit::frozen_elems).
       const Bytes kept = B(static_cast<double>(un.elems - un.frozen_elems) * grad_bytes_per_elem + tied_b);
       ugrad_id_[su] = alloc_tensors(MemCategory::kGrads, kPoolDefault, kept, ut.params_local);
-      grad_groups_.push_back({ugrad_id_[su], kept});
+      grad_groups_.push_back(ugrad_id_[su]);
       grads_allocated_ += kept;
     }
   }
   // The head's matmul backward reads the logits' gradient while it writes its weight gradient.
-  if (ub.loss_grad >= 0)
-    free_group(MemCategory::kActivations, kPoolDefault, ub.loss_grad, B(logits_elems() * bc_));
-  free_group(MemCategory::kActivations, kPoolDefault, act_id_[su], un.act_bytes);
-  free_group(MemCategory::kActivations, kPoolDefault, recompute_id_, un.recompute_bytes);
-  free_group(MemCategory::kOther, kPoolDefault, workspace_id_, un.workspace_bytes);
+  if (ub.loss_grad >= 0) free_group(MemCategory::kActivations, kPoolDefault, ub.loss_grad);
+  free_group(MemCategory::kActivations, kPoolDefault, act_id_[su]);
+  free_group(MemCategory::kActivations, kPoolDefault, recompute_id_);
+  free_group(MemCategory::kOther, kPoolDefault, workspace_id_);
   act_id_[su] = recompute_id_ = workspace_id_ = -1;
   offload_release(u);
   if (rt_.autocast_weight_copies && un.autocast_copy_elems > 0)
-    free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[su],
-               B(static_cast<double>(un.autocast_copy_elems) * 2));
+    free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[su]);
   if (rt_.gather_limiter == GatherLimiter::kComputeTwoBack && rt_.gathers_params)
     limiter_queue_.push_back(ub.task);
 }
@@ -244,9 +240,9 @@ void Lowering::post_backward(UnitBackward& ub, BackwardStep& st) {
   if (un.elems == 0 && un.gather_owner < 0) return;
   if (rt_.reduce_scatter) {
     if (un.gather_owner >= 0) return;  // FSDP1 root head part: reduced with the root at the end
-    reduce_scatter(u, mb, ub.ugrad, st.grad_bytes_per_elem);
-    free_group(MemCategory::kGrads, kPoolDefault, partial_local_id, ub.ugrad);
-    free_group(MemCategory::kGrads, kPoolDefault, ub.emb_extra_id, ub.emb_extra);
+    reduce_scatter(u, mb, st.grad_bytes_per_elem);
+    free_group(MemCategory::kGrads, kPoolDefault, partial_local_id);
+    free_group(MemCategory::kGrads, kPoolDefault, ub.emb_extra_id);
     if (ub.regather) {
       // The norm's backward needs the group again: all-gather and copy-out, prefetch the next unit, then
       // the second post-backward reshards and releases the first reduce-scatter's input (the norm's own
@@ -254,9 +250,8 @@ void Lowering::post_backward(UnitBackward& ub, BackwardStep& st) {
       issue_ag(u, mb, true, -1);
       backward_prefetch(u, mb, copy_out(u, mb, true));
       free_unsharded(u);
-      if (held_rs_input_ > 0) {
-        free_group(MemCategory::kCommBuffers, held_rs_pool_, held_rs_id_, held_rs_input_);
-        held_rs_input_ = 0;
+      if (held_rs_id_ >= 0) {
+        free_group(MemCategory::kCommBuffers, held_rs_pool_, held_rs_id_);
         held_rs_id_ = -1;
       }
     }

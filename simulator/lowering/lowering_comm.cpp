@@ -73,7 +73,7 @@ void Lowering::issue_ag(int u, int mb, bool backward, std::int32_t after) {
           : -1;
   ag_id_[su] = alloc_one(MemCategory::kGathered, kPoolAllGather, B(bytes));
   ag_buf_[su] = bytes;
-  free_group(MemCategory::kCommBuffers, kPoolAllGather, cast_id, cast_buffer);
+  free_group(MemCategory::kCommBuffers, kPoolAllGather, cast_id);
   ag_task_[static_cast<std::size_t>(u)] = id;
   gathered_[static_cast<std::size_t>(u)] = 1;
   ag_out_held_[static_cast<std::size_t>(u)] = 1;
@@ -87,8 +87,7 @@ void Lowering::issue_ag(int u, int mb, bool backward, std::int32_t after) {
 
 void Lowering::release_held_ag_output(int u) {
   if (u < 0 || !ag_out_held_[static_cast<std::size_t>(u)]) return;
-  free_group(MemCategory::kGathered, kPoolAllGather, ag_id_[static_cast<std::size_t>(u)],
-             B(ag_buf_[static_cast<std::size_t>(u)]));
+  free_group(MemCategory::kGathered, kPoolAllGather, ag_id_[static_cast<std::size_t>(u)]);
   ag_id_[static_cast<std::size_t>(u)] = -1;
   ag_out_held_[static_cast<std::size_t>(u)] = 0;
 }
@@ -120,7 +119,7 @@ std::int32_t Lowering::copy_out(int u, int mb, bool backward) {
   if (hold) {
     prev_fwd_ag_out_ = u;
   } else {  // backward (and DeepSpeed): the flat output is dropped right after copy-out
-    free_group(MemCategory::kGathered, kPoolAllGather, ag_id_[su], B(ag_buf_[su]));
+    free_group(MemCategory::kGathered, kPoolAllGather, ag_id_[su]);
     ag_id_[su] = -1;
     ag_out_held_[su] = 0;
   }
@@ -133,7 +132,7 @@ void Lowering::free_unsharded(int u) {
   // FSDP2 / DeepSpeed free the copied-out parameters; FSDP1's parameters are views of the flat all-gather
   // output, which is freed itself (_free_storage of _full_param_padded).
   auto& id = rt_.copy_out ? unsharded_id_[static_cast<std::size_t>(u)] : ag_id_[static_cast<std::size_t>(u)];
-  free_group(MemCategory::kGathered, rt_.unsharded_pool, id, B(ag_bytes(u)));
+  free_group(MemCategory::kGathered, rt_.unsharded_pool, id);
   id = -1;
   gathered_[static_cast<std::size_t>(u)] = 0;
 }
@@ -191,7 +190,7 @@ std::int32_t Lowering::tp_collectives(int u, int mb, bool backward, const TpPass
   return gate;
 }
 
-void Lowering::reduce_scatter(int u, int mb, Bytes ugrad, double grad_bytes_per_elem) {
+void Lowering::reduce_scatter(int u, int mb, double grad_bytes_per_elem) {
   const SimUnit& un = unit(u);
   // Dense parameters reduce over the fsdp ranks (dp_shard x cp), this EP rank's experts over the efsdp ranks.
   const int F = p_.fsdp_ranks(), Fe = p_.efsdp_ranks();
@@ -224,9 +223,8 @@ void Lowering::reduce_scatter(int u, int mb, Bytes ugrad, double grad_bytes_per_
   c.unit = u;
   c.micro_batch = mb;
   const std::int32_t cid = out_.program.add(c);
-  if (held_rs_input_ > 0) {
-    free_group(MemCategory::kCommBuffers, held_rs_pool_, held_rs_id_, held_rs_input_);
-    held_rs_input_ = 0;
+  if (held_rs_id_ >= 0) {
+    free_group(MemCategory::kCommBuffers, held_rs_pool_, held_rs_id_);
     held_rs_id_ = -1;
   }
   // FSDP2 foreach_reduce: the flat reduce-scatter input is allocated on the current (default) stream and the
@@ -234,10 +232,9 @@ void Lowering::reduce_scatter(int u, int mb, Bytes ugrad, double grad_bytes_per_
   // post-backward stream.
   const std::int32_t rs_in = alloc_one(MemCategory::kCommBuffers, rt_.rs_input_pool, B(rs_bytes));
   const auto su = static_cast<std::size_t>(u);
-  if (!rt_.grads_persistent) free_group(MemCategory::kGrads, kPoolDefault, ugrad_id_[su], ugrad);
+  if (!rt_.grads_persistent) free_group(MemCategory::kGrads, kPoolDefault, ugrad_id_[su]);
   if (un.owns_merged_root)  // the root's head part gradients, reduced together
-    free_group(MemCategory::kGrads, kPoolDefault, ugrad_id_.back(),
-               B(static_cast<double>(units_.back().elems) * bc_));
+    free_group(MemCategory::kGrads, kPoolDefault, ugrad_id_.back());
   const std::int32_t rid =
       qgz() ? qgz_reduce(u, mb, rs_elems, cid)
             : add_collective(
@@ -256,27 +253,26 @@ void Lowering::reduce_scatter(int u, int mb, Bytes ugrad, double grad_bytes_per_
     // is the storage of the sharded gradients (`torch.as_strided` views: one tensor, no copy), and the input,
     // a local of foreach_reduce, is freed when it returns.
     const std::int32_t g = alloc_one(MemCategory::kGrads, kPoolReduceScatter, grad_shard);
-    grad_groups_.push_back({g, grad_shard});
+    grad_groups_.push_back(g);
     grads_allocated_ += grad_shard;
-    free_group(MemCategory::kCommBuffers, rt_.rs_input_pool, rs_in, B(rs_bytes));
+    free_group(MemCategory::kCommBuffers, rt_.rs_input_pool, rs_in);
   } else {
     // The reduce-scatter output and the sharded gradients are allocated under the reduce-scatter stream
     // (foreach_reduce: `with device_handle.stream(reduce_scatter_stream)`), so they come from its pool.
     const std::int32_t out_id = alloc_one(MemCategory::kCommBuffers, kPoolReduceScatter, out_r);
     if (rt_.rs_input_held) {  // kept until the next unit's post-backward
-      held_rs_input_ = B(rs_bytes);
       held_rs_id_ = rs_in;
       held_rs_pool_ = rt_.rs_input_pool;
     } else {
-      free_group(MemCategory::kCommBuffers, rt_.rs_input_pool, rs_in, B(rs_bytes));
+      free_group(MemCategory::kCommBuffers, rt_.rs_input_pool, rs_in);
     }
     if (!rt_.grads_persistent && mb == 0) {
       const std::int32_t g =
           alloc_tensors(MemCategory::kGrads, kPoolReduceScatter, grad_shard, ut_[su].reduced_shard);
-      grad_groups_.push_back({g, grad_shard});
+      grad_groups_.push_back(g);
       grads_allocated_ += grad_shard;
     }
-    free_group(MemCategory::kCommBuffers, kPoolReduceScatter, out_id, out_r);
+    free_group(MemCategory::kCommBuffers, kPoolReduceScatter, out_id);
   }
   prev_prev_rs_ = prev_rs_;
   prev_rs_ = rid;

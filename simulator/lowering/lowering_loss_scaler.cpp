@@ -6,7 +6,7 @@
 
 namespace shardplan::detail {
 
-Lowering::ScalerTensors Lowering::loss_scaler() {
+std::int32_t Lowering::loss_scaler() {
   const StateElems e = state_elems(in_.model, p_);
   const BytesPerParam bpp = bytes_per_param(rt_, p_.precision);
   // What the check reads: torch's GradScaler the optimizer's gradients (FSDP: this rank's shards, in the
@@ -37,14 +37,13 @@ Lowering::ScalerTensors Lowering::loss_scaler() {
   t.deps = {last_shard_comm_, last_rep_comm_, offload_.grads ? last_pcie_ : -1};
   t.label = label([] { return std::string("loss scaler: inf/nan check, unscale, found-inf all_reduce"); });
   const std::int32_t id = out_.program.add(t);
-  ScalerTensors live;
+  std::int32_t live = -1;
   if (rt_.scaler_check != ScalerCheck::kPartitionGrads) {
     // found_inf and inv_scale (`self._scale.double().reciprocal().float()`): one fp32 element each, alive
     // until GradScaler.step has read found_inf (torch 2.15 torch/amp/grad_scaler.py unscale_); megatron's
     // found_inf likewise (optimizer.py).
-    live.group = alloc_one(MemCategory::kOptimizer, kPoolDefault, 4);
-    alloc_one(MemCategory::kOptimizer, kPoolDefault, 4, live.group);
-    live.bytes = 8;
+    live = alloc_one(MemCategory::kOptimizer, kPoolDefault, 4);
+    alloc_one(MemCategory::kOptimizer, kPoolDefault, 4, live);
   } else if (p_.zero == 0 && !offload_.optimizer) {
     // DeepSpeed ZeRO-0 fp16 runs FP16_Optimizer (deepspeed 0.19.8 runtime/engine.py
     // _do_optimizer_sanity_check -> FP16; runtime/fp16/fused_optimizer.py step): each 16-bit gradient is
@@ -54,9 +53,8 @@ Lowering::ScalerTensors Lowering::loss_scaler() {
     // gradients of their own (persistent state) and create none here.
     const Bytes fp32 = B(static_cast<double>(e.optimizer) * 4);
     const std::int32_t copies = alloc_tensors(MemCategory::kOptimizer, kPoolDefault, fp32, optimizer_params_);
-    live.group = alloc_one(MemCategory::kOptimizer, kPoolDefault, fp32);
-    live.bytes = fp32;
-    free_group(MemCategory::kOptimizer, kPoolDefault, copies, fp32);
+    live = alloc_one(MemCategory::kOptimizer, kPoolDefault, fp32);
+    free_group(MemCategory::kOptimizer, kPoolDefault, copies);
   }
   // GradScaler.step / DeepSpeed's has_overflow / megatron's step read the flag back (`.item()`): the CPU
   // waits for the stream before it issues the step.

@@ -93,9 +93,9 @@ std::int32_t Lowering::muon_orthogonalise(std::int32_t after) {
           const Bytes x_b = B(2 * m * n), gram_b = B(2 * m * m);
           const std::int32_t ns = out_.program.new_tensor();
           for (Bytes b : {x_b, gram_b, gram_b, x_b}) alloc_one(C, kPoolDefault, b, ns);
-          free_group(C, kPoolDefault, ns, 2 * x_b + 2 * gram_b);
+          free_group(C, kPoolDefault, ns);
           alloc_one(C, kPoolDefault, x_b, g);
-          free_group(C, kPoolDefault, g, (sharded && F > 1 ? upd_b + full_b : upd_b) + x_b);
+          free_group(C, kPoolDefault, g);
         }
       });
     }

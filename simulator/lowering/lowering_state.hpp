@@ -12,6 +12,7 @@
 
 #include "simulator/cost/cost.hpp"
 #include "simulator/lowering/lowering.hpp"
+#include "simulator/lowering/tensor_groups.hpp"
 #include "simulator/memory/memory.hpp"
 
 namespace shardplan::detail {
@@ -22,9 +23,10 @@ inline Bytes B(double x) {
 
 class Lowering {
  public:
-  Lowering(const LoweringInputs& in, LoweringOutput& out)
+  Lowering(const LoweringInputs& in, LoweringOutput& out, TensorGroups& groups)
       : in_(in),
         out_(out),
+        groups_(groups),
         p_(in.plan),
         rt_(in.traits),
         units_(in.units),
@@ -92,8 +94,10 @@ class Lowering {
   std::int32_t alloc_tensors(MemCategory c, std::uint8_t pool, Bytes total, Span s, std::int32_t group = -1);
   /// One tensor of `bytes`.
   std::int32_t alloc_one(MemCategory c, std::uint8_t pool, Bytes bytes, std::int32_t group = -1);
-  /// Frees group `group` (total `bytes`, the sum of its allocations).
-  void free_group(MemCategory c, std::uint8_t pool, std::int32_t group, Bytes bytes);
+  /// Frees every tensor of group `group`: one effect of minus the group's live bytes (groups_: what its
+  /// allocations added up to). -1 (no allocation was made) frees nothing; an unknown or already freed group
+  /// is a logic error (std::logic_error, TensorGroups::release).
+  void free_group(MemCategory c, std::uint8_t pool, std::int32_t group);
   /// The tensors allocated before the step (Program::initial): persistent state per parameter, buffers.
   void initial_tensors();
   template <class F>
@@ -299,7 +303,7 @@ class Lowering {
   /// all-reduce).
   void post_backward(UnitBackward& ub, BackwardStep& st);
 
-  void reduce_scatter(int u, int mb, Bytes ugrad, double grad_bytes_per_elem);
+  void reduce_scatter(int u, int mb, double grad_bytes_per_elem);
 
   // ---- optimizer step ----
   void optimizer_step();
@@ -311,15 +315,13 @@ class Lowering {
   std::int32_t muon_orthogonalise(std::int32_t after);
   /// fp16-mixed: the loss scaler's pass over this rank's gradients, the all-reduce of its found-inf flag and
   /// the CPU's read of it (the step is issued after), with the tensors it creates
-  /// (lowering_loss_scaler.cpp). Returns the tensors that live until the optimizer step ends.
-  struct ScalerTensors {
-    std::int32_t group = -1;
-    Bytes bytes = 0;
-  };
-  ScalerTensors loss_scaler();
+  /// (lowering_loss_scaler.cpp). Returns the group of the tensors that live until the optimizer
+  /// step ends (-1: none).
+  std::int32_t loss_scaler();
 
   const LoweringInputs& in_;
   LoweringOutput& out_;
+  TensorGroups& groups_;  ///< every tensor group's live bytes (alloc_one / alloc_tensors record them)
   const Plan& p_;
   const RuntimeTraits& rt_;
   const std::vector<SimUnit>& units_;
@@ -341,7 +343,7 @@ class Lowering {
   std::vector<const LossTensor*> loss_list_;
   std::vector<std::int32_t> loss_ids_;
   std::int32_t loss_to_head_id_ = -1;
-  std::vector<std::pair<std::int32_t, Bytes>> grad_groups_;  ///< freed by zero_grad
+  std::vector<std::int32_t> grad_groups_;  ///< freed by zero_grad
   std::vector<Run> runs_;
   std::vector<UnitTensors> ut_;
   /// Per unit, its forward walk (forward_events, empty until computed) and the bytes of its saved group the
@@ -355,7 +357,6 @@ class Lowering {
   Span optimizer_params_;       ///< the tensors the optimizer steps: one per parameter, or flat partitions
   std::vector<std::int32_t> limiter_queue_;  ///< what the gather limiter waits on, in issue order
   std::int32_t last_shard_comm_ = -1, last_rep_comm_ = -1, prev_rs_ = -1, prev_prev_rs_ = -1;
-  Bytes held_rs_input_ = 0;
   /// FSDP2 tied embeddings: the head's gradient of the tied weight, waiting in autograd's input buffer for
   /// the embedding's (SimUnit::tied_grad_elems).
   std::int32_t tied_grad_id_ = -1;
