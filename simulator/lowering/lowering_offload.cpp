@@ -79,7 +79,7 @@ void Lowering::offload_unpack_weights(int u) {
 void Lowering::offload_release(int u) {
   const auto su = static_cast<std::size_t>(u);
   if (weights_reload_id_.empty() || weights_reload_id_[su] < 0) return;
-  free_group(MemCategory::kActivations, kPoolDefault, weights_reload_id_[su], unit(u).saved_weight_max_bytes);
+  free_group(MemCategory::kActivations, kPoolDefault, weights_reload_id_[su]);
   weights_reload_id_[su] = -1;
 }
 
