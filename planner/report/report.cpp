@@ -3,8 +3,10 @@
 
 #include <fmt/format.h>
 
+#include "core/checked.hpp"
 #include "planner/report/evidence.hpp"
 #include "planner/report/margin.hpp"
+#include "simulator/memory/memory.hpp"
 
 namespace shardplan {
 
@@ -64,19 +66,27 @@ std::string pipeline_report_text(const PipelineSummary& ps) {
 
 // Context and expert parallelism of the plan: the mesh groups they imply and what they send per step (present
 // only when cp > 1 or ep > 1; docs/model.md "Context parallelism", "Expert parallelism").
-static Json parallelism_json(const Result& r) {
+static Json parallelism_json(const Result& r, const ModelGraph& model) {
   const Plan& p = r.plan;
   const auto& cp = r.comm[static_cast<int>(CommKind::kCpRing)];
   const auto& a2a = r.comm[static_cast<int>(CommKind::kAllToAll)];
-  return {{"cp", p.cp},
-          {"ep", p.ep},
-          {"moe_imbalance", p.moe_imbalance},
-          {"fsdp_ranks", p.fsdp_ranks()},
-          {"efsdp_ranks", p.efsdp_ranks()},
-          {"cp_bytes_per_step", static_cast<std::int64_t>(cp.bytes_per_rank)},
-          {"cp_exposed_s", cp.exposed_s},
-          {"a2a_bytes_per_step", static_cast<std::int64_t>(a2a.bytes_per_rank)},
-          {"a2a_exposed_s", a2a.exposed_s}};
+  Json out = {{"cp", p.cp},
+              {"ep", p.ep},
+              {"moe_imbalance", p.moe_imbalance},
+              {"fsdp_ranks", p.fsdp_ranks()},
+              {"efsdp_ranks", p.efsdp_ranks()},
+              {"cp_bytes_per_step", static_cast<std::int64_t>(cp.bytes_per_rank)},
+              {"cp_exposed_s", cp.exposed_s},
+              {"a2a_bytes_per_step", static_cast<std::int64_t>(a2a.bytes_per_rank)},
+              {"a2a_exposed_s", a2a.exposed_s}};
+  if (p.ep > 1 && model.spec().moe.top_k > 0) {
+    // One micro-batch's rows the busiest EP rank's experts receive per MoE layer, and its saved expert-side
+    // activations (docs/model.md "Expert parallelism").
+    const auto tokens = static_cast<std::int64_t>(p.mbs) * p.seq / p.cp;
+    out["moe_busiest_rows"] = ep_busiest_rows(mul_checked(tokens, model.spec().moe.top_k, "routed rows"), p);
+    out["moe_expert_side_bytes"] = expert_side_activation_bytes(model, p);
+  }
+  return out;
 }
 
 Json report_json(const Result& r, const ReportInputs& in) {
@@ -156,7 +166,7 @@ Json report_json(const Result& r, const ReportInputs& in) {
               {"comm", comm},
               {"warnings", evidence_warnings(r, spec, cl)}};
   if (r.pipeline) add_pipeline_json(*r.pipeline, out);
-  if (r.plan.cp > 1 || r.plan.ep > 1) out["parallelism"] = parallelism_json(r);
+  if (r.plan.cp > 1 || r.plan.ep > 1) out["parallelism"] = parallelism_json(r, *in.model);
   return out;
 }
 

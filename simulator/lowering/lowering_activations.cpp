@@ -19,7 +19,7 @@ struct ActUse {
 ActUse act_use(const ActTensor& a, const Plan& p, double tokens, bool selective, bool full) {
   ActUse r;
   if (!act_exists(a, p)) return r;
-  const double b = tokens * act_bytes_per_token(a, p);
+  const double b = tokens * act_bytes_per_token(a, p, tokens);
   // Full AC: the checkpointed block keeps its input alone; the recomputation makes the rest again in
   // backward.
   const double share = full ? (a.role == ActRole::kBlockInput ? 1.0 : 0.0) : act_saved_share(a, p, selective);

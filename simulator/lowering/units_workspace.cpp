@@ -2,7 +2,9 @@
 // backward"): the op-by-op walk over the unit's layers in reverse, with each layer's saved tensors, gradients
 // and transients, and its peak over the saved tensors.
 #include <algorithm>
+#include <cmath>
 
+#include "core/checked.hpp"
 #include "simulator/lowering/units_stages.hpp"
 #include "simulator/parallel/parallel.hpp"
 
@@ -37,7 +39,12 @@ double moe_backward_excess(const UnitContext& c, const Layer& l, double g, doubl
   // product's two 112 MiB input gradients at the peak). dW_down's share of the expert's weights: the row
   // GEMM's (1/3 for SwiGLU, 1/2 for GELU).
   const double down_share = w_all > 0 ? w_down / w_all : 1.0;
-  const double C = T * l.moe_top_k / local_experts;
+  // Under EP the busiest rank's experts receive --moe-imbalance times the mean rows (ep_busiest_rows, as its
+  // expert-side saved tensors: ActTensor::expert_rows).
+  const double rows =
+      c.ep ? static_cast<double>(ep_busiest_rows(mul_checked(std::llround(T), l.moe_top_k, "routed rows"), p))
+           : T * l.moe_top_k;
+  const double C = rows / local_experts;
   // With --moe-impl loop each expert's backward also consumes its routing tensors in the layer's list (its
   // token indices, gathered input, down output, gathered weights and their product: moe_tensors.cpp).
   double loop_routed = 0;  // bytes per token over all experts

@@ -250,6 +250,15 @@ Bytes activation_bytes(const ModelGraph& model, const Plan& p) {
   return static_cast<Bytes>(total);
 }
 
+Bytes expert_side_activation_bytes(const ModelGraph& model, const Plan& p) {
+  const double T = static_cast<double>(p.mbs) * static_cast<double>(p.seq) / p.cp;  // this rank's tokens
+  double total = 0;
+  for (const Layer* l : model.order())
+    if (l->moe_experts > 0 && !(p.ac == AcMode::kFull && l->block >= 0))  // full AC: the block input alone
+      total += layer_expert_side_saved_bytes(*l, p, T, p.ac == AcMode::kSelective && l->block >= 0);
+  return static_cast<Bytes>(total);
+}
+
 std::array<Bytes, kMemCategories> initial_allocation(const ModelGraph& model, const Plan& p,
                                                      const RuntimeTraits& rt,
                                                      const std::array<Bytes, 3>& ps) {

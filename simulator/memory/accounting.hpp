@@ -36,6 +36,9 @@ Bytes host_state_bytes_per_rank(const ModelGraph& model, const Plan& p);
 /// Activations saved by one micro-batch's forward on one rank, plus the saved log-softmax of the loss: a
 /// lower bound of the activations at the peak.
 Bytes activation_bytes(const ModelGraph& model, const Plan& p);
+/// The part of activation_bytes on the experts' side of the MoE layers' dispatch (ActTensor::expert_rows):
+/// under EP the rows the busiest rank's experts receive (--moe-imbalance); 0 for a dense model.
+Bytes expert_side_activation_bytes(const ModelGraph& model, const Plan& p);
 /// Bytes the loss saves from its forward to its backward for `tokens` tokens of this rank (the loss layer's
 /// tensors of the plan's loss kernel that loss_saved() selects).
 double loss_saved_bytes(const ModelGraph& model, const Plan& p, double tokens);

@@ -168,10 +168,28 @@ double act_saved_share(const ActTensor& a, const Plan& p, bool selective) {
   return a.sac == ActSac::kSave ? 1.0 : a.sac == ActSac::kHalf ? 0.5 : 0.0;
 }
 
+std::int64_t ep_busiest_rows(std::int64_t mean_rows, const Plan& p) {
+  if (p.ep <= 1 || p.moe_imbalance == 1.0) return mean_rows;
+  // A row is whole: the busiest rank receives ceil(F x the mean rows) (F >= 1, resolve_plan). Exact in double
+  // below 2^53 rows; beyond, or beyond int64, the count is refused as an overflow.
+  const double busiest = std::ceil(static_cast<double>(mean_rows) * p.moe_imbalance);
+  if (!(busiest < 9007199254740992.0))
+    throw OverflowError("integer overflow computing the busiest EP rank's rows");
+  return std::max(mean_rows, static_cast<std::int64_t>(busiest));
+}
+
+double act_rows_scale(const ActTensor& a, const Plan& p, double tokens) {
+  if (a.expert_rows <= 0 || p.ep <= 1 || p.moe_imbalance == 1.0) return 1.0;
+  // The rank's tokens are whole (mbs x seq / cp, cp dividing seq: resolve_plan); rows per token: top_k.
+  const std::int64_t mean = mul_checked(std::llround(tokens), a.expert_rows, "routed rows");
+  if (mean <= 0) return 1.0;
+  return static_cast<double>(ep_busiest_rows(mean, p)) / static_cast<double>(mean);
+}
+
 namespace {
-/// act_bytes_per_token before TP's division.
-double act_bytes_undivided(const ActTensor& a, const Plan& p) {
-  double b = a.per_token * act_dtype_bytes(a.dtype, p.compute_bytes());
+/// act_bytes_per_token before TP's division: the one place an activation tensor becomes bytes.
+double act_bytes_undivided(const ActTensor& a, const Plan& p, double tokens) {
+  double b = a.per_token * act_dtype_bytes(a.dtype, p.compute_bytes()) * act_rows_scale(a, p, tokens);
   if (a.role == ActRole::kSdpaLse && p.sdpa() == SdpaBackend::kEfficient) {
     // Memory-efficient attention (CUDA) allocates its log-sum-exp over the queries rounded up to 32
     // (torch/_meta_registrations.py meta__scaled_dot_product_efficient_attention, torch 2.15: ceil(M / 32) *
@@ -184,8 +202,8 @@ double act_bytes_undivided(const ActTensor& a, const Plan& p) {
 }
 }  // namespace
 
-double act_bytes_per_token(const ActTensor& a, const Plan& p) {
-  return act_bytes_undivided(a, p) / act_split_divisor(a.split, p);
+double act_bytes_per_token(const ActTensor& a, const Plan& p, double tokens) {
+  return act_bytes_undivided(a, p, tokens) / act_split_divisor(a.split, p);
 }
 
 double act_split_divisor(ActSplit split, const Plan& p) {
@@ -198,7 +216,7 @@ double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool sele
   for (const ActTensor& a : l.activations) {
     const double share = act_saved_share(a, p, selective);
     if (share <= 0) continue;
-    const double b = share * act_bytes_undivided(a, p);
+    const double b = share * act_bytes_undivided(a, p, tokens);
     (a.split == ActSplit::kTp ? split : a.split == ActSplit::kSequence ? seq : none) += b;
   }
   // A materialised attention core adds its score tensors, which selective recomputation recomputes
@@ -207,10 +225,17 @@ double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool sele
          (selective ? 0.0 : score_saved_bytes(l, p, tokens));
 }
 
+double layer_expert_side_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective) {
+  double b = 0;
+  for (const ActTensor& a : l.activations)
+    if (a.expert_rows > 0) b += act_saved_share(a, p, selective) * act_bytes_per_token(a, p, tokens);
+  return tokens * b;
+}
+
 double block_input_bytes(const Layer& l, const Plan& p, double tokens) {
   double b = 0;
   for (const ActTensor& a : l.activations)
-    if (a.role == ActRole::kBlockInput) b += act_bytes_per_token(a, p);
+    if (a.role == ActRole::kBlockInput) b += act_bytes_per_token(a, p, tokens);
   return tokens * b;
 }
 

@@ -34,11 +34,22 @@ std::int64_t rank_shard_elems(const Tensor& t, std::int64_t count, int tp, int s
 /// recomputed: 1 saved, 0 not (recomputed, or not there: a condition of ActTensor::only unmet), 0.5 an mm
 /// output whose parity is not tracked (ActSac::kHalf).
 double act_saved_share(const ActTensor& a, const Plan& p, bool selective);
+/// The rows the busiest expert-parallel rank's experts receive when the mean is `mean_rows` (tokens x top_k):
+/// ceil(mean_rows x --moe-imbalance) with ep > 1 (the one rounding of the imbalance onto rows), else
+/// mean_rows (with ep 1 every rank runs its own tokens: nothing to balance).
+std::int64_t ep_busiest_rows(std::int64_t mean_rows, const Plan& p);
+/// What the busiest EP rank's rows make of an expert-side tensor (ActTensor::expert_rows) over `tokens`
+/// tokens of the layer's input: ep_busiest_rows(tokens x expert_rows) / (tokens x expert_rows); 1 for
+/// token-side tensors, with ep 1 or with --moe-imbalance 1. Every byte count of an activation tensor goes
+/// through it (act_bytes_per_token, layer_saved_bytes).
+double act_rows_scale(const ActTensor& a, const Plan& p, double tokens);
 /// What tensor parallelism divides a tensor of that split rule by under plan p.
 double act_split_divisor(ActSplit split, const Plan& p);
-/// Bytes of one activation tensor per token of this rank under plan p: its dtype (the compute dtype's bytes,
-/// or fixed), divided as its split rule says, the memory-efficient SDPA log-sum-exp's padding of the queries.
-double act_bytes_per_token(const ActTensor& a, const Plan& p);
+/// Bytes of one activation tensor per token of this rank under plan p, the rank holding `tokens` tokens of
+/// the layer's input: its dtype (the compute dtype's bytes, or fixed), divided as its split rule says, the
+/// memory-efficient SDPA log-sum-exp's padding of the queries, an expert-side tensor's rows on the busiest EP
+/// rank (act_rows_scale).
+double act_bytes_per_token(const ActTensor& a, const Plan& p, double tokens);
 /// Whether the tensor exists at all under plan p (ActTensor::only).
 bool act_exists(const ActTensor& a, const Plan& p);
 /// Activation bytes one layer saves for backward over `tokens` tokens, with nothing recomputed or under
@@ -46,6 +57,9 @@ bool act_exists(const ActTensor& a, const Plan& p);
 /// materialised attention core's score tensors without recomputation. Full AC keeps only the block input
 /// (block_input_bytes).
 double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective);
+/// The part of layer_saved_bytes on the experts' side of the dispatch (ActTensor::expert_rows): under EP the
+/// busiest rank's received rows.
+double layer_expert_side_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective);
 /// The transient bytes of one layer's backward at its worst op beyond its saved tensors and the gradient
 /// flowing in: for an attention or MLP layer (ending in a row-parallel output projection) the output
 /// projection's weight and input gradients and the column projections' output gradients (less the MLP's

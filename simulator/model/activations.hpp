@@ -106,6 +106,14 @@ struct ActTensor {
   bool saved_gathered = false;
   ActStream stream = ActStream::kCompute;
   bool expert = false;  ///< a routed expert's tensor (per token: the top_k experts it passes through)
+  /// Rows per token on the experts' side of the dispatch (top_k; 0: the token side). Under expert
+  /// parallelism such a tensor has one row per row this rank's experts receive after the dispatch all-to-all
+  /// (torchtitan 0.3.0 models/common/token_dispatcher.py AllToAllTokenDispatcher.dispatch: routed_input_RD,
+  /// R = the received rows; GroupedExperts.forward's grouped GEMMs run on it), not per (token, choice) of
+  /// this rank's tokens: the busiest EP rank holds --moe-imbalance times the mean rows (act_rows_scale,
+  /// simulator/memory/layer_memory.cpp). Token-side routed tensors (the argsort, the token indices, the
+  /// combine's tensors after the return all-to-all) are `expert` with no expert rows.
+  std::int32_t expert_rows = 0;
   /// Saved only as the input of linear layers, for their weight gradients: autograd saves an mm's input
   /// only when the weight requires grad (torch 2.15 derivatives.yaml `mm`: mat2's gradient reads `self`;
   /// the generated autograd saves a variable only for an input that requires grad). `weight_grad_of`: bits

@@ -61,8 +61,12 @@ void mlp_activations(const ModelSpec& s, Layer& l, std::int64_t f, std::int64_t 
     moe_dispatch_activations(s, l);  // top-k ids, the dispatcher's reordering, the routed input
   }
   auto one_mlp = [&](const std::string& prefix, double width, bool expert) {
+    // The routed experts' tensors are on the expert side (ActTensor::expert_rows): GroupedExperts.forward
+    // (torchtitan 0.3.0 models/common/moe.py) runs w1, SiLU, w3 and the product on x_RD, the rows this rank's
+    // experts receive.
     auto e = [&](ActTensor& a) -> ActTensor& {
       a.expert = expert;
+      if (expert) a.expert_rows = s.moe.top_k;
       return a;
     };
     if (s.mlp != MlpKind::kGelu) {

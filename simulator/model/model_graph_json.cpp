@@ -99,6 +99,7 @@ Json activations_to_json(const std::vector<ActTensor>& acts, const std::vector<T
     if (a.role != ActRole::kPlain) j["role"] = to_string(a.role);
     if (a.only != ActOnly::kAlways) j["only"] = to_string(a.only);
     if (a.expert) j["expert"] = true;
+    if (a.expert_rows > 0) j["expert_rows"] = a.expert_rows;
     if (a.gemm >= 0) j["gemm"] = {a.gemm, a.call};
     if (a.consumer >= 0) j["consumer"] = a.consumer;
     if (a.input) j["input"] = true;
@@ -150,6 +151,9 @@ std::vector<ActTensor> activations_from_json(const Json& arr, const std::vector<
     if (o.str("stream", "compute") != "compute")
       o.fail("stream", "expected \"compute\" (activations are allocated on the default stream)");
     a.expert = o.boolean("expert", false);
+    a.expert_rows = static_cast<std::int32_t>(o.integer("expert_rows", 0, 0, 1 << 20));
+    if (a.expert_rows > 0 && !a.expert)
+      o.fail("expert_rows", "rows on the experts' side need \"expert\": true (a routed expert's tensor)");
     if (auto* w = o.raw_optional("weight_grad_of")) {
       // The layer's weights whose gradient alone saves it (ActTensor::weight_grad_only), by name.
       if (!w->is_array()) o.fail("weight_grad_of", "expected an array of the layer's tensor names");

@@ -20,6 +20,12 @@ ActTensor& routing(Layer& l, const char* name, double per_token, ActDtype dtype,
   return a;
 }
 
+/// An expert-side tensor (ActTensor::expert_rows): under EP one row per row this rank's experts receive.
+ActTensor& received(const ModelSpec& s, ActTensor& a) {
+  a.expert_rows = s.moe.top_k;
+  return a;
+}
+
 ActTensor& grouped(ActTensor& a) {
   a.only = ActOnly::kMoeGrouped;
   return a;
@@ -55,12 +61,14 @@ void moe_dispatch_activations(const ModelSpec& s, Layer& l) {
   grouped(routing(l, "dispatch.sort_idx", k, ActDtype::kInt64, true));
   grouped(routing(l, "dispatch.scores_sorted", k, ActDtype::kFp32, true));
   grouped(routing(l, "dispatch.token_idx", k, ActDtype::kInt64, true));
-  grouped(routing(l, "dispatch.routed_input", k * h, ActDtype::kCompute, true));
+  // Under EP the grouped GEMMs save the received rows after _permute (routed_input_RD[permuted_indices],
+  // R rows: the expert side), not the T·top_k rows gathered here, which the dispatch all-to-all consumes.
+  received(s, grouped(routing(l, "dispatch.routed_input", k * h, ActDtype::kCompute, true)));
   // Under expert parallelism (AllToAllTokenDispatcher, token_dispatcher.py): _permute reorders the received
   // rows from rank-major to expert-major with routed_input_RD[permuted_indices, :], whose index (int64, one
   // per received row) autograd saves, as _unpermute's index_put does (tools/reference/moe_ep.py over gloo:
   // 8 B per received row, the only tensor beyond the list at world 2 and 4).
-  routing(l, "dispatch.ep_permuted_indices", k, ActDtype::kInt64, true).only = ActOnly::kMoeEp;
+  received(s, routing(l, "dispatch.ep_permuted_indices", k, ActDtype::kInt64, true)).only = ActOnly::kMoeEp;
   // --moe-impl loop (transformers MixtralSparseMoeBlock: the reference lane's SparseMoe, tools/reference/
   // run.py): the top-k weights renormalised (`/ sum`, fp32; the division saves both), the (token, slot)
   // pairs in expert order (int64), then per expert its token indices (int64; the gather and index_add_
@@ -78,7 +86,10 @@ void moe_combine_activations(const ModelSpec& s, Layer& l) {
   // --moe-impl grouped. GroupedExperts.forward's last grouped GEMM: T·top_k rows of h (`.type_as(x)`, no
   // copy), held by RoutedExperts.forward until it returns. Eager autograd does not save it; inductor saves
   // it (and recomputes the fp32 copy below from it).
-  grouped(routing(l, "experts.w_down.out", k * h, ActDtype::kCompute, true)).eager = false;
+  // Under EP it is routed_output_RD, the received rows (the expert side), until _unpermute's index_put and
+  // the return all-to-all bring the rows back to the token side (token_dispatcher.py
+  // AllToAllTokenDispatcher.combine): the combine's tensors below are on this rank's T·top_k rows.
+  received(s, grouped(routing(l, "experts.w_down.out", k * h, ActDtype::kCompute, true))).eager = false;
   // LocalTokenDispatcher.combine: out_TD = zeros_like(x) (h per token), then
   // (routed_output.to(float32) * scores).to(bf16): the fp32 copy (saved by the multiply, eager), the fp32
   // product and its cast; deterministic_scatter_add (torchtitan ops/scatter_add.py) writes the combined

@@ -1,6 +1,7 @@
 """torchtitan 0.3.0's MoE layer with expert parallelism over gloo (tools/reference/moe_ep.py): two CPU processes,
 real tensors, the variable-split all-to-all; per rank the persistent state, the router's counts and the saved
-tensors against shardplan's MoE tensor list at the rank's received rows.
+tensors against shardplan's MoE tensor list at the rank's received rows; the busiest rank's expert side against
+shardplan run with --moe-imbalance at its measured rows over the mean.
 
 Needs the project's Python environment (tools/pyenv.sh pins torch and torchtitan); outside CI it skips when
 torchtitan is not importable, in CI (CI=true) its absence is a failure. About 40 s on 2 cores.
@@ -69,6 +70,22 @@ class MoeExpertParallel(unittest.TestCase):
             self.assertEqual(r["listed_bytes"], 20736 + 456 * rows)
             self.assertEqual(r["saved_bytes"], r["listed_bytes"] + E // W * 4)
             self.assertIn([8 * rows, [rows], "int64"], r["saved"])
+
+    def test_busiest_rank_with_imbalance(self):
+        # shardplan run with --moe-imbalance F = R / (T·K), R the busiest rank's received rows (133 at W 2 on the
+        # seeds here): its experts receive ceil(F·T·K) = R rows, and the expert side it saves (routed input 2·D,
+        # _permute's index 8, the grouped GEMMs' w1 and w3 outputs, SiLU and product 4·2·F: 456 B per row) is
+        # what the real rank's saved storages with R rows hold, to the byte. At F = 1 (the balanced mean,
+        # 128 rows) it is 456·(R - 128) short: 2.8 % of the rank's saved bytes at W 2.
+        b = self.out["busiest"]
+        rows = b["received_rows"]
+        self.assertEqual(rows, max(r["received_rows"] for r in self.out["ranks"]))
+        self.assertGreater(rows, T * K)
+        self.assertEqual(b["measured_expert_side_bytes"], 456 * rows)
+        self.assertEqual(b["shardplan_rows"], rows)
+        self.assertEqual(b["shardplan_expert_side_bytes"], b["measured_expert_side_bytes"])
+        self.assertEqual(b["shardplan_balanced_rows"], T * K)
+        self.assertEqual(b["shardplan_balanced_expert_side_bytes"], 456 * T * K)
 
     def test_peak_bound(self):
         # At the end of the forward the parameters, the input (T·D bf16 = 4096 B) and every saved tensor are live:

@@ -124,23 +124,24 @@ TEST_CASE("activation tensors: dtypes are real, and TP divides by each tensor's 
   Plan p = s.resolve(Plan{});
   // The log-sum-exp is fp32 whatever the compute dtype: 32 heads x 4 B; in fp32 compute O doubles, the LSE
   // not.
-  CHECK(act_bytes_per_token(tensor(attn, "sdpa.lse"), p) == 128.0);
+  CHECK(act_bytes_per_token(tensor(attn, "sdpa.lse"), p, 4096.0) == 128.0);
   Plan f32 = p;
   f32.precision = Precision::kFp32;
-  CHECK(act_bytes_per_token(tensor(attn, "sdpa.out"), f32) == 16384.0);
-  CHECK(act_bytes_per_token(tensor(attn, "sdpa.lse"), f32) == 128.0);
+  CHECK(act_bytes_per_token(tensor(attn, "sdpa.out"), f32, 4096.0) == 16384.0);
+  CHECK(act_bytes_per_token(tensor(attn, "sdpa.lse"), f32, 4096.0) == 128.0);
   // TP 4 with sequence parallelism: head-sharded tensors / 4, the residual stream / 4, wo's partial sum not.
   Plan tp = p;
   tp.tp = 4;
-  CHECK(act_bytes_per_token(tensor(attn, "rope.q"), tp) == 2048.0);
-  CHECK(act_bytes_per_token(tensor(attn, "input"), tp) == 2048.0);
-  CHECK(act_bytes_per_token(tensor(attn, "wo.out"), tp) == 8192.0);
+  CHECK(act_bytes_per_token(tensor(attn, "rope.q"), tp, 4096.0) == 2048.0);
+  CHECK(act_bytes_per_token(tensor(attn, "input"), tp, 4096.0) == 2048.0);
+  CHECK(act_bytes_per_token(tensor(attn, "wo.out"), tp, 4096.0) == 8192.0);
   // Memory-efficient attention pads the queries of its LSE to 32: at seq 8000 (8000 = 250 x 32) nothing, at
   // 8001 x (8032 / 8001).
   Plan eff = p;
   eff.sdpa_backend = SdpaBackend::kEfficient;
   eff.seq = 8001;
-  CHECK(act_bytes_per_token(tensor(attn, "sdpa.lse"), eff) == Approx(128.0 * 8032 / 8001).epsilon(1e-15));
+  CHECK(act_bytes_per_token(tensor(attn, "sdpa.lse"), eff, 4096.0) ==
+        Approx(128.0 * 8032 / 8001).epsilon(1e-15));
 }
 
 TEST_CASE("graph JSON of the earlier format: its per-token figures become tensors of the same bytes",

@@ -15,13 +15,16 @@ saved_tensors_hooks see (the parameters and the layer's input left out), each wi
 per-expert token counts (this rank's tokens) and the rows the rank's experts receive after the all-to-all (R);
 the peak of live storages during forward+backward (a TorchDispatchMode counting each op's new output storages
 until freed). Listed: shardplan's MoE tensor list for the same dimensions (`shardplan show model SPEC --graph`),
-each tensor's per-token bytes times T (dense) or times R/top_k (routed rows on the expert side).
+each tensor's per-token bytes times T (dense) or times R/top_k (routed rows on the expert side). The busiest
+rank (largest R) against `shardplan memory` of the same layer with --moe-imbalance R / (T·top_k): its expert-side
+bytes (`parallelism.moe_expert_side_bytes`) and rows.
 Usage: moe_ep.py --shardplan BIN [--world 2 --tokens T --hidden D --ffn F --experts E --top-k K] (prints JSON)."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import weakref
@@ -33,7 +36,7 @@ import torch.multiprocessing as mp
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from moe_tensors import listed  # noqa: E402  (shardplan's MoE list, CPU dtypes of the router's scores)
+from moe_tensors import listed, moe_layer, tiny_spec  # noqa: E402  (shardplan's MoE list, CPU dtypes of the router's scores)
 
 
 class LiveBytes(TorchDispatchMode):
@@ -146,7 +149,7 @@ def compare(bin_, a, ranks):
     """Per rank: the listed bytes with the routed (expert-side) rows at the rank's received R."""
     t, d, f, e, k, w = a.tokens, a.hidden, a.ffn, a.experts, a.top_k, a.world
     lst = listed(bin_, d, f, e, k, False, also=("moe_ep",))
-    graph_routed = expert_side(lst)
+    graph_routed = expert_side(moe_layer(bin_, d, f, e, k), lst)
     totals = [sum(r["tokens_per_expert"][j] for r in ranks) for j in range(e)]
     for rank, r in enumerate(ranks):
         r["received_rows"] = sum(totals[rank * (e // w):(rank + 1) * (e // w)])
@@ -158,11 +161,34 @@ def compare(bin_, a, ranks):
     return lst, graph_routed, totals
 
 
-def expert_side(lst):
-    """Names of the listed tensors whose rows are the expert side's (after the dispatch all-to-all): the grouped
-    GEMMs' input and the experts' outputs. The list marks the token side's index and combine tensors `expert`
-    too (one row per token and choice, T·top_k on the rank that routed them), so its flag does not tell them."""
-    return {n for n in lst if n.startswith("experts.") or n in ("dispatch.routed_input", "dispatch.ep_permuted_indices")}
+def expert_side(layer, lst):
+    """Names of the listed tensors whose rows are the expert side's (after the dispatch all-to-all): those the
+    graph gives `expert_rows` (the received input, _permute's index, the grouped GEMMs' tensors). The token
+    side's index and combine tensors are `expert` too (T·top_k rows on the rank that routed them)."""
+    return {x["name"] for x in layer["activations"] if x.get("expert_rows", 0) > 0 and x["name"] in lst}
+
+
+def busiest(bin_, a, ranks):
+    """The busiest rank against shardplan run with --moe-imbalance F = its received rows R / (T·top_k): measured,
+    the bytes of the saved storages with R rows (the expert side; the token side has T or T·top_k rows, the
+    grouped GEMMs' offsets E/W); shardplan, `memory --json`'s parallelism.moe_expert_side_bytes and
+    moe_busiest_rows at F and at 1 (the balanced mean it assumed before)."""
+    t, k, w = a.tokens, a.top_k, a.world
+    r = max(ranks, key=lambda x: x["received_rows"])
+    rows = r["received_rows"]
+    imbalance = rows / (t * k)  # exact here: T·top_k = 128 is a power of two
+    out = {"rank": r["rank"], "received_rows": rows, "moe_imbalance": imbalance,
+           "measured_expert_side_bytes": sum(n for n, shape, _ in r["saved"] if shape and shape[0] == rows)}
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as fh:
+        json.dump(tiny_spec(a.hidden, a.ffn, a.experts, k), fh)
+        fh.flush()
+        for key, f in (("shardplan", imbalance), ("shardplan_balanced", 1.0)):
+            cmd = [bin_, "memory", "--model", fh.name, "--gpus", str(w), "--ep", str(w), "--seq", str(t),
+                   "--moe-imbalance", repr(f), "--json", "-"]
+            par = json.loads(subprocess.run(cmd, capture_output=True, text=True).stdout)["parallelism"]
+            out[key + "_rows"] = par["moe_busiest_rows"]
+            out[key + "_expert_side_bytes"] = par["moe_expert_side_bytes"]
+    return out
 
 
 def main(argv=None):
@@ -183,7 +209,7 @@ def main(argv=None):
         ranks = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(a.world)]
     lst, routed, totals = compare(a.shardplan, a, ranks)
     json.dump({"listed_per_token": lst, "expert_side": sorted(routed), "tokens_per_expert_all_ranks": totals,
-               "ranks": ranks}, sys.stdout, indent=1)
+               "ranks": ranks, "busiest": busiest(a.shardplan, a, ranks)}, sys.stdout, indent=1)
     print()
     return 0
 

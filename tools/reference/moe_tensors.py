@@ -28,17 +28,26 @@ CPU_BF16 = {"router.probs", "dispatch.scores_sorted"}  # fp32 under CUDA autocas
 BYTES = {"compute": 2, "fp32": 4, "int64": 8, "bool": 1}
 
 
-def listed(bin_, d, f, e, k, compiled, impl="moe_grouped", also=()):
-    """shardplan's saved bytes per token of the MoE layer's tensors under `impl` (and the `only` conditions in
-    `also`, e.g. "moe_ep"), the layer's input left out."""
-    spec = {"schema": "shardplan.model/1", "name": "tiny-moe", "layers": 1, "hidden": d, "heads": 4,
+def tiny_spec(d, f, e, k):
+    """The one-block MoE model spec these comparisons give shardplan."""
+    return {"schema": "shardplan.model/1", "name": "tiny-moe", "layers": 1, "hidden": d, "heads": 4,
             "kv_heads": 4, "ffn_hidden": f, "vocab": 256, "seq": 64, "moe": {"experts": e, "top_k": k}}
+
+
+def moe_layer(bin_, d, f, e, k):
+    """shardplan's MoE layer (`show model SPEC --graph`) for those dimensions."""
     with tempfile.NamedTemporaryFile("w", suffix=".json") as fh:
-        json.dump(spec, fh)
+        json.dump(tiny_spec(d, f, e, k), fh)
         fh.flush()
         graph = json.loads(subprocess.run([bin_, "show", "model", fh.name, "--graph"], check=True,
                                           capture_output=True, text=True).stdout)
-    layer = next(l for l in graph["layers"] if l["kind"] == "moe")
+    return next(l for l in graph["layers"] if l["kind"] == "moe")
+
+
+def listed(bin_, d, f, e, k, compiled, impl="moe_grouped", also=()):
+    """shardplan's saved bytes per token of the MoE layer's tensors under `impl` (and the `only` conditions in
+    `also`, e.g. "moe_ep"), the layer's input left out."""
+    layer = moe_layer(bin_, d, f, e, k)
     out = {}
     for a in layer["activations"]:
         if a["name"] == "input" or not a["compiled" if compiled else "eager"] or a.get("only", impl) not in (impl, *also):
