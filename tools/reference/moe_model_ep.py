@@ -58,6 +58,21 @@ def spy_routers(model, counts):
             mod.forward = spy
 
 
+def grad_storage_ids(model, tracker):
+    """The tracker's ids of the storages the sharded gradients live in. FSDP2 assigns a group's sharded gradients
+    (views of its reduce-scatter output when reduce_dtype is the parameters' dtype: _fsdp_collectives.py
+    foreach_reduce) only when the asynchronous reduce-scatter is waited, after FSDPMemTracker's post_backward
+    wrapper has looked (on gloo every block's; the root's final callback catches only the root-level units'), so
+    those storages keep the category of their first op (Temp -> activations). The ids name them grads."""
+    sids = set()
+    for p in model.parameters():
+        g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+        winfo = tracker._WINFO.get(g.untyped_storage(), (None, None))[0] if g is not None else None
+        if winfo is not None and hasattr(winfo, "_sp_id"):
+            sids.add(winfo._sp_id)
+    return sids
+
+
 def step(torch, model, optim, a, vocab, state, tracker):
     """torchtitan's train_step for one micro-batch (trainer.py forward_backward_step, components/loss.py
     cross_entropy_loss: fp32 logits; `del pred` before backward), clip_grad_norm_ with ep_enabled, AdamW."""
@@ -73,6 +88,7 @@ def step(torch, model, optim, a, vocab, state, tracker):
     state["end_forward"] = len(tracker.events)
     loss.backward()
     del loss, tokens, labels
+    state["grad_sids"] = grad_storage_ids(model, tracker)
     state["phase"] = "optimizer"
     dist_utils.clip_grad_norm_(list(model.parameters()), 1.0, foreach=True, ep_enabled=True)
     optim.step()
@@ -83,10 +99,11 @@ def step(torch, model, optim, a, vocab, state, tracker):
 def worker(rank, world, a, store_path, out_dir):
     import torch
     import torch.distributed as dist
-    from lane.fsdp_groups import patch_fsdp_param_group
+    from lane.fsdp_groups import patch_fsdp_param_group, patch_reduce_role
     from lane.tracker import make_tracker
 
     patch_fsdp_param_group()
+    titan_moe.patch_rms_norm()
 
     dist.init_process_group("gloo", init_method="file://" + store_path, rank=rank, world_size=world)
     dims = titan_moe.QWEN3 if a.model == "qwen3" else titan_moe.DSV3
@@ -100,6 +117,7 @@ def worker(rank, world, a, store_path, out_dir):
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
     state = {"phase": "init", "step": 0, "micro": 0, "propagating": False}
     tracker = make_tracker(torch, model, optim, state)
+    patch_reduce_role(tracker)
     torch.manual_seed(1000 + rank)  # each rank's own batch
     gc.collect()
     gc.disable()
@@ -112,7 +130,8 @@ def worker(rank, world, a, store_path, out_dir):
         state["step"] = 1
         step(torch, model, optim, a, dims["vocab"], state, tracker)
         state["phase"] = "end"
-    events = tracker.events
+    events = [(op, b, "grads" if sid in state["grad_sids"] else cat, ph, fn, sid)
+              for op, b, cat, ph, fn, sid in tracker.events]
     peak, at_peak, peak_phase, _, _ = summarize(events)
     res = {"rank": rank, "peak": peak, "peak_phase": peak_phase, "at_peak": at_peak,
            "end_forward": live_at(events, state["end_forward"]),

@@ -62,3 +62,25 @@ def patch_fsdp_param_group():
 
     FSDPState._fsdp_param_group = property(group)
     FSDPState._sp_groups_patched = True
+
+
+def patch_reduce_role(tracker):
+    """Everything FSDP2's foreach_reduce allocates (_fsdp_collectives.py: the reduce-scatter input it copies the
+    unsharded gradients into, and its output) is the category comm_buffers (FSDPMemTracker names them only when its
+    post_backward wrapper sees them: not a reduce-scatter still in flight, as every group's is on gloo); the output
+    storages that become the sharded gradients are renamed grads by the caller (their storage ids)."""
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pg
+
+    orig = pg.foreach_reduce
+    if getattr(orig, "_sp_role", False):
+        orig = orig._sp_orig
+
+    def foreach_reduce(*args, **kwargs):
+        outer, tracker.role = tracker.role, "comm_buffers"
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            tracker.role = outer
+
+    foreach_reduce._sp_role, foreach_reduce._sp_orig = True, orig
+    pg.foreach_reduce = foreach_reduce

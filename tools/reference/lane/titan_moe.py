@@ -126,3 +126,42 @@ def spec_json(name, dims, seq):
                     "v_head_dim": d["v_head_dim"]},
             "moe": {"experts": d["experts"], "top_k": d["top_k"], "ffn_hidden": d["moe_ffn"],
                     "shared_experts": d["shared_experts"], "first_dense": d["first_dense"]}}
+
+
+def patch_rms_norm():
+    """torch.nn.RMSNorm (torchtitan 0.3.0's models/common/nn_modules.py RMSNorm) calls F.rms_norm, which on CUDA
+    runs the fused kernel (aten::_fused_rms_norm: saves the input and the fp32 rstd) but on the CPU the composite
+    (an fp32 copy of the input, x·rstd in fp32 and its bf16 cast, all saved; _fused_rms_norm_backward has no CPU
+    kernel). The run's norms save what the CUDA kernel saves: the CPU's _fused_rms_norm forward, and a backward
+    from the saved input and rstd (d/dx of x·rstd·w)."""
+    import torch
+    import torch.nn.functional as F
+
+    if getattr(F.rms_norm, "_sp_fused", False):
+        return
+
+    class FusedRMSNorm(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, shape, weight, eps):
+            out, rstd = torch.ops.aten._fused_rms_norm(x, shape, weight, eps)
+            ctx.save_for_backward(x, weight, rstd)
+            return out
+
+        @staticmethod
+        def backward(ctx, g):
+            x, weight, rstd = ctx.saved_tensors
+            xhat = x.float() * rstd
+            gw = g.float() * weight.float() if weight is not None else g.float()
+            dx = rstd * (gw - xhat * (gw * xhat).mean(-1, keepdim=True))
+            dw = None
+            if weight is not None:
+                dw = (g.float() * xhat).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype)
+            return dx.to(x.dtype), None, dw, None
+
+    def rms_norm(x, normalized_shape, weight=None, eps=None):
+        if eps is None:
+            eps = torch.finfo(x.dtype).eps
+        return FusedRMSNorm.apply(x, list(normalized_shape), weight, eps)
+
+    rms_norm._sp_fused = True
+    F.rms_norm = rms_norm
