@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lane import titan_moe  # noqa: E402
+from lane.moe_listed import listed_blocks  # noqa: E402
 from lane.tracker import CATEGORIES, summarize  # noqa: E402
 
 PERSISTENT = ("params", "grads", "optimizer")
@@ -41,7 +42,22 @@ def live_at(events, index):
     return live
 
 
-def spy_routers(model, counts):
+def saved_per_block(events, index):
+    """Activations live at event `index` (the end of the forward) by the unit whose forward allocated them
+    ("forward layers.3, ..." -> "3", the embedding, final norm, head and loss -> "root")."""
+    live = {}
+    for op, nbytes, cat, phase, _, sid in events[:index]:
+        if op == "alloc" and cat == "activations":
+            live[sid] = (nbytes, phase.split(",")[0].split(".")[-1].replace("forward root", "root"))
+        elif op == "free":
+            live.pop(sid, None)
+    out = {}
+    for nbytes, unit in live.values():
+        out[unit] = out.get(unit, 0) + nbytes
+    return out
+
+
+def spy_routers(model, counts, experts):
     """Wraps every MoE router's forward: this rank's (token, choice) pairs per expert, per layer."""
     import torch
 
@@ -52,7 +68,7 @@ def spy_routers(model, counts):
             def spy(*args, _orig=orig, _name=name, **kw):
                 out = _orig(*args, **kw)
                 ids = out[1]  # (top_scores, selected_experts_indices, ...)
-                counts[_name] = torch.bincount(ids.reshape(-1), minlength=int(ids.max()) + 1).tolist()
+                counts[_name] = torch.bincount(ids.reshape(-1), minlength=experts).tolist()
                 return out
 
             mod.forward = spy
@@ -71,6 +87,20 @@ def grad_storage_ids(model, tracker):
         if winfo is not None and hasattr(winfo, "_sp_id"):
             sids.add(winfo._sp_id)
     return sids
+
+
+def final_categories(events, grad_sids):
+    """Each storage counted in the category it ends in, over its whole life: FSDPMemTracker renames a storage
+    when FSDP2 hands it a role (the unsharded gradients autograd produced in param_dtype become `Unsharded Grad`
+    at the unit's post_backward, after the unit's whole backward counted them as activations); shardplan's
+    lowering creates them as comm_buffers. Storages the sharded gradients live in are grads."""
+    final = {}
+    for op, _, cat, _, _, sid in events:
+        if op == "alloc":
+            final[sid] = cat
+    for sid in grad_sids:
+        final[sid] = "grads"
+    return [(op, b, final[sid], ph, fn, sid) for op, b, _, ph, fn, sid in events]
 
 
 def step(torch, model, optim, a, vocab, state, tracker):
@@ -113,7 +143,7 @@ def worker(rank, world, a, store_path, out_dir):
     model.init_states()
     titan_moe.parallelize(a.model, model, world, a.ep)
     counts = {}
-    spy_routers(model, counts)
+    spy_routers(model, counts, dims["experts"])
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
     state = {"phase": "init", "step": 0, "micro": 0, "propagating": False}
     tracker = make_tracker(torch, model, optim, state)
@@ -130,11 +160,11 @@ def worker(rank, world, a, store_path, out_dir):
         state["step"] = 1
         step(torch, model, optim, a, dims["vocab"], state, tracker)
         state["phase"] = "end"
-    events = [(op, b, "grads" if sid in state["grad_sids"] else cat, ph, fn, sid)
-              for op, b, cat, ph, fn, sid in tracker.events]
+    events = final_categories(tracker.events, state["grad_sids"])
     peak, at_peak, peak_phase, _, _ = summarize(events)
     res = {"rank": rank, "peak": peak, "peak_phase": peak_phase, "at_peak": at_peak,
            "end_forward": live_at(events, state["end_forward"]),
+           "saved_per_block": saved_per_block(events, state["end_forward"]),
            "persistent": {c: v for c, v in live_at(events, state["after_step"]).items() if c in PERSISTENT},
            "router_counts": counts}
     if a.trace_dir:
@@ -145,16 +175,18 @@ def worker(rank, world, a, store_path, out_dir):
 
 
 def received_rows(ranks, experts, ep):
-    """Per MoE layer: the rows each EP rank's experts receive (all ranks' counts for its E/ep experts; EP ranks
-    are the dp_shard ranks in order: ParallelDims's sparse mesh (efsdp, ep) has ep innermost)."""
+    """Per MoE layer, per rank: the rows the rank's experts receive. ParallelDims's sparse mesh is (efsdp, ep)
+    with ep innermost: rank i is EP index i % ep in the EP group of ranks (i // ep)·ep ..; its E/ep experts
+    receive every group member's (token, choice) pairs routed to them."""
     out = {}
+    per = experts // ep
     for layer in ranks[0]["router_counts"]:
-        tot = [0] * experts
-        for r in ranks:
-            for j, c in enumerate(r["router_counts"][layer]):
-                tot[j] += c
-        per = experts // ep
-        out[layer] = [sum(tot[i * per:(i + 1) * per]) for i in range(ep)]
+        rows = []
+        for i in range(len(ranks)):
+            group = ranks[(i // ep) * ep:(i // ep + 1) * ep]
+            j = i % ep
+            rows.append(sum(sum(r["router_counts"][layer][j * per:(j + 1) * per]) for r in group))
+        out[layer] = rows
     return out
 
 
@@ -202,6 +234,10 @@ def main(argv=None):
     recv = received_rows(ranks, dims["experts"], a.ep)
     t_k = a.mbs * a.seq * dims["top_k"]
     imbalance = max(max(v) for v in recv.values()) / t_k
+    tokens = a.mbs * a.seq
+    for i, r in enumerate(ranks):
+        rows = {layer.split(".")[1]: v[i] for layer, v in recv.items()}
+        r["listed_per_block"] = listed_blocks(a.shardplan, spec, tokens, rows)
     out = {"model": a.model, "world": a.world, "ep": a.ep, "seq": a.seq, "mbs": a.mbs, "spec": spec,
            "received_rows": recv, "imbalance": imbalance, "ranks": ranks,
            "shardplan": shardplan(a.shardplan, spec, a),

@@ -1,0 +1,50 @@
+"""shardplan's saved tensors per transformer block (`shardplan show model SPEC --graph`, the layers' activation
+lists; simulator/model/moe_tensors.cpp and layer_builders.cpp) at T tokens and, on the expert side of an MoE
+layer, the R rows the rank's experts received; each tensor one allocation rounded up to 512 B (the lane's
+tracker rounds every allocation so)."""
+import json
+import subprocess
+import tempfile
+
+from lane.tracker import round_alloc
+
+# On the CPU the router's gate does not run under an fp32 autocast (CPU autocast has no fp32: moe.py's
+# torch.autocast(..., dtype=float32) is disabled with a warning), so the scores and the sorted scores taken from
+# them are bf16 where CUDA makes them fp32 (tools/reference/moe_tensors.py CPU_BF16).
+CPU_BF16 = {"router.probs", "dispatch.scores_sorted"}
+BYTES = {"compute": 2, "fp32": 4, "int64": 8, "bool": 1}
+ONLY = ("", "moe_grouped", "moe_ep")  # torchtitan's grouped experts under EP; eager, no fp32 norm, no TP
+
+
+def expert_side(name):
+    """Tensors whose rows are the expert side's (after the dispatch all-to-all): the grouped GEMMs' inputs and
+    outputs and _permute's indices (tools/reference/moe_ep.py expert_side)."""
+    return name.startswith("experts.") or name in ("dispatch.routed_input", "dispatch.ep_permuted_indices")
+
+
+def graph(bin_, spec):
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as fh:
+        json.dump(spec, fh)
+        fh.flush()
+        return json.loads(subprocess.run([bin_, "show", "model", fh.name, "--graph"], check=True,
+                                          capture_output=True, text=True).stdout)
+
+
+def listed_blocks(bin_, spec, tokens, received):
+    """{block index: bytes} of the tensors each block's layers save (eager, the `only` conditions of ONLY);
+    `received`: {block index: R} for the MoE blocks. Per-token sizes are elements per token; an expert-side
+    tensor's per-token size counts top_k rows per token, so its bytes are per_token / top_k · R · dtype."""
+    k = spec["moe"]["top_k"]
+    out = {}
+    for layer in graph(bin_, spec)["layers"]:
+        name = layer.get("name", "")
+        if not name.startswith("blocks."):
+            continue
+        block = name.split(".")[1]
+        for a in layer["activations"]:
+            if not a["eager"] or a.get("only", "") not in ONLY:
+                continue
+            b = 2 if layer["kind"] == "moe" and a["name"] in CPU_BF16 else BYTES[a["dtype"]]
+            rows = received[block] / k if layer["kind"] == "moe" and expert_side(a["name"]) else tokens
+            out[block] = out.get(block, 0) + round_alloc(int(round(a["per_token"] * rows * b)))
+    return out
