@@ -149,14 +149,24 @@ def patch_rms_norm():
 
         @staticmethod
         def backward(ctx, g):
+            # The CUDA kernel (_fused_rms_norm_backward) writes dx and per-block partial sums of dw: no
+            # tokens x hidden fp32 temporaries. Here: dx allocated once, the fp32 arithmetic in chunks of
+            # rows (64 chunks: transients of 1/64 of the tokens), dw accumulated in fp32.
             x, weight, rstd = ctx.saved_tensors
-            xhat = x.float() * rstd
-            gw = g.float() * weight.float() if weight is not None else g.float()
-            dx = rstd * (gw - xhat * (gw * xhat).mean(-1, keepdim=True))
-            dw = None
-            if weight is not None:
-                dw = (g.float() * xhat).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype)
-            return dx.to(x.dtype), None, dw, None
+            d = x.shape[-1]
+            x2, g2, r2 = x.reshape(-1, d), g.reshape(-1, d), rstd.reshape(-1, 1)
+            dx = torch.empty_like(x2)
+            dw = torch.zeros(d, dtype=torch.float32) if weight is not None else None
+            rows = max(1, x2.shape[0] // 64)
+            for i in range(0, x2.shape[0], rows):
+                xh = x2[i:i + rows].float() * r2[i:i + rows]
+                gf = g2[i:i + rows].float()
+                if weight is not None:
+                    dw += (gf * xh).sum(0)
+                    gf = gf * weight.float()
+                dot = (gf * xh).mean(-1, keepdim=True)
+                dx[i:i + rows] = (r2[i:i + rows] * (gf - xh * dot)).to(x.dtype)
+            return dx.reshape(x.shape), None, dw.to(weight.dtype) if weight is not None else None, None
 
     def rms_norm(x, normalized_shape, weight=None, eps=None):
         if eps is None:
