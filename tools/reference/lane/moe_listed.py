@@ -7,19 +7,12 @@ import subprocess
 import tempfile
 
 from lane.tracker import round_alloc
+# The CPU's router dtypes and the list's dtype sizes (tools/reference/moe_tensors.py), the expert side's tensors
+# (tools/reference/moe_ep.py): one place each.
+from moe_ep import expert_side
+from moe_tensors import BYTES, CPU_BF16
 
-# On the CPU the router's gate does not run under an fp32 autocast (CPU autocast has no fp32: moe.py's
-# torch.autocast(..., dtype=float32) is disabled with a warning), so the scores and the sorted scores taken from
-# them are bf16 where CUDA makes them fp32 (tools/reference/moe_tensors.py CPU_BF16).
-CPU_BF16 = {"router.probs", "dispatch.scores_sorted"}
-BYTES = {"compute": 2, "fp32": 4, "int64": 8, "bool": 1}
 ONLY = ("", "moe_grouped", "moe_ep")  # torchtitan's grouped experts under EP; eager, no fp32 norm, no TP
-
-
-def expert_side(name):
-    """Tensors whose rows are the expert side's (after the dispatch all-to-all): the grouped GEMMs' inputs and
-    outputs and _permute's indices (tools/reference/moe_ep.py expert_side)."""
-    return name.startswith("experts.") or name in ("dispatch.routed_input", "dispatch.ep_permuted_indices")
 
 
 def graph(bin_, spec):
@@ -36,7 +29,9 @@ def listed_blocks(bin_, spec, tokens, received):
     tensor's per-token size counts top_k rows per token, so its bytes are per_token / top_k · R · dtype."""
     k = spec["moe"]["top_k"]
     out = {}
-    for layer in graph(bin_, spec)["layers"]:
+    layers = graph(bin_, spec)["layers"]
+    routed = expert_side({a["name"] for layer in layers for a in layer["activations"]})
+    for layer in layers:
         name = layer.get("name", "")
         if not name.startswith("blocks."):
             continue
@@ -45,6 +40,6 @@ def listed_blocks(bin_, spec, tokens, received):
             if not a["eager"] or a.get("only", "") not in ONLY:
                 continue
             b = 2 if layer["kind"] == "moe" and a["name"] in CPU_BF16 else BYTES[a["dtype"]]
-            rows = received[block] / k if layer["kind"] == "moe" and expert_side(a["name"]) else tokens
+            rows = received[block] / k if layer["kind"] == "moe" and a["name"] in routed else tokens
             out[block] = out.get(block, 0) + round_alloc(int(round(a["per_token"] * rows * b)))
     return out
