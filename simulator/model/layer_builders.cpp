@@ -190,8 +190,9 @@ Layer make_mla(const ModelSpec& s, int block, Layer l) {
   // with the sequence-split tensors, a small error): the q latent (q_a_layernorm's input) with its fp32 rstd
   // and the normed latent (q_b_proj's input), kv_a's output (latent and shared rotary key: the latent norm's
   // and the rotary's input) with its rstd and the normed latent (kv_b_proj's input). Per head (TP-split):
-  // SDPA's Q and K (a·dqk), V and O (a·dv), the fp32 log-sum-exp. Op-level SAC keeps O and the log-sum-exp
-  // and every second matmul output (counted at half: the block's mm parity is not tracked here).
+  // SDPA's Q and K (a·dqk), kv_b's output (a·(dn + dv): V's storage) and O (a·dv), the fp32 log-sum-exp.
+  // Op-level SAC keeps O and the log-sum-exp and every second matmul output (counted at half: the block's mm
+  // parity is not tracked here).
   const double Q = static_cast<double>(q), O = static_cast<double>(o), A = static_cast<double>(a);
   std::size_t gi = 0;
   input(l, H, ActSplit::kSequence);
@@ -204,11 +205,19 @@ Layer make_mla(const ModelSpec& s, int block, Layer l) {
   gemm_out(act(l, "wkv_a.out", static_cast<double>(kv_a), ActSplit::kSequence), gi++);  // latent + rotary key
   statistic(l, "kv_norm.rstd", 1, ActSplit::kSequence);
   act(l, "kv_norm.out", RKV, ActSplit::kSequence);  // kv_b_proj's input
-  gemm_out(unsaved(act(l, "wkv_b.out", static_cast<double>(kv_b), ActSplit::kTp), ActLife::kUntracked), gi++);
+  // kv_b_proj's output stays whole: SDPA's V is a split view of it (torchtitan 0.3.0
+  // models/deepseek_v3/model.py Attention.forward `k_nope, v = torch.split(kv, [dn, dv], dim=-1)`, HF
+  // DeepseekV3Attention alike; K is a cat of k_nope and the rotary key, a tensor of its own), so the saved V
+  // keeps a·(dn + dv) per token alive, not a·dv (tools/reference/moe_model_ep.py: torchtitan's deepseek_v3 on
+  // gloo saves the whole output). Eager only: the compiled and SAC regimes keep their V as before.
+  ActTensor& kv_out = gemm_out(act(l, "wkv_b.out", static_cast<double>(kv_b), ActSplit::kTp), gi++);
+  kv_out.compiled = false;
   // SDPA's inputs (nope and roped parts assembled) and its outputs.
   act(l, "q", Q, ActSplit::kTp);
   act(l, "k", Q, ActSplit::kTp);
-  act(l, "v", O, ActSplit::kTp);
+  ActTensor& v = act(l, "v", O, ActSplit::kTp);
+  v.eager = false;  // a view of wkv_b.out: no storage of its own in eager autograd
+  v.life = ActLife::kUntracked;
   sdpa_outputs(l, O, A);
   gemm_out(unsaved(act(l, "wo.out", H, ActSplit::kNone), ActLife::kUntracked), gi++);
   weight_grad_input(l, "input", {"wq", "wq_a", "wkv_a"});

@@ -87,10 +87,20 @@ TEST_CASE("DeepSeek-V3: MLA projections, dense first blocks, shared and routed e
   CHECK((attn->gemms[2].n == 576 && attn->gemms[2].k == 7168));
   CHECK((attn->gemms[3].n == 32768 && attn->gemms[3].k == 512));
   CHECK((attn->gemms[4].n == 7168 && attn->gemms[4].k == 16384));
-  // Saved per token, TP-split: Q and K 2·a·192 each, V and O 2·a·128 each, LSE 4a: 4·24576 + 4·16384 + 512
-  // = 164,352. Replicated: x 2h, q latent 2·1536 + rstd 4, normed 2·1536, kv_a output 2·576, rstd 4, normed
-  // latent 2·512: 14,336 + 3,076 + 3,072 + 1,152 + 4 + 1,024 = 22,664.
-  CHECK(test::act_eager_saved_bytes(*attn, ActSplit::kTp) == 164352.0);
+  // Saved per token, TP-split: Q and K 2·a·192 each, kv_b's output 2·a·(128 + 128) (SDPA's V is a split view
+  // of it, which keeps the whole output alive), O 2·a·128, LSE 4a: 4·24576 + 2·32768 + 2·16384 + 512 =
+  // 197,120 (V alone would be 164,352: a·dn·2 = 32,768 less). Replicated: x 2h, q latent 2·1536 + rstd 4,
+  // normed 2·1536, kv_a output 2·576, rstd 4, normed latent 2·512: 14,336 + 3,076 + 3,072 + 1,152 + 4 + 1,024
+  // = 22,664.
+  CHECK(test::act_eager_saved_bytes(*attn, ActSplit::kTp) == 197120.0);
+  const auto saved = [&](const char* name) {
+    for (const ActTensor& a : attn->activations)
+      if (a.name == name) return a.eager;
+    FAIL("no tensor " << name);
+    return false;
+  };
+  CHECK(saved("wkv_b.out"));
+  CHECK_FALSE(saved("v"));
   CHECK(test::act_eager_saved_bytes(*attn, ActSplit::kSequence) == 22664.0);
   CHECK(dense->kind == LayerKind::kMlp);
   CHECK(dense->parameters() == 3LL * 7168 * 18432);

@@ -1,0 +1,45 @@
+"""shardplan's saved tensors per transformer block (`shardplan show model SPEC --graph`, the layers' activation
+lists; simulator/model/moe_tensors.cpp and layer_builders.cpp) at T tokens and, on the expert side of an MoE
+layer, the R rows the rank's experts received; each tensor one allocation rounded up to 512 B (the lane's
+tracker rounds every allocation so)."""
+import json
+import subprocess
+import tempfile
+
+from lane.tracker import round_alloc
+# The CPU's router dtypes and the list's dtype sizes (tools/reference/moe_tensors.py), the expert side's tensors
+# (tools/reference/moe_ep.py): one place each.
+from moe_ep import expert_side
+from moe_tensors import BYTES, CPU_BF16
+
+ONLY = ("", "moe_grouped", "moe_ep")  # torchtitan's grouped experts under EP; eager, no fp32 norm, no TP
+
+
+def graph(bin_, spec):
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as fh:
+        json.dump(spec, fh)
+        fh.flush()
+        return json.loads(subprocess.run([bin_, "show", "model", fh.name, "--graph"], check=True,
+                                          capture_output=True, text=True).stdout)
+
+
+def listed_blocks(bin_, spec, tokens, received):
+    """{block index: bytes} of the tensors each block's layers save (eager, the `only` conditions of ONLY);
+    `received`: {block index: R} for the MoE blocks. Per-token sizes are elements per token; an expert-side
+    tensor's per-token size counts top_k rows per token, so its bytes are per_token / top_k · R · dtype."""
+    k = spec["moe"]["top_k"]
+    out = {}
+    layers = graph(bin_, spec)["layers"]
+    routed = expert_side({a["name"] for layer in layers for a in layer["activations"]})
+    for layer in layers:
+        name = layer.get("name", "")
+        if not name.startswith("blocks."):
+            continue
+        block = name.split(".")[1]
+        for a in layer["activations"]:
+            if not a["eager"] or a.get("only", "") not in ONLY:
+                continue
+            b = 2 if layer["kind"] == "moe" and a["name"] in CPU_BF16 else BYTES[a["dtype"]]
+            rows = received[block] / k if layer["kind"] == "moe" and a["name"] in routed else tokens
+            out[block] = out.get(block, 0) + round_alloc(int(round(a["per_token"] * rows * b)))
+    return out
