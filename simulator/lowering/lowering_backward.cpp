@@ -207,7 +207,7 @@ void Lowering::backward_memory(UnitBackward& ub, BackwardStep& st, std::int32_t 
   }
   // The head's matmul backward reads the logits' gradient while it writes its weight gradient.
   if (ub.loss_grad >= 0)
-    free_group(MemCategory::kActivations, kPoolDefault, ub.loss_grad, B(logits_elems() * bc_));
+    free_group(MemCategory::kActivations, kPoolDefault, ub.loss_grad, loss_to_head_bytes_);
   free_group(MemCategory::kActivations, kPoolDefault, act_id_[su], un.act_bytes);
   free_group(MemCategory::kActivations, kPoolDefault, recompute_id_, un.recompute_bytes);
   free_group(MemCategory::kOther, kPoolDefault, workspace_id_, un.workspace_bytes);

@@ -333,6 +333,7 @@ class Lowering {
   std::vector<const LossTensor*> loss_list_;
   std::vector<std::int32_t> loss_ids_;
   std::int32_t loss_to_head_id_ = -1;
+  Bytes loss_to_head_bytes_ = 0;                             ///< its bytes (the head's backward frees it)
   std::vector<std::pair<std::int32_t, Bytes>> grad_groups_;  ///< freed by zero_grad
   std::vector<Run> runs_;
   std::vector<UnitTensors> ut_;
