@@ -22,15 +22,22 @@
 //   4  chunk_loss.backward() (loss.py:762): nll_loss_backward's gradient (fp32)
 //   5  _log_softmax_backward_data's (fp32); the saved output and nll's gradient die with it
 //   6  the `.float()`'s backward casts it to the compute dtype
-//   7  lm_head's backward: the chunk input's gradient (Tc x D, h_chunk.grad) and the weight's (V x D),
-//      accumulated into the held gradient (AccumulateGrad); at the last chunk FSDP2 reduces and frees it
-//   8  GradAccumulator.add: `chunk_grad.to(float32)` (loss.py:531), copied into the buffer; h_chunk.grad =
-//      None (loss.py:766)
-//   9  `grad_accumulator.result().to(hidden_states.dtype)` (loss.py:777): T x D in the compute dtype, saved
-//   by
-//      _DecoderOutputGradientBackProp (loss.py:858) and returned to the decoder at backward (the head's
-//      input gradient). The call returns: the buffer, the chunk copies and the last chunk's logits die.
-// The compiled inner loss (kChunkedCompiled) replaces ops 2-6 by inductor's forward (two Tc fp32
+//   7  lm_head's backward: the chunk input's gradient (Tc x D, h_chunk.grad) and the weight's (V x D,
+//      compute dtype), the cast gradient freed after it
+//   8  AccumulateGrad adds it to the held gradient through an upcast copy (grad_dtype = the reduce dtype,
+//      _fsdp_param_group.py:947); the first chunk's becomes the held one
+//   9  the last chunk's post-backward (gradient sync back on, loss.py:743-746): FSDP2 copies the held
+//      gradient into its reduce-scatter input (V x D, reduce dtype) and frees it
+//  10  the reduce-scatter output, this rank's V x D / shard (the head's sharded gradient);
+//  GradAccumulator.add
+//      `chunk_grad.to(float32)` (loss.py:531), copied into the buffer; h_chunk.grad = None (loss.py:766)
+//  11  `grad_accumulator.result().to(hidden_states.dtype)` (loss.py:777): T x D in the compute dtype,
+//      saved by _DecoderOutputGradientBackProp (loss.py:858) and returned to the decoder at backward (the
+//      head's input gradient). The call returns: the buffer, the chunk copies and the last chunk's logits
+//      die.
+// (Measured on the real wrapper: tools/reference/chunked_loss.py.)
+// One representative chunk carries both the steady chunks' peak (ops 5, 8) and the last chunk's reduction
+// (ops 9, 10). The compiled inner loss (kChunkedCompiled) replaces ops 2-6 by inductor's forward (two Tc fp32
 // statistics, the logits saved) and backward (one Tc x V gradient in the compute dtype), as kCompiled.
 #include "simulator/model/loss_tensors.hpp"
 
@@ -65,17 +72,23 @@ void chunk_loop_entry(ChunkBuilder& b, int head_bwd, int end) {
   b.add("chunk logits", LossExtent::kChunkVocab, LossDtype::kCompute, 1, end);
 }
 
-/// lm_head's backward at op `f`, the accumulator's copy at f + 1, the assembled gradient at f + 2.
+/// lm_head's backward at op `f` (the inner loss's gradient freed after it), AccumulateGrad's upcast at
+/// f + 1, the last chunk's reduce-scatter input at f + 2 and output at f + 3 with the accumulator's copy,
+/// the assembled gradient at f + 4.
 void chunk_head_backward(ChunkBuilder& b, int f) {
-  b.add("h_chunk.grad", LossExtent::kChunkHidden, LossDtype::kCompute, f, f + 1);
-  b.add("lm_head dW (chunk)", LossExtent::kHeadWeight, LossDtype::kCompute, f, f);
-  b.add("h_chunk.grad.float", LossExtent::kChunkHidden, LossDtype::kFp32, f + 1, f + 1);
-  b.add("accumulated_grad", LossExtent::kHidden, LossDtype::kCompute, f + 2, kLossToHead);
+  b.add("h_chunk.grad", LossExtent::kChunkHidden, LossDtype::kCompute, f, f + 3);
+  b.add("lm_head dW (chunk)", LossExtent::kHeadWeight, LossDtype::kCompute, f, f + 1);
+  b.add("dW upcast (AccumulateGrad)", LossExtent::kHeadWeightHeld, LossDtype::kGradHeld, f + 1, f + 1);
+  b.add("reduce-scatter input (last chunk)", LossExtent::kHeadWeight, LossDtype::kGradHeld, f + 2, f + 3);
+  b.add("reduce-scatter output (last chunk)", LossExtent::kHeadWeightShard, LossDtype::kGradHeld, f + 3,
+        f + 3);
+  b.add("h_chunk.grad.float", LossExtent::kChunkHidden, LossDtype::kFp32, f + 3, f + 3);
+  b.add("accumulated_grad", LossExtent::kHidden, LossDtype::kCompute, f + 4, kLossToHead);
 }
 
 void chunked_eager(std::vector<LossTensor>& out) {
   ChunkBuilder b{out, LossKernel::kChunked};
-  chunk_loop_entry(b, 7, 9);
+  chunk_loop_entry(b, 9, 11);
   b.add("logits.float", LossExtent::kChunkVocab, LossDtype::kFp32, 2, 3);
   b.add("log_softmax.out", LossExtent::kChunkVocab, LossDtype::kFp32, 3, 5);
   b.add("nll_loss.grad", LossExtent::kChunkVocab, LossDtype::kFp32, 4, 5);
@@ -86,7 +99,7 @@ void chunked_eager(std::vector<LossTensor>& out) {
 
 void chunked_compiled(std::vector<LossTensor>& out) {
   ChunkBuilder b{out, LossKernel::kChunkedCompiled};
-  chunk_loop_entry(b, 4, 6);
+  chunk_loop_entry(b, 6, 8);
   b.add("row_max", LossExtent::kChunkToken, LossDtype::kFp32, 2, 3);
   b.add("log_sum_exp", LossExtent::kChunkToken, LossDtype::kFp32, 2, 3);
   b.add("grad", LossExtent::kChunkVocab, LossDtype::kCompute, 3, 4);

@@ -189,9 +189,9 @@ LossOps loss_ops(LossKernel k) {
     case LossKernel::kMegatron:
       return {2, 3};
     case LossKernel::kChunked:
-      return {10, 11};
+      return {12, 13};
     case LossKernel::kChunkedCompiled:
-      return {6, 7};
+      return {9, 10};
   }
   return {};
 }
@@ -249,6 +249,8 @@ double loss_tensor_elems(const LossTensor& t, const LossDims& x) {
       return x.vocab * x.hidden;
     case LossExtent::kHeadWeightHeld:
       return x.chunks >= 2 ? x.vocab * x.hidden : 0.0;
+    case LossExtent::kHeadWeightShard:
+      return x.vocab * x.hidden / x.shard;
   }
   return 0.0;
 }

@@ -61,20 +61,22 @@ enum class LossDtype : std::uint8_t {
 /// What a loss tensor's element count is (T: this rank's tokens, V/tp: its vocabulary, D: hidden size, N:
 /// the chunk count).
 enum class LossExtent : std::uint8_t {
-  kWhole,           ///< T x V/tp when `vocab`, else T
-  kChunkVocab,      ///< T/N x V/tp: one chunk's logits
-  kChunkToken,      ///< T/N
-  kHidden,          ///< T x D
-  kHiddenCopy,      ///< T x D when a micro-batch holds more than one sequence (mbs > 1), else 0
-  kChunkHidden,     ///< T/N x D
-  kHeadWeight,      ///< V/tp x D: the output projection's weight
-  kHeadWeightHeld,  ///< V/tp x D when N >= 2, else 0 (FSDP2 holds no gradient across a single chunk)
+  kWhole,            ///< T x V/tp when `vocab`, else T
+  kChunkVocab,       ///< T/N x V/tp: one chunk's logits
+  kChunkToken,       ///< T/N
+  kHidden,           ///< T x D
+  kHiddenCopy,       ///< T x D when a micro-batch holds more than one sequence (mbs > 1), else 0
+  kChunkHidden,      ///< T/N x D
+  kHeadWeight,       ///< V/tp x D: the output projection's weight
+  kHeadWeightHeld,   ///< V/tp x D when N >= 2, else 0 (FSDP2 holds no gradient across a single chunk)
+  kHeadWeightShard,  ///< V/tp x D / shard: this rank's shard of the output projection's gradient
 };
 
 /// The sizes a loss tensor's bytes depend on.
 struct LossDims {
   double tokens = 0, vocab = 0, hidden = 0;  ///< T, V/tp, D
   int chunks = 1, mbs = 1;
+  int shard = 1;  ///< the FSDP ranks the head's gradient is reduce-scattered over
   double compute_bytes = 2, loss_bytes = 4, reduce_bytes = 4;
 };
 
@@ -125,7 +127,8 @@ double loss_tensor_bytes(const LossTensor& t, const LossDims& x);
 
 /// Whether `t` is a gradient of the output projection's weight (a gradient, not an activation).
 inline bool loss_head_grad(const LossTensor& t) {
-  return t.extent == LossExtent::kHeadWeight || t.extent == LossExtent::kHeadWeightHeld;
+  return t.extent == LossExtent::kHeadWeight || t.extent == LossExtent::kHeadWeightHeld ||
+         t.extent == LossExtent::kHeadWeightShard;
 }
 
 /// The chunked loss's lists (chunked_loss_tensors.cpp).

@@ -1,6 +1,7 @@
 // The chunked loss's plan checks (docs/model.md "Chunked loss").
 #include "simulator/plan/loss_plan.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.hpp"
@@ -30,6 +31,7 @@ LossDims loss_dims(const Plan& p, const ModelSpec& s, double tokens) {
   x.hidden = static_cast<double>(s.hidden);
   x.chunks = p.loss() == LossImpl::kChunked ? p.chunks() : 1;
   x.mbs = p.mbs;
+  x.shard = std::max(p.fsdp_ranks(), 1);
   x.compute_bytes = p.compute_bytes();
   x.loss_bytes = p.loss_dtype == Dtype::kFp32 ? 4.0 : p.compute_bytes();
   x.reduce_bytes = p.reduce() == Dtype::kFp32 ? 4.0 : 2.0;

@@ -1,7 +1,6 @@
 // The chunked loss's plan checks (--loss-impl chunked, --loss-chunks; docs/model.md "Chunked loss").
 #pragma once
-#include "simulator/model/loss_tensors.hpp"
-#include "simulator/model/model_spec.hpp"
+#include "simulator/model/model.hpp"
 #include "simulator/plan/plan_types.hpp"
 
 namespace shardplan {
