@@ -30,6 +30,12 @@ void check_expressible(const std::string& kind, const Plan& p) {
   auto refuse = [&](const std::string& why) { throw InputError::flag("--emit", kind + ": " + why); };
   check_lora_expressible(kind, p);     // planner/emit_lora.cpp
   check_blockfp_expressible(kind, p);  // planner/emit_blockfp.cpp
+  // ChunkedLossWrapper is torchtitan 0.3.0's (components/loss.py; pytorch/torchtitan PR 2937, 2026-04): the
+  // TOML-era torchtitan and the FSDP2 script run the loss over the whole logits.
+  if (p.loss() == LossImpl::kChunked && kind != "torchtitan")
+    refuse(
+        "--loss-impl chunked: only torchtitan 0.3.0's config has ChunkedLossWrapper (loss.num_chunks); use "
+        "--emit torchtitan:FILE, or simulate with --loss-impl eager or compiled");
   // torchtitan 0.3.0 has no activation offload in its trainer (only experiments/graph_trainer's
   // memory_policy "sac_and_offload", a compiled-graph pass, not save_on_cpu); the emitted FSDP2 script wraps
   // the model's forward in torch.autograd.graph.save_on_cpu(pin_memory=True).

@@ -88,7 +88,9 @@ std::string titan_py_head(const Plan& p, const ModelGraph& model, const Torchtit
       conf.empty() ? "" : "PYTORCH_CUDA_ALLOC_CONF=" + conf + " ", std::min(gpus, 8));
   s += "Overrides go on the same line (--training.steps 1000 --hf_assets_path ./assets/hf/...).\n\n";
   s += "Plan: " + plan_to_flags(p) + "\n\"\"\"\n";
-  s += "from torchtitan.components.loss import CrossEntropyLoss\n";
+  s += p.loss() == LossImpl::kChunked
+           ? "from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss\n"
+           : "from torchtitan.components.loss import CrossEntropyLoss\n";
   s += p.optimizer == Optimizer::kAdam
            ? "from torchtitan.components.optimizer import OptimizersContainer, ParamGroupConfig\n"
            : "from torchtitan.components.optimizer import default_adamw\n";
@@ -151,9 +153,16 @@ std::string titan_trainer_config(const Plan& p, const ModelGraph& model) {
   const int replicate = p.zero == 0 ? p.dp : p.replicas, shard = p.zero == 0 ? 1 : p.shard_group;
   const bool async_tp = p.async_tp && p.compile;
   s += "    config = Trainer.Config(\n        model_spec=model_spec,\n";
-  // The simulator holds the full logits for the loss (no chunking): the plain cross entropy, not
-  // ChunkedLossWrapper.
-  s += "        loss=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(model_spec)),\n";
+  // --loss-impl chunked: ChunkedLossWrapper.Config(num_chunks, loss_fn) (components/loss.py:608-614; the
+  // trainer sets _skip_lm_head, trainer.py:513-535); otherwise the plain cross entropy over the whole logits.
+  if (p.loss() == LossImpl::kChunked)
+    s += fmt::format(
+        "        loss=ChunkedLossWrapper.Config(\n            num_chunks={},\n"
+        "            loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(model_spec)),\n"
+        "        ),\n",
+        p.chunks());
+  else
+    s += "        loss=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(model_spec)),\n";
   // Adam: default_adamw's catch-all group with the "Adam" factory (components/optimizer/optimizer.py).
   s += p.optimizer == Optimizer::kAdam
            ? "        optimizer=OptimizersContainer.Config(\n            param_groups=[\n"

@@ -10,6 +10,7 @@
 #include "planner/import/common.hpp"
 #include "planner/import/torchtitan_py_reader.hpp"
 #include "planner/py_config.hpp"
+#include "simulator/plan/plan.hpp"
 
 namespace shardplan::import {
 
@@ -158,6 +159,23 @@ void read_py_precision_compile(const std::string& path, const TitanGet& get, Imp
     c.knobs["async_tp"] = bool_text(path, "compile.enable_async_tensor_parallel", *v);
 }
 
+/// loss = ChunkedLossWrapper.Config(num_chunks=N): --loss-impl chunked where modelled (the capability rows
+/// kChunkedLossParallel / kChunkedLossUnsharded), else named as not modelled.
+void read_py_chunked_loss(const TitanGet& get, ImportedConfig& c) {
+  if (!get("loss.chunked")) return;
+  const std::string n = *get("loss.num_chunks");
+  auto degree = [&](const char* k) { return c.knobs.count(k) ? std::stoll(c.knobs[k]) : 1LL; };
+  if (degree("tp") > 1 || degree("cp") > 1 || degree("pp") > 1 ||
+      (c.knobs.count("zero") && c.knobs["zero"] == "0")) {
+    c.unmodelled.push_back("loss = ChunkedLossWrapper.Config(num_chunks=" + n +
+                           ") with TP, CP, PP or ZeRO-0 (simulated as the whole-logits loss)");
+    return;
+  }
+  c.knobs["loss_impl"] = "chunked";
+  c.source["loss_impl"] = "loss = ChunkedLossWrapper.Config";
+  if (n != std::to_string(kTorchtitanLossChunks)) c.knobs["loss_chunks"] = n;
+}
+
 /// Float8 (Float8LinearConverter.Config) and the optimizer.
 void read_py_float8_optimizer(const std::string& path, const TitanGet& get, const TitanReader& r,
                               ImportedConfig& c) {
@@ -273,6 +291,7 @@ ImportedConfig import_torchtitan_py(const std::string& path_spec) {
   read_py_batch(path, get, token_layout, c);
   read_py_precision_compile(path, get, c);
   read_py_float8_optimizer(path, get, r, c);
+  read_py_chunked_loss(get, c);
   if (!r.model_flavor.empty()) c.model = titan_model(r, path);
   if (!token_layout) read_titan_pipeline_batch(path, get, c);
   name_unread(r, read, c);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "simulator/plan/plan.hpp"
 
 namespace shardplan::import {
 
@@ -230,9 +231,11 @@ void TitanReader::apply(const py::Value& raw, const std::string& field, int dept
     fields["float8"] = "true";
     section("float8");
   } else if (callee == "ChunkedLossWrapper.Config") {
-    notes.push_back(
-        "loss = ChunkedLossWrapper.Config (chunked cross-entropy: the simulator's loss holds the "
-        "whole step's logits and their gradient; docs/model.md \"Records outside the defaults\")");
+    // --loss-impl chunked; num_chunks defaults to 8 (components/loss.py:610); loss_fn is the inner loss.
+    fields["loss.chunked"] = "true";
+    fields["loss.num_chunks"] = std::to_string(kTorchtitanLossChunks);
+    for (const auto& [k, a] : v.kwargs)
+      if (k == "num_chunks") set("loss.num_chunks", a);
   } else if (callee == "MXFP8LinearConverter.Config" || callee == "NVFP4LinearConverter.Config") {
     // --fp8 mxfp8 / nvfp4 (mx.py / nvfp4.py: `fqns`, empty = every Linear.Config, the LM head included).
     fields["blockfp"] = callee == "MXFP8LinearConverter.Config" ? "mxfp8" : "nvfp4";

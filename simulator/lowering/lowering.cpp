@@ -63,8 +63,9 @@ void Lowering::run() {
 // The loss: the loss layer's tensors of the plan's loss kernel (simulator/model/loss_tensors.cpp, one list
 // per implementation with its sources), op by op.
 Bytes Lowering::loss_bytes(const LossTensor& t) const {
-  const double lb = p_.loss_dtype == Dtype::kFp32 ? 4.0 : bc_;
-  return B(loss_tensor_bytes(t, logits_elems(), loss_tokens(), bc_, lb));
+  LossDims x = loss_dims(p_, in_.model.spec(), loss_tokens());
+  x.compute_bytes = bc_;
+  return B(loss_tensor_bytes(t, x));
 }
 
 void Lowering::loss_op(int op) {
@@ -75,10 +76,12 @@ void Lowering::loss_op(int op) {
       if (l->kind == LayerKind::kLoss) loss_list_ = loss_tensors_of(l->loss_tensors, k);
     loss_ids_.assign(loss_list_.size(), -1);
   }
+  // The chunked loss's gradients of the output projection are gradients (chunked_loss_tensors.cpp).
+  auto cat = [](const LossTensor& t) { return loss_head_grad(t) ? MemCategory::kGrads : A; };
   for (std::size_t i = 0; i < loss_list_.size(); ++i) {
     const LossTensor& t = *loss_list_[i];
     if (t.made != op) continue;
-    loss_ids_[i] = alloc_one(A, kPoolDefault, loss_bytes(t));
+    loss_ids_[i] = alloc_one(cat(t), kPoolDefault, loss_bytes(t));
     if (t.freed == kLossToHead) loss_to_head_id_ = loss_ids_[i];
   }
   std::int32_t held = -1;
@@ -88,7 +91,7 @@ void Lowering::loss_op(int op) {
     if (t.held && p_.hold_logits) {
       held = loss_ids_[i];  // the loop's reference keeps it into the next micro-step
     } else {
-      free_group(A, kPoolDefault, loss_ids_[i]);
+      free_group(cat(t), kPoolDefault, loss_ids_[i]);
     }
     loss_ids_[i] = -1;
   }
@@ -106,6 +109,7 @@ void Lowering::loss_op(int op) {
 
 void Lowering::loss_forward_effects() {
   const LossOps o = loss_ops(loss_kernel(p_, rt_));
+  loss_to_head_id_ = -1;  // the chunked loss makes the head's gradient in its forward
   for (int op = 0; op < o.forward_ops; ++op) loss_op(op);
 }
 
@@ -113,7 +117,6 @@ std::int32_t Lowering::loss_backward_effects() {
   // Returns the group of the logits' gradient in the compute dtype that the head's backward reads (its
   // caller frees it, logits_elems() x the compute dtype's bytes).
   const LossOps o = loss_ops(loss_kernel(p_, rt_));
-  loss_to_head_id_ = -1;
   for (int op = o.forward_ops; op < o.ops; ++op) loss_op(op);
   return loss_to_head_id_;
 }

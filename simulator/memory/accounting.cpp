@@ -222,12 +222,11 @@ Bytes host_state_bytes_per_rank(const ModelGraph& model, const Plan& p) {
 double loss_saved_bytes(const ModelGraph& model, const Plan& p, double tokens) {
   const LossKernel k = loss_kernel(p, runtime_traits(p));
   const LossOps o = loss_ops(k);
-  const double TV = tokens * static_cast<double>(model.spec().vocab) / p.tp;
-  const double lb = p.loss_dtype == Dtype::kFp32 ? 4.0 : p.compute_bytes();
+  const LossDims x = loss_dims(p, model.spec(), tokens);
   double total = 0;
   for (const Layer* l : model.order())
     for (const LossTensor* t : loss_tensors_of(l->loss_tensors, k))
-      if (loss_saved(*t, o)) total += loss_tensor_bytes(*t, TV, tokens, p.compute_bytes(), lb);
+      if (loss_saved(*t, o)) total += loss_tensor_bytes(*t, x);
   return total;
 }
 

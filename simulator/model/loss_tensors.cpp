@@ -3,6 +3,8 @@
 // tensors, every allocation and free recorded; docs/model.md "Logits and loss").
 #include "simulator/model/loss_tensors.hpp"
 
+#include <algorithm>
+
 namespace shardplan {
 
 const char* to_string(LossKernel k) {
@@ -25,6 +27,10 @@ const char* to_string(LossKernel k) {
       return "compiled-loss-parallel";
     case LossKernel::kMegatron:
       return "megatron-vocab-parallel";
+    case LossKernel::kChunked:
+      return "chunked";
+    case LossKernel::kChunkedCompiled:
+      return "chunked-compiled";
   }
   return "?";
 }
@@ -182,6 +188,10 @@ LossOps loss_ops(LossKernel k) {
       return {1, 2};
     case LossKernel::kMegatron:
       return {2, 3};
+    case LossKernel::kChunked:
+      return {12, 13};
+    case LossKernel::kChunkedCompiled:
+      return {9, 10};
   }
   return {};
 }
@@ -194,6 +204,7 @@ void add_loss_tensors(std::vector<LossTensor>& out) {
   compiled_kernel(out);
   compiled_parallel_kernel(out);
   megatron_kernel(out);
+  add_chunked_loss_tensors(out);
 }
 
 double loss_dtype_bytes(LossDtype d, double compute_bytes, double loss_bytes) {
@@ -208,13 +219,44 @@ double loss_dtype_bytes(LossDtype d, double compute_bytes, double loss_bytes) {
       return 8.0;
     case LossDtype::kBool:
       return 1.0;
+    case LossDtype::kGradHeld:
+      return compute_bytes;
   }
   return compute_bytes;
 }
 
-double loss_tensor_bytes(const LossTensor& t, double vocab_elems, double tokens, double compute_bytes,
-                         double loss_bytes) {
-  return (t.vocab ? vocab_elems : tokens) * loss_dtype_bytes(t.dtype, compute_bytes, loss_bytes);
+double loss_dtype_bytes(LossDtype d, const LossDims& x) {
+  if (d == LossDtype::kGradHeld) return std::max(x.reduce_bytes, x.compute_bytes);
+  return loss_dtype_bytes(d, x.compute_bytes, x.loss_bytes);
+}
+
+double loss_tensor_elems(const LossTensor& t, const LossDims& x) {
+  const double n = x.chunks;
+  switch (t.extent) {
+    case LossExtent::kWhole:
+      return t.vocab ? x.tokens * x.vocab : x.tokens;
+    case LossExtent::kChunkVocab:
+      return x.tokens / n * x.vocab;
+    case LossExtent::kChunkToken:
+      return x.tokens / n;
+    case LossExtent::kHidden:
+      return x.tokens * x.hidden;
+    case LossExtent::kHiddenCopy:
+      return x.mbs > 1 ? x.tokens * x.hidden : 0.0;
+    case LossExtent::kChunkHidden:
+      return x.tokens / n * x.hidden;
+    case LossExtent::kHeadWeight:
+      return x.vocab * x.hidden;
+    case LossExtent::kHeadWeightHeld:
+      return x.chunks >= 2 ? x.vocab * x.hidden : 0.0;
+    case LossExtent::kHeadWeightShard:
+      return x.vocab * x.hidden / x.shard;
+  }
+  return 0.0;
+}
+
+double loss_tensor_bytes(const LossTensor& t, const LossDims& x) {
+  return loss_tensor_elems(t, x) * loss_dtype_bytes(t.dtype, x);
 }
 
 std::vector<const LossTensor*> loss_tensors_of(const std::vector<LossTensor>& all, LossKernel k) {

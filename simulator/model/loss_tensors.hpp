@@ -38,6 +38,11 @@ enum class LossKernel : std::uint8_t {
   /// and saved; its backward writes the gradient into the saved softmax in place (`grad_input = softmax`,
   /// `-=`, `mul_`); the `.float()`'s backward casts it to the compute dtype.
   kMegatron,
+  /// torchtitan 0.3.0 components/loss.py ChunkedLossWrapper (--loss-impl chunked): lm_head, the eager
+  /// cross-entropy and its backward per sequence chunk inside the loss call (chunked_loss_tensors.cpp).
+  kChunked,
+  /// The same with the inner loss torch.compile'd (--compile: BaseLoss._maybe_compile, loss.py:309-316).
+  kChunkedCompiled,
 };
 const char* to_string(LossKernel k);
 
@@ -48,6 +53,31 @@ enum class LossDtype : std::uint8_t {
   kFp32,
   kInt64,
   kBool,
+  /// FSDP2's held unsharded gradient: the reduce dtype when wider than the compute dtype, else the compute
+  /// dtype (torch 2.15 _fsdp_param_group.py _set_unsharded_grad_dtypes, unsharded_grad_dtype).
+  kGradHeld,
+};
+
+/// What a loss tensor's element count is (T: this rank's tokens, V/tp: its vocabulary, D: hidden size, N:
+/// the chunk count).
+enum class LossExtent : std::uint8_t {
+  kWhole,            ///< T x V/tp when `vocab`, else T
+  kChunkVocab,       ///< T/N x V/tp: one chunk's logits
+  kChunkToken,       ///< T/N
+  kHidden,           ///< T x D
+  kHiddenCopy,       ///< T x D when a micro-batch holds more than one sequence (mbs > 1), else 0
+  kChunkHidden,      ///< T/N x D
+  kHeadWeight,       ///< V/tp x D: the output projection's weight
+  kHeadWeightHeld,   ///< V/tp x D when N >= 2, else 0 (FSDP2 holds no gradient across a single chunk)
+  kHeadWeightShard,  ///< V/tp x D / shard: this rank's shard of the output projection's gradient
+};
+
+/// The sizes a loss tensor's bytes depend on.
+struct LossDims {
+  double tokens = 0, vocab = 0, hidden = 0;  ///< T, V/tp, D
+  int chunks = 1, mbs = 1;
+  int shard = 1;  ///< the FSDP ranks the head's gradient is reduce-scattered over
+  double compute_bytes = 2, loss_bytes = 4, reduce_bytes = 4;
 };
 
 /// One buffer of the loss. Ops are numbered in the loss's issue order, forward then backward; at op k the
@@ -67,6 +97,7 @@ struct LossTensor {
   /// The model output the training loop references (`pred`): with hold_logits it is not freed in this step
   /// (the next micro-step's rebinding frees it: a kCarried entry of the same kernel).
   bool held = false;
+  LossExtent extent = LossExtent::kWhole;
   bool operator==(const LossTensor&) const = default;
 };
 
@@ -85,10 +116,23 @@ void add_loss_tensors(std::vector<LossTensor>& out);
 /// Bytes of one element at the plan's compute and loss dtype sizes.
 double loss_dtype_bytes(LossDtype d, double compute_bytes, double loss_bytes);
 
-/// Bytes of `t`: `vocab_elems` = this rank's tokens x V / tp for the vocabulary-sized ones, `tokens` for the
-/// per-token ones.
-double loss_tensor_bytes(const LossTensor& t, double vocab_elems, double tokens, double compute_bytes,
-                         double loss_bytes);
+/// Bytes of one element of dtype `d` at sizes `x`.
+double loss_dtype_bytes(LossDtype d, const LossDims& x);
+
+/// Elements of `t` at sizes `x`.
+double loss_tensor_elems(const LossTensor& t, const LossDims& x);
+
+/// Bytes of `t` at sizes `x`.
+double loss_tensor_bytes(const LossTensor& t, const LossDims& x);
+
+/// Whether `t` is a gradient of the output projection's weight (a gradient, not an activation).
+inline bool loss_head_grad(const LossTensor& t) {
+  return t.extent == LossExtent::kHeadWeight || t.extent == LossExtent::kHeadWeightHeld ||
+         t.extent == LossExtent::kHeadWeightShard;
+}
+
+/// The chunked loss's lists (chunked_loss_tensors.cpp).
+void add_chunked_loss_tensors(std::vector<LossTensor>& out);
 
 /// The tensors of kernel `k` in a loss layer's list, in list order (allocation and free order within an op).
 std::vector<const LossTensor*> loss_tensors_of(const std::vector<LossTensor>& all, LossKernel k);

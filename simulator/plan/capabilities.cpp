@@ -35,6 +35,7 @@ Table build_table() {
   for (Runtime r : EnumValues<Runtime>::v) fill(r, ep_backend_capability_rows(r));
   for (Runtime r : EnumValues<Runtime>::v) fill(r, zeropp_rows(r));
   for (Runtime r : EnumValues<Runtime>::v) fill(r, blockfp_rows(r));
+  for (Runtime r : EnumValues<Runtime>::v) fill(r, chunked_loss_rows(r));
   for (const auto& r : seen)
     for (bool s : r)
       if (!s) throw std::logic_error("capability table: a runtime without an entry for a feature");
@@ -129,6 +130,10 @@ constexpr FeatureInfo kFeatureInfo[] = {
     {"hpZ or qgZ with expert parallelism", "--ep"},                        // kZeroppWithEp
     {"MXFP8 linears (block-scaled float8)", "--fp8"},                      // kMxfp8
     {"NVFP4 linears (block-scaled fp4)", "--fp8"},                         // kNvfp4
+    {"chunked loss (head + loss per sequence chunk)", "--loss-impl"},      // kChunkedLoss
+    {"chunked loss with TP, CP or PP", "--loss-impl"},                     // kChunkedLossParallel
+    {"chunked loss without the head as its own unit", "--loss-impl"},      // kChunkedLossUnsharded
+    {"chunked loss in 16 bits or with a held output", "--loss-impl"},      // kChunkedLoss16
 };
 static_assert(std::size(kFeatureInfo) == kFeatures);
 }  // namespace
@@ -223,6 +228,11 @@ std::array<bool, kFeatures> plan_features(const Plan& p, int dp) {
   use(Feature::kZeroppWithEp, (hpz || p.quantized_gradients) && p.ep > 1);
   use(Feature::kMxfp8, p.fp8 == Fp8::kMxfp8);
   use(Feature::kNvfp4, p.fp8 == Fp8::kNvfp4);
+  const bool chunked = p.loss() == LossImpl::kChunked;
+  use(Feature::kChunkedLoss, chunked);
+  use(Feature::kChunkedLossParallel, chunked && (p.tp > 1 || p.cp > 1 || p.pp > 1));
+  use(Feature::kChunkedLossUnsharded, chunked && (p.zero == 0 || p.root_params != RootParams::kNone));
+  use(Feature::kChunkedLoss16, chunked && (p.loss_dtype != Dtype::kFp32 || p.hold_logits));
   return u;
 }
 

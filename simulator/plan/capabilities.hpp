@@ -76,8 +76,12 @@ enum class Feature : std::uint8_t {
   kZeroppWithEp,             ///< hpZ or qgZ with ep > 1
   kMxfp8,                    ///< --fp8 mxfp8: block-scaled float8 linears
   kNvfp4,                    ///< --fp8 nvfp4: block-scaled fp4 linears
+  kChunkedLoss,              ///< --loss-impl chunked (torchtitan's ChunkedLossWrapper)
+  kChunkedLossParallel,      ///< the chunked loss with TP, CP or PP
+  kChunkedLossUnsharded,     ///< the chunked loss without the output projection as its own FSDP2 unit
+  kChunkedLoss16,            ///< the chunked loss with a 16-bit loss dtype or held model output
 };
-inline constexpr int kFeatures = static_cast<int>(Feature::kNvfp4) + 1;
+inline constexpr int kFeatures = static_cast<int>(Feature::kChunkedLoss16) + 1;
 inline constexpr int kRuntimes = 4;
 
 /// kNo: the runtime does not have it. kNotModelled: it has it, the simulator does not lower it. Both are

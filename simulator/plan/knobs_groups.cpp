@@ -107,10 +107,12 @@ void add_kernel_knobs(std::vector<Knob>& t) {
                 &Plan::loss_dtype));
   {
     // Printed only when set: repro lines and run records of plans that leave it to --compile are unchanged.
-    Knob k = make("loss_impl", "--loss-impl", KnobKind::kEnum,
-                  "cross-entropy: eager (aten log_softmax + nll_loss) or compiled (torch.compile'd loss, "
-                  "torchtitan since 2025-04-02; the torchtitan version decides, its config cannot)",
-                  "compiled with --compile, eager otherwise", names<LossImpl>());
+    Knob k =
+        make("loss_impl", "--loss-impl", KnobKind::kEnum,
+             "cross-entropy: eager (aten log_softmax + nll_loss), compiled (torch.compile'd loss, "
+             "torchtitan since 2025-04-02; the torchtitan version decides, its config cannot) or chunked "
+             "(torchtitan 0.3.0 ChunkedLossWrapper: output projection + loss per sequence chunk)",
+             "compiled with --compile, eager otherwise", names<LossImpl>());
     k.get = [](const Plan& p) { return p.loss_impl ? std::string(to_string(*p.loss_impl)) : std::string(); };
     k.set = [](Plan& p, const std::string& s) {
       LossImpl l = LossImpl::kEager;
@@ -118,6 +120,15 @@ void add_kernel_knobs(std::vector<Knob>& t) {
       if (why.empty()) p.loss_impl = l;
       return why;
     };
+    t.push_back(k);
+  }
+  {
+    // Printed only when set (0 = torchtitan's default), like loss_impl.
+    Knob k = int_knob("loss_chunks", "--loss-chunks",
+                      "--loss-impl chunked: sequence chunks (torchtitan ChunkedLossWrapper num_chunks; the "
+                      "sequence must divide by it)",
+                      "8 (torchtitan 0.3.0's default)", 1, 65536, &Plan::loss_chunks);
+    k.get = [](const Plan& p) { return p.loss_chunks == 0 ? std::string() : std::to_string(p.loss_chunks); };
     t.push_back(k);
   }
   {

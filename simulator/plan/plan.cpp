@@ -5,6 +5,7 @@
 #include "simulator/plan/capabilities.hpp"
 #include "simulator/plan/capability_rows.hpp"
 #include "simulator/plan/knobs.hpp"
+#include "simulator/plan/loss_plan.hpp"
 #include "simulator/plan/pipeline_plan.hpp"
 #include "simulator/plan/plan_types.hpp"
 #include "topologies/cluster.hpp"
@@ -336,6 +337,7 @@ Plan resolve_plan(Plan p, const ModelGraph& model, const Cluster& cluster, std::
   resolve_resharding(p);
   check_sequence_and_units(p, s, model);
   check_context_parallel(p);
+  check_loss_chunks(p);
   check_attention_core(p, model);
   check_expert_parallel(p, model);
   if (p.ep > 1 && !p.ep_backend) p.ep_backend = default_ep_backend(p.runtime);

@@ -5,6 +5,7 @@
 #include "simulator/plan/capabilities.hpp"
 #include "simulator/plan/knobs.hpp"
 #include "simulator/plan/lora_plan.hpp"
+#include "simulator/plan/loss_plan.hpp"
 #include "simulator/plan/pipeline_plan.hpp"
 #include "simulator/plan/plan_types.hpp"
 #include "simulator/plan/runtime.hpp"

@@ -53,7 +53,7 @@ const char* to_string(AllocatorMode a) {
   return a == AllocatorMode::kDefault ? "default" : "expandable";
 }
 const char* to_string(LossImpl l) {
-  return l == LossImpl::kEager ? "eager" : "compiled";
+  return l == LossImpl::kEager ? "eager" : l == LossImpl::kCompiled ? "compiled" : "chunked";
 }
 const char* to_string(AttentionCore a) {
   return a == AttentionCore::kFlash ? "flash" : a == AttentionCore::kFusedSoftmax ? "fused-softmax" : "eager";

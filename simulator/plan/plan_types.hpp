@@ -53,8 +53,13 @@ enum class PpSchedule { kGpipe, k1F1B, kInterleaved1F1B, kZbv, kDualPipeV };
 enum class AllocatorMode { kDefault, kExpandable };
 /// How the cross-entropy runs: `eager` = aten log_softmax + nll_loss (fp32 log-softmax output saved, its
 /// gradients T x V), `compiled` = torch.compile'd loss (torchtitan components/loss.py since bbb1b616e,
-/// 2025-04-02): inductor saves the logits and two per-token statistics, its backward writes one gradient.
-enum class LossImpl { kEager, kCompiled };
+/// 2025-04-02): inductor saves the logits and two per-token statistics, its backward writes one gradient;
+/// `chunked` = torchtitan 0.3.0's ChunkedLossWrapper (components/loss.py:559-835): the output projection and
+/// the cross-entropy (eager, or compiled with --compile) run per sequence chunk inside the loss call, each
+/// chunk's backward at once (docs/model.md "Chunked loss").
+enum class LossImpl { kEager, kCompiled, kChunked };
+/// torchtitan 0.3.0 components/loss.py:610 ChunkedLossWrapper.Config.num_chunks (default 8).
+inline constexpr int kTorchtitanLossChunks = 8;
 /// The attention core: `flash` = a flash-attention kernel (no s x s tensor, the log-sum-exp saved);
 /// `fused-softmax` = Megatron-LM / Megatron-DeepSpeed's materialised scores (batched GEMMs, fused scale-mask-
 /// softmax CUDA kernel; bigscience Megatron-DeepSpeed 1cb76a64, 2022); `eager` = Hugging Face eager attention
@@ -163,7 +168,7 @@ struct EnumValues<AllocatorMode> {
 };
 template <>
 struct EnumValues<LossImpl> {
-  static constexpr std::array v{LossImpl::kEager, LossImpl::kCompiled};
+  static constexpr std::array v{LossImpl::kEager, LossImpl::kCompiled, LossImpl::kChunked};
 };
 template <>
 struct EnumValues<AttentionCore> {
@@ -286,6 +291,8 @@ struct Plan {
   /// Eager or compiled cross-entropy; default: compiled with --compile (torchtitan >= 2025-04-02 compiles the
   /// loss with the model), eager otherwise.
   std::optional<LossImpl> loss_impl;
+  /// --loss-impl chunked: sequence chunks (torchtitan's loss.num_chunks); 0 = unset = kTorchtitanLossChunks.
+  int loss_chunks = 0;
   /// The SDPA kernel; unset = the one torch picks on the cluster's GPU (resolve_plan: sdpa_auto).
   std::optional<SdpaBackend> sdpa_backend;
   /// Which SDPA ops torchtitan's selective-AC policy saves (the torchtitan version decides).
@@ -376,6 +383,7 @@ struct Plan {
   int stages() const { return pp * std::max(virtual_stages, 1); }
   Dtype reduce() const { return reduce_dtype.value_or(Dtype::kFp32); }
   LossImpl loss() const { return loss_impl.value_or(compile ? LossImpl::kCompiled : LossImpl::kEager); }
+  int chunks() const { return loss_chunks > 0 ? loss_chunks : kTorchtitanLossChunks; }
   SdpaBackend sdpa() const { return sdpa_backend.value_or(sdpa_auto); }
   /// The token dispatch backend the plan runs (its runtime's default when unset).
   EpBackend ep_dispatch() const;

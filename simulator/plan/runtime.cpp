@@ -46,6 +46,9 @@ RuntimeTraits megatron_traits(const Plan& p) {
 LossKernel loss_kernel(const Plan& p, const RuntimeTraits& rt) {
   if (rt.vocab_parallel_loss_inplace) return LossKernel::kMegatron;
   const bool tp = p.tp > 1;
+  // ChunkedLossWrapper's inner loss is compiled with the model (BaseLoss._maybe_compile, torchtitan 0.3.0
+  // components/loss.py:309-316: compile.enable and "loss" in compile.components).
+  if (p.loss() == LossImpl::kChunked) return p.compile ? LossKernel::kChunkedCompiled : LossKernel::kChunked;
   if (p.loss() == LossImpl::kCompiled) return tp ? LossKernel::kCompiledParallel : LossKernel::kCompiled;
   if (p.loss_dtype != Dtype::kFp32) return tp ? LossKernel::kEagerParallel16 : LossKernel::kEager16;
   if (p.hold_logits) return tp ? LossKernel::kEagerModelUpcastParallel : LossKernel::kEagerModelUpcast;

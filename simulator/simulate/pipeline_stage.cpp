@@ -285,13 +285,11 @@ StageSim simulate_stage(const ModelGraph& model, const Cluster& cluster, const C
     // The saved vocabulary-sized tensors only (the per-token statistics are left out).
     const LossKernel k = loss_kernel(p, rt);
     const LossOps o = loss_ops(k);
-    const double TV = static_cast<double>(p.mbs) * static_cast<double>(p.seq) *
-                      static_cast<double>(model.spec().vocab) / p.tp;
-    const double lb = p.loss_dtype == Dtype::kFp32 ? 4.0 : p.compute_bytes();
+    const LossDims dims = loss_dims(p, model.spec(), static_cast<double>(p.mbs) * static_cast<double>(p.seq));
     double saved = 0;
     for (const Layer* l : model.order())
       for (const LossTensor* lt : loss_tensors_of(l->loss_tensors, k))
-        if (lt->vocab && loss_saved(*lt, o)) saved += loss_tensor_bytes(*lt, TV, 0.0, p.compute_bytes(), lb);
+        if (lt->vocab && loss_saved(*lt, o)) saved += loss_tensor_bytes(*lt, dims);
     x.cost.act_bytes += static_cast<Bytes>(saved);
   }
   // Work only the step's first micro-batch does (Transformer Engine's fp8 weight casts, cached for the later

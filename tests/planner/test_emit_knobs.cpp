@@ -114,6 +114,8 @@ TEST_CASE("emitters: every knob of the table changes the emitted text or is refu
   // Activation offload: torch's save_on_cpu without AC (fsdp2), DeepSpeed's cpu_checkpointing under full AC.
   add("ac none", dense, [](Plan& p) { p.ac = AcMode::kNone; });
   add("ac full", dense, [](Plan& p) { p.ac = AcMode::kFull; });
+  // torchtitan's ChunkedLossWrapper (--loss-chunks resolves only with it).
+  add("chunked loss", dense, [](Plan& p) { p.loss_impl = LossImpl::kChunked; });
 
   std::map<std::string, int> valid;      // knob -> (base, kind, value) cases that resolved
   std::map<std::string, int> expressed;  // ... whose text changed

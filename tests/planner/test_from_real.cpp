@@ -159,18 +159,20 @@ TEST_CASE("from: torchtitan Python configs: 0.3.0 and the token-sized micro-batc
   CHECK(now.plan["seq"] == 8192);
   CHECK(now.plan["mbs"] == 1);
   CHECK(has(now.err, "torchtitan@2026-08-20"));
-  CHECK(has(now.err, "ChunkedLossWrapper"));  // chunked cross-entropy: named, not modelled
+  CHECK(now.plan["loss_impl"] == "chunked");  // ChunkedLossWrapper.Config, num_chunks 8 (the default)
+  CHECK(!now.plan.contains("loss_chunks"));
   Run seventy = memory_from("torchtitan-2026-08-20-config_registry.py:llama3_70b");
   CHECK(seventy.plan["mbs"] == 8);
   CHECK(seventy.plan["tp"] == 8);
   CHECK(seventy.plan["ac"] == "full");
+  CHECK(has(seventy.err, "ChunkedLossWrapper"));  // with TP 8: not modelled, named
   Run old = memory_from("torchtitan-0.3.0-config_registry.py:llama3_8b");
   INFO(old.err);
   REQUIRE(old.rc <= 1);
   CHECK(old.plan["seq"] == 8192);
   CHECK(old.plan["mbs"] == 1);
   CHECK(has(old.err, "torchtitan@0.3.0"));
-  CHECK(has(old.err, "ChunkedLossWrapper"));
+  CHECK(old.plan["loss_impl"] == "chunked");
 }
 
 TEST_CASE("from: real DeepSpeed configs: auto values resolved as transformers does, or said",

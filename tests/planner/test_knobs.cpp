@@ -70,6 +70,7 @@ Plan all_changed() {
   x.allocator = AllocatorMode::kExpandable;
   x.allocator_gc_threshold = 0.8;
   x.loss_impl = LossImpl::kEager;  // with compile on, the default would be compiled
+  x.loss_chunks = 4;               // (a round trip only: resolve_plan takes it with --loss-impl chunked)
   x.attention = AttentionCore::kEager;
   x.attention_dropout = true;
   x.moe_impl = MoeImpl::kLoop;
@@ -108,7 +109,7 @@ TEST_CASE("knobs: a plan with every knob changed survives plan_to_flags and the 
         "--async-tp "
         "--foreach-optimizer --compile --hold-logits --fp32-norm --rs-input-rs-stream --zero-grad-in-place "
         "--loss-dtype bf16 "
-        "--loss-impl eager "
+        "--loss-impl eager --loss-chunks 4 "
         "--sdpa-backend efficient --sac-sdpa-ops flash-efficient --root-params embedding-head "
         "--keep-last-block --fp8 rowwise "
         "--fp8-all-gather "
