@@ -74,7 +74,7 @@ TEST_CASE("list knobs --json lists every knob of the table, in its order, as the
   }
 }
 
-TEST_CASE("list knobs --json: every listed value round-trips through the table; others are refused",
+TEST_CASE("list knobs --json: every listed value round-trips through the table, others are refused",
           "[knobs]") {
   const Json doc = knob_table_json();
   for (const Json& j : doc["knobs"]) {
