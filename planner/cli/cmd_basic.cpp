@@ -12,6 +12,7 @@
 #include "planner/cli/commands.hpp"
 #include "planner/cli/common.hpp"
 #include "planner/frameworks.hpp"
+#include "planner/knob_table.hpp"
 #include "planner/report/html.hpp"
 #include "planner/report/report.hpp"
 #include "simulator/collectives/collectives.hpp"
@@ -21,17 +22,37 @@
 namespace shardplan::cli {
 
 Command add_list_command(CLI::App& app) {
-  auto* sub =
-      app.add_subcommand("list", "list model or cluster presets, or the frameworks' version defaults");
+  auto* sub = app.add_subcommand(
+      "list", "list model or cluster presets, the frameworks' version defaults or the plan knobs");
   auto what = std::make_shared<std::string>();
-  auto json = std::make_shared<bool>(false);
-  sub->add_option("what", *what, "models | clusters | frameworks")->required();
-  sub->add_flag("--json", *json,
-                "frameworks: the table as JSON (shardplan.frameworks/1; tools/framework_defaults.json)");
-  return {sub, [what, json]() {
+  auto json = std::make_shared<std::string>();
+  sub->add_option("what", *what, "models | clusters | frameworks | knobs")->required();
+  // --json alone prints to stdout (as `list frameworks --json` always has); --json FILE writes FILE.
+  CLI::Option* json_opt =
+      sub->add_option(
+             "--json", *json,
+             "frameworks, knobs: the table as JSON (shardplan.frameworks/1, tools/framework_defaults.json; "
+             "shardplan.knobs/1, tools/common/knobs.json) to FILE, or - or nothing for stdout")
+          ->expected(0, 1);
+  return {sub, [what, json, json_opt]() {
+            const std::string out = json_opt->count() == 0 ? "" : json->empty() ? "-" : *json;
+            if (*what != "models" && *what != "clusters" && *what != "frameworks" && *what != "knobs")
+              throw InputError::flag(
+                  "list",
+                  "expected \"models\", \"clusters\", \"frameworks\" or \"knobs\", got \"" + *what + "\"");
+            if (!out.empty() && *what != "frameworks" && *what != "knobs")
+              throw InputError::flag("--json",
+                                     "list " + *what + " has no JSON form (frameworks and knobs have)");
+            if (*what == "knobs") {
+              if (out.empty())
+                std::cout << knob_table_text();
+              else
+                write_output(out, knob_table_json().dump(1) + "\n");
+              return 0;
+            }
             if (*what == "frameworks") {
-              if (*json) {
-                std::cout << version_rules_json().dump(1) << "\n";
+              if (!out.empty()) {
+                write_output(out, version_rules_json().dump(1) + "\n");
                 return 0;
               }
               std::cout
@@ -47,21 +68,17 @@ Command add_list_command(CLI::App& app) {
               std::cout << "\n";
               return 0;
             }
-            std::vector<std::string> names;
             if (*what == "models") {
               for (const auto& n : model_preset_names()) {
                 ModelGraph m = load_model(n);
                 std::cout << fmt::format("{:<16} {:>18L} parameters  {}\n", n, m.parameters(),
                                          m.spec().description);
               }
-            } else if (*what == "clusters") {
+            } else {
               for (const auto& n : cluster_preset_names()) {
                 ClusterSpec c = load_cluster_spec(n);
                 std::cout << fmt::format("{:<14} {}\n", n, c.description);
               }
-            } else {
-              throw InputError::flag(
-                  "list", "expected \"models\", \"clusters\" or \"frameworks\", got \"" + *what + "\"");
             }
             return 0;
           }};

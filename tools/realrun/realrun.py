@@ -24,6 +24,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tools"))  # tools/common/: shared with the reference lane and the converter
+from common.knob_args import add_knob_args  # noqa: E402
 from common.params import param_count  # noqa: E402
 from harness.model import _nullctx, build_model, init_weights_, loss_fn  # noqa: E402
 from harness.parallel import apply_ac, dtype_of, shard_fsdp1, shard_fsdp2  # noqa: E402
@@ -39,25 +40,30 @@ __all__ = ["param_count", "build_model", "loss_fn", "build_record", "validate_re
 # ================================================================================================
 # Distributed run
 # ================================================================================================
+# The plan knobs the harness runs, from shardplan's knob table (tools/common/knobs.json): the table's flag, help and
+# values, narrowed to what the harness runs; the harness's own flags by hand.
+PLAN_KNOBS = ("runtime", "zero", "shard_group", "seq", "mbs", "grad_accum", "ac", "precision", "reduce_dtype",
+              "prefetch", "compile")
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description="shardplan real-run harness (FSDP2/FSDP1, synthetic tokens)")
     ap.add_argument("--model", required=True, help="models/NAME.json preset name, a model spec file, or an HF config.json")
     ap.add_argument("--layers", type=int, help="override the number of blocks (smaller test models)")
-    ap.add_argument("--runtime", choices=["fsdp2", "fsdp1"], default="fsdp2")
-    ap.add_argument("--zero", type=int, choices=[2, 3], default=3, help="3: reshard after forward; 2: keep unsharded")
-    ap.add_argument("--shard-group", type=int, help="ranks per shard group (HSDP when < world size)")
-    ap.add_argument("--seq", type=int, default=2048)
-    ap.add_argument("--mbs", type=int, default=1)
-    ap.add_argument("--grad-accum", type=int, default=1)
+    add_knob_args(ap, PLAN_KNOBS, table_defaults=("runtime", "zero", "mbs", "grad_accum", "ac", "precision"),
+                  defaults={"seq": 2048},
+                  choices={"runtime": ("fsdp2", "fsdp1"), "zero": (2, 3),
+                           "precision": ("bf16-mixed", "bf16-true", "fp32")},
+                  help_suffix={"zero": "3: reshard after forward; 2: keep unsharded",
+                               "shard_group": "the harness: ranks per shard group, HSDP when < world size",
+                               "seq": "the harness's default: 2048",
+                               "prefetch": "the harness: explicit forward/backward prefetch depth (blocks ahead), "
+                                           "none unless given",
+                               "compile": "the harness: torch.compile each block"})
     ap.add_argument("--accum-no-sync", action="store_true",
                     help="skip the gradient reduce on non-final micro-batches (default: sync every micro-batch)")
-    ap.add_argument("--ac", choices=["none", "selective", "full"], default="none")
     ap.add_argument("--sac-mode", choices=["op", "layer"], default="op",
                     help="selective AC: op = torchtitan per-op policy; layer = checkpoint every other block")
-    ap.add_argument("--precision", choices=["bf16-mixed", "bf16-true", "fp32"], default="bf16-mixed")
-    ap.add_argument("--reduce-dtype", choices=["fp32", "bf16"], help="default: fp32 for bf16-mixed, bf16 for bf16-true")
-    ap.add_argument("--prefetch", type=int, help="explicit forward/backward prefetch depth (blocks ahead)")
-    ap.add_argument("--compile", action="store_true", help="torch.compile each block")
     ap.add_argument("--steps", type=int, default=6, help="measured steps after warm-up")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-4)

@@ -24,6 +24,9 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/common/
+from common.knob_args import add_knob_args  # noqa: E402
+
 CPU_BF16 = {"router.probs", "dispatch.scores_sorted"}  # fp32 under CUDA autocast, bf16 on the CPU
 BYTES = {"compute": 2, "fp32": 4, "int64": 8, "bool": 1}
 
@@ -116,7 +119,8 @@ def main(argv=None):
     ap.add_argument("--ffn", type=int, default=48)
     ap.add_argument("--experts", type=int, default=8)
     ap.add_argument("--top-k", type=int, default=2)
-    ap.add_argument("--compile", action="store_true")
+    add_knob_args(ap, ["compile"],
+                  help_suffix={"compile": "the MoE layer compiled (inductor), against the compiled list"})
     ap.add_argument("--lane", action="store_true",
                     help="the reference lane's SparseMoe (Hugging Face's loop) against --moe-impl loop's list")
     a = ap.parse_args(argv)

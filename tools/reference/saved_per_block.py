@@ -12,6 +12,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tools/common/
+from common.knob_args import add_knob_args  # noqa: E402
 from common.sac import selective_policy  # noqa: E402
 
 
@@ -200,7 +201,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dims", default="256,4,4,688", help="hidden,heads,kv_heads,ffn")
     ap.add_argument("--bs", type=int, default=2)
-    ap.add_argument("--seq", type=int, default=128)
+    add_knob_args(ap, ["seq"], defaults={"seq": 128}, help_suffix={"seq": "this script's default: 128"})
     ap.add_argument("--blocks", default="2024,0.3.0")
     ap.add_argument("--modes", default="eager,compile")
     ap.add_argument("--acs", default="none,full,selective")

@@ -2,6 +2,7 @@
 resolved into the plan the run builds."""
 import argparse
 
+from common.knob_args import add_knob_args, tool_error
 from lane.spec import PlanError
 
 DESCRIPTION = ("The reference lane: runs the real PyTorch training step of a shardplan model (FSDP2, FSDP1 or DDP; "
@@ -9,7 +10,21 @@ DESCRIPTION = ("The reference lane: runs the real PyTorch training step of a sha
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Plan flags (planner/cli/common.cpp add_plan_options; defaults from planner/cli/common.hpp PlanFlags).
+# Plan flags: shardplan's knob table (tools/common/knobs.json, `shardplan list knobs --json`) spelt, valued and
+# explained as `shardplan simulate` has them; the lane's own flags (paths, world size, what is measured) by hand.
+
+# The plan knobs the lane reads. Their defaults are the knob table's, except where the lane needs to see that a
+# flag was not given (LANE_DEFAULTS) or leaves the value to resolve_plan (--reshard-after-forward, --reduce-dtype:
+# None, derived as shardplan derives it).
+PLAN_KNOBS = ("runtime", "zero", "shard_group", "tp", "seq", "mbs", "grad_accum", "ac", "wrap", "prefetch",
+              "reshard_after_forward", "precision", "reduce_dtype", "offload", "async_tp", "fused_optimizer",
+              "compile", "hold_logits", "root_params", "keep_last_block", "loss_dtype", "fp8", "fp8_all_gather", "pp",
+              "pp_schedule", "virtual_stages", "pp_layers", "activation_offload")
+TABLE_DEFAULTS = ("runtime", "zero", "shard_group", "tp", "mbs", "ac", "wrap", "prefetch", "precision", "offload",
+                  "root_params", "loss_dtype", "fp8", "pp", "pp_schedule", "activation_offload")
+# 0 / "": not given (the model's sequence length; --global-batch or one micro-batch; the schedule's stages per rank;
+# torchtitan's split).
+LANE_DEFAULTS = {"seq": 0, "grad_accum": 0, "virtual_stages": 0, "pp_layers": ""}
 
 
 def parse_args(argv):
@@ -17,40 +32,8 @@ def parse_args(argv):
     p.add_argument("--model", default="llama3-70b")
     p.add_argument("--cluster", default="dgx-h100", help="written to the record only")
     p.add_argument("--gpus", type=int, required=True)
-    p.add_argument("--runtime", default="fsdp2")
-    p.add_argument("--zero", type=int, default=3)
-    p.add_argument("--shard-group", type=int, default=0)
-    p.add_argument("--tp", type=int, default=1)
-    p.add_argument("--seq", type=int, default=0)
-    p.add_argument("--mbs", type=int, default=1)
-    p.add_argument("--grad-accum", type=int, default=0)
+    add_knob_args(p, PLAN_KNOBS, table_defaults=TABLE_DEFAULTS, defaults=LANE_DEFAULTS)
     p.add_argument("--global-batch", type=int, default=0)
-    p.add_argument("--ac", default="none")
-    p.add_argument("--wrap", type=int, default=1)
-    p.add_argument("--prefetch", type=int, default=1)
-    p.add_argument("--reshard-after-forward", default=None)
-    p.add_argument("--precision", default="bf16-mixed")
-    p.add_argument("--reduce-dtype", default=None)
-    p.add_argument("--offload", default="none")
-    p.add_argument("--activation-offload", default="none", choices=("none", "all"),
-                   help="all: the forward under torch.autograd.graph.save_on_cpu(pin_memory=True), as the emitted "
-                        "FSDP2 script runs it (lane/offload.py)")
-    p.add_argument("--async-tp", action="store_true")
-    p.add_argument("--foreach-optimizer", action="store_true")
-    p.add_argument("--compile", action="store_true")
-    p.add_argument("--hold-logits", action="store_true")
-    p.add_argument("--root-params", default="none",
-                   help="FSDP2 root unit's parameters: none (torchtitan 0.3.0) or embedding-head (torchtitan "
-                        "before 83e694105, 2025-07-28)")
-    p.add_argument("--keep-last-block", action="store_true",
-                   help="the last block is not resharded after forward (torchtitan before 2025-07-28)")
-    p.add_argument("--loss-dtype", default="fp32")
-    p.add_argument("--fp8", default="none")
-    p.add_argument("--fp8-all-gather", action="store_true")
-    p.add_argument("--pp", type=int, default=1)
-    p.add_argument("--pp-schedule", default="1f1b")
-    p.add_argument("--virtual-stages", type=int, default=0)
-    p.add_argument("--pp-layers", default="")
     p.add_argument("--pp-rank", type=int, default=-1,
                    help="pipeline rank run and measured (default: the last; shardplan validate compares the "
                         "record with that rank's peak)")
@@ -67,11 +50,7 @@ def parse_args(argv):
     p.add_argument("--id", default=None, help="record id (default: derived from the plan)")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--trace", default=None)
-
-    def error(msg):
-        raise PlanError(msg)
-
-    p.error = error
+    tool_error(p, PlanError)
     return p.parse_args(argv)
 
 
@@ -89,21 +68,13 @@ def resolve_plan(a, spec) -> dict:
         bad("--grad-accum", "must be >= 1")
     if a.global_batch and a.grad_accum:
         bad("--global-batch", "give --global-batch or --grad-accum, not both")
-    if a.ac not in ("none", "selective", "full"):
-        bad("--ac", f"unknown value \"{a.ac}\"; expected none | selective | full")
-    if a.precision not in ("bf16-mixed", "bf16", "bf16-true", "fp32", "fp16-mixed"):
-        bad("--precision", f"unknown value \"{a.precision}\"")
     if a.precision == "fp16-mixed" and (a.runtime != "fsdp2" or a.zero not in (2, 3) or a.pp > 1 or a.tp > 1
                                         or a.fp8 != "none"):
         bad("--precision", "fp16-mixed is covered with FSDP2 ZeRO-2/3 without PP, TP or float8 only")
-    if a.loss_dtype not in ("fp32", "bf16"):
-        bad("--loss-dtype", f"unknown value \"{a.loss_dtype}\"")
-    if a.runtime not in ("fsdp2", "fsdp1", "deepspeed"):
-        bad("--runtime", f"unknown value \"{a.runtime}\"")
     # What the reference lane does not run yet (docs/reference-lane.md, "Not covered"). ZeRO-0 is plain data
     # parallel: torch.nn.parallel.DistributedDataParallel (shardplan spells it --zero 0 on fsdp2 or fsdp1).
-    if a.runtime == "deepspeed":
-        bad("--runtime", "deepspeed is not covered by the reference lane yet (fsdp2, fsdp1, or --zero 0 for DDP)")
+    if a.runtime not in ("fsdp2", "fsdp1"):
+        bad("--runtime", f"{a.runtime} is not covered by the reference lane yet (fsdp2, fsdp1, or --zero 0 for DDP)")
     if a.zero not in (0, 2, 3):
         bad("--zero", f"ZeRO {a.zero} is not covered by the reference lane (0 = DDP, 2, 3)")
     if a.zero == 0 and a.runtime != "fsdp2":
@@ -122,20 +93,21 @@ def resolve_plan(a, spec) -> dict:
         bad("--shard-group", f"{a.shard_group} does not divide --gpus {dp}")
     if a.offload != "none":
         bad("--offload", "CPU offload is not covered by the reference lane yet")
+    if a.activation_offload not in ("none", "all"):
+        bad("--activation-offload", f"{a.activation_offload} (Megatron-core's first N layers) is not covered by the "
+                                    "reference lane (none, all)")
     if a.activation_offload != "none" and (a.runtime not in ("fsdp2", "fsdp1") or a.ac != "none" or a.pp != 1
                                            or a.compile or a.tp > 1 or a.fp8 != "none"):
         bad("--activation-offload", "covered with FSDP2 / FSDP1 / DDP, no AC, TP, PP, float8 or compile only (what "
                                     "shardplan's capability table allows for save_on_cpu, less TP and float8)")
     if a.fp8 not in ("none", "tensorwise", "rowwise"):
-        bad("--fp8", f"unknown value \"{a.fp8}\"")
+        bad("--fp8", f"{a.fp8} is not covered by the reference lane (none, tensorwise, rowwise)")
     if a.fp8 != "none" and (a.runtime != "fsdp2" or a.zero == 0 or a.tp > 1):
         bad("--fp8", "float8 is covered with FSDP2 ZeRO-2/3 without TP only")
     if a.fp8_all_gather and a.fp8 != "tensorwise":
         bad("--fp8-all-gather", "needs --fp8 tensorwise")
     if a.compile:
         bad("--compile", "torch.compile is not covered by the reference lane")
-    if a.root_params not in ("none", "embedding-head"):
-        bad("--root-params", f"unknown value \"{a.root_params}\"")
     if (a.root_params != "none" or a.keep_last_block) and (
             a.runtime != "fsdp2" or a.zero not in (2, 3) or a.pp > 1 or a.tp > 1 or a.wrap != 1 or a.prefetch != 1
             or a.fp8 != "none" or spec.get("tied_embeddings")):
@@ -163,17 +135,13 @@ def resolve_plan(a, spec) -> dict:
         raf = False
     elif a.reshard_after_forward is None:
         raf = a.zero == 3
-    elif a.reshard_after_forward in ("true", "false"):
-        raf = a.reshard_after_forward == "true"
     else:
-        bad("--reshard-after-forward", "expected true or false")
+        raf = a.reshard_after_forward == "true"
     if a.zero == 2 and raf:
         bad("--reshard-after-forward", "ZeRO-2 keeps the gathered parameters: reshard_after_forward must be false")
     if a.zero == 3 and not raf:
         bad("--reshard-after-forward", "false with --zero 3 is ZeRO-2: pass --zero 2")
     reduce = a.reduce_dtype or ("fp32" if a.precision in ("bf16-mixed", "fp32", "fp16-mixed") else "bf16")
-    if reduce not in ("fp32", "bf16"):
-        bad("--reduce-dtype", f"unknown value \"{reduce}\"")
     if a.precision == "fp32" and reduce == "bf16":
         bad("--reduce-dtype", "bf16 reduction with fp32 precision is not covered")
     seq = a.seq or spec["seq"]
