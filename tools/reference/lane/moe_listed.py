@@ -30,11 +30,11 @@ def listed_blocks(bin_, spec, tokens, received):
     k = spec["moe"]["top_k"]
     out = {}
     layers = graph(bin_, spec)["layers"]
-    routed = expert_side({a["name"] for layer in layers for a in layer["activations"]})
     for layer in layers:
         name = layer.get("name", "")
         if not name.startswith("blocks."):
             continue
+        routed = expert_side(layer, {a["name"] for a in layer["activations"]})  # the graph's expert_rows
         block = name.split(".")[1]
         for a in layer["activations"]:
             if not a["eager"] or a.get("only", "") not in ONLY:
