@@ -14,7 +14,8 @@ import subprocess
 import tempfile
 import unittest
 
-from test_reference import SHARDPLAN, TINY, TINY_PARAMS, run_ref
+from lane_env import SHARDPLAN
+from test_reference import TINY, TINY_PARAMS, run_ref
 
 TOKENS = TINY["seq"]  # mbs 1
 

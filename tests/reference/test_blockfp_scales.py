@@ -9,18 +9,15 @@ tensor, so the comparison is against the constants those use. Needs the project'
 (tools/pyenv.sh pins torchao); outside CI it skips when torchao is not importable, in CI (CI=true) its absence
 is a failure.
 """
-import os
 import unittest
 
-try:
+from lane_env import have
+
+HAVE_TORCHAO = have("torch", "torchao.prototype.mx_formats.mx_tensor", "torchao.prototype.mx_formats.nvfp4_tensor")
+if HAVE_TORCHAO:
     import torch
     from torchao.prototype.mx_formats.mx_tensor import MXTensor
     from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor
-    HAVE_TORCHAO = True
-except ImportError:
-    if os.environ.get("CI"):
-        raise
-    HAVE_TORCHAO = False
 
 # shardplan's bytes per element of each copy (units_blockfp.cpp).
 MXFP8_BYTES_PER_ELEM = 1.0 + 1.0 / 32.0

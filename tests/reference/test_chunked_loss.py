@@ -13,17 +13,11 @@ import subprocess
 import sys
 import unittest
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+from lane_env import ROOT, have
+
 SCRIPT = os.path.join(ROOT, "tools", "reference", "chunked_loss.py")
 
-try:
-    import torch  # noqa: F401
-    import torchtitan  # noqa: F401
-    HAVE_TITAN = True
-except ImportError:
-    if os.environ.get("CI"):
-        raise
-    HAVE_TITAN = False
+HAVE_TITAN = have("torch", "torchtitan")
 
 # (B, L, N): one sequence in 4 chunks, two sequences (the chunks' contiguous copies) in 8, a single chunk
 # (no held gradient), four sequences in 2.

@@ -12,20 +12,13 @@ not importable, in CI (CI=true) its absence is a failure.
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import unittest
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SHARDPLAN = os.environ.get("SHARDPLAN_BIN", os.path.join(ROOT, "build", "planner", "shardplan"))
+from lane_env import SHARDPLAN, have
 
-try:
-    import peft  # noqa: F401
-    HAVE_PEFT = True
-except ImportError:
-    if os.environ.get("CI"):
-        raise
-    HAVE_PEFT = False
+
+HAVE_PEFT = have("peft")
 
 # 2 blocks, hidden 256, 4 query heads of 64 over 2 KV heads, SwiGLU 512, vocab 512.
 DIMS = dict(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,

@@ -19,16 +19,10 @@ import subprocess
 import tempfile
 import unittest
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SHARDPLAN = os.environ.get("SHARDPLAN_BIN", os.path.join(ROOT, "build", "planner", "shardplan"))
+from lane_env import SHARDPLAN, have
 
-try:
-    import peft  # noqa: F401
-    HAVE_PEFT = True
-except ImportError:
-    if os.environ.get("CI"):
-        raise
-    HAVE_PEFT = False
+
+HAVE_PEFT = have("peft")
 
 DIMS = dict(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=3, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)

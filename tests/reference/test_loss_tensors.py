@@ -11,7 +11,8 @@ import subprocess
 import sys
 import unittest
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+from lane_env import ROOT
+
 SCRIPT = os.path.join(ROOT, "tools", "reference", "loss_tensors.py")
 
 

@@ -14,17 +14,11 @@ import subprocess
 import sys
 import unittest
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SCRIPT = os.path.join(ROOT, "tools", "reference", "moe_ep.py")
-BIN = os.environ.get("SHARDPLAN_BIN", os.path.join(ROOT, "build", "planner", "shardplan"))
+from lane_env import ROOT, SHARDPLAN, have
 
-try:
-    import torchtitan  # noqa: F401
-    HAVE_TITAN = True
-except ImportError:
-    if os.environ.get("CI"):
-        raise
-    HAVE_TITAN = False
+SCRIPT = os.path.join(ROOT, "tools", "reference", "moe_ep.py")
+
+HAVE_TITAN = have("torchtitan")
 
 T, D, F, E, K, W = 64, 32, 48, 8, 2, 2
 
@@ -33,7 +27,7 @@ T, D, F, E, K, W = 64, 32, 48, 8, 2, 2
 class MoeExpertParallel(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        r = subprocess.run([sys.executable, SCRIPT, "--shardplan", BIN, "--world", str(W)], capture_output=True,
+        r = subprocess.run([sys.executable, SCRIPT, "--shardplan", SHARDPLAN, "--world", str(W)], capture_output=True,
                            text=True, timeout=300)
         if r.returncode != 0:
             raise AssertionError(r.stderr[-3000:])

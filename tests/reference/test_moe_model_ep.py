@@ -18,17 +18,11 @@ import subprocess
 import sys
 import unittest
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SCRIPT = os.path.join(ROOT, "tools", "reference", "moe_model_ep.py")
-BIN = os.environ.get("SHARDPLAN_BIN", os.path.join(ROOT, "build", "planner", "shardplan"))
+from lane_env import ROOT, SHARDPLAN, have
 
-try:
-    import torchtitan  # noqa: F401
-    HAVE_TITAN = True
-except ImportError:
-    if os.environ.get("CI"):
-        raise
-    HAVE_TITAN = False
+SCRIPT = os.path.join(ROOT, "tools", "reference", "moe_model_ep.py")
+
+HAVE_TITAN = have("torchtitan")
 
 T, K = 64, 2
 RUNS = {"qwen3": ("qwen3", 2, 2), "deepseek_v3": ("deepseek_v3", 2, 2), "qwen3-w4": ("qwen3", 4, 2)}
@@ -36,7 +30,7 @@ RUNS = {"qwen3": ("qwen3", 2, 2), "deepseek_v3": ("deepseek_v3", 2, 2), "qwen3-w
 
 def run(model, world, ep):
     r = subprocess.run([sys.executable, SCRIPT, "--model", model, "--world", str(world), "--ep", str(ep),
-                        "--shardplan", BIN], capture_output=True, text=True, timeout=600)
+                        "--shardplan", SHARDPLAN], capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise AssertionError(r.stderr[-3000:])
     return json.loads(r.stdout)

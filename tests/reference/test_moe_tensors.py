@@ -11,14 +11,14 @@ import subprocess
 import sys
 import unittest
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+from lane_env import ROOT, SHARDPLAN
+
 SCRIPT = os.path.join(ROOT, "tools", "reference", "moe_tensors.py")
-BIN = os.environ.get("SHARDPLAN_BIN", os.path.join(ROOT, "build", "planner", "shardplan"))
 
 
 class MoeTensors(unittest.TestCase):
     def run_case(self, *args):
-        r = subprocess.run([sys.executable, SCRIPT, "--shardplan", BIN, *args], capture_output=True, text=True)
+        r = subprocess.run([sys.executable, SCRIPT, "--shardplan", SHARDPLAN, *args], capture_output=True, text=True)
         out = json.loads(r.stdout)
         self.assertEqual(out["listed_bytes_per_token"], out["measured_bytes_per_token"], r.stdout)
         return out

@@ -16,8 +16,8 @@ import subprocess
 import tempfile
 import unittest
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SHARDPLAN = os.environ.get("SHARDPLAN_BIN", os.path.join(ROOT, "build", "planner", "shardplan"))
+from lane_env import SHARDPLAN
+
 
 # 2 blocks, hidden 256, 4 query heads of 64 over 2 KV heads, SwiGLU 768, vocab 512: every matrix holds at least
 # 4,096 elements in whole 256-element blocks (torchao keeps those in 8 bits), the norms stay fp32.

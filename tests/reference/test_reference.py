@@ -10,10 +10,10 @@ import sys
 import tempfile
 import unittest
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+from lane_env import ROOT, SHARDPLAN
+
 RUN = os.path.join(ROOT, "tools", "reference", "run.py")
 SCHEMA = os.path.join(ROOT, "docs", "schema", "run.schema.json")
-SHARDPLAN = os.path.join(ROOT, "build", "planner", "shardplan")
 
 # 2 blocks, hidden 64, 4 heads of 16 (2 KV heads), SwiGLU 128, vocab 256: every dim 0 divides by 8 ranks.
 TINY = {"schema": "shardplan.model/1", "name": "tiny", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
