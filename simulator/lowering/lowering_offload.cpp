@@ -179,8 +179,7 @@ void Lowering::offload_reload(int v, int mb, std::int32_t dep) {
   reload_task_[sv] = pcie_copy(static_cast<double>(offload_bytes(v)), dep, v, mb, true, "h2d activations");
   // save_on_cpu unpacks under the current (compute) stream; DeepSpeed's restore and Megatron's reload
   // allocate under their copy stream.
-  const bool save_on_cpu = rt_.act_offload == ActOffloadStyle::kSaveOnCpu;
-  const std::uint8_t pool = save_on_cpu ? kPoolDefault : kPoolOffloadCopy;
+  const std::uint8_t pool = rt_.act_offload == ActOffloadStyle::kSaveOnCpu ? kPoolDefault : kPoolOffloadCopy;
   act_id_[sv] = alloc_tensors(MemCategory::kActivations, pool, bytes, ut_[sv].saved);
 }
 

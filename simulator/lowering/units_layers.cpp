@@ -51,23 +51,24 @@ void layer_tensors(const UnitContext& c, SimUnit& u, UnitSums& m, const Layer& l
         static_cast<std::int64_t>(c.s.hidden);  // the tied weight, vocab-parallel under TP
     u.autocast_copy_elems += tied;
     u.saved_weight_bytes = add_checked(u.saved_weight_bytes, mul_checked(tied, bc, "saved weight"), "saved");
-    u.saved_weight_max_bytes = std::max(u.saved_weight_max_bytes, tied * bc);
+    u.saved_weight_max_bytes = std::max(u.saved_weight_max_bytes, mul_checked(tied, bc, "saved weight"));
   }
   // Identical tensors (a MoE layer's experts) as one group times its count: the same sums.
   l.for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
-    const std::int64_t n = tp_local_elems(ten, t) * count;
+    const std::int64_t one = tp_local_elems(ten, t), n = one * count;
+    const std::int64_t rank_n = ep && ten.expert ? n / p.ep : n;  // this EP rank's experts
     if (!embedding && (norm || ten.dim1 > 1) && ten.store == WeightStore::kParam) {
-      const std::int64_t one = tp_local_elems(ten, t) / (ep && ten.expert ? p.ep : 1);
       u.saved_weight_bytes =
-          add_checked(u.saved_weight_bytes, mul_checked(one * count, bc, "saved weight"), "saved");
-      u.saved_weight_max_bytes = std::max(u.saved_weight_max_bytes, one * bc);
+          add_checked(u.saved_weight_bytes, mul_checked(rank_n, bc, "saved weight"), "saved");
+      // One tensor: a grouped expert weight holds this rank's stack / ep experts; a per-expert one is whole.
+      const std::int64_t largest = ep && ten.expert && ten.stack > 1 ? one / p.ep : one;
+      u.saved_weight_max_bytes = std::max(u.saved_weight_max_bytes, mul_checked(largest, bc, "saved weight"));
     }
     // (a weight stored in bf16 or quantised, LoRA's base, is not cast: autocast's copy is of fp32 weights)
-    if (cast_by_autocast && ten.store == WeightStore::kParam)
-      u.autocast_copy_elems += ep && ten.expert ? n / p.ep : n;
+    if (cast_by_autocast && ten.store == WeightStore::kParam) u.autocast_copy_elems += rank_n;
     // LoRA's frozen base (not under FSDP1: its FlatParameter's gradient covers it).
     const bool frozen = ten.frozen && rt.padding != Padding::kFlatUnit;
-    if (frozen) u.frozen_elems += ep && ten.expert ? n / p.ep : n;
+    if (frozen) u.frozen_elems += rank_n;
     if (ten.store == WeightStore::kNf4 || ten.store == WeightStore::kInt8)
       m.dequant_bytes +=
           static_cast<double>(ten.parameters() * count) *
