@@ -30,7 +30,7 @@ void Lowering::run() {
     held_logits_id_ = prog.new_tensor();
     if (in_.initial)
       groups_.allocated(held_logits_id_, (*in_.initial)[static_cast<std::size_t>(MemCategory::kActivations)],
-                        prog.tensors);
+                        kPoolDefault, prog.tensors);
   }
   prog.optimizer_state_lazy = !rt_.optimizer_flat_partitions;
   const std::int32_t held_before = held_logits_id_;
@@ -91,7 +91,7 @@ void Lowering::loss_op(int op) {
     if (t.held && p_.hold_logits) {
       held = loss_ids_[i];  // the loop's reference keeps it into the next micro-step
     } else {
-      free_group(cat(t), kPoolDefault, loss_ids_[i]);
+      free_group(cat(t), loss_ids_[i]);
     }
     loss_ids_[i] = -1;
   }
@@ -100,7 +100,7 @@ void Lowering::loss_op(int op) {
     if (t->made != kLossCarried || t->freed != op) continue;
     // Rebinding `pred` drops the previous micro-step's model output (the step starts with one held:
     // initial_allocation).
-    free_group(A, kPoolDefault, held_logits_id_);
+    free_group(A, held_logits_id_);
     for (std::size_t i = 0; i < loss_list_.size(); ++i)
       if (loss_list_[i]->held && held < 0) held = loss_ids_[i];
   }
@@ -220,7 +220,7 @@ void Lowering::forward(int mb) {
         for (int j = 0; j < U_; ++j) {
           const SimUnit& uj = unit(j);
           if (uj.autocast_copy_elems <= 0 || !autocast_copies_recomputed(uj)) continue;
-          free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[static_cast<std::size_t>(j)]);
+          free_group(MemCategory::kGathered, autocast_id_[static_cast<std::size_t>(j)]);
           autocast_id_[static_cast<std::size_t>(j)] = -1;
         }
     }
@@ -256,7 +256,7 @@ void Lowering::optimizer_step() {
   }
   o.label = label([] { return std::string("optimizer step"); });
   std::int32_t oid = out_.program.add(o);
-  free_group(MemCategory::kOptimizer, kPoolDefault, scaler);
+  free_group(MemCategory::kOptimizer, scaler);
   out_.optimizer_s = o.duration_s;
   if (p_.optimizer == Optimizer::kMuon) oid = muon_orthogonalise(oid);
   // DeepSpeed offload: the updated 16-bit parameters of this rank's partition go back host -> device (FSDP's
@@ -269,7 +269,7 @@ void Lowering::optimizer_step() {
     // parameter of the group (the optimizer's parameters: this rank's shards).
     const Bytes tmp = B(local_params * 4);
     const std::int32_t g = alloc_tensors(MemCategory::kOptimizer, kPoolDefault, tmp, optimizer_params_);
-    free_group(MemCategory::kOptimizer, kPoolDefault, g);
+    free_group(MemCategory::kOptimizer, g);
   }
   if (p_.optimizer == Optimizer::kAdafactor && !offload_.optimizer) {
     // torch 2.15's foreach Adafactor (the default on CUDA): var_estimates, one tensor like each parameter
@@ -277,7 +277,7 @@ void Lowering::optimizer_step() {
     // _multi_tensor_adafactor), in the state's dtype.
     const Bytes tmp = B(local_params * moment_bytes(rt_, p_));
     const std::int32_t g = alloc_tensors(MemCategory::kOptimizer, kPoolDefault, tmp, optimizer_params_);
-    free_group(MemCategory::kOptimizer, kPoolDefault, g);
+    free_group(MemCategory::kOptimizer, g);
   }
   if (rt_.param_all_gather_after_step) {
     // DeepSpeed ZeRO-1/2: all-gather the updated 16-bit parameters after the step.
@@ -293,7 +293,7 @@ void Lowering::optimizer_step() {
     z.lane = kLaneCompute;
     z.label = label([] { return std::string("zero_grad"); });
     out_.program.add(z);
-    for (const std::int32_t g : grad_groups_) free_group(MemCategory::kGrads, kPoolDefault, g);
+    for (const std::int32_t g : grad_groups_) free_group(MemCategory::kGrads, g);
     grad_groups_.clear();
   }
 }

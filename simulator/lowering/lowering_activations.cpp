@@ -201,7 +201,7 @@ std::int32_t Lowering::forward_activations(int u) {
           ids[static_cast<std::size_t>(e.slot)] = alloc_one(A, kPoolDefault, e.bytes);
           break;
         case K::kFree:
-          free_group(A, kPoolDefault, ids[static_cast<std::size_t>(e.slot)]);
+          free_group(A, ids[static_cast<std::size_t>(e.slot)]);
           break;
       }
     }
@@ -220,7 +220,7 @@ std::int32_t Lowering::forward_activations(int u) {
   if (next > 0) next_act_group_ = alloc_one(A, kPoolDefault, next);
   const Bytes extra = std::max<Bytes>(0, peak - cur);
   const std::int32_t tr = alloc_one(A, kPoolDefault, extra);
-  free_group(A, kPoolDefault, tr);
+  free_group(A, tr);
   return group;
 }
 

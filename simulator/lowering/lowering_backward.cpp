@@ -31,10 +31,10 @@ void Lowering::backward(int mb, bool last_mb) {
   }
   if (st.bucket_acc > 0) reduce_bucket(st, last_compute_, st.bucket_of.empty() ? 0 : st.bucket_of[0]);
   if (held_rs_id_ >= 0) {
-    free_group(MemCategory::kCommBuffers, held_rs_pool_, held_rs_id_);
+    free_group(MemCategory::kCommBuffers, held_rs_id_);
     held_rs_id_ = -1;
   }
-  free_group(MemCategory::kCommBuffers, kPoolDefault, ipg_id);
+  free_group(MemCategory::kCommBuffers, ipg_id);
 }
 
 void Lowering::reduce_bucket(BackwardStep& st, std::int32_t after, int b) {
@@ -151,14 +151,14 @@ void Lowering::backward_memory(UnitBackward& ub, BackwardStep& st, std::int32_t 
   // consumed before the last gradients are written, so the gradients are allocated after they are freed.
   const bool op_level = un.blocks > 0;
   if (op_level) {
-    free_group(MemCategory::kOther, kPoolDefault, workspace_id_);
-    free_group(MemCategory::kActivations, kPoolDefault, act_id_[su]);
-    free_group(MemCategory::kActivations, kPoolDefault, recompute_id_);
+    free_group(MemCategory::kOther, workspace_id_);
+    free_group(MemCategory::kActivations, act_id_[su]);
+    free_group(MemCategory::kActivations, recompute_id_);
     act_id_[su] = recompute_id_ = workspace_id_ = -1;
     offload_release(u);
     if (rt_.autocast_weight_copies && un.autocast_copy_elems > 0 && autocast_copies_recomputed(un)) {
       // The recomputed copies are saved tensors of the block's matmuls: consumed with them.
-      free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[su]);
+      free_group(MemCategory::kGathered, autocast_id_[su]);
       autocast_id_[su] = -1;
     }
   }
@@ -171,8 +171,8 @@ void Lowering::backward_memory(UnitBackward& ub, BackwardStep& st, std::int32_t 
           tied_emb ? alloc_one(MemCategory::kActivations, kPoolDefault, tied_b) : -1;
       ugrad_id_[su] = alloc_tensors(MemCategory::kGrads, kPoolDefault, ub.ugrad, ut.params_local);
       if (tied_emb) {
-        free_group(MemCategory::kActivations, kPoolDefault, tied_grad_id_);
-        free_group(MemCategory::kActivations, kPoolDefault, tied_second);
+        free_group(MemCategory::kActivations, tied_grad_id_);
+        free_group(MemCategory::kActivations, tied_second);
         tied_grad_id_ = -1;
       }
       ub.emb_extra_id = alloc_one(MemCategory::kGrads, kPoolDefault, ub.emb_extra);
@@ -194,7 +194,7 @@ void Lowering::backward_memory(UnitBackward& ub, BackwardStep& st, std::int32_t 
           // docs/reference-lane.md); then the two addends are freed and the sum is the weight's .grad.
           const Bytes two = B(2 * vh);
           const std::int32_t tr = alloc_one(MemCategory::kGrads, kPoolDefault, two);
-          free_group(MemCategory::kGrads, kPoolDefault, tr);
+          free_group(MemCategory::kGrads, tr);
           tied_b = -vh;
         }
       }
@@ -206,14 +206,14 @@ void Lowering::backward_memory(UnitBackward& ub, BackwardStep& st, std::int32_t 
     }
   }
   // The head's matmul backward reads the logits' gradient while it writes its weight gradient.
-  if (ub.loss_grad >= 0) free_group(MemCategory::kActivations, kPoolDefault, ub.loss_grad);
-  free_group(MemCategory::kActivations, kPoolDefault, act_id_[su]);
-  free_group(MemCategory::kActivations, kPoolDefault, recompute_id_);
-  free_group(MemCategory::kOther, kPoolDefault, workspace_id_);
+  if (ub.loss_grad >= 0) free_group(MemCategory::kActivations, ub.loss_grad);
+  free_group(MemCategory::kActivations, act_id_[su]);
+  free_group(MemCategory::kActivations, recompute_id_);
+  free_group(MemCategory::kOther, workspace_id_);
   act_id_[su] = recompute_id_ = workspace_id_ = -1;
   offload_release(u);
   if (rt_.autocast_weight_copies && un.autocast_copy_elems > 0)
-    free_group(MemCategory::kGathered, kPoolDefault, autocast_id_[su]);
+    free_group(MemCategory::kGathered, autocast_id_[su]);
   if (rt_.gather_limiter == GatherLimiter::kComputeTwoBack && rt_.gathers_params)
     limiter_queue_.push_back(ub.task);
 }
@@ -241,8 +241,8 @@ void Lowering::post_backward(UnitBackward& ub, BackwardStep& st) {
   if (rt_.reduce_scatter) {
     if (un.gather_owner >= 0) return;  // FSDP1 root head part: reduced with the root at the end
     reduce_scatter(u, mb, st.grad_bytes_per_elem);
-    free_group(MemCategory::kGrads, kPoolDefault, partial_local_id);
-    free_group(MemCategory::kGrads, kPoolDefault, ub.emb_extra_id);
+    free_group(MemCategory::kGrads, partial_local_id);
+    free_group(MemCategory::kGrads, ub.emb_extra_id);
     if (ub.regather) {
       // The norm's backward needs the group again: all-gather and copy-out, prefetch the next unit, then
       // the second post-backward reshards and releases the first reduce-scatter's input (the norm's own
@@ -251,7 +251,7 @@ void Lowering::post_backward(UnitBackward& ub, BackwardStep& st) {
       backward_prefetch(u, mb, copy_out(u, mb, true));
       free_unsharded(u);
       if (held_rs_id_ >= 0) {
-        free_group(MemCategory::kCommBuffers, held_rs_pool_, held_rs_id_);
+        free_group(MemCategory::kCommBuffers, held_rs_id_);
         held_rs_id_ = -1;
       }
     }

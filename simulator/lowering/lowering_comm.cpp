@@ -73,7 +73,7 @@ void Lowering::issue_ag(int u, int mb, bool backward, std::int32_t after) {
           : -1;
   ag_id_[su] = alloc_one(MemCategory::kGathered, kPoolAllGather, B(bytes));
   ag_buf_[su] = bytes;
-  free_group(MemCategory::kCommBuffers, kPoolAllGather, cast_id);
+  free_group(MemCategory::kCommBuffers, cast_id);
   ag_task_[static_cast<std::size_t>(u)] = id;
   gathered_[static_cast<std::size_t>(u)] = 1;
   ag_out_held_[static_cast<std::size_t>(u)] = 1;
@@ -87,7 +87,7 @@ void Lowering::issue_ag(int u, int mb, bool backward, std::int32_t after) {
 
 void Lowering::release_held_ag_output(int u) {
   if (u < 0 || !ag_out_held_[static_cast<std::size_t>(u)]) return;
-  free_group(MemCategory::kGathered, kPoolAllGather, ag_id_[static_cast<std::size_t>(u)]);
+  free_group(MemCategory::kGathered, ag_id_[static_cast<std::size_t>(u)]);
   ag_id_[static_cast<std::size_t>(u)] = -1;
   ag_out_held_[static_cast<std::size_t>(u)] = 0;
 }
@@ -119,7 +119,7 @@ std::int32_t Lowering::copy_out(int u, int mb, bool backward) {
   if (hold) {
     prev_fwd_ag_out_ = u;
   } else {  // backward (and DeepSpeed): the flat output is dropped right after copy-out
-    free_group(MemCategory::kGathered, kPoolAllGather, ag_id_[su]);
+    free_group(MemCategory::kGathered, ag_id_[su]);
     ag_id_[su] = -1;
     ag_out_held_[su] = 0;
   }
@@ -132,7 +132,7 @@ void Lowering::free_unsharded(int u) {
   // FSDP2 / DeepSpeed free the copied-out parameters; FSDP1's parameters are views of the flat all-gather
   // output, which is freed itself (_free_storage of _full_param_padded).
   auto& id = rt_.copy_out ? unsharded_id_[static_cast<std::size_t>(u)] : ag_id_[static_cast<std::size_t>(u)];
-  free_group(MemCategory::kGathered, rt_.unsharded_pool, id);
+  free_group(MemCategory::kGathered, id);
   id = -1;
   gathered_[static_cast<std::size_t>(u)] = 0;
 }
@@ -224,7 +224,7 @@ void Lowering::reduce_scatter(int u, int mb, double grad_bytes_per_elem) {
   c.micro_batch = mb;
   const std::int32_t cid = out_.program.add(c);
   if (held_rs_id_ >= 0) {
-    free_group(MemCategory::kCommBuffers, held_rs_pool_, held_rs_id_);
+    free_group(MemCategory::kCommBuffers, held_rs_id_);
     held_rs_id_ = -1;
   }
   // FSDP2 foreach_reduce: the flat reduce-scatter input is allocated on the current (default) stream and the
@@ -232,9 +232,9 @@ void Lowering::reduce_scatter(int u, int mb, double grad_bytes_per_elem) {
   // post-backward stream.
   const std::int32_t rs_in = alloc_one(MemCategory::kCommBuffers, rt_.rs_input_pool, B(rs_bytes));
   const auto su = static_cast<std::size_t>(u);
-  if (!rt_.grads_persistent) free_group(MemCategory::kGrads, kPoolDefault, ugrad_id_[su]);
+  if (!rt_.grads_persistent) free_group(MemCategory::kGrads, ugrad_id_[su]);
   if (un.owns_merged_root)  // the root's head part gradients, reduced together
-    free_group(MemCategory::kGrads, kPoolDefault, ugrad_id_.back());
+    free_group(MemCategory::kGrads, ugrad_id_.back());
   const std::int32_t rid =
       qgz() ? qgz_reduce(u, mb, rs_elems, cid)
             : add_collective(
@@ -255,16 +255,15 @@ void Lowering::reduce_scatter(int u, int mb, double grad_bytes_per_elem) {
     const std::int32_t g = alloc_one(MemCategory::kGrads, kPoolReduceScatter, grad_shard);
     grad_groups_.push_back(g);
     grads_allocated_ += grad_shard;
-    free_group(MemCategory::kCommBuffers, rt_.rs_input_pool, rs_in);
+    free_group(MemCategory::kCommBuffers, rs_in);
   } else {
     // The reduce-scatter output and the sharded gradients are allocated under the reduce-scatter stream
     // (foreach_reduce: `with device_handle.stream(reduce_scatter_stream)`), so they come from its pool.
     const std::int32_t out_id = alloc_one(MemCategory::kCommBuffers, kPoolReduceScatter, out_r);
     if (rt_.rs_input_held) {  // kept until the next unit's post-backward
       held_rs_id_ = rs_in;
-      held_rs_pool_ = rt_.rs_input_pool;
     } else {
-      free_group(MemCategory::kCommBuffers, rt_.rs_input_pool, rs_in);
+      free_group(MemCategory::kCommBuffers, rs_in);
     }
     if (!rt_.grads_persistent && mb == 0) {
       const std::int32_t g =
@@ -272,7 +271,7 @@ void Lowering::reduce_scatter(int u, int mb, double grad_bytes_per_elem) {
       grad_groups_.push_back(g);
       grads_allocated_ += grad_shard;
     }
-    free_group(MemCategory::kCommBuffers, kPoolReduceScatter, out_id);
+    free_group(MemCategory::kCommBuffers, out_id);
   }
   prev_prev_rs_ = prev_rs_;
   prev_rs_ = rid;

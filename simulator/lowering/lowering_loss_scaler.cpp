@@ -54,7 +54,7 @@ std::int32_t Lowering::loss_scaler() {
     const Bytes fp32 = B(static_cast<double>(e.optimizer) * 4);
     const std::int32_t copies = alloc_tensors(MemCategory::kOptimizer, kPoolDefault, fp32, optimizer_params_);
     live = alloc_one(MemCategory::kOptimizer, kPoolDefault, fp32);
-    free_group(MemCategory::kOptimizer, kPoolDefault, copies);
+    free_group(MemCategory::kOptimizer, copies);
   }
   // GradScaler.step / DeepSpeed's has_overflow / megatron's step read the flag back (`.item()`): the CPU
   // waits for the stream before it issues the step.

@@ -79,7 +79,7 @@ void Lowering::offload_unpack_weights(int u) {
 void Lowering::offload_release(int u) {
   const auto su = static_cast<std::size_t>(u);
   if (weights_reload_id_.empty() || weights_reload_id_[su] < 0) return;
-  free_group(MemCategory::kActivations, kPoolDefault, weights_reload_id_[su]);
+  free_group(MemCategory::kActivations, weights_reload_id_[su]);
   weights_reload_id_[su] = -1;
 }
 
@@ -107,7 +107,7 @@ void Lowering::offload_forward(int u, int mb) {
       lane_wait(kLaneCompute,
                 pcie_copy(static_cast<double>(offload_bytes(u)), fwd, u, mb, false, "d2h activations"), -1,
                 "compute stream: after the activations' d2h");
-      free_group(A, kPoolDefault, act_id_[su]);
+      free_group(A, act_id_[su]);
       act_id_[su] = -1;
       return;
     case ActOffloadStyle::kCheckpointInputs:
@@ -120,7 +120,7 @@ void Lowering::offload_forward(int u, int mb) {
       for (int v = 0; v < u; ++v) {
         const auto sv = static_cast<std::size_t>(v);
         if (act_off_[sv].freed_after != u || act_gpu_group_[sv] < 0) continue;
-        free_group(A, kPoolDefault, act_gpu_group_[sv]);
+        free_group(A, act_gpu_group_[sv]);
         act_gpu_group_[sv] = -1;
       }
       return;
@@ -144,11 +144,11 @@ void Lowering::offload_forward(int u, int mb) {
     c.label = label([&] { return "offload buffer copy " + un.name + mb_suffix(mb); });
     last_compute_ = out_.program.add(c);
     if (act_buf_bytes_[parity] != bytes) {  // a buffer of another shape is allocated anew
-      free_group(A, kPoolDefault, act_buf_id_[parity]);
+      free_group(A, act_buf_id_[parity]);
       act_buf_id_[parity] = alloc_tensors(A, kPoolDefault, bytes, ut_[su].saved);
       act_buf_bytes_[parity] = bytes;
     }
-    free_group(A, kPoolDefault, act_id_[su]);
+    free_group(A, act_id_[su]);
     act_id_[su] = -1;
   }
   const bool prev_offloaded = g == 0 || g - 1 < p_.activation_offload / std::max(1, p_.wrap);
@@ -165,7 +165,7 @@ void Lowering::offload_forward(int u, int mb) {
   const int groups = p_.activation_offload / std::max(1, p_.wrap);
   if (g >= 1 && g - 1 + 2 >= groups) {
     const auto parity = static_cast<std::size_t>((g - 1) % 2);
-    free_group(A, kPoolDefault, act_buf_id_[parity]);
+    free_group(A, act_buf_id_[parity]);
     act_buf_id_[parity] = -1;
     act_buf_bytes_[parity] = 0;
   }

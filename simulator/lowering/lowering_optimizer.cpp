@@ -93,9 +93,9 @@ std::int32_t Lowering::muon_orthogonalise(std::int32_t after) {
           const Bytes x_b = B(2 * m * n), gram_b = B(2 * m * m);
           const std::int32_t ns = out_.program.new_tensor();
           for (Bytes b : {x_b, gram_b, gram_b, x_b}) alloc_one(C, kPoolDefault, b, ns);
-          free_group(C, kPoolDefault, ns);
+          free_group(C, ns);
           alloc_one(C, kPoolDefault, x_b, g);
-          free_group(C, kPoolDefault, g);
+          free_group(C, g);
         }
       });
     }

@@ -94,10 +94,11 @@ class Lowering {
   std::int32_t alloc_tensors(MemCategory c, std::uint8_t pool, Bytes total, Span s, std::int32_t group = -1);
   /// One tensor of `bytes`.
   std::int32_t alloc_one(MemCategory c, std::uint8_t pool, Bytes bytes, std::int32_t group = -1);
-  /// Frees every tensor of group `group`: one effect of minus the group's live bytes (groups_: what its
-  /// allocations added up to). -1 (no allocation was made) frees nothing; an unknown or already freed group
-  /// is a logic error (std::logic_error, TensorGroups::release).
-  void free_group(MemCategory c, std::uint8_t pool, std::int32_t group);
+  /// Frees every tensor of group `group`: one effect of minus the group's live bytes, in the pool they were
+  /// allocated from (groups_: what its allocations added up to, and where). -1 (no allocation was made)
+  /// frees nothing; an unknown or already freed group is a logic error (std::logic_error,
+  /// TensorGroups::release).
+  void free_group(MemCategory c, std::int32_t group);
   /// The tensors allocated before the step (Program::initial): persistent state per parameter, buffers.
   void initial_tensors();
   template <class F>
@@ -360,7 +361,6 @@ class Lowering {
   /// FSDP2 tied embeddings: the head's gradient of the tied weight, waiting in autograd's input buffer for
   /// the embedding's (SimUnit::tied_grad_elems).
   std::int32_t tied_grad_id_ = -1;
-  std::uint8_t held_rs_pool_ = kPoolDefault;
   int prev_fwd_ag_out_ = -1;  ///< FSDP2 forward: AG output kept until the next unit's copy-out
   Bytes grads_allocated_ = 0;
   std::int32_t last_compute_ = -1;  ///< the last compute task (what the next TP all-gather needs)

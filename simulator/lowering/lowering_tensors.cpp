@@ -107,7 +107,7 @@ std::int32_t Lowering::alloc_one(MemCategory c, std::uint8_t pool, Bytes bytes, 
   if (bytes <= 0) return group;
   if (group < 0) group = out_.program.new_tensor();
   out_.program.add_effect({c, pool, 1, group, bytes});
-  groups_.allocated(group, bytes, out_.program.tensors);
+  groups_.allocated(group, bytes, pool, out_.program.tensors);
   return group;
 }
 
@@ -130,13 +130,14 @@ std::int32_t Lowering::alloc_tensors(MemCategory c, std::uint8_t pool, Bytes tot
     }
     if (last && total - used > 0) out_.program.add_effect({c, pool, 1, group, total - used});
   }
-  groups_.allocated(group, total, out_.program.tensors);  // the runs' floors and the remainder add up to it
+  groups_.allocated(group, total, pool,
+                    out_.program.tensors);  // the runs' floors and the remainder add up to it
   return group;
 }
 
-void Lowering::free_group(MemCategory c, std::uint8_t pool, std::int32_t group) {
-  const Bytes bytes = groups_.release(group, out_.program.tensors);
-  if (bytes > 0) out_.program.add_effect({c, pool, 1, group, -bytes});
+void Lowering::free_group(MemCategory c, std::int32_t group) {
+  const TensorGroups::Released r = groups_.release(group, out_.program.tensors);
+  if (r.bytes > 0) out_.program.add_effect({c, r.pool, 1, group, -r.bytes});
 }
 
 void Lowering::initial_tensors() {

@@ -30,12 +30,12 @@ std::int32_t Lowering::qgz_reduce(int u, int mb, double rs_elems, std::int32_t d
       [&] { return "qgz all_to_all (node) " + un.name + mb_suffix(mb); }, u, mb);
   const Bytes inter_buf = B(2 * q.inter_bytes + 2.0 * rs_elems / local_g_.ranks);
   const std::int32_t inter_id = alloc_one(MemCategory::kCommBuffers, kPoolReduceScatter, inter_buf);
-  free_group(MemCategory::kCommBuffers, kPoolReduceScatter, intra_id);
+  free_group(MemCategory::kCommBuffers, intra_id);
   const std::int32_t inter = add_collective(
       CollectiveKind::kAllToAll, CommKind::kReduceScatter, kLaneShard, q.inter_bytes, nodes_g_, intra,
       busbw_factor(CollectiveKind::kAllToAll, nodes_g_.ranks) * q.inter_bytes,
       [&] { return "qgz all_to_all (nodes) " + un.name + mb_suffix(mb); }, u, mb);
-  free_group(MemCategory::kCommBuffers, kPoolReduceScatter, inter_id);
+  free_group(MemCategory::kCommBuffers, inter_id);
   return inter;
 }
 

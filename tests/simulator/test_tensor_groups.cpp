@@ -13,42 +13,59 @@ using namespace shardplan;
 using shardplan::detail::TensorGroups;
 using shardplan::test::Setup;
 
-TEST_CASE("tensor groups: a free returns the group's allocations, freeing twice or an unknown group throws",
-          "[simulator][lowering]") {
+TEST_CASE(
+    "tensor groups: a free returns the group's allocations and pool, freeing twice or an unknown group "
+    "throws",
+    "[simulator][lowering]") {
   TensorGroups g;
-  // Three groups handed out (ids 0, 1, 2). Group 0: three tensors of 100, 200 and 300 bytes; group 2 none.
-  g.allocated(0, 100, 3);
-  g.allocated(0, 200, 3);
-  g.allocated(0, 300, 3);
-  g.allocated(1, 7, 3);
+  // Three groups handed out (ids 0, 1, 2). Group 0: three tensors of 100, 200 and 300 bytes from the
+  // reduce-scatter pool; group 1 one of 7 bytes from the default pool; group 2 none.
+  g.allocated(0, 100, kPoolReduceScatter, 3);
+  g.allocated(0, 200, kPoolReduceScatter, 3);
+  g.allocated(0, 300, kPoolReduceScatter, 3);
+  g.allocated(1, 7, kPoolDefault, 3);
   CHECK(g.live(0) == 600);
-  CHECK(g.release(0, 3) == 600);  // 100 + 200 + 300
+  CHECK_THROWS_AS(g.allocated(0, 1, kPoolDefault, 3), std::logic_error);  // one group, two pools
+  const TensorGroups::Released r0 = g.release(0, 3);
+  CHECK(r0.bytes == 600);  // 100 + 200 + 300
+  CHECK(r0.pool == kPoolReduceScatter);
   CHECK(g.live(0) == 0);
-  CHECK_THROWS_AS(g.release(0, 3), std::logic_error);       // freed twice
-  CHECK_THROWS_AS(g.allocated(0, 1, 3), std::logic_error);  // allocated after its free
-  CHECK_THROWS_AS(g.release(3, 3), std::logic_error);       // never handed out
+  CHECK_THROWS_AS(g.release(0, 3), std::logic_error);                           // freed twice
+  CHECK_THROWS_AS(g.allocated(0, 1, kPoolReduceScatter, 3), std::logic_error);  // allocated after its free
+  CHECK_THROWS_AS(g.release(3, 3), std::logic_error);                           // never handed out
   CHECK_THROWS_AS(g.release(-2, 3), std::logic_error);
-  CHECK(g.release(-1, 3) == 0);  // -1: no allocation was made (alloc_one of 0 bytes), nothing to free
-  CHECK(g.release(-1, 3) == 0);
-  CHECK(g.release(2, 3) == 0);  // handed out, nothing allocated in it
+  CHECK(g.release(-1, 3).bytes == 0);  // -1: no allocation was made (alloc_one of 0 bytes), nothing to free
+  CHECK(g.release(-1, 3).bytes == 0);
+  CHECK(g.release(2, 3).bytes == 0);  // handed out, nothing allocated in it
   CHECK_THROWS_AS(g.release(2, 3), std::logic_error);
-  CHECK(g.release(1, 3) == 7);
+  const TensorGroups::Released r1 = g.release(1, 3);
+  CHECK(r1.bytes == 7);
+  CHECK(r1.pool == kPoolDefault);
   g.clear();  // a new lowering
-  g.allocated(0, 5, 1);
-  CHECK(g.release(0, 1) == 5);
+  // A group handed out before a higher id was allocated (grown with no bytes) takes its pool when first
+  // allocated.
+  g.allocated(1, 5, kPoolDefault, 2);
+  g.allocated(0, 9, kPoolAllGather, 2);
+  CHECK(g.release(0, 2).pool == kPoolAllGather);
+  CHECK(g.release(1, 2).bytes == 5);
 }
 
 namespace {
 
 /// Per group: bytes its allocations (Program::initial and the step's effects) added up to before its free,
-/// and its frees. Checks that every free is minus those bytes and that no group is freed twice or allocated
-/// after its free; returns the bytes of frees of groups the program never allocates (the planner's pass:
-/// the held logits, allocated before the step in the engine's initial totals).
+/// their pool, and its frees. Checks that every free is minus those bytes from that pool, that one group's
+/// allocations share a pool, and that no group is freed twice or allocated after its free; returns the bytes
+/// of frees of groups the program never allocates (the planner's pass: the held logits, allocated before the
+/// step in the engine's initial totals).
 std::vector<Bytes> check_frees(const Program& prog) {
   std::map<std::int32_t, Bytes> allocated;
+  std::map<std::int32_t, std::uint8_t> pool;
   std::map<std::int32_t, int> frees;
   std::vector<Bytes> unallocated;
-  for (const MemEffect& e : prog.initial) allocated[e.tensor] += e.delta_bytes;
+  for (const MemEffect& e : prog.initial) {
+    allocated[e.tensor] += e.delta_bytes;
+    pool[e.tensor] = e.pool;
+  }
   for (const Task& t : prog.tasks)
     for (std::uint32_t k = t.first_effect; k < t.first_effect + t.n_effects; ++k) {
       const MemEffect& e = prog.effects[k];
@@ -56,6 +73,8 @@ std::vector<Bytes> check_frees(const Program& prog) {
       REQUIRE(e.tensor < prog.tensors);
       if (e.delta_bytes > 0) {
         CHECK(frees[e.tensor] == 0);  // not allocated after its free
+        const auto [at, first] = pool.try_emplace(e.tensor, e.pool);
+        CHECK(at->second == e.pool);  // one group, one pool
         allocated[e.tensor] += e.delta_bytes;
         continue;
       }
@@ -65,6 +84,7 @@ std::vector<Bytes> check_frees(const Program& prog) {
         unallocated.push_back(-e.delta_bytes);
       } else {
         CHECK(e.delta_bytes == -it->second);
+        CHECK(e.pool == pool[e.tensor]);  // freed from the pool it was allocated in
       }
     }
   return unallocated;
