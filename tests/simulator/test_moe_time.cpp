@@ -12,46 +12,11 @@
 
 using namespace shardplan;
 using fixture::Setup;
+using test::deepseek_small;
+using test::tiny_moe;
 using test::units_of;
 
 namespace {
-
-/// The reference lane's MoE layer (test_moe_imbalance.cpp): hidden 32, 8 experts of width 48, top 2.
-ModelSpec tiny_moe() {
-  ModelSpec s;
-  s.name = "tiny-moe";
-  s.layers = 1;
-  s.hidden = 32;
-  s.heads = 4;
-  s.kv_heads = 4;
-  s.head_dim = 8;
-  s.ffn_hidden = 48;
-  s.vocab = 256;
-  s.seq = 64;
-  s.moe.experts = 8;
-  s.moe.top_k = 2;
-  return s;
-}
-
-/// DeepSeek-V3's layer types (MLA, shared experts, a first dense block) at a size a property test can sweep
-/// (test_pipeline.cpp's deepseek-small): 64 experts of width 1,408, top 6.
-ModelGraph deepseek_small() {
-  ModelSpec sp = load_model("deepseek-v3").spec();
-  sp.name = "deepseek-small";
-  sp.layers = 8;
-  sp.hidden = 2048;
-  sp.heads = 16;
-  sp.kv_heads = 16;
-  sp.ffn_hidden = 10944;
-  sp.vocab = 102400;
-  sp.moe.experts = 64;
-  sp.moe.top_k = 6;
-  sp.moe.ffn_hidden = 1408;
-  sp.moe.shared_experts = 2;
-  sp.moe.first_dense = 1;
-  sp.mla.q_lora_rank = 0;
-  return ModelGraph::from_spec(sp);
-}
 
 Plan tiny_plan(const Setup& s, int ep, double f, bool compile) {
   Plan p;

@@ -377,30 +377,13 @@ TEST_CASE("property: at equal compute, expert parallelism never makes a pipeline
   // all of them, and each rank steps a different set of optimizer shards. So: every stage's forward and
   // backward are at least EP 1's, and the step is at least EP 1's less what the data-parallel collectives and
   // the optimizer got shorter.
-  auto small_deepseek = [] {
-    ModelSpec sp = load_model("deepseek-v3").spec();
-    sp.name = "deepseek-small";
-    sp.layers = 8;
-    sp.hidden = 2048;
-    sp.heads = 16;
-    sp.kv_heads = 16;
-    sp.ffn_hidden = 10944;
-    sp.vocab = 102400;
-    sp.moe.experts = 64;
-    sp.moe.top_k = 6;
-    sp.moe.ffn_hidden = 1408;
-    sp.moe.shared_experts = 2;
-    sp.moe.first_dense = 1;
-    sp.mla.q_lora_rank = 0;
-    return ModelGraph::from_spec(sp);
-  };
   struct M {
     const char* what;
     ModelGraph model;
   };
   std::vector<M> models;
   models.push_back({"qwen3-30b-a3b", load_model("qwen3-30b-a3b")});
-  models.push_back({"deepseek-small (MLA, 64 experts)", small_deepseek()});
+  models.push_back({"deepseek-small (MLA, 64 experts)", test::deepseek_small()});
   int checked = 0;
   for (const M& mod : models) {
     Setup s(mod.model, load_cluster_spec("dgx-h100"), 16);
