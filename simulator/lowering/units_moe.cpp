@@ -18,7 +18,7 @@ namespace shardplan::detail {
 namespace {
 
 /// A tensor of the MoE layer's list under either spelling of the SwiGLU projections (separate gate and up, or
-/// one fused gate_up: mlp_activations); an empty second spelling when there is one.
+/// one fused gate_up: mlp_activations); the second empty where there is only one.
 using Names = std::array<std::string_view, 2>;
 
 /// One memory-bound op on the experts' side of the dispatch: the tensors it reads and the one it writes
