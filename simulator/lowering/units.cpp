@@ -54,26 +54,6 @@ TpPass tp_pass(const SimUnit& u, bool backward, bool recompute) {
   return t;
 }
 
-namespace detail {
-
-/// One routed-expert GEMM of a MoE layer as the grouped GEMM runs it: torchtitan's GroupedExperts
-/// (models/moe/moe.py at 003edbe, _run_experts_grouped_mm: torch._grouped_mm over the experts' token groups,
-/// `offs` = the cumulative tokens per expert) and Megatron's GroupedMLP compute one GEMM per local expert
-/// over the tokens routed to it, not one GEMM over every token: the rank's T·top_k token-expert pairs
-/// (T·top_k·ep / experts per local expert under EP, T·top_k / experts without it) are spread over its local
-/// experts, and each group's efficiency is that of its own M (CostModel::gemm_efficiency). The FLOPs are
-/// those of g.count = top_k GEMMs over T tokens. `tokens`: T times the busiest rank's imbalance.
-double routed_experts_gemm_s(const CostModel& costs, const Layer& l, const Gemm& g, const Plan& p,
-                             double tokens, double n, double k, bool fp32) {
-  const double ep = std::max(1, p.ep), top_k = std::max(1, l.moe_top_k);
-  const double local_experts = static_cast<double>(l.moe_experts) / ep;
-  const double per_expert = tokens * top_k / local_experts;  // the rank's T·top_k pairs, spread evenly
-  const double gemms = g.count / top_k;                      // per pair: 2 for gate and up, 1 for down
-  return gemms * local_experts * costs.gemm_s(per_expert, n, k, fp32);
-}
-
-}  // namespace detail
-
 namespace {
 
 /// Partitions the layers into units: the embedding unit, one unit per `wrap` blocks, and the head unit (from

@@ -136,7 +136,7 @@ void layer_gemms(const UnitContext& c, SimUnit& u, UnitSums& m, const Layer& l, 
   for (const auto& g : l.gemms) {
     const double n = g.tp == TpSplit::kColumn ? static_cast<double>(g.n) / t : static_cast<double>(g.n);
     const double k = g.tp == TpSplit::kRow ? static_cast<double>(g.k) / t : static_cast<double>(g.k);
-    // The busiest EP rank's routed experts see `moe_imbalance` times the mean tokens (expert_parallel.cpp).
+    // The busiest EP rank's routed experts see `moe_imbalance` times the mean rows (moe_expert_rows).
     const double imbalance = c.ep && g.expert ? p.moe_imbalance : 1.0;
     const double gemm_before = m.gemm;
     if (fp8_layer) {
@@ -144,7 +144,7 @@ void layer_gemms(const UnitContext& c, SimUnit& u, UnitSums& m, const Layer& l, 
                                                 : costs.gemm_fp8_s(T, n, k, c.fp8_ratio));
       fp8_cast_bytes(c, m, l, g, n, k, column_input_cast);
     } else if (g.expert && l.moe_experts > 0) {
-      m.gemm += detail::routed_experts_gemm_s(costs, l, g, p, T * imbalance, n, k, c.fp32);
+      m.gemm += routed_experts_gemm_s(costs, l, g, p, moe_expert_rows(c, l), n, k, c.fp32);
     } else if (imbalance != 1.0) {
       m.gemm += g.count * costs.gemm_s(T * imbalance, n, k, c.fp32);
     } else {
@@ -190,6 +190,8 @@ void layer_core_and_activations(const UnitContext& c, SimUnit& u, UnitSums& m, c
   else if (l.block >= 0)
     el = el / c.rep_div;
   m.elem += costs.memory_s(T * el * c.bc / 2);
+  // A MoE layer under EP: the expert side on the busiest rank's rows, and the permutations (units_moe.cpp).
+  m.elem += costs.memory_s(T * c.moe_expert_extra_bytes(l));
   const double saved = c.saved(l, false);
   m.act_none += saved;
   m.act_sel += c.saved(l, l.block >= 0);

@@ -73,10 +73,14 @@ struct UnitContext {
     if (m.input < 0) m.input = block_input_bytes(l, p, T);
     return m.input;
   }
+  /// A MoE layer's elementwise bytes per micro-batch token beyond its elementwise_bytes_per_token under EP:
+  /// the expert side's on the busiest rank's extra rows and the all-to-all dispatcher's permutations
+  /// (moe_expert_side_bytes, units_moe.cpp); 0 without EP and for other layers.
+  double moe_expert_extra_bytes(const Layer& l) const;
 
  private:
   struct LayerMemo {
-    double none = -1, sel = -1, input = -1;
+    double none = -1, sel = -1, input = -1, moe_extra = -1;
   };
   mutable std::vector<LayerMemo> memo_ = std::vector<LayerMemo>(static_cast<std::size_t>(model.contents()));
   LayerMemo& memo(const Layer& l) const {
@@ -112,9 +116,19 @@ double backward_extra(const UnitContext& c, const SimUnit& u);
 /// workspace_accum_bytes for a backward into accumulated gradients). `extra`: backward_extra.
 void unit_workspace(const UnitContext& c, SimUnit& u, double extra);
 
-/// One routed-expert GEMM (Layer::gemms entry `g`, `g.expert`) of a MoE layer as the grouped GEMM runs it:
-/// one GEMM per local expert over its share of the rank's tokens·top_k pairs (units.cpp).
+/// The rows the routed experts of MoE layer `l` run on this rank per micro-batch: T x top_k, under EP the
+/// busiest rank's ep_busiest_rows(T x top_k) (units_moe.cpp).
+double moe_expert_rows(const UnitContext& c, const Layer& l);
+/// One routed-expert GEMM (Layer::gemms entry `g`, `g.expert`) of a MoE layer as the grouped GEMM runs it
+/// over `rows` routed rows (moe_expert_rows): one GEMM per local expert over its share (units_moe.cpp).
 double routed_experts_gemm_s(const CostModel& costs, const Layer& l, const Gemm& g, const Plan& p,
-                             double tokens, double n, double k, bool fp32);
+                             double rows, double n, double k, bool fp32);
+/// Bytes per token of a MoE layer's memory-bound ops on the experts' side of the dispatch (units_moe.cpp):
+/// `busiest` on the busiest EP rank's rows (act_bytes_per_token), `in_layer` the part of them the layer's
+/// elementwise_bytes_per_token already holds at the mean rows.
+struct MoeExpertSideBytes {
+  double busiest = 0, in_layer = 0;
+};
+MoeExpertSideBytes moe_expert_side_bytes(const Layer& l, const Plan& p, double tokens, bool fused);
 
 }  // namespace shardplan::detail

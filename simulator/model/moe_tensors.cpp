@@ -133,9 +133,22 @@ MoeRoutingBytes moe_routing_bytes(const Layer& l) {
                cm = bytes_of(l, "combine.mul"), cc = bytes_of(l, "combine.cast"),
                z = bytes_of(l, "combine.zeros");
   const double o = z;  // the combined output: T x h in the compute dtype, as the zeros
+  // The router (TokenChoiceTopKRouter.forward, MoE.forward), on the token side, eager and compiled alike
+  // (topk is an aten kernel under inductor too): softmax / sigmoid reads the gate's fp32 logits (as large as
+  // its output, router.probs) and writes the probabilities; a routing bias ("router_bias": DeepSeek-V3's
+  // expert_bias_E added to the scores, gpt-oss's router linear bias) adds a pass over E fp32 scores;
+  // torch.topk reads them and writes the top-k values (fp32, as the sorted scores) and ids; gather reads the
+  // ids and the chosen scores and writes them; the routing map is zeros_like (write), scatter_ (read the ids,
+  // write) and its per-expert sum (read). route_norm / route_scale over K fp32 values per token are left out
+  // (4K-byte passes beside the E- and K·h-sized ones).
+  const double pr = bytes_of(l, "router.probs"), ids = bytes_of(l, "router.topk_ids"),
+               map = bytes_of(l, "routing_map");
+  bool bias = false;
+  for (const Tensor& t : l.tensors) bias = bias || t.name == "router_bias";
+  const double router = 2 * pr + (bias ? 2 * pr : 0.0) + (pr + sc + ids) + (ids + 2 * sc) + (3 * map + ids);
   MoeRoutingBytes b;
-  b.eager = 2 * ri + (wd + cf) + (cf + sc + cm) + (cm + cc) + z + (cc + z + o);
-  b.fused = 2 * ri + (wd + sc + cc) + (cc + o);
+  b.eager = router + 2 * ri + (wd + cf) + (cf + sc + cm) + (cm + cc) + z + (cc + z + o);
+  b.fused = router + 2 * ri + (wd + sc + cc) + (cc + o);
   return b;
 }
 

@@ -37,6 +37,44 @@ inline ModelSpec small_llama(int layers = 4, std::int64_t vocab = 32000) {
   return s;
 }
 
+/// The reference lane's MoE layer (tools/reference/moe_ep.py, tests/reference/test_moe_ep.py): hidden 32, 8
+/// experts of width 48, top 2, one block.
+inline ModelSpec tiny_moe() {
+  ModelSpec s;
+  s.name = "tiny-moe";
+  s.layers = 1;
+  s.hidden = 32;
+  s.heads = 4;
+  s.kv_heads = 4;
+  s.head_dim = 8;
+  s.ffn_hidden = 48;
+  s.vocab = 256;
+  s.seq = 64;
+  s.moe.experts = 8;
+  s.moe.top_k = 2;
+  return s;
+}
+
+/// DeepSeek-V3's layer types (MLA, shared experts, a first dense block) at a size the property tests can
+/// sweep: 8 blocks of hidden 2,048, 64 routed experts of width 1,408, top 6, 2 shared experts.
+inline ModelGraph deepseek_small() {
+  ModelSpec sp = load_model("deepseek-v3").spec();
+  sp.name = "deepseek-small";
+  sp.layers = 8;
+  sp.hidden = 2048;
+  sp.heads = 16;
+  sp.kv_heads = 16;
+  sp.ffn_hidden = 10944;
+  sp.vocab = 102400;
+  sp.moe.experts = 64;
+  sp.moe.top_k = 6;
+  sp.moe.ffn_hidden = 1408;
+  sp.moe.shared_experts = 2;
+  sp.moe.first_dense = 1;
+  sp.mla.q_lora_rank = 0;
+  return ModelGraph::from_spec(sp);
+}
+
 /// Bytes per token (16-bit compute, TP = 1) of a layer's activation tensors of lifetime `life`
 /// (activations.hpp).
 inline double act_life_bytes(const Layer& l, ActLife life) {

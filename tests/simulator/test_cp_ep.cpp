@@ -248,8 +248,9 @@ TEST_CASE("routed experts run one GEMM per local expert over its token group (gr
   Plan p1;
   Plan p8 = p1;
   p8.ep = 8;
-  const double t1 = detail::routed_experts_gemm_s(*s.costs, *moe, *down, p1, T, n, k, false);
-  const double t8 = detail::routed_experts_gemm_s(*s.costs, *moe, *down, p8, T, n, k, false);
+  const double rows = T * 8;  // T x top_k routed rows
+  const double t1 = detail::routed_experts_gemm_s(*s.costs, *moe, *down, p1, rows, n, k, false);
+  const double t8 = detail::routed_experts_gemm_s(*s.costs, *moe, *down, p8, rows, n, k, false);
   // Closed form: 128 GEMMs of M = 256 against 16 of M = 2,048, each 2 M n k FLOPs.
   CHECK(t1 == Approx(128 * s.costs->gemm_s(256, n, k)).epsilon(1e-12));
   CHECK(t8 == Approx(16 * s.costs->gemm_s(2048, n, k)).epsilon(1e-12));

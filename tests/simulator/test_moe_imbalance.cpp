@@ -13,26 +13,9 @@
 
 using namespace shardplan;
 using fixture::Setup;
+using test::tiny_moe;
 
 namespace {
-
-/// The reference lane's MoE layer (tools/reference/moe_ep.py, tests/reference/test_moe_ep.py): hidden 32, 8
-/// experts of width 48, top 2, one block.
-ModelSpec tiny_moe() {
-  ModelSpec s;
-  s.name = "tiny-moe";
-  s.layers = 1;
-  s.hidden = 32;
-  s.heads = 4;
-  s.kv_heads = 4;
-  s.head_dim = 8;
-  s.ffn_hidden = 48;
-  s.vocab = 256;
-  s.seq = 64;
-  s.moe.experts = 8;
-  s.moe.top_k = 2;
-  return s;
-}
 
 const Layer& first_moe(const ModelGraph& m) {
   for (const Layer* l : m.order())

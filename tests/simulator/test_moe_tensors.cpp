@@ -45,12 +45,25 @@ TEST_CASE("MoE routing tensors: the routing traffic is the sum over the listed t
   // 2·2KD), .to(fp32) (2KD + 4KD), multiply (4KD + 4K + 4KD), .to(bf16) (4KD + 2KD), zeros (2h), scatter_add
   // (2KD + 2h + 2h): 26KD + 4K + 6h = 425,984 + 32 + 12,288 = 438,304. Fused: gather 4KD, one pass reading
   // the experts' output and the scores and writing the cast (2KD + 4K + 2KD), the scatter (2KD + 2h):
-  // 10KD + 4K + 2h = 163,840 + 32 + 4,096 = 167,968. With the SwiGLU's own traffic (fa = K f = 6,144: eager
-  // 10 fa + 6h = 73,728, fused 6 fa + 6h = 49,152) the layer's totals are 512,032 and 217,120.
+  // 10KD + 4K + 2h = 163,840 + 32 + 4,096 = 167,968. The router, both ways (E 128, no routing bias): softmax
+  // reads the fp32 logits and writes the probabilities (2·4E = 1,024), topk reads them and writes fp32 values
+  // and int64 ids (4E + 4K + 8K = 608), gather reads the ids and K scores and writes K (8K + 2·4K = 128), the
+  // bool routing map is written, scattered into (reading the ids) and summed (3E + 8K = 448): 2,208. With the
+  // SwiGLU's own traffic (fa = K f = 6,144: eager 10 fa + 6h = 73,728, fused 6 fa + 6h = 49,152) the layer's
+  // totals are 438,304 + 2,208 + 73,728 = 514,240 and 167,968 + 2,208 + 49,152 = 219,328.
   const ModelGraph m = load_model("qwen3-30b-a3b");
   const Layer& moe = first_moe(m);
-  CHECK(moe.eager_elementwise_bytes_per_token == 512032.0);
-  CHECK(moe.elementwise_bytes_per_token == 217120.0);
+  CHECK(moe.eager_elementwise_bytes_per_token == 514240.0);
+  CHECK(moe.elementwise_bytes_per_token == 219328.0);
+  // DeepSeek-V3's router adds its routing bias to the probabilities before topk (E 256: 2·4E = 2,048 more).
+  const ModelGraph d = load_model("deepseek-v3");
+  const Layer& dmoe = first_moe(d);
+  const ModelGraph dn = [&] {
+    ModelSpec sp = d.spec();
+    sp.moe.router_bias = false;
+    return ModelGraph::from_spec(sp);
+  }();
+  CHECK(dmoe.elementwise_bytes_per_token - first_moe(dn).elementwise_bytes_per_token == 2048.0);
 }
 
 TEST_CASE("MoE routing tensors: lifetimes where a regime does not save them",
