@@ -40,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from lane.moe_listed import HF_ONLY, listed_blocks  # noqa: E402
 from moe_model_ep import PERSISTENT, final_categories, grad_storage_ids, live_at, saved_per_block  # noqa: E402
 
 # The tiny architectures: hidden 64, 4 heads / 2 KV heads of 16, 8 experts of 32, top-2, vocab 256, 2 layers (the
@@ -105,6 +106,20 @@ def spy_routers(model, counts, experts):
                 return out
 
             mod.forward = spy
+
+
+def backward_ops_at(events, index):
+    """The activations allocated in backward and live at event `index`, bytes per op that allocated them."""
+    live = {}
+    for op, nbytes, cat, phase, fn, sid in events[:index + 1]:
+        if op == "alloc" and cat == "activations" and phase.startswith("backward"):
+            live[sid] = (fn, nbytes)
+        elif op == "free":
+            live.pop(sid, None)
+    out = {}
+    for fn, nbytes in live.values():
+        out[fn] = out.get(fn, 0) + nbytes
+    return out
 
 
 def mark_gloo_copies(tracker, state):
@@ -187,7 +202,8 @@ def worker(rank, world, a, store_path, out_dir):
     res = {"rank": rank, "experts_impl": impl, "peak": peak, "peak_phase": peak_phase, "peak_op": events[peak_index][4],
            "gloo_peak": raw_peak, "gloo_peak_phase": raw_phase,
            "gloo_copies": [e[1] for e in gloo if e[0] == "alloc"],
-           "at_peak": at_peak, "end_forward": live_at(events, end_forward),
+           "at_peak": at_peak, "backward_ops_at_peak": backward_ops_at(events, peak_index),
+           "end_forward": live_at(events, end_forward),
            "saved_per_block": saved_per_block(events, end_forward),
            "persistent": {c: v for c, v in live_at(events, after_step).items() if c in PERSISTENT},
            "router_counts": counts}
@@ -237,9 +253,17 @@ def main(argv=None):
         tk = a.mbs * a.seq * DIMS["top_k"]
         busiest = max(max(c) for r in ranks for c in r["router_counts"].values())
         imbalance = busiest * DIMS["experts"] / tk  # the busiest expert over the mean T·k/E
+        tokens = a.mbs * a.seq
+        listed, per_tensor = {}, {}
+        rows = dict.fromkeys(map(str, range(DIMS["layers"])), tk)  # no EP: every block's experts get T·top_k rows
+        for impl in HF_ONLY:
+            per_tensor[impl] = {}
+            listed[impl] = listed_blocks(a.shardplan, config, tokens, rows,
+                                         top_k=DIMS["top_k"], only=HF_ONLY[impl], cpu_bf16=(),
+                                         per_tensor=per_tensor[impl])
         out = {"model": a.model, "world": a.world, "seq": a.seq, "mbs": a.mbs, "config": config,
                "experts_impl": ranks[0]["experts_impl"], "busiest_expert_rows": busiest, "imbalance": imbalance,
-               "ranks": ranks,
+               "ranks": ranks, "listed_per_block": listed, "listed_tensors": per_tensor,
                "shardplan": {impl: shardplan(a.shardplan, config_path, a, impl) for impl in ("grouped", "loop")},
                "shardplan_imbalance": shardplan(a.shardplan, config_path, a, "grouped", imbalance)}
     json.dump(out, sys.stdout, indent=1)
