@@ -1,10 +1,12 @@
 """Hugging Face transformers 5.23.0 MoE decoders with FSDP2 on gloo (tools/reference/hf_moe_gloo.py): MixtralForCausalLM
 and Qwen3MoeForCausalLM at tiny sizes, world 2, data parallel (fully_shard per decoder layer, then the root), the real
 router, one training step per rank, against `shardplan memory` of the same config.json (--root-params
-embedding-head --fp32-norm --moe-impl grouped|loop).
+embedding-head --fp32-norm --moe-impl grouped|loop); and Mixtral with transformers' own expert parallelism (EP 2,
+all-to-all) and FSDP plan, against --ep 2 --ep-backend alltoall.
 
 Needs the project's Python environment (tools/pyenv.sh pins torch and transformers); outside CI it skips when
-transformers is not importable, in CI (CI=true) its absence is a failure. About 35 s on 2 cores.
+transformers is not importable, in CI (CI=true) its absence is a failure. About 50 s of CPU time (four runs of two
+processes; on a loaded 2-core machine twice that in wall time).
   SHARDPLAN_BIN=build/planner/shardplan $(bash tools/pyenv.sh) -m unittest discover -s tests/reference \
     -p 'test_hf_moe_gloo.py'
 
@@ -26,11 +28,12 @@ SCRIPT = os.path.join(ROOT, "tools", "reference", "hf_moe_gloo.py")
 HAVE_HF = have("transformers")
 
 T, K, E, H, F = 64, 2, 8, 64, 32
-RUNS = {"mixtral": ("mixtral",), "qwen3_moe": ("qwen3_moe",), "mixtral-eager": ("mixtral", "eager")}
+RUNS = {"mixtral": ("mixtral",), "qwen3_moe": ("qwen3_moe",), "mixtral-eager": ("mixtral", "eager"),
+        "mixtral-ep2": ("mixtral", None, 2)}
 
 
-def run(model, impl=None):
-    cmd = [sys.executable, SCRIPT, "--model", model, "--shardplan", SHARDPLAN]
+def run(model, impl=None, ep=1):
+    cmd = [sys.executable, SCRIPT, "--model", model, "--shardplan", SHARDPLAN, "--ep", str(ep)]
     if impl:
         cmd += ["--experts-impl", impl]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -54,7 +57,15 @@ class HuggingFaceMoeGloo(unittest.TestCase):
                 for counts in r["router_counts"].values():
                     self.assertEqual(sum(counts), T * K, name)
             self.assertGreater(o["busiest_expert_rows"], T * K // E, name)
-            self.assertEqual(o["shardplan_imbalance"]["peak"], o["shardplan"]["grouped"]["peak"], name)
+            if o["ep"] == 1:
+                self.assertEqual(o["shardplan_imbalance"]["peak"], o["shardplan"]["grouped"]["peak"], name)
+        # EP 2 (transformers' all-to-all): each rank's 4 experts receive both ranks' pairs routed to them, 2·T·K =
+        # 256 between the two ranks per layer; --moe-imbalance is the busiest rank's rows over T·K.
+        o = self.out["mixtral-ep2"]
+        rows = [r["received_rows"] for r in o["ranks"]]
+        for block in rows[0]:
+            self.assertEqual(rows[0][block] + rows[1][block], 2 * T * K)
+        self.assertEqual(o["imbalance"], max(max(r.values()) for r in rows) / (T * K))
 
     def test_persistent(self):
         # World 2, fp32 shards (dim 0), each parameter its own allocation rounded to 512 B. Mixtral per layer: q
@@ -74,7 +85,7 @@ class HuggingFaceMoeGloo(unittest.TestCase):
             params, optim, grads, listed_grads = expect[name.split("-")[0]]
             for r in o["ranks"]:
                 self.assertEqual(r["persistent"], {"params": params, "grads": grads, "optimizer": optim}, name)
-            for impl in ("grouped", "loop"):
+            for impl in o["shardplan"]:
                 sp = o["shardplan"][impl]["persistent"]
                 self.assertEqual(sp, {"params": params, "grads": listed_grads, "optimizer": optim + 1024}, name)
 
@@ -90,7 +101,7 @@ class HuggingFaceMoeGloo(unittest.TestCase):
         for name in ("mixtral", "qwen3_moe"):
             o = self.out[name]
             for r in o["ranks"]:
-                for block, listed in o["listed_per_block"]["grouped"].items():
+                for block, listed in r["listed_per_block"]["grouped"].items():
                     self.assertEqual(r["saved_per_block"][block] - listed, -16384 + 2560, (name, block))
         # Qwen3-MoE's layer saves 38400 B more than Mixtral's: its q/k norms' x.float() (T·(64 + 32)·4 = 24576),
         # rstd ([T, 4] and [T, 2] fp32: 1024 + 512) and bf16 normalised q and k (8192 + 4096).
@@ -110,6 +121,21 @@ class HuggingFaceMoeGloo(unittest.TestCase):
                 self.assertGreater(r["gloo_peak"], r["peak"])
                 err = o["shardplan"]["grouped"]["peak"] / r["peak"] - 1
                 self.assertLessEqual(abs(err), 0.03, (name, r["rank"], err))
+
+    def test_expert_parallel(self):
+        # transformers' own EP (DistributedConfig(fsdp_size=2, ep_size=2, ep_implementation="all_to_all")): the
+        # same persistent state per rank as data parallel (4 whole experts per rank instead of half of each of
+        # 8; test_persistent), saved per layer within 14 KiB of the list at the rank's received rows, and the peak
+        # (rank 0 and 1: layer 1's backward at the combine's fp32 [T·K, h] products, 3·32768 B) within 3 % of
+        # shardplan --ep 2 --ep-backend alltoall, with and without --moe-imbalance.
+        o = self.out["mixtral-ep2"]
+        for r in o["ranks"]:
+            for block, listed in r["listed_per_block"]["grouped"].items():
+                self.assertLessEqual(abs(r["saved_per_block"][block] - listed), 14336, (r["rank"], block))
+            for key in ("shardplan", "shardplan_imbalance"):
+                sp = o[key]["grouped"] if key == "shardplan" else o[key]
+                err = sp["peak"] / r["peak"] - 1
+                self.assertLessEqual(abs(err), 0.03, (key, r["rank"], err))
 
     def test_eager_loop_gradients(self):
         # experts_implementation="eager": the per-expert loop indexes the 3-D parameters (`self.gate_up_proj[e]`),

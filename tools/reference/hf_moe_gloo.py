@@ -30,6 +30,7 @@ Usage: hf_moe_gloo.py --model mixtral|qwen3_moe --shardplan BIN [--world 2 --seq
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -89,6 +90,57 @@ def wrap(model, world):
     for layer in model.model.layers:
         fully_shard(layer, mesh=mesh, mp_policy=mp)
     fully_shard(model, mesh=mesh, mp_policy=mp)
+
+
+def load_ep(a, model_dir, world):
+    """transformers' own expert parallelism with FSDP2 (from_pretrained with a DistributedConfig:
+    distributed/utils.py initialize_distributed_mesh builds the dense (pp, dp_replicate, fsdp, tp) and expert (pp,
+    dp_replicate, efsdp, ep) meshes; the model's base_model_ep_plan shards the experts' 3-D weights Shard(0) over
+    `ep` and dispatches with all-to-all; distributed/fsdp.py apply_fully_sharded_data_parallelism: the experts
+    module its own FSDP unit on `efsdp`, then embed_tokens and every layer resharded after forward, [norm,
+    lm_head] one unit kept unsharded, the root; bf16 parameters, fp32 reduction with fsdp_mixed_precision)."""
+    import torch
+    import transformers
+    from transformers.distributed import DistributedConfig
+
+    cls = transformers.MixtralForCausalLM if a.model == "mixtral" else transformers.Qwen3MoeForCausalLM
+    dc = DistributedConfig(fsdp_size=world, ep_size=a.ep, ep_implementation="all_to_all", fsdp_mixed_precision=True)
+    kw = {"experts_implementation": a.experts_impl} if a.experts_impl else {}
+    model = cls.from_pretrained(model_dir, distributed_config=dc, dtype=torch.float32, **kw)
+    model.train()
+    compact_shards(torch, model)
+    # from_pretrained loads the checkpoint after fully_shard into new DTensor parameters; FSDP2 adopts them at
+    # its lazy init (_fsdp_param.py reset_sharded_param), which the first forward would run after the tracker
+    # looked at the old ones: run it now.
+    model._get_fsdp_state()._lazy_init()
+    return model
+
+
+def compact_shards(torch, model):
+    """from_pretrained's sharded parameters on the CPU are views of the whole checkpoint tensor (the shard is a
+    narrow of it and `.to("cpu")` copies nothing), so every rank would hold whole dense weights; on a GPU the copy
+    to the device is the shard alone. Each such parameter becomes a DTensor of a compact copy of its shard."""
+    from torch.distributed.tensor import DTensor
+
+    for mod in model.modules():
+        for name, p in list(mod.named_parameters(recurse=False)):
+            local = p.to_local() if isinstance(p, DTensor) else p.data
+            if local.untyped_storage().nbytes() > local.numel() * local.element_size():
+                new = DTensor.from_local(local.clone(), p.device_mesh, p.placements, shape=p.shape, stride=p.stride())
+                setattr(mod, name, torch.nn.Parameter(new, requires_grad=p.requires_grad))
+
+
+def received_rows(ranks, ep):
+    """{rank: {block: rows}}: the (token, choice) pairs the rank's experts get. Without EP its own T·top_k; with
+    EP (the expert mesh's `ep` innermost: rank i is EP index i % ep, its experts the i % ep-th contiguous E/ep)
+    every member of its EP group's pairs routed to them."""
+    per = DIMS["experts"] // ep
+    out = {}
+    for i in range(len(ranks)):
+        group, j = ranks[(i // ep) * ep:(i // ep + 1) * ep], i % ep
+        out[i] = {layer.split(".")[2]: sum(sum(r["router_counts"][layer][j * per:(j + 1) * per]) for r in group)
+                  for layer in ranks[i]["router_counts"]}
+    return out
 
 
 def spy_routers(model, counts, experts):
@@ -155,7 +207,12 @@ def step(torch, model, optim, a, state, tracker):
     del loss, tokens, labels
     state["grad_sids"] = grad_storage_ids(model, tracker)
     state["phase"] = "optimizer"
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+    if a.ep > 1:  # gradients on two meshes (fsdp, and efsdp x ep): the Trainer's per-mesh norm (trainer.py)
+        from transformers import Trainer
+
+        Trainer._mixed_mesh_grad_norm(None, model, 1.0)
+    else:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
     optim.step()
     state["after_step"] = len(tracker.events)
     optim.zero_grad()
@@ -168,10 +225,14 @@ def worker(rank, world, a, store_path, out_dir):
     from lane.tracker import make_tracker, summarize
 
     dist.init_process_group("gloo", init_method="file://" + store_path, rank=rank, world_size=world)
-    torch.manual_seed(0)  # the same full weights on every rank before sharding
-    model = build(a.model, a.seq, a.experts_impl)
+    if a.ep > 1:
+        os.environ["LOCAL_RANK"] = str(rank)
+        model = load_ep(a, os.path.join(out_dir, "model"), world)
+    else:
+        torch.manual_seed(0)  # the same full weights on every rank before sharding
+        model = build(a.model, a.seq, a.experts_impl)
+        wrap(model, world)
     impl = model.config._experts_implementation
-    wrap(model, world)
     counts = {}
     spy_routers(model, counts, DIMS["experts"])
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -215,9 +276,12 @@ def worker(rank, world, a, store_path, out_dir):
 
 
 def shardplan(bin_, config_path, a, moe_impl, imbalance=None):
+    # Without EP the FSDP2 tutorial's wrap (the root holds embedding, norm and head); transformers' EP path wraps
+    # as torchtitan does (shardplan's default).
+    wrap_flags = ["--ep", str(a.ep), "--ep-backend", "alltoall"] if a.ep > 1 else ["--root-params", "embedding-head"]
     cmd = [bin_, "memory", "--model", config_path, "--gpus", str(a.world), "--runtime", "fsdp2", "--precision",
            "bf16-mixed", "--ac", "none", "--seq", str(a.seq), "--mbs", str(a.mbs), "--sdpa-backend", "flash",
-           "--root-params", "embedding-head", "--fp32-norm", "--moe-impl", moe_impl, "--json", "-"]
+           *wrap_flags, "--fp32-norm", "--moe-impl", moe_impl, "--json", "-"]
     if imbalance:
         cmd += ["--moe-imbalance", f"{imbalance:.6f}"]
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -235,36 +299,50 @@ def main(argv=None):
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--mbs", type=int, default=1)
+    ap.add_argument("--ep", type=int, default=1,
+                    help="expert parallel degree through transformers' DistributedConfig (default 1: fully_shard)")
     ap.add_argument("--experts-impl", choices=("grouped_mm", "eager"),
                     help="transformers' experts implementation (default: the one transformers picks)")
     ap.add_argument("--trace-dir", help="write each rank's allocation events here")
     ap.add_argument("--config-out", help="also write the Hugging Face config.json shardplan reads here")
     a = ap.parse_args(argv)
+    import torch
     import torch.multiprocessing as mp
 
+    if a.ep > 1 and (a.world % a.ep or DIMS["experts"] % a.ep):
+        print(f"hf_moe_gloo.py: --ep {a.ep} must divide --world {a.world} and the {DIMS['experts']} experts",
+              file=sys.stderr)
+        return 2
     config = hf_config(a.model, a.seq).to_dict()
     with tempfile.TemporaryDirectory() as tmp:
         config_path = os.path.join(tmp, f"{a.model}-tiny.json")
         Path(config_path).write_text(json.dumps(config, indent=1) + "\n")
         if a.config_out:
             Path(a.config_out).write_text(json.dumps(config, indent=1) + "\n")
+        if a.ep > 1:  # the checkpoint every rank loads its shards from (deepspeed, imported on the way, logs to stdout)
+            torch.manual_seed(0)
+            with contextlib.redirect_stdout(sys.stderr):
+                build(a.model, a.seq, None).save_pretrained(os.path.join(tmp, "model"))
         mp.spawn(worker, (a.world, a, os.path.join(tmp, "store"), tmp), nprocs=a.world)
         ranks = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(a.world)]
         tk = a.mbs * a.seq * DIMS["top_k"]
         busiest = max(max(c) for r in ranks for c in r["router_counts"].values())
-        imbalance = busiest * DIMS["experts"] / tk  # the busiest expert over the mean T·k/E
-        tokens = a.mbs * a.seq
-        listed, per_tensor = {}, {}
-        rows = dict.fromkeys(map(str, range(DIMS["layers"])), tk)  # no EP: every block's experts get T·top_k rows
-        for impl in HF_ONLY:
-            per_tensor[impl] = {}
-            listed[impl] = listed_blocks(a.shardplan, config, tokens, rows,
-                                         top_k=DIMS["top_k"], only=HF_ONLY[impl], cpu_bf16=(),
-                                         per_tensor=per_tensor[impl])
-        out = {"model": a.model, "world": a.world, "seq": a.seq, "mbs": a.mbs, "config": config,
-               "experts_impl": ranks[0]["experts_impl"], "busiest_expert_rows": busiest, "imbalance": imbalance,
-               "ranks": ranks, "listed_per_block": listed, "listed_tensors": per_tensor,
-               "shardplan": {impl: shardplan(a.shardplan, config_path, a, impl) for impl in ("grouped", "loop")},
+        recv = received_rows(ranks, a.ep)
+        # --moe-imbalance: the busiest EP rank's received rows over the mean T·top_k (without EP: no effect in
+        # shardplan; the busiest expert over the mean T·k/E is reported beside it).
+        imbalance = max(max(v.values()) for v in recv.values()) / tk
+        impls = ("grouped",) if a.ep > 1 else ("grouped", "loop")
+        per_tensor, ep_only = {}, ("moe_ep",) if a.ep > 1 else ()
+        for i, r in enumerate(ranks):
+            r["received_rows"] = recv[i]
+            r["listed_per_block"] = {impl: listed_blocks(
+                a.shardplan, config, a.mbs * a.seq, recv[i], top_k=DIMS["top_k"], only=HF_ONLY[impl] + ep_only,
+                cpu_bf16=(), per_tensor=per_tensor.setdefault(impl, {}) if i == 0 else None) for impl in impls}
+        out = {"model": a.model, "world": a.world, "ep": a.ep, "seq": a.seq, "mbs": a.mbs, "config": config,
+               "experts_impl": ranks[0]["experts_impl"], "busiest_expert_rows": busiest,
+               "busiest_expert_ratio": busiest * DIMS["experts"] / tk, "imbalance": imbalance,
+               "ranks": ranks, "listed_tensors_rank0": per_tensor,
+               "shardplan": {impl: shardplan(a.shardplan, config_path, a, impl) for impl in impls},
                "shardplan_imbalance": shardplan(a.shardplan, config_path, a, "grouped", imbalance)}
     json.dump(out, sys.stdout, indent=1)
     print()
