@@ -126,8 +126,9 @@ class HuggingFaceMoeGloo(unittest.TestCase):
         # transformers' own EP (DistributedConfig(fsdp_size=2, ep_size=2, ep_implementation="all_to_all")): the
         # same persistent state per rank as data parallel (4 whole experts per rank instead of half of each of
         # 8; test_persistent), saved per layer within 14 KiB of the list at the rank's received rows, and the peak
-        # (rank 0 and 1: layer 1's backward at the combine's fp32 [T·K, h] products, 3·32768 B) within 3 % of
-        # shardplan --ep 2 --ep-backend alltoall, with and without --moe-imbalance.
+        # (rank 0 and 1: layer 1's backward, the experts unit's reduction on its efsdp group of 1: fp32 input,
+        # output and `input / gradient_divide_factor`, 3·98304 B) within 3 % of shardplan --ep 2 --ep-backend
+        # alltoall, with and without --moe-imbalance.
         o = self.out["mixtral-ep2"]
         for r in o["ranks"]:
             for block, listed in r["listed_per_block"]["grouped"].items():

@@ -8,10 +8,9 @@ Wrapped as PyTorch's FSDP2 tutorial and accelerate's FSDP2 path wrap a transform
 decoder layer (the class in `_no_split_modules`), then on the root (which holds the embedding, final norm and
 lm_head and, with the default reshard_after_forward=None, keeps them unsharded from forward to backward:
 shardplan's --root-params embedding-head); MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) (the lane's
-bf16-mixed). No expert parallelism: transformers 5.23 has an EP plan (configuration_mixtral.py
-base_model_ep_plan: experts' 3-D weights "grouped_gemm", the experts module "ep_dispatch_experts"), applied only
-by `from_pretrained(..., distributed_config=DistributedConfig(enable_expert_parallel=True))` through its own
-tensor-parallel machinery (integrations/tensor_parallel.py), not with FSDP2; a user's FSDP2 run is data parallel.
+bf16-mixed). With --ep N, transformers' own expert parallelism instead (load_ep: from_pretrained with a
+DistributedConfig; configuration_mixtral.py base_model_ep_plan: the experts' 3-D weights "grouped_gemm", the
+experts module "ep_dispatch_experts", dispatched by distributed/expert_parallel.py AllToAllEP; its FSDP plan).
 
 The experts are transformers 5's `@use_experts_implementation` MixtralExperts / Qwen3MoeExperts: one 3-D
 parameter per projection (gate_up_proj [E, 2F, h], down_proj [E, h, F]); the default implementation
@@ -117,9 +116,10 @@ def load_ep(a, model_dir, world):
 
 
 def compact_shards(torch, model):
-    """from_pretrained's sharded parameters on the CPU are views of the whole checkpoint tensor (the shard is a
-    narrow of it and `.to("cpu")` copies nothing), so every rank would hold whole dense weights; on a GPU the copy
-    to the device is the shard alone. Each such parameter becomes a DTensor of a compact copy of its shard."""
+    """from_pretrained's sharded parameters on the CPU are views of the whole checkpoint tensor (distributed/
+    sharding_utils.py: `source[slices].to(device=device, dtype=dtype)`, which copies nothing on the CPU in the
+    checkpoint's dtype), so every rank would hold whole dense weights; on a GPU the copy to the device is the shard
+    alone. Each such parameter becomes a DTensor of a compact copy of its shard."""
     from torch.distributed.tensor import DTensor
 
     for mod in model.modules():
