@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -41,7 +39,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lane.moe_listed import HF_ONLY, listed_blocks  # noqa: E402
-from moe_model_ep import PERSISTENT, final_categories, grad_storage_ids, live_at, saved_per_block  # noqa: E402
+from moe_model_ep import (PERSISTENT, final_categories, live_at, saved_per_block, shardplan_memory,  # noqa: E402
+                          traced_step, train_step)
 
 # The tiny architectures: hidden 64, 4 heads / 2 KV heads of 16, 8 experts of 32, top-2, vocab 256, 2 layers (the
 # sizes of tools/reference/lane/titan_moe.py's torchtitan rows). Qwen3-MoE as Qwen3-30B-A3B: every layer sparse,
@@ -194,28 +193,18 @@ def mark_gloo_copies(tracker, state):
 
 
 def step(torch, model, optim, a, state, tracker):
-    """One micro-batch: logits, fp32 cross-entropy, `del` the logits before backward; clip, AdamW, zero_grad."""
-    state["phase"] = "step"
-    tracker.reset_mod_stats()
-    tokens = torch.randint(0, DIMS["vocab"], (a.mbs, a.seq))
-    labels = torch.randint(0, DIMS["vocab"], (a.mbs, a.seq))
-    pred = model(input_ids=tokens, use_cache=False).logits
-    loss = torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))
-    del pred
-    state["end_forward"] = len(tracker.events)
-    loss.backward()
-    del loss, tokens, labels
-    state["grad_sids"] = grad_storage_ids(model, tracker)
-    state["phase"] = "optimizer"
-    if a.ep > 1:  # gradients on two meshes (fsdp, and efsdp x ep): the Trainer's per-mesh norm (trainer.py)
-        from transformers import Trainer
+    """The lane's step with transformers' forward (the logits) and gradient clipping: clip_grad_norm_, or under EP
+    (gradients on two meshes, fsdp and efsdp x ep) the Trainer's per-mesh norm (trainer.py _mixed_mesh_grad_norm)."""
+    def clip():
+        if a.ep > 1:
+            from transformers import Trainer
 
-        Trainer._mixed_mesh_grad_norm(None, model, 1.0)
-    else:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
-    optim.step()
-    state["after_step"] = len(tracker.events)
-    optim.zero_grad()
+            Trainer._mixed_mesh_grad_norm(None, model, 1.0)
+        else:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+
+    train_step(torch, model, optim, state, tracker, a, DIMS["vocab"],
+               lambda tokens: model(input_ids=tokens, use_cache=False).logits, clip)
 
 
 def worker(rank, world, a, store_path, out_dir):
@@ -240,18 +229,7 @@ def worker(rank, world, a, store_path, out_dir):
     tracker = make_tracker(torch, model, optim, state)
     patch_reduce_role(tracker)
     mark_gloo_copies(tracker, state)
-    torch.manual_seed(1000 + rank)  # each rank's own batch
-    gc.collect()
-    gc.disable()
-    with tracker:
-        state["phase"] = "optimizer"
-        for p in model.parameters():
-            p.grad = torch.zeros_like(p)
-        optim.step()
-        optim.zero_grad()
-        state["step"] = 1
-        step(torch, model, optim, a, state, tracker)
-        state["phase"] = "end"
+    traced_step(torch, model, optim, state, tracker, rank, lambda: step(torch, model, optim, a, state, tracker))
     events = final_categories(tracker.events, state["grad_sids"])
     gloo = [e for e in events if e[5] in state["gloo_copies"]]
     raw_peak, _, raw_phase, _, _ = summarize(events)
@@ -284,12 +262,7 @@ def shardplan(bin_, config_path, a, moe_impl, imbalance=None):
            *wrap_flags, "--fp32-norm", "--moe-impl", moe_impl, "--json", "-"]
     if imbalance:
         cmd += ["--moe-imbalance", f"{imbalance:.6f}"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
-    m = json.loads(r.stdout)["memory"]
-    return {"peak": m["peak_bytes"], "at_peak": m["breakdown"], "peak_phase": m["peak_phase"],
-            "persistent": m["persistent"], "cmd": " ".join(cmd[1:]).replace(config_path, a.model + "-tiny.json")}
+    return shardplan_memory(cmd, config_path, a.model + "-tiny.json")
 
 
 def main(argv=None):
