@@ -273,6 +273,16 @@ void attention_activations(const ModelSpec& s, Layer& l) {
     // q_norm / k_norm (Qwen3, Gemma 3 per head; OLMo 2 over the projection): an fp32 rstd per head and token.
     statistic(l, "q_norm.rstd", s.heads, ActSplit::kTp);
     statistic(l, "k_norm.rstd", s.kv_heads, ActSplit::kTp);
+    // --fp32-norm: a Python RMSNorm computing in fp32 (transformers 5.23 Qwen3RMSNorm, Qwen3MoeRMSNorm:
+    // `hidden_states.to(torch.float32)`, pow, mean, `* torch.rsqrt(...)`, `weight * ....to(input_dtype)`)
+    // saves the fp32 copy of its input for pow and the multiply, as the block norms do (make_norm); the bf16
+    // normalised tensor the weight's multiply saves takes the place of the projection's output, the same
+    // size (tools/reference/hf_moe_gloo.py, Qwen3-MoE: 4·q and 4·kv bytes per token beyond the list before).
+    for (const char* n : {"q_norm.input.float()", "k_norm.input.float()"}) {
+      ActTensor& f = act(l, n, n[0] == 'q' ? q : kv, ActSplit::kTp, ActDtype::kFp32);
+      f.compiled = false;
+      f.only = ActOnly::kFp32Norm;
+    }
     // Their outputs are the rotary's inputs (temporaries), or without rotary SDPA's q and k.
     for (const char* n : {"q_norm.out", "k_norm.out"}) {
       ActTensor& a = act(l, n, n[0] == 'q' ? q : kv, ActSplit::kTp);

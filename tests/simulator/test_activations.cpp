@@ -117,6 +117,26 @@ TEST_CASE("a Llama 3 8B block's activation tensors, one by one", "[simulator][ac
   CHECK(full == 8192.0);
 }
 
+TEST_CASE("q/k norms under --fp32-norm save the fp32 copy of their input as the block norms do",
+          "[simulator][activations]") {
+  // Qwen3-8B: q = 32 heads x 128 = 4096, kv = 8 x 128 = 1024. Hugging Face's Qwen3RMSNorm on q and k saves
+  // x.float() (4 bytes per element), the fp32 rstd and the bf16 normalised tensor (in place of wq.out /
+  // wk.out, the same size): 4q + 4kv = 20,480 bytes per token more than the fused kernel's list, eager only.
+  Setup s("qwen3-8b", "dgx-h100", 8);
+  const Layer& attn = block_layer(s.model, 0, LayerKind::kAttention);
+  CHECK(bytes(attn, "q_norm.input.float()") == 16384.0);
+  CHECK(bytes(attn, "k_norm.input.float()") == 4096.0);
+  Plan p = s.resolve(Plan{});
+  Plan f = p;
+  f.fp32_norm = true;
+  CHECK(layer_saved_bytes(attn, f, 1.0, false) - layer_saved_bytes(attn, p, 1.0, false) == 20'480.0);
+  // Op-level SAC recomputes the norms; compiled, inductor saves what the fused kernel saves.
+  CHECK(layer_saved_bytes(attn, f, 1.0, true) == layer_saved_bytes(attn, p, 1.0, true));
+  Plan fc = f, c = p;
+  fc.compile = c.compile = true;
+  CHECK(layer_saved_bytes(attn, fc, 1.0, false) == layer_saved_bytes(attn, c, 1.0, false));
+}
+
 TEST_CASE("activation tensors: dtypes are real, and TP divides by each tensor's rule",
           "[simulator][activations]") {
   Setup s("llama3-8b", "dgx-h100", 8);

@@ -103,16 +103,16 @@ def final_categories(events, grad_sids):
     return [(op, b, final[sid], ph, fn, sid) for op, b, _, ph, fn, sid in events]
 
 
-def step(torch, model, optim, a, vocab, state, tracker):
-    """torchtitan's train_step for one micro-batch (trainer.py forward_backward_step, components/loss.py
-    cross_entropy_loss: fp32 logits; `del pred` before backward), clip_grad_norm_ with ep_enabled, AdamW."""
-    from torchtitan.distributed import utils as dist_utils
-
+def train_step(torch, model, optim, state, tracker, a, vocab, forward, clip):
+    """One micro-batch as torchtitan's train_step takes it (trainer.py forward_backward_step, components/loss.py
+    cross_entropy_loss: fp32 logits; `del pred` before backward): `forward(tokens)` gives the logits; then
+    `clip()`, AdamW, zero_grad. Records the event indices the comparisons read (end of forward, after the optimizer
+    step) and the sharded gradients' storages."""
     state["phase"] = "step"
     tracker.reset_mod_stats()
     tokens = torch.randint(0, vocab, (a.mbs, a.seq))
     labels = torch.randint(0, vocab, (a.mbs, a.seq))
-    pred = model(tokens)
+    pred = forward(tokens)
     loss = torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))
     del pred
     state["end_forward"] = len(tracker.events)
@@ -120,10 +120,36 @@ def step(torch, model, optim, a, vocab, state, tracker):
     del loss, tokens, labels
     state["grad_sids"] = grad_storage_ids(model, tracker)
     state["phase"] = "optimizer"
-    dist_utils.clip_grad_norm_(list(model.parameters()), 1.0, foreach=True, ep_enabled=True)
+    clip()
     optim.step()
     state["after_step"] = len(tracker.events)  # gradients and states live: the persistent state of a step
     optim.zero_grad()
+
+
+def step(torch, model, optim, a, vocab, state, tracker):
+    """torchtitan's train_step with its clip_grad_norm_ under EP."""
+    from torchtitan.distributed import utils as dist_utils
+
+    train_step(torch, model, optim, state, tracker, a, vocab, model,
+               lambda: dist_utils.clip_grad_norm_(list(model.parameters()), 1.0, foreach=True, ep_enabled=True))
+
+
+def traced_step(torch, model, optim, state, tracker, rank, run):
+    """Under the tracker: the warm-up that creates the AdamW states (zero gradients, one step; the lane's --warmup
+    init), then the measured step `run()`; each rank's own batch seed, the garbage collector off (torchtitan's
+    GarbageCollection: frees by reference counting only, a deterministic trace)."""
+    torch.manual_seed(1000 + rank)
+    gc.collect()
+    gc.disable()
+    with tracker:
+        state["phase"] = "optimizer"
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        optim.step()
+        optim.zero_grad()
+        state["step"] = 1
+        run()
+        state["phase"] = "end"
 
 
 def worker(rank, world, a, store_path, out_dir):
@@ -148,18 +174,8 @@ def worker(rank, world, a, store_path, out_dir):
     state = {"phase": "init", "step": 0, "micro": 0, "propagating": False}
     tracker = make_tracker(torch, model, optim, state)
     patch_reduce_role(tracker)
-    torch.manual_seed(1000 + rank)  # each rank's own batch
-    gc.collect()
-    gc.disable()
-    with tracker:
-        state["phase"] = "optimizer"
-        for p in model.parameters():
-            p.grad = torch.zeros_like(p)
-        optim.step()
-        optim.zero_grad()
-        state["step"] = 1
-        step(torch, model, optim, a, dims["vocab"], state, tracker)
-        state["phase"] = "end"
+    traced_step(torch, model, optim, state, tracker, rank,
+                lambda: step(torch, model, optim, a, dims["vocab"], state, tracker))
     events = final_categories(tracker.events, state["grad_sids"])
     peak, at_peak, peak_phase, _, _ = summarize(events)
     res = {"rank": rank, "peak": peak, "peak_phase": peak_phase, "at_peak": at_peak,
@@ -199,12 +215,18 @@ def shardplan(bin_, spec, a, imbalance=None):
                "--mbs", str(a.mbs), "--sdpa-backend", "flash", "--json", "-"]
         if imbalance:
             cmd += ["--moe-imbalance", f"{imbalance:.6f}"]
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        return shardplan_memory(cmd, fh.name, spec["name"] + ".json")
+
+
+def shardplan_memory(cmd, model_path, label):
+    """Runs `shardplan memory ... --json -` (cmd): the peak, its breakdown and phase, the persistent state, and the
+    command line with the model file named `label`."""
+    r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
     m = json.loads(r.stdout)["memory"]
     return {"peak": m["peak_bytes"], "at_peak": m["breakdown"], "peak_phase": m["peak_phase"],
-            "persistent": m["persistent"], "cmd": " ".join(cmd[1:]).replace(fh.name, spec["name"] + ".json")}
+            "persistent": m["persistent"], "cmd": " ".join(cmd[1:]).replace(model_path, label)}
 
 
 def main(argv=None):

@@ -13,6 +13,9 @@ from moe_ep import expert_side
 from moe_tensors import BYTES, CPU_BF16
 
 ONLY = ("", "moe_grouped", "moe_ep")  # torchtitan's grouped experts under EP; eager, no fp32 norm, no TP
+# Hugging Face transformers' decoders (tools/reference/hf_moe_gloo.py): the Python fp32 RMSNorm (--fp32-norm) and
+# the MoE implementation (--moe-impl) of the comparison, no EP; their routers compute in fp32 on the CPU as well.
+HF_ONLY = {"grouped": ("", "fp32_norm", "moe_grouped"), "loop": ("", "fp32_norm", "moe_loop")}
 
 
 def graph(bin_, spec):
@@ -23,11 +26,13 @@ def graph(bin_, spec):
                                           capture_output=True, text=True).stdout)
 
 
-def listed_blocks(bin_, spec, tokens, received):
-    """{block index: bytes} of the tensors each block's layers save (eager, the `only` conditions of ONLY);
+def listed_blocks(bin_, spec, tokens, received, top_k=None, only=ONLY, cpu_bf16=CPU_BF16, per_tensor=None):
+    """{block index: bytes} of the tensors each block's layers save (eager, the `only` conditions of `only`);
     `received`: {block index: R} for the MoE blocks. Per-token sizes are elements per token; an expert-side
-    tensor's per-token size counts top_k rows per token, so its bytes are per_token / top_k · R · dtype."""
-    k = spec["moe"]["top_k"]
+    tensor's per-token size counts top_k rows per token, so its bytes are per_token / top_k · R · dtype. `spec`
+    may be a Hugging Face config.json (then top_k is given); `per_tensor` (a dict) gets {block: {layer.tensor:
+    bytes}}."""
+    k = top_k or spec["moe"]["top_k"]
     out = {}
     layers = graph(bin_, spec)["layers"]
     for layer in layers:
@@ -37,9 +42,12 @@ def listed_blocks(bin_, spec, tokens, received):
         routed = expert_side(layer, {a["name"] for a in layer["activations"]})  # the graph's expert_rows
         block = name.split(".")[1]
         for a in layer["activations"]:
-            if not a["eager"] or a.get("only", "") not in ONLY:
+            if not a["eager"] or a.get("only", "") not in only:
                 continue
-            b = 2 if layer["kind"] == "moe" and a["name"] in CPU_BF16 else BYTES[a["dtype"]]
+            b = 2 if layer["kind"] == "moe" and a["name"] in cpu_bf16 else BYTES[a["dtype"]]
             rows = received[block] / k if layer["kind"] == "moe" and a["name"] in routed else tokens
-            out[block] = out.get(block, 0) + round_alloc(int(round(a["per_token"] * rows * b)))
+            nbytes = round_alloc(int(round(a["per_token"] * rows * b)))
+            out[block] = out.get(block, 0) + nbytes
+            if per_tensor is not None:
+                per_tensor.setdefault(block, {})[name.split(".", 2)[-1] + "." + a["name"]] = nbytes
     return out
