@@ -139,6 +139,9 @@ class Lowering {
   std::vector<int> grad_buffer_bucket_of_unit() const;
 
   /// One collective on `lane` over group `g`, after `dep`; `sent_per_rank` is what the report counts as sent.
+  /// A collective of unit `u` (>= 0) is a reduction of its gradients, in backward (the post-backward's
+  /// reduce-scatter or all-reduce, HSDP's all-reduce, qgZ's all-to-alls); the forward's gathers are issued by
+  /// issue_ag, and bucketed or after-step collectives name no unit (-1).
   template <class F>
   std::int32_t add_collective(CollectiveKind kind, CommKind report, std::uint8_t lane, double buffer_bytes,
                               const GroupView& g, std::int32_t dep, double sent_per_rank, F&& name, int u,
@@ -153,6 +156,7 @@ class Lowering {
     t.label = label(name);
     t.unit = u;
     t.micro_batch = mb;
+    t.backward = u >= 0;
     out_.comm[static_cast<int>(report)].bytes_per_rank += sent_per_rank;
     return out_.program.add(t);
   }

@@ -3,9 +3,11 @@
 // maximum, every lowering releases what it allocates, and gradient accumulation multiplies compute.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <string>
 #include <vector>
 
 #include "sim_helpers.hpp"
+#include "simulator/simulate/summary.hpp"
 
 using namespace shardplan;
 using shardplan::test::Setup;
@@ -195,6 +197,35 @@ TEST_CASE("every runtime x zero x ac x grad_accum lowering releases its memory (
         p.tp = 4;
         CHECK_NOTHROW(sim.run(s.resolve(p)));
       }
+}
+
+TEST_CASE("a unit's gradient reductions are backward tasks, and the peak's phase says so",
+          "[simulator][invariant]") {
+  // The reduce-scatter (FSDP2, FSDP1, ZeRO-3), the per-unit all-reduce (DDP) and HSDP's all-reduce of a unit
+  // run in its post-backward: a peak there is named "backward <unit>, micro-batch m (collective)" (it read
+  // "forward" before: the lane's Hugging Face MoE rows found their peak at a reduce-scatter so named).
+  const ModelGraph model = ModelGraph::from_spec(shardplan::test::small_llama(3));
+  Setup s(model, load_cluster_spec("dgx-h100"), 16);
+  for (const Named& n :
+       {Named{"fsdp2 zero3", make(Runtime::kFsdp2, 3)}, Named{"fsdp1 zero3", make(Runtime::kFsdp1, 3)},
+        Named{"fsdp2 zero0 (ddp)", make(Runtime::kFsdp2, 0)},
+        Named{"fsdp2 hsdp", make(Runtime::kFsdp2, 3, 8)}}) {
+    INFO(n.name);
+    Simulator sim(s.model, *s.cluster, *s.costs);
+    sim.run(s.resolve(n.plan));
+    const Program& prog = sim.program();
+    int reductions = 0;
+    for (std::size_t i = 0; i < prog.tasks.size(); ++i) {
+      const Task& t = prog.tasks[i];
+      if (t.type != TaskType::kCollective || t.unit < 0) continue;
+      const auto kind = static_cast<CommKind>(t.comm_kind);
+      if (kind != CommKind::kReduceScatter && kind != CommKind::kAllReduce) continue;
+      ++reductions;
+      CHECK(t.backward);
+      CHECK(task_phase(prog, static_cast<std::int32_t>(i), sim.units()).rfind("backward ", 0) == 0);
+    }
+    CHECK(reductions >= 4);  // one per unit at least: three blocks and the root
+  }
 }
 
 TEST_CASE("grad_accum 4 takes 4x the per-micro-batch compute", "[simulator][invariant]") {
