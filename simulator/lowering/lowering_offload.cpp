@@ -66,8 +66,8 @@ Bytes Lowering::offload_bytes(int u) const {
   // pack hook runs once per op that saves a tensor (SimUnit::repacked_act_bytes: the attention's input by
   // wq, wk and wv; the rotary table), each pack a host copy and each unpack a copy back.
   if (rt_.act_offload == ActOffloadStyle::kSaveOnCpu)
-    return add_checked(add_checked(un.act_bytes, un.repacked_act_bytes, "offloaded bytes"), un.saved_weight_bytes,
-                       "offloaded bytes");
+    return add_checked(add_checked(un.act_bytes, un.repacked_act_bytes, "offloaded bytes"),
+                       un.saved_weight_bytes, "offloaded bytes");
   return un.act_bytes;
 }
 

@@ -57,7 +57,8 @@ void layer_tensors(const UnitContext& c, SimUnit& u, UnitSums& m, const Layer& l
   // save_on_cpu packs a tensor once per op that saves it, and the pack-only tensors (the layer's activation
   // list, layer_repacked_bytes): the host's copies beyond the saved storages. The loss runs outside its
   // context.
-  if (p.activation_offload != 0 && rt.act_offload == ActOffloadStyle::kSaveOnCpu && l.kind != LayerKind::kLoss)
+  if (p.activation_offload != 0 && rt.act_offload == ActOffloadStyle::kSaveOnCpu &&
+      l.kind != LayerKind::kLoss)
     u.repacked_act_bytes = add_checked(u.repacked_act_bytes, std::llround(layer_repacked_bytes(l, p, c.T)),
                                        "save_on_cpu packed bytes");
   l.for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {

@@ -62,7 +62,8 @@ double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool sele
 /// What torch's save_on_cpu copies to the host of one layer's activations (no recomputation) beyond
 /// layer_saved_bytes's one copy per storage: a tensor saved by k ops packed k - 1 more times
 /// (ActTensor::packs), and the tensors packed that are no activation on the device (ActTensor::pack_only:
-/// the rotary table, one row per sequence position; the token ids; the MoE combine's expanded scatter index). Device memory is unchanged by it.
+/// the rotary table, one row per sequence position; the token ids; the MoE combine's expanded scatter index).
+/// Device memory is unchanged by it.
 double layer_repacked_bytes(const Layer& l, const Plan& p, double tokens);
 /// The part of layer_saved_bytes on the experts' side of the dispatch (ActTensor::expert_rows): under EP the
 /// busiest rank's received rows.

@@ -39,8 +39,8 @@ ActTensor* find_act(Layer& l, const std::string& name) {
 }
 /// The rotary table the complex rotary multiplies q and k by (torchtitan 0.3.0 models/common/rope.py
 /// apply_rotary_emb: `xq_ * freqs_cis`, `xk_ * freqs_cis`; the DeepSeek-V3 model's q_pe and k_pe alike):
-/// complex64 [seq, dim / 2], a slice of the model's freqs_cis buffer broadcast over the batch, i.e. `dim` fp32
-/// per sequence position. Each product saves it, the other operand requiring grad (torch 2.15
+/// complex64 [seq, dim / 2], a slice of the model's freqs_cis buffer broadcast over the batch, i.e. `dim`
+/// fp32 per sequence position. Each product saves it, the other operand requiring grad (torch 2.15
 /// derivatives.yaml mul.Tensor: `self: mul_tensor_backward(grad, other, ...)`): save_on_cpu packs it twice
 /// per attention layer; on the device it is the buffer, no activation.
 void rotary_table(Layer& l, double dim) {

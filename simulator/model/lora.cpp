@@ -154,8 +154,10 @@ void drop_frozen_inputs(Layer& l, std::uint32_t adapted) {
   for (ActTensor& a : l.activations) {
     if (!a.weight_grad_only) continue;
     const int readers = std::popcount(a.weight_grad_of & adapted);
-    if (readers == 0) a.eager = a.compiled = false;
-    else a.packs = static_cast<std::int8_t>(readers);
+    if (readers == 0)
+      a.eager = a.compiled = false;
+    else
+      a.packs = static_cast<std::int8_t>(readers);
   }
 }
 

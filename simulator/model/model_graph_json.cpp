@@ -161,7 +161,8 @@ std::vector<ActTensor> activations_from_json(const Json& arr, const std::vector<
     a.pack_only = o.boolean("pack_only", false);
     a.per_position = o.boolean("per_position", false);
     if (a.per_position && !a.pack_only)
-      o.fail("per_position", "one row per sequence position needs \"pack_only\": true (a buffer save_on_cpu packs)");
+      o.fail("per_position",
+             "one row per sequence position needs \"pack_only\": true (a buffer save_on_cpu packs)");
     if (auto* w = o.raw_optional("weight_grad_of")) {
       // The layer's weights whose gradient alone saves it (ActTensor::weight_grad_only), by name.
       if (!w->is_array()) o.fail("weight_grad_of", "expected an array of the layer's tensor names");

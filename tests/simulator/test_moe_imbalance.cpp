@@ -73,7 +73,8 @@ TEST_CASE("MoE imbalance: the expert side of the list, tensor by tensor",
   CHECK(expert_side == std::vector<std::string>{"dispatch.routed_input", "dispatch.ep_permuted_indices",
                                                 "experts.w_gate.out", "experts.silu.out", "experts.w_up.out",
                                                 "experts.mul.out", "experts.w_down.out"});
-  // (combine.scatter_index: the token indices' expanded view, packed by save_on_cpu only, ActTensor::pack_only)
+  // (combine.scatter_index: the token indices' expanded view, packed by save_on_cpu only,
+  // ActTensor::pack_only)
   CHECK(routed_token_side == std::vector<std::string>{"dispatch.sort_idx", "dispatch.scores_sorted",
                                                       "dispatch.token_idx", "combine.float", "combine.mul",
                                                       "combine.cast", "combine.scatter_index"});

@@ -4,8 +4,6 @@
 // offload").
 #include <catch2/catch.hpp>
 
-#include <bit>
-
 #include "core/error.hpp"
 #include "sim_helpers.hpp"
 #include "simulator/plan/knobs.hpp"
