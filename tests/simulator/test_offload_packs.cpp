@@ -6,7 +6,9 @@
 
 #include "core/error.hpp"
 #include "sim_helpers.hpp"
+#include "simulator/memory/layer_memory.hpp"
 #include "simulator/plan/knobs.hpp"
+#include "simulator/plan/plan.hpp"
 
 using namespace shardplan;
 using shardplan::test::Setup;
@@ -160,4 +162,28 @@ TEST_CASE("save_on_cpu packs: graph JSON round trip and a bad pack-only field",
   for (Json& l : j["layers"])
     if (l.contains("activations") && l["kind"] == "attention") l["activations"][0]["per_position"] = true;
   CHECK_THROWS_AS(ModelGraph::from_graph_json(j, "bad"), InputError);
+}
+
+TEST_CASE("save_on_cpu packs: under LoRA each adapter's lora_A packs the frozen linears' input",
+          "[activation_offload][lora]") {
+  // Llama 3 8B, one attention layer at T = 1,024 tokens (mbs 1, seq 1,024), h = q = 4,096, head_dim 128.
+  // Full fine-tuning: the input packed by wq, wk and wv (2 more x T x 2h = 16,777,216), SDPA's output once
+  // more (T x 2q = 8,388,608), the rotary table twice (2 x 1,024 x 64 x 8 = 1,048,576): 26,214,400.
+  // PEFT's default targets (q_proj, v_proj): the frozen base's mm saves no input, the two lora_A do: one
+  // more pack (8,388,608) instead of two: 17,825,792. gate_proj alone: the attention's input is not saved
+  // at all: 9,437,184.
+  Setup base("llama3-8b", "dgx-h100", 8);
+  auto attention_repacked = [&](int rank, const std::string& targets) {
+    Plan want;
+    want.lora_rank = rank;
+    want.lora_targets = targets;
+    want.seq = 1024;
+    const Plan p = base.resolve(want);
+    const ModelGraph m = rank > 0 ? lora_model(base.model, p) : base.model;
+    return layer_repacked_bytes(first_of(m, LayerKind::kAttention), p, 1024.0);
+  };
+  CHECK(attention_repacked(0, "") == 26214400.0);
+  CHECK(attention_repacked(16, "") == 17825792.0);
+  CHECK(attention_repacked(16, "all-linear") == 26214400.0);
+  CHECK(attention_repacked(16, "gate_proj") == 9437184.0);
 }
