@@ -53,7 +53,6 @@ void layer_tensors(const UnitContext& c, SimUnit& u, UnitSums& m, const Layer& l
     u.saved_weight_bytes = add_checked(u.saved_weight_bytes, mul_checked(tied, bc, "saved weight"), "saved");
     u.saved_weight_max_bytes = std::max(u.saved_weight_max_bytes, mul_checked(tied, bc, "saved weight"));
   }
-  // Identical tensors (a MoE layer's experts) as one group times its count: the same sums.
   // save_on_cpu packs a tensor once per op that saves it, and the pack-only tensors (the layer's activation
   // list, layer_repacked_bytes): the host's copies beyond the saved storages. The loss runs outside its
   // context.
@@ -61,6 +60,7 @@ void layer_tensors(const UnitContext& c, SimUnit& u, UnitSums& m, const Layer& l
       l.kind != LayerKind::kLoss)
     u.repacked_act_bytes = add_checked(u.repacked_act_bytes, std::llround(layer_repacked_bytes(l, p, c.T)),
                                        "save_on_cpu packed bytes");
+  // Identical tensors (a MoE layer's experts) as one group times its count: the same sums.
   l.for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
     const std::int64_t one = tp_local_elems(ten, t), n = one * count;
     const std::int64_t rank_n = ep && ten.expert ? n / p.ep : n;  // this EP rank's experts

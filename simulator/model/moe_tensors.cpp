@@ -71,8 +71,9 @@ void moe_dispatch_activations(const ModelSpec& s, Layer& l) {
   // Under EP the grouped GEMMs save the received rows after _permute (routed_input_RD[permuted_indices],
   // R rows: the expert side), not the T·top_k rows gathered here, which the dispatch all-to-all consumes.
   // The grouped GEMMs reading the routed input save it each (torch 2.15 derivatives.yaml _grouped_mm: mat2's
-  // gradient reads self): w1 and w3 of a SwiGLU expert, fc1 of a GELU one; save_on_cpu packs it that often.
-  const auto column_linears = static_cast<std::int8_t>(s.mlp != MlpKind::kGelu ? 2 : 1);
+  // gradient reads self): w1 and w3 of a SwiGLU expert, a fused gate_up or a GELU expert's fc1 once;
+  // save_on_cpu packs it that often.
+  const auto column_linears = static_cast<std::int8_t>(s.mlp != MlpKind::kGelu && !s.fused_gate_up ? 2 : 1);
   received(s, grouped(routing(l, "dispatch.routed_input", k * h, ActDtype::kCompute, true))).packs =
       column_linears;
   // Under expert parallelism (AllToAllTokenDispatcher, token_dispatcher.py): _permute reorders the received
