@@ -86,6 +86,11 @@ TEST_CASE("save_on_cpu packs: a block's repacked bytes in closed form", "[activa
   // times; SDPA's output is head-split, T x q x 2 / 2; the table is whole on every TP rank): mbs 2,
   // 4Th + Tq + 2Th + 262,144 = 1,024 x 1,792 + 262,144 = 2,097,152.
   CHECK(block_repacked(s, offload_plan(2, 2)) == 2097152);
+  // A materialised attention core (eager softmax): its PV bmm saves its inputs, not its output, so only wo
+  // saves the attention's output: T x q x 2 = 524,288 fewer.
+  Plan eager = offload_plan(2, 1);
+  eager.attention = AttentionCore::kEager;
+  CHECK(block_repacked(s, eager) == 2359296 - 524288);
   // Without offload nothing is summed.
   Plan none = offload_plan(2, 1);
   none.activation_offload = 0;
