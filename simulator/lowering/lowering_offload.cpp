@@ -25,9 +25,10 @@ void Lowering::plan_activation_offload() {
     if (unit(u).blocks > 0) blocks.push_back(u);
   switch (rt_.act_offload) {
     case ActOffloadStyle::kSaveOnCpu:
-      // Every tensor saved inside the model's forward (the loss runs outside the context).
+      // Every tensor saved inside the model's forward (the loss runs outside the context): a unit packs
+      // where it saves any, pack-only ones included (the embedding's token ids).
       for (int u = 0; u < U_; ++u)
-        if (unit(u).act_bytes > 0) act_off_[static_cast<std::size_t>(u)] = {true, true, u};
+        if (offload_bytes(u) > 0) act_off_[static_cast<std::size_t>(u)] = {true, true, u};
       break;
     case ActOffloadStyle::kCheckpointInputs: {
       // keep_last_count=1: the last checkpoint input is never copied; the one before it is copied but stays
@@ -61,9 +62,12 @@ Bytes Lowering::offload_bytes(int u) const {
   const SimUnit& un = unit(u);
   // torch 2.15 torch/autograd/graph.py save_on_cpu: pack_to_cpu copies every tensor autograd saves inside the
   // context, the weights a matmul saves for its input's gradient included (under FSDP the unsharded
-  // parameter): the weights go to the host in forward and come back as new GPU tensors in backward.
+  // parameter): the weights go to the host in forward and come back as new GPU tensors in backward. Its
+  // pack hook runs once per op that saves a tensor (SimUnit::repacked_act_bytes: the attention's input by
+  // wq, wk and wv; the rotary table), each pack a host copy and each unpack a copy back.
   if (rt_.act_offload == ActOffloadStyle::kSaveOnCpu)
-    return add_checked(un.act_bytes, un.saved_weight_bytes, "offloaded bytes");
+    return add_checked(add_checked(un.act_bytes, un.repacked_act_bytes, "offloaded bytes"),
+                       un.saved_weight_bytes, "offloaded bytes");
   return un.act_bytes;
 }
 

@@ -55,6 +55,12 @@ struct SimUnit {
   /// The largest of those weights: save_on_cpu unpacks a saved tensor when the backward node reading it runs,
   /// and the copy dies with the node, so the device holds about one unpacked weight at a time.
   Bytes saved_weight_max_bytes = 0;
+  /// What torch's save_on_cpu copies of the unit's activations beyond act_bytes (one copy per storage):
+  /// a tensor saved by k ops is packed k times (ActTensor::packs: the attention's input by wq, wk and wv,
+  /// SDPA's output by wo), and the pack-only tensors (the rotary table, the token ids; layer_repacked_bytes).
+  /// Host and PCIe bytes only: on the device the saved variables share one storage. Set only where the plan
+  /// offloads with save_on_cpu.
+  Bytes repacked_act_bytes = 0;
   /// FSDP2 group of several blocks (fully_shard on a list, --wrap > 1): each block is a unit of its own whose
   /// all-gather brings the whole group; these are the other blocks' gathered / shard elements, and the
   /// group's first unit (-1: not in such a group).

@@ -53,6 +53,13 @@ void layer_tensors(const UnitContext& c, SimUnit& u, UnitSums& m, const Layer& l
     u.saved_weight_bytes = add_checked(u.saved_weight_bytes, mul_checked(tied, bc, "saved weight"), "saved");
     u.saved_weight_max_bytes = std::max(u.saved_weight_max_bytes, mul_checked(tied, bc, "saved weight"));
   }
+  // save_on_cpu packs a tensor once per op that saves it, and the pack-only tensors (the layer's activation
+  // list, layer_repacked_bytes): the host's copies beyond the saved storages. The loss runs outside its
+  // context.
+  if (p.activation_offload != 0 && rt.act_offload == ActOffloadStyle::kSaveOnCpu &&
+      l.kind != LayerKind::kLoss)
+    u.repacked_act_bytes = add_checked(u.repacked_act_bytes, std::llround(layer_repacked_bytes(l, p, c.T)),
+                                       "save_on_cpu packed bytes");
   // Identical tensors (a MoE layer's experts) as one group times its count: the same sums.
   l.for_each_tensor_group([&](const Tensor& ten, std::int64_t count) {
     const std::int64_t one = tp_local_elems(ten, t), n = one * count;

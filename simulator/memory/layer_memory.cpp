@@ -133,6 +133,11 @@ double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens,
 }
 
 bool act_exists(const ActTensor& a, const Plan& p) {
+  // A pack-only tensor has no device storage of its own: save_on_cpu's copies only (layer_repacked_bytes).
+  return !a.pack_only && act_condition(a, p);
+}
+
+bool act_condition(const ActTensor& a, const Plan& p) {
   switch (a.only) {
     case ActOnly::kAlways:
       return true;
@@ -223,6 +228,26 @@ double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool sele
   // (Korthikanti et al. 2022 §5: the core attention is what selective recompute drops).
   return tokens * (split / p.tp + seq / sequence_parallel_divisor(p) + none) +
          (selective ? 0.0 : score_saved_bytes(l, p, tokens));
+}
+
+double layer_repacked_bytes(const Layer& l, const Plan& p, double tokens) {
+  // This rank's sequence positions: context parallelism gives each rank seq / cp of them (resolve_plan: cp
+  // divides seq), and the rotary table's slice has as many rows.
+  const double positions = static_cast<double>(std::max<std::int64_t>(1, p.seq / p.cp));
+  double b = 0;
+  for (const ActTensor& a : l.activations) {
+    if (a.pack_only) {
+      if (act_condition(a, p))
+        b += a.packs * (a.per_position ? positions : tokens) * act_bytes_per_token(a, p, tokens);
+      continue;
+    }
+    // A materialised core's output: its last bmm saves its inputs, not its output, so the output projection
+    // alone saves it (the SDPA ops save theirs too: ActTensor::packs).
+    const int packs = a.role == ActRole::kSdpaOut && p.attention != AttentionCore::kFlash ? 1 : a.packs;
+    if (packs <= 1) continue;
+    b += (packs - 1) * act_saved_share(a, p, false) * tokens * act_bytes_per_token(a, p, tokens);
+  }
+  return b;
 }
 
 double layer_expert_side_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective) {

@@ -50,13 +50,21 @@ double act_split_divisor(ActSplit split, const Plan& p);
 /// memory-efficient SDPA log-sum-exp's padding of the queries, an expert-side tensor's rows on the busiest EP
 /// rank (act_rows_scale).
 double act_bytes_per_token(const ActTensor& a, const Plan& p, double tokens);
-/// Whether the tensor exists at all under plan p (ActTensor::only).
+/// Whether the tensor exists on the device at all under plan p (ActTensor::only; not a pack-only tensor).
 bool act_exists(const ActTensor& a, const Plan& p);
+/// Whether plan p meets the tensor's condition (ActTensor::only), pack-only tensors included.
+bool act_condition(const ActTensor& a, const Plan& p);
 /// Activation bytes one layer saves for backward over `tokens` tokens, with nothing recomputed or under
 /// selective (op-level) recomputation: the sum over its tensor list of what the regime keeps, plus a
 /// materialised attention core's score tensors without recomputation. Full AC keeps only the block input
 /// (block_input_bytes).
 double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective);
+/// What torch's save_on_cpu copies to the host of one layer's activations (no recomputation) beyond
+/// layer_saved_bytes's one copy per storage: a tensor saved by k ops packed k - 1 more times
+/// (ActTensor::packs), and the tensors packed that are no activation on the device (ActTensor::pack_only:
+/// the rotary table, one row per sequence position; the token ids; the MoE combine's expanded scatter index).
+/// Device memory is unchanged by it.
+double layer_repacked_bytes(const Layer& l, const Plan& p, double tokens);
 /// The part of layer_saved_bytes on the experts' side of the dispatch (ActTensor::expert_rows): under EP the
 /// busiest rank's received rows.
 double layer_expert_side_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective);

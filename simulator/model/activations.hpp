@@ -125,6 +125,21 @@ struct ActTensor {
   /// The layer GEMM whose output it is (index into Layer::gemms, and which of its `count` calls); -1: not a
   /// GEMM output. Op-level SAC's mm parity walks these.
   std::int16_t gemm = -1, call = 0;
+  /// How many times torch's save_on_cpu copies it to the host: its pack hook runs once per saved variable,
+  /// i.e. once per op that saves the tensor (torch 2.15 torch/csrc/autograd/saved_variable.cpp
+  /// SavedVariable::SavedVariable -> set_hooks_and_pack_data; torch/autograd/graph.py save_on_cpu
+  /// pack_to_cpu makes a new pinned tensor each time). The attention's input, saved by the mm of wq, wk and
+  /// wv: 3. On the device the saved variables share one storage whatever the count: only the host copies and
+  /// the D2H / H2D bytes multiply (layer_repacked_bytes).
+  std::int8_t packs = 1;
+  /// No device storage of its own in the list: a module buffer (the rotary table), the batch (the token
+  /// ids), an expanded view of a listed tensor (the MoE combine's scatter index). Listed because torch's
+  /// save_on_cpu packs it like any saved tensor, at its own shape: it counts in save_on_cpu's host copies
+  /// (layer_repacked_bytes) and in no device sum (act_exists is false).
+  bool pack_only = false;
+  /// One row per sequence position of this rank (seq / cp), not per token: a buffer the micro-batch's
+  /// sequences share by broadcasting (the rotary table). Only with pack_only.
+  bool per_position = false;
   bool operator==(const ActTensor&) const = default;
 };
 

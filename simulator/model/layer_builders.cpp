@@ -19,10 +19,14 @@ void statistic(Layer& l, std::string name, double per_token, ActSplit split) {
   act(l, std::move(name), per_token, split, ActDtype::kFp32).life = ActLife::kAtOnce;
 }
 /// SDPA's saved output and log-sum-exp (the log-sum-exp, like a statistic, dies at once where not saved).
+/// The output is saved twice: by the SDPA op (torch 2.15 derivatives.yaml _scaled_dot_product_flash_attention
+/// and the cuDNN / efficient ops: `output`) and by the output projection's mm as its input (the [b, s, h, d]
+/// output's transpose, contiguous() and view share its storage), so save_on_cpu packs it twice.
 void sdpa_outputs(Layer& l, double out_per_token, double heads) {
   ActTensor& out = act(l, "sdpa.out", out_per_token, ActSplit::kTp);
   out.role = ActRole::kSdpaOut;
   out.sac = ActSac::kSave;
+  out.packs = 2;
   ActTensor& lse = act(l, "sdpa.lse", heads, ActSplit::kTp, ActDtype::kFp32);
   lse.role = ActRole::kSdpaLse;
   lse.sac = ActSac::kSave;
@@ -32,6 +36,18 @@ ActTensor* find_act(Layer& l, const std::string& name) {
   for (auto& a : l.activations)
     if (a.name == name) return &a;
   return nullptr;
+}
+/// The rotary table the complex rotary multiplies q and k by (torchtitan 0.3.0 models/common/rope.py
+/// apply_rotary_emb: `xq_ * freqs_cis`, `xk_ * freqs_cis`; the DeepSeek-V3 model's q_pe and k_pe alike):
+/// complex64 [seq, dim / 2], a slice of the model's freqs_cis buffer broadcast over the batch, i.e. `dim`
+/// fp32 per sequence position. Each product saves it, the other operand requiring grad (torch 2.15
+/// derivatives.yaml mul.Tensor: `self: mul_tensor_backward(grad, other, ...)`): save_on_cpu packs it twice
+/// per attention layer; on the device it is the buffer, no activation.
+void rotary_table(Layer& l, double dim) {
+  ActTensor& f = unsaved(act(l, "freqs_cis", dim, ActSplit::kNone, ActDtype::kFp32), ActLife::kUntracked);
+  f.pack_only = true;
+  f.per_position = true;
+  f.packs = 2;
 }
 
 }  // namespace
@@ -91,11 +107,13 @@ void add_tp_gathered_input(Layer& l) {
   // Saved by the same linears as the input (read before the append below moves the list).
   const bool weight_grad_only = in->weight_grad_only;
   const std::uint32_t weight_grad_of = in->weight_grad_of;
+  const std::int8_t packs = in->packs;
   ActTensor& gathered = act(l, "all_gather.out", width, ActSplit::kNone);
   gathered.only = ActOnly::kTpGathered;
   gathered.sac = ActSac::kRecompute;  // not on torchtitan's save list: op-level SAC recomputes the gather
   gathered.weight_grad_only = weight_grad_only;
   gathered.weight_grad_of = weight_grad_of;
+  gathered.packs = packs;
 }
 
 void dies_after(Layer& l, const std::string& name, const std::string& consumer) {
@@ -195,7 +213,7 @@ Layer make_mla(const ModelSpec& s, int block, Layer l) {
   // parity is not tracked here).
   const double Q = static_cast<double>(q), O = static_cast<double>(o), A = static_cast<double>(a);
   std::size_t gi = 0;
-  input(l, H, ActSplit::kSequence);
+  input(l, H, ActSplit::kSequence).packs = 2;  // saved by the mm of wq (or wq_a) and of wkv_a
   if (rq > 0) {
     gemm_out(act(l, "wq_a.out", RQ, ActSplit::kSequence), gi++);  // q_a_layernorm's input
     statistic(l, "q_norm.rstd", 1, ActSplit::kSequence);
@@ -213,6 +231,7 @@ Layer make_mla(const ModelSpec& s, int block, Layer l) {
   ActTensor& kv_out = gemm_out(act(l, "wkv_b.out", static_cast<double>(kv_b), ActSplit::kTp), gi++);
   kv_out.compiled = false;
   // SDPA's inputs (nope and roped parts assembled) and its outputs.
+  rotary_table(l, static_cast<double>(m.qk_rope_head_dim));
   act(l, "q", Q, ActSplit::kTp);
   act(l, "k", Q, ActSplit::kTp);
   ActTensor& v = act(l, "v", O, ActSplit::kTp);
@@ -251,7 +270,8 @@ void attention_activations(const ModelSpec& s, Layer& l) {
   const double h = static_cast<double>(s.hidden), q = static_cast<double>(s.heads * s.head_dim),
                kv = static_cast<double>(s.kv_heads * s.head_dim);
   const bool rotary = s.positions == PositionKind::kRotary, qk_norm = s.qk_norm != QkNormKind::kNone;
-  input(l, h, ActSplit::kSequence);
+  // Saved by the mm of each projection reading it (wq, wk and wv; a fused wqkv): packed once by each.
+  input(l, h, ActSplit::kSequence).packs = static_cast<std::int8_t>(s.fused_qkv ? 1 : 3);
   weight_grad_input(l, "input", {"wq", "wk", "wv", "wqkv"});
   if (s.fused_qkv) {
     // Phi-3 qkv_proj: one output whose V slice SDPA saves (counted as V alone: the q and k slices the saved
@@ -294,6 +314,7 @@ void attention_activations(const ModelSpec& s, Layer& l) {
       const bool is_q = n[1] == 'q';
       unsaved(act(l, n, is_q ? q : kv, ActSplit::kTp, ActDtype::kFp32), ActLife::kTransient);
     }
+    rotary_table(l, static_cast<double>(s.head_dim));
     act(l, "rope.q", q, ActSplit::kTp);  // type_as: the rotated q and k that SDPA saves
     act(l, "rope.k", kv, ActSplit::kTp);
   }

@@ -8,6 +8,7 @@
 #include "simulator/model/lora.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <utility>
 
 #include "core/checked.hpp"
@@ -147,9 +148,17 @@ void add_adapters(Layer& l, const Tensor& base, int r, std::vector<Tensor>& adde
 
 /// With the base frozen, a linear's input that only the linears' weight gradients saved is not saved, unless
 /// one of them carries an adapter (`adapted`: bits over l.tensors), whose lora_A saves the same x.
+/// Where kept, each adapter's lora_A saves it once (the frozen base's mm saves none): save_on_cpu packs it
+/// once per adapter (ActTensor::packs).
 void drop_frozen_inputs(Layer& l, std::uint32_t adapted) {
-  for (ActTensor& a : l.activations)
-    if (a.weight_grad_only && (a.weight_grad_of & adapted) == 0) a.eager = a.compiled = false;
+  for (ActTensor& a : l.activations) {
+    if (!a.weight_grad_only) continue;
+    const int readers = std::popcount(a.weight_grad_of & adapted);
+    if (readers == 0)
+      a.eager = a.compiled = false;
+    else
+      a.packs = static_cast<std::int8_t>(readers);
+  }
 }
 
 void lora_layer(Layer& l, const LoraSpec& spec, bool router_linear) {

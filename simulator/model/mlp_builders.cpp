@@ -52,11 +52,24 @@ void add_mlp_tensors(const ModelSpec& s, Layer& l, const std::string& prefix, st
 void mlp_activations(const ModelSpec& s, Layer& l, std::int64_t f, std::int64_t fs) {
   const bool moe = l.kind == LayerKind::kMoe;
   const double h = static_cast<double>(s.hidden);
-  input(l, h, ActSplit::kSequence);
+  // The layer's input is saved by the mm of each linear reading it (save_on_cpu packs it once per mm): a
+  // SwiGLU's gate and up (one fused gate_up), a GELU MLP's fc1; a MoE layer's router gate and its shared
+  // experts' column linears (the routed experts read the gathered copy, dispatch.routed_input).
+  const int column_linears = s.mlp != MlpKind::kGelu && !s.fused_gate_up ? 2 : 1;
+  input(l, h, ActSplit::kSequence).packs =
+      static_cast<std::int8_t>(moe ? 1 + (fs > 0 ? column_linears : 0) : column_linears);
   std::size_t gi = 0;
   if (moe) {
-    // The router's logits upcast to fp32 for the softmax, which saves its output.
-    add_activation(l, "router.probs", s.moe.experts, ActSplit::kSequence, ActDtype::kFp32);
+    // The router's logits upcast to fp32 for the softmax, which saves its output. torchtitan's router
+    // (0.3.0 models/common/moe.py TokenChoiceTopKRouter) then takes `scores.gather(dim=1, index=...)`, which
+    // saves the scores again (torch 2.15 derivatives.yaml gather: `gather_backward(grad, self, ...)`): two
+    // packs under save_on_cpu; Hugging Face's router takes the top-k values from topk, which saves only its
+    // indices (derivatives.yaml topk): one. The same storage either way (one entry per implementation).
+    add_activation(l, "router.probs", s.moe.experts, ActSplit::kSequence, ActDtype::kFp32).only =
+        ActOnly::kMoeGrouped;
+    l.activations.back().packs = 2;
+    add_activation(l, "router.probs", s.moe.experts, ActSplit::kSequence, ActDtype::kFp32).only =
+        ActOnly::kMoeLoop;
     ++gi;
     moe_dispatch_activations(s, l);  // top-k ids, the dispatcher's reordering, the routed input
   }

@@ -188,6 +188,12 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
   emb.kind = LayerKind::kEmbedding;
   emb.tensors.push_back({"weight", s.vocab, s.hidden, TpSplit::kColumn});
   emb.elementwise_bytes_per_token = emb.eager_elementwise_bytes_per_token = 2.0 * s.hidden;
+  // The embedding saves its indices (torch 2.15 derivatives.yaml embedding: `embedding_backward(grad,
+  // indices, ...)`), the batch's token ids: no activation on the device, but packed by save_on_cpu.
+  ActTensor& ids = add_activation(emb, "input_ids", 1, ActSplit::kNone, ActDtype::kInt64);
+  ids.eager = ids.compiled = false;
+  ids.life = ActLife::kUntracked;
+  ids.pack_only = true;
   auto prev = add(emb);
   if (s.positions == PositionKind::kLearned) {
     Layer pos;
@@ -195,6 +201,11 @@ ModelGraph ModelGraph::from_spec(const ModelSpec& s) {
     pos.kind = LayerKind::kPositionEmbedding;
     pos.tensors.push_back({"weight", s.max_positions, s.hidden, TpSplit::kReplicated});
     pos.elementwise_bytes_per_token = pos.eager_elementwise_bytes_per_token = 6.0 * s.hidden;
+    // Its position ids ([1, seq], broadcast over the batch), saved as the embedding's indices: packed only.
+    ActTensor& pos_ids = add_activation(pos, "position_ids", 1, ActSplit::kNone, ActDtype::kInt64);
+    pos_ids.eager = pos_ids.compiled = false;
+    pos_ids.life = ActLife::kUntracked;
+    pos_ids.pack_only = pos_ids.per_position = true;
     auto v = add(pos);
     boost::add_edge(prev, v, g);
     prev = v;

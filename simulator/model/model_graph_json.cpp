@@ -100,6 +100,9 @@ Json activations_to_json(const std::vector<ActTensor>& acts, const std::vector<T
     if (a.only != ActOnly::kAlways) j["only"] = to_string(a.only);
     if (a.expert) j["expert"] = true;
     if (a.expert_rows > 0) j["expert_rows"] = a.expert_rows;
+    if (a.packs != 1) j["packs"] = static_cast<int>(a.packs);
+    if (a.pack_only) j["pack_only"] = true;
+    if (a.per_position) j["per_position"] = true;
     if (a.gemm >= 0) j["gemm"] = {a.gemm, a.call};
     if (a.consumer >= 0) j["consumer"] = a.consumer;
     if (a.input) j["input"] = true;
@@ -154,6 +157,12 @@ std::vector<ActTensor> activations_from_json(const Json& arr, const std::vector<
     a.expert_rows = static_cast<std::int32_t>(o.integer("expert_rows", 0, 0, 1 << 20));
     if (a.expert_rows > 0 && !a.expert)
       o.fail("expert_rows", "rows on the experts' side need \"expert\": true (a routed expert's tensor)");
+    a.packs = static_cast<std::int8_t>(o.integer("packs", 1, 1, 64));
+    a.pack_only = o.boolean("pack_only", false);
+    a.per_position = o.boolean("per_position", false);
+    if (a.per_position && !a.pack_only)
+      o.fail("per_position",
+             "one row per sequence position needs \"pack_only\": true (a buffer save_on_cpu packs)");
     if (auto* w = o.raw_optional("weight_grad_of")) {
       // The layer's weights whose gradient alone saves it (ActTensor::weight_grad_only), by name.
       if (!w->is_array()) o.fail("weight_grad_of", "expected an array of the layer's tensor names");

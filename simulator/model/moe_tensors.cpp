@@ -48,7 +48,14 @@ void moe_dispatch_activations(const ModelSpec& s, Layer& l) {
   // TokenChoiceTopKRouter.forward: torch.topk's expert ids (int64), which scores.gather(index=...) saves;
   // topk is on torchtitan's op-level SAC save list (distributed/activation_checkpoint.py
   // _get_default_save_ops), so SAC keeps it. Hugging Face's router: topk's backward saves them as well.
-  routing(l, "router.topk_ids", k, ActDtype::kInt64, false).sac = ActSac::kSave;
+  // Under save_on_cpu torchtitan's ids are packed twice (topk's backward saves its indices, derivatives.yaml
+  // topk; the gather saves them as its index), Hugging Face's once (topk's); one entry per implementation.
+  for (const ActOnly impl : {ActOnly::kMoeGrouped, ActOnly::kMoeLoop}) {
+    ActTensor& ids = routing(l, "router.topk_ids", k, ActDtype::kInt64, false);
+    ids.sac = ActSac::kSave;
+    ids.only = impl;
+    ids.packs = static_cast<std::int8_t>(impl == ActOnly::kMoeGrouped ? 2 : 1);
+  }
   // --moe-impl grouped. MoE.forward: routing_map = zeros_like(scores, dtype=bool).scatter_(...), summed per
   // expert; a local of the forward, saved by nothing.
   ActTensor& map = grouped(routing(l, "routing_map", s.moe.experts, ActDtype::kBool, false));
@@ -63,12 +70,19 @@ void moe_dispatch_activations(const ModelSpec& s, Layer& l) {
   grouped(routing(l, "dispatch.token_idx", k, ActDtype::kInt64, true));
   // Under EP the grouped GEMMs save the received rows after _permute (routed_input_RD[permuted_indices],
   // R rows: the expert side), not the T·top_k rows gathered here, which the dispatch all-to-all consumes.
-  received(s, grouped(routing(l, "dispatch.routed_input", k * h, ActDtype::kCompute, true)));
+  // The grouped GEMMs reading the routed input save it each (torch 2.15 derivatives.yaml _grouped_mm: mat2's
+  // gradient reads self): w1 and w3 of a SwiGLU expert, a fused gate_up or a GELU expert's fc1 once;
+  // save_on_cpu packs it that often.
+  const auto column_linears = static_cast<std::int8_t>(s.mlp != MlpKind::kGelu && !s.fused_gate_up ? 2 : 1);
+  received(s, grouped(routing(l, "dispatch.routed_input", k * h, ActDtype::kCompute, true))).packs =
+      column_linears;
   // Under expert parallelism (AllToAllTokenDispatcher, token_dispatcher.py): _permute reorders the received
   // rows from rank-major to expert-major with routed_input_RD[permuted_indices, :], whose index (int64, one
   // per received row) autograd saves, as _unpermute's index_put does (tools/reference/moe_ep.py over gloo:
   // 8 B per received row, the only tensor beyond the list at world 2 and 4).
-  received(s, routing(l, "dispatch.ep_permuted_indices", k, ActDtype::kInt64, true)).only = ActOnly::kMoeEp;
+  ActTensor& permuted = received(s, routing(l, "dispatch.ep_permuted_indices", k, ActDtype::kInt64, true));
+  permuted.only = ActOnly::kMoeEp;
+  permuted.packs = 2;  // the _permute gather's index and _unpermute's index_put's
   // --moe-impl loop (transformers MixtralSparseMoeBlock: the reference lane's SparseMoe, tools/reference/
   // run.py): the top-k weights renormalised (`/ sum`, fp32; the division saves both), the (token, slot)
   // pairs in expert order (int64), then per expert its token indices (int64; the gather and index_add_
@@ -77,8 +91,14 @@ void moe_dispatch_activations(const ModelSpec& s, Layer& l) {
   loop(routing(l, "loop.topk_weights", k, ActDtype::kFp32, false));
   loop(routing(l, "loop.weight_sum", 1, ActDtype::kFp32, false));
   loop(routing(l, "loop.order", k, ActDtype::kInt64, true));
-  loop(routing(l, "loop.token_idx", k, ActDtype::kInt64, true)).life = ActLife::kAtOnce;
-  loop(routing(l, "loop.routed_input", k * h, ActDtype::kCompute, true)).life = ActLife::kAtOnce;
+  // Under save_on_cpu the token indices are packed by the gather and by index_add_, the gathered input by
+  // the expert's column linears (the reference lane's SparseMoe under saved_tensors_hooks: 2 and 2).
+  ActTensor& loop_idx = loop(routing(l, "loop.token_idx", k, ActDtype::kInt64, true));
+  loop_idx.life = ActLife::kAtOnce;
+  loop_idx.packs = 2;
+  ActTensor& loop_in = loop(routing(l, "loop.routed_input", k * h, ActDtype::kCompute, true));
+  loop_in.life = ActLife::kAtOnce;
+  loop_in.packs = column_linears;
 }
 
 void moe_combine_activations(const ModelSpec& s, Layer& l) {
@@ -105,6 +125,12 @@ void moe_combine_activations(const ModelSpec& s, Layer& l) {
   // and the gathered weights) and the product, index_add_-ed into the zeroed output in place; index_add_'s
   // backward (torch 2.15 derivatives.yaml: `source: grad.index_select(dim, index).expand_as(source)`) saves
   // the product too.
+  // deterministic_scatter_add's setup_context saves its index, token_idx.reshape(-1, 1).expand(-1, h)
+  // (token_dispatcher.py combine; ops/scatter_add.py): a view with no storage of its own, which save_on_cpu
+  // packs at its shape, h int64 per routed row (tools/reference/moe_tensors.py's module under
+  // saved_tensors_hooks: 8·top_k·h bytes per token beside the indices' own 8·top_k).
+  ActTensor& index = grouped(routing(l, "combine.scatter_index", k * h, ActDtype::kInt64, true));
+  unsaved(index, ActLife::kUntracked).pack_only = true;
   loop(routing(l, "loop.expert_out", k * h, ActDtype::kCompute, true)).life = ActLife::kAtOnce;
   loop(routing(l, "loop.weights", k, ActDtype::kCompute, true)).life = ActLife::kAtOnce;
   loop(routing(l, "loop.product", k * h, ActDtype::kCompute, true)).life = ActLife::kAtOnce;

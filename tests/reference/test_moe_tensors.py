@@ -39,6 +39,21 @@ class MoeTensors(unittest.TestCase):
         # 32 + 32 + 12 + 16 + 384 + 768 + 4 = 1248 bytes per token.
         self.assertEqual(self.run_case("--lane")["measured_bytes_per_token"], 1248)
 
+    def test_eager_packs(self):
+        # What save_on_cpu copies, pack by pack (ActTensor::packs, pack_only): the input 2·32 (the router's gate
+        # alone), router.probs 2 packs of 2·8 (softmax, gather), top-k ids 2 of 8·2 (topk, gather), argsort 8·2,
+        # sorted scores 2·2, token indices 8·2 and their expanded view at 8·2·32 (deterministic_scatter_add), the
+        # routed input 2 of 2·2·32 (w1's and w3's grouped mm), four expert tensors 4·2·2·48, the fp32 copy
+        # 4·2·32: 64 + 32 + 32 + 16 + 4 + 16 + 512 + 256 + 768 + 256 = 1956 bytes per token (the three grouped
+        # GEMMs' int32 expert offsets, per layer, left out).
+        self.assertEqual(self.run_case("--packs")["measured_bytes_per_token"], 1956)
+
+    def test_lane_loop_packs(self):
+        # The loop's packs: test_lane_loop's 1248 less the input-free count, plus the input 64 (the gate), the
+        # top-k ids once (topk), each expert's token indices twice (gather, index_add_: +16) and gathered input
+        # twice (w1, w3: +128): 1248 + 64 + 16 + 128 = 1456.
+        self.assertEqual(self.run_case("--lane", "--packs")["measured_bytes_per_token"], 1456)
+
     def test_compiled(self):
         # Inductor saves the experts' bf16 output (2·2·32) instead of the fp32 copy and recomputes SiLU:
         # 1220 - 256 + 128 - 192 = 900.

@@ -79,7 +79,14 @@ TEST_CASE("activation offload: save_on_cpu moves every saved tensor, both copies
   Bytes unit_weights = 0;
   for (const SimUnit& u : units_of(s, s.resolve(p))) unit_weights += u.saved_weight_bytes;
   CHECK(unit_weights == weights);
-  const Bytes saved = saved_bytes(s, p) + weights;
+  // A tensor saved by k ops is packed k times (test_offload_packs.cpp): per block, T = 8,192, h = q = 4,096,
+  // head_dim 128: the attention's input twice more, SDPA's output and the MLP's input once more (T x 8h =
+  // 268,435,456) and the rotary table twice (2 x T x 64 x 8 = 8,388,608): 276,824,064 x 32 blocks, plus the
+  // embedding's token ids (T x 8 = 65,536): 8,858,435,584 B.
+  Bytes repacked = 0;
+  for (const SimUnit& u : units_of(s, s.resolve(p))) repacked += u.repacked_act_bytes;
+  CHECK(repacked == Bytes{276824064} * 32 + 65536);
+  const Bytes saved = saved_bytes(s, p) + repacked + weights;
   CHECK(r.activation_host_bytes == saved);
   CHECK(r.host_bytes_per_node == saved * 8);
   const CommStats& c = comm(r, CommKind::kOffloadCopy);

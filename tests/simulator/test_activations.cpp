@@ -60,12 +60,13 @@ TEST_CASE("a Llama 3 8B block's activation tensors, one by one", "[simulator][ac
         ActRole::kBlockInput);  // the block's first layer: the checkpoint's input
   // Attention in forward order: the input 2h (saved by wq/wk/wv's mm); wq's and wk's outputs 2q, 2kv (the
   // rotary's temporaries); wv's output 2kv (SDPA's V); the rotary's fp32 copies 4q, 4kv and complex products
-  // 4q, 4kv; the rotated q, k 2q, 2kv; SDPA's output 2q and log-sum-exp 4 x 32; wo's output 2h.
+  // 4q, 4kv; the rotary table the products save (pack only: head_dim fp32 per position, 512); the rotated
+  // q, k 2q, 2kv; SDPA's output 2q and log-sum-exp 4 x 32; wo's output 2h.
   const std::vector<std::pair<std::string, double>> order = {
       {"input", 8192},       {"wq.out", 8192},     {"wk.out", 2048},           {"wv.out", 2048},
       {"xq.float()", 16384}, {"xk.float()", 4096}, {"xq_ * freqs_cis", 16384}, {"xk_ * freqs_cis", 4096},
-      {"rope.q", 8192},      {"rope.k", 2048},     {"sdpa.out", 8192},         {"sdpa.lse", 128},
-      {"wo.out", 8192}};
+      {"freqs_cis", 512},    {"rope.q", 8192},     {"rope.k", 2048},           {"sdpa.out", 8192},
+      {"sdpa.lse", 128},     {"wo.out", 8192}};
   REQUIRE(attn.activations.size() >= order.size());
   for (std::size_t i = 0; i < order.size(); ++i) {
     CHECK(attn.activations[i].name == order[i].first);

@@ -56,9 +56,11 @@ TEST_CASE("MoE imbalance: the expert side of the list, tensor by tensor",
   CHECK(expert_side == std::vector<std::string>{"dispatch.routed_input", "dispatch.ep_permuted_indices",
                                                 "experts.w_gate.out", "experts.silu.out", "experts.w_up.out",
                                                 "experts.mul.out", "experts.w_down.out"});
+  // (combine.scatter_index: the token indices' expanded view, packed by save_on_cpu only,
+  // ActTensor::pack_only)
   CHECK(routed_token_side == std::vector<std::string>{"dispatch.sort_idx", "dispatch.scores_sorted",
                                                       "dispatch.token_idx", "combine.float", "combine.mul",
-                                                      "combine.cast"});
+                                                      "combine.cast", "combine.scatter_index"});
   // The graph JSON carries the field and reads it back; without "expert" it is refused.
   const Json j = m.to_graph_json();
   CHECK(ModelGraph::from_graph_json(j, "tiny.graph.json").to_graph_json() == j);

@@ -11,7 +11,11 @@ so its scores, and the sorted scores taken from them, are bf16 where CUDA makes 
 figures are computed with those two at 2 bytes for the comparison.
 With --lane: the reference lane's SparseMoe (tools/reference/run.py, Hugging Face's loop over the experts, its
 router's softmax in fp32 on the CPU too) against the list of --moe-impl loop.
+With --packs: what torch's save_on_cpu would copy, every pack at its shape (a tensor saved by k ops k times, an
+expanded view at its expanded size), the layer's input included, against the list's packs (ActTensor::packs and
+the pack_only tensors).
 Usage: moe_tensors.py --shardplan BIN [--tokens T --hidden D --ffn F --experts E --top-k K] [--compile|--lane]
+[--packs]
 (prints JSON; exit 1 when the two differ)."""
 from __future__ import annotations
 
@@ -47,21 +51,27 @@ def moe_layer(bin_, d, f, e, k):
     return next(l for l in graph["layers"] if l["kind"] == "moe")
 
 
-def listed(bin_, d, f, e, k, compiled, impl="moe_grouped", also=()):
+def listed(bin_, d, f, e, k, compiled, impl="moe_grouped", also=(), packs=False):
     """shardplan's saved bytes per token of the MoE layer's tensors under `impl` (and the `only` conditions in
-    `also`, e.g. "moe_ep"), the layer's input left out."""
+    `also`, e.g. "moe_ep"), the layer's input left out; with `packs`, save_on_cpu's copies: each eager-saved
+    tensor `packs` times and the pack_only ones, the input included."""
     layer = moe_layer(bin_, d, f, e, k)
     out = {}
     for a in layer["activations"]:
-        if a["name"] == "input" or not a["compiled" if compiled else "eager"] or a.get("only", impl) not in (impl, *also):
+        if a.get("only", impl) not in (impl, *also):
+            continue
+        if packs:
+            if not (a["eager"] or a.get("pack_only")):
+                continue
+        elif a["name"] == "input" or not a["compiled" if compiled else "eager"]:
             continue
         # torchtitan's router under the CPU's autocast (no fp32): bf16; the lane's softmax(dtype=float): fp32
         b = 2 if impl == "moe_grouped" and a["name"] in CPU_BF16 else BYTES[a["dtype"]]
-        out[a["name"]] = a["per_token"] * b
+        out[a["name"]] = a["per_token"] * b * (a.get("packs", 1) if packs else 1)
     return out
 
 
-def measured_lane(t, d, f, e, k):
+def measured_lane(t, d, f, e, k, packs=False):
     """The reference lane's SparseMoe (tools/reference/run.py: Hugging Face's loop over the experts)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from lane.models import build_model_classes
@@ -71,19 +81,24 @@ def measured_lane(t, d, f, e, k):
                                    vocab=64, moe={"experts": e, "top_k": k}))
     model = build_model_classes(torch)(spec, t)
     m = next(mod for mod in model.modules() if type(mod).__name__ == "SparseMoe").to(torch.bfloat16)
-    return saved_by(m, m, t, d)
+    return saved_by(m, m, t, d, packs)
 
 
-def saved_by(m, fn, t, d):
-    """Storages the forward of `fn` saves (parameters of `m` and the input left out)."""
+def saved_by(m, fn, t, d, packs=False):
+    """Storages the forward of `fn` saves (parameters of `m` and the input left out); with `packs`, every pack the
+    saved-tensor hooks see at its own shape, as save_on_cpu copies it (the input included, the parameters not)."""
     x = torch.randn(1, t, d, dtype=torch.bfloat16, requires_grad=True)
-    skip = {p.untyped_storage().data_ptr() for p in m.parameters()} | {x.untyped_storage().data_ptr()}
+    skip = {p.untyped_storage().data_ptr() for p in m.parameters()}
+    if not packs:
+        skip.add(x.untyped_storage().data_ptr())
     saved = {}
 
     def pack(s):
         st = s.untyped_storage()
         if st.data_ptr() not in skip:
-            saved[st.data_ptr()] = (st.nbytes(), list(s.shape), str(s.dtype).replace("torch.", ""))
+            entry = (s.numel() * s.element_size() if packs else st.nbytes(), list(s.shape),
+                     str(s.dtype).replace("torch.", ""))
+            saved[len(saved) if packs else st.data_ptr()] = entry
         return s
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda s: s):
@@ -92,7 +107,7 @@ def saved_by(m, fn, t, d):
     return sorted(saved.values())
 
 
-def measured(t, d, f, e, k, compiled):
+def measured(t, d, f, e, k, compiled, packs=False):
     from torchtitan.models.common.linear import Linear
     from torchtitan.models.common.moe import GroupedExperts, MoE, RoutedExperts, TokenChoiceTopKRouter
     from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
@@ -108,7 +123,7 @@ def measured(t, d, f, e, k, compiled):
     for p in m.parameters():
         torch.nn.init.normal_(p, std=0.02)
     m = m.to(torch.bfloat16).train()
-    return saved_by(m, torch.compile(m) if compiled else m, t, d)
+    return saved_by(m, torch.compile(m) if compiled else m, t, d, packs)
 
 
 def main(argv=None):
@@ -123,10 +138,12 @@ def main(argv=None):
                   help_suffix={"compile": "the MoE layer compiled (inductor), against the compiled list"})
     ap.add_argument("--lane", action="store_true",
                     help="the reference lane's SparseMoe (Hugging Face's loop) against --moe-impl loop's list")
+    ap.add_argument("--packs", action="store_true",
+                    help="every pack save_on_cpu makes (eager) against the list's packs")
     a = ap.parse_args(argv)
     t, d, f, e, k = a.tokens, a.hidden, a.ffn, a.experts, a.top_k
-    lst = listed(a.shardplan, d, f, e, k, a.compile, "moe_loop" if a.lane else "moe_grouped")
-    meas = measured_lane(t, d, f, e, k) if a.lane else measured(t, d, f, e, k, a.compile)
+    lst = listed(a.shardplan, d, f, e, k, a.compile, "moe_loop" if a.lane else "moe_grouped", packs=a.packs)
+    meas = (measured_lane(t, d, f, e, k, a.packs) if a.lane else measured(t, d, f, e, k, a.compile, a.packs))
     # Per-layer tensors (the grouped GEMMs' expert offsets, E int32) are not per token: left out.
     per_layer = [m for m in meas if m[1] == [e] and m[2] == "int32"]
     meas_tok = sum(m[0] for m in meas if m not in per_layer) / t
