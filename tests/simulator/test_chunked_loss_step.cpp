@@ -1,0 +1,107 @@
+// The chunked loss in the whole step (docs/model.md "Chunked loss", lowering_chunked_loss.cpp): what the loss
+// call leaves to the decoder's backward under FSDP2 (torch 2.15, torchtitan 0.3.0 ChunkedLossWrapper), as the
+// reference lane's trace of Llama 3 8B with 2 blocks shows it (tools/reference/run.py --loss-impl chunked,
+// tests/reference/test_chunked_loss.py).
+#include <catch2/catch.hpp>
+
+#include "sim_helpers.hpp"
+#include "simulator/lowering/units.hpp"
+
+using namespace shardplan;
+using shardplan::test::Setup;
+using shardplan::test::units_of;
+
+namespace {
+
+ModelGraph llama3_8b_blocks(int layers) {
+  ModelSpec sp = load_model("llama3-8b").spec();
+  sp.layers = layers;
+  return ModelGraph::from_spec(sp);
+}
+
+/// The running totals of `cat` after the last effect of the head unit's backward compute task, and the
+/// number of the head unit's backward all-gathers.
+struct HeadBackward {
+  Bytes at_compute = -1;
+  int gathers = 0;
+};
+
+HeadBackward head_backward(const Program& prog, MemCategory cat, int head) {
+  HeadBackward h;
+  Bytes cur = 0;
+  for (const Task& t : prog.tasks) {
+    for (std::uint32_t e = t.first_effect; e < t.first_effect + t.n_effects; ++e)
+      if (prog.effects[e].category == cat) cur += prog.effects[e].delta_bytes;
+    if (t.unit != head || !t.backward) continue;
+    if (t.type == TaskType::kCompute && h.at_compute < 0) h.at_compute = cur;
+    if (t.type == TaskType::kCollective && t.comm_kind == static_cast<std::uint8_t>(CommKind::kAllGather))
+      ++h.gathers;
+  }
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("chunked loss: the head unit's backward after the loss call",
+          "[simulator][memory][loss][chunked]") {
+  // Llama 3 8B with 2 blocks on 8 GPUs, seq 4,096, full AC, 8 chunks, bf16-mixed with an fp32 reduction:
+  // V = 128,256, D = 4,096, V D = 525,336,576 (divisible by 8: no padding).
+  Setup s(llama3_8b_blocks(2), load_cluster_spec("dgx-h100"), 8);
+  Plan p;
+  p.seq = 4096;
+  p.ac = AcMode::kFull;
+  p.loss_impl = LossImpl::kChunked;
+  const Plan r = s.resolve(p);
+  const std::vector<SimUnit> units = units_of(s, r);
+  const int head = static_cast<int>(units.size()) - 1;
+  // The head unit [norm, lm_head]: lm_head's gradient is reduced inside the loss call, so its own
+  // post-backward reduces only the norm's D elements (shard D / 8 = 512, gathered 4,096).
+  REQUIRE(units[static_cast<std::size_t>(head)].has_loss);
+  CHECK(units[static_cast<std::size_t>(head)].loss_reduced_elems == 525'336'576);
+  CHECK(units[static_cast<std::size_t>(head)].reduced_shard_elems == 512);
+  CHECK(units[static_cast<std::size_t>(head)].reduced_gathered_elems == 4096);
+  Simulator sim(s.model, *s.cluster, *s.costs);
+  sim.run(r);
+  const Program& prog = sim.program();
+  // At the head's backward compute (the norm's backward): the last chunk's fp32 reduce-scatter input, V D x 4
+  // = 2,101,346,304 B, still held by FSDP2's reduce_scatter_states (the lane: storage 590 freed at the head's
+  // post-backward, after its all-gather and the last block's prefetch), and no other communication buffer.
+  const HeadBackward comm = head_backward(prog, MemCategory::kCommBuffers, head);
+  CHECK(comm.at_compute == 2'101'346'304LL);
+  // Gradients then: lm_head's sharded gradient from the loss call's reduce-scatter, V D x 4 / 8 = 262,668,288
+  // B, and the norm's unsharded bf16 gradient, D x 2 = 8,192 B (before: the whole unit's, (V D + D) x 2 =
+  // 1,050,681,344 B, and no shard yet).
+  const HeadBackward grads = head_backward(prog, MemCategory::kGrads, head);
+  CHECK(grads.at_compute == 262'668'288LL + 8'192);
+  // The wrapper resharded lm_head's group after the loop (loss.py:772): the backward gathers it once (the
+  // lane: one all-gather of 1,050,681,344 B at the head's backward; no second gather for the norm).
+  CHECK(comm.gathers == 1);
+}
+
+TEST_CASE("chunked loss: one extra reduce-scatter, the same persistent gradients",
+          "[simulator][memory][loss][chunked]") {
+  // The head weight's reduce-scatter moves from the head unit's post-backward into the loss call: the same
+  // number of reduce-scatters plus one (the head unit still reduces its norm), and the step keeps the same
+  // gradient shards as with the eager loss (the memory JSON's persistent grads).
+  Setup s(llama3_8b_blocks(2), load_cluster_spec("dgx-h100"), 8);
+  Plan p;
+  p.seq = 4096;
+  p.ac = AcMode::kFull;
+  const Result eager = s.run(p);
+  p.loss_impl = LossImpl::kChunked;
+  const Result chunked = s.run(p);
+  CHECK(chunked.persistent_split[1] == eager.persistent_split[1]);
+  auto reduce_scatters = [&](const Plan& q) {
+    Simulator sim(s.model, *s.cluster, *s.costs);
+    sim.run(s.resolve(q));
+    int n = 0;
+    for (const Task& t : sim.program().tasks)
+      if (t.type == TaskType::kCollective &&
+          t.comm_kind == static_cast<std::uint8_t>(CommKind::kReduceScatter))
+        ++n;
+    return n;
+  };
+  Plan e = p;
+  e.loss_impl = LossImpl::kEager;
+  CHECK(reduce_scatters(p) == reduce_scatters(e) + 1);
+}
