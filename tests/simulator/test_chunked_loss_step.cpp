@@ -19,10 +19,11 @@ ModelGraph llama3_8b_blocks(int layers) {
   return ModelGraph::from_spec(sp);
 }
 
-/// The running totals of `cat` after the last effect of the head unit's backward compute task, and the
-/// number of the head unit's backward all-gathers.
+/// The head unit's backward compute task (its memory: the loss's backward, the norm's gradient, the
+/// reduction): the running total of `cat` before its effects and the highest during them, and the number of
+/// the head unit's backward all-gathers.
 struct HeadBackward {
-  Bytes at_compute = -1;
+  Bytes before = -1, high = -1;
   int gathers = 0;
 };
 
@@ -30,11 +31,15 @@ HeadBackward head_backward(const Program& prog, MemCategory cat, int head) {
   HeadBackward h;
   Bytes cur = 0;
   for (const Task& t : prog.tasks) {
+    const bool compute = t.unit == head && t.backward && t.type == TaskType::kCompute && h.before < 0;
+    if (compute) h.before = h.high = cur;
     for (std::uint32_t e = t.first_effect; e < t.first_effect + t.n_effects; ++e)
-      if (prog.effects[e].category == cat) cur += prog.effects[e].delta_bytes;
-    if (t.unit != head || !t.backward) continue;
-    if (t.type == TaskType::kCompute && h.at_compute < 0) h.at_compute = cur;
-    if (t.type == TaskType::kCollective && t.comm_kind == static_cast<std::uint8_t>(CommKind::kAllGather))
+      if (prog.effects[e].category == cat) {
+        cur += prog.effects[e].delta_bytes;
+        if (compute) h.high = std::max(h.high, cur);
+      }
+    if (t.unit == head && t.backward && t.type == TaskType::kCollective &&
+        t.comm_kind == static_cast<std::uint8_t>(CommKind::kAllGather))
       ++h.gathers;
   }
   return h;
@@ -63,16 +68,23 @@ TEST_CASE("chunked loss: the head unit's backward after the loss call",
   Simulator sim(s.model, *s.cluster, *s.costs);
   sim.run(r);
   const Program& prog = sim.program();
-  // At the head's backward compute (the norm's backward): the last chunk's fp32 reduce-scatter input, V D x 4
-  // = 2,101,346,304 B, still held by FSDP2's reduce_scatter_states (the lane: storage 590 freed at the head's
-  // post-backward, after its all-gather and the last block's prefetch), and no other communication buffer.
+  // When the head's backward compute starts (the norm's backward), against the lane's trace at the norm's
+  // backward (event 623 of tools/reference/run.py --model llama3-8b --layers 2 --gpus 8 --seq 4096 --ac full
+  // --loss-impl chunked --loss-chunks 8): the last chunk's fp32 reduce-scatter input, V D x 4 =
+  // 2,101,346,304 B, still held by FSDP2's reduce_scatter_states (the lane frees it at the head's
+  // post-backward), and no other communication buffer;
   const HeadBackward comm = head_backward(prog, MemCategory::kCommBuffers, head);
-  CHECK(comm.at_compute == 2'101'346'304LL);
-  // Gradients then: lm_head's sharded gradient from the loss call's reduce-scatter, V D x 4 / 8 = 262,668,288
-  // B, and the norm's unsharded bf16 gradient, D x 2 = 8,192 B (before: the whole unit's, (V D + D) x 2 =
-  // 1,050,681,344 B, and no shard yet).
+  CHECK(comm.before == 2'101'346'304LL);
+  // the gathered head group, (V D + D) x 2 = 1,050,681,344 B, gathered again after the wrapper's reshard, and
+  // the last block it prefetched, 436,224,000 B (the lane: 1,486,905,344 B);
+  const HeadBackward gathered = head_backward(prog, MemCategory::kGathered, head);
+  CHECK(gathered.before == 1'050'681'344LL + 436'224'000LL);
+  // gradients: lm_head's sharded gradient from the loss call's reduce-scatter, V D x 4 / 8 = 262,668,288 B
+  // (the lane's grads), then the norm's unsharded bf16 gradient, D x 2 = 8,192 B, and no more (before: the
+  // whole unit's, (V D + D) x 2 = 1,050,681,344 B, no shard yet, and the input freed in the loss call).
   const HeadBackward grads = head_backward(prog, MemCategory::kGrads, head);
-  CHECK(grads.at_compute == 262'668'288LL + 8'192);
+  CHECK(grads.before == 262'668'288LL);
+  CHECK(grads.high == 262'668'288LL + 8'192);
   // The wrapper resharded lm_head's group after the loop (loss.py:772): the backward gathers it once (the
   // lane: one all-gather of 1,050,681,344 B at the head's backward; no second gather for the norm).
   CHECK(comm.gathers == 1);
