@@ -13,11 +13,22 @@ using shardplan::test::units_of;
 
 namespace {
 
-ModelGraph llama3_8b_blocks(int layers) {
-  ModelSpec sp = load_model("llama3-8b").spec();
-  sp.layers = layers;
-  return ModelGraph::from_spec(sp);
-}
+/// The lane's row: Llama 3 8B with 2 blocks on 8 GPUs, seq 4,096, full AC, with loss `loss`.
+struct LaneRow {
+  Setup s{with_blocks(2), load_cluster_spec("dgx-h100"), 8};
+  static ModelGraph with_blocks(int layers) {
+    ModelSpec sp = load_model("llama3-8b").spec();
+    sp.layers = layers;
+    return ModelGraph::from_spec(sp);
+  }
+  static Plan plan(LossImpl loss) {
+    Plan p;
+    p.seq = 4096;
+    p.ac = AcMode::kFull;
+    p.loss_impl = loss;
+    return p;
+  }
+};
 
 /// The head unit's backward compute task (its memory: the loss's backward, the norm's gradient, the
 /// reduction): the running total of `cat` before its effects and the highest during them, and the number of
@@ -51,12 +62,9 @@ TEST_CASE("chunked loss: the head unit's backward after the loss call",
           "[simulator][memory][loss][chunked]") {
   // Llama 3 8B with 2 blocks on 8 GPUs, seq 4,096, full AC, 8 chunks, bf16-mixed with an fp32 reduction:
   // V = 128,256, D = 4,096, V D = 525,336,576 (divisible by 8: no padding).
-  Setup s(llama3_8b_blocks(2), load_cluster_spec("dgx-h100"), 8);
-  Plan p;
-  p.seq = 4096;
-  p.ac = AcMode::kFull;
-  p.loss_impl = LossImpl::kChunked;
-  const Plan r = s.resolve(p);
+  LaneRow row;
+  Setup& s = row.s;
+  const Plan r = s.resolve(LaneRow::plan(LossImpl::kChunked));
   const std::vector<SimUnit> units = units_of(s, r);
   const int head = static_cast<int>(units.size()) - 1;
   // The head unit [norm, lm_head]: lm_head's gradient is reduced inside the loss call, so its own
@@ -95,12 +103,10 @@ TEST_CASE("chunked loss: one extra reduce-scatter, the same persistent gradients
   // The head weight's reduce-scatter moves from the head unit's post-backward into the loss call: the same
   // number of reduce-scatters plus one (the head unit still reduces its norm), and the step keeps the same
   // gradient shards as with the eager loss (the memory JSON's persistent grads).
-  Setup s(llama3_8b_blocks(2), load_cluster_spec("dgx-h100"), 8);
-  Plan p;
-  p.seq = 4096;
-  p.ac = AcMode::kFull;
-  const Result eager = s.run(p);
-  p.loss_impl = LossImpl::kChunked;
+  LaneRow row;
+  Setup& s = row.s;
+  const Plan p = LaneRow::plan(LossImpl::kChunked), e = LaneRow::plan(LossImpl::kEager);
+  const Result eager = s.run(e);
   const Result chunked = s.run(p);
   CHECK(chunked.persistent_split[1] == eager.persistent_split[1]);
   auto reduce_scatters = [&](const Plan& q) {
@@ -113,7 +119,5 @@ TEST_CASE("chunked loss: one extra reduce-scatter, the same persistent gradients
         ++n;
     return n;
   };
-  Plan e = p;
-  e.loss_impl = LossImpl::kEager;
   CHECK(reduce_scatters(p) == reduce_scatters(e) + 1);
 }
