@@ -77,13 +77,16 @@ void Lowering::loss_op(int op) {
     loss_ids_.assign(loss_list_.size(), -1);
   }
   // The chunked loss's gradients of the output projection are gradients (chunked_loss_tensors.cpp).
-  auto cat = [](const LossTensor& t) { return loss_head_grad(t) ? MemCategory::kGrads : A; };
+  auto cat = [](const LossTensor& t) {
+    return t.freed == kLossHeldRs ? MemCategory::kCommBuffers : loss_head_grad(t) ? MemCategory::kGrads : A;
+  };
   for (std::size_t i = 0; i < loss_list_.size(); ++i) {
     const LossTensor& t = *loss_list_[i];
     if (t.made != op) continue;
     loss_ids_[i] = alloc_one(cat(t), kPoolDefault, loss_bytes(t));
     if (t.freed == kLossToHead) loss_to_head_id_ = loss_ids_[i];
   }
+  loss_handoffs(op);  // the chunked loss's tensors that outlive the call (lowering_chunked_loss.cpp)
   std::int32_t held = -1;
   for (std::size_t i = 0; i < loss_list_.size(); ++i) {
     const LossTensor& t = *loss_list_[i];
@@ -107,7 +110,8 @@ void Lowering::loss_op(int op) {
   if (held >= 0) held_logits_id_ = held;
 }
 
-void Lowering::loss_forward_effects() {
+void Lowering::loss_forward_effects(int mb) {
+  loss_mb_ = mb;
   const LossOps o = loss_ops(loss_kernel(p_, rt_));
   loss_to_head_id_ = -1;  // the chunked loss makes the head's gradient in its forward
   for (int op = 0; op < o.forward_ops; ++op) loss_op(op);
@@ -213,7 +217,8 @@ void Lowering::forward(int mb) {
       // drops the last held all-gather output (torch 2.15 _fsdp_state.py _post_forward of the iteration's
       // forward root: release_all_gather_state_for_comm_reuse).
       if (rt_.hold_forward_ag_output) release_held_ag_output(prev_fwd_ag_out_);
-      loss_forward_effects();
+      loss_forward_effects(mb);
+      chunked_loss_after_call(u, mb);  // its reduce-scatter and lm_head.reshard() (lowering_chunked_loss.cpp)
       // The autocast region exits after the loss: a block under full AC saved only its input
       // (torch/utils/checkpoint.py), so its copies die with the cache and its recomputation casts again.
       if (rt_.autocast_weight_copies)

@@ -69,7 +69,9 @@ std::int32_t Lowering::backward_gather(UnitBackward& ub, const BackwardStep& st)
   std::int32_t ready = -1;
   // The grouped head's first pre-backward prefetches nothing (its post-forward order lists the group once
   // per module, so the target is the group itself); the next units are prefetched when it is re-gathered.
-  ub.regather = rt_.head_group_regathered && rt_.gathers_params && un.has_loss && un.gathered_elems > 0;
+  // (Not under the chunked loss: the head unit's backward runs only the norm's, one pre-backward.)
+  ub.regather = rt_.head_group_regathered && rt_.gathers_params && un.has_loss && un.gathered_elems > 0 &&
+                un.loss_reduced_elems == 0;
   if (rt_.gathers_params) {
     if (!gathered_[static_cast<std::size_t>(u)] && un.gathered_elems > 0) issue_ag(u, mb, true, -1);
     if (un.gathered_elems > 0 && (ag_out_held_[static_cast<std::size_t>(u)] || !rt_.copy_out))
@@ -130,8 +132,11 @@ void Lowering::backward_memory(UnitBackward& ub, BackwardStep& st, std::int32_t 
   const bool tied_emb = un.tied_grad_elems > 0 && un.tied_peer > u;
   const Bytes tied_b = B(static_cast<double>(un.tied_grad_elems) * bc_);
   // autograd's unsharded gradients (.grad); the tied head's without the tied weight's
-  ub.ugrad =
-      B(static_cast<double>(un.elems - un.frozen_elems - (tied_head ? unit(un.tied_peer).elems : 0)) * bc_);
+  // (nor the output projection's under the chunked loss, reduced inside the loss call: SimUnit::
+  // loss_reduced_elems)
+  ub.ugrad = B(static_cast<double>(un.elems - un.frozen_elems - un.loss_reduced_elems -
+                                   (tied_head ? unit(un.tied_peer).elems : 0)) *
+               bc_);
   const auto su = static_cast<std::size_t>(u);
   const UnitTensors& ut = ut_[su];
   recompute_id_ = alloc_tensors(MemCategory::kActivations, kPoolDefault, un.recompute_bytes, ut.recompute);

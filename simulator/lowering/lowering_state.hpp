@@ -186,11 +186,21 @@ class Lowering {
   double loss_tokens() const {
     return static_cast<double>(p_.mbs) * static_cast<double>(p_.seq) / p_.cp;  // this rank's tokens
   }
-  void loss_forward_effects();
+  void loss_forward_effects(int mb);
   std::int32_t loss_backward_effects();
   /// Op `op` of the loss kernel: allocates the tensors made at it, then frees those freed after it.
   void loss_op(int op);
   Bytes loss_bytes(const LossTensor& t) const;
+  // ---- the chunked loss (lowering_chunked_loss.cpp, docs/model.md "Chunked loss") ----
+  /// The chunked loss's tensors made at `op` that outlive its list: the reduce-scatter output kept as the
+  /// output projection's sharded gradient to zero_grad (kLossToGrads; the step's first micro-batch, a later
+  /// one's is freed), the reduce-scatter input held to the next post-backward (kLossHeldRs).
+  void loss_handoffs(int op);
+  /// After the loss call of micro-batch `mb` in head unit `u`: the reduce-scatter of lm_head's gradient at
+  /// the last chunk, and ChunkedLossWrapper's reshard of lm_head's group (loss.py:770-772), so the head
+  /// unit's backward gathers it again.
+  void chunked_loss_after_call(int u, int mb);
+  int loss_mb_ = 0;  ///< the micro-batch whose loss is being lowered
 
   /// One pass's collective of unit `u` on `lane` (TP, CP or EP communicator) lasting `s`, after `dep`;
   /// `n` collectives are launched (0: the hidden share of collectives already counted), each costing the CPU

@@ -325,6 +325,27 @@ void share_root_or_tied_group(const UnitContext& c, std::vector<SimUnit>& units)
   }
 }
 
+/// The chunked loss (torchtitan 0.3.0 components/loss.py ChunkedLossWrapper): lm_head's gradient is
+/// accumulated and reduce-scattered inside the loss call, at its last chunk (the loss layer's list); the head
+/// unit's own post-backward, after the decoder's backward reaches the final norm, finds only the norm's .grad
+/// (torch 2.15 _fsdp_param_group.py _take_unsharded_grads_to_reduce skips a parameter without one). Seen in
+/// the reference lane's trace (tools/reference/run.py --loss-impl chunked): the head's second reduce-scatter
+/// input is the norm's D fp32 elements.
+void chunked_loss_head(const UnitContext& c, std::vector<SimUnit>& units) {
+  if (units.empty() || !units.back().has_loss || c.rt.padding == Padding::kFlatUnit) return;
+  SimUnit& head = units.back();
+  std::int64_t elems = 0, shard = 0;
+  for (const Layer* l : head.layers)
+    if (l->kind == LayerKind::kLmHead)
+      for (const auto& ten : l->tensors) {
+        elems = add_checked(elems, tp_local_elems(ten, c.t), "lm_head elements");
+        shard = add_checked(shard, tensor_shard_elems(ten, c.t, c.F, c.rt.padding), "lm_head shard");
+      }
+  head.loss_reduced_elems = elems;
+  head.reduced_shard_elems = head.shard_elems - shard;
+  head.reduced_gathered_elems = head.reduced_shard_elems * c.F;
+}
+
 }  // namespace
 
 void build_units(const ModelGraph& model, const Cluster& cluster, const CostModel& costs, const Plan& p,
@@ -342,6 +363,7 @@ void build_units(const ModelGraph& model, const Cluster& cluster, const CostMode
   }
   if (per_module_groups) link_module_groups(units, p);
   share_root_or_tied_group(c, units);
+  if (p.loss() == LossImpl::kChunked) chunked_loss_head(c, units);
 }
 
 }  // namespace shardplan

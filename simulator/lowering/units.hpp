@@ -40,6 +40,11 @@ struct SimUnit {
   /// Of the group's gathered / shard elements, those whose gradients this unit's post-backward reduces (its
   /// own parameters: the head the norm's, the embedding the tied weight's); -1: all of them.
   std::int64_t reduced_gathered_elems = -1, reduced_shard_elems = -1;
+  /// The chunked loss (--loss-impl chunked): the TP-local elements of the output projection, whose
+  /// gradient torchtitan's ChunkedLossWrapper has already reduced inside the loss call (the loss layer's
+  /// list, chunked_loss_tensors.cpp): the head unit's backward writes no unsharded gradient for them and its
+  /// post-backward reduces only the norm's (reduced_gathered_elems / reduced_shard_elems).
+  std::int64_t loss_reduced_elems = 0;
   /// LoRA's frozen parameters (docs/model.md "LoRA and QLoRA"): TP-local elements (no unsharded gradient)
   /// and this rank's padded shards, dense and of its experts (not reduce-scattered). 0 under FSDP1, whose
   /// FlatParameter gradient covers them.

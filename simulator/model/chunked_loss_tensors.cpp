@@ -25,17 +25,25 @@
 //   7  lm_head's backward: the chunk input's gradient (Tc x D, h_chunk.grad) and the weight's (V x D,
 //      compute dtype), the cast gradient freed after it
 //   8  AccumulateGrad adds it to the held gradient through an upcast copy (grad_dtype = the reduce dtype,
-//      _fsdp_param_group.py:947); the first chunk's becomes the held one
+//      _fsdp_param_group.py:947); the first chunk's becomes the held one. (With a single chunk there is no
+//      held gradient: the compute-dtype .grad waits for the reduce-scatter's copy-in at op 9.)
 //   9  the last chunk's post-backward (gradient sync back on, loss.py:743-746): FSDP2 copies the held
-//      gradient into its reduce-scatter input (V x D, reduce dtype) and frees it
-//  10  the reduce-scatter output, this rank's V x D / shard (the head's sharded gradient);
-//  GradAccumulator.add
-//      `chunk_grad.to(float32)` (loss.py:531), copied into the buffer; h_chunk.grad = None (loss.py:766)
+//      gradient into its reduce-scatter input (V x D, reduce dtype) and frees it. The input outlives the
+//      call: post_backward appends it to comm_ctx.reduce_scatter_states (_fsdp_param_group.py:837) and the
+//      chunk backwards end no backward iteration (the lm_head call's group post-forward does not run, the
+//      norm not having run: no pre-backward hook, no root final callback), so the next post-backward, the
+//      head unit's own in the decoder's backward, releases it (rs_wait, max_input_buffers 1): the
+//      lowering's held reduce-scatter input (kLossHeldRs). Checked by logging FSDP2's calls on a real
+//      one-rank run; the reference lane's FSDPMemTracker replaces the group's hooks by per-module ones and
+//      ends an iteration per chunk, so tools/reference/run.py --loss-impl chunked restores them.
+//  10  the reduce-scatter output, this rank's V x D / shard: the head weight's sharded gradient (FSDP2 views
+//      it), kept to zero_grad (kLossToGrads); GradAccumulator.add `chunk_grad.to(float32)` (loss.py:531),
+//      copied into the buffer; h_chunk.grad = None (loss.py:766)
 //  11  `grad_accumulator.result().to(hidden_states.dtype)` (loss.py:777): T x D in the compute dtype,
 //      saved by _DecoderOutputGradientBackProp (loss.py:858) and returned to the decoder at backward (the
 //      head's input gradient). The call returns: the buffer, the chunk copies and the last chunk's logits
 //      die.
-// (Measured on the real wrapper: tools/reference/chunked_loss.py.)
+// (Measured on the real wrapper: tools/reference/chunked_loss.py; the whole step on the reference lane.)
 // One representative chunk carries both the steady chunks' peak (ops 5, 8) and the last chunk's reduction
 // (ops 9, 10). The compiled inner loss (kChunkedCompiled) replaces ops 2-6 by inductor's forward (two Tc fp32
 // statistics, the logits saved) and backward (one Tc x V gradient in the compute dtype), as kCompiled.
@@ -73,15 +81,18 @@ void chunk_loop_entry(ChunkBuilder& b, int head_bwd, int end) {
 }
 
 /// lm_head's backward at op `f` (the inner loss's gradient freed after it), AccumulateGrad's upcast at
-/// f + 1, the last chunk's reduce-scatter input at f + 2 and output at f + 3 with the accumulator's copy,
-/// the assembled gradient at f + 4.
+/// f + 1, the last chunk's reduce-scatter input at f + 2 (held past the call) and output at f + 3 (the
+/// sharded gradient) with the accumulator's copy, the assembled gradient at f + 4.
 void chunk_head_backward(ChunkBuilder& b, int f) {
   b.add("h_chunk.grad", LossExtent::kChunkHidden, LossDtype::kCompute, f, f + 3);
-  b.add("lm_head dW (chunk)", LossExtent::kHeadWeight, LossDtype::kCompute, f, f + 1);
+  b.add("lm_head dW (chunk)", LossExtent::kHeadWeightHeld, LossDtype::kCompute, f, f + 1);
+  b.add("lm_head dW (single chunk: the .grad reduced)", LossExtent::kHeadWeightSingle, LossDtype::kCompute, f,
+        f + 2);
   b.add("dW upcast (AccumulateGrad)", LossExtent::kHeadWeightHeld, LossDtype::kGradHeld, f + 1, f + 1);
-  b.add("reduce-scatter input (last chunk)", LossExtent::kHeadWeight, LossDtype::kGradHeld, f + 2, f + 3);
-  b.add("reduce-scatter output (last chunk)", LossExtent::kHeadWeightShard, LossDtype::kGradHeld, f + 3,
-        f + 3);
+  b.add("reduce-scatter input (last chunk)", LossExtent::kHeadWeight, LossDtype::kGradHeld, f + 2,
+        kLossHeldRs);
+  b.add("reduce-scatter output (last chunk): the sharded grad", LossExtent::kHeadWeightShard,
+        LossDtype::kGradHeld, f + 3, kLossToGrads);
   b.add("h_chunk.grad.float", LossExtent::kChunkHidden, LossDtype::kFp32, f + 3, f + 3);
   b.add("accumulated_grad", LossExtent::kHidden, LossDtype::kCompute, f + 4, kLossToHead);
 }

@@ -251,6 +251,8 @@ double loss_tensor_elems(const LossTensor& t, const LossDims& x) {
       return x.chunks >= 2 ? x.vocab * x.hidden : 0.0;
     case LossExtent::kHeadWeightShard:
       return x.vocab * x.hidden / x.shard;
+    case LossExtent::kHeadWeightSingle:
+      return x.chunks == 1 ? x.vocab * x.hidden : 0.0;
   }
   return 0.0;
 }

@@ -61,15 +61,16 @@ enum class LossDtype : std::uint8_t {
 /// What a loss tensor's element count is (T: this rank's tokens, V/tp: its vocabulary, D: hidden size, N:
 /// the chunk count).
 enum class LossExtent : std::uint8_t {
-  kWhole,            ///< T x V/tp when `vocab`, else T
-  kChunkVocab,       ///< T/N x V/tp: one chunk's logits
-  kChunkToken,       ///< T/N
-  kHidden,           ///< T x D
-  kHiddenCopy,       ///< T x D when a micro-batch holds more than one sequence (mbs > 1), else 0
-  kChunkHidden,      ///< T/N x D
-  kHeadWeight,       ///< V/tp x D: the output projection's weight
-  kHeadWeightHeld,   ///< V/tp x D when N >= 2, else 0 (FSDP2 holds no gradient across a single chunk)
-  kHeadWeightShard,  ///< V/tp x D / shard: this rank's shard of the output projection's gradient
+  kWhole,             ///< T x V/tp when `vocab`, else T
+  kChunkVocab,        ///< T/N x V/tp: one chunk's logits
+  kChunkToken,        ///< T/N
+  kHidden,            ///< T x D
+  kHiddenCopy,        ///< T x D when a micro-batch holds more than one sequence (mbs > 1), else 0
+  kChunkHidden,       ///< T/N x D
+  kHeadWeight,        ///< V/tp x D: the output projection's weight
+  kHeadWeightHeld,    ///< V/tp x D when N >= 2, else 0 (FSDP2 holds no gradient across a single chunk)
+  kHeadWeightShard,   ///< V/tp x D / shard: this rank's shard of the output projection's gradient
+  kHeadWeightSingle,  ///< V/tp x D when N == 1, else 0 (a single chunk's .grad waits for the reduction)
 };
 
 /// The sizes a loss tensor's bytes depend on.
@@ -103,6 +104,12 @@ struct LossTensor {
 
 inline constexpr std::int8_t kLossToHead = -1;
 inline constexpr std::int8_t kLossCarried = -2;
+/// The chunked loss's last reduce-scatter input: kept by FSDP2 past the loss call, released by the next
+/// post-backward's reduce-scatter (the lowering's held reduce-scatter input).
+inline constexpr std::int8_t kLossHeldRs = -4;
+/// The chunked loss's reduce-scatter output: the output projection's sharded gradient, kept to the
+/// optimizer step (the step's first micro-batch; a later one's is added into it and freed).
+inline constexpr std::int8_t kLossToGrads = -3;
 
 /// The loss's ops: forward ops are [0, forward_ops), backward ops [forward_ops, ops).
 struct LossOps {
@@ -128,7 +135,7 @@ double loss_tensor_bytes(const LossTensor& t, const LossDims& x);
 /// Whether `t` is a gradient of the output projection's weight (a gradient, not an activation).
 inline bool loss_head_grad(const LossTensor& t) {
   return t.extent == LossExtent::kHeadWeight || t.extent == LossExtent::kHeadWeightHeld ||
-         t.extent == LossExtent::kHeadWeightShard;
+         t.extent == LossExtent::kHeadWeightShard || t.extent == LossExtent::kHeadWeightSingle;
 }
 
 /// The chunked loss's lists (chunked_loss_tensors.cpp).

@@ -38,19 +38,40 @@ double forward_peak(LossKernel k, const LossDims& x) {
 /// chunks' contiguous copies; GradAccumulator's fp32 buffer) and on top the largest of op 5 (G + 14 Tc V:
 /// bf16 logits 2, log-softmax output 4, nll_loss's and log-softmax's gradients 4 + 4), op 7 (G + 4 Tc V + c
 /// Tc D + c V D: logits, the cast gradient, lm_head's input and weight gradients), op 8 (2 G + 2 Tc V + c Tc
-/// D
-/// + c V D: AccumulateGrad's upcast copy), op 9 (G + 2 Tc V + c Tc D + R V D: the last chunk's
-/// reduce-scatter input) and op 10 (2 Tc V + c Tc D + R V D (1 + 1 / shard) + 4 Tc D: its output and the
-/// accumulator's fp32 copy of h_chunk.grad).
+/// D + c V D: AccumulateGrad's upcast copy), op 9 (G + 2 Tc V + c Tc D + R V D: the last chunk's
+/// reduce-scatter input; with a single chunk its compute-dtype .grad, c V D, instead of G) and op 10 (2 Tc V
+/// + c Tc D + R V D (1 + 1 / shard) + 4 Tc D: its output and the accumulator's fp32 copy of h_chunk.grad).
 double closed_form(const LossDims& x) {
   const double T = x.tokens, Tc = T / x.chunks, V = x.vocab, D = x.hidden, c = x.compute_bytes;
-  const double R = std::max(x.reduce_bytes, c), G = x.chunks >= 2 ? R * V * D : 0.0;
+  const double R = std::max(x.reduce_bytes, c), G = x.chunks >= 2 ? R * V * D : c * V * D;
   const double X = x.mbs > 1 ? c * T * D : 0.0;
+  const double Gh = x.chunks >= 2 ? G : 0.0;  // the held gradient before op 9
   const double inner =
-      std::max({G + 14 * Tc * V, G + 4 * Tc * V + c * (Tc * D + V * D),
-                2 * G + 2 * Tc * V + c * (Tc * D + V * D), G + 2 * Tc * V + c * Tc * D + R * V * D,
+      std::max({Gh + 14 * Tc * V, Gh + 4 * Tc * V + c * (Tc * D + V * D),
+                2 * Gh + 2 * Tc * V + c * (Tc * D + V * D), G + 2 * Tc * V + c * Tc * D + R * V * D,
                 2 * Tc * V + c * Tc * D + R * V * D * (1 + 1.0 / x.shard) + 4 * Tc * D});
   return X + 4 * T * D + inner;
+}
+
+/// Live bytes when the call returns: the assembled gradient of h (c T D), and two buffers that outlive the
+/// loss's list: the last reduce-scatter's input FSDP2 still holds (R V D) and its output, lm_head's sharded
+/// gradient (R V D / shard).
+double after_return(const LossDims& x) {
+  const double R = std::max(x.reduce_bytes, x.compute_bytes);
+  return x.compute_bytes * x.tokens * x.hidden + R * x.vocab * x.hidden * (1 + 1.0 / x.shard);
+}
+
+/// The list's live bytes after its forward's last op.
+double forward_end(LossKernel k, const LossDims& x) {
+  const auto list = list_of(k);
+  const LossOps o = loss_ops(k);
+  double live = 0;
+  for (int op = 0; op < o.forward_ops; ++op)
+    for (const LossTensor* t : list) {
+      if (t->made == op) live += loss_tensor_bytes(*t, x);
+      if (t->freed == op) live -= loss_tensor_bytes(*t, x);
+    }
+  return live;
 }
 
 LossDims dims(double T, double V, double D, int N, int mbs, int shard) {
@@ -78,6 +99,13 @@ TEST_CASE("chunked loss: the list's forward peak is the closed form", "[simulato
     CHECK(forward_peak(LossKernel::kChunked, x) == closed_form(x));
   }
   CHECK(closed_form(dims(1024, 2048, 256, 8, 2, 1)) == 7405568.0);
+  // At the call's return (the real wrapper's after_bytes at (1 x 1,024, 4 chunks): 4,718,596 B): c T D +
+  // R V D (1 + 1/shard) = 2 x 1,024 x 256 + 4 x 2,048 x 256 x 2 = 524,288 + 4,194,304 = 4,718,592; at the
+  // big case 2 x 65,536 x 5,120 + 4 x 202,048 x 5,120 x 9 / 8 = 671,088,640 + 4,655,185,920.
+  CHECK(after_return(dims(1024, 2048, 256, 4, 1, 1)) == 4718592.0);
+  CHECK(forward_end(LossKernel::kChunked, dims(1024, 2048, 256, 4, 1, 1)) == 4718592.0);
+  CHECK(forward_end(LossKernel::kChunked, big) == 671088640.0 + 4655185920.0);
+  CHECK(forward_end(LossKernel::kChunkedCompiled, big) == 671088640.0 + 4655185920.0);
   // The saved bytes: the assembled bf16 gradient of h, 2 T D (the only tensor living into the backward).
   const auto list = list_of(LossKernel::kChunked);
   double saved = 0;

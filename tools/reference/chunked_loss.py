@@ -29,17 +29,21 @@ def closed_form(B, L, N, V, D, shard=1, compute=2, reduce=4):
     holds X + 4 T D (X = c T D when B > 1: the chunks' contiguous copies; the fp32 accumulator); on top, the
     largest of op 5: G + 14 Tc V (logits, log-softmax output and its two gradients); op 7: G + 4 Tc V + c Tc D
     + c V D (logits, cast gradient, lm_head's two gradients); op 8: G + 2 Tc V + c Tc D + c V D + G (dW's
-    upcast); op 9: G + 2 Tc V + c Tc D + R V D (the reduce-scatter input); op 10: 2 Tc V + c Tc D + R V D (1 +
-    1 / shard) + 4 Tc D. At return: c T D (the assembled gradient)."""
+    upcast); op 9: G + 2 Tc V + c Tc D + R V D (the reduce-scatter input; with one chunk the .grad, c V D,
+    instead of G); op 10: 2 Tc V + c Tc D + R V D (1 + 1 / shard) + 4 Tc D. At return: c T D (the assembled
+    gradient) + R V D (the reduce-scatter input FSDP2 still holds) + R V D / shard (lm_head's sharded
+    gradient)."""
     T = B * L
     Tc = T / N
     R = max(reduce, compute)
     X = compute * T * D if B > 1 else 0
     G = R * V * D if N >= 2 else 0
+    rs_source = G if N >= 2 else compute * V * D
     inner = max(G + 14 * Tc * V, G + 4 * Tc * V + compute * (Tc * D + V * D),
-                2 * G + 2 * Tc * V + compute * (Tc * D + V * D), G + 2 * Tc * V + compute * Tc * D + R * V * D,
+                2 * G + 2 * Tc * V + compute * (Tc * D + V * D), rs_source + 2 * Tc * V + compute * Tc * D + R * V * D,
                 2 * Tc * V + compute * Tc * D + R * V * D * (1 + 1 / shard) + 4 * Tc * D)
-    return {"peak": X + 4 * T * D + inner, "after": compute * T * D}
+    return {"peak": X + 4 * T * D + inner, "after": compute * T * D + R * V * D * (1 + 1 / shard),
+            "held_after": R * V * D * (1 + 1 / shard)}
 
 
 def build_head():

@@ -19,7 +19,7 @@ DESCRIPTION = ("The reference lane: runs the real PyTorch training step of a sha
 PLAN_KNOBS = ("runtime", "zero", "shard_group", "tp", "seq", "mbs", "grad_accum", "ac", "wrap", "prefetch",
               "reshard_after_forward", "precision", "reduce_dtype", "offload", "async_tp", "fused_optimizer",
               "compile", "hold_logits", "root_params", "keep_last_block", "loss_dtype", "fp8", "fp8_all_gather", "pp",
-              "pp_schedule", "virtual_stages", "pp_layers", "activation_offload")
+              "pp_schedule", "virtual_stages", "pp_layers", "activation_offload", "loss_impl", "loss_chunks")
 TABLE_DEFAULTS = ("runtime", "zero", "shard_group", "tp", "mbs", "ac", "wrap", "prefetch", "precision", "offload",
                   "root_params", "loss_dtype", "fp8", "pp", "pp_schedule", "activation_offload")
 # 0 / "": not given (the model's sequence length; --global-batch or one micro-batch; the schedule's stages per rank;
@@ -32,7 +32,8 @@ def parse_args(argv):
     p.add_argument("--model", default="llama3-70b")
     p.add_argument("--cluster", default="dgx-h100", help="written to the record only")
     p.add_argument("--gpus", type=int, required=True)
-    add_knob_args(p, PLAN_KNOBS, table_defaults=TABLE_DEFAULTS, defaults=LANE_DEFAULTS)
+    add_knob_args(p, PLAN_KNOBS, table_defaults=TABLE_DEFAULTS, defaults=LANE_DEFAULTS,
+                  choices={"loss_impl": ("eager", "chunked")})
     p.add_argument("--global-batch", type=int, default=0)
     p.add_argument("--pp-rank", type=int, default=-1,
                    help="pipeline rank run and measured (default: the last; shardplan validate compares the "
@@ -116,6 +117,15 @@ def resolve_plan(a, spec) -> dict:
             "prefetch only")
     if a.async_tp:
         bad("--async-tp", "needs tensor parallelism")
+    chunked = a.loss_impl == "chunked"
+    if a.loss_chunks is not None and not chunked:
+        bad("--loss-chunks", "applies only to --loss-impl chunked")
+    if chunked and (a.runtime != "fsdp2" or a.zero not in (2, 3) or a.tp > 1 or a.pp > 1 or a.hold_logits
+                    or a.loss_dtype != "fp32" or spec.get("tied_embeddings") or a.root_params != "none"
+                    or a.keep_last_block or a.activation_offload != "none"):
+        bad("--loss-impl", "chunked (torchtitan's ChunkedLossWrapper) is covered with FSDP2 ZeRO-2/3 of an untied "
+                           "decoder, fp32 loss, without TP, PP, --hold-logits, --root-params, --keep-last-block or "
+                           "activation offload only")
     if a.wrap < 1:
         bad("--wrap", "must be >= 1")
     if a.prefetch < 1:
@@ -145,6 +155,9 @@ def resolve_plan(a, spec) -> dict:
     if a.precision == "fp32" and reduce == "bf16":
         bad("--reduce-dtype", "bf16 reduction with fp32 precision is not covered")
     seq = a.seq or spec["seq"]
+    chunks = (a.loss_chunks or 8) if chunked else 1  # torchtitan 0.3.0 ChunkedLossWrapper.Config num_chunks = 8
+    if seq % chunks:
+        bad("--loss-chunks", f"sequence {seq} does not divide into {chunks} chunks")
     if a.global_batch:
         if a.global_batch % (a.mbs * dp):
             bad("--global-batch", f"{a.global_batch} is not a multiple of mbs x dp = {a.mbs * dp}")
@@ -157,4 +170,5 @@ def resolve_plan(a, spec) -> dict:
             "reshard_after_forward": raf, "precision": a.precision, "reduce_dtype": reduce,
             "fused_optimizer": not a.foreach_optimizer, "hold_logits": a.hold_logits, "loss_dtype": a.loss_dtype,
             "root_params": a.root_params, "keep_last_block": a.keep_last_block,
-            "activation_offload": a.activation_offload}
+            "activation_offload": a.activation_offload, "loss_impl": a.loss_impl or "eager",
+            "loss_chunks": chunks}

@@ -206,6 +206,7 @@ def build_model_classes(torch):
             self.layers = nn.ModuleDict({str(i): TransformerBlock(s) for i in range(s["layers"])})
             self.norm = make_norm(s)
             self.output = nn.Linear(s["hidden"], s["vocab"], bias=False)
+            self.skip_lm_head = False
             if s.get("tied_embeddings"):
                 self.output.weight = self.tok_embeddings.weight
 
@@ -214,6 +215,10 @@ def build_model_classes(torch):
             fc = self.freqs_cis[: tokens.shape[1]] if self.freqs_cis.is_complex() else self.freqs_cis
             for layer in self.layers.values():
                 h = layer(h, fc)
+            if self.skip_lm_head:
+                # torchtitan 0.3.0 models/common/decoder.py: with the chunked loss the model returns the final
+                # norm's output and ChunkedLossWrapper runs the head per chunk.
+                return self.norm(h)
             return self.output(self.norm(h))
     def sdpa(q, k, v):
         # On the GPU, F.scaled_dot_product_attention with bf16 inputs runs FlashAttention-2

@@ -15,7 +15,9 @@ def record_plan(plan: dict, grad_accum: int) -> dict:
             "reduce_dtype": plan["reduce_dtype"], "fused_optimizer": plan["fused_optimizer"],
             "hold_logits": plan["hold_logits"], "loss_dtype": plan["loss_dtype"],
             **({"root_params": plan["root_params"]} if plan.get("root_params", "none") != "none" else {}),
-            **({"keep_last_block": True} if plan.get("keep_last_block") else {})}
+            **({"keep_last_block": True} if plan.get("keep_last_block") else {}),
+            **({"loss_impl": "chunked", "loss_chunks": plan["loss_chunks"]}
+               if plan.get("loss_impl") == "chunked" else {})}
 
 
 def write_outputs(a, torch, dist, events, t0, rid, record_model, rec_plan, measured, notes_head, n_params) -> int:

@@ -13,6 +13,26 @@ from lane.tracker import patch_mesh_concatenate
 from lane.wrap import apply_float8, apply_tp, wrap_ddp, wrap_fsdp1, wrap_fsdp2
 
 
+def chunked_loss(torch, model, plan, state, tracker):
+    """torchtitan 0.3.0's chunked loss (components/loss.py ChunkedLossWrapper with the eager CrossEntropyLoss, the
+    trainer's `loss_fn.set_lm_head(model.lm_head)`): called on the final norm's output (the model skips its head), it
+    runs the head, the cross-entropy and each chunk's backward inside the call; the returned loss's backward hands
+    the assembled gradient to the decoder."""
+    from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+
+    if "chunked_loss" not in state:
+        fn = ChunkedLossWrapper.Config(num_chunks=plan["loss_chunks"], loss_fn=CrossEntropyLoss.Config()).build()
+        fn.set_lm_head(model.output)
+        state["chunked_loss"] = fn
+        # FSDPMemTracker refuses a forward of an FSDP module whose only parent module is the global scope once it
+        # has run (it takes it for the next iteration), and each chunk's backward resets ModTracker's parents: the
+        # head's calls are those of a submodule run several times in one iteration (which it tracks), so give them
+        # a parent before FSDP's pre-forward (allocates nothing).
+        model.output.register_forward_pre_hook(lambda *_: tracker._mod_tracker.parents.add("ChunkedLossWrapper"),
+                                               prepend=True)
+    return state["chunked_loss"]
+
+
 def train_step(torch, model, optim, spec, plan, state, clip, tracker):
     """torchtitan's train_step: micro-batches (forward, loss, backward), clip_grad_norm_, optimizer step."""
     import contextlib
@@ -34,6 +54,15 @@ def train_step(torch, model, optim, spec, plan, state, clip, tracker):
                 pred = model(tokens)
         else:
             pred = model(tokens)
+        if plan["loss_impl"] == "chunked":
+            # The trainer's forward_backward_step: `loss = self.loss_fn(pred, labels, global_valid_tokens)`,
+            # `del pred`, `loss.backward()`.
+            loss = chunked_loss(torch, model, plan, state, tracker)(pred, labels, torch.tensor(labels.numel()))[0]
+            tracker._mod_tracker.parents.discard("ChunkedLossWrapper")
+            del pred
+            loss.backward()
+            del loss, tokens, labels
+            continue
         if plan["hold_logits"]:
             # shardplan's --hold-logits is torchtitan until mid-2024, whose model returned output(h).float(): the
             # loop's `pred` keeps fp32 logits referenced through backward.
@@ -122,6 +151,8 @@ def run(a) -> int:
             torch.set_default_dtype(param_dtype)
             model = Transformer(spec, plan["seq"])
             torch.set_default_dtype(torch.float32)
+        model.skip_lm_head = plan["loss_impl"] == "chunked"
+        state["group_hooks"] = model.skip_lm_head  # FSDP2's grouped forward hooks (lane/tracker.py)
         n_params = sum(p.numel() for p in model.parameters())
         expect = param_count(spec)
         if n_params != expect:

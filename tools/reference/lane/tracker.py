@@ -1,4 +1,5 @@
 """The reference lane's allocation tracker and the summary of its events."""
+from lane.group_hooks import GroupHooks
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -42,9 +43,10 @@ def make_tracker(torch, model, optim, state, base=None, roles=None):
     base = base or FSDPMemTracker
     roles = roles or {}
 
-    class TracingTracker(base):
+    class TracingTracker(GroupHooks, base):
         """FSDPMemTracker that also appends one event per alloc/free/recategorization, in program order."""
 
+        lane_state = state
         events: list = []
         live: dict = {}
         current_op = ""
