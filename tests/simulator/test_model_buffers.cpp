@@ -11,26 +11,6 @@ using shardplan::test::Setup;
 
 namespace {
 
-/// The reference lane's tiny qwen3 MoE (tools/reference/lane/titan_moe.py): 2 blocks, head_dim 16, 8
-/// experts, seq 64.
-ModelSpec lane_qwen3(RopeCache rope) {
-  ModelSpec s;
-  s.name = "qwen3-moe-tiny";
-  s.layers = 2;
-  s.hidden = 64;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.head_dim = 16;
-  s.ffn_hidden = 256;
-  s.vocab = 256;
-  s.seq = 64;
-  s.moe.experts = 8;
-  s.moe.top_k = 2;
-  s.moe.ffn_hidden = 32;
-  s.rope_cache = rope;
-  return s;
-}
-
 Plan lane_plan(MoeImpl impl) {
   Plan p;
   p.mbs = 1;
@@ -45,14 +25,17 @@ TEST_CASE("torchtitan's RoPE caches and MoE counters are buffers of every rank",
   // CosSinRoPE: [seq, 2·head_dim] fp32 = 64·32·4 = 8192 B per attention layer, 2 layers: 16,384; the MoE
   // counters tokens_per_expert and expert_bias, fp32 [8] = 32 B each, rounded to 512: 2 blocks x 2 x 512 =
   // 2048. 18,432 B: the lane's measured `other` (tests/reference/test_moe_model_ep.py).
-  Setup cos(ModelGraph::from_spec(lane_qwen3(RopeCache::kCosSin)), load_cluster_spec("dgx-h100"), 2);
+  Setup cos(ModelGraph::from_spec(test::lane_qwen3_moe(0, RopeCache::kCosSin)), load_cluster_spec("dgx-h100"),
+            2);
   CHECK(model_buffer_bytes(cos.model, cos.resolve(lane_plan(MoeImpl::kGrouped))) == 18432);
   // Hugging Face's loop has no counters; ComplexRoPE: [seq, head_dim / 2] complex64 = 64·8·8 = 4096 B.
   CHECK(model_buffer_bytes(cos.model, cos.resolve(lane_plan(MoeImpl::kLoop))) == 16384);
-  Setup cx(ModelGraph::from_spec(lane_qwen3(RopeCache::kComplex)), load_cluster_spec("dgx-h100"), 2);
+  Setup cx(ModelGraph::from_spec(test::lane_qwen3_moe(0, RopeCache::kComplex)), load_cluster_spec("dgx-h100"),
+           2);
   CHECK(model_buffer_bytes(cx.model, cx.resolve(lane_plan(MoeImpl::kLoop))) == 8192);
   // No cache (Hugging Face's rotary embedding computes cos and sin every forward): the counters alone.
-  Setup none(ModelGraph::from_spec(lane_qwen3(RopeCache::kNone)), load_cluster_spec("dgx-h100"), 2);
+  Setup none(ModelGraph::from_spec(test::lane_qwen3_moe(0, RopeCache::kNone)), load_cluster_spec("dgx-h100"),
+             2);
   CHECK(model_buffer_bytes(none.model, none.resolve(lane_plan(MoeImpl::kGrouped))) == 2048);
   // Alive from before the step to its end: the simulated peak moves by the caches exactly.
   const Plan p = lane_plan(MoeImpl::kGrouped);
@@ -60,7 +43,7 @@ TEST_CASE("torchtitan's RoPE caches and MoE counters are buffers of every rank",
 }
 
 TEST_CASE("a RoPE cache needs rotary positions", "[simulator][model]") {
-  ModelSpec s = lane_qwen3(RopeCache::kCosSin);
+  ModelSpec s = test::lane_qwen3_moe(0, RopeCache::kCosSin);
   s.positions = PositionKind::kAlibi;
   CHECK_THROWS_AS(validate_model_spec(s, "spec.json"), InputError);
   s.positions = PositionKind::kRotary;

@@ -13,25 +13,8 @@ using shardplan::test::units_of;
 
 namespace {
 
-/// T = 64 tokens (mbs 1, seq 64), h = 64, 8 experts of f = 32, top-2: N = T·top_k = 128 rows.
-ModelSpec small_moe(int shared_experts) {
-  ModelSpec s;
-  s.name = "small-moe";
-  s.layers = 2;
-  s.hidden = 64;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.head_dim = 16;
-  s.ffn_hidden = 128;
-  s.vocab = 256;
-  s.seq = 64;
-  s.moe.experts = 8;
-  s.moe.top_k = 2;
-  s.moe.ffn_hidden = 32;
-  s.moe.shared_experts = shared_experts;
-  return s;
-}
-
+/// T = 64 tokens (mbs 1, seq 64), h = 64, 8 experts of f = 32, top-2 (test::lane_qwen3_moe): N = T·top_k =
+/// 128 rows.
 Plan small_plan(int ep, MoeImpl impl) {
   Plan p;
   p.mbs = 1;
@@ -58,7 +41,7 @@ double excess(const Setup& s, const Plan& p, const detail::MoeGrads& g) {
 
 TEST_CASE("torchtitan's grouped MoE backward: the combine's three fp32 tensors",
           "[simulator][moe][backward]") {
-  Setup s(ModelGraph::from_spec(small_moe(0)), load_cluster_spec("dgx-h100"), 2);
+  Setup s(ModelGraph::from_spec(test::lane_qwen3_moe(0)), load_cluster_spec("dgx-h100"), 2);
   const Plan p = s.resolve(small_plan(1, MoeImpl::kGrouped));
   // The combine's backward (token_dispatcher.py combine, `(routed_output.to(float32) * scores).to(bf16)`):
   // the fp32 output gradient and the multiply's two fp32 gradients, N x h x 4 = 128·64·4 = 32,768 B each,
@@ -84,7 +67,7 @@ TEST_CASE("grouped MoE backward: the shared experts' gradients wait through the 
   // One shared expert of f = 32 (deepseek_v3's order: `out + shared_experts(x)`, so its backward runs first):
   // its three dW, 3·32·64·2 = 12,288, and its input gradient T x h x 2 = 8,192 live through the combine:
   // 12,288 + 8,192 + 98,816 = 119,296 (its own worst op, 12,288 + 3·64·32·2 = 24,576, is below).
-  Setup s(ModelGraph::from_spec(small_moe(1)), load_cluster_spec("dgx-h100"), 2);
+  Setup s(ModelGraph::from_spec(test::lane_qwen3_moe(1)), load_cluster_spec("dgx-h100"), 2);
   const Plan p = s.resolve(small_plan(1, MoeImpl::kGrouped));
   detail::MoeGrads g;
   g.experts = 98304;
@@ -99,7 +82,7 @@ TEST_CASE("grouped MoE backward: the unit's workspace holds the combine's tensor
   // reverse walk with every saved tensor still live, is the block's worst op; the workspace is its excess
   // over the saved tensors plus the gradient flowing in: 98,816 + 64·64·2 = 107,008 (the lane's shardplan
   // breakdown at its peak: other 107,008).
-  Setup s(ModelGraph::from_spec(small_moe(0)), load_cluster_spec("dgx-h100"), 2);
+  Setup s(ModelGraph::from_spec(test::lane_qwen3_moe(0)), load_cluster_spec("dgx-h100"), 2);
   const auto units = units_of(s, s.resolve(small_plan(2, MoeImpl::kGrouped)));
   REQUIRE(units.size() == 4);  // embedding, 2 blocks, head
   CHECK(units[1].workspace_bytes == 107008);
