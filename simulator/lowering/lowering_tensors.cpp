@@ -68,7 +68,8 @@ void Lowering::build_tensor_lists() {
     activation_spans(u);
     // The backward's transients, split as tensors of their sizes: two hidden-sized, and in blocks two
     // FFN-sized (a block unit's workspace_bytes is its op-level peak over the saved tensors, units.cpp);
-    // float8 adds the fp8 copies of one input and one output gradient.
+    // a grouped MoE's three fp32 combine tensors; float8 adds the fp8 copies of one input and one output
+    // gradient.
     const double h_b = T * bc_ * static_cast<double>(s.hidden);
     add_run(t.workspace, h_b, 2);
     if (un.blocks > 0) {
@@ -77,6 +78,10 @@ void Lowering::build_tensor_lists() {
       double scores = 0;
       for (const Layer* l : un.layers) scores = std::max(scores, score_elems(*l, p_, T));
       if (scores > 0) add_run(t.workspace, scores * (score.bwd_peak_bytes - score.saved_bytes()));
+      // torchtitan's MoE combine backward: three fp32 N x h tensors (units_moe_backward.cpp).
+      double combine = 0;
+      for (const Layer* l : un.layers) combine = std::max(combine, detail::combine_fp32_bytes(p_, s, *l, T));
+      add_run(t.workspace, combine, 3);
       if (p_.fp8 != Fp8::kNone)
         add_run(t.workspace, T * (static_cast<double>(s.hidden) + static_cast<double>(s.ffn_hidden) / p_.tp) *
                                  detail::fp8_workspace_bytes_per_elem(p_.fp8));

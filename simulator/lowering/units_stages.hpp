@@ -112,6 +112,17 @@ UnitSums unit_layers(const UnitContext& c, SimUnit& u);
 /// Transients of every layer's backward beside the op-level ones of unit_workspace: float8's copies, the CP
 /// ring's buffers.
 double backward_extra(const UnitContext& c, const SimUnit& u);
+/// A MoE layer's unsharded gradient bytes (unit_workspace): all of them, its routed experts' and its shared
+/// experts'.
+struct MoeGrads {
+  double all = 0, experts = 0, shared = 0;
+};
+/// A MoE layer's worst backward op: its transients beyond the unit's saved tensors and the gradient flowing
+/// in (`flowing`, T x h), by Plan::moe_impl (units_moe_backward.cpp).
+double moe_backward_excess(const UnitContext& c, const Layer& l, const MoeGrads& g, double flowing);
+/// One of the three fp32 N x h tensors of torchtitan's combine backward (N = T·top_k) for a MoE layer under
+/// --moe-impl grouped, else 0; T: the rank's tokens of a micro-batch (units_moe_backward.cpp).
+double combine_fp32_bytes(const Plan& p, const ModelSpec& s, const Layer& l, double T);
 /// The unit's backward workspace: its op-level peak over the saved tensors (SimUnit::workspace_bytes, and
 /// workspace_accum_bytes for a backward into accumulated gradients). `extra`: backward_extra.
 void unit_workspace(const UnitContext& c, SimUnit& u, double extra);

@@ -1,6 +1,6 @@
 // The backward workspace of a unit (build_units' stage; docs/model.md "Backward inside a block", "MoE layers'
 // backward"): the op-by-op walk over the unit's layers in reverse, with each layer's saved tensors, gradients
-// and transients, and its peak over the saved tensors.
+// and transients (a MoE layer's: units_moe_backward.cpp), and its peak over the saved tensors.
 #include <algorithm>
 #include <cmath>
 
@@ -9,57 +9,6 @@
 #include "simulator/parallel/parallel.hpp"
 
 namespace shardplan::detail {
-
-namespace {
-
-/// One MoE layer's worst op in backward when its routed experts run one after the other (below); `g` and
-/// `g_experts` are the layer's unsharded gradient bytes and those of its routed experts.
-double moe_backward_excess(const UnitContext& c, const Layer& l, double g, double g_experts, double flowing) {
-  const Plan& p = c.p;
-  const double T = c.T, bc = c.bc;
-  // Routed experts run one after the other (Hugging Face MixtralSparseMoeBlock's loop over experts, the
-  // lane's SparseMoe): autograd walks them in reverse, and expert k's backward consumes its saved tensors (C
-  // tokens: input, gate and up outputs, SiLU(gate), product, 8f bytes per token at 16 bits) and writes its
-  // weight gradients before the next starts. At expert k's SwiGLU backward live are the k - 1 earlier
-  // experts' gradients without their saved tensors, its own gradient and its gate/up output gradients (2 C
-  // f); linear in k, so the worst is the first or the last expert. Balanced router: C = T top_k / local
-  // experts (under EP the rank's experts receive every EP rank's tokens).
-  const double local_experts = static_cast<double>(l.moe_experts) / (c.ep ? p.ep : 1);
-  double f_expert = 0, w_all = 0, w_down = 0;
-  for (const Gemm& gm : l.gemms) {
-    if (!gm.expert) continue;
-    if (gm.tp == TpSplit::kColumn) f_expert = static_cast<double>(gm.n) / c.t;
-    const double w = gm.count * static_cast<double>(gm.n) * static_cast<double>(gm.k);
-    w_all += w;
-    if (gm.tp == TpSplit::kRow) w_down += w;
-  }
-  // At the expert's SwiGLU backward only its down projection's weight gradient exists: autograd runs the
-  // down projection's backward (dW_down, dX) before the product's, and the gate's and up's weight gradients
-  // come after (the lane's trace of Mixtral 8x7B, full AC, mbs 2 x 8,192: one 112 MiB dW beside the
-  // product's two 112 MiB input gradients at the peak). dW_down's share of the expert's weights: the row
-  // GEMM's (1/3 for SwiGLU, 1/2 for GELU).
-  const double down_share = w_all > 0 ? w_down / w_all : 1.0;
-  // Under EP the busiest rank's experts receive --moe-imbalance times the mean rows (ep_busiest_rows, as its
-  // expert-side saved tensors: ActTensor::expert_rows).
-  const double rows =
-      c.ep ? static_cast<double>(ep_busiest_rows(mul_checked(std::llround(T), l.moe_top_k, "routed rows"), p))
-           : T * l.moe_top_k;
-  const double C = rows / local_experts;
-  // With --moe-impl loop each expert's backward also consumes its routing tensors in the layer's list (its
-  // token indices, gathered input, down output, gathered weights and their product: moe_tensors.cpp).
-  double loop_routed = 0;  // bytes per token over all experts
-  if (p.moe_impl == MoeImpl::kLoop)
-    for (const ActTensor& a : l.activations)
-      if (a.only == ActOnly::kMoeLoop && a.expert && a.eager)
-        loop_routed += a.per_token * act_dtype_bytes(a.dtype, bc);
-  const double saved_e = C * 8.0 * f_expert * bc / 2.0 + T * loop_routed / local_experts,
-               g_e = g_experts / local_experts;
-  return (g - g_experts) + 2.0 * flowing +
-         std::max(down_share * g_e + 2.0 * C * f_expert * bc,
-                  (local_experts - 1) * (g_e - saved_e) + down_share * g_e + 2.0 * C * f_expert * bc);
-}
-
-}  // namespace
 
 double backward_extra(const UnitContext& c, const SimUnit& u) {
   const Plan& p = c.p;
@@ -140,18 +89,21 @@ void unit_workspace(const UnitContext& c, SimUnit& u, double extra) {
           }
         live += full ? std::max(0.0, none - input) : none - kept;
       }
-      double g = 0, g_experts = 0;
+      MoeGrads mg;
       for (const auto& ten : l.tensors) {
         const double e = static_cast<double>(tp_local_elems(ten, t)) / (ep && ten.expert ? p.ep : 1);
-        g += e;
-        if (ten.expert) g_experts += e;
+        mg.all += e;
+        if (ten.expert) mg.experts += e;
+        if (ten.name.rfind("shared.", 0) == 0) mg.shared += e;
       }
-      g *= grad_b;
-      g_experts *= grad_b;
+      mg.all *= grad_b;
+      mg.experts *= grad_b;
+      mg.shared *= grad_b;
+      const double g = mg.all;
       double x = layer_backward_excess_bytes(l, p, T);
       double x_accum = layer_backward_excess_bytes(l, p, T, true);
       if (x <= 0 && l.kind == LayerKind::kMoe && l.moe_experts > 0 && l.moe_top_k > 0)
-        x = moe_backward_excess(c, l, g, g_experts, flowing);
+        x = moe_backward_excess(c, l, mg, flowing);
       // Routed experts and layers without a dense output projection (norms: small weight gradients): the
       // same transients with an accumulated gradient.
       if (x <= 0) x = g + 2.0 * flowing + (l.kind == LayerKind::kMoe ? 2.0 * T * f_local * bc : 0.0);

@@ -264,6 +264,7 @@ std::array<Bytes, kMemCategories> initial_allocation(const ModelGraph& model, co
   std::array<Bytes, kMemCategories> initial{};
   initial[static_cast<int>(MemCategory::kParams)] = ps[0];
   initial[static_cast<int>(MemCategory::kOptimizer)] = ps[2];
+  initial[static_cast<int>(MemCategory::kOther)] = model_buffer_bytes(model, p);
   if (rt.grads_persistent) initial[static_cast<int>(MemCategory::kGrads)] = ps[1];
   if (rt.ipg_bucket_persistent)  // DeepSpeed ZeRO-3: IPG bucket allocated at optimizer init (§1.6)
     initial[static_cast<int>(MemCategory::kCommBuffers)] =

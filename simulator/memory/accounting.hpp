@@ -43,8 +43,13 @@ Bytes expert_side_activation_bytes(const ModelGraph& model, const Plan& p);
 /// tensors of the plan's loss kernel that loss_saved() selects).
 double loss_saved_bytes(const ModelGraph& model, const Plan& p, double tokens);
 
+/// The model code's buffers on every rank (model_buffers.cpp): RoPE caches (ModelSpec::rope_cache) and
+/// torchtitan's MoE counters (--moe-impl grouped), each allocation rounded as the caching allocator rounds
+/// it.
+Bytes model_buffer_bytes(const ModelGraph& model, const Plan& p);
+
 /// Bytes allocated before the step's first task, per category: the persistent state and the buffers that live
-/// across steps (DeepSpeed ZeRO-3 IPG bucket, DDP Reducer buckets, held logits).
+/// across steps (DeepSpeed ZeRO-3 IPG bucket, DDP Reducer buckets, held logits, the model's buffers).
 std::array<Bytes, kMemCategories> initial_allocation(const ModelGraph& model, const Plan& p,
                                                      const RuntimeTraits& rt,
                                                      const std::array<Bytes, 3>& persistent);

@@ -13,6 +13,9 @@ const char* to_string(MlpKind k) {
 const char* to_string(QkNormKind k) {
   return k == QkNormKind::kNone ? "none" : k == QkNormKind::kHead ? "head" : "full";
 }
+const char* to_string(RopeCache k) {
+  return k == RopeCache::kNone ? "none" : k == RopeCache::kComplex ? "complex" : "cos_sin";
+}
 const char* to_string(NormPlacement k) {
   return k == NormPlacement::kPre ? "pre" : k == NormPlacement::kPost ? "post" : "sandwich";
 }
@@ -119,6 +122,10 @@ ModelSpec parse_model_spec(JsonObj o) {
   s.qk_norm = parse_enum(
       o, "qk_norm", {{"none", QkNormKind::kNone}, {"head", QkNormKind::kHead}, {"full", QkNormKind::kFull}},
       QkNormKind::kNone);
+  s.rope_cache = parse_enum(
+      o, "rope_cache",
+      {{"none", RopeCache::kNone}, {"complex", RopeCache::kComplex}, {"cos_sin", RopeCache::kCosSin}},
+      RopeCache::kNone);
   s.norm_placement = parse_enum(
       o, "norm_placement",
       {{"pre", NormPlacement::kPre}, {"post", NormPlacement::kPost}, {"sandwich", NormPlacement::kSandwich}},
@@ -183,6 +190,8 @@ void validate_model_spec(const ModelSpec& s, const std::string& file) {
     if (s.qk_norm != QkNormKind::kNone)
       throw InputError(file, "/qk_norm", "multi-head latent attention norms its latents, not q and k");
   }
+  if (s.rope_cache != RopeCache::kNone && s.positions != PositionKind::kRotary)
+    throw InputError(file, "/rope_cache", "a RoPE cache needs rotary positions");
   range("window", s.window, 0, kMaxDim);
   range("global_every", s.global_every, 0, kMaxLayers);
   range("mtp_layers", s.mtp_layers, 0, 16);
@@ -242,6 +251,7 @@ Json model_spec_to_json(const ModelSpec& s) {
                 {"qk_rope_head_dim", s.mla.qk_rope_head_dim},
                 {"v_head_dim", s.mla.v_head_dim}};
   if (s.qk_norm != QkNormKind::kNone) j["qk_norm"] = to_string(s.qk_norm);
+  if (s.rope_cache != RopeCache::kNone) j["rope_cache"] = to_string(s.rope_cache);
   if (s.norm_placement != NormPlacement::kPre) j["norm_placement"] = to_string(s.norm_placement);
   if (s.fused_qkv) j["fused_qkv"] = true;
   if (s.fused_gate_up) j["fused_gate_up"] = true;

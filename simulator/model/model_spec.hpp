@@ -18,6 +18,12 @@ enum class PositionKind { kRotary, kLearned, kAlibi };
 /// Norms on the query and key projections: none, one RMSNorm weight of head_dim shared by the heads (Qwen3,
 /// Gemma 3), or one over the whole projection, heads·head_dim and kv_heads·head_dim (OLMo 2).
 enum class QkNormKind { kNone, kHead, kFull };
+/// The model code's RoPE cache, one buffer per attention layer (torchtitan 0.3.0 models/common/rope.py,
+/// `register_buffer("cache", ..., persistent=False)` in each attention module's RoPE, of training.seq_len
+/// rows: models/common/decoder.py update_from_config): none (Hugging Face's rotary embedding computes cos and
+/// sin every forward), complex (ComplexRoPE: [seq, dim / 2] complex64; llama3, deepseek_v3) or cos_sin
+/// (CosSinRoPE: [seq, 2 dim] fp32; qwen3, gpt_oss); dim: the rotary width of a head.
+enum class RopeCache { kNone, kComplex, kCosSin };
 /// Where a block's norms sit: before attention and MLP (Llama), after them (OLMo 2), or both (Gemma 2/3).
 enum class NormPlacement { kPre, kPost, kSandwich };
 /// Local attention of the layers that are not global: a sliding window over the last `window` positions
@@ -87,6 +93,7 @@ struct ModelSpec {
   MoeSpec moe;
   std::int64_t seq = 4096;  ///< default sequence length
   QkNormKind qk_norm = QkNormKind::kNone;
+  RopeCache rope_cache = RopeCache::kNone;
   NormPlacement norm_placement = NormPlacement::kPre;
   bool fused_qkv = false, fused_gate_up = false;  ///< one qkv_proj / gate_up_proj tensor (Phi-3): same counts
   MlaSpec mla;
@@ -127,6 +134,7 @@ const char* to_string(MlpKind k);
 const char* to_string(NormKind k);
 const char* to_string(PositionKind k);
 const char* to_string(QkNormKind k);
+const char* to_string(RopeCache k);
 const char* to_string(NormPlacement k);
 const char* to_string(LocalAttention k);
 

@@ -122,6 +122,7 @@ constexpr FeatureInfo kFeatureInfo[] = {
     {"all-gather token dispatch", "--ep-backend"},                         // kEpAllGather
     {"DeepEP token dispatch", "--ep-backend"},                             // kEpDeepEp
     {"DeepEP token dispatch without EP", "--ep-backend"},                  // kEpDeepEpWithoutEp
+    {"expert loop with expert parallelism", "--moe-impl"},                 // kMoeLoopWithEp
     {"ZeRO++ hpZ (secondary parameter partition)", "--hpz-partition"},     // kHpz
     {"hpZ with TP", "--hpz-partition"},                                    // kHpzWithTp
     {"ZeRO++ qwZ (int8 weight all-gather)", "--quantized-weights"},        // kQuantizedWeights
@@ -219,6 +220,7 @@ std::array<bool, kFeatures> plan_features(const Plan& p, int dp) {
   use(Feature::kEpAllGather, p.ep > 1 && ep_backend == EpBackend::kAllGather);
   use(Feature::kEpDeepEp, ep_backend == EpBackend::kDeepEp);
   use(Feature::kEpDeepEpWithoutEp, p.ep == 1 && ep_backend == EpBackend::kDeepEp);
+  use(Feature::kMoeLoopWithEp, p.ep > 1 && p.moe_impl == MoeImpl::kLoop);
   const bool hpz = p.hpz_partition > 1;
   use(Feature::kHpz, hpz);
   use(Feature::kHpzWithTp, hpz && p.tp > 1);

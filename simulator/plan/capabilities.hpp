@@ -68,6 +68,7 @@ enum class Feature : std::uint8_t {
   kEpAllGather,              ///< --ep-backend allgather (all-gather token dispatcher) with ep > 1
   kEpDeepEp,                 ///< --ep-backend deepep (DeepEP dispatch/combine kernels)
   kEpDeepEpWithoutEp,        ///< --ep-backend deepep with ep = 1
+  kMoeLoopWithEp,            ///< --moe-impl loop (an expert loop) with ep > 1
   kHpz,                      ///< DeepSpeed ZeRO++ hpZ: a secondary parameter partition (--hpz-partition > 1)
   kHpzWithTp,                ///< hpZ with tp > 1
   kQuantizedWeights,         ///< ZeRO++ qwZ: parameter all-gathers in int8

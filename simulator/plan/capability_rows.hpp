@@ -52,7 +52,8 @@ std::span<const Row> blockfp_rows(Runtime r);
 /// The rows of the chunked loss (kChunkedLoss .. kChunkedLoss16) for runtime `r` (capabilities_loss.cpp).
 std::span<const Row> chunked_loss_rows(Runtime r);
 
-/// The rows of the token dispatch backend features (kEpAllGather, kEpDeepEp, kEpDeepEpWithoutEp) of runtime
+/// The rows of the token dispatch backend features (kEpAllGather, kEpDeepEp, kEpDeepEpWithoutEp) and of the
+/// expert loop under EP (kMoeLoopWithEp) of runtime
 /// `r` (ep_backend.cpp).
 std::span<const Row> ep_backend_capability_rows(Runtime r);
 

@@ -47,6 +47,10 @@ constexpr Row kFsdp2[] = {
      "torchtitan 0.3.0 torchtitan/models/common/token_dispatcher.py (the num_max_tokens_per_rank fill-in)",
      "\"DeepEPTokenDispatcher requires expert parallelism (expert_parallel_degree > 1)\": use --ep > 1 or "
      "--ep-backend alltoall"},
+    {Feature::kMoeLoopWithEp, N, "torchtitan 0.3.0 torchtitan/models/common/moe.py GroupedExperts",
+     "torchtitan runs the routed experts only as grouped GEMMs, and Hugging Face's MixtralSparseMoeBlock "
+     "loop "
+     "(transformers, under FSDP2) has no expert parallelism; use --moe-impl grouped or --ep 1"},
 };
 constexpr Row kFsdp1[] = {
     {Feature::kEpAllGather, N, "torchtitan 0.3.0 torchtitan/distributed/parallel_dims.py",
@@ -55,6 +59,8 @@ constexpr Row kFsdp1[] = {
      "fsdp1 has no expert parallelism; use --runtime fsdp2"},
     {Feature::kEpDeepEpWithoutEp, N, "torchtitan 0.3.0 torchtitan/distributed/parallel_dims.py",
      "fsdp1 has no expert parallelism; use --runtime fsdp2"},
+    {Feature::kMoeLoopWithEp, N, "torchtitan 0.3.0 torchtitan/distributed/parallel_dims.py",
+     "fsdp1 has no expert parallelism; use --ep 1"},
 };
 constexpr Row kDeepSpeed[] = {
     {Feature::kEpAllGather, N, "deepspeed 0.19.8 deepspeed/moe/sharded_moe.py MOELayer",
@@ -66,6 +72,10 @@ constexpr Row kDeepSpeed[] = {
      "deepspeed/moe MoE layer's _AllToAll; use --ep-backend alltoall or --runtime fsdp2"},
     {Feature::kEpDeepEpWithoutEp, N, "deepspeed 0.19.8 deepspeed/module_inject/auto_ep_layer.py",
      "DeepEP exchanges tokens between EP ranks (used only with ep_size > 1); use --ep > 1"},
+    {Feature::kMoeLoopWithEp, Y, "deepspeed 0.19.8 deepspeed/moe/experts.py Experts",
+     "the MoE layer's Experts loop over the local experts' chunks of the dispatched tokens (AutoEP: "
+     "use_grouped_mm false, module_inject/auto_ep_config.py); the routing tensors listed are Hugging Face's "
+     "loop's"},
 };
 constexpr Row kMegatron[] = {
     {Feature::kEpAllGather, Y,
@@ -78,6 +88,10 @@ constexpr Row kMegatron[] = {
      "or alltoall"},
     {Feature::kEpDeepEpWithoutEp, N, "megatron-core 0.8.0 megatron/core/transformer/transformer_config.py",
      "no DeepEP in megatron-core 0.8.0; use --ep-backend allgather or alltoall"},
+    {Feature::kMoeLoopWithEp, Y, "megatron-core 0.8.0 megatron/core/transformer/moe/experts.py SequentialMLP",
+     "moe_grouped_gemm false (the 0.8.0 default): a loop over the local experts on the dispatched tokens; "
+     "the "
+     "routing tensors listed are Hugging Face's loop's"},
 };
 
 }  // namespace

@@ -67,6 +67,7 @@ void rank_memory(const Plan& p, const std::vector<StageSim>& st, const PipelineR
     bd[static_cast<int>(MemCategory::kGrads)] += x.res.persistent_split[1];
     bd[static_cast<int>(MemCategory::kOptimizer)] += x.res.persistent_split[2];
     bd[static_cast<int>(MemCategory::kCommBuffers)] += x.recv_bytes;
+    bd[static_cast<int>(MemCategory::kOther)] += model_buffer_bytes(*x.graph, p);  // the stage's RoPE caches
     gathered_all += x.gathered_bytes;
     held_all += x.cost.held_bytes + x.gathered_bytes + x.sharded_grad_bytes;
     sharded_grads += x.sharded_grad_bytes;

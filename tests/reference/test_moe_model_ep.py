@@ -107,24 +107,25 @@ class MoeModelExpertParallel(unittest.TestCase):
                     self.assertEqual(r["saved_per_block"][block] - listed, extra[name][block], (name, block))
 
     def test_peak(self):
-        # Peak allocated over the step, shardplan against the real step. Measured on these runs (rank 0):
-        # qwen3 world 2 1673216 vs 1635520 (-2.3 %); deepseek_v3 world 2 2495488 vs 2427072 (-2.7 %; 8192 B of
-        # it RoPE caches and MoE buffers shardplan does not list); qwen3 world 4 1124864 vs 1066368 (-5.2 %).
-        # The measured peak is in the first MoE block's backward, at torchtitan's combine backward: the fp32
-        # gradient of `routed_output.float() * scores` (T·K·hidden·4 B) and the multiply's two fp32 outputs,
-        # 3·32768 B live at once, which shardplan's MoE backward workspace (Hugging Face's expert loop,
-        # units_workspace.cpp) does not hold (docs/reference-lane.md "MoE whole models"). Bounds: what the rows
-        # are now. deepseek_v3's rank 0 peaks at 2545152 B (-4.6 %) in about one run of three: a block's
-        # reduce-scatter input (107520 B) is seen freed later on gloo and the peak moves to block 0's backward
-        # all-gather (not deterministic on gloo); qwen3's rank 1 was seen at -4.1 % once in three runs (2026-12-05,
-        # after the merge with --moe-imbalance's expert-side rows, which this comparison does not pass).
-        bound = {"qwen3": 0.05, "deepseek_v3": 0.05, "qwen3-w4": 0.07}
+        # Peak allocated over the step, shardplan against the real step. The measured peak is in the first MoE
+        # block's backward, at torchtitan's combine backward: the fp32 gradient of `routed_output.float() *
+        # scores` and the multiply's two fp32 outputs (3·T·K·hidden·4 = 98304 B) and the scores' gradient (512),
+        # beside the previous block's in-flight reduce-scatter inputs; shardplan's grouped MoE backward
+        # (units_moe_backward.cpp) holds the same tensors at the same op, and its `other` holds torchtitan's RoPE
+        # caches (one per attention module: qwen3 CosSinRoPE 64·32·4 = 8192 B, deepseek_v3 ComplexRoPE 64·4·8 =
+        # 2048 B) and the MoE counters (tokens_per_expert, expert_bias: 512 B each per MoE block), 18432 and 8192
+        # B, as measured. Measured on these runs (2026-12-05): qwen3 world 2 1673216 vs 1669504 (-0.2 %);
+        # deepseek_v3 world 2 2495488 / 2486272 vs 2500288 (+0.2 / +0.6 %); qwen3 world 4 1121280..1131008 vs
+        # 1120928 (-0.0..-0.9 %). Before the grouped backward and the buffers: -2.3, -2.7, -5.2 %. gloo is not
+        # deterministic: deepseek_v3's rank 0 or 1 peaks at 2545152 / 2535936 B (-1.8 / -1.4 %) in about one
+        # run of three (a block's reduce-scatter input, 107520 B, seen freed later; the peak moves to block 0's
+        # backward all-gather), qwen3's rank 1 once 1.8 points below its usual row. Bound: 3 % (issue 30),
+        # with at least 1.2 points of margin over every row seen.
         for name, o in self.out.items():
             predicted = o["shardplan"]["peak"]
             for r in o["ranks"]:
                 err = predicted / r["peak"] - 1
-                self.assertLess(err, 0, name)  # under-predicted: the combine's fp32 transients
-                self.assertLessEqual(abs(err), bound[name], (name, r["rank"], err))
+                self.assertLessEqual(abs(err), 0.03, (name, r["rank"], err))
 
 
 if __name__ == "__main__":

@@ -75,6 +75,27 @@ inline ModelGraph deepseek_small() {
   return ModelGraph::from_spec(sp);
 }
 
+/// The reference lane's tiny torchtitan qwen3 MoE (tools/reference/lane/titan_moe.py, without its q/k norms):
+/// 2 blocks, hidden 64, 4 heads / 2 KV heads of 16, 8 experts of 32, top-2, vocab 256, seq 64.
+inline ModelSpec lane_qwen3_moe(int shared_experts = 0, RopeCache rope = RopeCache::kNone) {
+  ModelSpec s;
+  s.name = "qwen3-moe-tiny";
+  s.layers = 2;
+  s.hidden = 64;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.head_dim = 16;
+  s.ffn_hidden = 256;
+  s.vocab = 256;
+  s.seq = 64;
+  s.moe.experts = 8;
+  s.moe.top_k = 2;
+  s.moe.ffn_hidden = 32;
+  s.moe.shared_experts = shared_experts;
+  s.rope_cache = rope;
+  return s;
+}
+
 /// Bytes per token (16-bit compute, TP = 1) of a layer's activation tensors of lifetime `life`
 /// (activations.hpp).
 inline double act_life_bytes(const Layer& l, ActLife life) {

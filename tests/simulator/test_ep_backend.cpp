@@ -177,3 +177,27 @@ TEST_CASE("ep backend: each runtime's default, and the refusals", "[simulator][e
   p.ep_backend = EpBackend::kDeepEp;
   CHECK_THAT(resolve_error(s, p), Catch::Contains("requires expert parallelism"));
 }
+
+TEST_CASE("an expert loop under EP: only the runtimes with one", "[simulator][ep_backend][capabilities]") {
+  // --moe-impl loop is Hugging Face's MixtralSparseMoeBlock: torchtitan runs only grouped GEMMs and the
+  // transformers block under FSDP2 has no EP, so fsdp2 refuses it with --ep > 1; DeepSpeed's MoE Experts
+  // and Megatron-core's SequentialMLP loop over their local experts under EP.
+  Setup s("qwen3-30b-a3b", "dgx-h100", 8);
+  Plan p;
+  p.seq = 4096;
+  p.moe_impl = MoeImpl::kLoop;
+  p.ep = 1;
+  CHECK(resolve_error(s, p).empty());
+  p.ep = 4;
+  CHECK_THAT(resolve_error(s, p), Catch::Contains("--moe-impl") && Catch::Contains("GroupedExperts") &&
+                                      Catch::Contains("use --moe-impl grouped or --ep 1"));
+  p.moe_impl = MoeImpl::kGrouped;
+  CHECK(resolve_error(s, p).empty());
+  p.moe_impl = MoeImpl::kLoop;
+  p.runtime = Runtime::kDeepSpeed;
+  p.zero = 3;
+  CHECK(resolve_error(s, p).empty());
+  p.runtime = Runtime::kMegatron;
+  p.zero = 1;
+  CHECK(resolve_error(s, p).empty());
+}

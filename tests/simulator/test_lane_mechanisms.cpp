@@ -6,6 +6,7 @@
 
 #include "sim_helpers.hpp"
 #include "simulator/lowering/units.hpp"
+#include "simulator/lowering/units_stages.hpp"
 
 using namespace shardplan;
 using shardplan::test::Setup;
@@ -121,24 +122,33 @@ TEST_CASE("FSDP1: the first backward prefetch is issued after the loss's backwar
 }
 
 TEST_CASE("MoE: the experts' backward one expert at a time", "[simulator][memory][backward][moe]") {
-  // Mixtral 8x7B (h = 4096, f = 14,336, 8 experts, top 2), FSDP2 bf16-mixed, 8 GPUs, mbs 1, seq 4096:
-  // T = 4096, C = T·2/8 = 1024 tokens per expert (balanced router). Per expert: weight gradients
-  // g_e = 3·4096·14,336·2 = 352,321,536 B; saved tensors (input, gate and up outputs, SiLU, product: 8f B per
-  // token) 1024·8·14,336 = 117,440,512 B; gate/up output gradients 2·C·f·2 = 58,720,256 B; at its SwiGLU
-  // backward only the down projection's dW exists, g_e / 3 = 117,440,512 B. The last of the eight experts is
-  // the worst: 7·(352,321,536 - 117,440,512) + 117,440,512 + 58,720,256 = 1,820,327,936, plus the router's
-  // gradient 8·4096·2 = 65,536 and two flowing gradients 2·T·h·2 = 67,108,864: the layer's excess
-  // 1,887,502,336 over the saved tensors and gradients so far. The MoE layer is the block's last, so its op
-  // is reached with every saved tensor of the block live and no gradient yet; with the flowing gradient
-  // T·h·2 = 33,554,432 the workspace is 1,921,056,768 B. (All of the expert's dW at its SwiGLU backward, as
-  // before: 2,155,937,792; all experts at once, before that: 3,154,313,216.)
+  // Mixtral 8x7B (h = 4096, f = 14,336, 8 experts, top 2), FSDP2 bf16-mixed, 8 GPUs, mbs 1, seq 4096, Hugging
+  // Face's loop (--moe-impl loop, as the lane's Mixtral records; torchtitan's grouped experts:
+  // test_moe_backward.cpp): T = 4096, C = T·2/8 = 1024 tokens per expert (balanced router). Per expert:
+  // weight gradients g_e = 3·4096·14,336·2 = 352,321,536 B; saved tensors (input, gate and up outputs, SiLU,
+  // product: 8f B per token) 1024·8·14,336 = 117,440,512 B and its routing tensors (the loop's token order
+  // and indices 2·16 B, gathered input, down output and product 3·2·4096·2 B, gathered weights 4 B: 49,188 B
+  // per token, moe_tensors.cpp) T·49,188/8 = 25,184,256 B; gate/up output gradients 2·C·f·2 = 58,720,256 B;
+  // at its SwiGLU backward only the down projection's dW exists, g_e / 3 = 117,440,512 B. The last of the
+  // eight experts is the worst: 7·(352,321,536 - 142,624,768) + 117,440,512 + 58,720,256 = 1,644,038,144,
+  // plus the router's gradient 8·4096·2 = 65,536 and two flowing gradients 2·T·h·2 = 67,108,864: the layer's
+  // excess 1,711,212,544 over the saved tensors and gradients so far (1,887,502,336 without the routing
+  // tensors in the expert's saved set).
   Setup s("mixtral-8x7b", "dgx-h100", 8);
   Plan p;
   p.seq = 4096;
   p.mbs = 1;
-  const std::vector<SimUnit> units = units_of(s, s.resolve(p));
-  REQUIRE(units.size() == 34);
-  CHECK(units[1].workspace_bytes == 1'921'056'768LL);
+  p.moe_impl = MoeImpl::kLoop;
+  const Plan rp = s.resolve(p);
+  const Layer* moe = nullptr;
+  for (const Layer* l : s.model.order())
+    if (!moe && l->kind == LayerKind::kMoe) moe = l;
+  REQUIRE(moe);
+  const detail::UnitContext c(s.model, *s.cluster, *s.costs, rp, runtime_traits(rp));
+  detail::MoeGrads g;
+  g.experts = 8 * 352'321'536.0;
+  g.all = g.experts + 65'536.0;
+  CHECK(detail::moe_backward_excess(c, *moe, g, 33'554'432.0) == 1'711'212'544.0);
 }
 
 TEST_CASE("FSDP2 tied embeddings: the head's gradient of the tied weight waits for the embedding's",

@@ -68,6 +68,8 @@ def normalize_spec(spec: dict) -> dict:
             unsupported.append(key)
     if s.get("qk_norm") not in (None, "none"):
         unsupported.append("qk_norm")
+    if s.get("rope_cache") not in (None, "none"):  # the lane's model holds one freqs_cis, not one per layer
+        unsupported.append("rope_cache")
     if s.get("sliding_window") or s.get("window"):
         unsupported.append("sliding window")
     if s.get("embedding_norm"):

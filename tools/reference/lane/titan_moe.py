@@ -110,16 +110,17 @@ def parallelize(name, model, world, ep):
 
 
 def spec_json(name, dims, seq):
-    """shardplan's model spec (models/*.json, shardplan.model/1) for the same tiny architecture."""
+    """shardplan's model spec (models/*.json, shardplan.model/1) for the same tiny architecture, with torchtitan's
+    RoPE cache format (qwen3: CosSinRoPE, deepseek_v3: ComplexRoPE; one per attention module)."""
     d = dims
     common = {"schema": "shardplan.model/1", "layers": d["layers"], "hidden": d["hidden"], "heads": d["heads"],
               "vocab": d["vocab"], "mlp": "swiglu", "norm": "rmsnorm", "attn_bias": False, "mlp_bias": False,
               "norm_bias": False, "tied_embeddings": False, "positions": "rotary", "seq": seq}
     if name == "qwen3":
         return {**common, "name": "qwen3-moe-tiny", "kv_heads": d["kv_heads"], "head_dim": d["head_dim"],
-                "ffn_hidden": 4 * d["hidden"], "qk_norm": "head",
+                "ffn_hidden": 4 * d["hidden"], "qk_norm": "head", "rope_cache": "cos_sin",
                 "moe": {"experts": d["experts"], "top_k": d["top_k"], "ffn_hidden": d["moe_ffn"]}}
-    return {**common, "name": "deepseek-v3-tiny", "kv_heads": d["heads"],
+    return {**common, "name": "deepseek-v3-tiny", "kv_heads": d["heads"], "rope_cache": "complex",
             "head_dim": d["qk_nope_head_dim"] + d["qk_rope_head_dim"], "ffn_hidden": d["dense_ffn"],
             "mla": {"q_lora_rank": d["q_lora_rank"], "kv_lora_rank": d["kv_lora_rank"],
                     "qk_nope_head_dim": d["qk_nope_head_dim"], "qk_rope_head_dim": d["qk_rope_head_dim"],

@@ -1,0 +1,111 @@
+// A MoE layer's backward op by op (docs/model.md "MoE layers' backward"; simulator/lowering/
+// units_moe_backward.cpp): torchtitan 0.3.0's grouped experts and combine, whose worst op is the combine's
+// three fp32 N x h tensors, against closed forms for a small MoE (the reference lane's qwen3 sizes,
+// tools/reference/lane/titan_moe.py).
+#include <catch2/catch.hpp>
+
+#include "sim_helpers.hpp"
+#include "simulator/lowering/units_stages.hpp"
+
+using namespace shardplan;
+using shardplan::test::Setup;
+using shardplan::test::units_of;
+
+namespace {
+
+/// T = 64 tokens (mbs 1, seq 64), h = 64, 8 experts of f = 32, top-2 (test::lane_qwen3_moe): N = T·top_k =
+/// 128 rows.
+Plan small_plan(int ep, MoeImpl impl) {
+  Plan p;
+  p.mbs = 1;
+  p.seq = 64;
+  p.ac = AcMode::kNone;
+  p.ep = ep;
+  p.moe_impl = impl;
+  return p;
+}
+
+const Layer& first_moe(const ModelGraph& m) {
+  for (const Layer* l : m.order())
+    if (l->kind == LayerKind::kMoe) return *l;
+  FAIL("no MoE layer");
+  return *m.order().front();
+}
+
+double excess(const Setup& s, const Plan& p, const detail::MoeGrads& g) {
+  const detail::UnitContext c(s.model, *s.cluster, *s.costs, p, runtime_traits(p));
+  return detail::moe_backward_excess(c, first_moe(s.model), g, 64.0 * 64 * 2);
+}
+
+}  // namespace
+
+TEST_CASE("torchtitan's grouped MoE backward: the combine's three fp32 tensors",
+          "[simulator][moe][backward]") {
+  Setup s(ModelGraph::from_spec(test::lane_qwen3_moe(0)), load_cluster_spec("dgx-h100"), 2);
+  const Plan p = s.resolve(small_plan(1, MoeImpl::kGrouped));
+  // The combine's backward (token_dispatcher.py combine, `(routed_output.to(float32) * scores).to(bf16)`):
+  // the fp32 output gradient and the multiply's two fp32 gradients, N x h x 4 = 128·64·4 = 32,768 B each,
+  // and the scores' gradient N x 4 = 512 B (the lane's trace: 32768, 32768, 32768, 512 at its peak).
+  CHECK(detail::combine_fp32_bytes(p, s.model.spec(), first_moe(s.model), 64.0) == 32768.0);
+  // The experts' ops (EP 1, R = N = 128 rows): the three grouped dW of the 8 experts, 8·3·32·64·2 = 98,304,
+  // with the gate GEMM's two R x h input gradients and SiLU's R x f gradient, (2·128·64 + 128·32)·2 =
+  // 40,960, less what was consumed by then: the combine's fp32 copy (128·64·4 = 32,768), the sorted scores
+  // (128·4 = 512) and the SwiGLU tensors (4·128·32·2 = 32,768): 98,304 + 40,960 - 66,048 = 73,216. The
+  // combine's 3·32,768 + 512 = 98,816 is the worst.
+  detail::MoeGrads g;
+  g.experts = 98304;
+  g.all = g.experts + 8 * 64 * 2;  // the router's gradient: written after both
+  CHECK(excess(s, p, g) == 98816.0);
+  // With an expert gradient above the combine's tensors, the experts' op: g.experts - 66,048 + 40,960.
+  g.experts = 400000;
+  g.all = g.experts + 1024;
+  CHECK(excess(s, p, g) == 400000.0 - 66048.0 + 40960.0);
+}
+
+TEST_CASE("grouped MoE backward: the shared experts' gradients wait through the combine",
+          "[simulator][moe][backward]") {
+  // One shared expert of f = 32 (deepseek_v3's order: `out + shared_experts(x)`, so its backward runs first):
+  // its three dW, 3·32·64·2 = 12,288, and its input gradient T x h x 2 = 8,192 live through the combine:
+  // 12,288 + 8,192 + 98,816 = 119,296 (its own worst op, 12,288 + 3·64·32·2 = 24,576, is below).
+  Setup s(ModelGraph::from_spec(test::lane_qwen3_moe(1)), load_cluster_spec("dgx-h100"), 2);
+  const Plan p = s.resolve(small_plan(1, MoeImpl::kGrouped));
+  detail::MoeGrads g;
+  g.experts = 98304;
+  g.shared = 12288;
+  g.all = g.experts + g.shared + 1024;
+  CHECK(excess(s, p, g) == 12288.0 + 8192.0 + 98816.0);
+}
+
+TEST_CASE("grouped MoE backward: the unit's workspace holds the combine's tensors",
+          "[simulator][moe][backward]") {
+  // EP 2 over 2 GPUs (the lane's qwen3 world-2 plan without q/k norms): the MoE layer, first in the block's
+  // reverse walk with every saved tensor still live, is the block's worst op; the workspace is its excess
+  // over the saved tensors plus the gradient flowing in: 98,816 + 64·64·2 = 107,008 (the lane's shardplan
+  // breakdown at its peak: other 107,008).
+  Setup s(ModelGraph::from_spec(test::lane_qwen3_moe(0)), load_cluster_spec("dgx-h100"), 2);
+  const auto units = units_of(s, s.resolve(small_plan(2, MoeImpl::kGrouped)));
+  REQUIRE(units.size() == 4);  // embedding, 2 blocks, head
+  CHECK(units[1].workspace_bytes == 107008);
+  // Hugging Face's loop (--moe-impl loop): none of the combine's fp32 tensors.
+  const Plan pl = s.resolve(small_plan(1, MoeImpl::kLoop));
+  CHECK(detail::combine_fp32_bytes(pl, s.model.spec(), first_moe(s.model), 64.0) == 0.0);
+}
+
+TEST_CASE("grouped MoE backward: Mixtral's few large experts peak at the gate GEMM's backward",
+          "[simulator][moe][backward]") {
+  // Mixtral 8x7B (h = 4096, f = 14,336, 8 experts, top 2), FSDP2 bf16-mixed, 8 GPUs, mbs 1, seq 4096, no EP:
+  // T = 4096, N = R = 8192 rows. The combine: 3·8192·4096·4 + 8192·4 = 402,685,952. The experts' ops: the
+  // eight experts' dW, 8·3·4096·14,336·2 = 2,818,572,288, with the gate GEMM's two input gradients and
+  // SiLU's, (2·8192·4096 + 8192·14,336)·2 = 369,098,752, less the consumed combine copy (8192·4096·4 =
+  // 134,217,728), sorted scores (32,768) and SwiGLU tensors (4·8192·14,336·2 = 939,524,096): 2,113,896,448,
+  // the worst. The MoE layer is the block's last: workspace = that + the flowing gradient T·h·2 =
+  // 33,554,432: 2,147,450,880 (Hugging Face's loop: 1,921,056,768, test_lane_mechanisms.cpp).
+  Setup s("mixtral-8x7b", "dgx-h100", 8);
+  Plan p;
+  p.seq = 4096;
+  p.mbs = 1;
+  p.moe_impl = MoeImpl::kGrouped;
+  const auto units = units_of(s, s.resolve(p));
+  REQUIRE(units.size() == 34);
+  CHECK(units[1].workspace_bytes == 2'147'450'880LL);
+}
