@@ -127,6 +127,26 @@ class MoeModelExpertParallel(unittest.TestCase):
                 err = predicted / r["peak"] - 1
                 self.assertLessEqual(abs(err), 0.03, (name, r["rank"], err))
 
+    def test_peak_by_category(self):
+        # The peak's breakdown, category by category, where the two name the same bytes alike. The tracker
+        # files the combine backward's fp32 transients and FSDP2's prefetch all-gather output as activations
+        # (Temp: not a parameter, gradient or optimizer state when allocated); shardplan files the former as its
+        # backward workspace (`other`, beside the RoPE caches and MoE counters) and the latter as gathered
+        # parameters. So three groups are compared: the persistent state (params + grads + optimizer), the
+        # reduce-scatter buffers (comm_buffers) and the step's transients (activations + gathered_params +
+        # other). Measured W2 qwen3 rank 0 (2026-12-05): state 1123328 vs 1124800 (+0.1 %), comm 150528 vs
+        # 150144 (-0.3 %), transients 399360 vs 394560 (-1.2 %). Bound: 3 % each (issue 30: per category).
+        groups = {"state": ("params", "grads", "optimizer"), "comm": ("comm_buffers",),
+                  "transients": ("activations", "gathered_params", "other")}
+        for name, o in self.out.items():
+            predicted = o["shardplan"]["at_peak"]
+            for r in o["ranks"]:
+                for group, cats in groups.items():
+                    measured = sum(r["at_peak"][c] for c in cats)
+                    listed = sum(predicted[c] for c in cats)
+                    err = listed / measured - 1
+                    self.assertLessEqual(abs(err), 0.03, (name, r["rank"], group, measured, listed))
+
 
 if __name__ == "__main__":
     unittest.main()
