@@ -109,15 +109,7 @@ double grouped_backward_excess(const UnitContext& c, const Layer& l, const MoeGr
   // tensors (gate, SiLU, up, product) are consumed and freed, by the sum also the routed input (the lane's
   // trace: freed at _to_copy, mul, mul, sum and between the grouped GEMMs; those the regime saved, in the
   // unit's live set).
-  double consumed = 0, routed_input = 0;
-  for (const ActTensor& a : l.activations) {
-    const bool swiglu = a.expert && a.split == ActSplit::kTp;
-    const bool combine_saved = a.name == "combine.float" || a.name == "dispatch.scores_sorted";
-    const bool input = a.name == "dispatch.routed_input";
-    if (!swiglu && !combine_saved && !input) continue;
-    const double b = act_saved_share(a, c.p, false) * act_bytes_per_token(a, c.p, T) * T;
-    (input ? routed_input : consumed) += b;
-  }
+  const auto [consumed, routed_input] = c.moe_consumed(l);
   const double experts = shared_held + g.experts - consumed +
                          std::max({(2.0 * R * h + R * w.f_expert) * bc, 3.0 * R * h * bc - routed_input,
                                    (N * h + 2.0 * T * h) * bc - routed_input});
@@ -127,6 +119,23 @@ double grouped_backward_excess(const UnitContext& c, const Layer& l, const MoeGr
 }
 
 }  // namespace
+
+UnitContext::MoeConsumed UnitContext::moe_consumed(const Layer& l) const {
+  // Once per distinct layer content for this plan (LayerMemo): every identical MoE block of every unit
+  // walks the same list (the name comparisons were 2 % of a Qwen3-235B-A22B search).
+  MoeConsumed& m = memo(l).moe_consumed;
+  if (m.consumed >= 0) return m;
+  m = MoeConsumed{};
+  for (const ActTensor& a : l.activations) {
+    const bool swiglu = a.expert && a.split == ActSplit::kTp;
+    const bool combine_saved = a.name == "combine.float" || a.name == "dispatch.scores_sorted";
+    const bool input = a.name == "dispatch.routed_input";
+    if (!swiglu && !combine_saved && !input) continue;
+    const double b = act_saved_share(a, p, false) * act_bytes_per_token(a, p, T) * T;
+    (input ? m.routed_input : m.consumed) += b;
+  }
+  return m;
+}
 
 double combine_fp32_bytes(const Plan& p, const ModelSpec& s, const Layer& l, double T) {
   // One fp32 N x h tensor of the combine's backward, N = T·top_k rows (the token side: after the combine

@@ -77,10 +77,18 @@ struct UnitContext {
   /// the expert side's on the busiest rank's extra rows and the all-to-all dispatcher's permutations
   /// (moe_expert_side_bytes, units_moe.cpp); 0 without EP and for other layers.
   double moe_expert_extra_bytes(const Layer& l) const;
+  /// A MoE layer's saved bytes per micro-batch that its grouped backward consumes before the grouped GEMMs'
+  /// input gradients (the combine's fp32 copy and sorted scores, the experts' SwiGLU tensors) and those of
+  /// its routed input (units_moe_backward.cpp).
+  struct MoeConsumed {
+    double consumed = 0, routed_input = 0;
+  };
+  MoeConsumed moe_consumed(const Layer& l) const;
 
  private:
   struct LayerMemo {
     double none = -1, sel = -1, input = -1, moe_extra = -1;
+    MoeConsumed moe_consumed{-1, -1};
   };
   mutable std::vector<LayerMemo> memo_ = std::vector<LayerMemo>(static_cast<std::size_t>(model.contents()));
   LayerMemo& memo(const Layer& l) const {
