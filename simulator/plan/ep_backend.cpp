@@ -47,10 +47,12 @@ constexpr Row kFsdp2[] = {
      "torchtitan 0.3.0 torchtitan/models/common/token_dispatcher.py (the num_max_tokens_per_rank fill-in)",
      "\"DeepEPTokenDispatcher requires expert parallelism (expert_parallel_degree > 1)\": use --ep > 1 or "
      "--ep-backend alltoall"},
-    {Feature::kMoeLoopWithEp, N, "torchtitan 0.3.0 torchtitan/models/common/moe.py GroupedExperts",
-     "torchtitan runs the routed experts only as grouped GEMMs, and Hugging Face's MixtralSparseMoeBlock "
-     "loop "
-     "(transformers, under FSDP2) has no expert parallelism; use --moe-impl grouped or --ep 1"},
+    {Feature::kMoeLoopWithEp, N,
+     "torchtitan 0.3.0 torchtitan/models/common/moe.py GroupedExperts; transformers 5.23.0 "
+     "distributed/expert_parallel.py AllToAllEP",
+     "torchtitan runs the routed experts only as grouped GEMMs; the loop modelled, transformers 4's "
+     "ModuleList of per-expert nn.Linear, has no expert parallelism (transformers 5.23's EP runs its 3-D "
+     "experts, grouped_mm by default); use --moe-impl grouped or --ep 1"},
 };
 constexpr Row kFsdp1[] = {
     {Feature::kEpAllGather, N, "torchtitan 0.3.0 torchtitan/distributed/parallel_dims.py",
@@ -90,8 +92,7 @@ constexpr Row kMegatron[] = {
      "no DeepEP in megatron-core 0.8.0; use --ep-backend allgather or alltoall"},
     {Feature::kMoeLoopWithEp, Y, "megatron-core 0.8.0 megatron/core/transformer/moe/experts.py SequentialMLP",
      "moe_grouped_gemm false (the 0.8.0 default): a loop over the local experts on the dispatched tokens; "
-     "the "
-     "routing tensors listed are Hugging Face's loop's"},
+     "the routing tensors listed are Hugging Face's loop's"},
 };
 
 }  // namespace
