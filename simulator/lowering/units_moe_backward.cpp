@@ -3,9 +3,7 @@
 // in, for the two ways of running the routed experts (Plan::moe_impl): torchtitan's grouped GEMMs and combine
 // (`grouped`) and Hugging Face's loop over the experts (`loop`).
 #include <algorithm>
-#include <cmath>
 
-#include "core/checked.hpp"
 #include "simulator/lowering/units_stages.hpp"
 
 namespace shardplan::detail {
@@ -25,15 +23,6 @@ MoeWidths moe_widths(const Layer& l, int t) {
     (gm.expert ? w.f_expert : w.f_shared) = static_cast<double>(gm.n) / t;
   }
   return w;
-}
-
-/// Rows this rank's experts receive: T·top_k, under EP the busiest rank's (--moe-imbalance times the mean;
-/// ep_busiest_rows, as the expert-side saved tensors: ActTensor::expert_rows).
-double received_rows(const UnitContext& c, const Layer& l) {
-  const double mean = c.T * l.moe_top_k;
-  return c.ep ? static_cast<double>(
-                    ep_busiest_rows(mul_checked(std::llround(c.T), l.moe_top_k, "routed rows"), c.p))
-              : mean;
 }
 
 /// Routed experts one after the other (Hugging Face's MixtralSparseMoeBlock loop over experts, the lane's
@@ -62,7 +51,7 @@ double loop_backward_excess(const UnitContext& c, const Layer& l, const MoeGrads
   // product's two 112 MiB input gradients at the peak). dW_down's share of the expert's weights: the row
   // GEMM's (1/3 for SwiGLU, 1/2 for GELU).
   const double down_share = w_all > 0 ? w_down / w_all : 1.0;
-  const double C = received_rows(c, l) / local_experts;
+  const double C = moe_expert_rows(c, l) / local_experts;
   // With --moe-impl loop each expert's backward also consumes its routing tensors in the layer's list (its
   // token indices, gathered input, down output, gathered weights and their product: moe_tensors.cpp).
   double loop_routed = 0;  // bytes per token over all experts
@@ -81,7 +70,7 @@ double loop_backward_excess(const UnitContext& c, const Layer& l, const MoeGrads
 double grouped_backward_excess(const UnitContext& c, const Layer& l, const MoeGrads& g) {
   const double T = c.T, bc = c.bc, h = static_cast<double>(c.s.hidden);
   const double N = T * l.moe_top_k;  // the combine's rows: this rank's (token, choice) pairs
-  const double R = received_rows(c, l);
+  const double R = moe_expert_rows(c, l);
   const MoeWidths w = moe_widths(l, c.t);
   // MoE.forward adds the shared experts' output after the routed experts' (`out + shared_experts(x)`), so
   // autograd runs the shared experts' backward first (higher sequence number): their weight gradients and
