@@ -239,10 +239,14 @@ def main():
                           "cpu_offload_policy": offloaded, "loss_scales": scale_steps, "built": built}),
               flush=True)
     # Every rank finishes its collectives before the group goes away (a rank tearing down gloo while another still
-    # gathers aborts with "terminate called without an active exception").
+    # gathers aborts with "terminate called without an active exception"). Then leave without finalizing the
+    # interpreter: finalization can destroy tensors gloo's work objects still hold, taking the GIL mid-teardown, and
+    # abort with the same message after the output was printed (pytorch PR 179291; tools/common/teardown.py).
     dist.barrier()
     dist.destroy_process_group()
-    sys.exit(0 if finite and changed else 1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0 if finite and changed else 1)
 
 
 ARGS = argparse.Namespace(tiny=False, device="cuda", model_source="hf")

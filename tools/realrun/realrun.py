@@ -26,6 +26,7 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tools"))  # tools/common/: shared with the reference lane and the converter
 from common.knob_args import add_knob_args  # noqa: E402
 from common.params import param_count  # noqa: E402
+from common.teardown import end_distributed  # noqa: E402
 from harness.model import _nullctx, build_model, init_weights_, loss_fn  # noqa: E402
 from harness.parallel import apply_ac, dtype_of, shard_fsdp1, shard_fsdp2  # noqa: E402
 from harness.record import (_write_json, build_record, detect_cluster, environment, mem_stats,  # noqa: E402
@@ -270,9 +271,7 @@ def main(argv=None):
     dist.all_gather_object(allr, mine)
     if rank == 0:
         write_record(args, spec, allr, world, sg, reduce_name, opt_impl, times, total, inner)
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
+    end_distributed(0)
 
 
 if __name__ == "__main__":

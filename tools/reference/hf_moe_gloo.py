@@ -37,6 +37,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/common/
+from common.teardown import end_distributed  # noqa: E402
 
 from lane.moe_listed import HF_ONLY, listed_blocks  # noqa: E402
 from moe_model_ep import (PERSISTENT, final_categories, live_at, saved_per_block, shardplan_memory,  # noqa: E402
@@ -250,7 +252,7 @@ def worker(rank, world, a, store_path, out_dir):
         Path(a.trace_dir, f"{a.model}-rank{rank}.json").write_text(json.dumps(
             {"end_forward": end_forward, "peak_index": peak_index, "events": events}))
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(res))
-    dist.destroy_process_group()
+    end_distributed(0)
 
 
 def shardplan(bin_, config_path, a, moe_impl, imbalance=None):

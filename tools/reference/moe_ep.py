@@ -36,6 +36,8 @@ import torch.multiprocessing as mp
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/common/
+from common.teardown import end_distributed  # noqa: E402
 from moe_tensors import listed, moe_layer, tiny_spec  # noqa: E402  (shardplan's MoE list, CPU dtypes of the router's scores)
 
 
@@ -142,7 +144,7 @@ def worker(rank, world, a, store_path, out_dir):
            "saved": sorted(saved.values()), "saved_bytes": sum(v[0] for v in saved.values()),
            "peak_fwd_bwd": live.peak}
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(res))
-    dist.destroy_process_group()
+    end_distributed(0)
 
 
 def compare(bin_, a, ranks):

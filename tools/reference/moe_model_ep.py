@@ -26,6 +26,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/common/
+from common.teardown import end_distributed  # noqa: E402
 
 from lane import titan_moe  # noqa: E402
 from lane.moe_listed import listed_blocks  # noqa: E402
@@ -187,7 +189,7 @@ def worker(rank, world, a, store_path, out_dir):
         Path(a.trace_dir, f"{a.model}-rank{rank}.json").write_text(json.dumps(
             {"end_forward": state["end_forward"], "events": events}))
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(res))
-    dist.destroy_process_group()
+    end_distributed(0)
 
 
 def received_rows(ranks, experts, ep):
