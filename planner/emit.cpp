@@ -235,6 +235,12 @@ std::string emit_fsdp2(const Plan& p, const ModelGraph& model, int gpus_per_node
       to_string(p.sac_sdpa_ops), to_string(p.root_params), py_bool(p.keep_last_block), to_string(p.optimizer),
       py_bool(p.activation_offload == kActivationOffloadAll));
   s += fsdp2_lora_line(p, model);
+  // transformers 5.23's experts implementation the plan simulated (--moe-impl hf-grouped-mm / hf-eager): the
+  // script loads the model with it (from_config(experts_implementation=...), modeling_utils.py
+  // _check_and_adjust_experts_implementation); None leaves transformers' default, grouped_mm.
+  s += p.moe_impl == MoeImpl::kHfEager       ? "HF_EXPERTS = \"eager\"\n"
+       : p.moe_impl == MoeImpl::kHfGroupedMm ? "HF_EXPERTS = \"grouped_mm\"\n"
+                                             : "HF_EXPERTS = None\n";
   // --model-source titan without --model-factory builds torchtitan 0.3.0's registry flavor of the model's
   // dimensions (torchtitan_flavor), when there is one.
   const auto flavor = torchtitan_flavor(model.spec());

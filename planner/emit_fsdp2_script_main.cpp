@@ -232,7 +232,9 @@ def main():
                                                             "loss_scale": 1.0 / accum},
              "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
              "frozen_dtypes": sorted({str(p.dtype) for p in model.parameters() if not p.requires_grad}),
-             "frozen_with_grad": sum(p.grad is not None for p in model.parameters() if not p.requires_grad)}
+             "frozen_with_grad": sum(p.grad is not None for p in model.parameters() if not p.requires_grad),
+             # transformers' MoE experts implementation the model dispatched on (HF_EXPERTS; None: torchtitan)
+             "experts_implementation": getattr(getattr(model, "config", None), "_experts_implementation", None)}
     if rank == 0:
         print(json.dumps({"losses": losses, "grad_norms": norms, "loss_finite": finite, "params_changed": changed,
                           "mesh": [rep, shard, tp], "float8_linears": float8_linears,

@@ -26,10 +26,14 @@ def build_hf():
     path = hf_path()
     kw = {"attention_dropout": PLAN["attention_dropout"]} if PLAN["attention_dropout"] else {}
     config = AutoConfig.from_pretrained(path, **kw)
+    # The MoE experts implementation the plan simulated (--moe-impl hf-grouped-mm / hf-eager; transformers
+    # 5.23 reads it from the kwargs into config._experts_implementation); None: transformers' default.
+    experts = {"experts_implementation": HF_EXPERTS} if HF_EXPERTS else {}
     with torch.device("meta"):
         # The attention core the plan simulated: sdpa (flash-type kernels) or eager (op by op).
         model = AutoModelForCausalLM.from_config(
-            config, attn_implementation="eager" if PLAN["attention"] == "eager" else "sdpa", dtype=torch.float32)
+            config, attn_implementation="eager" if PLAN["attention"] == "eager" else "sdpa", dtype=torch.float32,
+            **experts)
     model.config.use_cache = False  # no KV cache in training
     return model, path
 

@@ -38,10 +38,15 @@ void torchtitan_loop_notes(const Plan& p, std::vector<std::string>& n) {
 /// Knobs that the router, the data or the model code decide rather than any config (every output format): a
 /// note of what the prediction assumed.
 void model_code_notes(const Plan& p, std::vector<std::string>& n) {
-  if (p.moe_impl != MoeImpl::kGrouped)
+  if (p.moe_impl == MoeImpl::kLoop)
     n.push_back(std::string("--moe-impl ") + to_string(p.moe_impl) +
                 ": the model code's MoE block decides; the prediction assumed Hugging Face's loop over the "
                 "experts");
+  if (p.moe_impl == MoeImpl::kHfGroupedMm || p.moe_impl == MoeImpl::kHfEager)
+    n.push_back(std::string("--moe-impl ") + to_string(p.moe_impl) +
+                ": transformers 5.23's experts_implementation decides (config._experts_implementation, "
+                "from_pretrained(experts_implementation=...)); the prediction assumed " +
+                (p.moe_impl == MoeImpl::kHfEager ? "\"eager\"" : "\"grouped_mm\""));
   if (p.moe_imbalance != Plan{}.moe_imbalance)
     n.push_back(
         fmt::format("--moe-imbalance {}: the prediction assumed the busiest expert-parallel rank routes {} "

@@ -229,7 +229,8 @@ void unit_times_and_gathers(UnitContext& c, SimUnit& u, const UnitSums& m, std::
   u.fwd_s = gemm + attn + elem + cast_fwd + score_fwd;
   u.fwd_first_mb_s = costs.memory_s(m.cast_first_mb_bytes);
   // A frozen weight's GEMM computes the input gradient only (LoRA's base): one GEMM in backward, not two.
-  u.bwd_s = 2 * gemm - m.frozen_gemm + K.attention_bwd_ratio * attn + 2 * elem + cast_bwd + score_bwd;
+  u.bwd_s = 2 * gemm - m.frozen_gemm + K.attention_bwd_ratio * attn + 2 * elem + cast_bwd + score_bwd +
+            m.moe_select_bwd;
   if (p.ac == AcMode::kFull && u.blocks > 0)
     u.recompute_s = u.fwd_s;
   else if (p.ac == AcMode::kSelective && u.blocks > 0)

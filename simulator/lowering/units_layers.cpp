@@ -161,6 +161,7 @@ void layer_gemms(const UnitContext& c, SimUnit& u, UnitSums& m, const Layer& l, 
     if (g.frozen) m.frozen_gemm += m.gemm - gemm_before;
     u.flops_fwd += 2.0 * T * n * k * g.count;
   }
+  m.moe_select_bwd += hf_eager_select_bwd_s(c, l);
 }
 
 /// A layer's attention core (flash, or a materialised s x s core), elementwise traffic and saved activations

@@ -73,6 +73,21 @@ double moe_expert_rows(const UnitContext& c, const Layer& l) {
   return static_cast<double>(c.ep ? ep_busiest_rows(mean, c.p) : mean);
 }
 
+double hf_eager_select_bwd_s(const UnitContext& c, const Layer& l) {
+  if (c.p.moe_impl != MoeImpl::kHfEager || l.kind != LayerKind::kMoe || l.moe_experts <= 0) return 0;
+  // transformers 5.23's eager loop (modeling_mixtral.py MixtralExperts.forward) reads `gate_up_proj[e]` and
+  // `down_proj[e]`: each expert's weight gradient is select_backward's zero-filled tensor of the whole
+  // parameter (write it), added out of place into the running sum from the second expert on (read two,
+  // write one; torch/csrc/autograd/input_buffer.cpp). Over the rank's local experts, every one of them hit
+  // (a balanced router at T·top_k >> E rows): (E + 3 (E - 1)) times the experts' gradient bytes. The grouped
+  // GEMM (hf-grouped-mm) writes the 3-D gradient once, as torchtitan's does.
+  const double local_experts = static_cast<double>(l.moe_experts) / (c.ep ? std::max(1, c.p.ep) : 1);
+  double elems = 0;
+  for (const Tensor& t : l.tensors)
+    if (t.expert) elems += static_cast<double>(tp_local_elems(t, c.t)) / (c.ep ? std::max(1, c.p.ep) : 1);
+  return c.costs.memory_s(elems * c.bc * (local_experts + 3.0 * (local_experts - 1.0)));
+}
+
 /// One routed-expert GEMM of a MoE layer as the grouped GEMM runs it: torchtitan's GroupedExperts
 /// (models/moe/moe.py at 003edbe, _run_experts_grouped_mm; 0.3.0 models/common/moe.py GroupedExperts.forward:
 /// torch._grouped_mm over the experts' token groups, `offs` = the cumulative rows per expert) and Megatron's

@@ -109,6 +109,7 @@ struct UnitSums {
   double column_gemm = 0;    ///< forward time of the dense column-parallel GEMMs (TP backward overlap)
   double dequant_bytes = 0;  ///< QLoRA / LLM.int8: HBM bytes of dequantising the base weights once
   double frozen_gemm = 0;  ///< forward time of the GEMMs over frozen weights (no weight gradient in backward)
+  double moe_select_bwd = 0;  ///< --moe-impl hf-eager: backward time of the per-expert full-size gradients
 };
 
 /// The cast traffic of one block-scaled GEMM (mxfp8 / nvfp4) with X / Y / W input, output and weight
@@ -138,6 +139,9 @@ void unit_workspace(const UnitContext& c, SimUnit& u, double extra);
 /// The rows the routed experts of MoE layer `l` run on this rank per micro-batch: T x top_k, under EP the
 /// busiest rank's ep_busiest_rows(T x top_k) (units_moe.cpp).
 double moe_expert_rows(const UnitContext& c, const Layer& l);
+/// --moe-impl hf-eager: the backward time of MoE layer `l`'s select_backward gradients, one zero-filled
+/// tensor of each whole 3-D expert parameter per local expert, summed out of place (units_moe.cpp); else 0.
+double hf_eager_select_bwd_s(const UnitContext& c, const Layer& l);
 /// One routed-expert GEMM (Layer::gemms entry `g`, `g.expert`) of a MoE layer as the grouped GEMM runs it
 /// over `rows` routed rows (moe_expert_rows): one GEMM per local expert over its share (units_moe.cpp).
 double routed_experts_gemm_s(const CostModel& costs, const Layer& l, const Gemm& g, const Plan& p,

@@ -153,6 +153,16 @@ bool act_condition(const ActTensor& a, const Plan& p) {
       return p.moe_impl == MoeImpl::kLoop;
     case ActOnly::kMoeEp:
       return p.moe_impl == MoeImpl::kGrouped && p.ep > 1;
+    case ActOnly::kMoeHfRouter:
+      return p.moe_impl != MoeImpl::kGrouped;
+    case ActOnly::kMoeSorted:
+      return p.moe_impl == MoeImpl::kGrouped || p.moe_impl == MoeImpl::kHfGroupedMm;
+    case ActOnly::kMoeExpertLoop:
+      return p.moe_impl == MoeImpl::kLoop || p.moe_impl == MoeImpl::kHfEager;
+    case ActOnly::kMoeHfGroupedMm:
+      return p.moe_impl == MoeImpl::kHfGroupedMm;
+    case ActOnly::kMoeHfEager:
+      return p.moe_impl == MoeImpl::kHfEager;
   }
   return true;
 }

@@ -57,6 +57,12 @@ enum class ActOnly : std::uint8_t {
   kMoeGrouped,  ///< only with --moe-impl grouped (torchtitan's dispatcher and combine over all routed rows)
   kMoeLoop,     ///< only with --moe-impl loop (Hugging Face's loop over the experts)
   kMoeEp,       ///< only with --moe-impl grouped and --ep > 1 (torchtitan's AllToAllTokenDispatcher)
+  // The same tensor under several implementations (docs/model.md "MoE implementations"):
+  kMoeHfRouter,     ///< loop, hf-grouped-mm, hf-eager: transformers' TopKRouter (topk values, renormalised)
+  kMoeSorted,       ///< grouped, hf-grouped-mm: every routed row sorted by expert, grouped GEMMs
+  kMoeExpertLoop,   ///< loop, hf-eager: a Python loop over the experts, index_add_ into zeros
+  kMoeHfGroupedMm,  ///< only with --moe-impl hf-grouped-mm (transformers 5.23 grouped_mm_experts_forward)
+  kMoeHfEager,      ///< only with --moe-impl hf-eager (transformers 5.23's loop over the 3-D weights)
 };
 
 /// When an eager forward frees it where the regime does not keep it: when Python drops the last reference

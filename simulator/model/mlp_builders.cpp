@@ -69,7 +69,7 @@ void mlp_activations(const ModelSpec& s, Layer& l, std::int64_t f, std::int64_t 
         ActOnly::kMoeGrouped;
     l.activations.back().packs = 2;
     add_activation(l, "router.probs", s.moe.experts, ActSplit::kSequence, ActDtype::kFp32).only =
-        ActOnly::kMoeLoop;
+        ActOnly::kMoeHfRouter;
     ++gi;
     moe_dispatch_activations(s, l);  // top-k ids, the dispatcher's reordering, the routed input
   }

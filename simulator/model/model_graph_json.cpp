@@ -44,13 +44,18 @@ const char* to_string(ActRole v) {
   return "?";
 }
 const char* to_string(ActOnly v) {
-  return v == ActOnly::kFp32Norm     ? "fp32_norm"
-         : v == ActOnly::kTp         ? "tp"
-         : v == ActOnly::kTpGathered ? "tp_gathered"
-         : v == ActOnly::kMoeGrouped ? "moe_grouped"
-         : v == ActOnly::kMoeLoop    ? "moe_loop"
-         : v == ActOnly::kMoeEp      ? "moe_ep"
-                                     : "always";
+  return v == ActOnly::kFp32Norm         ? "fp32_norm"
+         : v == ActOnly::kTp             ? "tp"
+         : v == ActOnly::kTpGathered     ? "tp_gathered"
+         : v == ActOnly::kMoeGrouped     ? "moe_grouped"
+         : v == ActOnly::kMoeLoop        ? "moe_loop"
+         : v == ActOnly::kMoeEp          ? "moe_ep"
+         : v == ActOnly::kMoeHfRouter    ? "moe_hf_router"
+         : v == ActOnly::kMoeSorted      ? "moe_sorted"
+         : v == ActOnly::kMoeExpertLoop  ? "moe_expert_loop"
+         : v == ActOnly::kMoeHfGroupedMm ? "moe_hf_grouped_mm"
+         : v == ActOnly::kMoeHfEager     ? "moe_hf_eager"
+                                         : "always";
 }
 const char* to_string(ActLife v) {
   switch (v) {
@@ -140,10 +145,12 @@ std::vector<ActTensor> activations_from_json(const Json& arr, const std::vector<
     a.role = parse_enum(o.str("role", "plain"),
                         {ActRole::kPlain, ActRole::kSdpaOut, ActRole::kSdpaLse, ActRole::kBlockInput}, file,
                         o.pointer("role"));
-    a.only = parse_enum(o.str("only", "always"),
-                        {ActOnly::kAlways, ActOnly::kFp32Norm, ActOnly::kTp, ActOnly::kTpGathered,
-                         ActOnly::kMoeGrouped, ActOnly::kMoeLoop, ActOnly::kMoeEp},
-                        file, o.pointer("only"));
+    a.only = parse_enum(
+        o.str("only", "always"),
+        {ActOnly::kAlways, ActOnly::kFp32Norm, ActOnly::kTp, ActOnly::kTpGathered, ActOnly::kMoeGrouped,
+         ActOnly::kMoeLoop, ActOnly::kMoeEp, ActOnly::kMoeHfRouter, ActOnly::kMoeSorted,
+         ActOnly::kMoeExpertLoop, ActOnly::kMoeHfGroupedMm, ActOnly::kMoeHfEager},
+        file, o.pointer("only"));
     a.life = parse_enum(o.str("life", "layer"),
                         {ActLife::kLayer, ActLife::kAtOnce, ActLife::kTransient, ActLife::kBlock,
                          ActLife::kOutput, ActLife::kUntracked},

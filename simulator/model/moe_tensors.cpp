@@ -34,6 +34,10 @@ ActTensor& loop(ActTensor& a) {
   a.only = ActOnly::kMoeLoop;
   return a;
 }
+ActTensor& only(ActTensor& a, ActOnly o) {
+  a.only = o;
+  return a;
+}
 
 double bytes_of(const Layer& l, const char* name) {
   for (const ActTensor& a : l.activations)
@@ -49,8 +53,8 @@ void moe_dispatch_activations(const ModelSpec& s, Layer& l) {
   // topk is on torchtitan's op-level SAC save list (distributed/activation_checkpoint.py
   // _get_default_save_ops), so SAC keeps it. Hugging Face's router: topk's backward saves them as well.
   // Under save_on_cpu torchtitan's ids are packed twice (topk's backward saves its indices, derivatives.yaml
-  // topk; the gather saves them as its index), Hugging Face's once (topk's); one entry per implementation.
-  for (const ActOnly impl : {ActOnly::kMoeGrouped, ActOnly::kMoeLoop}) {
+  // topk; the gather saves them as its index), Hugging Face's once (topk's); one entry per router.
+  for (const ActOnly impl : {ActOnly::kMoeGrouped, ActOnly::kMoeHfRouter}) {
     ActTensor& ids = routing(l, "router.topk_ids", k, ActDtype::kInt64, false);
     ids.sac = ActSac::kSave;
     ids.only = impl;
@@ -65,17 +69,24 @@ void moe_dispatch_activations(const ModelSpec& s, Layer& l) {
   // combine's multiply saves them), the token of each row (`// top_k`, int64; the gather of the input and
   // the combine's scatter_add save it), and the routed input x[token] (T·top_k rows of h, compute dtype; the
   // grouped GEMMs save it). The argsort result dies once the token indices replace it.
-  grouped(routing(l, "dispatch.sort_idx", k, ActDtype::kInt64, true));
-  grouped(routing(l, "dispatch.scores_sorted", k, ActDtype::kFp32, true));
-  grouped(routing(l, "dispatch.token_idx", k, ActDtype::kInt64, true));
+  // transformers 5.23 grouped_mm_experts_forward (integrations/moe.py) reorders the same way, saving the same
+  // tensors: `expert_ids_g, perm = torch.sort(expert_ids)` (perm: sample_weights[perm] saves it),
+  // `sample_weights_g = sample_weights[perm]` (the router's top-k weights in that order: the multiply by the
+  // experts' output saves them; fp32 from Mixtral's and DeepSeek-V3's routers, Qwen3-MoE's router casts them
+  // to the logits' dtype, 2 B per routed row less), `hidden_states[perm // num_top_k]` (the token of each
+  // row, saved by the gather, and the gathered rows, saved by the one grouped GEMM of the packed
+  // gate_up_proj).
+  only(routing(l, "dispatch.sort_idx", k, ActDtype::kInt64, true), ActOnly::kMoeSorted);
+  only(routing(l, "dispatch.scores_sorted", k, ActDtype::kFp32, true), ActOnly::kMoeSorted);
+  only(routing(l, "dispatch.token_idx", k, ActDtype::kInt64, true), ActOnly::kMoeSorted);
   // Under EP the grouped GEMMs save the received rows after _permute (routed_input_RD[permuted_indices],
   // R rows: the expert side), not the T·top_k rows gathered here, which the dispatch all-to-all consumes.
   // The grouped GEMMs reading the routed input save it each (torch 2.15 derivatives.yaml _grouped_mm: mat2's
   // gradient reads self): w1 and w3 of a SwiGLU expert, a fused gate_up or a GELU expert's fc1 once;
   // save_on_cpu packs it that often.
   const auto column_linears = static_cast<std::int8_t>(s.mlp != MlpKind::kGelu && !s.fused_gate_up ? 2 : 1);
-  received(s, grouped(routing(l, "dispatch.routed_input", k * h, ActDtype::kCompute, true))).packs =
-      column_linears;
+  received(s, only(routing(l, "dispatch.routed_input", k * h, ActDtype::kCompute, true), ActOnly::kMoeSorted))
+      .packs = column_linears;
   // Under expert parallelism (AllToAllTokenDispatcher, token_dispatcher.py): _permute reorders the received
   // rows from rank-major to expert-major with routed_input_RD[permuted_indices, :], whose index (int64, one
   // per received row) autograd saves, as _unpermute's index_put does (tools/reference/moe_ep.py over gloo:
@@ -88,18 +99,55 @@ void moe_dispatch_activations(const ModelSpec& s, Layer& l) {
   // pairs in expert order (int64), then per expert its token indices (int64; the gather and index_add_
   // save them) and its gathered input (the expert's linears save it). One expert's tensors at a time: where
   // a regime does not save them they are gone before the next expert's (ActLife::kAtOnce).
-  loop(routing(l, "loop.topk_weights", k, ActDtype::kFp32, false));
-  loop(routing(l, "loop.weight_sum", 1, ActDtype::kFp32, false));
+  // The renormalisation is transformers' TopKRouter's (MixtralTopKRouter.forward: `router_top_value /=
+  // router_top_value.sum(...)`, the in-place division's clone and the sum saved), the same in
+  // transformers 5.23 whatever its experts implementation (tools/reference/hf_moe_gloo.py: [T, 2] and [T, 1]
+  // fp32 per layer).
+  only(routing(l, "loop.topk_weights", k, ActDtype::kFp32, false), ActOnly::kMoeHfRouter);
+  only(routing(l, "loop.weight_sum", 1, ActDtype::kFp32, false), ActOnly::kMoeHfRouter);
   loop(routing(l, "loop.order", k, ActDtype::kInt64, true));
   // Under save_on_cpu the token indices are packed by the gather and by index_add_, the gathered input by
   // the expert's column linears (the reference lane's SparseMoe under saved_tensors_hooks: 2 and 2).
   ActTensor& loop_idx = loop(routing(l, "loop.token_idx", k, ActDtype::kInt64, true));
   loop_idx.life = ActLife::kAtOnce;
   loop_idx.packs = 2;
-  ActTensor& loop_in = loop(routing(l, "loop.routed_input", k * h, ActDtype::kCompute, true));
+  // transformers 5.23's eager loop (modeling_mixtral.py MixtralExperts.forward) gathers the same rows per
+  // expert (`hidden_states[token_idx]`, saved by its F.linear over the packed gate_up_proj[e]); its
+  // `top_k_pos, token_idx = torch.where(expert_mask[e])` are two views of one nonzero() result, [C, 2] int64,
+  // which the gathers save (16 B per routed row).
+  ActTensor& loop_in =
+      only(routing(l, "loop.routed_input", k * h, ActDtype::kCompute, true), ActOnly::kMoeExpertLoop);
   loop_in.life = ActLife::kAtOnce;
   loop_in.packs = column_linears;
+  ActTensor& where = only(routing(l, "hf_eager.where", 2 * k, ActDtype::kInt64, true), ActOnly::kMoeHfEager);
+  where.life = ActLife::kAtOnce;
+  where.packs = 2;
 }
+
+namespace {
+
+/// transformers 5.23 grouped_mm_experts_forward's combine (integrations/moe.py): `proj_out *
+/// sample_weights_g.unsqueeze(-1)` saves the down projection's grouped GEMM output (R rows of h, compute
+/// dtype: where torchtitan's combine saves an fp32 copy) and the sorted weights (dispatch.scores_sorted);
+/// `weighted_out[inv_perm]` saves inv_perm (int64, one per row: `torch.empty_like(perm)`). The product is
+/// fp32 with Mixtral's fp32 router weights (bf16 x fp32 promotes), as is its un-permuted copy, then
+/// `.view(T, top_k, h).sum(dim=1)` (fp32, T x h) and `.to(hidden_states.dtype)` (the layer's output): none
+/// saved, each freed once the next exists. grouped_mm's offsets (int32 [E], saved) have no per-token size:
+/// E·4 bytes per layer, left out.
+void hf_grouped_mm_combine(const ModelSpec& s, Layer& l) {
+  const double k = s.moe.top_k, h = static_cast<double>(s.hidden);
+  received(s,
+           only(routing(l, "experts.w_down.out", k * h, ActDtype::kCompute, true), ActOnly::kMoeHfGroupedMm));
+  only(routing(l, "hf.inv_perm", k, ActDtype::kInt64, true), ActOnly::kMoeHfGroupedMm);
+  for (const char* name : {"hf.weighted", "hf.unpermuted"}) {
+    ActTensor& a = only(routing(l, name, k * h, ActDtype::kFp32, true), ActOnly::kMoeHfGroupedMm);
+    a.eager = a.compiled = false;
+  }
+  ActTensor& sum = only(routing(l, "hf.sum", h, ActDtype::kFp32, false), ActOnly::kMoeHfGroupedMm);
+  sum.eager = sum.compiled = false;
+}
+
+}  // namespace
 
 void moe_combine_activations(const ModelSpec& s, Layer& l) {
   const double k = s.moe.top_k, h = static_cast<double>(s.hidden);
@@ -131,9 +179,17 @@ void moe_combine_activations(const ModelSpec& s, Layer& l) {
   // saved_tensors_hooks: 8·top_k·h bytes per token beside the indices' own 8·top_k).
   ActTensor& index = grouped(routing(l, "combine.scatter_index", k * h, ActDtype::kInt64, true));
   unsaved(index, ActLife::kUntracked).pack_only = true;
-  loop(routing(l, "loop.expert_out", k * h, ActDtype::kCompute, true)).life = ActLife::kAtOnce;
+  // transformers 5.23's eager loop saves the same three per expert, its gathered weights
+  // (`top_k_weights[token_idx, top_k_pos, None]`) in the router's dtype (fp32 from Mixtral's router: the
+  // product is fp32 then, `.to(final_hidden_states.dtype)` the saved copy in the compute dtype).
+  only(routing(l, "loop.expert_out", k * h, ActDtype::kCompute, true), ActOnly::kMoeExpertLoop).life =
+      ActLife::kAtOnce;
   loop(routing(l, "loop.weights", k, ActDtype::kCompute, true)).life = ActLife::kAtOnce;
-  loop(routing(l, "loop.product", k * h, ActDtype::kCompute, true)).life = ActLife::kAtOnce;
+  only(routing(l, "hf_eager.weights", k, ActDtype::kFp32, true), ActOnly::kMoeHfEager).life =
+      ActLife::kAtOnce;
+  only(routing(l, "loop.product", k * h, ActDtype::kCompute, true), ActOnly::kMoeExpertLoop).life =
+      ActLife::kAtOnce;
+  hf_grouped_mm_combine(s, l);
 }
 
 void moe_combine_lifetimes(Layer& l, const std::string& output) {
@@ -144,6 +200,9 @@ void moe_combine_lifetimes(Layer& l, const std::string& output) {
   dies_after(l, "combine.float", "combine.mul");
   dies_after(l, "combine.mul", "combine.cast");
   dies_after(l, "combine.zeros", output);
+  dies_after(l, "hf.weighted", "hf.unpermuted");
+  dies_after(l, "hf.unpermuted", "hf.sum");
+  dies_after(l, "hf.sum", output);
 }
 
 MoeRoutingBytes moe_routing_bytes(const Layer& l) {

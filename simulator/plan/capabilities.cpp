@@ -123,6 +123,8 @@ constexpr FeatureInfo kFeatureInfo[] = {
     {"DeepEP token dispatch", "--ep-backend"},                             // kEpDeepEp
     {"DeepEP token dispatch without EP", "--ep-backend"},                  // kEpDeepEpWithoutEp
     {"expert loop with expert parallelism", "--moe-impl"},                 // kMoeLoopWithEp
+    {"transformers 5.23 experts implementations", "--moe-impl"},           // kHfExperts
+    {"transformers 5.23 experts with expert parallelism", "--moe-impl"},   // kHfExpertsWithEp
     {"ZeRO++ hpZ (secondary parameter partition)", "--hpz-partition"},     // kHpz
     {"hpZ with TP", "--hpz-partition"},                                    // kHpzWithTp
     {"ZeRO++ qwZ (int8 weight all-gather)", "--quantized-weights"},        // kQuantizedWeights
@@ -221,6 +223,9 @@ std::array<bool, kFeatures> plan_features(const Plan& p, int dp) {
   use(Feature::kEpDeepEp, ep_backend == EpBackend::kDeepEp);
   use(Feature::kEpDeepEpWithoutEp, p.ep == 1 && ep_backend == EpBackend::kDeepEp);
   use(Feature::kMoeLoopWithEp, p.ep > 1 && p.moe_impl == MoeImpl::kLoop);
+  const bool hf_experts = p.moe_impl == MoeImpl::kHfGroupedMm || p.moe_impl == MoeImpl::kHfEager;
+  use(Feature::kHfExperts, hf_experts);
+  use(Feature::kHfExpertsWithEp, hf_experts && p.ep > 1);
   const bool hpz = p.hpz_partition > 1;
   use(Feature::kHpz, hpz);
   use(Feature::kHpzWithTp, hpz && p.tp > 1);

@@ -69,6 +69,8 @@ enum class Feature : std::uint8_t {
   kEpDeepEp,                 ///< --ep-backend deepep (DeepEP dispatch/combine kernels)
   kEpDeepEpWithoutEp,        ///< --ep-backend deepep with ep = 1
   kMoeLoopWithEp,            ///< --moe-impl loop (an expert loop) with ep > 1
+  kHfExperts,                ///< --moe-impl hf-grouped-mm / hf-eager (transformers 5.23's 3-D experts)
+  kHfExpertsWithEp,          ///< --moe-impl hf-grouped-mm / hf-eager with ep > 1
   kHpz,                      ///< DeepSpeed ZeRO++ hpZ: a secondary parameter partition (--hpz-partition > 1)
   kHpzWithTp,                ///< hpZ with tp > 1
   kQuantizedWeights,         ///< ZeRO++ qwZ: parameter all-gathers in int8

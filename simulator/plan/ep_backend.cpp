@@ -52,7 +52,17 @@ constexpr Row kFsdp2[] = {
      "distributed/expert_parallel.py AllToAllEP",
      "torchtitan runs the routed experts only as grouped GEMMs; the loop modelled, transformers 4's "
      "ModuleList of per-expert nn.Linear, has no expert parallelism (transformers 5.23's EP runs its 3-D "
-     "experts, grouped_mm by default); use --moe-impl grouped or --ep 1"},
+     "experts: --moe-impl hf-grouped-mm or hf-eager); use --moe-impl grouped or --ep 1"},
+    {Feature::kHfExperts, Y, "transformers 5.23.0 integrations/moe.py use_experts_implementation",
+     "a transformers model under fully_shard: its experts' 3-D parameters, grouped_mm_experts_forward by "
+     "default, experts_implementation=\"eager\" the model's loop (the emitted script loads the model with "
+     "the one simulated)"},
+    {Feature::kHfExpertsWithEp, M, "transformers 5.23.0 distributed/expert_parallel.py AllToAllEP",
+     "transformers' DistributedConfig(ep_size=N) dispatches the (token, choice) rows by all-to-all before "
+     "the "
+     "experts implementation runs on the received rows; the simulator lists hf-grouped-mm and hf-eager "
+     "without its dispatch tensors: its grouped_mm run is within 3 % of --moe-impl grouped --ep N "
+     "--ep-backend alltoall (tests/reference/test_hf_moe_gloo.py), use that"},
 };
 constexpr Row kFsdp1[] = {
     {Feature::kEpAllGather, N, "torchtitan 0.3.0 torchtitan/distributed/parallel_dims.py",
@@ -62,6 +72,11 @@ constexpr Row kFsdp1[] = {
     {Feature::kEpDeepEpWithoutEp, N, "torchtitan 0.3.0 torchtitan/distributed/parallel_dims.py",
      "fsdp1 has no expert parallelism; use --runtime fsdp2"},
     {Feature::kMoeLoopWithEp, N, "torchtitan 0.3.0 torchtitan/distributed/parallel_dims.py",
+     "fsdp1 has no expert parallelism; use --ep 1"},
+    {Feature::kHfExperts, Y, "transformers 5.23.0 integrations/moe.py use_experts_implementation",
+     "a transformers model under FullyShardedDataParallel (accelerate's FSDP1 path): the model's experts "
+     "implementation runs as without FSDP"},
+    {Feature::kHfExpertsWithEp, N, "torchtitan 0.3.0 torchtitan/distributed/parallel_dims.py",
      "fsdp1 has no expert parallelism; use --ep 1"},
 };
 constexpr Row kDeepSpeed[] = {
@@ -78,6 +93,12 @@ constexpr Row kDeepSpeed[] = {
      "the MoE layer's Experts loop over the local experts' chunks of the dispatched tokens (AutoEP: "
      "use_grouped_mm false, module_inject/auto_ep_config.py); the routing tensors listed are Hugging Face's "
      "loop's"},
+    {Feature::kHfExperts, Y, "transformers 5.23.0 integrations/moe.py use_experts_implementation",
+     "a transformers model under ZeRO (deepspeed.initialize on the model): the model's experts "
+     "implementation runs as without DeepSpeed"},
+    {Feature::kHfExpertsWithEp, N, "deepspeed 0.19.8 deepspeed/module_inject/auto_ep_layer.py",
+     "DeepSpeed's expert parallelism replaces the model's MoE block (AutoEP, deepspeed/moe MoE layers): "
+     "transformers' experts implementation does not run under it; use --moe-impl loop or grouped"},
 };
 constexpr Row kMegatron[] = {
     {Feature::kEpAllGather, Y,
@@ -93,6 +114,11 @@ constexpr Row kMegatron[] = {
     {Feature::kMoeLoopWithEp, Y, "megatron-core 0.8.0 megatron/core/transformer/moe/experts.py SequentialMLP",
      "moe_grouped_gemm false (the 0.8.0 default): a loop over the local experts on the dispatched tokens; "
      "the routing tensors listed are Hugging Face's loop's"},
+    {Feature::kHfExperts, N, "megatron-core 0.8.0 megatron/core/transformer/moe/moe_layer.py MoELayer",
+     "Megatron-core runs its own MoELayer (SequentialMLP or GroupedMLP), not transformers' modules; use "
+     "--moe-impl loop or grouped"},
+    {Feature::kHfExpertsWithEp, N, "megatron-core 0.8.0 megatron/core/transformer/moe/moe_layer.py MoELayer",
+     "Megatron-core runs its own MoELayer, not transformers' modules; use --moe-impl loop or grouped"},
 };
 
 }  // namespace

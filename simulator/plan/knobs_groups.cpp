@@ -201,10 +201,14 @@ void add_precision_and_layer_knobs(std::vector<Knob>& t) {
   }
   {
     // Printed only when not grouped: repro lines and run records of other plans are unchanged.
-    Knob k = make("moe_impl", "--moe-impl", KnobKind::kEnum,
-                  "how MoE layers run their routed experts: grouped (torchtitan: all routed rows reordered, "
-                  "grouped GEMMs, one combine), loop (Hugging Face: a loop over the experts, index_add_)",
-                  "grouped", names<MoeImpl>());
+    Knob k =
+        make("moe_impl", "--moe-impl", KnobKind::kEnum,
+             "how MoE layers run their routed experts: grouped (torchtitan: all routed rows reordered, "
+             "grouped GEMMs, one combine), loop (transformers 4: a loop over per-expert Linear layers, "
+             "index_add_), hf-grouped-mm (transformers 5.23's default: sort, grouped GEMMs over 3-D expert "
+             "weights, un-permute), hf-eager (transformers 5.23 experts_implementation=\"eager\": a loop "
+             "indexing the 3-D weights)",
+             "grouped", names<MoeImpl>());
     k.get = [](const Plan& p) {
       return p.moe_impl == MoeImpl::kGrouped ? std::string() : std::string(to_string(p.moe_impl));
     };

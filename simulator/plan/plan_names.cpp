@@ -59,7 +59,17 @@ const char* to_string(AttentionCore a) {
   return a == AttentionCore::kFlash ? "flash" : a == AttentionCore::kFusedSoftmax ? "fused-softmax" : "eager";
 }
 const char* to_string(MoeImpl m) {
-  return m == MoeImpl::kGrouped ? "grouped" : "loop";
+  switch (m) {
+    case MoeImpl::kGrouped:
+      return "grouped";
+    case MoeImpl::kLoop:
+      return "loop";
+    case MoeImpl::kHfGroupedMm:
+      return "hf-grouped-mm";
+    case MoeImpl::kHfEager:
+      return "hf-eager";
+  }
+  return "?";
 }
 const char* to_string(SdpaBackend b) {
   return b == SdpaBackend::kFlash ? "flash" : b == SdpaBackend::kCudnn ? "cudnn" : "efficient";

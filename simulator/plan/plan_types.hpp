@@ -70,8 +70,14 @@ enum class AttentionCore { kFlash, kFusedSoftmax, kEager };
 /// routed rows reordered at once, torch._grouped_mm, one combine over all rows: models/common/moe.py,
 /// token_dispatcher.py); `loop` = Hugging Face's MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock (transformers
 /// modeling_mixtral.py MixtralExperts.forward: a Python loop over the experts, each gathering its tokens,
-/// running its MLP, scaling and index_add_-ing them into a zeroed output).
-enum class MoeImpl { kGrouped, kLoop };
+/// running its MLP, scaling and index_add_-ing them into a zeroed output; transformers 4's ModuleList of
+/// per-expert nn.Linear layers); `hf-grouped-mm` and `hf-eager` = transformers 5.23's
+/// `@use_experts_implementation` experts (one 3-D parameter per projection, integrations/moe.py):
+/// grouped_mm_experts_forward (sort by expert, two grouped GEMMs, weight, un-permute, sum over the top-k; the
+/// default of every model with the decorator: modeling_utils.py get_correct_experts_implementation) and
+/// `experts_implementation="eager"` (the model's own per-expert loop indexing the 3-D weights, e.g.
+/// modeling_mixtral.py MixtralExperts.forward). docs/model.md "MoE implementations".
+enum class MoeImpl { kGrouped, kLoop, kHfGroupedMm, kHfEager };
 /// The fused scaled-dot-product-attention kernel F.scaled_dot_product_attention runs (torch's SDPBackend):
 /// FlashAttention-2 (`_scaled_dot_product_flash_attention`; AOTriton on ROCm), cuDNN
 /// (`_scaled_dot_product_cudnn_attention`) or memory-efficient attention
@@ -176,7 +182,7 @@ struct EnumValues<AttentionCore> {
 };
 template <>
 struct EnumValues<MoeImpl> {
-  static constexpr std::array v{MoeImpl::kGrouped, MoeImpl::kLoop};
+  static constexpr std::array v{MoeImpl::kGrouped, MoeImpl::kLoop, MoeImpl::kHfGroupedMm, MoeImpl::kHfEager};
 };
 template <>
 struct EnumValues<SdpaBackend> {

@@ -87,6 +87,8 @@ print(json.dumps(out))
         "llama_mbs": ("llama", 2, 4, ["tp=1", "zero=3", "wrap=1", "ac=none", "mbs=2"]),
         "qwen3_tp2": ("qwen3", 2, 1, ["tp=2", "zero=2", "wrap=2", "ac=full", "mbs=1"]),  # one unit of 2 blocks
         "mixtral": ("mixtral", 2, 2, ["tp=1", "zero=3", "wrap=1", "ac=selective", "mbs=1"]),
+        # transformers 5.23's per-expert loop over the 3-D weights (--moe-impl hf-eager: experts_implementation)
+        "mixtral_eager": ("mixtral", 2, 2, ["tp=1", "zero=3", "wrap=1", "ac=none", "mbs=1", "moe_impl=hf-eager"]),
         "llama_hsdp": ("llama", 4, 4, ["tp=1", "zero=3", "wrap=1", "shard_group=2", "ac=selective", "mbs=1"]),
         # LoRA-4 on q, v and down (PEFT 0.21.2 adapters, a bf16 frozen base) under FSDP2 ZeRO-3
         "llama_lora": ("llama", 2, 2, ["tp=1", "zero=3", "wrap=1", "ac=selective", "mbs=1", "lora_rank=4",
@@ -247,6 +249,18 @@ print(json.dumps(out))
         out, plan = self.check_built("mixtral", "hf")
         self.assertIn("model.layers.0.mlp.experts.gate_up_proj", out["built"]["fsdp_units"][1]["params"])
         self.check_reference_loss("mixtral", out, plan)
+        # --moe-impl grouped (torchtitan's, simulated): the script leaves transformers' default, grouped_mm.
+        self.assertIsNone(literal(read(self.plan("mixtral")), "HF_EXPERTS"))
+        self.assertEqual(out["built"]["experts_implementation"], "grouped_mm")
+
+    def test_mixtral_experts_implementation(self):
+        # --moe-impl hf-eager: the script loads the model with experts_implementation="eager" and the model
+        # dispatches its experts on it (config._experts_implementation); the same model, so the same loss as the
+        # unsharded grouped_mm reference.
+        out, plan = self.check_built("mixtral_eager", "hf")
+        self.assertEqual(literal(read(self.plan("mixtral_eager")), "HF_EXPERTS"), "eager")
+        self.assertEqual(out["built"]["experts_implementation"], "eager")
+        self.check_reference_loss("mixtral_eager", out, plan)
 
     def test_hsdp(self):
         out, plan = self.check_built("llama_hsdp", "hf")

@@ -4,6 +4,7 @@
 // (simulator/plan/knobs.hpp), so a knob added later cannot be dropped silently by an emitter.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>
@@ -304,5 +305,31 @@ TEST_CASE("emitters: --ep-backend deepep is written for torchtitan, allgather re
     FAIL("expected a refusal");
   } catch (const InputError& e) {
     CHECK_THAT(std::string(e.what()), Catch::Contains("--ep-backend allgather"));
+  }
+}
+
+TEST_CASE("emitters: the FSDP2 script loads transformers' experts implementation the plan simulated",
+          "[emit][knobs]") {
+  const ptest::Setup s("qwen3-30b-a3b", "dgx-h100", 16);
+  Plan p;
+  p.seq = 4096;
+  // torchtitan's grouped experts and transformers 4's loop: transformers' default (grouped_mm) is loaded.
+  CHECK_THAT(emit("fsdp2", s.resolve(p), s.model, 16, 8), Catch::Contains("HF_EXPERTS = None\n"));
+  p.moe_impl = MoeImpl::kHfGroupedMm;
+  CHECK_THAT(emit("fsdp2", s.resolve(p), s.model, 16, 8), Catch::Contains("HF_EXPERTS = \"grouped_mm\"\n"));
+  p.moe_impl = MoeImpl::kHfEager;
+  const Plan rp = s.resolve(p);
+  const std::string py = emit("fsdp2", rp, s.model, 16, 8);
+  CHECK_THAT(py, Catch::Contains("HF_EXPERTS = \"eager\"\n") &&
+                     Catch::Contains("{\"experts_implementation\": HF_EXPERTS} if HF_EXPERTS"));
+  // DeepSpeed has no setting: a note of what the prediction assumed; torchtitan runs only grouped GEMMs.
+  const auto notes = emit_notes("deepspeed", rp);
+  CHECK(std::any_of(notes.begin(), notes.end(),
+                    [](const std::string& n) { return n.find("assumed \"eager\"") != std::string::npos; }));
+  try {
+    emit("torchtitan", rp, s.model, 16, 8);
+    FAIL("expected a refusal");
+  } catch (const InputError& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("--moe-impl hf-eager"));
   }
 }

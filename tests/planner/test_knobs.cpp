@@ -126,6 +126,26 @@ TEST_CASE("knobs: a plan with every knob changed survives plan_to_flags and the 
   CHECK(j.at("global_batch") == 1 * 2 * 3);  // dp (1, unresolved) x mbs x grad_accum
 }
 
+TEST_CASE(
+    "knobs: transformers 5.23's experts implementations round-trip and grouped, the default, prints nothing",
+    "[knobs][roundtrip]") {
+  CHECK(plan_to_flags(Plan{}).find("--moe-impl") == std::string::npos);
+  for (const MoeImpl m : {MoeImpl::kHfGroupedMm, MoeImpl::kHfEager}) {
+    Plan x = all_changed();
+    x.moe_impl = m;
+    const std::string flags = plan_to_flags(x);
+    INFO(flags);
+    CHECK(flags.find(std::string("--moe-impl ") + to_string(m)) != std::string::npos);
+    CHECK(parse_flags(flags) == x);
+    CHECK(from_json(x) == x);
+    SearchSpace sp;
+    sp.fix(std::string("moe_impl=") + to_string(m));
+    CHECK(sp.base.moe_impl == m);
+  }
+  CHECK(std::string(to_string(MoeImpl::kHfGroupedMm)) == "hf-grouped-mm");
+  CHECK(std::string(to_string(MoeImpl::kHfEager)) == "hf-eager");
+}
+
 TEST_CASE("knobs: resolved plans over a sweep round-trip through flags and JSON", "[knobs][roundtrip]") {
   Setup s("llama3-8b", "dgx-h100", 16);
   int checked = 0;

@@ -1,7 +1,10 @@
 // A MoE layer's backward op by op (docs/model.md "MoE layers' backward"; simulator/lowering/
 // units_moe_backward.cpp): torchtitan 0.3.0's grouped experts and combine, whose worst op is the combine's
 // three fp32 N x h tensors, against closed forms for a small MoE (the reference lane's qwen3 sizes,
-// tools/reference/lane/titan_moe.py).
+// tools/reference/lane/titan_moe.py); transformers 5.23's experts implementations (--moe-impl hf-grouped-mm,
+// hf-eager; docs/model.md "MoE implementations"): the tensors each saves against torchtitan's and
+// transformers 4's, their backward's worst op and the eager loop's select_backward time (tests/reference/
+// test_hf_moe_gloo.py compares the same with the real transformers run).
 #include <catch2/catch.hpp>
 
 #include "sim_helpers.hpp"
@@ -30,6 +33,14 @@ const Layer& first_moe(const ModelGraph& m) {
     if (l->kind == LayerKind::kMoe) return *l;
   FAIL("no MoE layer");
   return *m.order().front();
+}
+
+/// Bytes the MoE layer's eager autograd saves at T tokens under the plan's --moe-impl.
+double saved(const Setup& s, const Plan& p, double T) {
+  double b = 0;
+  for (const ActTensor& a : first_moe(s.model).activations)
+    b += act_saved_share(a, p, false) * act_bytes_per_token(a, p, T) * T;
+  return b;
 }
 
 double excess(const Setup& s, const Plan& p, const detail::MoeGrads& g) {
@@ -108,4 +119,65 @@ TEST_CASE("grouped MoE backward: Mixtral's few large experts peak at the gate GE
   const auto units = units_of(s, s.resolve(p));
   REQUIRE(units.size() == 34);
   CHECK(units[1].workspace_bytes == 2'147'450'880LL);
+}
+
+TEST_CASE("transformers 5.23 experts: saved tensors per routed row against torchtitan's and transformers 4's",
+          "[simulator][moe][hf]") {
+  Setup s(ModelGraph::from_spec(test::lane_qwen3_moe(0)), load_cluster_spec("dgx-h100"), 2);
+  const double T = 64, k = 2, h = 64;
+  const auto sv = [&](MoeImpl m) { return saved(s, s.resolve(small_plan(1, m)), T); };
+  // grouped_mm_experts_forward against torchtitan's grouped MoE, per token: the down projection's bf16 output
+  // (2kh) instead of the combine's fp32 copy (4kh); transformers' router's renormalisation (the clone of the
+  // top-k values, fp32 k, and their sum, fp32 1) and inv_perm (int64 k) beside the same sort, sorted weights,
+  // token indices and gathered input: -2kh + 4k + 4 + 8k = -228 B per token, -14,592 B at T = 64 (Mixtral
+  // 8x7B at seq 4096: -2·2·4096·4096 = -64 MiB per layer and 12·2 + 4 B per token).
+  CHECK(sv(MoeImpl::kHfGroupedMm) - sv(MoeImpl::kGrouped) == T * (-2 * k * h + 12 * k + 4));
+  // The eager loop against transformers 4's: torch.where's [C, 2] int64 (16 B per routed row) for the token
+  // indices (8) and the expert-ordered pairs (8); the gathered weights in fp32 (4) for the compute dtype (2):
+  // +2 B per routed row, 256 B at T = 64.
+  CHECK(sv(MoeImpl::kHfEager) - sv(MoeImpl::kLoop) == T * k * 2);
+}
+
+TEST_CASE("transformers 5.23 experts: the backward's worst op", "[simulator][moe][hf][backward]") {
+  Setup s(ModelGraph::from_spec(test::lane_qwen3_moe(0)), load_cluster_spec("dgx-h100"), 2);
+  detail::MoeGrads g;
+  g.experts = 98304;               // 8 experts x (gate, up, down) 32·64 bf16: 8·3·32·64·2
+  g.all = g.experts + 8 * 64 * 2;  // and the router's gradient
+  // hf-grouped-mm: the combine's three fp32 N x h tensors (Mixtral's fp32 router weights: the index's
+  // zeros and the multiply's two products, 128·64·4 = 32,768 each) and the weights' gradient (128·4): 98,816.
+  // The experts' ops: the packed gate_up GEMM's backward, its output gradient (R x 2f) and input gradient
+  // (R x h): (128·64 + 2·128·32)·2 = 32,768, beside the three dW (98,304), less what the combine and the
+  // SwiGLU consumed (the SwiGLU tensors 4·128·32·2 = 32,768, the sorted weights 512, the down projection's
+  // output 128·64·2 = 16,384, inv_perm 1,024): 98,304 - 50,688 + 32,768 = 80,384, below the combine.
+  const Plan hg = s.resolve(small_plan(1, MoeImpl::kHfGroupedMm));
+  CHECK(detail::combine_fp32_bytes(hg, s.model.spec(), first_moe(s.model), 64.0) == 32768.0);
+  CHECK(excess(s, hg, g) == 98816.0);
+  g.experts = 400000;
+  g.all = g.experts + 1024;
+  CHECK(excess(s, hg, g) == 400000.0 - 50688 + 32768);
+  // hf-eager: the other gradients (1,024), twice the gradient flowing in (2·64·64·2 = 16,384), the experts'
+  // gradients (98,304) and two more whole gate_up gradients (select_backward's and the out-of-place sum:
+  // 2·(2/3)·98,304 = 131,072), the expert's gate and up output gradients (2·C·f·2 at C = 128 / 8 = 16:
+  // 2,048): 248,832. No combine (0).
+  g.experts = 98304;
+  g.all = g.experts + 1024;
+  const Plan he = s.resolve(small_plan(1, MoeImpl::kHfEager));
+  CHECK(detail::combine_fp32_bytes(he, s.model.spec(), first_moe(s.model), 64.0) == 0.0);
+  CHECK(excess(s, he, g) == 1024 + 16384 + 98304 + 131072 + 2048);
+}
+
+TEST_CASE("transformers 5.23 experts: the eager loop's select_backward traffic",
+          "[simulator][moe][hf][time]") {
+  // Each of the 8 experts' weight gradients is select_backward's whole [E, 2f, h] and [E, h, f] tensor
+  // (write), summed out of place from the second expert on (read two, write one): (8 + 3·7) times the
+  // experts' 49,152 bf16 elements (8·3·32·64) = 2,850,816 bytes in backward, beyond the grouped GEMM's
+  // one write; nothing else differs between the two plans' time.
+  Setup s(ModelGraph::from_spec(test::lane_qwen3_moe(0)), load_cluster_spec("dgx-h100"), 2);
+  const auto eager = units_of(s, s.resolve(small_plan(1, MoeImpl::kHfEager)));
+  const auto grouped = units_of(s, s.resolve(small_plan(1, MoeImpl::kHfGroupedMm)));
+  REQUIRE(eager.size() == 4);  // embedding, 2 blocks, head
+  const double select_s = s.costs->memory_s(49152.0 * 2 * (8 + 3 * 7));
+  CHECK(eager[1].bwd_s - grouped[1].bwd_s == Approx(select_s).epsilon(1e-12));
+  CHECK(eager[1].fwd_s == grouped[1].fwd_s);
+  CHECK(eager[0].bwd_s == grouped[0].bwd_s);  // the embedding has no experts
 }

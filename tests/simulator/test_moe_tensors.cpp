@@ -17,11 +17,14 @@ const Layer& first_moe(const ModelGraph& m) {
 }
 // Bytes per token (16-bit compute, TP 1, no AC) of the layer's tensors saved by eager autograd (or inductor),
 // the layer's input left out.
-double saved_per_token(const Layer& l, bool compiled, ActOnly only = ActOnly::kMoeGrouped) {
+// Under --moe-impl `impl` and --ep `ep` (the list's entries that exist there: act_condition).
+double saved_per_token(const Layer& l, bool compiled, MoeImpl impl = MoeImpl::kGrouped, int ep = 1) {
+  Plan p;
+  p.moe_impl = impl;
+  p.ep = ep;
   double b = 0;
   for (const ActTensor& a : l.activations)
-    if (a.name != "input" && (a.only == ActOnly::kAlways || a.only == only) &&
-        (compiled ? a.compiled : a.eager))
+    if (a.name != "input" && act_condition(a, p) && (compiled ? a.compiled : a.eager))
       b += a.per_token * act_dtype_bytes(a.dtype, 2.0);
   return b;
 }
@@ -102,7 +105,7 @@ TEST_CASE("MoE routing tensors: Hugging Face's loop over the experts (--moe-impl
   // fp32 copy (4·2·4096) and indices are absent.
   const ModelGraph m = load_model("mixtral-8x7b");
   const Layer& moe = first_moe(m);
-  CHECK(saved_per_token(moe, false, ActOnly::kMoeLoop) == 278624.0);
+  CHECK(saved_per_token(moe, false, MoeImpl::kLoop) == 278624.0);
   // The plan decides which exist: the lower bound's saved bytes differ by the two lists' difference.
   Plan p;
   p.mbs = 1;
@@ -121,10 +124,8 @@ TEST_CASE("MoE under expert parallelism: _permute's index of the received rows i
   const ModelGraph m = load_model("qwen3-30b-a3b");
   const Layer& moe = first_moe(m);
   CHECK(saved_per_token(moe, false) == 148192.0);  // the grouped list without EP: unchanged
-  // The tensors of either implementation (the experts' gate, SiLU, up and product 4·2·8·768 = 49,152; the
-  // router's probabilities and top-k ids have an entry per implementation, their save_on_cpu packs
-  // differing) and the EP index: 49,216.
-  CHECK(saved_per_token(moe, false, ActOnly::kMoeEp) == 49152.0 + 64.0);
+  // With EP the list adds the EP index alone: 64 B per token.
+  CHECK(saved_per_token(moe, false, MoeImpl::kGrouped, 8) - saved_per_token(moe, false) == 64.0);
   Plan p;
   p.moe_impl = MoeImpl::kGrouped;
   const ActTensor* idx = nullptr;

@@ -306,7 +306,9 @@ def main(argv=None):
         # --moe-imbalance: the busiest EP rank's received rows over the mean T·top_k (without EP: no effect in
         # shardplan; the busiest expert over the mean T·k/E is reported beside it).
         imbalance = max(max(v.values()) for v in recv.values()) / tk
-        impls = ("grouped",) if a.ep > 1 else ("grouped", "loop")
+        # Without EP every --moe-impl: torchtitan's grouped, transformers 4's loop and transformers 5.23's two
+        # (hf-grouped-mm, hf-eager: the implementations this run has, measured against the one it ran).
+        impls = ("grouped",) if a.ep > 1 else ("grouped", "loop", "hf-grouped-mm", "hf-eager")
         per_tensor, ep_only = {}, ("moe_ep",) if a.ep > 1 else ()
         for i, r in enumerate(ranks):
             r["received_rows"] = recv[i]

@@ -32,6 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/common/
 from common.knob_args import add_knob_args  # noqa: E402
 
 CPU_BF16 = {"router.probs", "dispatch.scores_sorted"}  # fp32 under CUDA autocast, bf16 on the CPU
+# The `only` conditions of the MoE layer's list that exist under each --moe-impl (simulator/memory/
+# layer_memory.cpp act_condition): a tensor shared by several implementations carries the set's name.
+IMPL_ONLY = {"moe_grouped": ("moe_grouped", "moe_sorted"),
+             "moe_loop": ("moe_loop", "moe_hf_router", "moe_expert_loop"),
+             "moe_hf_grouped_mm": ("moe_hf_grouped_mm", "moe_hf_router", "moe_sorted"),
+             "moe_hf_eager": ("moe_hf_eager", "moe_hf_router", "moe_expert_loop")}
 BYTES = {"compute": 2, "fp32": 4, "int64": 8, "bool": 1}
 
 
@@ -58,7 +64,7 @@ def listed(bin_, d, f, e, k, compiled, impl="moe_grouped", also=(), packs=False)
     layer = moe_layer(bin_, d, f, e, k)
     out = {}
     for a in layer["activations"]:
-        if a.get("only", impl) not in (impl, *also):
+        if a.get("only", impl) not in (*IMPL_ONLY[impl], *also):
             continue
         if packs:
             if not (a["eager"] or a.get("pack_only")):

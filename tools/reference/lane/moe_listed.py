@@ -10,12 +10,14 @@ from lane.tracker import round_alloc
 # The CPU's router dtypes and the list's dtype sizes (tools/reference/moe_tensors.py), the expert side's tensors
 # (tools/reference/moe_ep.py): one place each.
 from moe_ep import expert_side
-from moe_tensors import BYTES, CPU_BF16
+from moe_tensors import BYTES, CPU_BF16, IMPL_ONLY
 
-ONLY = ("", "moe_grouped", "moe_ep")  # torchtitan's grouped experts under EP; eager, no fp32 norm, no TP
+# torchtitan's grouped experts under EP; eager, no fp32 norm, no TP
+ONLY = ("", *IMPL_ONLY["moe_grouped"], "moe_ep")
 # Hugging Face transformers' decoders (tools/reference/hf_moe_gloo.py): the Python fp32 RMSNorm (--fp32-norm) and
 # the MoE implementation (--moe-impl) of the comparison, no EP; their routers compute in fp32 on the CPU as well.
-HF_ONLY = {"grouped": ("", "fp32_norm", "moe_grouped"), "loop": ("", "fp32_norm", "moe_loop")}
+HF_ONLY = {impl: ("", "fp32_norm", *IMPL_ONLY["moe_" + impl.replace("-", "_")])
+           for impl in ("grouped", "loop", "hf-grouped-mm", "hf-eager")}
 
 
 def graph(bin_, spec):
