@@ -83,8 +83,15 @@ static Json parallelism_json(const Result& r, const ModelGraph& model) {
     // One micro-batch's rows the busiest EP rank's experts receive per MoE layer, and its saved expert-side
     // activations (docs/model.md "Expert parallelism").
     const auto tokens = static_cast<std::int64_t>(p.mbs) * p.seq / p.cp;
-    out["moe_busiest_rows"] = ep_busiest_rows(mul_checked(tokens, model.spec().moe.top_k, "routed rows"), p);
+    out["moe_busiest_rows"] = ep_busiest_rows(mul_checked(tokens, model.spec().moe.top_k, "routed rows"),
+                                              model.spec().moe.experts, p);
     out["moe_expert_side_bytes"] = expert_side_activation_bytes(model, p);
+    if (p.moe_capacity_factor > 0) {
+      out["moe_capacity_factor"] = p.moe_capacity_factor;
+      out["moe_expert_capacity"] =
+          moe_expert_capacity(mul_checked(tokens, model.spec().moe.top_k, "routed rows"),
+                              model.spec().moe.experts, p.moe_capacity_factor);
+    }
   }
   return out;
 }

@@ -70,7 +70,7 @@ const ActTensor* find(const Layer& l, const Names& n) {
 
 double moe_expert_rows(const UnitContext& c, const Layer& l) {
   const std::int64_t mean = mul_checked(std::llround(c.T), std::max(1, l.moe_top_k), "routed rows");
-  return static_cast<double>(c.ep ? ep_busiest_rows(mean, c.p) : mean);
+  return static_cast<double>(ep_busiest_rows(mean, l.moe_experts, c.p));
 }
 
 double hf_eager_select_bwd_s(const UnitContext& c, const Layer& l) {
@@ -129,7 +129,9 @@ MoeExpertSideBytes moe_expert_side_bytes(const Layer& l, const Plan& p, double t
 }
 
 double UnitContext::moe_expert_extra_bytes(const Layer& l) const {
-  if (l.kind != LayerKind::kMoe || !ep) return 0;
+  // Without EP only a padded capacity adds rows (--moe-capacity-factor; rows a capacity drops are not taken
+  // off the layer's scalar: max below).
+  if (l.kind != LayerKind::kMoe || (!ep && p.moe_capacity_factor <= 0)) return 0;
   LayerMemo& m = memo(l);
   if (m.moe_extra < 0) {
     const MoeExpertSideBytes b = moe_expert_side_bytes(l, p, T, p.compile || rt.fused_kernels);

@@ -183,22 +183,9 @@ double act_saved_share(const ActTensor& a, const Plan& p, bool selective) {
   return a.sac == ActSac::kSave ? 1.0 : a.sac == ActSac::kHalf ? 0.5 : 0.0;
 }
 
-std::int64_t ep_busiest_rows(std::int64_t mean_rows, const Plan& p) {
-  if (p.ep <= 1 || p.moe_imbalance == 1.0) return mean_rows;
-  // A row is whole: the busiest rank receives ceil(F x the mean rows) (F >= 1, resolve_plan). Exact in double
-  // below 2^53 rows; beyond, or beyond int64, the count is refused as an overflow.
-  const double busiest = std::ceil(static_cast<double>(mean_rows) * p.moe_imbalance);
-  if (!(busiest < 9007199254740992.0))
-    throw OverflowError("integer overflow computing the busiest EP rank's rows");
-  return std::max(mean_rows, static_cast<std::int64_t>(busiest));
-}
-
 double act_rows_scale(const ActTensor& a, const Plan& p, double tokens) {
-  if (a.expert_rows <= 0 || p.ep <= 1 || p.moe_imbalance == 1.0) return 1.0;
   // The rank's tokens are whole (mbs x seq / cp, cp dividing seq: resolve_plan); rows per token: top_k.
-  const std::int64_t mean = mul_checked(std::llround(tokens), a.expert_rows, "routed rows");
-  if (mean <= 0) return 1.0;
-  return static_cast<double>(ep_busiest_rows(mean, p)) / static_cast<double>(mean);
+  return a.expert_rows <= 0 ? 1.0 : moe_rows_factor(tokens, a.expert_rows, a.expert_count, p);
 }
 
 namespace {

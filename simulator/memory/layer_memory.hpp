@@ -34,14 +34,10 @@ std::int64_t rank_shard_elems(const Tensor& t, std::int64_t count, int tp, int s
 /// recomputed: 1 saved, 0 not (recomputed, or not there: a condition of ActTensor::only unmet), 0.5 an mm
 /// output whose parity is not tracked (ActSac::kHalf).
 double act_saved_share(const ActTensor& a, const Plan& p, bool selective);
-/// The rows the busiest expert-parallel rank's experts receive when the mean is `mean_rows` (tokens x top_k):
-/// ceil(mean_rows x --moe-imbalance) with ep > 1 (the one rounding of the imbalance onto rows), else
-/// mean_rows (with ep 1 every rank runs its own tokens: nothing to balance).
-std::int64_t ep_busiest_rows(std::int64_t mean_rows, const Plan& p);
 /// What the busiest EP rank's rows make of an expert-side tensor (ActTensor::expert_rows) over `tokens`
-/// tokens of the layer's input: ep_busiest_rows(tokens x expert_rows) / (tokens x expert_rows); 1 for
-/// token-side tensors, with ep 1 or with --moe-imbalance 1. Every byte count of an activation tensor goes
-/// through it (act_bytes_per_token, layer_saved_bytes).
+/// tokens of the layer's input: moe_rows_factor(tokens, expert_rows, expert_count); 1 for token-side
+/// tensors. Every byte count of an activation tensor goes through it (act_bytes_per_token,
+/// layer_saved_bytes).
 double act_rows_scale(const ActTensor& a, const Plan& p, double tokens);
 /// What tensor parallelism divides a tensor of that split rule by under plan p.
 double act_split_divisor(ActSplit split, const Plan& p);

@@ -120,6 +120,9 @@ struct ActTensor {
   /// simulator/memory/layer_memory.cpp). Token-side routed tensors (the argsort, the token indices, the
   /// combine's tensors after the return all-to-all) are `expert` with no expert rows.
   std::int32_t expert_rows = 0;
+  /// The routed experts of its layer (an expert-side tensor's; 0 elsewhere): an expert capacity is per
+  /// expert, so the capped rows are experts x capacity (ep_busiest_rows).
+  std::int32_t expert_count = 0;
   /// Saved only as the input of linear layers, for their weight gradients: autograd saves an mm's input
   /// only when the weight requires grad (torch 2.15 derivatives.yaml `mm`: mat2's gradient reads `self`;
   /// the generated autograd saves a variable only for an input that requires grad). `weight_grad_of`: bits

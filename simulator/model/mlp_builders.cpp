@@ -79,7 +79,10 @@ void mlp_activations(const ModelSpec& s, Layer& l, std::int64_t f, std::int64_t 
     // experts receive.
     auto e = [&](ActTensor& a) -> ActTensor& {
       a.expert = expert;
-      if (expert) a.expert_rows = s.moe.top_k;
+      if (expert) {
+        a.expert_rows = s.moe.top_k;
+        a.expert_count = s.moe.experts;
+      }
       return a;
     };
     if (s.mlp != MlpKind::kGelu) {

@@ -105,6 +105,7 @@ Json activations_to_json(const std::vector<ActTensor>& acts, const std::vector<T
     if (a.only != ActOnly::kAlways) j["only"] = to_string(a.only);
     if (a.expert) j["expert"] = true;
     if (a.expert_rows > 0) j["expert_rows"] = a.expert_rows;
+    if (a.expert_count > 0) j["expert_count"] = a.expert_count;
     if (a.packs != 1) j["packs"] = static_cast<int>(a.packs);
     if (a.pack_only) j["pack_only"] = true;
     if (a.per_position) j["per_position"] = true;
@@ -164,6 +165,7 @@ std::vector<ActTensor> activations_from_json(const Json& arr, const std::vector<
     a.expert_rows = static_cast<std::int32_t>(o.integer("expert_rows", 0, 0, 1 << 20));
     if (a.expert_rows > 0 && !a.expert)
       o.fail("expert_rows", "rows on the experts' side need \"expert\": true (a routed expert's tensor)");
+    a.expert_count = static_cast<std::int32_t>(o.integer("expert_count", 0, 0, 1 << 20));
     a.packs = static_cast<std::int8_t>(o.integer("packs", 1, 1, 64));
     a.pack_only = o.boolean("pack_only", false);
     a.per_position = o.boolean("per_position", false);

@@ -23,6 +23,7 @@ ActTensor& routing(Layer& l, const char* name, double per_token, ActDtype dtype,
 /// An expert-side tensor (ActTensor::expert_rows): under EP one row per row this rank's experts receive.
 ActTensor& received(const ModelSpec& s, ActTensor& a) {
   a.expert_rows = s.moe.top_k;
+  a.expert_count = s.moe.experts;
   return a;
 }
 

@@ -15,8 +15,10 @@ namespace shardplan {
 
 double moe_all_to_all_buffer_bytes(const ModelSpec& s, const Layer& l, const Plan& p, double tokens) {
   const double bc = p.compute_bytes();
-  // The busiest rank sends and receives `moe_imbalance` times the mean routed tokens.
-  return tokens * static_cast<double>(s.hidden) * l.moe_top_k * bc * p.moe_imbalance;
+  // The busiest rank sends and receives `moe_imbalance` times the mean routed tokens, under a capacity
+  // factor at most experts x capacity rows, padded exactly that (moe_rows_factor).
+  return tokens * static_cast<double>(s.hidden) * l.moe_top_k * bc *
+         moe_rows_factor(tokens, l.moe_top_k, l.moe_experts, p);
 }
 
 EpLayerCost expert_parallel_layer_cost(const Layer& l, const ModelSpec& s, const Cluster& cluster,

@@ -36,6 +36,7 @@ Table build_table() {
   for (Runtime r : EnumValues<Runtime>::v) fill(r, zeropp_rows(r));
   for (Runtime r : EnumValues<Runtime>::v) fill(r, blockfp_rows(r));
   for (Runtime r : EnumValues<Runtime>::v) fill(r, chunked_loss_rows(r));
+  for (Runtime r : EnumValues<Runtime>::v) fill(r, moe_capacity_rows(r));
   for (const auto& r : seen)
     for (bool s : r)
       if (!s) throw std::logic_error("capability table: a runtime without an entry for a feature");
@@ -137,6 +138,8 @@ constexpr FeatureInfo kFeatureInfo[] = {
     {"chunked loss with TP, CP or PP", "--loss-impl"},                     // kChunkedLossParallel
     {"chunked loss without the head as its own unit", "--loss-impl"},      // kChunkedLossUnsharded
     {"chunked loss in 16 bits or with a held output", "--loss-impl"},      // kChunkedLoss16
+    {"expert capacity factor (token dropping)", "--moe-capacity-factor"},  // kMoeCapacity
+    {"capacity factor without the all-to-all dispatcher", "--moe-capacity-factor"},  // kMoeCapacityDispatcher
 };
 static_assert(std::size(kFeatureInfo) == kFeatures);
 }  // namespace
@@ -240,6 +243,9 @@ std::array<bool, kFeatures> plan_features(const Plan& p, int dp) {
   use(Feature::kChunkedLossParallel, chunked && (p.tp > 1 || p.cp > 1 || p.pp > 1));
   use(Feature::kChunkedLossUnsharded, chunked && (p.zero == 0 || p.root_params != RootParams::kNone));
   use(Feature::kChunkedLoss16, chunked && (p.loss_dtype != Dtype::kFp32 || p.hold_logits));
+  const bool capacity = p.moe_capacity_factor > 0;
+  use(Feature::kMoeCapacity, capacity);
+  use(Feature::kMoeCapacityDispatcher, capacity && p.ep_dispatch() != EpBackend::kAllToAll);
   return u;
 }
 

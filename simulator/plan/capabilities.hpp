@@ -83,8 +83,10 @@ enum class Feature : std::uint8_t {
   kChunkedLossParallel,      ///< the chunked loss with TP, CP or PP
   kChunkedLossUnsharded,     ///< the chunked loss without the output projection as its own FSDP2 unit
   kChunkedLoss16,            ///< the chunked loss with a 16-bit loss dtype or held model output
+  kMoeCapacity,              ///< --moe-capacity-factor > 0: an expert capacity (token dropping)
+  kMoeCapacityDispatcher,    ///< a capacity factor with a token dispatcher other than the all-to-all
 };
-inline constexpr int kFeatures = static_cast<int>(Feature::kChunkedLoss16) + 1;
+inline constexpr int kFeatures = static_cast<int>(Feature::kMoeCapacityDispatcher) + 1;
 inline constexpr int kRuntimes = 4;
 
 /// kNo: the runtime does not have it. kNotModelled: it has it, the simulator does not lower it. Both are

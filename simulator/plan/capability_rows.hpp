@@ -52,6 +52,10 @@ std::span<const Row> blockfp_rows(Runtime r);
 /// The rows of the chunked loss (kChunkedLoss .. kChunkedLoss16) for runtime `r` (capabilities_loss.cpp).
 std::span<const Row> chunked_loss_rows(Runtime r);
 
+/// The rows of the expert capacity factor (kMoeCapacity, kMoeCapacityDispatcher) for runtime `r`
+/// (capabilities_moe_capacity.cpp).
+std::span<const Row> moe_capacity_rows(Runtime r);
+
 /// The rows of the token dispatch backend features (kEpAllGather, kEpDeepEp, kEpDeepEpWithoutEp) and of the
 /// expert loop under EP (kMoeLoopWithEp) of runtime
 /// `r` (ep_backend.cpp).

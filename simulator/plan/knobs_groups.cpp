@@ -312,6 +312,28 @@ void add_cp_ep_knobs(std::vector<Knob>& t) {
   k.get = [](const Plan& p) { return format_double(p.moe_imbalance); };
   k.set = [](Plan& p, const std::string& text) { return parse_double(text, 1.0, 64.0, p.moe_imbalance); };
   t.push_back(k);
+  // Megatron-core 0.8.0 megatron/training/arguments.py --moe-expert-capacity-factor (default None: dropless)
+  // and --moe-pad-expert-input-to-capacity; each prints nothing at its default.
+  Knob c =
+      make("moe_capacity_factor", "--moe-capacity-factor", KnobKind::kDouble,
+           "expert capacity factor F: each expert keeps at most ceil(T x top_k / experts x F) of a rank's "
+           "routed rows, the rest are dropped (Megatron-core --moe-expert-capacity-factor; 0 = dropless)",
+           "0");
+  c.dlo = 0.0;
+  c.dhi = 64.0;
+  c.get = [](const Plan& p) {
+    return p.moe_capacity_factor == 0.0 ? std::string() : format_double(p.moe_capacity_factor);
+  };
+  c.set = [](Plan& p, const std::string& text) {
+    return parse_double(text, 0.0, 64.0, p.moe_capacity_factor);
+  };
+  t.push_back(c);
+  Knob pad = switch_knob("moe_pad_to_capacity", "--moe-pad-to-capacity",
+                         "pad every expert's input to its capacity (Megatron-core "
+                         "--moe-pad-expert-input-to-capacity; needs --moe-capacity-factor)",
+                         &Plan::moe_pad_to_capacity);
+  pad.get = [](const Plan& p) { return std::string(p.moe_pad_to_capacity ? "true" : ""); };
+  t.push_back(pad);
   // Printed when set (resolve_plan sets the runtime's default when ep > 1): repro lines and run records of
   // dense plans are unchanged.
   Knob b = make(

@@ -40,6 +40,16 @@ static void check_context_parallel(const Plan& p) {
 // every MoE layer, so ep divides the expert count.
 static void check_expert_parallel(const Plan& p, const ModelGraph& model) {
   need(p.moe_imbalance >= 1.0, "--moe-imbalance", "must be >= 1 (the busiest rank over the mean)");
+  // megatron-core 0.8.0 transformer_config.py __post_init__: "moe_expert_capacity_factor must be set to use
+  // moe_pad_expert_input_to_capacity".
+  need(!p.moe_pad_to_capacity || p.moe_capacity_factor > 0, "--moe-pad-to-capacity",
+       "needs --moe-capacity-factor > 0 (padding is to the experts' capacity)");
+  if (p.moe_capacity_factor > 0) {
+    bool moe = false;
+    for (const Layer* l : model.order()) moe = moe || l->moe_experts > 0;
+    need(moe, "--moe-capacity-factor",
+         "the model has no mixture-of-experts layers (a capacity is an expert's)");
+  }
   if (p.ep == 1) return;
   int experts = 0;
   for (const Layer* l : model.order()) {

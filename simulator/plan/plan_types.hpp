@@ -359,6 +359,13 @@ struct Plan {
   /// Routed tokens of the busiest EP rank over the mean (1 = perfectly balanced router; a capacity factor
   /// bounds it from above): scales the busiest rank's expert compute and all-to-all bytes.
   double moe_imbalance = 1.0;
+  /// Megatron-core's expert capacity factor (--moe-expert-capacity-factor, megatron-core 0.8.0
+  /// transformer_config.py moe_expert_capacity_factor): each expert keeps at most ceil(T x top_k / E x F)
+  /// of a rank's routed rows (moe_expert_capacity), the rest are dropped; 0 = dropless (None).
+  double moe_capacity_factor = 0.0;
+  /// Megatron-core's moe_pad_expert_input_to_capacity: every expert gets exactly its capacity of rows (the
+  /// dropped slots padded), so the rows no longer depend on the routing; needs moe_capacity_factor > 0.
+  bool moe_pad_to_capacity = false;
   /// The token dispatch backend; unset = the runtime's default (default_ep_backend; resolve_plan fills it
   /// when ep > 1).
   std::optional<EpBackend> ep_backend;

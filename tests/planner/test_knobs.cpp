@@ -66,6 +66,8 @@ Plan all_changed() {
   x.cp = 2;
   x.ep = 4;
   x.moe_imbalance = 1.25;
+  x.moe_capacity_factor = 1.5;
+  x.moe_pad_to_capacity = true;
   x.ep_backend = EpBackend::kAllGather;
   x.allocator = AllocatorMode::kExpandable;
   x.allocator_gc_threshold = 0.8;
@@ -116,7 +118,9 @@ TEST_CASE("knobs: a plan with every knob changed survives plan_to_flags and the 
         "--attention eager --attention-dropout --moe-impl loop "
         "--allocator expandable --allocator-gc-threshold 0.8 --pp 2 --pp-schedule interleaved-1f1b "
         "--virtual-stages 3 --pp-layers 1,2,3 "
-        "--cp 2 --ep 4 --moe-imbalance 1.25 --ep-backend allgather --hpz-partition 8 --quantized-weights "
+        "--cp 2 --ep 4 --moe-imbalance 1.25 --moe-capacity-factor 1.5 --moe-pad-to-capacity --ep-backend "
+        "allgather "
+        "--hpz-partition 8 --quantized-weights "
         "--quantized-gradients");
   CHECK(parse_flags(flags) == x);
   CHECK(from_json(x) == x);

@@ -76,6 +76,34 @@ TEST_CASE("report_json output validates against report.schema.json, every key do
     INFO(joined(errors));
     CHECK(errors.empty());
   }
+  // An expert-parallel MoE plan (the `parallelism` object with its MoE rows) under Megatron-core's expert
+  // capacity, padded (--moe-capacity-factor, --moe-pad-to-capacity).
+  {
+    Bench moe("qwen3-30b-a3b", "dgx-h100", 16);
+    Simulator moe_sim(moe.model, *moe.cluster, *moe.costs);
+    Plan p = example_plan();
+    p.runtime = Runtime::kMegatron;
+    p.zero = 1;
+    p.ep = 2;
+    p.ep_backend = EpBackend::kAllToAll;
+    p.moe_capacity_factor = 1.25;
+    p.moe_pad_to_capacity = true;
+    const Json j = report_json(moe_sim.run(moe.resolve(p)), moe.inputs());
+    CHECK(j.at("parallelism").at("moe_expert_capacity").get<std::int64_t>() > 0);
+    // The plan and parallelism objects only: report.schema.json's model_spec does not list every key the
+    // spec writer emits for this model (moe.ffn_hidden, qk_norm), a gap of its own.
+    Json part = {{"plan", j.at("plan")}, {"parallelism", j.at("parallelism")}};
+    std::vector<std::string> errors;
+    for (const char* key : {"plan", "parallelism"}) {
+      Json doc = schema("report.schema.json");
+      Json sub = doc["$defs"][key];
+      sub["$defs"] = doc["$defs"];
+      for (const std::string& e : SchemaValidator(sub, true).validate(part.at(key)))
+        errors.push_back(std::string("/") + key + e);
+    }
+    INFO(joined(errors));
+    CHECK(errors.empty());
+  }
   // Extra keys are allowed for consumers (the contract adds keys compatibly), wrong types are not.
   Json j = report_json(sim.run(b.resolve(plans[0])), b.inputs());
   j["memory"]["future_key_bytes"] = 1;

@@ -94,8 +94,8 @@ TEST_CASE("MoE imbalance: closed-form saved bytes of the busiest EP rank",
   CHECK(layer_saved_bytes(moe, f1, T, false) == 26112.0 + 456.0 * 128);
   CHECK(layer_saved_bytes(moe, f15, T, false) == 26112.0 + 456.0 * 192);
   CHECK(layer_saved_bytes(moe, f101, T, false) == 26112.0 + 456.0 * 130);
-  CHECK(ep_busiest_rows(128, f101) == 130);
-  CHECK(ep_busiest_rows(128, f15) == 192);
+  CHECK(ep_busiest_rows(128, 8, f101) == 130);
+  CHECK(ep_busiest_rows(128, 8, f15) == 192);
   // Tensor by tensor: an expert-side tensor's bytes are its bytes per row times the busiest rows; the token
   // side's do not move.
   for (const ActTensor& a : moe.activations) {

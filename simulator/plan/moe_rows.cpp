@@ -1,0 +1,50 @@
+// The rows the busiest expert-parallel rank's routed experts receive (docs/model.md "Expert parallelism",
+// "Capacity factor"): the router's imbalance (--moe-imbalance) and Megatron-core's expert capacity
+// (--moe-capacity-factor, --moe-pad-to-capacity), the one place both become rows.
+#include "simulator/plan/moe_rows.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/checked.hpp"
+#include "core/error.hpp"
+
+namespace shardplan {
+
+std::int64_t moe_expert_capacity(std::int64_t mean_rows, int experts, double factor) {
+  // megatron-core 0.8.0 megatron/core/transformer/moe/moe_utils.py get_capacity, called by
+  // topk_softmax_with_capacity with num_tokens = the router's tokens x topk and no min_capacity:
+  // math.ceil((num_tokens / num_experts) * capacity_factor), in that order of operations.
+  const double capacity = std::ceil(static_cast<double>(mean_rows) / std::max(1, experts) * factor);
+  if (!(capacity < 9007199254740992.0)) throw OverflowError("integer overflow computing the expert capacity");
+  return static_cast<std::int64_t>(capacity);
+}
+
+std::int64_t ep_busiest_rows(std::int64_t mean_rows, int experts, const Plan& p) {
+  std::int64_t rows = mean_rows;
+  if (p.ep > 1 && p.moe_imbalance != 1.0) {
+    // A row is whole: the busiest rank receives ceil(F x the mean rows) (F >= 1, resolve_plan). Exact in
+    // double below 2^53 rows; beyond, or beyond int64, the count is refused as an overflow.
+    const double busiest = std::ceil(static_cast<double>(mean_rows) * p.moe_imbalance);
+    if (!(busiest < 9007199254740992.0))
+      throw OverflowError("integer overflow computing the busiest EP rank's rows");
+    rows = std::max(mean_rows, static_cast<std::int64_t>(busiest));
+  }
+  if (p.moe_capacity_factor <= 0) return rows;
+  // Each source rank keeps at most `capacity` rows per expert (the router drops on its own tokens), so a
+  // rank's experts receive at most ep x (experts / ep) x capacity = experts x capacity rows; padded, exactly
+  // that (megatron-core 0.8.0 moe_utils.py topk_softmax_with_capacity, pad_to_capacity: [experts,
+  // capacity] indices per rank).
+  const std::int64_t capped = mul_checked(moe_expert_capacity(mean_rows, experts, p.moe_capacity_factor),
+                                          std::max(1, experts), "expert capacity rows");
+  return p.moe_pad_to_capacity ? capped : std::min(rows, capped);
+}
+
+double moe_rows_factor(double tokens, int top_k, int experts, const Plan& p) {
+  if ((p.ep <= 1 || p.moe_imbalance == 1.0) && p.moe_capacity_factor <= 0) return 1.0;
+  const std::int64_t mean = mul_checked(std::llround(tokens), std::max(1, top_k), "routed rows");
+  if (mean <= 0) return 1.0;
+  return static_cast<double>(ep_busiest_rows(mean, experts, p)) / static_cast<double>(mean);
+}
+
+}  // namespace shardplan
