@@ -70,6 +70,13 @@ std::vector<int> grad_buffer_bucket_index(const std::vector<std::int64_t>& elems
   return out;
 }
 
+ModelCode model_code(const Plan& p) {
+  if (p.runtime == Runtime::kMegatron) return ModelCode::kMegatron;
+  if (p.runtime == Runtime::kFsdp1 || p.runtime == Runtime::kDeepSpeed || p.moe_impl == MoeImpl::kLoop)
+    return ModelCode::kHuggingFace;
+  return ModelCode::kTorchtitan;
+}
+
 RuntimeTraits runtime_traits(const Plan& p) {
   RuntimeTraits t;
   t.runtime = p.runtime;
