@@ -43,7 +43,7 @@ TEST_CASE("torchtitan's RoPE caches and MoE counters are buffers of every rank",
   CHECK(cos.run(p).peak_bytes - none.run(p).peak_bytes == 16384);
 }
 
-TEST_CASE("the RoPE buffers follow the model code the runtime runs; the spec's rope_cache overrides",
+TEST_CASE("the RoPE buffers follow the model code the runtime runs, the spec's rope_cache overrides",
           "[simulator][memory]") {
   Plan p;
   p.seq = 64;
