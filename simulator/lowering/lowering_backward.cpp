@@ -151,7 +151,7 @@ void Lowering::backward_memory(UnitBackward& ub, BackwardStep& st, std::int32_t 
   // FSDP1's root pre-backward hook (on the logits) prefetches only now, after the loss's backward.
   if (rt_.gathers_params && !ub.regather && rt_.bwd_prefetch_after_loss && un.has_loss)
     backward_prefetch(u, mb, ready);
-  workspace_id_ = alloc_tensors(MemCategory::kOther, kPoolDefault, un.workspace_bytes, ut.workspace);
+  workspace_id_ = alloc_workspace(un, ut);
   // A block unit's workspace is its op-level peak over the saved tensors (units.cpp): the saved tensors are
   // consumed before the last gradients are written, so the gradients are allocated after they are freed.
   const bool op_level = un.blocks > 0;

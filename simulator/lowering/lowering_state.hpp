@@ -82,6 +82,10 @@ class Lowering {
     Span saved;         ///< activations saved by one forward, per tensor as autograd saves them
     Span recompute;     ///< one block's saved tensors, rematerialised during its backward (full AC)
     Span workspace;     ///< the backward's transient input / output gradients
+    /// Of the workspace, the tensors of a grouped MoE's worst backward op at their own sizes, in the order
+    /// autograd creates them (grouped_moe_op_tensors, lowering_tensors.cpp); placed first, as far as the
+    /// workspace holds them, the rest over `workspace` in proportion.
+    Span workspace_exact;
     /// The shards of the parameters whose gradients the unit's post-backward reduces: params_shard, but of
     /// an FSDP2 tied group (SimUnit::tied_peer) only the unit's own parameters.
     Span reduced_shard;
@@ -92,6 +96,9 @@ class Lowering {
   /// the rounding remainder) in group `group` (a new one when -1); returns the group. Nothing when total <=
   /// 0.
   std::int32_t alloc_tensors(MemCategory c, std::uint8_t pool, Bytes total, Span s, std::int32_t group = -1);
+  /// A unit's backward workspace (SimUnit::workspace_bytes) as its tensors: those of workspace_exact at their
+  /// own sizes while the running sum fits, the rest over `workspace` in proportion; returns the group.
+  std::int32_t alloc_workspace(const SimUnit& un, const UnitTensors& ut);
   /// One tensor of `bytes`.
   std::int32_t alloc_one(MemCategory c, std::uint8_t pool, Bytes bytes, std::int32_t group = -1);
   /// Frees every tensor of group `group`: one effect of minus the group's live bytes, in the pool they were

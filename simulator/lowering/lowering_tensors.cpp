@@ -3,11 +3,57 @@
 // the runtime's traits; here they are split into the tensors the frameworks allocate (per parameter, flat
 // buffers; the activations as the layers' lists give them, lowering_activations.cpp), so the aggregate walk
 // is unchanged.
+#include <optional>
+#include <utility>
+#include <vector>
+
 #include "simulator/cost/cost.hpp"
 #include "simulator/lowering/lowering_state.hpp"
 #include "simulator/lowering/units_stages.hpp"
 
 namespace shardplan::detail {
+
+namespace {
+
+/// The tensors of a grouped MoE layer's worst backward op, in the order autograd creates them, bytes each
+/// (units_moe_backward.cpp grouped_backward_excess): the combine's (three fp32 N x h, the scores' N x 4) or
+/// the grouped GEMMs' (torch._grouped_mm allocates each output as one tensor: aten GroupedMMUtils.h
+/// create_grouped_gemm_output_tensor, at::empty_strided of the whole [groups, m, n] or [rows, n], pytorch at
+/// 06c0cf0 native/cuda/GroupMM.cu bf16bf16_grouped_gemm_impl_sm90_sm100; its CUTLASS argument buffer and
+/// workspace are two allocations of a few KiB beside it): down's weight gradient and input gradient (R x f),
+/// up's weight gradient and input gradient (R x h), gate's likewise, each weight gradient [local experts,
+/// out, in] for all the rank's experts at once; whichever op writes more. R: the busiest rank's rows
+/// (moe_expert_rows), f: the expert's TP-local width.
+void grouped_moe_op_tensors(const UnitContext& c, const Layer& l, double grad_b, std::vector<double>& out) {
+  out.clear();
+  if (c.p.moe_impl != MoeImpl::kGrouped || l.kind != LayerKind::kMoe || l.moe_experts <= 0) return;
+  const double h = static_cast<double>(c.s.hidden), R = moe_expert_rows(c, l);
+  double f = 0;
+  for (const Gemm& g : l.gemms)
+    if (g.expert && g.tp == TpSplit::kColumn) f = static_cast<double>(g.n) / c.t;
+  std::vector<double> dw;  // the routed experts' weights in the list's order: gate (or gate_up), up, down
+  for (const Tensor& t : l.tensors)
+    if (t.expert && t.stack > 1 && t.dim1 > 1)  // the weights; the biases are written by a sum
+      dw.push_back(static_cast<double>(rank_local_elems(t, 1, c.p.tp, c.p.ep)) * grad_b);
+  const double N = combine_fp32_bytes(c.p, c.s, l, c.T);
+  const double combine = 3 * N + N / h;
+  std::vector<double> experts;
+  if (!dw.empty()) experts.push_back(dw.back());  // down's weight gradient, then its input gradient
+  experts.push_back(R * f * c.bc);
+  for (std::size_t i = dw.size() > 1 ? dw.size() - 1 : 0; i-- > 0;) {  // up, then gate
+    experts.push_back(dw[i]);
+    experts.push_back(R * h * c.bc);
+  }
+  double sum = 0;
+  for (double b : experts) sum += b;
+  if (sum >= combine) {
+    out = experts;
+  } else if (N > 0) {
+    out = {N, N, N, N / h};
+  }
+}
+
+}  // namespace
 
 void Lowering::add_run(Span& s, double weight, int count) {
   if (weight <= 0 || count <= 0) return;
@@ -39,6 +85,17 @@ void Lowering::build_tensor_lists() {
   };
   const double T = act_tokens();
   const ScorePasses score = score_passes(p_, false);
+  // A grouped MoE's op tensors need its rows (moe_expert_rows) and widths: the units' context, once.
+  bool grouped_moe = false;
+  for (const Layer* l : in_.model.order()) grouped_moe = grouped_moe || l->kind == LayerKind::kMoe;
+  grouped_moe = grouped_moe && p_.moe_impl == MoeImpl::kGrouped;
+  const std::optional<UnitContext> uc =
+      grouped_moe ? std::optional<UnitContext>(std::in_place, in_.model, in_.cluster, in_.costs, p_, rt_)
+                  : std::nullopt;
+  const double grad_b = rt_.grads_persistent           ? 0.0
+                        : rt_.grad_kept_until_boundary ? bytes_per_param(rt_, p_.precision).grads
+                                                       : bc_;
+  std::vector<double> op_tensors;
   for (int u = 0; u < U_; ++u) {
     const SimUnit& un = unit(u);
     UnitTensors& t = ut_[static_cast<std::size_t>(u)];
@@ -82,6 +139,19 @@ void Lowering::build_tensor_lists() {
       double combine = 0;
       for (const Layer* l : un.layers) combine = std::max(combine, detail::combine_fp32_bytes(p_, s, *l, T));
       add_run(t.workspace, combine, 3);
+      // A grouped MoE's worst backward op, its tensors at their own sizes (the largest MoE layer's).
+      if (uc) {
+        double best = 0;
+        std::vector<double> tensors;
+        for (const Layer* l : un.layers) {
+          grouped_moe_op_tensors(*uc, *l, grad_b, tensors);
+          double sum = 0;
+          for (double b : tensors) sum += b;
+          if (sum > best) best = sum, op_tensors = tensors;
+        }
+        if (best > 0)
+          for (double b : op_tensors) add_run(t.workspace_exact, b);
+      }
       if (p_.fp8 != Fp8::kNone)
         add_run(t.workspace, T * (static_cast<double>(s.hidden) + static_cast<double>(s.ffn_hidden) / p_.tp) *
                                  detail::fp8_workspace_bytes_per_elem(p_.fp8));
@@ -106,6 +176,24 @@ void Lowering::build_tensor_lists() {
     add_run(optimizer_params_, 1.0);
   else
     optimizer_params_ = p_.zero >= 1 ? all_shard_ : all_local_;
+}
+
+std::int32_t Lowering::alloc_workspace(const SimUnit& un, const UnitTensors& ut) {
+  // The exact tensors in creation order while they fit (a tensor allocated whole or not at all); the rest of
+  // the workspace over the generic tensors in proportion. Without exact tensors: all in proportion.
+  const Bytes total = un.workspace_bytes;
+  Bytes exact = 0;
+  std::uint32_t n = 0;
+  for (; n < ut.workspace_exact.n; ++n) {
+    const Run r = runs_[ut.workspace_exact.first + n];
+    const Bytes b = static_cast<Bytes>(r.weight) * r.count;
+    if (exact + b > total) break;
+    exact += b;
+  }
+  std::int32_t group = -1;
+  if (exact > 0)
+    group = alloc_tensors(MemCategory::kOther, kPoolDefault, exact, Span{ut.workspace_exact.first, n});
+  return alloc_tensors(MemCategory::kOther, kPoolDefault, total - exact, ut.workspace, group);
 }
 
 std::int32_t Lowering::alloc_one(MemCategory c, std::uint8_t pool, Bytes bytes, std::int32_t group) {

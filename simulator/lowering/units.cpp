@@ -221,7 +221,7 @@ void unit_times_and_gathers(UnitContext& c, SimUnit& u, const UnitSums& m, std::
   const std::int64_t fp8_shard = m.fp8_shard;
   for (const Layer* l : u.layers) {
     if (p.cp > 1) add_cp_cost(u, context_parallel_layer_cost(*l, cluster, costs, p, T));
-    if (ep) add_ep_cost(u, expert_parallel_layer_cost(*l, s, cluster, costs, p, T));
+    if (ep) add_ep_cost(u, expert_parallel_layer_cost(*l, s, cluster, costs, p, T, moe_expert_rows(c, *l)));
   }
   // A quantised base is dequantised in forward and again in backward (bitsandbytes MatMul4Bit).
   const double cast_fwd = costs.memory_s(m.cast_fwd_bytes + m.dequant_bytes),

@@ -196,7 +196,7 @@ void layer_core_and_activations(const UnitContext& c, SimUnit& u, UnitSums& m, c
   if (l.kind == LayerKind::kLoss)
     el = el / c.t;  // vocab-parallel loss
   else if (l.block >= 0)
-    el = el / c.rep_div;
+    el = el / c.rep_div + c.moe_token_side_extra_bytes(l, fused);
   m.elem += costs.memory_s(T * el * c.bc / 2);
   // A MoE layer under EP: the expert side on the busiest rank's rows, and the permutations (units_moe.cpp).
   m.elem += costs.memory_s(T * c.moe_expert_extra_bytes(l));

@@ -128,6 +128,15 @@ MoeExpertSideBytes moe_expert_side_bytes(const Layer& l, const Plan& p, double t
   return b;
 }
 
+double UnitContext::moe_token_side_extra_bytes(const Layer& l, bool fused) const {
+  const double moe_div = moe_token_divisor(p);
+  if (l.kind != LayerKind::kMoe || moe_div == rep_div) return 0;
+  LayerMemo& m = memo(l);
+  double& routing = fused ? m.routing_fused : m.routing_eager;
+  if (routing < 0) routing = moe_routing_elementwise_bytes(l, fused);
+  return routing * (1.0 / moe_div - 1.0 / rep_div);
+}
+
 double UnitContext::moe_expert_extra_bytes(const Layer& l) const {
   // Without EP only a padded capacity adds rows (--moe-capacity-factor; rows a capacity drops are not taken
   // off the layer's scalar: max below).

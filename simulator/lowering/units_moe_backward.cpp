@@ -95,7 +95,9 @@ double hf_eager_backward_excess(const UnitContext& c, const Layer& l, const MoeG
 /// ops but for its combine and its packed gate_up_proj.
 double grouped_backward_excess(const UnitContext& c, const Layer& l, const MoeGrads& g) {
   const double T = c.T, bc = c.bc, h = static_cast<double>(c.s.hidden);
-  const double N = T * l.moe_top_k;  // the combine's rows: this rank's (token, choice) pairs
+  // The combine's rows: this rank's (token, choice) pairs, on the tokens the MoE code gives the TP rank
+  // (moe_token_divisor: all T without EP, T / tp with it).
+  const double T_moe = T / moe_token_divisor(c.p), N = T_moe * l.moe_top_k;
   const double R = moe_expert_rows(c, l);
   const MoeWidths w = moe_widths(l, c.t);
   // MoE.forward adds the shared experts' output after the routed experts' (`out + shared_experts(x)`), so
@@ -133,9 +135,9 @@ double grouped_backward_excess(const UnitContext& c, const Layer& l, const MoeGr
   const auto [consumed, routed_input] = c.moe_consumed(l);
   const double ops =
       c.p.moe_impl == MoeImpl::kHfGroupedMm
-          ? std::max((R * h + 2.0 * R * w.f_expert) * bc, (R * h + 2.0 * T * h) * bc - routed_input)
+          ? std::max((R * h + 2.0 * R * w.f_expert) * bc, (R * h + 2.0 * T_moe * h) * bc - routed_input)
           : std::max({(2.0 * R * h + R * w.f_expert) * bc, 3.0 * R * h * bc - routed_input,
-                      (N * h + 2.0 * T * h) * bc - routed_input});
+                      (N * h + 2.0 * T_moe * h) * bc - routed_input});
   const double experts = shared_held + g.experts - consumed + ops;
   // The router's backward comes last (its dW, E x h, and T x h input gradients: below the ops above); its
   // gradient is among the unit's written gradients from the next layer's ops on (unit_workspace).
@@ -165,12 +167,13 @@ UnitContext::MoeConsumed UnitContext::moe_consumed(const Layer& l) const {
 
 double combine_fp32_bytes(const Plan& p, const ModelSpec& s, const Layer& l, double T) {
   // One fp32 N x h tensor of the combine's backward, N = T·top_k rows (the token side: after the combine
-  // all-to-all, every row this rank's tokens chose); transformers' grouped_mm combine likewise (fp32 with
-  // Mixtral's and DeepSeek-V3's fp32 router weights; Qwen3-MoE's bf16 weights halve it, not modelled).
+  // all-to-all, every row this rank's tokens chose), T the rank's tokens of the MoE (moe_token_divisor);
+  // transformers' grouped_mm combine likewise (fp32 with Mixtral's and DeepSeek-V3's fp32 router weights;
+  // Qwen3-MoE's bf16 weights halve it, not modelled).
   if ((p.moe_impl != MoeImpl::kGrouped && p.moe_impl != MoeImpl::kHfGroupedMm) || l.kind != LayerKind::kMoe ||
       l.moe_experts <= 0 || l.moe_top_k <= 0)
     return 0;
-  return T * l.moe_top_k * static_cast<double>(s.hidden) * 4.0;
+  return T / moe_token_divisor(p) * l.moe_top_k * static_cast<double>(s.hidden) * 4.0;
 }
 
 double moe_backward_excess(const UnitContext& c, const Layer& l, const MoeGrads& g, double flowing) {

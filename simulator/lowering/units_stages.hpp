@@ -77,6 +77,10 @@ struct UnitContext {
   /// the expert side's on the busiest rank's extra rows and the all-to-all dispatcher's permutations
   /// (moe_expert_side_bytes, units_moe.cpp); 0 without EP and for other layers.
   double moe_expert_extra_bytes(const Layer& l) const;
+  /// A MoE layer's elementwise bytes per micro-batch token of its block beyond elementwise_bytes_per_token /
+  /// rep_div: its routing traffic (moe_routing_elementwise_bytes) on the tokens the MoE code gives the TP
+  /// rank (moe_token_divisor) rather than the residual stream's (units_moe.cpp); 0 where the two agree.
+  double moe_token_side_extra_bytes(const Layer& l, bool fused) const;
   /// A MoE layer's saved bytes per micro-batch that its grouped backward consumes before the grouped GEMMs'
   /// input gradients (the combine's fp32 copy and sorted scores, the experts' SwiGLU tensors) and those of
   /// its routed input (units_moe_backward.cpp).
@@ -88,6 +92,7 @@ struct UnitContext {
  private:
   struct LayerMemo {
     double none = -1, sel = -1, input = -1, moe_extra = -1;
+    double routing_fused = -1, routing_eager = -1;  ///< moe_routing_bytes of a MoE layer
     MoeConsumed moe_consumed{-1, -1};
   };
   mutable std::vector<LayerMemo> memo_ = std::vector<LayerMemo>(static_cast<std::size_t>(model.contents()));

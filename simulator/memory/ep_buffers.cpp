@@ -60,6 +60,11 @@ DeepEpBuffer deepep_buffer(std::int64_t hidden, int top_k, std::int64_t max_toke
 }
 
 std::int64_t deepep_max_tokens_per_rank(const Plan& p) {
+  // Not the busiest rank's routed rows (moe_expert_rows, which the all-to-all and DeepEP's traffic follow,
+  // --moe-imbalance included): the buffer is sized once for the tokens each rank may dispatch
+  // (torchtitan 0.3.0 distributed/deepep/deepep.py get_buffer, `num_max_tokens_per_rank`, "the buffer is
+  // sized statically"), with a receive slot for every rank's C tokens (deepep_buffer), so no routing
+  // imbalance can overflow it.
   const std::int64_t local_batch = p.pp > 1 ? std::int64_t{p.mbs} * p.grad_accum : p.mbs;
   return mul_checked(local_batch, p.seq, "DeepEP tokens per rank") / (std::int64_t{p.cp} * p.tp);
 }

@@ -61,6 +61,21 @@ double sequence_parallel_divisor(const Plan& p) {
   return p.tp > 1 && tp_sequence_parallel(p.runtime) ? p.tp : 1;
 }
 
+double moe_token_divisor(const Plan& p) {
+  if (p.tp <= 1) return 1;
+  // torchtitan 0.3.0 (the fsdp2 runtime's MoE, --moe-impl grouped; models/common/moe_sharding.py): with EP
+  // the MoE boundary redistributes its input to Shard(1) over the TP axis ("MoE reuses the mesh axis named
+  // TP for sequence-token sharding, so each rank sees different tokens"): router, dispatch and combine on
+  // T / tp tokens, SP or not. Without EP the router's and the routed experts' input is Replicate(): every
+  // TP rank routes and combines all T tokens (the experts TP-sharded, their output Partial, reduce-scattered
+  // to the sequence-parallel layout after the combine).
+  if (model_code(p) == ModelCode::kTorchtitan) return p.ep > 1 ? p.tp : 1;
+  // Megatron-core (MoE with TP requires sequence parallelism: megatron/training/arguments.py; the router and
+  // the token permutation of moe/token_dispatcher.py run on the rank's S / tp tokens), Hugging Face's loop
+  // and DeepSpeed (no sequence parallelism): as the residual stream.
+  return sequence_parallel_divisor(p);
+}
+
 double layer_backward_excess_bytes(const Layer& l, const Plan& p, double tokens, bool accumulated) {
   const double bc = p.compute_bytes();
   const int t = p.tp;
@@ -209,21 +224,34 @@ double act_bytes_per_token(const ActTensor& a, const Plan& p, double tokens) {
 }
 
 double act_split_divisor(ActSplit split, const Plan& p) {
-  return split == ActSplit::kTp ? p.tp : split == ActSplit::kSequence ? sequence_parallel_divisor(p) : 1.0;
+  switch (split) {
+    case ActSplit::kTp:
+      return p.tp;
+    case ActSplit::kSequence:
+      return sequence_parallel_divisor(p);
+    case ActSplit::kMoeTokens:
+      return moe_token_divisor(p);
+    case ActSplit::kNone:
+      break;
+  }
+  return 1.0;
 }
 
 double layer_saved_bytes(const Layer& l, const Plan& p, double tokens, bool selective) {
   // Per token, by how TP divides them (each sum divided once: the order of the old per-token figures).
-  double split = 0, seq = 0, none = 0;
+  double split = 0, seq = 0, none = 0, moe = 0;
   for (const ActTensor& a : l.activations) {
     const double share = act_saved_share(a, p, selective);
     if (share <= 0) continue;
     const double b = share * act_bytes_undivided(a, p, tokens);
-    (a.split == ActSplit::kTp ? split : a.split == ActSplit::kSequence ? seq : none) += b;
+    (a.split == ActSplit::kTp          ? split
+     : a.split == ActSplit::kSequence  ? seq
+     : a.split == ActSplit::kMoeTokens ? moe
+                                       : none) += b;
   }
   // A materialised attention core adds its score tensors, which selective recomputation recomputes
   // (Korthikanti et al. 2022 §5: the core attention is what selective recompute drops).
-  return tokens * (split / p.tp + seq / sequence_parallel_divisor(p) + none) +
+  return tokens * (split / p.tp + seq / sequence_parallel_divisor(p) + moe / moe_token_divisor(p) + none) +
          (selective ? 0.0 : score_saved_bytes(l, p, tokens));
 }
 

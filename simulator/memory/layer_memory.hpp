@@ -12,6 +12,9 @@ namespace shardplan {
 /// parallelism (torchtitan, FSDP1 with DTensor TP, Megatron), 1 without TP or without sequence parallelism
 /// (DeepSpeed AutoTP; capabilities.hpp tp_sequence_parallel).
 double sequence_parallel_divisor(const Plan& p);
+/// The TP ranks a MoE layer's token side (router, dispatch, combine: ActSplit::kMoeTokens) is split over:
+/// torchtitan's MoE splits its tokens over TP only under EP, Megatron-core as its sequence parallelism.
+double moe_token_divisor(const Plan& p);
 /// The TP-local shape of a tensor: column-parallel tensors split dim 0, row-parallel ones dim 1.
 std::int64_t tp_local_rows(const Tensor& t, int tp);
 std::int64_t tp_local_cols(const Tensor& t, int tp);

@@ -26,6 +26,9 @@ enum class ActSplit : std::uint8_t {
               ///< inputs, block inputs, reduce-scatter outputs)
   kNone,  ///< never divided: a row-parallel GEMM's output before its reduce-scatter is the partial sum over
           ///< the whole sequence
+  /// A MoE layer's token side (its input as the router reads it, the router's, dispatch's and combine's
+  /// tensors): on the tokens the MoE code gives each TP rank, moe_token_divisor (layer_memory.cpp).
+  kMoeTokens,
 };
 
 /// What torchtitan's op-level selective AC does with it (torchtitan 0.3.0

@@ -56,7 +56,7 @@ void mlp_activations(const ModelSpec& s, Layer& l, std::int64_t f, std::int64_t 
   // SwiGLU's gate and up (one fused gate_up), a GELU MLP's fc1; a MoE layer's router gate and its shared
   // experts' column linears (the routed experts read the gathered copy, dispatch.routed_input).
   const int column_linears = s.mlp != MlpKind::kGelu && !s.fused_gate_up ? 2 : 1;
-  input(l, h, ActSplit::kSequence).packs =
+  input(l, h, moe ? ActSplit::kMoeTokens : ActSplit::kSequence).packs =
       static_cast<std::int8_t>(moe ? 1 + (fs > 0 ? column_linears : 0) : column_linears);
   std::size_t gi = 0;
   if (moe) {
@@ -65,10 +65,10 @@ void mlp_activations(const ModelSpec& s, Layer& l, std::int64_t f, std::int64_t 
     // saves the scores again (torch 2.15 derivatives.yaml gather: `gather_backward(grad, self, ...)`): two
     // packs under save_on_cpu; Hugging Face's router takes the top-k values from topk, which saves only its
     // indices (derivatives.yaml topk): one. The same storage either way (one entry per implementation).
-    add_activation(l, "router.probs", s.moe.experts, ActSplit::kSequence, ActDtype::kFp32).only =
+    add_activation(l, "router.probs", s.moe.experts, ActSplit::kMoeTokens, ActDtype::kFp32).only =
         ActOnly::kMoeGrouped;
     l.activations.back().packs = 2;
-    add_activation(l, "router.probs", s.moe.experts, ActSplit::kSequence, ActDtype::kFp32).only =
+    add_activation(l, "router.probs", s.moe.experts, ActSplit::kMoeTokens, ActDtype::kFp32).only =
         ActOnly::kMoeHfRouter;
     ++gi;
     moe_dispatch_activations(s, l);  // top-k ids, the dispatcher's reordering, the routed input
@@ -239,3 +239,13 @@ void selective_mm_parity(Layer& attn, Layer& mlp) {
 }
 
 }  // namespace shardplan::detail
+
+namespace shardplan {
+
+double moe_routing_elementwise_bytes(const Layer& l, bool fused) {
+  if (l.kind != LayerKind::kMoe) return 0;
+  const detail::MoeRoutingBytes r = detail::moe_routing_bytes(l);
+  return fused ? r.fused : r.eager;
+}
+
+}  // namespace shardplan

@@ -162,6 +162,11 @@ struct Layer {
 
 using LayerGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Layer>;
 
+/// A MoE layer's routing traffic per token (the router's, dispatch's and combine's tensors' writes and reads,
+/// 16-bit compute; moe_tensors.cpp), the part of its elementwise bytes on the MoE's token side: fused (with
+/// inductor's fusions) or eager. 0 for other layers.
+double moe_routing_elementwise_bytes(const Layer& l, bool fused);
+
 class ModelGraph {
  public:
   ModelGraph() = default;

@@ -25,7 +25,10 @@ const char* to_string(ActDtype v) {
   return "?";
 }
 const char* to_string(ActSplit v) {
-  return v == ActSplit::kTp ? "tp" : v == ActSplit::kSequence ? "sequence" : "none";
+  return v == ActSplit::kTp          ? "tp"
+         : v == ActSplit::kSequence  ? "sequence"
+         : v == ActSplit::kMoeTokens ? "moe_tokens"
+                                     : "none";
 }
 const char* to_string(ActSac v) {
   return v == ActSac::kSave ? "save" : v == ActSac::kHalf ? "half" : "recompute";
@@ -136,7 +139,8 @@ std::vector<ActTensor> activations_from_json(const Json& arr, const std::vector<
     a.dtype = parse_enum(o.str("dtype", "compute"),
                          {ActDtype::kCompute, ActDtype::kFp32, ActDtype::kInt64, ActDtype::kBool}, file,
                          o.pointer("dtype"));
-    a.split = parse_enum(o.str("split", "tp"), {ActSplit::kTp, ActSplit::kSequence, ActSplit::kNone}, file,
+    a.split = parse_enum(o.str("split", "tp"),
+                         {ActSplit::kTp, ActSplit::kSequence, ActSplit::kNone, ActSplit::kMoeTokens}, file,
                          o.pointer("split"));
     a.eager = o.boolean("eager", true);
     a.compiled = o.boolean("compiled", a.eager);

@@ -122,10 +122,11 @@ ModelSpec parse_model_spec(JsonObj o) {
   s.qk_norm = parse_enum(
       o, "qk_norm", {{"none", QkNormKind::kNone}, {"head", QkNormKind::kHead}, {"full", QkNormKind::kFull}},
       QkNormKind::kNone);
-  s.rope_cache = parse_enum(
-      o, "rope_cache",
-      {{"none", RopeCache::kNone}, {"complex", RopeCache::kComplex}, {"cos_sin", RopeCache::kCosSin}},
-      RopeCache::kNone);
+  if (o.raw_optional("rope_cache"))
+    s.rope_cache = parse_enum(
+        o, "rope_cache",
+        {{"none", RopeCache::kNone}, {"complex", RopeCache::kComplex}, {"cos_sin", RopeCache::kCosSin}},
+        RopeCache::kNone);
   s.norm_placement = parse_enum(
       o, "norm_placement",
       {{"pre", NormPlacement::kPre}, {"post", NormPlacement::kPost}, {"sandwich", NormPlacement::kSandwich}},
@@ -190,7 +191,7 @@ void validate_model_spec(const ModelSpec& s, const std::string& file) {
     if (s.qk_norm != QkNormKind::kNone)
       throw InputError(file, "/qk_norm", "multi-head latent attention norms its latents, not q and k");
   }
-  if (s.rope_cache != RopeCache::kNone && s.positions != PositionKind::kRotary)
+  if (s.rope_cache.value_or(RopeCache::kNone) != RopeCache::kNone && s.positions != PositionKind::kRotary)
     throw InputError(file, "/rope_cache", "a RoPE cache needs rotary positions");
   range("window", s.window, 0, kMaxDim);
   range("global_every", s.global_every, 0, kMaxLayers);
@@ -251,7 +252,7 @@ Json model_spec_to_json(const ModelSpec& s) {
                 {"qk_rope_head_dim", s.mla.qk_rope_head_dim},
                 {"v_head_dim", s.mla.v_head_dim}};
   if (s.qk_norm != QkNormKind::kNone) j["qk_norm"] = to_string(s.qk_norm);
-  if (s.rope_cache != RopeCache::kNone) j["rope_cache"] = to_string(s.rope_cache);
+  if (s.rope_cache) j["rope_cache"] = to_string(*s.rope_cache);
   if (s.norm_placement != NormPlacement::kPre) j["norm_placement"] = to_string(s.norm_placement);
   if (s.fused_qkv) j["fused_qkv"] = true;
   if (s.fused_gate_up) j["fused_gate_up"] = true;

@@ -18,11 +18,12 @@ enum class PositionKind { kRotary, kLearned, kAlibi };
 /// Norms on the query and key projections: none, one RMSNorm weight of head_dim shared by the heads (Qwen3,
 /// Gemma 3), or one over the whole projection, heads·head_dim and kv_heads·head_dim (OLMo 2).
 enum class QkNormKind { kNone, kHead, kFull };
-/// The model code's RoPE cache, one buffer per attention layer (torchtitan 0.3.0 models/common/rope.py,
+/// A RoPE cache of torchtitan's form, one buffer per attention layer (torchtitan 0.3.0 models/common/rope.py,
 /// `register_buffer("cache", ..., persistent=False)` in each attention module's RoPE, of training.seq_len
-/// rows: models/common/decoder.py update_from_config): none (Hugging Face's rotary embedding computes cos and
-/// sin every forward), complex (ComplexRoPE: [seq, dim / 2] complex64; llama3, deepseek_v3) or cos_sin
-/// (CosSinRoPE: [seq, 2 dim] fp32; qwen3, gpt_oss); dim: the rotary width of a head.
+/// rows: models/common/decoder.py update_from_config): none (no cache), complex (ComplexRoPE: [seq, dim / 2]
+/// complex64; llama3, deepseek_v3) or cos_sin (CosSinRoPE: [seq, 2 dim] fp32; qwen3, gpt_oss); dim: the
+/// rotary width of a head. ModelSpec::rope_cache unset: the buffers of the model code the plan runs
+/// (simulator/memory/model_buffers.cpp rope_buffer_bytes).
 enum class RopeCache { kNone, kComplex, kCosSin };
 /// Where a block's norms sit: before attention and MLP (Llama), after them (OLMo 2), or both (Gemma 2/3).
 enum class NormPlacement { kPre, kPost, kSandwich };
@@ -93,7 +94,8 @@ struct ModelSpec {
   MoeSpec moe;
   std::int64_t seq = 4096;  ///< default sequence length
   QkNormKind qk_norm = QkNormKind::kNone;
-  RopeCache rope_cache = RopeCache::kNone;
+  /// Set: this cache whatever code runs (the reference lane's specs); unset: the model code's own.
+  std::optional<RopeCache> rope_cache;
   NormPlacement norm_placement = NormPlacement::kPre;
   bool fused_qkv = false, fused_gate_up = false;  ///< one qkv_proj / gate_up_proj tensor (Phi-3): same counts
   MlaSpec mla;

@@ -14,8 +14,8 @@ namespace {
 
 ActTensor& routing(Layer& l, const char* name, double per_token, ActDtype dtype, bool routed) {
   // Per-token tensors of the router and dispatcher: on this rank's tokens, as the router's scores
-  // (ActSplit::kSequence); `routed`: one row per (token, chosen expert), T x top_k rows.
-  ActTensor& a = add_activation(l, name, per_token, ActSplit::kSequence, dtype);
+  // (ActSplit::kMoeTokens); `routed`: one row per (token, chosen expert), T x top_k rows.
+  ActTensor& a = add_activation(l, name, per_token, ActSplit::kMoeTokens, dtype);
   a.expert = routed;
   return a;
 }

@@ -47,17 +47,18 @@ EpLayerCost allgather_dispatch_cost(const ModelSpec& s, const Cluster& cluster, 
 }
 
 DeepEpTraffic deepep_traffic(const ModelSpec& s, const Layer& l, const Cluster& cluster, const Plan& p,
-                             double tokens) {
+                             double rows) {
   DeepEpTraffic t;
   const GroupView g = cluster.group(p.ep, p.tp);
   const double U = g.intra_nvlink ? g.ranks_per_node : 1, S = static_cast<double>(g.ranks) / U;
   const double k = std::max(1, l.moe_top_k), row = static_cast<double>(s.hidden) * 2.0;  // bf16
-  // Balanced router, experts spread evenly: a routed row lands on another rank of the destination domain
-  // with probability (U - 1) / U, so a rank's NVLink traffic is T k (U - 1) / U rows (in hybrid mode the
-  // domain's receiving rank forwards it). Over RDMA a token is sent once per remote domain holding any of
-  // its k experts: (S - 1)(1 - (1 - 1/S)^k) domains per token.
-  t.nvlink_bytes = tokens * k * (U - 1) / U * row * p.moe_imbalance;
-  t.rdma_bytes = S > 1 ? tokens * (S - 1) * (1 - std::pow(1 - 1 / S, k)) * row * p.moe_imbalance : 0.0;
+  // Experts spread evenly: a routed row lands on another rank of the destination domain with probability
+  // (U - 1) / U, so a rank's NVLink traffic is R (U - 1) / U rows (in hybrid mode the domain's receiving rank
+  // forwards it), R the busiest rank's routed rows (moe_expert_rows: T k, ceil(F T k) under --moe-imbalance
+  // F). Over RDMA a token is sent once per remote domain holding any of its k experts: (S - 1)(1 - (1 -
+  // 1/S)^k) domains per token, R / k tokens.
+  t.nvlink_bytes = rows * (U - 1) / U * row;
+  t.rdma_bytes = S > 1 ? rows / k * (S - 1) * (1 - std::pow(1 - 1 / S, k)) * row : 0.0;
   t.nvlink_Bps = g.intra_Bps * fw::kDeepEpNvlinkFraction;
   // One NIC per rank of the domain (rails): the domain's network bandwidth shared by its U ranks.
   t.rdma_Bps = S > 1 ? g.inter_Bps / U * fw::kDeepEpRdmaFraction : 0.0;
@@ -65,9 +66,9 @@ DeepEpTraffic deepep_traffic(const ModelSpec& s, const Layer& l, const Cluster& 
 }
 
 EpLayerCost deepep_dispatch_cost(const ModelSpec& s, const Layer& l, const Cluster& cluster, const Plan& p,
-                                 double tokens) {
+                                 double rows) {
   EpLayerCost c;
-  const DeepEpTraffic t = deepep_traffic(s, l, cluster, p, tokens);
+  const DeepEpTraffic t = deepep_traffic(s, l, cluster, p, rows);
   // The NVLink and RDMA legs run at once (DeepEP's channels pipeline them): the slower bounds each kernel.
   const double nvl_s = t.nvlink_bytes > 0 ? t.nvlink_bytes / t.nvlink_Bps : 0.0;
   const double rdma_s = t.rdma_bytes > 0 ? t.rdma_bytes / t.rdma_Bps : 0.0;

@@ -13,30 +13,31 @@
 
 namespace shardplan {
 
-double moe_all_to_all_buffer_bytes(const ModelSpec& s, const Layer& l, const Plan& p, double tokens) {
-  const double bc = p.compute_bytes();
-  // The busiest rank sends and receives `moe_imbalance` times the mean routed tokens, under a capacity
-  // factor at most experts x capacity rows, padded exactly that (moe_rows_factor).
-  return tokens * static_cast<double>(s.hidden) * l.moe_top_k * bc *
-         moe_rows_factor(tokens, l.moe_top_k, l.moe_experts, p);
+double moe_all_to_all_buffer_bytes(const ModelSpec& s, const Plan& p, double rows) {
+  // The busiest rank's routed rows (its experts' rows, the one count the grouped GEMMs and the dispatch's
+  // tensors use: moe_expert_rows, ceil(F x T x top_k) under --moe-imbalance F, at most
+  // experts x capacity under --moe-capacity-factor, exactly that padded), hidden elements each in the
+  // compute dtype: torchtitan 0.3.0 AllToAllTokenDispatcher allocates the received rows as one tensor of the
+  // received count (all_to_all_single_autograd's output, models/common/token_dispatcher.py).
+  return rows * static_cast<double>(s.hidden) * p.compute_bytes();
 }
 
 EpLayerCost expert_parallel_layer_cost(const Layer& l, const ModelSpec& s, const Cluster& cluster,
-                                       const CostModel& costs, const Plan& p, double tokens) {
+                                       const CostModel& costs, const Plan& p, double tokens, double rows) {
   EpLayerCost c;
   if (p.ep <= 1 || l.moe_experts == 0) return c;
   switch (p.ep_dispatch()) {
     case EpBackend::kAllGather:
       return allgather_dispatch_cost(s, cluster, costs, p, tokens);
     case EpBackend::kDeepEp:
-      return deepep_dispatch_cost(s, l, cluster, p, tokens);
+      return deepep_dispatch_cost(s, l, cluster, p, rows);
     case EpBackend::kAllToAll:
       break;
   }
   // EP group: ep ranks, tp apart (torchtitan's sparse mesh [dp_replicate, efsdp, ep, etp] with etp = tp).
   const GroupView g = cluster.group(p.ep, p.tp);
   const double sent_share = busbw_factor(CollectiveKind::kAllToAll, p.ep);  // (ep - 1) / ep leaves the rank
-  const double buf = moe_all_to_all_buffer_bytes(s, l, p, tokens);
+  const double buf = moe_all_to_all_buffer_bytes(s, p, rows);
   c.a2a_s = 2 * costs.collective_s(CollectiveKind::kAllToAll, buf, g);  // dispatch + combine
   c.a2a_bytes = 2 * sent_share * buf;
   c.a2a_count = 2;

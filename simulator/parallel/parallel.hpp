@@ -32,13 +32,15 @@ struct EpLayerCost {
   double a2a_s = 0, a2a_bytes = 0;
   int a2a_count = 0;
 };
-/// Zero for dense layers or ep = 1.
+/// Zero for dense layers or ep = 1. `tokens`: the rank's tokens of a micro-batch (the all-gather dispatcher
+/// moves them whatever the router chose); `rows`: the routed rows the busiest rank's experts receive
+/// (moe_expert_rows, simulator/lowering/units_moe.cpp), which the all-to-all and DeepEP move.
 EpLayerCost expert_parallel_layer_cost(const Layer& l, const ModelSpec& s, const Cluster& cluster,
-                                       const CostModel& costs, const Plan& p, double tokens);
-/// Bytes of the whole buffer of one token dispatch (or combine) all-to-all of MoE layer `l` on one rank:
-/// tokens x hidden x top_k x dtype bytes x imbalance (nccl-tests' all-to-all size; each rank sends
-/// (ep - 1) / ep of it).
-double moe_all_to_all_buffer_bytes(const ModelSpec& s, const Layer& l, const Plan& p, double tokens);
+                                       const CostModel& costs, const Plan& p, double tokens, double rows);
+/// Bytes of the whole buffer of one token dispatch (or combine) all-to-all of a MoE layer on one rank: the
+/// busiest rank's routed `rows` (moe_expert_rows) x hidden x dtype bytes (nccl-tests' all-to-all size; each
+/// rank sends (ep - 1) / ep of it).
+double moe_all_to_all_buffer_bytes(const ModelSpec& s, const Plan& p, double rows);
 
 // ---- token dispatch backends (ep_dispatch.cpp; docs/model.md "Token dispatch backends") ----
 /// --ep-backend allgather: bytes of the gathered hidden states [tokens x ep, hidden] in the compute dtype
@@ -55,10 +57,11 @@ struct DeepEpTraffic {
   double nvlink_bytes = 0, rdma_bytes = 0;
   double nvlink_Bps = 0, rdma_Bps = 0;
 };
+/// `rows`: the busiest rank's routed rows (moe_expert_rows).
 DeepEpTraffic deepep_traffic(const ModelSpec& s, const Layer& l, const Cluster& cluster, const Plan& p,
-                             double tokens);
+                             double rows);
 /// --ep-backend deepep: dispatch + combine of one pass, each bounded by its slower leg.
 EpLayerCost deepep_dispatch_cost(const ModelSpec& s, const Layer& l, const Cluster& cluster, const Plan& p,
-                                 double tokens);
+                                 double rows);
 
 }  // namespace shardplan

@@ -70,6 +70,17 @@ std::vector<int> grad_buffer_bucket_index(const std::vector<std::int64_t>& elems
   return out;
 }
 
+ModelCode model_code(const Plan& p) {
+  if (p.runtime == Runtime::kMegatron) return ModelCode::kMegatron;
+  // The Hugging Face MoE implementations (transformers 4's loop, transformers 5.23's grouped_mm and eager
+  // experts) mean a Hugging Face model under any runtime.
+  const bool hf_moe =
+      p.moe_impl == MoeImpl::kLoop || p.moe_impl == MoeImpl::kHfGroupedMm || p.moe_impl == MoeImpl::kHfEager;
+  if (p.runtime == Runtime::kFsdp1 || p.runtime == Runtime::kDeepSpeed || hf_moe)
+    return ModelCode::kHuggingFace;
+  return ModelCode::kTorchtitan;
+}
+
 RuntimeTraits runtime_traits(const Plan& p) {
   RuntimeTraits t;
   t.runtime = p.runtime;

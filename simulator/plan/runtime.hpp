@@ -220,6 +220,14 @@ LossKernel loss_kernel(const Plan& p, const RuntimeTraits& rt);
 /// The traits of the plan's runtime at its ZeRO stage and precision (the plan is already resolved).
 RuntimeTraits runtime_traits(const Plan& p);
 
+/// The model code a plan runs, whose modules own the model's buffers (memory/model_buffers.cpp) and place a
+/// MoE layer's tokens under TP (memory/layer_memory.cpp moe_token_divisor): Megatron-core's GPTModel under
+/// the megatron runtime; Hugging Face transformers' models under fsdp1 and deepspeed (Trainer / accelerate)
+/// and wherever the MoE runs Hugging Face's experts (--moe-impl loop, hf-grouped-mm, hf-eager); torchtitan's
+/// decoder under fsdp2 otherwise (the fsdp2 runtime's wrapping, head and grouped MoE are torchtitan's).
+enum class ModelCode : std::uint8_t { kTorchtitan, kHuggingFace, kMegatron };
+ModelCode model_code(const Plan& p);
+
 /// Megatron-core's bucketing of the grad buffer (param_and_grad_buffer.py ParamAndGradBuffer.__init__,
 /// core_r0.8.0): parameters in backward order fill the current bucket; once it holds at least `bucket_elems`
 /// elements the next parameter opens a new one (`bucket_elems` <= 0: one bucket). `elems_backward` lists the

@@ -222,7 +222,9 @@ void stage_memory(const Simulator& sim, const ModelGraph& model, const Plan& p, 
   // the micro-batches run; they join the optimizer's tail.
   const bool no_sync = ctx.torch_stages && rt.reduce_scatter && !rt.grads_persistent;
   x.sharded_grad_bytes = no_sync ? x.res.persistent_split[1] : 0;
-  x.cost.held_bytes = x.res.persistent_bytes - x.sharded_grad_bytes + recv;
+  // The model's buffers (the stage's RoPE caches, MoE counters: model_buffer_bytes) are held from before the
+  // first action to the end, as the rank's breakdown counts them (pipeline_step.cpp rank_memory).
+  x.cost.held_bytes = x.res.persistent_bytes - x.sharded_grad_bytes + recv + model_buffer_bytes(*x.graph, p);
   x.cost.gathered_bytes = x.gathered_bytes;
   x.cost.accum_grad_bytes = x.accum_grad_bytes;
   working_sets(sim.program(), sim.units(), no_sync, no_sync ? grad_acc_bytes / bc : 0.0, bwd_recv,

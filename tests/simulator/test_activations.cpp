@@ -203,6 +203,9 @@ TEST_CASE("graph JSON of the earlier format: its per-token figures become tensor
         for (const int tp : {1, 2}) {
           Plan p;
           p.tp = tp;
+          // The earlier format divided the MoE's input and router scores by sequence parallelism, as
+          // torchtitan's MoE does under EP only (moe_token_divisor): the MoE graph is compared with ep 2.
+          p.ep = moe && tp > 1 ? 2 : 1;
           p = s.resolve(p);
           p.compile = compile;
           p.fp32_norm = fp32_norm;

@@ -172,3 +172,40 @@ TEST_CASE("FSDP2 --wrap 2: each block is a unit that all-gathers its two-block g
   CHECK(kept[1].group_first == -1);
   CHECK(kept[1].gathered_elems == 2 * 218'112'000LL);
 }
+
+TEST_CASE("a grouped MoE's backward workspace holds torch._grouped_mm's outputs whole",
+          "[simulator][memory][backward][moe]") {
+  // Mixtral 8x7B, FSDP2 bf16-mixed, 8 GPUs, mbs 1, seq 4096, no EP: R = 8192 routed rows; the block's
+  // workspace is 2,147,450,880 B (test_moe_backward.cpp), its worst op the gate GEMM's backward. torch.
+  // _grouped_mm allocates each output as one tensor (aten GroupedMMUtils.h
+  // create_grouped_gemm_output_tensor): in autograd's order down's weight gradient [8, 4096, 14336] x 2 B =
+  // 939,524,096, its input gradient R x f = 8192·14,336·2 = 234,881,024, up's weight gradient 939,524,096,
+  // then up's input gradient R x h = 67,108,864, which no longer fits (2,181,038,080 > 2,147,450,880): the
+  // rest, 33,521,664 B, spreads over the generic tensors. Before, the whole workspace was spread in
+  // proportion (no tensor above 410 MB).
+  Setup s("mixtral-8x7b", "dgx-h100", 8);
+  Plan p;
+  p.seq = 4096;
+  p.mbs = 1;
+  const Plan r = s.resolve(p);
+  REQUIRE(units_of(s, r)[1].workspace_bytes == 2'147'450'880LL);
+  Simulator sim(s.model, *s.cluster, *s.costs);
+  sim.run(r);
+  const Program& prog = sim.program();
+  std::vector<Bytes> other;  // unit 1's backward allocations in `other`, one entry per tensor
+  for (const Task& t : prog.tasks) {
+    if (t.type != TaskType::kCompute || !t.backward || t.unit != 1 || !other.empty()) continue;
+    for (std::uint32_t e = t.first_effect; e < t.first_effect + t.n_effects; ++e) {
+      const MemEffect& m = prog.effects[e];
+      if (m.category == MemCategory::kOther && m.delta_bytes > 0)
+        for (int i = 0; i < m.count; ++i) other.push_back(m.delta_bytes / m.count);
+    }
+  }
+  REQUIRE(other.size() >= 3);
+  CHECK(other[0] == 939'524'096);
+  CHECK(other[1] == 234'881'024);
+  CHECK(other[2] == 939'524'096);
+  Bytes sum = 0;
+  for (Bytes b : other) sum += b;
+  CHECK(sum == 2'147'450'880LL);
+}

@@ -44,9 +44,10 @@ TEST_CASE("expert parallelism: all-to-all bytes per MoE layer = tokens x hidden 
     if (l->moe_experts > 0) moe = l, ++moe_layers;
   REQUIRE(moe_layers == 48);
   REQUIRE(moe->moe_top_k == 8);
-  // One dispatch (or combine) buffer: 4096 tokens x 2048 x 8 x 2 B = 134,217,728 B; each rank sends 7/8.
+  // One dispatch (or combine) buffer: 4096 tokens x top-8 = 32,768 routed rows x 2048 x 2 B = 134,217,728 B;
+  // each rank sends 7/8.
   const double T = 4096;
-  CHECK(moe_all_to_all_buffer_bytes(s.model.spec(), *moe, rp, T) == 4096.0 * 2048 * 8 * 2);
+  CHECK(moe_all_to_all_buffer_bytes(s.model.spec(), rp, T * 8) == 4096.0 * 2048 * 8 * 2);
   const Result r = s.run(p);
   // Per step: 48 layers x (2 forward + 2 backward) all-to-alls x 134,217,728 x 7/8 = 22,548,578,304 B.
   CHECK(comm(r, CommKind::kAllToAll).bytes_per_rank == Approx(48.0 * 4 * 4096 * 2048 * 8 * 2 * 7 / 8));
@@ -60,6 +61,16 @@ TEST_CASE("expert parallelism: all-to-all bytes per MoE layer = tokens x hidden 
   // ... and its expert GEMMs take longer: the step cannot get faster.
   CHECK(ri.compute_s > r.compute_s);
   CHECK(ri.step_s > r.step_s);
+  // A row is whole: the bytes follow the rows the busiest rank's experts get (moe_expert_rows, the count its
+  // grouped GEMMs run on), ceil(F x 32,768). F = 1.00001: 32,768.33 -> 32,769 rows, not F x 32,768.
+  // Per step: 48 layers x 4 all-to-alls x 32,769 x 2048 x 2 B x 7/8; DeepEP inside one node (no RDMA leg)
+  // sends the same rows over NVLink: (U - 1) / U = 7/8 of them, dispatch and combine, forward and backward.
+  p.moe_imbalance = 1.00001;
+  const double rounded = 48.0 * 4 * 32769 * 2048 * 2 * 7 / 8;
+  CHECK(comm(s.run(p), CommKind::kAllToAll).bytes_per_rank == Approx(rounded).epsilon(1e-12));
+  p.ep_backend = EpBackend::kDeepEp;
+  CHECK(comm(s.run(p), CommKind::kAllToAll).bytes_per_rank == Approx(rounded).epsilon(1e-12));
+  p.ep_backend.reset();
   // Full AC recomputes the forward, its two all-to-alls included: 48 x 6.
   p.moe_imbalance = 1.0;
   p.ac = AcMode::kFull;

@@ -119,9 +119,10 @@ TEST_CASE("allgather dispatcher: gathered [T x ep, h] buffer and its all-gather 
 
 TEST_CASE("DeepEP: NVLink and RDMA traffic of the dispatch", "[simulator][ep_backend]") {
   // Qwen3-30B-A3B, 16 H100s in 2 nodes, ep 16: 8 ranks per NVLink domain (U), 2 domains (S); top-8;
-  // 4096 tokens; a row is 2048 x 2 B. NVLink: T k (U - 1)/U rows = 4096 x 8 x 7/8 x 4096 B =
-  // 117,440,512 B. RDMA: each token once per remote domain holding one of its experts: T (S - 1)(1 - (1 -
-  // 1/S)^k) = 4096 x (1 - 2^-8) rows = 4096 x 255/256 x 4096 B = 16,711,680 B.
+  // 4096 tokens, 32,768 routed rows (moe_expert_rows at a balanced router); a row is 2048 x 2 B. NVLink:
+  // T k (U - 1)/U rows = 4096 x 8 x 7/8 x 4096 B = 117,440,512 B. RDMA: each token once per remote domain
+  // holding one of its experts: T (S - 1)(1 - (1 - 1/S)^k) = 4096 x (1 - 2^-8) rows = 4096 x 255/256 x 4096 B
+  // = 16,711,680 B.
   Setup s("qwen3-30b-a3b", "dgx-h100", 16);
   Plan p;
   p.seq = 4096;
@@ -130,22 +131,22 @@ TEST_CASE("DeepEP: NVLink and RDMA traffic of the dispatch", "[simulator][ep_bac
   const Plan rp = s.resolve(p);
   const Layer* l = first_moe(s.model);
   REQUIRE(l != nullptr);
-  const DeepEpTraffic t = deepep_traffic(s.model.spec(), *l, *s.cluster, rp, 4096);
+  const DeepEpTraffic t = deepep_traffic(s.model.spec(), *l, *s.cluster, rp, 4096 * 8);
   CHECK(t.nvlink_bytes == Approx(117'440'512.0));
   CHECK(t.rdma_bytes == Approx(16'711'680.0));
   const GroupView g = s.cluster->group(16, 1);
   CHECK(t.nvlink_Bps == Approx(g.intra_Bps * 153.0 / 160.0));
   CHECK(t.rdma_Bps == Approx(g.inter_Bps / 8 * 43.0 / 50.0));
   // One pass: dispatch + combine, each bounded by its slower leg.
-  const EpLayerCost c = deepep_dispatch_cost(s.model.spec(), *l, *s.cluster, rp, 4096);
+  const EpLayerCost c = deepep_dispatch_cost(s.model.spec(), *l, *s.cluster, rp, 4096 * 8);
   CHECK(c.a2a_s == Approx(2 * std::max(t.nvlink_bytes / t.nvlink_Bps, t.rdma_bytes / t.rdma_Bps)));
   CHECK(c.a2a_bytes == Approx(2 * (117'440'512.0 + 16'711'680.0)));
   // Inside one node (ep 8) there is no RDMA leg and the NVLink rows are the all-to-all's (7/8 of T k).
   p.ep = 8;
-  const DeepEpTraffic t8 = deepep_traffic(s.model.spec(), *l, *s.cluster, s.resolve(p), 4096);
+  const DeepEpTraffic t8 = deepep_traffic(s.model.spec(), *l, *s.cluster, s.resolve(p), 4096 * 8);
   CHECK(t8.rdma_bytes == 0);
   CHECK(t8.nvlink_bytes ==
-        Approx(moe_all_to_all_buffer_bytes(s.model.spec(), *l, s.resolve(p), 4096) * 7 / 8));
+        Approx(moe_all_to_all_buffer_bytes(s.model.spec(), s.resolve(p), 4096 * 8) * 7 / 8));
 }
 
 TEST_CASE("ep backend: each runtime's default, and the refusals", "[simulator][ep_backend][capabilities]") {

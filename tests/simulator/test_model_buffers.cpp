@@ -1,5 +1,6 @@
-// The model code's buffers (simulator/memory/model_buffers.cpp): torchtitan 0.3.0's RoPE caches, one per
-// attention module (ModelSpec::rope_cache), and its MoE counters, allocated before the step in `other`.
+// The model code's buffers (simulator/memory/model_buffers.cpp): the RoPE buffers of the code the plan runs
+// (torchtitan 0.3.0's caches, one per attention module; Hugging Face's and Megatron-core's, one per model;
+// ModelSpec::rope_cache overrides) and torchtitan's MoE counters, allocated before the step in `other`.
 #include <catch2/catch.hpp>
 
 #include "core/error.hpp"
@@ -40,6 +41,48 @@ TEST_CASE("torchtitan's RoPE caches and MoE counters are buffers of every rank",
   // Alive from before the step to its end: the simulated peak moves by the caches exactly.
   const Plan p = lane_plan(MoeImpl::kGrouped);
   CHECK(cos.run(p).peak_bytes - none.run(p).peak_bytes == 16384);
+}
+
+TEST_CASE("the RoPE buffers follow the model code the runtime runs, the spec's rope_cache overrides",
+          "[simulator][memory]") {
+  Plan p;
+  p.seq = 64;
+  // Llama 3 8B under fsdp2 runs torchtitan's llama3 (ComplexRoPE): 32 attention modules, each [64, 128 / 2]
+  // complex64 = 64 x 64 x 8 = 32,768 B (torchtitan 0.3.0 on the meta device: llama3 8B holds 32 caches
+  // [max_seq_len, 64] complex64).
+  Setup l("llama3-8b", "dgx-h100", 8);
+  CHECK(model_buffer_bytes(l.model, l.resolve(p)) == 32 * 32768);
+  // Hugging Face (deepspeed, fsdp1, or the MoE loop): model.rotary_emb's inv_freq and original_inv_freq,
+  // fp32 [64] = 256 B each, one 512-byte block each (transformers 5.23 on the meta device).
+  Plan hf = p;
+  hf.runtime = Runtime::kDeepSpeed;
+  CHECK(model_buffer_bytes(l.model, l.resolve(hf)) == 2 * 512);
+  hf.runtime = Runtime::kFsdp1;
+  CHECK(model_buffer_bytes(l.model, l.resolve(hf)) == 2 * 512);
+  // Megatron-core: inv_freq (512) and the lru-cached emb [64, 1, 1, 128] fp32 = 32,768 B.
+  Plan mg = p;
+  mg.runtime = Runtime::kMegatron;
+  mg.zero = 1;
+  CHECK(model_buffer_bytes(l.model, l.resolve(mg)) == 512 + 32768);
+  // Qwen3 (per-head q/k norm) runs torchtitan's qwen3 (CosSinRoPE): 36 x [64, 2 x 128] fp32 = 65,536 B each.
+  Setup q("qwen3-8b", "dgx-h100", 8);
+  CHECK(model_buffer_bytes(q.model, q.resolve(p)) == 36 * 65536);
+  // DeepSeek-V3 (MLA: the rotary width is qk_rope_head_dim 64): 61 x [64, 32] complex64 = 16,384 B, plus
+  // torchtitan's MoE counters of its 58 MoE blocks, fp32 [256] = 1024 B, 2 each.
+  Setup d("deepseek-v3", "dgx-h100", 8);
+  CHECK(model_buffer_bytes(d.model, d.resolve(p)) == 61 * 16384 + 58 * 2 * 1024);
+  // The spec's rope_cache wins over the code's: none under fsdp2, a torchtitan cache under deepspeed.
+  ModelSpec none = l.model.spec();
+  none.rope_cache = RopeCache::kNone;
+  Setup ln(ModelGraph::from_spec(none), load_cluster_spec("dgx-h100"), 8);
+  CHECK(model_buffer_bytes(ln.model, ln.resolve(p)) == 0);
+  ModelSpec cos = l.model.spec();
+  cos.rope_cache = RopeCache::kCosSin;
+  Setup lc(ModelGraph::from_spec(cos), load_cluster_spec("dgx-h100"), 8);
+  CHECK(model_buffer_bytes(lc.model, lc.resolve(hf)) == 32 * 65536);
+  // No rotary positions, no RoPE buffer (MPT's ALiBi).
+  Setup m("mpt-7b", "dgx-h100", 8);
+  CHECK(model_buffer_bytes(m.model, m.resolve(p)) == 0);
 }
 
 TEST_CASE("a RoPE cache needs rotary positions", "[simulator][model]") {

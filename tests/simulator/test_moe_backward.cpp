@@ -181,3 +181,47 @@ TEST_CASE("transformers 5.23 experts: the eager loop's select_backward traffic",
   CHECK(eager[1].fwd_s == grouped[1].fwd_s);
   CHECK(eager[0].bwd_s == grouped[0].bwd_s);  // the embedding has no experts
 }
+
+TEST_CASE("under TP a MoE's token side is on the tokens the MoE code gives the TP rank",
+          "[simulator][moe][tp]") {
+  // torchtitan 0.3.0 (models/common/moe_sharding.py): without EP the router's and routed experts' input is
+  // Replicate() (every TP rank routes and combines all T tokens; the experts' output Partial, reduce-
+  // scattered after the combine); with EP the MoE input is redistributed to Shard(1) over the TP axis (T /
+  // tp tokens each). Hugging Face's loop and Megatron-core: as the sequence-parallel residual stream.
+  Setup s(ModelGraph::from_spec(test::lane_qwen3_moe(0)), load_cluster_spec("dgx-h100"), 4);
+  Plan p = small_plan(1, MoeImpl::kGrouped);
+  p.tp = 2;
+  const Plan no_ep = s.resolve(p);
+  p.ep = 2;
+  const Plan with_ep = s.resolve(p);
+  const Layer& l = first_moe(s.model);
+  CHECK(moe_token_divisor(no_ep) == 1);
+  CHECK(moe_token_divisor(with_ep) == 2);
+  // The combine's fp32 backward tensor over the rank's T = 64 tokens (mbs x seq): N x h x 4 with N = T·top_k
+  // = 128 rows without EP, 64 with it: 32,768 and 16,384 B.
+  CHECK(detail::combine_fp32_bytes(no_ep, s.model.spec(), l, 64.0) == 32768.0);
+  CHECK(detail::combine_fp32_bytes(with_ep, s.model.spec(), l, 64.0) == 16384.0);
+  // The combine's saved fp32 copy per token of the micro-batch: top_k·h·4 = 512 B on all tokens, 256 B on
+  // T / 2.
+  const ActTensor* copy = nullptr;
+  for (const ActTensor& a : l.activations)
+    if (a.name == "combine.float") copy = &a;
+  REQUIRE(copy != nullptr);
+  CHECK(act_bytes_per_token(*copy, no_ep, 64) == 512.0);
+  CHECK(act_bytes_per_token(*copy, with_ep, 64) == 256.0);
+  // The routing's forward traffic: the block's elementwise bytes are divided by the sequence-parallel
+  // divisor (2); without EP the routing's share runs on all tokens, its other half added back.
+  const detail::UnitContext c(s.model, *s.cluster, *s.costs, no_ep, runtime_traits(no_ep));
+  CHECK(c.moe_token_side_extra_bytes(l, false) == moe_routing_elementwise_bytes(l, false) / 2);
+  const detail::UnitContext ce(s.model, *s.cluster, *s.costs, with_ep, runtime_traits(with_ep));
+  CHECK(ce.moe_token_side_extra_bytes(l, false) == 0.0);
+  // Hugging Face's expert loop and Megatron-core: the token side follows sequence parallelism.
+  Plan loop = small_plan(1, MoeImpl::kLoop);
+  loop.tp = 2;
+  CHECK(moe_token_divisor(s.resolve(loop)) == 2);
+  Plan mg = small_plan(1, MoeImpl::kGrouped);
+  mg.tp = 2;
+  mg.runtime = Runtime::kMegatron;
+  mg.zero = 1;
+  CHECK(moe_token_divisor(s.resolve(mg)) == 2);
+}
