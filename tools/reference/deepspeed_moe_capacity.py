@@ -84,17 +84,22 @@ def run_deepspeed(s, m, f, e, k, factor, min_capacity, skew):
     }
 
 
-def run_shardplan(bin_, s, m, f, e, k, factor):
+def shardplan(bin_, s, m, f, e, k, *args):
+    """Runs `BIN ARGS...` on the one-block MoE spec of those dimensions ("{}" in args: the spec's path); its
+    stdout as JSON."""
     spec = {"schema": "shardplan.model/1", "name": "tiny-moe", "layers": 1, "hidden": m, "heads": 4,
             "kv_heads": 4, "ffn_hidden": f, "vocab": 256, "seq": s, "moe": {"experts": e, "top_k": k}}
     with tempfile.NamedTemporaryFile("w", suffix=".json") as fh:
         json.dump(spec, fh)
         fh.flush()
-        out = subprocess.run([bin_, "simulate", "--model", fh.name, "--gpus", "2", "--runtime", "megatron",
-                              "--zero", "1", "--ep", "2", "--ep-backend", "alltoall", "--seq", str(s),
-                              "--moe-capacity-factor", repr(factor), "--moe-pad-to-capacity", "--json", "-"],
-                             check=True, capture_output=True, text=True).stdout
-    par = json.loads(out)["parallelism"]
+        argv = [bin_, *(fh.name if x == "{}" else x for x in args)]
+        return json.loads(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
+
+
+def run_shardplan(bin_, s, m, f, e, k, factor):
+    par = shardplan(bin_, s, m, f, e, k, "simulate", "--model", "{}", "--gpus", "2", "--runtime", "megatron",
+                    "--zero", "1", "--ep", "2", "--ep-backend", "alltoall", "--seq", str(s),
+                    "--moe-capacity-factor", repr(factor), "--moe-pad-to-capacity", "--json", "-")["parallelism"]
     return {"capacity": par["moe_expert_capacity"], "busiest_rows": par["moe_busiest_rows"]}
 
 
@@ -135,18 +140,10 @@ BYTES = {"compute": 2, "fp32": 4, "int64": 8, "bool": 1}
 
 def listed_shardplan(bin_, s, m, f, e, k, factor):
     """shardplan's saved bytes of the MoE layer under --moe-impl deepspeed at S tokens, by tensor name."""
-    spec = {"schema": "shardplan.model/1", "name": "tiny-moe", "layers": 1, "hidden": m, "heads": 4,
-            "kv_heads": 4, "ffn_hidden": f, "vocab": 256, "seq": s, "moe": {"experts": e, "top_k": k}}
-    with tempfile.NamedTemporaryFile("w", suffix=".json") as fh:
-        json.dump(spec, fh)
-        fh.flush()
-        graph = json.loads(subprocess.run([bin_, "show", "model", fh.name, "--graph"], check=True,
-                                          capture_output=True, text=True).stdout)
-        out = subprocess.run([bin_, "simulate", "--model", fh.name, "--gpus", "2", "--runtime", "deepspeed",
-                              "--zero", "1", "--ep", "2", "--moe-impl", "deepspeed", "--seq", str(s),
-                              "--moe-capacity-factor", repr(factor), "--json", "-"],
-                             check=True, capture_output=True, text=True).stdout
-    rows = json.loads(out)["parallelism"]["moe_busiest_rows"]
+    graph = shardplan(bin_, s, m, f, e, k, "show", "model", "{}", "--graph")
+    rows = shardplan(bin_, s, m, f, e, k, "simulate", "--model", "{}", "--gpus", "2", "--runtime", "deepspeed",
+                     "--zero", "1", "--ep", "2", "--moe-impl", "deepspeed", "--seq", str(s),
+                     "--moe-capacity-factor", repr(factor), "--json", "-")["parallelism"]["moe_busiest_rows"]
     layer = next(l for l in graph["layers"] if l["kind"] == "moe")
     tensors = {}
     for a in layer["activations"]:
