@@ -38,7 +38,7 @@ ActTensor& not_saved(ActTensor& a) {
 void gate_masks(const ModelSpec& s, Layer& l) {
   const double e = s.moe.experts, k = s.moe.top_k;
   if (k == 1) {
-    // top1gating: mask1 = F.one_hot(indices1_s) (line 237, int64 [S, E]), saved by the multiplies of the
+    // top1gating: mask1 = F.one_hot(indices1_s) (line 238, int64 [S, E]), saved by the multiplies of the
     // capacity and gate normalisation that read it.
     ds(l, "ds.top1_mask", e, ActDtype::kInt64, false);
     return;

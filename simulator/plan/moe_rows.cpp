@@ -43,7 +43,7 @@ std::int64_t ep_busiest_rows(std::int64_t mean_rows, int experts, const Plan& p)
 std::int64_t deepspeed_expert_capacity(std::int64_t tokens, int experts, int top_k, double factor) {
   // deepspeed 0.19.8 deepspeed/moe/sharded_moe.py _capacity (lines 152-162): torch.ceil((num_tokens /
   // num_experts) * capacity_factor), at least min_capacity (torch.maximum), where top1gating passes
-  // capacity_factor, top2gating capacity_factor * 2 and topkgating capacity_factor * k (lines 233, 364, 446):
+  // capacity_factor, top2gating capacity_factor * 2 and topkgating capacity_factor * k (lines 232, 364, 446):
   // the factor multiplies by top_k before the tokens per expert, unlike get_capacity above.
   const double f = (factor > 0 ? factor : kDeepSpeedCapacityFactor) * std::max(1, top_k);
   const double capacity = std::ceil(static_cast<double>(tokens) / std::max(1, experts) * f);
