@@ -47,6 +47,11 @@ void model_code_notes(const Plan& p, std::vector<std::string>& n) {
                 ": transformers 5.23's experts_implementation decides (config._experts_implementation, "
                 "from_pretrained(experts_implementation=...)); the prediction assumed " +
                 (p.moe_impl == MoeImpl::kHfEager ? "\"eager\"" : "\"grouped_mm\""));
+  if (p.moe_impl == MoeImpl::kDeepSpeed)
+    n.push_back(
+        "--moe-impl deepspeed: the model code decides; the prediction assumed DeepSpeed-MoE's layer "
+        "(deepspeed.moe.layer.MoE: capacity_factor = --moe-capacity-factor or 1.0, min_capacity 4, "
+        "drop_tokens True), whose experts run every expert padded to its capacity");
   if (p.moe_imbalance != Plan{}.moe_imbalance)
     n.push_back(
         fmt::format("--moe-imbalance {}: the prediction assumed the busiest expert-parallel rank routes {} "

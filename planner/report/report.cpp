@@ -83,10 +83,14 @@ static Json parallelism_json(const Result& r, const ModelGraph& model) {
     // One micro-batch's rows the busiest EP rank's experts receive per MoE layer, and its saved expert-side
     // activations (docs/model.md "Expert parallelism").
     const auto tokens = static_cast<std::int64_t>(p.mbs) * p.seq / p.cp;
-    out["moe_busiest_rows"] = ep_busiest_rows(mul_checked(tokens, model.spec().moe.top_k, "routed rows"),
-                                              model.spec().moe.experts, p);
+    out["moe_busiest_rows"] = moe_busiest_rows(tokens, model.spec().moe.top_k, model.spec().moe.experts, p);
     out["moe_expert_side_bytes"] = expert_side_activation_bytes(model, p);
-    if (p.moe_capacity_factor > 0) {
+    if (p.moe_impl == MoeImpl::kDeepSpeed) {
+      out["moe_capacity_factor"] =
+          p.moe_capacity_factor > 0 ? p.moe_capacity_factor : kDeepSpeedCapacityFactor;
+      out["moe_expert_capacity"] = deepspeed_expert_capacity(tokens, model.spec().moe.experts,
+                                                             model.spec().moe.top_k, p.moe_capacity_factor);
+    } else if (p.moe_capacity_factor > 0) {
       out["moe_capacity_factor"] = p.moe_capacity_factor;
       out["moe_expert_capacity"] =
           moe_expert_capacity(mul_checked(tokens, model.spec().moe.top_k, "routed rows"),

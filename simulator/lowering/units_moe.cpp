@@ -31,6 +31,9 @@ struct ExpertSideOp {
   /// without a plan), whose other entries here are (mlp_builders.cpp make_mlp: 6 / 10 / 4 bytes per routed
   /// row and unit of width).
   bool ep_permute;
+  /// Only under --moe-impl deepspeed (its fixed-size buffers; like ep_permute, not in the layer's
+  /// elementwise_bytes_per_token).
+  bool deepspeed = false;
 };
 
 constexpr Names kGate{"experts.w_gate.out", "experts.w_gate_up.out[gate]"};
@@ -39,6 +42,10 @@ constexpr Names kSilu{"experts.silu.out", ""}, kMul{"experts.mul.out", ""};
 constexpr Names kFc1{"experts.w_fc1.out", ""}, kGelu{"experts.gelu.out", ""};
 constexpr Names kRouted{"dispatch.routed_input", ""}, kIndex{"dispatch.ep_permuted_indices", ""};
 constexpr Names kDown{"experts.w_down.out", ""}, kNone{"", ""};
+constexpr Names kDsSource{"ds.slot_source", ""}, kDsDispatched{"ds.dispatched_input", ""};
+constexpr Names kDsExpertOut{"ds.expert_output", ""}, kDsPadded{"ds.padded_output", ""};
+constexpr Names kDsSlots{"ds.slots", ""}, kDsRouted{"ds.routed", ""}, kDsGates{"ds.route_gates", ""};
+constexpr Names kDsWeighted{"ds.weighted", ""}, kDsSum{"ds.sum", ""}, kDsOut{"w_down.out", "w_fc2.out"};
 
 /// torchtitan 0.3.0 models/common/moe.py GroupedExperts.forward: `h = F.silu(w1 x) * (w3 x)` between the
 /// grouped GEMMs (eager: silu reads w1's output and writes its own, the product reads both and writes; fused:
@@ -50,13 +57,27 @@ constexpr Names kDown{"experts.w_down.out", ""}, kNone{"", ""};
 /// before the return all-to-all; no fusion crosses the all-to-alls, so both run compiled too. The bf16
 /// grouped GEMMs take each expert's rows unpadded (torch._grouped_mm's `offs`; only
 /// TokenGroupPaddingDispatcher, for the quantised grouped GEMMs, pads the groups): no padding pass.
-constexpr std::array<ExpertSideOp, 6> kOps{{
+/// DeepSpeed 0.19.8 deepspeed/moe/sharded_moe.py (the tensors of moe_tensors_deepspeed.cpp): _sparse_encode's
+/// index_select writes the [E, C, M] buffer (reading as many input rows, the pad row for empty slots, and
+/// the slot map), Experts.forward's torch.cat the experts' [ep, E / ep, C, M] output (experts.py line 38),
+/// _sparse_decode's torch.cat its padded copy, its index_select the [k, S, M] rows (reading them and the
+/// slots), then, eager, the fp32 multiply by the gates, the sum over the k routes and the cast (compiled: one
+/// pass reading the rows and the gates, writing the output).
+constexpr std::array<ExpertSideOp, 14> kOps{{
     {{kGate, kNone}, kSilu, true, false, false},
     {{kSilu, kUp}, kMul, true, false, false},
     {{kGate, kUp}, kMul, false, true, false},
     {{kFc1, kNone}, kGelu, true, true, false},
     {{kRouted, kIndex}, kRouted, true, true, true},
     {{kDown, kIndex}, kDown, true, true, true},
+    {{kDsDispatched, kDsSource}, kDsDispatched, true, true, false, true},
+    {{kDsExpertOut, kNone}, kDsExpertOut, true, true, false, true},
+    {{kDsExpertOut, kNone}, kDsPadded, true, true, false, true},
+    {{kDsRouted, kDsSlots}, kDsRouted, true, true, false, true},
+    {{kDsRouted, kDsGates}, kDsWeighted, true, false, false, true},
+    {{kDsWeighted, kNone}, kDsSum, true, false, false, true},
+    {{kDsSum, kNone}, kDsOut, true, false, false, true},
+    {{kDsRouted, kDsGates}, kDsOut, false, true, false, true},
 }};
 
 const ActTensor* find(const Layer& l, const Names& n) {
@@ -69,8 +90,7 @@ const ActTensor* find(const Layer& l, const Names& n) {
 }  // namespace
 
 double moe_expert_rows(const UnitContext& c, const Layer& l) {
-  const std::int64_t mean = mul_checked(std::llround(c.T), std::max(1, l.moe_top_k), "routed rows");
-  return static_cast<double>(ep_busiest_rows(mean, l.moe_experts, c.p));
+  return static_cast<double>(moe_busiest_rows(std::llround(c.T), l.moe_top_k, l.moe_experts, c.p));
 }
 
 double hf_eager_select_bwd_s(const UnitContext& c, const Layer& l) {
@@ -111,6 +131,7 @@ MoeExpertSideBytes moe_expert_side_bytes(const Layer& l, const Plan& p, double t
   const bool permute = p.ep > 1 && p.ep_dispatch() == EpBackend::kAllToAll && p.moe_impl == MoeImpl::kGrouped;
   for (const ExpertSideOp& op : kOps) {
     if (!(fused ? op.compiled : op.eager) || (op.ep_permute && !permute)) continue;
+    if (op.deepspeed && p.moe_impl != MoeImpl::kDeepSpeed) continue;
     const ActTensor* w = find(l, op.write);
     if (!w) continue;  // a GELU layer has no SwiGLU tensors, and the reverse
     double busiest = 0, mean = 0;
@@ -123,7 +144,7 @@ MoeExpertSideBytes moe_expert_side_bytes(const Layer& l, const Plan& p, double t
     for (const Names& r : op.reads)
       if (const ActTensor* a = find(l, r)) add(*a);
     b.busiest += busiest;
-    if (!op.ep_permute) b.in_layer += mean;
+    if (!op.ep_permute && !op.deepspeed) b.in_layer += mean;
   }
   return b;
 }
@@ -140,7 +161,9 @@ double UnitContext::moe_token_side_extra_bytes(const Layer& l, bool fused) const
 double UnitContext::moe_expert_extra_bytes(const Layer& l) const {
   // Without EP only a padded capacity adds rows (--moe-capacity-factor; rows a capacity drops are not taken
   // off the layer's scalar: max below).
-  if (l.kind != LayerKind::kMoe || (!ep && p.moe_capacity_factor <= 0)) return 0;
+  // --moe-impl deepspeed pads every expert to its capacity whatever the knob (moe_busiest_rows).
+  if (l.kind != LayerKind::kMoe || (!ep && p.moe_capacity_factor <= 0 && p.moe_impl != MoeImpl::kDeepSpeed))
+    return 0;
   LayerMemo& m = memo(l);
   if (m.moe_extra < 0) {
     const MoeExpertSideBytes b = moe_expert_side_bytes(l, p, T, p.compile || rt.fused_kernels);

@@ -184,6 +184,7 @@ double moe_backward_excess(const UnitContext& c, const Layer& l, const MoeGrads&
       return hf_eager_backward_excess(c, l, g, flowing);
     case MoeImpl::kGrouped:
     case MoeImpl::kHfGroupedMm:
+    case MoeImpl::kDeepSpeed:  // its experts' own backward; the combine's index_select backward is a scatter
       break;
   }
   return grouped_backward_excess(c, l, g);

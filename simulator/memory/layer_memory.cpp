@@ -169,7 +169,7 @@ bool act_condition(const ActTensor& a, const Plan& p) {
     case ActOnly::kMoeEp:
       return p.moe_impl == MoeImpl::kGrouped && p.ep > 1;
     case ActOnly::kMoeHfRouter:
-      return p.moe_impl != MoeImpl::kGrouped;
+      return p.moe_impl != MoeImpl::kGrouped && p.moe_impl != MoeImpl::kDeepSpeed;
     case ActOnly::kMoeSorted:
       return p.moe_impl == MoeImpl::kGrouped || p.moe_impl == MoeImpl::kHfGroupedMm;
     case ActOnly::kMoeExpertLoop:
@@ -178,6 +178,8 @@ bool act_condition(const ActTensor& a, const Plan& p) {
       return p.moe_impl == MoeImpl::kHfGroupedMm;
     case ActOnly::kMoeHfEager:
       return p.moe_impl == MoeImpl::kHfEager;
+    case ActOnly::kMoeDeepSpeed:
+      return p.moe_impl == MoeImpl::kDeepSpeed;
   }
   return true;
 }

@@ -66,6 +66,7 @@ enum class ActOnly : std::uint8_t {
   kMoeExpertLoop,   ///< loop, hf-eager: a Python loop over the experts, index_add_ into zeros
   kMoeHfGroupedMm,  ///< only with --moe-impl hf-grouped-mm (transformers 5.23 grouped_mm_experts_forward)
   kMoeHfEager,      ///< only with --moe-impl hf-eager (transformers 5.23's loop over the 3-D weights)
+  kMoeDeepSpeed,    ///< only with --moe-impl deepspeed (DeepSpeed 0.19.8 MOELayer, TopKGate)
 };
 
 /// When an eager forward frees it where the regime does not keep it: when Python drops the last reference

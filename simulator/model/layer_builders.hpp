@@ -45,6 +45,10 @@ void add_tp_gathered_input(Layer& l);
 void moe_dispatch_activations(const ModelSpec& s, Layer& l);
 void moe_combine_activations(const ModelSpec& s, Layer& l);
 void moe_combine_lifetimes(Layer& l, const std::string& output);
+/// The same for --moe-impl deepspeed (moe_tensors_deepspeed.cpp: DeepSpeed 0.19.8's MOELayer and TopKGate).
+void deepspeed_dispatch_activations(const ModelSpec& s, Layer& l);
+void deepspeed_combine_activations(const ModelSpec& s, Layer& l);
+void deepspeed_combine_lifetimes(Layer& l, const std::string& output);
 /// The routing's memory-bound traffic per token (16-bit compute) summed over those tensors' writes and
 /// reads: op by op (eager) and with inductor's fusions (fused).
 struct MoeRoutingBytes {

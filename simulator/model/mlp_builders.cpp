@@ -71,7 +71,8 @@ void mlp_activations(const ModelSpec& s, Layer& l, std::int64_t f, std::int64_t 
     add_activation(l, "router.probs", s.moe.experts, ActSplit::kMoeTokens, ActDtype::kFp32).only =
         ActOnly::kMoeHfRouter;
     ++gi;
-    moe_dispatch_activations(s, l);  // top-k ids, the dispatcher's reordering, the routed input
+    moe_dispatch_activations(s, l);        // top-k ids, the dispatcher's reordering, the routed input
+    deepspeed_dispatch_activations(s, l);  // --moe-impl deepspeed: the gate's, the [E, C, M] buffer
   }
   auto one_mlp = [&](const std::string& prefix, double width, bool expert) {
     // The routed experts' tensors are on the expert side (ActTensor::expert_rows): GroupedExperts.forward

@@ -58,6 +58,7 @@ const char* to_string(ActOnly v) {
          : v == ActOnly::kMoeExpertLoop  ? "moe_expert_loop"
          : v == ActOnly::kMoeHfGroupedMm ? "moe_hf_grouped_mm"
          : v == ActOnly::kMoeHfEager     ? "moe_hf_eager"
+         : v == ActOnly::kMoeDeepSpeed   ? "moe_deepspeed"
                                          : "always";
 }
 const char* to_string(ActLife v) {
@@ -154,7 +155,7 @@ std::vector<ActTensor> activations_from_json(const Json& arr, const std::vector<
         o.str("only", "always"),
         {ActOnly::kAlways, ActOnly::kFp32Norm, ActOnly::kTp, ActOnly::kTpGathered, ActOnly::kMoeGrouped,
          ActOnly::kMoeLoop, ActOnly::kMoeEp, ActOnly::kMoeHfRouter, ActOnly::kMoeSorted,
-         ActOnly::kMoeExpertLoop, ActOnly::kMoeHfGroupedMm, ActOnly::kMoeHfEager},
+         ActOnly::kMoeExpertLoop, ActOnly::kMoeHfGroupedMm, ActOnly::kMoeHfEager, ActOnly::kMoeDeepSpeed},
         file, o.pointer("only"));
     a.life = parse_enum(o.str("life", "layer"),
                         {ActLife::kLayer, ActLife::kAtOnce, ActLife::kTransient, ActLife::kBlock,

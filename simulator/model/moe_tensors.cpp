@@ -191,6 +191,7 @@ void moe_combine_activations(const ModelSpec& s, Layer& l) {
   only(routing(l, "loop.product", k * h, ActDtype::kCompute, true), ActOnly::kMoeExpertLoop).life =
       ActLife::kAtOnce;
   hf_grouped_mm_combine(s, l);
+  deepspeed_combine_activations(s, l);
 }
 
 void moe_combine_lifetimes(Layer& l, const std::string& output) {
@@ -204,6 +205,7 @@ void moe_combine_lifetimes(Layer& l, const std::string& output) {
   dies_after(l, "hf.weighted", "hf.unpermuted");
   dies_after(l, "hf.unpermuted", "hf.sum");
   dies_after(l, "hf.sum", output);
+  deepspeed_combine_lifetimes(l, output);
 }
 
 MoeRoutingBytes moe_routing_bytes(const Layer& l) {

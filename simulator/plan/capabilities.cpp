@@ -140,6 +140,7 @@ constexpr FeatureInfo kFeatureInfo[] = {
     {"chunked loss in 16 bits or with a held output", "--loss-impl"},      // kChunkedLoss16
     {"expert capacity factor (token dropping)", "--moe-capacity-factor"},  // kMoeCapacity
     {"capacity factor without the all-to-all dispatcher", "--moe-capacity-factor"},  // kMoeCapacityDispatcher
+    {"DeepSpeed-MoE layer (capacity-padded experts)", "--moe-impl"},                 // kDeepSpeedMoe
 };
 static_assert(std::size(kFeatureInfo) == kFeatures);
 }  // namespace
@@ -243,9 +244,13 @@ std::array<bool, kFeatures> plan_features(const Plan& p, int dp) {
   use(Feature::kChunkedLossParallel, chunked && (p.tp > 1 || p.cp > 1 || p.pp > 1));
   use(Feature::kChunkedLossUnsharded, chunked && (p.zero == 0 || p.root_params != RootParams::kNone));
   use(Feature::kChunkedLoss16, chunked && (p.loss_dtype != Dtype::kFp32 || p.hold_logits));
-  const bool capacity = p.moe_capacity_factor > 0;
+  // --moe-impl deepspeed brings its own capacity (DeepSpeed-MoE's _capacity) and dispatch (its _AllToAll):
+  // the capacity factor under it is that layer's, allowed wherever the layer is.
+  const bool ds_moe = p.moe_impl == MoeImpl::kDeepSpeed;
+  const bool capacity = p.moe_capacity_factor > 0 && !ds_moe;
   use(Feature::kMoeCapacity, capacity);
   use(Feature::kMoeCapacityDispatcher, capacity && p.ep_dispatch() != EpBackend::kAllToAll);
+  use(Feature::kDeepSpeedMoe, ds_moe);
   return u;
 }
 

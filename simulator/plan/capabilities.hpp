@@ -85,8 +85,9 @@ enum class Feature : std::uint8_t {
   kChunkedLoss16,            ///< the chunked loss with a 16-bit loss dtype or held model output
   kMoeCapacity,              ///< --moe-capacity-factor > 0: an expert capacity (token dropping)
   kMoeCapacityDispatcher,    ///< a capacity factor with a token dispatcher other than the all-to-all
+  kDeepSpeedMoe,             ///< --moe-impl deepspeed (DeepSpeed-MoE's capacity-padded MOELayer)
 };
-inline constexpr int kFeatures = static_cast<int>(Feature::kMoeCapacityDispatcher) + 1;
+inline constexpr int kFeatures = static_cast<int>(Feature::kDeepSpeedMoe) + 1;
 inline constexpr int kRuntimes = 4;
 
 /// kNo: the runtime does not have it. kNotModelled: it has it, the simulator does not lower it. Both are

@@ -19,6 +19,9 @@ constexpr Row kFsdp2[] = {
     {Feature::kMoeCapacityDispatcher, N,
      "torchtitan 0.3.0 torchtitan/models/common/moe.py TokenChoiceTopKRouter",
      "torchtitan has no expert capacity (dropless routing)"},
+    {Feature::kDeepSpeedMoe, N, "deepspeed 0.19.8 deepspeed/moe/layer.py MoE",
+     "DeepSpeed-MoE's layer runs under deepspeed.initialize (its expert groups come from "
+     "deepspeed.utils.groups): use --runtime deepspeed, or --moe-impl grouped for torchtitan's MoE"},
 };
 
 constexpr Row kFsdp1[] = {
@@ -31,16 +34,23 @@ constexpr Row kFsdp1[] = {
      "torch 2.15 torch/distributed/fsdp (wraps the model as it is); transformers 5.23.0 "
      "models/mixtral/modeling_mixtral.py MixtralSparseMoeBlock",
      "the Hugging Face MoE blocks have no expert capacity (dropless routing)"},
+    {Feature::kDeepSpeedMoe, N, "deepspeed 0.19.8 deepspeed/moe/layer.py MoE",
+     "DeepSpeed-MoE's layer runs under deepspeed.initialize (its expert groups come from "
+     "deepspeed.utils.groups): use --runtime deepspeed, or --moe-impl loop / hf-grouped-mm / hf-eager"},
 };
 
 constexpr Row kDeepSpeed[] = {
-    {Feature::kMoeCapacity, M, "deepspeed 0.19.8 deepspeed/moe/sharded_moe.py TopKGate, MOELayer",
-     "the MoE modelled for deepspeed is AutoEP's (deepspeed/moe/ep_router.py TokenChoiceTopKRouter, "
-     "ported from torchtitan: dropless); DeepSpeed-MoE's capacity_factor (deepspeed/moe/layer.py MoE, "
-     "drop_tokens=True, min_capacity=4) dispatches a fixed [experts, capacity, hidden] buffer that "
-     "shardplan does not model: use --runtime megatron or --moe-capacity-factor 0"},
-    {Feature::kMoeCapacityDispatcher, M, "deepspeed 0.19.8 deepspeed/moe/sharded_moe.py MOELayer",
-     "DeepSpeed-MoE's capacity is not modelled"},
+    {Feature::kMoeCapacity, N, "deepspeed 0.19.8 deepspeed/moe/ep_router.py TokenChoiceTopKRouter",
+     "the routers of the other implementations under deepspeed (AutoEP's, ported from torchtitan; "
+     "transformers' blocks) are dropless; DeepSpeed-MoE's capacity_factor is --moe-impl deepspeed's: use "
+     "--moe-impl deepspeed or --moe-capacity-factor 0"},
+    {Feature::kMoeCapacityDispatcher, N, "deepspeed 0.19.8 deepspeed/moe/ep_router.py TokenChoiceTopKRouter",
+     "only DeepSpeed-MoE's layer has a capacity: use --moe-impl deepspeed"},
+    {Feature::kDeepSpeedMoe, Y,
+     "deepspeed 0.19.8 deepspeed/moe/layer.py MoE, sharded_moe.py MOELayer, TopKGate",
+     "deepspeed.moe.layer.MoE(ep_size=--ep, k=top_k, capacity_factor=--moe-capacity-factor or 1.0, "
+     "min_capacity=4, drop_tokens=True): every expert padded to C = max(ceil(S / E x F x k), 4) rows, the "
+     "experts run E x C rows per rank whatever the routing (sharded_moe.py _capacity, _sparse_encode)"},
 };
 
 constexpr Row kMegatron[] = {
@@ -55,6 +65,9 @@ constexpr Row kMegatron[] = {
      "megatron-core 0.8.0 megatron/core/transformer/transformer_config.py",
      "\"moe_expert_capacity_factor only works with alltoall token dispatcher\" (__post_init__), and "
      "moe_token_dispatcher_type defaults to allgather: add --ep-backend alltoall"},
+    {Feature::kDeepSpeedMoe, N, "megatron-core 0.8.0 megatron/core/transformer/moe/moe_layer.py MoELayer",
+     "Megatron-core runs its own MoELayer; its capacity is --moe-capacity-factor (with "
+     "--moe-pad-to-capacity) under --moe-impl grouped or loop"},
 };
 
 }  // namespace

@@ -207,7 +207,8 @@ void add_precision_and_layer_knobs(std::vector<Knob>& t) {
              "grouped GEMMs, one combine), loop (transformers 4: a loop over per-expert Linear layers, "
              "index_add_), hf-grouped-mm (transformers 5.23's default: sort, grouped GEMMs over 3-D expert "
              "weights, un-permute), hf-eager (transformers 5.23 experts_implementation=\"eager\": a loop "
-             "indexing the 3-D weights)",
+             "indexing the 3-D weights), deepspeed (DeepSpeed-MoE's MOELayer, --runtime deepspeed: every "
+             "expert padded to its capacity, --moe-capacity-factor or 1.0, at least 4 rows)",
              "grouped", names<MoeImpl>());
     k.get = [](const Plan& p) {
       return p.moe_impl == MoeImpl::kGrouped ? std::string() : std::string(to_string(p.moe_impl));
@@ -317,7 +318,8 @@ void add_cp_ep_knobs(std::vector<Knob>& t) {
   Knob c =
       make("moe_capacity_factor", "--moe-capacity-factor", KnobKind::kDouble,
            "expert capacity factor F: each expert keeps at most ceil(T x top_k / experts x F) of a rank's "
-           "routed rows, the rest are dropped (Megatron-core --moe-expert-capacity-factor; 0 = dropless)",
+           "routed rows, the rest are dropped (Megatron-core --moe-expert-capacity-factor; 0 = dropless); "
+           "under --moe-impl deepspeed DeepSpeed-MoE's capacity_factor (0 = its default 1.0)",
            "0");
   c.dlo = 0.0;
   c.dhi = 64.0;

@@ -40,11 +40,34 @@ std::int64_t ep_busiest_rows(std::int64_t mean_rows, int experts, const Plan& p)
   return p.moe_pad_to_capacity ? capped : std::min(rows, capped);
 }
 
+std::int64_t deepspeed_expert_capacity(std::int64_t tokens, int experts, int top_k, double factor) {
+  // deepspeed 0.19.8 deepspeed/moe/sharded_moe.py _capacity (lines 152-162): torch.ceil((num_tokens /
+  // num_experts) * capacity_factor), at least min_capacity (torch.maximum), where top1gating passes
+  // capacity_factor, top2gating capacity_factor * 2 and topkgating capacity_factor * k (lines 232, 364, 446):
+  // the factor multiplies by top_k before the tokens per expert, unlike get_capacity above.
+  const double f = (factor > 0 ? factor : kDeepSpeedCapacityFactor) * std::max(1, top_k);
+  const double capacity = std::ceil(static_cast<double>(tokens) / std::max(1, experts) * f);
+  if (!(capacity < 9007199254740992.0)) throw OverflowError("integer overflow computing the expert capacity");
+  return std::max<std::int64_t>(static_cast<std::int64_t>(capacity), kDeepSpeedMinCapacity);
+}
+
+std::int64_t moe_busiest_rows(std::int64_t tokens, int top_k, int experts, const Plan& p) {
+  // DeepSpeed-MoE (MOELayer.forward) dispatches a fixed [E, C, M] buffer per rank whatever the routing: after
+  // the all-to-all a rank's experts run [ep, E / ep, C, M], E x C rows (--moe-imbalance does not enter).
+  if (p.moe_impl == MoeImpl::kDeepSpeed)
+    return mul_checked(deepspeed_expert_capacity(tokens, experts, top_k, p.moe_capacity_factor),
+                       std::max(1, experts), "expert capacity rows");
+  return ep_busiest_rows(mul_checked(tokens, std::max(1, top_k), "routed rows"), experts, p);
+}
+
 double moe_rows_factor(double tokens, int top_k, int experts, const Plan& p) {
-  if ((p.ep <= 1 || p.moe_imbalance == 1.0) && p.moe_capacity_factor <= 0) return 1.0;
+  if ((p.ep <= 1 || p.moe_imbalance == 1.0) && p.moe_capacity_factor <= 0 &&
+      p.moe_impl != MoeImpl::kDeepSpeed)
+    return 1.0;
   const std::int64_t mean = mul_checked(std::llround(tokens), std::max(1, top_k), "routed rows");
   if (mean <= 0) return 1.0;
-  return static_cast<double>(ep_busiest_rows(mean, experts, p)) / static_cast<double>(mean);
+  return static_cast<double>(moe_busiest_rows(std::llround(tokens), top_k, experts, p)) /
+         static_cast<double>(mean);
 }
 
 }  // namespace shardplan

@@ -68,6 +68,8 @@ const char* to_string(MoeImpl m) {
       return "hf-grouped-mm";
     case MoeImpl::kHfEager:
       return "hf-eager";
+    case MoeImpl::kDeepSpeed:
+      return "deepspeed";
   }
   return "?";
 }

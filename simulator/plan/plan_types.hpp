@@ -76,8 +76,10 @@ enum class AttentionCore { kFlash, kFusedSoftmax, kEager };
 /// grouped_mm_experts_forward (sort by expert, two grouped GEMMs, weight, un-permute, sum over the top-k; the
 /// default of every model with the decorator: modeling_utils.py get_correct_experts_implementation) and
 /// `experts_implementation="eager"` (the model's own per-expert loop indexing the 3-D weights, e.g.
-/// modeling_mixtral.py MixtralExperts.forward). docs/model.md "MoE implementations".
-enum class MoeImpl { kGrouped, kLoop, kHfGroupedMm, kHfEager };
+/// modeling_mixtral.py MixtralExperts.forward); `deepspeed` = DeepSpeed 0.19.8's DeepSpeed-MoE layer
+/// (deepspeed/moe/layer.py MoE -> sharded_moe.py MOELayer, TopKGate: every expert padded to its capacity C,
+/// a fixed [E, C, M] dispatch buffer; docs/model.md "Capacity factor"). docs/model.md "MoE implementations".
+enum class MoeImpl { kGrouped, kLoop, kHfGroupedMm, kHfEager, kDeepSpeed };
 /// The fused scaled-dot-product-attention kernel F.scaled_dot_product_attention runs (torch's SDPBackend):
 /// FlashAttention-2 (`_scaled_dot_product_flash_attention`; AOTriton on ROCm), cuDNN
 /// (`_scaled_dot_product_cudnn_attention`) or memory-efficient attention
@@ -182,7 +184,8 @@ struct EnumValues<AttentionCore> {
 };
 template <>
 struct EnumValues<MoeImpl> {
-  static constexpr std::array v{MoeImpl::kGrouped, MoeImpl::kLoop, MoeImpl::kHfGroupedMm, MoeImpl::kHfEager};
+  static constexpr std::array v{MoeImpl::kGrouped, MoeImpl::kLoop, MoeImpl::kHfGroupedMm, MoeImpl::kHfEager,
+                                MoeImpl::kDeepSpeed};
 };
 template <>
 struct EnumValues<SdpaBackend> {

@@ -341,3 +341,25 @@ TEST_CASE("emitters: the FSDP2 script loads transformers' experts implementation
     CHECK_THAT(std::string(e.what()), Catch::Contains("--moe-impl hf-eager"));
   }
 }
+
+TEST_CASE("emitters: --moe-impl deepspeed leaves a note of the DeepSpeed-MoE layer the prediction assumed",
+          "[emit][knobs]") {
+  // DeepSpeed's config has no MoE setting (the model code builds deepspeed.moe.layer.MoE or not): a note.
+  const ptest::Setup s("qwen3-30b-a3b", "dgx-h100", 16);
+  Plan p;
+  p.seq = 4096;
+  p.runtime = Runtime::kDeepSpeed;
+  p.moe_impl = MoeImpl::kDeepSpeed;
+  p.moe_capacity_factor = 1.25;
+  const auto notes = emit_notes("deepspeed", s.resolve(p));
+  CHECK(std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
+    return n.find("--moe-impl deepspeed") != std::string::npos &&
+           n.find("min_capacity 4") != std::string::npos;
+  }));
+  p.moe_impl = MoeImpl::kGrouped;
+  p.moe_capacity_factor = 0;
+  const auto none = emit_notes("deepspeed", s.resolve(p));
+  CHECK(std::none_of(none.begin(), none.end(), [](const std::string& n) {
+    return n.find("--moe-impl deepspeed") != std::string::npos;
+  }));
+}

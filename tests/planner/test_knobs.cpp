@@ -134,7 +134,7 @@ TEST_CASE(
     "knobs: transformers 5.23's experts implementations round-trip and grouped, the default, prints nothing",
     "[knobs][roundtrip]") {
   CHECK(plan_to_flags(Plan{}).find("--moe-impl") == std::string::npos);
-  for (const MoeImpl m : {MoeImpl::kHfGroupedMm, MoeImpl::kHfEager}) {
+  for (const MoeImpl m : {MoeImpl::kHfGroupedMm, MoeImpl::kHfEager, MoeImpl::kDeepSpeed}) {
     Plan x = all_changed();
     x.moe_impl = m;
     const std::string flags = plan_to_flags(x);
@@ -148,6 +148,7 @@ TEST_CASE(
   }
   CHECK(std::string(to_string(MoeImpl::kHfGroupedMm)) == "hf-grouped-mm");
   CHECK(std::string(to_string(MoeImpl::kHfEager)) == "hf-eager");
+  CHECK(std::string(to_string(MoeImpl::kDeepSpeed)) == "deepspeed");
 }
 
 TEST_CASE("knobs: resolved plans over a sweep round-trip through flags and JSON", "[knobs][roundtrip]") {

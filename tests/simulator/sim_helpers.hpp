@@ -4,6 +4,7 @@
 #pragma once
 #include <algorithm>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -137,6 +138,19 @@ inline std::vector<SimUnit> units_of(const Setup& s, const Plan& p) {
   std::vector<SimUnit> units;
   build_units(s.model, *s.cluster, *s.costs, p, runtime_traits(p), units);
   return units;
+}
+
+/// The first MoE layer of `m`, and the FSDP unit of `units` holding one.
+inline const Layer& first_moe_layer(const ModelGraph& m) {
+  for (const Layer* l : m.order())
+    if (l->kind == LayerKind::kMoe) return *l;
+  throw std::logic_error("no MoE layer");
+}
+inline SimUnit unit_with_moe(const std::vector<SimUnit>& units) {
+  for (const SimUnit& u : units)
+    for (const Layer* l : u.layers)
+      if (l->kind == LayerKind::kMoe) return u;
+  throw std::logic_error("no MoE unit");
 }
 
 /// The same model with each transformer block's layers merged into one graph layer (tensors, GEMMs, saved

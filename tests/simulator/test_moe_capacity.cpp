@@ -175,8 +175,9 @@ TEST_CASE("MoE capacity: refused where the runtime has none", "[simulator][moe][
   p.runtime = Runtime::kFsdp1;
   CHECK_THROWS_WITH(s.resolve(p), Catch::Contains("--moe-capacity-factor") && Catch::Contains("dropless"));
   p.runtime = Runtime::kDeepSpeed;
+  // deepspeed: only DeepSpeed-MoE's layer has a capacity (test_moe_deepspeed.cpp).
   CHECK_THROWS_WITH(s.resolve(p),
-                    Catch::Contains("--moe-capacity-factor") && Catch::Contains("not modelled"));
+                    Catch::Contains("--moe-capacity-factor") && Catch::Contains("--moe-impl deepspeed"));
   // Megatron-core: only with the all-to-all dispatcher (its default is the all-gather one).
   p.runtime = Runtime::kMegatron;
   p.zero = 1;
