@@ -10,6 +10,7 @@
 #include "simulator/memory/accounting.hpp"
 #include "simulator/memory/layer_memory.hpp"
 #include "simulator/parallel/parallel.hpp"
+#include "simulator/plan/moe_rows.hpp"
 
 using namespace shardplan;
 using fixture::Setup;
@@ -70,9 +71,11 @@ TEST_CASE("DeepSpeed-MoE: the layer's saved bytes, closed form", "[simulator][mo
     CHECK(layer_saved_bytes(moe, deepspeed(s, 2, imb, 1.25), T, false) == token + 456.0 * 160);
     CHECK(layer_saved_bytes(moe, deepspeed(s, 1, imb, 0.1), T, false) == token + 456.0 * 32);
   }
-  // The all-to-all moves the [E, C, M] buffer: 64 x 2 x 32 x 2 = 8,192 B at the mean, times 160 / 128.
-  CHECK(moe_all_to_all_buffer_bytes(s.model.spec(), moe, deepspeed(s, 2, 1.0, 1.25), T) ==
-        8192.0 * 160 / 128);
+  // The all-to-all moves the [E, C, M] buffer, the padded rows (moe_busiest_rows: E x C = 160 at F 1.25) x 32
+  // x 2 B: 8,192 B at the mean (128 rows) times 160 / 128.
+  const Plan f125 = deepspeed(s, 2, 1.0, 1.25);
+  CHECK(moe_busiest_rows(64, 2, 8, f125) == 160);
+  CHECK(moe_all_to_all_buffer_bytes(s.model.spec(), f125, 160.0) == 8192.0 * 160 / 128);
 }
 
 TEST_CASE("DeepSpeed-MoE: the experts run the padded rows, independent of the imbalance",
