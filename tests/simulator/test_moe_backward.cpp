@@ -28,24 +28,17 @@ Plan small_plan(int ep, MoeImpl impl) {
   return p;
 }
 
-const Layer& first_moe(const ModelGraph& m) {
-  for (const Layer* l : m.order())
-    if (l->kind == LayerKind::kMoe) return *l;
-  FAIL("no MoE layer");
-  return *m.order().front();
-}
-
 /// Bytes the MoE layer's eager autograd saves at T tokens under the plan's --moe-impl.
 double saved(const Setup& s, const Plan& p, double T) {
   double b = 0;
-  for (const ActTensor& a : first_moe(s.model).activations)
+  for (const ActTensor& a : test::first_moe_layer(s.model).activations)
     b += act_saved_share(a, p, false) * act_bytes_per_token(a, p, T) * T;
   return b;
 }
 
 double excess(const Setup& s, const Plan& p, const detail::MoeGrads& g) {
   const detail::UnitContext c(s.model, *s.cluster, *s.costs, p, runtime_traits(p));
-  return detail::moe_backward_excess(c, first_moe(s.model), g, 64.0 * 64 * 2);
+  return detail::moe_backward_excess(c, test::first_moe_layer(s.model), g, 64.0 * 64 * 2);
 }
 
 }  // namespace
@@ -57,7 +50,7 @@ TEST_CASE("torchtitan's grouped MoE backward: the combine's three fp32 tensors",
   // The combine's backward (token_dispatcher.py combine, `(routed_output.to(float32) * scores).to(bf16)`):
   // the fp32 output gradient and the multiply's two fp32 gradients, N x h x 4 = 128·64·4 = 32,768 B each,
   // and the scores' gradient N x 4 = 512 B (the lane's trace: 32768, 32768, 32768, 512 at its peak).
-  CHECK(detail::combine_fp32_bytes(p, s.model.spec(), first_moe(s.model), 64.0) == 32768.0);
+  CHECK(detail::combine_fp32_bytes(p, s.model.spec(), test::first_moe_layer(s.model), 64.0) == 32768.0);
   // The experts' ops (EP 1, R = N = 128 rows): the three grouped dW of the 8 experts, 8·3·32·64·2 = 98,304,
   // with the gate GEMM's two R x h input gradients and SiLU's R x f gradient, (2·128·64 + 128·32)·2 =
   // 40,960, less what was consumed by then: the combine's fp32 copy (128·64·4 = 32,768), the sorted scores
@@ -99,7 +92,7 @@ TEST_CASE("grouped MoE backward: the unit's workspace holds the combine's tensor
   CHECK(units[1].workspace_bytes == 107008);
   // Hugging Face's loop (--moe-impl loop): none of the combine's fp32 tensors.
   const Plan pl = s.resolve(small_plan(1, MoeImpl::kLoop));
-  CHECK(detail::combine_fp32_bytes(pl, s.model.spec(), first_moe(s.model), 64.0) == 0.0);
+  CHECK(detail::combine_fp32_bytes(pl, s.model.spec(), test::first_moe_layer(s.model), 64.0) == 0.0);
 }
 
 TEST_CASE("grouped MoE backward: Mixtral's few large experts peak at the gate GEMM's backward",
@@ -150,7 +143,7 @@ TEST_CASE("transformers 5.23 experts: the backward's worst op", "[simulator][moe
   // SwiGLU consumed (the SwiGLU tensors 4·128·32·2 = 32,768, the sorted weights 512, the down projection's
   // output 128·64·2 = 16,384, inv_perm 1,024): 98,304 - 50,688 + 32,768 = 80,384, below the combine.
   const Plan hg = s.resolve(small_plan(1, MoeImpl::kHfGroupedMm));
-  CHECK(detail::combine_fp32_bytes(hg, s.model.spec(), first_moe(s.model), 64.0) == 32768.0);
+  CHECK(detail::combine_fp32_bytes(hg, s.model.spec(), test::first_moe_layer(s.model), 64.0) == 32768.0);
   CHECK(excess(s, hg, g) == 98816.0);
   g.experts = 400000;
   g.all = g.experts + 1024;
@@ -162,7 +155,7 @@ TEST_CASE("transformers 5.23 experts: the backward's worst op", "[simulator][moe
   g.experts = 98304;
   g.all = g.experts + 1024;
   const Plan he = s.resolve(small_plan(1, MoeImpl::kHfEager));
-  CHECK(detail::combine_fp32_bytes(he, s.model.spec(), first_moe(s.model), 64.0) == 0.0);
+  CHECK(detail::combine_fp32_bytes(he, s.model.spec(), test::first_moe_layer(s.model), 64.0) == 0.0);
   CHECK(excess(s, he, g) == 1024 + 16384 + 98304 + 131072 + 2048);
 }
 
@@ -194,7 +187,7 @@ TEST_CASE("under TP a MoE's token side is on the tokens the MoE code gives the T
   const Plan no_ep = s.resolve(p);
   p.ep = 2;
   const Plan with_ep = s.resolve(p);
-  const Layer& l = first_moe(s.model);
+  const Layer& l = test::first_moe_layer(s.model);
   CHECK(moe_token_divisor(no_ep) == 1);
   CHECK(moe_token_divisor(with_ep) == 2);
   // The combine's fp32 backward tensor over the rank's T = 64 tokens (mbs x seq): N x h x 4 with N = T·top_k

@@ -19,13 +19,6 @@ using test::units_of;
 
 namespace {
 
-const Layer& first_moe(const ModelGraph& m) {
-  for (const Layer* l : m.order())
-    if (l->kind == LayerKind::kMoe) return *l;
-  FAIL("no MoE layer");
-  return *m.order().front();
-}
-
 /// Megatron-core with its all-to-all dispatcher (the only one with a capacity, transformer_config.py).
 Plan megatron(const Setup& s, int ep, double imbalance, double factor, bool pad) {
   Plan p;
@@ -38,14 +31,6 @@ Plan megatron(const Setup& s, int ep, double imbalance, double factor, bool pad)
   p.moe_capacity_factor = factor;
   p.moe_pad_to_capacity = pad;
   return s.resolve(p);
-}
-
-SimUnit moe_unit(const std::vector<SimUnit>& units) {
-  for (const SimUnit& u : units)
-    for (const Layer* l : u.layers)
-      if (l->kind == LayerKind::kMoe) return u;
-  FAIL("no MoE unit");
-  return units.front();
 }
 
 }  // namespace
@@ -87,7 +72,7 @@ TEST_CASE("MoE capacity: the saved expert side and the all-to-all, closed form",
   // As test_moe_imbalance.cpp: per layer the token side saves 408 B per token (x 64 = 26,112 B), the
   // expert side 456 B per received row under EP (448 B without: no _permute index).
   Setup s(ModelGraph::from_spec(tiny_moe()), load_cluster_spec("dgx-h100"), 2);
-  const Layer& moe = first_moe(s.model);
+  const Layer& moe = test::first_moe_layer(s.model);
   const double T = 64;
   CHECK(layer_saved_bytes(moe, megatron(s, 2, 1.5, 0, false), T, false) == 26112.0 + 456.0 * 192);
   CHECK(layer_saved_bytes(moe, megatron(s, 2, 1.5, 1.25, false), T, false) == 26112.0 + 456.0 * 160);
@@ -117,8 +102,8 @@ TEST_CASE(
   // each (test_moe_time.cpp): 560 B per row. Backward twice both.
   Setup s(ModelGraph::from_spec(tiny_moe()), load_cluster_spec("dgx-h100"), 2);
   const CostModel& c = *s.costs;
-  const SimUnit base = moe_unit(units_of(s, megatron(s, 2, 1.0, 0, false)));
-  const SimUnit capped = moe_unit(units_of(s, megatron(s, 2, 1.5, 1.25, false)));
+  const SimUnit base = test::unit_with_moe(units_of(s, megatron(s, 2, 1.0, 0, false)));
+  const SimUnit capped = test::unit_with_moe(units_of(s, megatron(s, 2, 1.5, 1.25, false)));
   const double gemm_base = 4 * (2 * c.gemm_s(32, 48, 32) + c.gemm_s(32, 32, 48));
   const double gemm_capped = 4 * (2 * c.gemm_s(40, 48, 32) + c.gemm_s(40, 32, 48));
   const double elem = c.memory_s(32 * 560.0);
@@ -129,7 +114,7 @@ TEST_CASE(
   const Result pad1 = s.run(megatron(s, 2, 1.0, 1.25, true));
   for (double imb : {1.5, 3.0}) {
     INFO("imbalance " << imb);
-    const SimUnit u = moe_unit(units_of(s, megatron(s, 2, imb, 1.25, true)));
+    const SimUnit u = test::unit_with_moe(units_of(s, megatron(s, 2, imb, 1.25, true)));
     CHECK(u.fwd_s == capped.fwd_s);
     CHECK(u.bwd_s == capped.bwd_s);
     const Result r = s.run(megatron(s, 2, imb, 1.25, true));

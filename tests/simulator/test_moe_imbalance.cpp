@@ -17,13 +17,6 @@ using test::tiny_moe;
 
 namespace {
 
-const Layer& first_moe(const ModelGraph& m) {
-  for (const Layer* l : m.order())
-    if (l->kind == LayerKind::kMoe) return *l;
-  FAIL("no MoE layer");
-  return *m.order().front();
-}
-
 Plan ep_plan(const Setup& s, int ep, double imbalance) {
   Plan p;
   p.seq = 64;
@@ -42,7 +35,7 @@ TEST_CASE("MoE imbalance: the expert side of the list, tensor by tensor",
   // scores, the token indices (LocalTokenDispatcher._local_reorder, on this rank's T·top_k rows) and the
   // combine's tensors (after the return all-to-all) are the token side.
   const ModelGraph m = ModelGraph::from_spec(tiny_moe());
-  const Layer& moe = first_moe(m);
+  const Layer& moe = test::first_moe_layer(m);
   std::vector<std::string> expert_side, routed_token_side;
   for (const ActTensor& a : moe.activations) {
     // torchtitan's tensors (--moe-impl grouped under EP); the other implementations' are listed beside them.
@@ -88,7 +81,7 @@ TEST_CASE("MoE imbalance: closed-form saved bytes of the busiest EP rank",
   // = 384: 456 B (the experts' bf16 output is saved only by inductor). Rows: mean T·K = 128; the busiest rank
   // ceil(128 F): F 1 -> 128 (84,480 B), F 1.5 -> 192 (113,664 B), F 1.01 -> ceil(129.28) = 130 (85,392 B).
   Setup s(ModelGraph::from_spec(tiny_moe()), load_cluster_spec("dgx-h100"), 2);
-  const Layer& moe = first_moe(s.model);
+  const Layer& moe = test::first_moe_layer(s.model);
   const double T = 64;
   const Plan f1 = ep_plan(s, 2, 1.0), f15 = ep_plan(s, 2, 1.5), f101 = ep_plan(s, 2, 1.01);
   CHECK(layer_saved_bytes(moe, f1, T, false) == 26112.0 + 456.0 * 128);

@@ -9,12 +9,6 @@
 using namespace shardplan;
 
 namespace {
-const Layer& first_moe(const ModelGraph& m) {
-  for (const Layer* l : m.order())
-    if (l->kind == LayerKind::kMoe) return *l;
-  FAIL("no MoE layer");
-  return *m.order().front();
-}
 // Bytes per token (16-bit compute, TP 1, no AC) of the layer's tensors saved by eager autograd (or inductor),
 // the layer's input left out.
 // Under --moe-impl `impl` and --ep `ep` (the list's entries that exist there: act_condition).
@@ -37,7 +31,7 @@ TEST_CASE("MoE routing tensors: saved bytes per token, eager and compiled", "[si
   // 512 + 192 + 32 + 32768 + 49152 + 65536 = 148,192. Inductor: the experts' bf16 output (2·8·2048) in place
   // of the fp32 copy, SiLU recomputed (-2·8·768): 148,192 - 65,536 + 32,768 - 12,288 = 103,136.
   const ModelGraph m = load_model("qwen3-30b-a3b");
-  const Layer& moe = first_moe(m);
+  const Layer& moe = test::first_moe_layer(m);
   CHECK(saved_per_token(moe, false) == 148192.0);
   CHECK(saved_per_token(moe, true) == 103136.0);
 }
@@ -55,18 +49,18 @@ TEST_CASE("MoE routing tensors: the routing traffic is the sum over the listed t
   // SwiGLU's own traffic (fa = K f = 6,144: eager 10 fa + 6h = 73,728, fused 6 fa + 6h = 49,152) the layer's
   // totals are 438,304 + 2,208 + 73,728 = 514,240 and 167,968 + 2,208 + 49,152 = 219,328.
   const ModelGraph m = load_model("qwen3-30b-a3b");
-  const Layer& moe = first_moe(m);
+  const Layer& moe = test::first_moe_layer(m);
   CHECK(moe.eager_elementwise_bytes_per_token == 514240.0);
   CHECK(moe.elementwise_bytes_per_token == 219328.0);
   // DeepSeek-V3's router adds its routing bias to the probabilities before topk (E 256: 2·4E = 2,048 more).
   const ModelGraph d = load_model("deepseek-v3");
-  const Layer& dmoe = first_moe(d);
+  const Layer& dmoe = test::first_moe_layer(d);
   const ModelGraph dn = [&] {
     ModelSpec sp = d.spec();
     sp.moe.router_bias = false;
     return ModelGraph::from_spec(sp);
   }();
-  CHECK(dmoe.elementwise_bytes_per_token - first_moe(dn).elementwise_bytes_per_token == 2048.0);
+  CHECK(dmoe.elementwise_bytes_per_token - test::first_moe_layer(dn).elementwise_bytes_per_token == 2048.0);
 }
 
 TEST_CASE("MoE routing tensors: lifetimes where a regime does not save them",
@@ -75,7 +69,7 @@ TEST_CASE("MoE routing tensors: lifetimes where a regime does not save them",
   // product once the cast exists, the zeros once the combined output exists (torchtitan 0.3.0
   // token_dispatcher.py _local_reorder and combine; the lane's rule of ActLife::kTransient).
   const ModelGraph m = load_model("qwen3-30b-a3b");
-  const Layer& moe = first_moe(m);
+  const Layer& moe = test::first_moe_layer(m);
   auto index_of = [&](const std::string& n) {
     for (std::size_t i = 0; i < moe.activations.size(); ++i)
       if (moe.activations[i].name == n) return static_cast<int>(i);
@@ -104,7 +98,7 @@ TEST_CASE("MoE routing tensors: Hugging Face's loop over the experts (--moe-impl
   // module at h 32, f 48, 8 experts, top 2: 1,248 bytes per token, the same terms); the grouped dispatcher's
   // fp32 copy (4·2·4096) and indices are absent.
   const ModelGraph m = load_model("mixtral-8x7b");
-  const Layer& moe = first_moe(m);
+  const Layer& moe = test::first_moe_layer(m);
   CHECK(saved_per_token(moe, false, MoeImpl::kLoop) == 278624.0);
   // The plan decides which exist: the lower bound's saved bytes differ by the two lists' difference.
   Plan p;
@@ -122,7 +116,7 @@ TEST_CASE("MoE under expert parallelism: _permute's index of the received rows i
   // per received row: top_k rows per token on average, 8 · 8 = 64 B per token for Qwen3-30B-A3B (top 8);
   // listed only with --ep > 1 under the grouped implementation (tests/reference/test_moe_ep.py measures it).
   const ModelGraph m = load_model("qwen3-30b-a3b");
-  const Layer& moe = first_moe(m);
+  const Layer& moe = test::first_moe_layer(m);
   CHECK(saved_per_token(moe, false) == 148192.0);  // the grouped list without EP: unchanged
   // With EP the list adds the EP index alone: 64 B per token.
   CHECK(saved_per_token(moe, false, MoeImpl::kGrouped, 8) - saved_per_token(moe, false) == 64.0);

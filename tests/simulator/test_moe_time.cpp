@@ -27,14 +27,6 @@ Plan tiny_plan(const Setup& s, int ep, double f, bool compile) {
   return s.resolve(p);
 }
 
-SimUnit moe_unit(const std::vector<SimUnit>& units) {
-  for (const SimUnit& u : units)
-    for (const Layer* l : u.layers)
-      if (l->kind == LayerKind::kMoe) return u;
-  FAIL("no MoE unit");
-  return units.front();
-}
-
 }  // namespace
 
 TEST_CASE("MoE time: the expert side's elementwise bytes on the busiest EP rank, closed form",
@@ -83,7 +75,7 @@ TEST_CASE("MoE time: the expert side's elementwise bytes on the busiest EP rank,
   // 48 rows per local expert instead of 32: gate and up of h -> f, down of f -> h) and 64 x (1,296 - 544) B
   // of elementwise traffic; backward twice both (the cost model's 2x for GEMMs and elementwise work).
   const Plan f1 = tiny_plan(s, 2, 1.0, false), f15 = tiny_plan(s, 2, 1.5, false);
-  const SimUnit u1 = moe_unit(units_of(s, f1)), u15 = moe_unit(units_of(s, f15));
+  const SimUnit u1 = test::unit_with_moe(units_of(s, f1)), u15 = test::unit_with_moe(units_of(s, f15));
   const CostModel& c = *s.costs;
   const double gemm1 = 4 * (2 * c.gemm_s(32, 48, 32) + c.gemm_s(32, 32, 48));
   const double gemm15 = 4 * (2 * c.gemm_s(48, 48, 32) + c.gemm_s(48, 32, 48));
@@ -92,7 +84,7 @@ TEST_CASE("MoE time: the expert side's elementwise bytes on the busiest EP rank,
   CHECK(u15.bwd_s - u1.bwd_s == Approx(2 * (gemm15 - gemm1) + 2 * elem).epsilon(1e-9));
   // EP 2 at F 1 against EP 1: the same 128 rows over half the experts (groups of 32 rows instead of 16: 4
   // local experts instead of 8) and the two permutations, 64 x 544 B.
-  const SimUnit e1 = moe_unit(units_of(s, tiny_plan(s, 1, 1.0, false)));
+  const SimUnit e1 = test::unit_with_moe(units_of(s, tiny_plan(s, 1, 1.0, false)));
   const double gemm_e1 = 8 * (2 * c.gemm_s(16, 48, 32) + c.gemm_s(16, 32, 48));
   CHECK(u1.fwd_s - e1.fwd_s == Approx(gemm1 - gemm_e1 + c.memory_s(64 * 544.0)).epsilon(1e-9));
 }
