@@ -6,7 +6,7 @@ namespace shardplan {
 
 namespace {
 
-constexpr Support Y = Support::kYes, N = Support::kNo, M = Support::kNotModelled;
+constexpr Support Y = Support::kYes, N = Support::kNo;
 
 constexpr Row kFsdp2[] = {
     {Feature::kMoeCapacity, N,
