@@ -5,30 +5,37 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "core/checked.hpp"
 #include "core/error.hpp"
 
 namespace shardplan {
 
+namespace {
+
+/// A whole row count from a ceil()'d double: exact below 2^53; beyond it (or NaN) refused as an overflow.
+std::int64_t whole_rows(double rows, const char* what) {
+  if (!(rows < 9007199254740992.0)) throw OverflowError(std::string("integer overflow computing ") + what);
+  return static_cast<std::int64_t>(rows);
+}
+
+}  // namespace
+
 std::int64_t moe_expert_capacity(std::int64_t mean_rows, int experts, double factor) {
   // megatron-core 0.8.0 megatron/core/transformer/moe/moe_utils.py get_capacity, called by
   // topk_softmax_with_capacity with num_tokens = the router's tokens x topk and no min_capacity:
   // math.ceil((num_tokens / num_experts) * capacity_factor), in that order of operations.
-  const double capacity = std::ceil(static_cast<double>(mean_rows) / std::max(1, experts) * factor);
-  if (!(capacity < 9007199254740992.0)) throw OverflowError("integer overflow computing the expert capacity");
-  return static_cast<std::int64_t>(capacity);
+  return whole_rows(std::ceil(static_cast<double>(mean_rows) / std::max(1, experts) * factor),
+                    "the expert capacity");
 }
 
 std::int64_t ep_busiest_rows(std::int64_t mean_rows, int experts, const Plan& p) {
   std::int64_t rows = mean_rows;
   if (p.ep > 1 && p.moe_imbalance != 1.0) {
-    // A row is whole: the busiest rank receives ceil(F x the mean rows) (F >= 1, resolve_plan). Exact in
-    // double below 2^53 rows; beyond, or beyond int64, the count is refused as an overflow.
-    const double busiest = std::ceil(static_cast<double>(mean_rows) * p.moe_imbalance);
-    if (!(busiest < 9007199254740992.0))
-      throw OverflowError("integer overflow computing the busiest EP rank's rows");
-    rows = std::max(mean_rows, static_cast<std::int64_t>(busiest));
+    // A row is whole: the busiest rank receives ceil(F x the mean rows) (F >= 1, resolve_plan).
+    rows = std::max(mean_rows, whole_rows(std::ceil(static_cast<double>(mean_rows) * p.moe_imbalance),
+                                          "the busiest EP rank's rows"));
   }
   if (p.moe_capacity_factor <= 0) return rows;
   // Each source rank keeps at most `capacity` rows per expert (the router drops on its own tokens), so a
@@ -46,9 +53,9 @@ std::int64_t deepspeed_expert_capacity(std::int64_t tokens, int experts, int top
   // capacity_factor, top2gating capacity_factor * 2 and topkgating capacity_factor * k (lines 232, 364, 446):
   // the factor multiplies by top_k before the tokens per expert, unlike get_capacity above.
   const double f = (factor > 0 ? factor : kDeepSpeedCapacityFactor) * std::max(1, top_k);
-  const double capacity = std::ceil(static_cast<double>(tokens) / std::max(1, experts) * f);
-  if (!(capacity < 9007199254740992.0)) throw OverflowError("integer overflow computing the expert capacity");
-  return std::max<std::int64_t>(static_cast<std::int64_t>(capacity), kDeepSpeedMinCapacity);
+  return std::max(
+      whole_rows(std::ceil(static_cast<double>(tokens) / std::max(1, experts) * f), "the expert capacity"),
+      kDeepSpeedMinCapacity);
 }
 
 std::int64_t moe_busiest_rows(std::int64_t tokens, int top_k, int experts, const Plan& p) {
